@@ -1,0 +1,55 @@
+"""Helpers shared by the benchmarks: threads, timing, matmul peak, the RESULT line."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def set_threads() -> int:
+    """Use every core the process may run on; returns the thread count (printed by callers)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    torch.set_num_threads(n)
+    return n
+
+
+def time_call(fn: Callable[[], object]) -> float:
+    """Seconds one call of `fn` takes (synchronising CUDA if that is where work runs)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def matmul_flops(dtype: torch.dtype, n: int, repeats: int, device: str = "cpu") -> float:
+    """Median FLOP/s of an n x n x n `torch.matmul` with inputs already in `dtype`."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    for _ in range(2):
+        torch.matmul(a, b)
+    times = [time_call(lambda: torch.matmul(a, b)) for _ in range(repeats)]
+    return 2 * n**3 / median(times)
+
+
+def result_line(**figures: float) -> str:
+    """`RESULT name=value ...` with plain numbers, the last line every benchmark prints."""
+    def fmt(v: float) -> str:
+        if isinstance(v, int):
+            return str(v)
+        return f"{v:.0f}" if abs(v) >= 100 else f"{v:.4g}"
+
+    return "RESULT " + " ".join(f"{k}={fmt(v)}" for k, v in figures.items())

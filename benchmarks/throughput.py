@@ -1,0 +1,198 @@
+"""Training throughput of Kiln's transformer against Hugging Face's LlamaForCausalLM.
+
+Both models have the same sizes (~20M parameters, GQA, tied embeddings), the same
+optimizer (Kiln's fused AdamW with its decay groups, applied to each model's
+parameters), the same loss (cross-entropy on fp32-cast logits, computed outside both
+models from their logits) and the same precision (fp32, then bf16 autocast). The step
+is the one `Trainer.train_step` runs: set lr, forward under autocast, loss, backward,
+clip, step, zero_grad, read the loss.
+
+Steps of the two models are timed interleaved in rounds (A B, then B A, ...) so drift
+on a shared machine hits both alike; tokens/s are medians over steps. A square
+`torch.matmul` at each precision, timed in the same run, gives the peak that
+`peak_fraction` = kiln tokens/s x training FLOPs/token / matmul FLOP/s is taken against.
+
+    python benchmarks/throughput.py            # ~20M parameters (several minutes on 2 cores)
+    python benchmarks/throughput.py --quick    # tiny smoke test (< 1 minute)
+    python benchmarks/throughput.py --compile  # torch.compile both models (compile time reported)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import matmul_flops, median, result_line, set_threads, time_call  # noqa: E402
+
+from kiln.config import ModelConfig, OptimConfig  # noqa: E402
+from kiln.model import Transformer, count_params, ffn_hidden_size, flops_per_token  # noqa: E402
+from kiln.optim import build_optimizer  # noqa: E402
+from kiln.train.precision import autocast  # noqa: E402
+
+
+@dataclasses.dataclass
+class Setting:
+    model: ModelConfig
+    batch: int
+    seq_len: int
+    warmup: int  # untimed steps per model and precision (compilation happens here)
+    rounds: int  # interleaved rounds; each times `steps` steps of each model
+    steps: int
+    matmul_n: tuple[int, ...]  # square matmul sizes for the peak; the fastest counts
+    matmul_repeats: int
+
+
+FULL = Setting(
+    model=ModelConfig(vocab_size=8192, dim=512, n_layers=6, n_heads=8, n_kv_heads=4,
+                      max_seq_len=256, tie_embeddings=True),
+    batch=16, seq_len=256, warmup=2, rounds=4, steps=2, matmul_n=(2048, 4096), matmul_repeats=5,
+)
+QUICK = Setting(
+    model=ModelConfig(vocab_size=1024, dim=128, n_layers=2, n_heads=4, n_kv_heads=2,
+                      max_seq_len=64, tie_embeddings=True),
+    batch=4, seq_len=64, warmup=1, rounds=2, steps=2, matmul_n=(1024,), matmul_repeats=3,
+)
+
+
+def hf_llama(cfg: ModelConfig) -> torch.nn.Module:
+    """The same architecture as Hugging Face's LlamaForCausalLM (SDPA attention, no dropout)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hf_cfg = LlamaConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.dim,
+        intermediate_size=ffn_hidden_size(cfg),
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_kv_heads,
+        head_dim=cfg.dim // cfg.n_heads,
+        max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=cfg.norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        tie_word_embeddings=cfg.tie_embeddings,
+        initializer_range=cfg.init_std,
+        hidden_act="silu",
+        attention_bias=False,
+        mlp_bias=False,
+        attention_dropout=0.0,
+        use_cache=False,
+        attn_implementation="sdpa",
+    )
+    return LlamaForCausalLM(hf_cfg)
+
+
+class Runner:
+    """One model with its optimizer, stepping exactly as `Trainer.train_step` does."""
+
+    def __init__(self, name: str, model: torch.nn.Module, forward, precision: str,
+                 compile_model: bool):
+        self.name, self.precision = name, precision
+        self.device = torch.device("cpu")
+        self.model = model.train()
+        self.optimizer = build_optimizer(model, OptimConfig())
+        self.clip = OptimConfig().grad_clip
+        self.forward = torch.compile(forward) if compile_model else forward
+        self.times: list[float] = []
+        self.losses: list[float] = []
+
+    def step(self, batch: torch.Tensor) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = OptimConfig().lr
+        inputs, targets = batch[:, :-1], batch[:, 1:]
+        with autocast(self.device, self.precision):
+            logits = self.forward(inputs)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.losses.append(loss.item())
+
+
+def bench_precision(s: Setting, precision: str, compile_model: bool, batch: torch.Tensor) -> dict:
+    torch.manual_seed(0)
+    kiln_model = Transformer(s.model)
+    hf_model = hf_llama(s.model)
+    runners = [
+        Runner("kiln", kiln_model, kiln_model, precision, compile_model),
+        Runner("hf", hf_model, lambda x: hf_model(input_ids=x, use_cache=False).logits,
+               precision, compile_model),
+    ]
+    warm = {}
+    for r in runners:
+        start = time.perf_counter()
+        for _ in range(s.warmup):
+            r.step(batch)
+        warm[r.name] = time.perf_counter() - start
+    for i in range(s.rounds):
+        for r in runners if i % 2 == 0 else runners[::-1]:
+            for _ in range(s.steps):
+                r.times.append(time_call(lambda r=r: r.step(batch)))
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    peak = max(matmul_flops(dtype, n, s.matmul_repeats) for n in s.matmul_n)
+    tokens = batch.shape[0] * (batch.shape[1] - 1)
+    out = {"peak": peak, "warmup_s": warm}
+    for r in runners:
+        out[r.name] = tokens / median(r.times)
+        out[r.name + "_spread"] = (tokens / max(r.times), tokens / min(r.times))
+        if not all(map(lambda v: v == v, r.losses)):
+            raise RuntimeError(f"{r.name} produced a NaN loss under {precision}")
+    out["ratio"] = out["kiln"] / out["hf"]
+    out["fraction"] = out["kiln"] * flops_per_token(s.model, s.seq_len) / peak
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny model, few steps")
+    parser.add_argument("--compile", action="store_true", help="torch.compile both models")
+    args = parser.parse_args()
+    s = QUICK if args.quick else FULL
+    threads = set_threads()
+    torch.manual_seed(0)
+    batch = torch.randint(0, s.model.vocab_size, (s.batch, s.seq_len + 1))
+    params = count_params(Transformer(s.model))["params"]
+    fpt = flops_per_token(s.model, s.seq_len)
+
+    m = s.model
+    print(f"torch {torch.__version__}, {threads} threads (torch.set_num_threads), "
+          f"compile={args.compile}")
+    print(f"model: dim {m.dim}, {m.n_layers} layers, {m.n_heads} heads / {m.n_kv_heads} kv, "
+          f"ffn {ffn_hidden_size(m)}, vocab {m.vocab_size}, tied={m.tie_embeddings}; "
+          f"{params / 1e6:.2f}M params; {fpt / 1e6:.1f} MFLOP/token (train)")
+    print(f"batch {s.batch} x {s.seq_len} tokens; {s.warmup} warmup steps, "
+          f"{s.rounds} interleaved rounds x {s.steps} steps per model; loss computed outside "
+          f"both models: cross_entropy(logits.float())")
+    res = {p: bench_precision(s, p, args.compile, batch) for p in ("fp32", "bf16")}
+
+    print()
+    print(f"{'precision':<10}{'kiln tok/s':>12}{'hf tok/s':>12}{'kiln/hf':>9}"
+          f"{'matmul GFLOP/s':>16}{'kiln % peak':>13}{'hf % peak':>11}"
+          f"{'warmup s (k/hf)':>18}")
+    for p, r in res.items():
+        hf_frac = r["hf"] * fpt / r["peak"]
+        print(f"{p:<10}{r['kiln']:>12.0f}{r['hf']:>12.0f}{r['ratio']:>9.3f}"
+              f"{r['peak'] / 1e9:>16.0f}{100 * r['fraction']:>12.1f}%{100 * hf_frac:>10.1f}%"
+              f"{r['warmup_s']['kiln']:>9.1f}/{r['warmup_s']['hf']:.1f}")
+    for p, r in res.items():
+        lo, hi = r["kiln_spread"]
+        hlo, hhi = r["hf_spread"]
+        print(f"  {p} per-step range: kiln {lo:.0f}-{hi:.0f} tok/s, hf {hlo:.0f}-{hhi:.0f} tok/s")
+    print("targets: kiln/hf >= 1.2 and >= 60% of matmul peak (bf16)")
+    b, f = res["bf16"], res["fp32"]
+    print(result_line(
+        speedup_vs_hf=b["ratio"], peak_fraction=b["fraction"],
+        speedup_vs_hf_fp32=f["ratio"], peak_fraction_fp32=f["fraction"],
+        kiln_tokens_per_s=b["kiln"], hf_tokens_per_s=b["hf"], params=params,
+    ))
+
+
+if __name__ == "__main__":
+    main()

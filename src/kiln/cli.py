@@ -1,0 +1,222 @@
+"""The `kiln` command: one small function per verb, each reading and writing the run directory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from kiln.config import Config, ConfigError, load_config
+
+
+def _load_model(cfg: Config):
+    """The latest checkpoint's weights in a fresh single-device model."""
+    from kiln.model import Transformer
+    from kiln.train.checkpoint import latest_checkpoint, load_weights
+    from kiln.train.trainer import model_config_for_run
+
+    ckpt = latest_checkpoint(cfg.run_dir / "checkpoints")
+    if ckpt is None:
+        raise SystemExit(f"no checkpoint in {cfg.run_dir / 'checkpoints'}: run `kiln train` first")
+    model = Transformer(model_config_for_run(cfg, cfg.run_dir / "tokens"))
+    load_weights(ckpt, model)
+    return model.eval(), ckpt
+
+
+def _tokenizer_path(cfg: Config) -> Path:
+    return cfg.run_dir / "tokenizer" / "tokenizer.json"
+
+
+def cmd_prepare(cfg: Config) -> None:
+    from kiln.data.documents import prepare_documents
+
+    stats = prepare_documents(cfg.data.sources, cfg.run_dir, max_bytes=cfg.data.max_bytes)
+    print(f"prepare: {json.dumps(stats)}")
+
+
+def cmd_tokenizer(cfg: Config) -> None:
+    from kiln.data.documents import read_documents
+    from kiln.data.tokenizer import train_tokenizer
+
+    texts = (doc.text for doc in read_documents(cfg.run_dir))
+    tok = train_tokenizer(texts, cfg.tokenizer.vocab_size, _tokenizer_path(cfg),
+                          min_frequency=cfg.tokenizer.min_frequency)
+    print(f"tokenizer: {tok.get_vocab_size()} tokens -> {_tokenizer_path(cfg)}")
+
+
+def cmd_tokenize(cfg: Config) -> None:
+    from kiln.data.documents import read_documents
+    from kiln.data.shards import write_shards
+    from kiln.data.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(_tokenizer_path(cfg))
+    index = write_shards(read_documents(cfg.run_dir), tok, cfg.run_dir / "tokens",
+                         val_fraction=cfg.data.val_fraction, seed=cfg.run.seed)
+    print(f"tokenize: train {index['train']['tokens']:,} tokens, val {index['val']['tokens']:,} "
+          f"tokens, unigram baseline {index['unigram_bpb']:.3f} bits/byte")
+
+
+def cmd_train(cfg: Config, resume: bool = True) -> None:
+    from kiln.parallel.distributed import shutdown
+    from kiln.train.trainer import Trainer
+
+    trainer = Trainer(cfg, resume=resume)
+    try:
+        trainer.fit()
+    finally:
+        shutdown(trainer.env)
+
+
+def cmd_eval(cfg: Config) -> None:
+    import torch
+
+    from kiln.data.shards import load_index
+    from kiln.eval.perplexity import evaluate
+    from kiln.run_dir import write_json
+    from kiln.train.precision import resolve_device, resolve_precision
+
+    model, ckpt = _load_model(cfg)
+    device = resolve_device(cfg.train.device)
+    precision = resolve_precision(cfg.train.precision, device)
+    model.to(device)
+    e = cfg.eval
+    with torch.inference_mode():
+        result = evaluate(model, cfg.run_dir / "tokens", e.split, cfg.train.seq_len,
+                          e.batch_size, e.max_batches, device, precision)
+    result["unigram_bpb"] = load_index(cfg.run_dir / "tokens")["unigram_bpb"]
+    result["checkpoint"] = ckpt.name
+    write_json(cfg.run_dir / "eval.json", result)
+    verdict = "below" if result["bpb"] < result["unigram_bpb"] else "NOT below"
+    print(f"eval ({e.split}): loss {result['loss']:.4f}, perplexity {result['perplexity']:.2f}, "
+          f"{result['bpb']:.4f} bits/byte ({verdict} the unigram baseline "
+          f"{result['unigram_bpb']:.4f})")
+
+
+def cmd_generate(cfg: Config) -> None:
+    import torch
+
+    from kiln.data.tokenizer import eos_id, load_tokenizer
+    from kiln.model.sampling import generate
+    from kiln.run_dir import write_json
+
+    model, _ = _load_model(cfg)
+    tok = load_tokenizer(_tokenizer_path(cfg))
+    g = cfg.generate
+    rng = torch.Generator().manual_seed(cfg.run.seed)
+    samples = []
+    for prompt in g.prompts:
+        ids = tok.encode(prompt).ids
+        out = generate(model, ids, g.max_new_tokens, temperature=g.temperature, top_k=g.top_k,
+                       top_p=g.top_p, eos_id=eos_id(tok), generator=rng)
+        completion = tok.decode(out, skip_special_tokens=False)
+        samples.append({"prompt": prompt, "completion": completion, "temperature": g.temperature,
+                        "top_k": g.top_k, "top_p": g.top_p})
+        print(f"--- {prompt!r}\n{prompt}{completion}")
+    write_json(cfg.run_dir / "samples.json", samples)
+
+
+def cmd_export(cfg: Config) -> None:
+    from kiln.export.hf_llama import export_hf
+
+    model, ckpt = _load_model(cfg)
+    out = export_hf(model, _tokenizer_path(cfg), cfg.run_dir / "export")
+    print(f"export: {ckpt.name} -> {out} (load with transformers.AutoModelForCausalLM)")
+
+
+def cmd_report(cfg: Config) -> None:
+    from kiln.report import build_report
+
+    print(f"report: {build_report(cfg.run_dir)}")
+
+
+def cmd_run(cfg: Config) -> None:
+    """The whole chain. Under torchrun, rank 0 prepares the data and finishes the run."""
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        import torch.distributed as dist
+
+        from kiln.parallel.distributed import init_distributed
+        from kiln.train.precision import resolve_device
+
+        init_distributed(resolve_device(cfg.train.device))
+    stages = [("prepare", cmd_prepare), ("tokenizer", cmd_tokenizer), ("tokenize", cmd_tokenize)]
+    if rank == 0:
+        _timed(stages, cfg)
+    if world > 1:
+        dist.barrier()
+    _timed([("train", cmd_train)], cfg)
+    if rank == 0:
+        _timed([("eval", cmd_eval), ("generate", cmd_generate), ("export", cmd_export),
+                ("report", cmd_report)], cfg)
+
+
+def _timed(stages, cfg: Config) -> None:
+    for name, fn in stages:
+        start = time.perf_counter()
+        fn(cfg)
+        print(f"[{name} done in {time.perf_counter() - start:.1f}s]", file=sys.stderr)
+
+
+VERBS = {
+    "prepare": (cmd_prepare, "read raw sources into clean documents"),
+    "tokenizer": (cmd_tokenizer, "train a byte-level BPE tokenizer on the documents"),
+    "tokenize": (cmd_tokenize, "pack documents into token shards (train/val)"),
+    "train": (cmd_train, "train the model (resumes from the latest checkpoint)"),
+    "eval": (cmd_eval, "loss, perplexity and bits per byte on held-out data"),
+    "generate": (cmd_generate, "sample from the latest checkpoint"),
+    "export": (cmd_export, "write a Hugging Face Llama folder"),
+    "report": (cmd_report, "write report.html with plots"),
+    "run": (cmd_run, "run every stage of a recipe"),
+}
+
+
+def resolve_config(target: str | None, overrides: list[str]) -> Config:
+    """TARGET is a recipe (.toml) or a run directory (its config.toml is reused)."""
+    if target is None:
+        return load_config(None, overrides)
+    path = Path(target)
+    if path.is_dir():
+        if not (path / "config.toml").exists():
+            raise ConfigError(f"{path} is not a run directory (no config.toml)")
+        return load_config(path / "config.toml", [f'run.dir="{path}"', *overrides])
+    return load_config(path, overrides)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kiln", description=__doc__)
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for name, (_, help_text) in VERBS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("target", nargs="?", help="recipe TOML or run directory (default: built-in)")
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config value, e.g. --set train.steps=100 (repeatable)")
+        if name == "train":
+            p.add_argument("--fresh", action="store_true",
+                           help="ignore existing checkpoints and start from step 0")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = resolve_config(args.target, args.overrides)
+        fn = VERBS[args.verb][0]
+        if args.verb != "report" and os.environ.get("RANK", "0") == "0":
+            from kiln.run_dir import write_run_metadata
+
+            write_run_metadata(cfg)  # the resolved config of the latest command, and its env
+        if args.verb == "train":
+            cmd_train(cfg, resume=not args.fresh)
+        else:
+            fn(cfg)
+    except ConfigError as e:
+        print(f"kiln: config error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

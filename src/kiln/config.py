@@ -1,0 +1,297 @@
+"""Typed configuration: a dataclass tree loaded from TOML, overridable with `--set a.b=c`.
+
+Every key is checked at load time: unknown keys, wrong types and impossible combinations
+raise `ConfigError` naming the key (and the closest valid key), so a typo never silently
+falls back to a default halfway through a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the offending key in the message."""
+
+
+@dataclass
+class RunConfig:
+    dir: str = "runs/quickstart"  # the run directory: everything a run writes lives here
+    seed: int = 0
+
+
+@dataclass
+class DataConfig:
+    sources: list[str] = field(default_factory=list)  # empty: the Python standard library
+    max_bytes: int = 0  # stop reading after this many bytes (0 = everything)
+    val_fraction: float = 0.02  # fraction of documents held out for validation
+
+
+@dataclass
+class TokenizerConfig:
+    vocab_size: int = 4096
+    min_frequency: int = 2
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 0  # 0: taken from the trained tokenizer
+    dim: int = 256
+    n_layers: int = 4
+    n_heads: int = 8
+    n_kv_heads: int = 4  # grouped-query attention; == n_heads is plain multi-head
+    ffn_hidden: int = 0  # 0: 8/3 * dim rounded up to a multiple of 64 (SwiGLU)
+    max_seq_len: int = 256
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = True
+    init_std: float = 0.02
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adamw"
+    lr: float = 3e-3
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1  # decoupled; never applied to norms, biases or 1-D gains
+    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
+
+
+@dataclass
+class ScheduleConfig:
+    name: str = "cosine"  # cosine | wsd | constant
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1  # final lr as a fraction of the peak
+    decay_fraction: float = 0.2  # wsd: fraction of steps spent in the final decay
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 300
+    seq_len: int = 128
+    global_batch: int = 16  # sequences per optimizer step, over all ranks
+    micro_batch: int = 16  # sequences per forward pass on one rank
+    precision: str = "auto"  # auto | fp32 | bf16
+    device: str = "auto"  # auto | cpu | cuda
+    parallel: str = "ddp"  # used only under torchrun: ddp | fsdp
+    compile: bool = False
+    log_every: int = 10
+    eval_every: int = 100
+    eval_batches: int = 20
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 2
+
+
+@dataclass
+class EvalConfig:
+    split: str = "val"
+    batch_size: int = 16
+    max_batches: int = 0  # 0: the whole split
+
+
+@dataclass
+class GenerateConfig:
+    prompts: list[str] = field(default_factory=lambda: ["def ", "The "])
+    max_new_tokens: int = 64
+    temperature: float = 0.8
+    top_k: int = 50
+    top_p: float = 0.95
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.dir)
+
+
+_CHOICES = {
+    "optim.name": ("adamw",),
+    "schedule.name": ("cosine", "wsd", "constant"),
+    "train.precision": ("auto", "fp32", "bf16"),
+    "train.device": ("auto", "cpu", "cuda"),
+    "train.parallel": ("ddp", "fsdp"),
+    "eval.split": ("train", "val"),
+}
+
+
+def _suggest(key: str, valid: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(valid), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    """Check `value` against a type hint; ints widen to floats, nothing else is guessed."""
+    origin = typing.get_origin(hint)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r}")
+        return [_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin in (typing.Union, types.UnionType):
+        for arm in typing.get_args(hint):
+            try:
+                return _coerce(value, arm, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{key}: {value!r} does not match {hint}")
+    if hint is type(None):
+        if value is not None:
+            raise ConfigError(f"{key}: expected nothing, got {value!r}")
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and isinstance(value, bool) or not isinstance(value, hint):
+        raise ConfigError(f"{key}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(f"unknown config key '{full}'{_suggest(key, names)}")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{full}: expected a [{full}] table, got {value!r}")
+            kwargs[key] = _build(hint, value, f"{full}.")
+        else:
+            kwargs[key] = _coerce(value, hint, full)
+    return cls(**kwargs)
+
+
+def _parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' must look like section.key=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word is a string: --set train.precision=bf16
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> dict[str, Any]:
+    """Merge `a.b=value` overrides into a raw TOML dict (values parsed as TOML)."""
+    for text in overrides:
+        path, value = _parse_override(text)
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '{text}': '{part}' is not a section")
+        node[path[-1]] = value
+    return data
+
+
+def validate(cfg: Config) -> Config:
+    """Reject impossible combinations, naming the key and the fix."""
+    for key, choices in _CHOICES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value not in choices:
+            raise ConfigError(f"{key}: '{value}' is not one of {list(choices)}{_suggest(value, choices)}")
+    m, t = cfg.model, cfg.train
+    positive = {
+        "model.dim": m.dim, "model.n_layers": m.n_layers, "model.n_heads": m.n_heads,
+        "model.n_kv_heads": m.n_kv_heads, "model.max_seq_len": m.max_seq_len,
+        "train.steps": t.steps, "train.seq_len": t.seq_len, "train.global_batch": t.global_batch,
+        "train.micro_batch": t.micro_batch, "tokenizer.vocab_size": cfg.tokenizer.vocab_size,
+        "optim.lr": cfg.optim.lr,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{key} must be > 0, got {value}")
+    if m.dim % m.n_heads:
+        raise ConfigError(f"model.dim ({m.dim}) must be divisible by model.n_heads ({m.n_heads})")
+    if (m.dim // m.n_heads) % 2:
+        raise ConfigError("model.dim / model.n_heads must be even for rotary embeddings")
+    if m.n_heads % m.n_kv_heads:
+        raise ConfigError(
+            f"model.n_heads ({m.n_heads}) must be a multiple of model.n_kv_heads ({m.n_kv_heads})"
+        )
+    if t.seq_len > m.max_seq_len:
+        raise ConfigError(f"train.seq_len ({t.seq_len}) exceeds model.max_seq_len ({m.max_seq_len})")
+    if t.global_batch % t.micro_batch:
+        raise ConfigError(
+            f"train.global_batch ({t.global_batch}) must be a multiple of train.micro_batch "
+            f"({t.micro_batch}) times the number of ranks"
+        )
+    if cfg.tokenizer.vocab_size < 257 + 1:
+        raise ConfigError("tokenizer.vocab_size must exceed 257 (256 bytes + end-of-text)")
+    if not 0.0 <= cfg.data.val_fraction < 1.0:
+        raise ConfigError(f"data.val_fraction must be in [0, 1), got {cfg.data.val_fraction}")
+    if cfg.schedule.warmup_steps < 0:
+        raise ConfigError("schedule.warmup_steps must be >= 0")
+    if not 0.0 <= cfg.schedule.min_lr_ratio <= 1.0:
+        raise ConfigError("schedule.min_lr_ratio must be in [0, 1]")
+    if not 0.0 < cfg.schedule.decay_fraction <= 1.0:
+        raise ConfigError("schedule.decay_fraction must be in (0, 1]")
+    g = cfg.generate
+    if g.temperature < 0 or not 0 < g.top_p <= 1 or g.top_k < 0:
+        raise ConfigError("generate: temperature >= 0, 0 < top_p <= 1 and top_k >= 0 are required")
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] = ()) -> Config:
+    """Load a TOML file (or the defaults), apply `--set` overrides, type-check and validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: invalid TOML: {e}") from e
+    data = apply_overrides(data, overrides)
+    return validate(_build(Config, data, ""))
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def config_to_toml(cfg: Config) -> str:
+    """Serialise the resolved config; `load_config` of the result gives the same config."""
+    lines = []
+    for section, values in config_to_dict(cfg).items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+        lines.append("")
+    return "\n".join(lines)

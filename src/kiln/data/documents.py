@@ -1,0 +1,184 @@
+"""Raw sources -> datatrove Documents, as a pipeline step, so every executor can run it.
+
+Bad input (non-UTF-8, binary, empty, malformed lines, unreadable files) is counted by reason
+and skipped: a yield report is more useful than a crash halfway through a corpus.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+from tqdm import tqdm
+
+from kiln.data.atomic import write_json_atomic
+from kiln.data.sources import SourceFile, check_sources, list_source_files
+
+# Suffixes that are never text; skipped without being read.
+BINARY_SUFFIXES = frozenset(
+    ".pyc .pyo .so .o .a .dll .exe .bin .pt .npy .npz .png .jpg .jpeg .gif .ico .pdf .zip .gz"
+    " .tar .tgz .bz2 .xz .zst .whl .woff .woff2 .ttf .otf .mp3 .mp4 .wav".split()
+)
+
+
+class SourceReader(PipelineStep):
+    """Read txt / jsonl(.gz) / parquet / source-code files (or the stdlib corpus) into Documents.
+
+    Files are sharded across datatrove tasks by index (file i goes to rank i % world_size).
+    `counts` mirrors the datatrove stats as a plain dict so callers can write it to JSON.
+    """
+
+    type = "📖 - READER"
+    name = "🔥 Kiln sources"
+
+    def __init__(self, sources: list[str], max_bytes: int = 0, progress: bool = True):
+        super().__init__()
+        check_sources(sources)
+        self.sources = list(sources)
+        self.max_bytes = max_bytes
+        self.progress = progress
+        self.counts: Counter[str] = Counter()
+
+    def _count(self, label: str, value: int = 1) -> None:
+        self.counts[label] += value
+        self.stat_update(label, value=value)
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
+        if data:
+            yield from data
+        files = list_source_files(self.sources)[rank::world_size]
+        kept = 0
+        for file in tqdm(files, desc=f"read rank {rank}", unit="file", disable=not self.progress):
+            for doc in self._read_file(file):
+                yield doc
+                kept += doc.metadata["bytes"]
+                if self.max_bytes and kept >= self.max_bytes:
+                    return
+
+    def _make(self, text: str, doc_id: str, path: Path) -> Document | None:
+        if not text.strip():
+            self._count("skipped/empty")
+            return None
+        n_bytes = len(text.encode("utf-8"))
+        self._count("documents")
+        self._count("bytes", n_bytes)
+        return Document(text=text, id=doc_id, metadata={"source": str(path), "bytes": n_bytes})
+
+    def _read_file(self, file: SourceFile) -> Iterator[Document]:
+        name = file.path.name
+        try:
+            if name.endswith((".jsonl", ".jsonl.gz")):
+                yield from self._read_jsonl(file)
+            elif name.endswith(".parquet"):
+                yield from self._read_parquet(file)
+            elif file.path.suffix.lower() in BINARY_SUFFIXES:
+                self._count("skipped/binary")
+            else:
+                yield from self._read_text(file)
+        except (OSError, EOFError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+            self._count("skipped/unreadable")
+
+    def _read_text(self, file: SourceFile) -> Iterator[Document]:
+        raw = file.path.read_bytes()
+        if b"\x00" in raw:
+            self._count("skipped/binary")
+            return
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self._count("skipped/non_utf8")
+            return
+        if doc := self._make(text, file.rel, file.path):
+            yield doc
+
+    def _read_jsonl(self, file: SourceFile) -> Iterator[Document]:
+        opener = gzip.open if file.path.name.endswith(".gz") else open
+        with opener(file.path, "rb") as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line.decode("utf-8"))
+                except UnicodeDecodeError:
+                    self._count("skipped/non_utf8")
+                    continue
+                except json.JSONDecodeError:
+                    self._count("skipped/bad_json")
+                    continue
+                text = record.get("text") if isinstance(record, dict) else None
+                if not isinstance(text, str):
+                    self._count("skipped/no_text")
+                    continue
+                if doc := self._make(text, f"{file.rel}:{line_no}", file.path):
+                    yield doc
+
+    def _read_parquet(self, file: SourceFile) -> Iterator[Document]:
+        import pyarrow.parquet as pq
+
+        table = pq.ParquetFile(file.path)
+        if "text" not in table.schema_arrow.names:
+            self._count("skipped/no_text_column")
+            return
+        row = 0
+        for batch in table.iter_batches(columns=["text"], batch_size=1024):
+            for text in batch.column(0).to_pylist():
+                if not isinstance(text, str):
+                    self._count("skipped/no_text")
+                elif doc := self._make(text, f"{file.rel}:{row}", file.path):
+                    yield doc
+                row += 1
+
+
+def _summarise(counts: dict[str, int], sources: list[str], max_bytes: int) -> dict:
+    skipped = {k.split("/", 1)[1]: v for k, v in sorted(counts.items()) if k.startswith("skipped/")}
+    return {
+        "sources": sources or ["<stdlib>"],
+        "max_bytes": max_bytes,
+        "documents": counts.get("documents", 0),
+        "bytes": counts.get("bytes", 0),
+        "skipped": skipped,
+    }
+
+
+def prepare_documents(sources: list[str], out_dir: Path | str, max_bytes: int = 0) -> dict:
+    """Run reader + JsonlWriter through datatrove's local executor; write and return prepare.json.
+
+    Output: out_dir/documents/*.jsonl.gz, datatrove logs under out_dir/logs/prepare.
+    """
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.writers import JsonlWriter
+
+    out_dir = Path(out_dir)
+    reader = SourceReader(sources, max_bytes=max_bytes)  # checks paths before anything runs
+    (out_dir / "prepare.json").unlink(missing_ok=True)
+    shutil.rmtree(out_dir / "documents", ignore_errors=True)
+    executor = LocalPipelineExecutor(
+        [reader, JsonlWriter(str(out_dir / "documents"))],
+        tasks=1,
+        workers=1,
+        logging_dir=str(out_dir / "logs" / "prepare"),
+        skip_completed=False,  # a re-run must redo the work, not trust a stale marker
+    )
+    stats = executor.run()
+    # The executor runs a deep copy of the pipeline, so counts come back through its stats.
+    counts = {k: int(v.total) for k, v in stats.stats[0].stats.items()}
+    summary = _summarise(counts, list(sources), max_bytes)
+    write_json_atomic(out_dir / "prepare.json", summary)
+    return summary
+
+
+def read_documents(out_dir: Path | str) -> Iterator[Document]:
+    """Documents written by `prepare_documents`, in file then line order."""
+    from datatrove.pipeline.readers import JsonlReader
+
+    docs_dir = Path(out_dir) / "documents"
+    if not (Path(out_dir) / "prepare.json").exists() or not docs_dir.is_dir():
+        raise FileNotFoundError(f"no prepared documents in {out_dir}; run `kiln prepare` first")
+    reader = JsonlReader(str(docs_dir), glob_pattern="*.jsonl.gz", add_file_path=False)
+    yield from reader.run(None, rank=0, world_size=1)

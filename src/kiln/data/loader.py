@@ -1,0 +1,156 @@
+"""Deterministic, rank-sharded batches of token windows whose position fits in a checkpoint.
+
+The split is one token stream cut into windows of seq_len + 1 tokens at stride seq_len (each
+token is a target exactly once). Global step s takes G consecutive entries of a per-epoch
+permutation; rank r takes the r-th contiguous slice of them. So the batches depend only on
+(seed, step), never on the world size or on how the trainer splits them into micro-batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kiln.data.shards import SPLITS, load_index
+
+
+class TokenStream:
+    """The memory-mapped shards of one split, read as a single concatenated array."""
+
+    def __init__(self, shard_dir: Path | str, split: str):
+        index = load_index(shard_dir)
+        if split not in SPLITS or split not in index:
+            raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
+        dtype = np.dtype(index["dtype"]).newbyteorder("<")
+        self.maps, starts = [], [0]
+        for shard in index[split]["shards"]:
+            if shard["tokens"] == 0:
+                continue
+            path = Path(shard_dir) / shard["file"]
+            if path.stat().st_size != shard["tokens"] * dtype.itemsize:
+                raise ValueError(
+                    f"{path} does not hold the {shard['tokens']} tokens index.json says"
+                )
+            self.maps.append(np.memmap(path, dtype=dtype, mode="r"))
+            starts.append(starts[-1] + shard["tokens"])
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.n_tokens = int(self.starts[-1])
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """tokens[start:stop] as int64, crossing shard boundaries where needed."""
+        parts = []
+        shard = int(np.searchsorted(self.starts, start, side="right")) - 1
+        while start < stop:
+            end = min(stop, int(self.starts[shard + 1]))
+            base = int(self.starts[shard])
+            parts.append(self.maps[shard][start - base : end - base])
+            start, shard = end, shard + 1
+        return np.concatenate(parts).astype(np.int64)
+
+
+def _windows(stream: TokenStream, seq_len: int) -> int:
+    n = (stream.n_tokens - 1) // seq_len
+    if n < 1:
+        raise ValueError(
+            f"split has {stream.n_tokens} tokens, fewer than one window of seq_len+1={seq_len + 1}"
+        )
+    return n
+
+
+def _stack(stream: TokenStream, windows: np.ndarray, seq_len: int) -> torch.Tensor:
+    rows = [stream.read(int(w) * seq_len, int(w) * seq_len + seq_len + 1) for w in windows]
+    return torch.from_numpy(np.stack(rows))
+
+
+class TokenLoader:
+    """Shuffled training batches: `next_batch()` -> LongTensor (global_batch/world_size, seq_len+1)."""
+
+    def __init__(
+        self,
+        shard_dir: Path | str,
+        split: str,
+        seq_len: int,
+        global_batch: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
+        if global_batch % world_size:
+            raise ValueError(
+                f"global_batch={global_batch} is not divisible by world_size={world_size}"
+            )
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank} outside world_size={world_size}")
+        self.stream = TokenStream(shard_dir, split)
+        self.seq_len, self.global_batch, self.seed = seq_len, global_batch, seed
+        self.rank, self.world_size = rank, world_size
+        self.n_windows = _windows(self.stream, seq_len)
+        self.position = 0  # windows consumed globally, over all ranks and epochs
+        self._perm: tuple[int, np.ndarray] | None = None
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        if self._perm is None or self._perm[0] != epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            self._perm = (epoch, rng.permutation(self.n_windows))
+        return self._perm[1]
+
+    def _window_ids(self, positions: range) -> np.ndarray:
+        return np.asarray(
+            [self._permutation(p // self.n_windows)[p % self.n_windows] for p in positions]
+        )
+
+    def next_batch(self) -> torch.Tensor:
+        """This rank's share of the next global step."""
+        per_rank = self.global_batch // self.world_size
+        first = self.position + self.rank * per_rank
+        batch = _stack(self.stream, self._window_ids(range(first, first + per_rank)), self.seq_len)
+        self.position += self.global_batch
+        return batch
+
+    def state_dict(self) -> dict:
+        """Plain ints; `position` alone fixes what comes next (given seed and seq_len)."""
+        return {
+            "position": self.position,
+            "step": self.position // self.global_batch,
+            "epoch": self.position // self.n_windows,
+            "seed": self.seed,
+            "seq_len": self.seq_len,
+            "n_windows": self.n_windows,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue exactly where `state` was taken (any world size or global batch)."""
+        for key in ("seed", "seq_len", "n_windows"):
+            if state[key] != getattr(self, key):
+                raise ValueError(
+                    f"loader state has {key}={state[key]} but this loader has {getattr(self, key)};"
+                    " resuming would change the data order"
+                )
+        self.position = int(state["position"])
+
+
+def eval_batches(
+    shard_dir: Path | str,
+    split: str,
+    seq_len: int,
+    batch_size: int,
+    max_batches: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> Iterator[torch.Tensor]:
+    """Sequential windows, unshuffled, for losses that compare across runs.
+
+    Batch b holds windows [b*batch_size, (b+1)*batch_size) (the last may be short) and goes to
+    rank b % world_size; only the first `max_batches` batches are used (0 = all).
+    """
+    stream = TokenStream(shard_dir, split)
+    n_windows = _windows(stream, seq_len)
+    n_batches = -(-n_windows // batch_size)
+    if max_batches:
+        n_batches = min(n_batches, max_batches)
+    for b in range(rank, n_batches, world_size):
+        ids = np.arange(b * batch_size, min((b + 1) * batch_size, n_windows))
+        yield _stack(stream, ids, seq_len)

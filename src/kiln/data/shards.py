@@ -1,0 +1,181 @@
+"""Documents -> flat token shards on disk (train/val split by document), plus index.json.
+
+Shards are raw little-endian arrays so the loader can memory-map them with no parsing.
+index.json is written last and atomically: a directory without it is incomplete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+from datatrove.data import Document
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from kiln.data.atomic import write_json_atomic
+from kiln.data.tokenizer import eos_id
+
+SPLITS = ("train", "val")
+INDEX = "index.json"
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 while every id fits, else uint32; always little-endian."""
+    return np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<u4")
+
+
+def split_hash(seed: int, doc_id: str) -> float:
+    """A stable uniform number in [0, 1) for (seed, id); unlike hash(), the same in every process."""
+    digest = hashlib.blake2b(f"{seed}\0{doc_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2**64
+
+
+class _ShardWriter:
+    """Appends tokens to `{split}_{i:05d}.bin` files of at most `shard_tokens` tokens each."""
+
+    def __init__(self, out_dir: Path, split: str, dtype: np.dtype, shard_tokens: int, vocab: int):
+        self.out_dir, self.split, self.dtype, self.cap = out_dir, split, dtype, shard_tokens
+        self.shards: list[dict] = []
+        self.counts = np.zeros(vocab, dtype=np.int64)
+        self._pending: list[np.ndarray] = []  # ids not yet in `counts` (bincount in bulk: faster)
+        self._pending_tokens = 0
+        self.documents = self.tokens = self.bytes = 0
+        self._file = None
+
+    def add(self, ids: np.ndarray, n_bytes: int) -> None:
+        self.documents += 1
+        self.bytes += n_bytes
+        self.tokens += len(ids)
+        self._pending.append(ids)
+        self._pending_tokens += len(ids)
+        if self._pending_tokens >= 2**20:
+            self._flush_counts()
+        data = ids.astype(self.dtype)
+        while len(data):
+            if self._file is None or self.shards[-1]["tokens"] == self.cap:
+                self._open_next()
+            room = self.cap - self.shards[-1]["tokens"]
+            self._file.write(data[:room].tobytes())
+            self.shards[-1]["tokens"] += len(data[:room])
+            data = data[room:]
+
+    def _flush_counts(self) -> None:
+        if self._pending:
+            self.counts += np.bincount(np.concatenate(self._pending), minlength=len(self.counts))
+        self._pending, self._pending_tokens = [], 0
+
+    def _open_next(self) -> None:
+        self.close()
+        name = f"{self.split}_{len(self.shards):05d}.bin"
+        self._file = open(self.out_dir / name, "wb")  # closed in close()
+        self.shards.append({"file": name, "tokens": 0})
+
+    def close(self) -> None:
+        self._flush_counts()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def summary(self) -> dict:
+        keys = ("shards", "documents", "tokens", "bytes")
+        return {k: getattr(self, k) for k in keys}
+
+
+def _batches(docs: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    it = iter(docs)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+def unigram_bpb(train_counts: np.ndarray, val_counts: np.ndarray, val_bytes: int) -> float | None:
+    """Bits per byte of val under the add-one-smoothed unigram model of train: the floor to beat."""
+    if val_bytes == 0:
+        return None
+    probs = (train_counts + 1) / (train_counts.sum() + len(train_counts))
+    return float(-(val_counts * np.log2(probs)).sum() / val_bytes)
+
+
+def _clear(out_dir: Path) -> None:
+    (out_dir / INDEX).unlink(missing_ok=True)  # first, so a crash below leaves no valid index
+    for split in SPLITS:
+        for stale in out_dir.glob(f"{split}_*.bin"):
+            stale.unlink()
+
+
+def write_shards(
+    documents: Iterable[Document],
+    tokenizer: Tokenizer,
+    out_dir: Path | str,
+    val_fraction: float = 0.01,
+    seed: int = 0,
+    shard_tokens: int = 2**24,
+    batch_size: int = 256,
+    progress: bool = True,
+) -> dict:
+    """Tokenize documents (each followed by EOS) into train/val shards; return the index.
+
+    A document goes to val when split_hash(seed, id) < val_fraction. If that leaves val empty
+    (and val_fraction > 0, >= 2 docs), the train document with the smallest hash moves to val;
+    it is held back in memory for that reason and, if not needed, ends the train stream.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _clear(out_dir)
+    vocab = tokenizer.get_vocab_size()
+    dtype, eos = token_dtype(vocab), eos_id(tokenizer)
+    writers = {s: _ShardWriter(out_dir, s, dtype, shard_tokens, vocab) for s in SPLITS}
+    # (hash, ids, bytes) of the train document with the smallest hash, held back (see above)
+    held: tuple[float, np.ndarray, int] | None = None
+
+    bar = tqdm(desc="tokenize", unit="doc", disable=not progress)
+    for batch in _batches(documents, batch_size):
+        encodings = tokenizer.encode_batch([d.text for d in batch], add_special_tokens=False)
+        for doc, enc in zip(batch, encodings, strict=True):
+            ids = np.asarray([*enc.ids, eos], dtype=np.int64)
+            n_bytes = len(doc.text.encode("utf-8"))
+            h = split_hash(seed, doc.id)
+            if h < val_fraction:
+                writers["val"].add(ids, n_bytes)
+            elif val_fraction > 0 and (held is None or h < held[0]):
+                if held is not None:
+                    writers["train"].add(held[1], held[2])
+                held = (h, ids, n_bytes)
+            else:
+                writers["train"].add(ids, n_bytes)
+        bar.update(len(batch))
+    bar.close()
+    if held is not None:
+        needs_val = (
+            val_fraction > 0 and writers["val"].documents == 0 and writers["train"].documents > 0
+        )
+        writers["val" if needs_val else "train"].add(held[1], held[2])
+    for w in writers.values():
+        w.close()
+
+    train, val = writers["train"], writers["val"]
+    index = {
+        "dtype": dtype.name,
+        "vocab_size": vocab,
+        "eos_id": eos,
+        "seed": seed,
+        "val_fraction": val_fraction,
+        **{s: w.summary() for s, w in writers.items()},  # index["train"], index["val"]
+        "unigram_bpb": unigram_bpb(train.counts, val.counts, val.bytes),
+    }
+    write_json_atomic(out_dir / INDEX, index)
+    return index
+
+
+def load_index(out_dir: Path | str) -> dict:
+    """The index written by `write_shards`; its absence means tokenization never finished."""
+    path = Path(out_dir) / INDEX
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no token shards at {out_dir} (missing {INDEX}); run `kiln tokenize` first"
+        )
+    return json.loads(path.read_text(encoding="utf-8"))

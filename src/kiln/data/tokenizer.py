@@ -1,0 +1,82 @@
+"""Byte-level BPE (HF `tokenizers`) whose round trip is exact for any string.
+
+Every byte is in the base alphabet, so nothing is ever unknown. The EOS token is a registered
+special token (HF tools and `skip_special_tokens` recognise it), but `encode_special_tokens`
+is switched on so that raw text containing the literal "<|endoftext|>" is encoded as ordinary
+bytes: only the data pipeline inserts EOS, by id. That flag is not saved in tokenizer.json,
+so always load through `load_tokenizer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from kiln.data.atomic import atomic_path
+
+EOS_TOKEN = "<|endoftext|>"
+MIN_VOCAB = 257  # 256 byte symbols + EOS
+
+
+def _protect_specials(tok: Tokenizer) -> Tokenizer:
+    tok.encode_special_tokens = True
+    return tok
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int,
+    out_path: Path | str,
+    min_frequency: int = 2,
+    length: int | None = None,
+    show_progress: bool = True,
+) -> Tokenizer:
+    """Train a byte-level BPE on `texts`, save it atomically to `out_path`, and return it.
+
+    `length` is the number of texts (a progress hint); taken from `len(texts)` when it has one.
+    The vocabulary may come out smaller than `vocab_size` when the corpus has too few merges.
+    """
+    if vocab_size < MIN_VOCAB:
+        raise ValueError(f"vocab_size must be >= {MIN_VOCAB} (256 bytes + EOS), got {vocab_size}")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[EOS_TOKEN],  # first special token -> id 0
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=show_progress,
+    )
+    if length is None and hasattr(texts, "__len__"):
+        length = len(texts)  # type: ignore[arg-type]
+    tok.train_from_iterator(texts, trainer=trainer, length=length)
+    with atomic_path(out_path) as tmp:
+        tok.save(str(tmp))
+    return _protect_specials(tok)
+
+
+def load_tokenizer(path: Path | str) -> Tokenizer:
+    """Load a tokenizer saved by `train_tokenizer`, with specials in raw text left unparsed."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"tokenizer not found at {path}; train one first (`kiln tokenizer`)"
+        )
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception on bad JSON
+        raise ValueError(f"tokenizer file {path} is corrupt or not a tokenizer: {e}") from e
+    if tok.token_to_id(EOS_TOKEN) is None:
+        raise ValueError(f"tokenizer {path} has no {EOS_TOKEN!r} token")
+    return _protect_specials(tok)
+
+
+def eos_id(tok: Tokenizer) -> int:
+    """The id the data pipeline appends after every document."""
+    idx = tok.token_to_id(EOS_TOKEN)
+    if idx is None:
+        raise ValueError(f"tokenizer has no {EOS_TOKEN!r} token")
+    return idx

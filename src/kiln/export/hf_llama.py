@@ -1,0 +1,119 @@
+"""Write a Kiln `Transformer` as a Hugging Face `LlamaForCausalLM` folder.
+
+Kiln's blocks are Llama's (pre-norm RMSNorm with fp32 statistics, rotate-half RoPE, GQA,
+SwiGLU, no biases), so export is a renaming of tensors: no q/k permutation is needed, which
+the logits-parity test checks. Nothing here imports transformers, so export works offline
+and without it installed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from kiln.data.tokenizer import eos_id, load_tokenizer
+from kiln.export.atomic_dir import atomic_dir
+from kiln.export.hf_tokenizer import write_hf_tokenizer
+from kiln.model.transformer import Transformer, ffn_hidden_size
+
+_TOP = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
+        "head.weight": "lm_head.weight"}
+_LAYER = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn.wq.weight": "self_attn.q_proj.weight",
+    "attn.wk.weight": "self_attn.k_proj.weight",
+    "attn.wv.weight": "self_attn.v_proj.weight",
+    "attn.wo.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn.w_gate.weight": "mlp.gate_proj.weight",
+    "ffn.w_up.weight": "mlp.up_proj.weight",
+    "ffn.w_down.weight": "mlp.down_proj.weight",
+}
+
+
+def _is_tied(model: Transformer) -> bool:
+    return model.head.weight is model.embed.weight
+
+
+def _hf_name(name: str) -> str:
+    if name in _TOP:
+        return _TOP[name]
+    parts = name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "layers" and parts[2] in _LAYER:
+        return f"model.layers.{parts[1]}.{_LAYER[parts[2]]}"
+    # a new kind of parameter must fail loudly, not be dropped from the export
+    raise KeyError(f"no Hugging Face Llama name for parameter '{name}'")
+
+
+def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """CPU tensors under HF Llama names; a tied head is left out (HF re-ties lm_head)."""
+    out = {}
+    for name, tensor in model.state_dict().items():
+        if name == "head.weight" and _is_tied(model):
+            continue
+        out[_hf_name(name)] = tensor.detach().cpu().contiguous().clone()
+    return out
+
+
+def hf_config(model: Transformer, eos: int) -> dict[str, Any]:
+    """config.json for LlamaForCausalLM.
+
+    RoPE is written both as transformers 5's `rope_parameters` and as the older top-level
+    `rope_theta` (and dtype as both `dtype` and `torch_dtype`) so 4.x and 5.x read the same.
+    """
+    cfg = model.cfg
+    dtype = str(model.embed.weight.dtype).removeprefix("torch.")
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.dim,
+        "intermediate_size": ffn_hidden_size(cfg),
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.dim // cfg.n_heads,
+        "max_position_embeddings": cfg.max_seq_len,
+        "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": cfg.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+        "tie_word_embeddings": _is_tied(model),
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "initializer_range": cfg.init_std,
+        "bos_token_id": eos,
+        "eos_token_id": eos,
+        "pad_token_id": eos,
+        "use_cache": True,
+        "dtype": dtype,
+        "torch_dtype": dtype,
+    }
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def export_hf(model: Transformer, tokenizer_path: Path, out_dir: Path) -> Path:
+    """Write config, weights, generation config and tokenizer to `out_dir`; returns it.
+
+    The folder is assembled beside `out_dir` and swapped in at the end, so an existing
+    export is replaced only by a complete one.
+    """
+    tokenizer_path, out_dir = Path(tokenizer_path), Path(out_dir)
+    eos = eos_id(load_tokenizer(tokenizer_path))
+    if eos >= model.cfg.vocab_size:
+        raise ValueError(f"EOS id {eos} is outside the model's vocabulary ({model.cfg.vocab_size})")
+    with atomic_dir(out_dir) as tmp:
+        _write_json(tmp / "config.json", hf_config(model, eos))
+        save_file(hf_state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        _write_json(tmp / "generation_config.json",
+                    {"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos})
+        write_hf_tokenizer(tokenizer_path, tmp, model.cfg.max_seq_len)
+    return out_dir

@@ -1,0 +1,4 @@
+from kiln.model.layers import KVCache
+from kiln.model.transformer import Transformer, count_params, ffn_hidden_size, flops_per_token
+
+__all__ = ["KVCache", "Transformer", "count_params", "ffn_hidden_size", "flops_per_token"]

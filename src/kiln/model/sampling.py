@@ -1,0 +1,93 @@
+"""Autoregressive sampling with the KV cache: greedy, temperature, top-k and nucleus (top-p).
+
+The prompt is run once (prefill) and every new token costs one single-token forward, so
+generating n tokens is O(n) forwards instead of O(n^2) recomputation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kiln.model.transformer import Transformer
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Mask (to -inf) all but the top-k logits, then all outside the nucleus of mass top_p.
+
+    Works on the last dimension. top_k keeps exactly k candidates even with ties (0 = off);
+    the nucleus is the smallest set of most likely tokens whose probability reaches top_p
+    (1.0 = off), so the most likely token always survives.
+    """
+    if top_k < 0 or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"need top_k >= 0 and 0 < top_p <= 1, got top_k={top_k}, top_p={top_p}")
+    out = logits
+    if 0 < top_k < logits.shape[-1]:
+        values, indices = logits.topk(top_k, dim=-1)
+        out = torch.full_like(logits, float("-inf")).scatter(-1, indices, values)
+    if top_p < 1.0:
+        sorted_logits, order = out.sort(dim=-1, descending=True)
+        probs = sorted_logits.float().softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs  # mass of strictly more likely tokens
+        drop_sorted = mass_before >= top_p  # the nucleus is already complete without them
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        out = out.masked_fill(drop, float("-inf"))
+    return out
+
+
+def _next_token(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    generator: torch.Generator | None,
+) -> int:
+    if temperature == 0.0:
+        return int(logits.argmax())
+    probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)
+    if generator is not None:
+        probs = probs.to(generator.device)  # multinomial needs probs on the generator's device
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+@torch.no_grad()
+def generate(
+    model: Transformer,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    eos_id: int | None = None,
+    generator: torch.Generator | None = None,
+) -> list[int]:
+    """The new token ids (prompt excluded) sampled after `prompt_ids`.
+
+    temperature 0 is greedy (top_k/top_p are then irrelevant). Stops after emitting
+    `eos_id` (which is included in the result), after `max_new_tokens`, or when prompt plus
+    completion would exceed the model's max_seq_len. The model's train/eval mode is restored.
+    """
+    if not prompt_ids:
+        raise ValueError("generate needs a non-empty prompt (e.g. the EOS id to start a document)")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    max_len = model.cfg.max_seq_len
+    if len(prompt_ids) > max_len:
+        raise ValueError(f"prompt of {len(prompt_ids)} tokens exceeds max_seq_len {max_len}")
+    budget = min(max_new_tokens, max_len - len(prompt_ids))
+    device = model.embed.weight.device
+    was_training = model.training
+    model.eval()
+    try:
+        caches = model.new_caches()
+        step_input = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+        out: list[int] = []
+        for _ in range(budget):
+            logits = model(step_input, caches)[0, -1]
+            token = _next_token(logits, temperature, top_k, top_p, generator)
+            out.append(token)
+            if token == eos_id:
+                break
+            step_input = torch.tensor([[token]], dtype=torch.long, device=device)
+        return out
+    finally:
+        model.train(was_training)

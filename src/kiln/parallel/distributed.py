@@ -1,0 +1,128 @@
+"""Everything that knows about ranks: process group setup, DDP / FSDP2 wrapping, reductions.
+
+Launch with `torchrun`; without it Kiln runs as a single process and none of this
+changes the model. gloo on CPU, NCCL on GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device: torch.device) -> DistEnv:
+    """Join the process group that torchrun describes in the environment, if any."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistEnv()
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(local)
+        dist.init_process_group(backend=backend)
+    return DistEnv(rank=rank, world_size=world, local_rank=local)
+
+
+def local_device(device: torch.device, env: DistEnv) -> torch.device:
+    return torch.device("cuda", env.local_rank) if device.type == "cuda" else device
+
+
+def wrap_model(model: nn.Module, kind: str, env: DistEnv) -> nn.Module:
+    """DDP replicates the model; FSDP2 shards each block, with the embedding, final norm
+    and head (tied weights live there) in the root unit."""
+    if not env.distributed:
+        return model
+    if kind == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model)
+    if kind == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        return model
+    raise ValueError(f"unknown parallel mode '{kind}'")
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain model inside DDP and torch.compile wrappers."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if inner is None:
+            return model
+        model = inner
+
+
+def grad_sync(model: nn.Module, enabled: bool) -> contextlib.AbstractContextManager:
+    """Skip the gradient all-reduce on all but the last micro-batch of an accumulation."""
+    if enabled:
+        return contextlib.nullcontext()
+    if hasattr(model, "no_sync"):  # DDP
+        return model.no_sync()
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+
+        @contextlib.contextmanager
+        def _off():
+            model.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                model.set_requires_gradient_sync(True)
+
+        return _off()
+    return contextlib.nullcontext()
+
+
+def all_reduce_mean(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    if env.distributed:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        value /= env.world_size
+    return value
+
+
+def all_reduce_sum(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    if env.distributed:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value
+
+
+def all_reduce_max(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    if env.distributed:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value
+
+
+def barrier(env: DistEnv) -> None:
+    if env.distributed:
+        dist.barrier()
+
+
+def shutdown(env: DistEnv) -> None:
+    if env.distributed and dist.is_initialized():
+        dist.destroy_process_group()

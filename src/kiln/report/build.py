@@ -1,0 +1,61 @@
+"""Turn a run directory into ``report.html`` plus PNG plots in ``plots/``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kiln.report.atomic import write_text_atomic
+from kiln.report.fmt import as_number
+from kiln.report.html_parts import page
+from kiln.report.plots import write_plots
+from kiln.report.run_files import load_json, load_metrics, load_text
+from kiln.report.sections_results import eval_section, plots_section, samples_section
+from kiln.report.sections_run import (
+    config_section,
+    data_section,
+    environment_section,
+    model_section,
+    summary_section,
+    tokens_section,
+)
+from kiln.report.summary import Summary, summarize
+
+
+def build_report(run_dir: Path) -> Path:
+    """Write ``run_dir/report.html`` (and ``run_dir/plots/*.png``); return its path.
+
+    Every input is optional: a missing or unreadable file turns its section into
+    a "not available (...)" note, so a crashed or half-finished run still gets a
+    report.
+    """
+    run_dir = Path(run_dir)
+    metrics = load_metrics(run_dir)
+    index = load_json(run_dir, "tokens/index.json")
+    evaluation = load_json(run_dir, "eval.json")
+    unigram = as_number(index.value.get("unigram_bpb")) if index.ok else None
+    if unigram is None and evaluation.ok:
+        unigram = as_number(evaluation.value.get("unigram_bpb"))
+    records = metrics.value if metrics.ok else []
+    plots = write_plots(records, run_dir / "plots", unigram) if records else {}
+    summary = summarize(records) if records else Summary()
+    sections = [
+        summary_section(metrics, summary),
+        plots_section(metrics, plots),
+        eval_section(evaluation, unigram),
+        samples_section(load_json(run_dir, "samples.json", expect=list)),
+        model_section(load_json(run_dir, "model.json")),
+        tokens_section(index),
+        data_section(load_json(run_dir, "prepare.json")),
+        environment_section(load_json(run_dir, "env.json")),
+        config_section(load_text(run_dir, "config.toml")),
+    ]
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    html_text = page(
+        f"Kiln run report — {run_dir.resolve().name}",
+        sections,
+        footer=f"Generated {stamp} from {run_dir.resolve()}",
+    )
+    out = run_dir / "report.html"
+    write_text_atomic(out, html_text)
+    return out

@@ -1,0 +1,46 @@
+"""Read ``metrics.jsonl`` the way every consumer should: tolerant and deduplicated.
+
+A killed run can leave a half-written last line, and a resumed run re-logs the
+steps after its checkpoint, so readers skip lines that do not parse and keep
+only the last record for each ``(kind, step)``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Return the metric records of ``path``, last record per (kind, step) winning.
+
+    Records are ordered by where their surviving copy appears in the file, so a
+    resumed run reads as one continuous sequence. Lines that are blank, not JSON,
+    or not JSON objects are skipped; records without an integer ``step`` are all
+    kept. Raises ``FileNotFoundError`` when the file does not exist.
+    """
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for index, line in enumerate(f):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(record, dict):
+                continue
+            step = record.get("step")
+            has_step = isinstance(step, int) and not isinstance(step, bool)
+            key = (record.get("kind"), step) if has_step else ("<no step>", index)
+            latest.pop(key, None)  # re-insert so order follows the last occurrence
+            latest[key] = record
+    return list(latest.values())
+
+
+def records_of_kind(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The records of one ``kind`` that carry a step, sorted by step."""
+    chosen = [r for r in records if r.get("kind") == kind and isinstance(r.get("step"), int)]
+    return sorted(chosen, key=lambda r: r["step"])

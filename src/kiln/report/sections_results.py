@@ -1,0 +1,87 @@
+"""Report sections that show what the run produced: curves, evaluation, samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kiln.report.fmt import as_number, fmt_count, fmt_float, fmt_value
+from kiln.report.html_parts import esc, image, key_value_table, paragraph, section, unavailable
+from kiln.report.run_files import Loaded
+
+PLOT_TITLES = {
+    "loss": ("Loss", "no train or val loss in metrics.jsonl"),
+    "bpb": ("Validation bits per byte", "no val records in metrics.jsonl"),
+    "throughput": ("Throughput", "no tokens_per_s in metrics.jsonl"),
+    "lr": ("Learning rate", "no lr in metrics.jsonl"),
+}
+
+
+def plots_section(metrics: Loaded, plots: dict[str, Path]) -> str:
+    """Every curve, or why each one is absent."""
+    if not metrics.ok:
+        return section("Training curves", unavailable(metrics.problem or ""))
+    parts = []
+    for name, (title, why_absent) in PLOT_TITLES.items():
+        body = image(f"plots/{name}.png", title) if name in plots else unavailable(why_absent)
+        parts.append(f"<h3>{esc(title)}</h3>\n{body}")
+    return section("Training curves", "\n".join(parts))
+
+
+def verdict(bpb: float | None, unigram: float | None) -> tuple[str, str]:
+    """Sentence and CSS class saying whether the model beats the unigram baseline."""
+    if bpb is None:
+        return "No bits-per-byte figure to compare.", "muted"
+    if unigram is None:
+        return f"bpb {bpb:.4f}; no unigram baseline to compare against.", "muted"
+    gap = unigram - bpb
+    if gap > 0:
+        return (
+            f"Beats the unigram baseline: {bpb:.4f} < {unigram:.4f} bits/byte (by {gap:.4f}).",
+            "good",
+        )
+    return (
+        f"Does NOT beat the unigram baseline: {bpb:.4f} >= {unigram:.4f} bits/byte "
+        f"(behind by {-gap:.4f}).",
+        "bad",
+    )
+
+
+def eval_section(evaluation: Loaded, index_unigram: float | None) -> str:
+    """Loss, perplexity and bpb on the held-out split, against the unigram baseline."""
+    if not evaluation.ok:
+        return section("Evaluation", unavailable(evaluation.problem or ""))
+    data: dict[str, Any] = evaluation.value
+    unigram = as_number(data.get("unigram_bpb"))
+    unigram = index_unigram if unigram is None else unigram
+    rows = [
+        ("split", fmt_value(data.get("split", "—"))),
+        ("loss", fmt_float(data.get("loss"))),
+        ("perplexity", fmt_float(data.get("perplexity"), 2)),
+        ("bpb", fmt_float(data.get("bpb"))),
+        ("tokens", fmt_count(data.get("tokens"))),
+        ("unigram baseline bpb", fmt_float(unigram)),
+    ]
+    text, css = verdict(as_number(data.get("bpb")), unigram)
+    return section("Evaluation", key_value_table(rows) + paragraph(text, css))
+
+
+def _sample_html(number: int, sample: Any) -> str:
+    if not isinstance(sample, dict):
+        return f"<h3>Sample {number}</h3>\n<pre>{esc(sample)}</pre>"
+    knobs = ", ".join(
+        f"{k} {fmt_value(sample[k])}" for k in ("temperature", "top_k", "top_p") if k in sample
+    )
+    head = f"Sample {number}" + (f" — {knobs}" if knobs else "")
+    prompt, completion = str(sample.get("prompt", "")), str(sample.get("completion", ""))
+    return f"<h3>{esc(head)}</h3>\n<pre><b>{esc(prompt)}</b>{esc(completion)}</pre>"
+
+
+def samples_section(samples: Loaded) -> str:
+    """Generated text; the prompt in bold, the completion after it."""
+    if not samples.ok:
+        return section("Samples", unavailable(samples.problem or ""))
+    if not samples.value:
+        return section("Samples", unavailable("samples.json is empty"))
+    body = "\n".join(_sample_html(i, s) for i, s in enumerate(samples.value, start=1))
+    return section("Samples", body)

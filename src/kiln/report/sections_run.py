@@ -1,0 +1,141 @@
+"""Report sections that describe the run: summary, config, environment, model, data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.report.fmt import (
+    as_number,
+    flat_rows,
+    fmt_bytes,
+    fmt_count,
+    fmt_duration,
+    fmt_float,
+    fmt_flops,
+    fmt_value,
+)
+from kiln.report.html_parts import grid_table, key_value_table, paragraph, pre, section, unavailable
+from kiln.report.run_files import Loaded
+from kiln.report.summary import Summary
+
+try:  # tomllib is stdlib from Python 3.11; on 3.10 the config is shown verbatim only
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover
+    tomllib = None  # type: ignore[assignment]
+
+CONFIG_HEADLINES = [
+    ("model", "dim"),
+    ("model", "n_layers"),
+    ("model", "n_heads"),
+    ("train", "steps"),
+    ("train", "precision"),
+]
+ENV_HEADLINES = ["git_hash", "python", "torch", "platform", "device"]
+
+
+def summary_section(metrics: Loaded, summary: Summary) -> str:
+    """The headline figures of the run, first thing on the page."""
+    if not metrics.ok:
+        return section("Summary", unavailable(metrics.problem or ""))
+    s = summary
+    best = "—" if s.best_val_bpb is None else f"{s.best_val_bpb:.4f} (step {s.best_val_step})"
+    rows = [
+        ("last step", "—" if s.last_step is None else str(s.last_step)),
+        ("final train loss", fmt_float(s.final_train_loss)),
+        ("best val bpb", best),
+        ("total tokens", fmt_count(s.total_tokens)),
+        ("mean tokens/s (last half)", fmt_count(s.mean_tokens_per_s)),
+        ("wall time", fmt_duration(s.wall_time_s)),
+    ]
+    return section("Summary", key_value_table(rows))
+
+
+def config_section(config: Loaded) -> str:
+    """Headline settings, then the resolved config verbatim."""
+    if not config.ok:
+        return section("Configuration", unavailable(config.problem or ""))
+    text = config.value
+    parts = []
+    if tomllib is not None:
+        try:
+            parsed = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            parts.append(paragraph(f"config.toml does not parse: {error}", "bad"))
+        else:
+            rows = [
+                (f"{table}.{key}", fmt_value(parsed[table][key]))
+                for table, key in CONFIG_HEADLINES
+                if isinstance(parsed.get(table), dict) and key in parsed[table]
+            ]
+            if rows:
+                parts.append(key_value_table(rows))
+    parts.append(pre(text))
+    return section("Configuration", "\n".join(parts))
+
+
+def environment_section(env: Loaded) -> str:
+    """Git hash, interpreter, torch, platform, device and package versions."""
+    if not env.ok:
+        return section("Environment", unavailable(env.problem or ""))
+    data: dict[str, Any] = env.value
+    rows = [(k, fmt_value(data[k])) for k in ENV_HEADLINES if k in data]
+    rest = {k: v for k, v in data.items() if k not in ENV_HEADLINES and k != "versions"}
+    rows += flat_rows(rest)
+    versions = data.get("versions")
+    if isinstance(versions, dict):
+        rows += [(f"version: {pkg}", fmt_value(ver)) for pkg, ver in versions.items()]
+    return section("Environment", key_value_table(rows))
+
+
+def _model_cell(key: str, value: Any) -> str:
+    if "flop" in key.lower() and as_number(value) is not None:
+        return fmt_flops(value)
+    if isinstance(value, int) and not isinstance(value, bool) and "param" in key.lower():
+        return f"{fmt_count(value)} ({value:,})"
+    return fmt_value(value)
+
+
+def model_section(model: Loaded) -> str:
+    """Parameter counts and FLOPs per token, in readable units."""
+    if not model.ok:
+        return section("Model", unavailable(model.problem or ""))
+    rows = [(k, _model_cell(k, v)) for k, v in model.value.items() if not isinstance(v, dict)]
+    rows += flat_rows({k: v for k, v in model.value.items() if isinstance(v, dict)})
+    return section("Model", key_value_table(rows))
+
+
+def data_section(prepare: Loaded) -> str:
+    """Document counts and skip reasons from data preparation."""
+    if not prepare.ok:
+        return section("Data", unavailable(prepare.problem or ""))
+    return section("Data", key_value_table(flat_rows(prepare.value)))
+
+
+def tokens_section(index: Loaded) -> str:
+    """Per-split documents, tokens and bytes of the token shards."""
+    if not index.ok:
+        return section("Token shards", unavailable(index.problem or ""))
+    data: dict[str, Any] = index.value
+    facts = [(k, fmt_value(data[k])) for k in ("dtype", "vocab_size", "eos_id") if k in data]
+    if as_number(data.get("unigram_bpb")) is not None:
+        facts.append(("unigram baseline bpb", f"{data['unigram_bpb']:.4f}"))
+    rows = []
+    for split, info in data.items():
+        if not isinstance(info, dict):
+            continue
+        tokens, nbytes = as_number(info.get("tokens")), as_number(info.get("bytes"))
+        per_token = f"{nbytes / tokens:.3f}" if tokens and nbytes is not None else "—"
+        shards = info.get("shards")
+        rows.append(
+            [
+                split,
+                fmt_value(info.get("documents", "—")),
+                fmt_count(tokens),
+                fmt_bytes(nbytes),
+                per_token,
+                str(len(shards)) if isinstance(shards, list) else "—",
+            ]
+        )
+    headers = ["split", "documents", "tokens", "bytes", "bytes/token", "shards"]
+    body = key_value_table(facts) + (grid_table(headers, rows) if rows else "")
+    return section("Token shards", body)

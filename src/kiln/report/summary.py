@@ -1,0 +1,54 @@
+"""Headline figures of a run, computed from its metric records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.report.fmt import as_number
+from kiln.report.metrics_io import records_of_kind
+
+
+@dataclass
+class Summary:
+    """What a reader wants first: where the run ended and how fast it got there."""
+
+    last_step: int | None = None
+    final_train_loss: float | None = None
+    best_val_bpb: float | None = None
+    best_val_step: int | None = None
+    total_tokens: float | None = None
+    mean_tokens_per_s: float | None = None
+    wall_time_s: float | None = None
+
+
+def _values(records: list[dict[str, Any]], key: str) -> list[float]:
+    return [v for v in (as_number(r.get(key)) for r in records) if v is not None]
+
+
+def summarize(records: list[dict[str, Any]]) -> Summary:
+    """Summarise train and val records; fields without data stay None.
+
+    Throughput is averaged over the second half of the step range, so the
+    slow first steps (compilation, warm caches) do not drag it down.
+    """
+    train = records_of_kind(records, "train")
+    val = records_of_kind(records, "val")
+    out = Summary()
+    if train:
+        out.last_step = train[-1]["step"]
+        losses = [r for r in train if as_number(r.get("loss")) is not None]
+        if losses:
+            out.final_train_loss = float(losses[-1]["loss"])
+        tokens = _values(train, "tokens")
+        out.total_tokens = max(tokens) if tokens else None
+        elapsed = _values(train, "elapsed_s")
+        out.wall_time_s = max(elapsed) if elapsed else None
+        middle = (train[0]["step"] + train[-1]["step"]) / 2
+        speeds = _values([r for r in train if r["step"] >= middle], "tokens_per_s")
+        out.mean_tokens_per_s = sum(speeds) / len(speeds) if speeds else None
+    scored = [r for r in val if as_number(r.get("val_bpb")) is not None]
+    if scored:
+        best = min(scored, key=lambda r: r["val_bpb"])
+        out.best_val_bpb, out.best_val_step = float(best["val_bpb"]), best["step"]
+    return out

@@ -1,0 +1,64 @@
+"""The run directory is the unit of work: resolved config, environment, model figures."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kiln.config import Config, config_to_toml
+from kiln.train.checkpoint import atomic_write_text
+
+_PACKAGES = ("torch", "numpy", "tokenizers", "safetensors", "datatrove", "transformers", "kiln")
+
+
+def git_hash() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+            text=True, timeout=5, cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def environment(device: str = "") -> dict[str, Any]:
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "git_hash": git_hash(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_threads": torch.get_num_threads(),
+        "device": device,
+        "versions": versions,
+    }
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_run_metadata(cfg: Config, device: str = "") -> None:
+    """config.toml (resolved) and env.json (git hash, library versions) in the run dir."""
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.toml", config_to_toml(cfg))
+    write_json(run_dir / "env.json", environment(device))

@@ -1,0 +1,101 @@
+"""Callback hooks: everything around the train step (logging, validation, checkpoints)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from tqdm import tqdm
+
+from kiln.eval.perplexity import evaluate
+from kiln.train.checkpoint import save_checkpoint
+
+if TYPE_CHECKING:
+    from kiln.train.trainer import Trainer
+
+
+class Callback:
+    """Hooks called by `Trainer.fit`; `record` is the step's metrics, which callbacks may extend."""
+
+    def on_train_start(self, trainer: Trainer) -> None: ...
+
+    def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None: ...
+
+    def on_train_end(self, trainer: Trainer) -> None: ...
+
+
+class Validation(Callback):
+    """Validation loss and bits per byte every `eval_every` steps and at the end."""
+
+    def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        every = trainer.cfg.train.eval_every
+        if (every and trainer.step % every == 0) or trainer.step == trainer.cfg.train.steps:
+            self.run(trainer)
+
+    def run(self, trainer: Trainer) -> None:
+        t = trainer.cfg.train
+        result = evaluate(
+            trainer.model, trainer.token_dir, "val", t.seq_len, t.micro_batch, t.eval_batches,
+            trainer.device, trainer.precision, trainer.env,
+        )
+        trainer.log({"kind": "val", "step": trainer.step, "tokens": trainer.tokens_seen,
+                     "val_loss": result["loss"], "val_bpb": result["bpb"]})
+        if trainer.env.is_main:
+            tqdm.write(f"step {trainer.step}: val loss {result['loss']:.4f}, "
+                       f"val bits/byte {result['bpb']:.4f}", file=sys.stderr)
+
+
+class Checkpointing(Callback):
+    """Exact-resume checkpoints every `checkpoint_every` steps and at the end."""
+
+    def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        every = trainer.cfg.train.checkpoint_every
+        if (every and trainer.step % every == 0) or trainer.step == trainer.cfg.train.steps:
+            save_checkpoint(
+                trainer.run_dir / "checkpoints", trainer.step, trainer.model, trainer.optimizer,
+                trainer.state_dict(), trainer.env, keep=trainer.cfg.train.keep_checkpoints,
+            )
+
+
+class ProgressLog(Callback):
+    """Progress bar (loss, tokens/s, ETA) and training records in metrics.jsonl."""
+
+    def on_train_start(self, trainer: Trainer) -> None:
+        self.bar = tqdm(
+            total=trainer.cfg.train.steps, initial=trainer.step, desc="train", unit="step",
+            disable=not trainer.env.is_main, file=sys.stderr, dynamic_ncols=True,
+            mininterval=0.5 if sys.stderr.isatty() else 15.0,  # keep CI logs readable
+        )
+        self.window_start, self.window_tokens = time.perf_counter(), 0
+
+    def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        self.window_tokens += record["step_tokens"]
+        self.bar.update(1)
+        every = trainer.cfg.train.log_every
+        if trainer.step % every and trainer.step != trainer.cfg.train.steps:
+            return
+        elapsed = time.perf_counter() - self.window_start
+        tps = self.window_tokens / max(elapsed, 1e-9)
+        self.window_start, self.window_tokens = time.perf_counter(), 0
+        trainer.log({
+            "kind": "train", "step": trainer.step, "loss": record["loss"], "lr": record["lr"],
+            "grad_norm": record["grad_norm"], "tokens": trainer.tokens_seen,
+            "tokens_per_s": tps, "elapsed_s": trainer.elapsed(),
+        })
+        self.bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{tps:,.0f}")
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        self.bar.close()
+
+
+def default_callbacks() -> list[Callback]:
+    # order matters: log the step, then validate, then checkpoint what was logged
+    return [ProgressLog(), Validation(), Checkpointing()]
+
+
+def append_jsonl(path, record: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()

@@ -1,0 +1,140 @@
+"""Atomic, exact checkpoints: model (safetensors), optimizer, RNG, step and loader position.
+
+A checkpoint is written into a temporary folder and renamed into place only when every
+file is on disk, then the `latest` pointer is swapped atomically; a crash mid-write leaves
+the previous checkpoint untouched and loadable. Nothing is ever unpickled: weights are
+safetensors and the rest is read with `torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from kiln.parallel.distributed import DistEnv, barrier, unwrap
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+_PREFIX = "step_"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _tied(model: nn.Module) -> bool:
+    return bool(getattr(getattr(unwrap(model), "cfg", None), "tie_embeddings", False))
+
+
+def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Full (gathered) fp32 weights on CPU; a tied head is stored once, as the embedding."""
+    state = get_model_state_dict(model, options=_FULL)
+    if _tied(model):
+        state.pop("head.weight", None)
+    return {k: v.detach().contiguous().cpu() for k, v in state.items()}
+
+
+def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    tensors = dict(tensors)
+    if _tied(model):
+        tensors["head.weight"] = tensors["embed.weight"]
+    set_model_state_dict(model, tensors, options=StateDictOptions(full_state_dict=True))
+
+
+def save_checkpoint(
+    ckpt_root: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    trainer_state: dict[str, Any],
+    env: DistEnv,
+    keep: int = 2,
+) -> Path:
+    """Write checkpoint `step` (every rank calls this; rank 0 writes)."""
+    weights = model_tensors(model)
+    optim_state = get_optimizer_state_dict(model, optimizer, options=_FULL)
+    final = ckpt_root / f"{_PREFIX}{step:08d}"
+    if env.is_main:
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+        tmp = ckpt_root / f".tmp-{final.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_file(weights, str(tmp / "model.safetensors"))
+        torch.save(optim_state, tmp / "optimizer.pt")
+        torch.save({**trainer_state, "rng": torch.get_rng_state()}, tmp / "trainer.pt")
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if final.exists():  # re-saving a step after a resume: replace the old copy
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(ckpt_root)
+        atomic_write_text(ckpt_root / "latest", final.name + "\n")
+        _prune(ckpt_root, keep)
+    barrier(env)
+    return final
+
+
+def _prune(ckpt_root: Path, keep: int) -> None:
+    done = sorted(p for p in ckpt_root.glob(f"{_PREFIX}*") if p.is_dir())
+    for old in done[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_checkpoint(ckpt_root: Path) -> Path | None:
+    """The checkpoint `latest` names, or the newest complete one if the pointer is gone."""
+    pointer = ckpt_root / "latest"
+    if pointer.exists():
+        candidate = ckpt_root / pointer.read_text().strip()
+        if (candidate / "trainer.pt").exists():
+            return candidate
+    done = sorted(p for p in ckpt_root.glob(f"{_PREFIX}*") if (p / "trainer.pt").exists())
+    return done[-1] if done else None
+
+
+def load_checkpoint(
+    path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None
+) -> dict[str, Any]:
+    """Restore weights (and optimizer, RNG) in place; returns the trainer state."""
+    try:
+        load_model_tensors(model, load_file(str(path / "model.safetensors")))
+        if optimizer is not None:
+            optim_state = torch.load(path / "optimizer.pt", weights_only=True)
+            set_optimizer_state_dict(
+                model, optimizer, optim_state, options=StateDictOptions(full_state_dict=True)
+            )
+        state = torch.load(path / "trainer.pt", weights_only=True)
+    except (OSError, RuntimeError, KeyError) as e:
+        raise RuntimeError(f"checkpoint {path} could not be loaded: {e}") from e
+    torch.set_rng_state(state.pop("rng"))
+    return state
+
+
+def load_weights(path: Path, model: nn.Module) -> None:
+    """Weights only (eval, generate, export)."""
+    load_model_tensors(model, load_file(str(path / "model.safetensors")))

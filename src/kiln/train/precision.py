@@ -1,0 +1,50 @@
+"""Choose the compute device and precision: bf16 only where the hardware runs it fast."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+
+# CPU flags that mean bf16 matmuls run natively (AVX-512 BF16 dot products, AMX tiles)
+_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_has_fast_bf16() -> bool:
+    return any(flag in cpu_flags() for flag in _BF16_CPU_FLAGS)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device = 'cuda' but no CUDA device is visible; use 'auto' or 'cpu'")
+    return torch.device(name)
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    """'auto' picks bf16 on GPUs that support it and on CPUs with native bf16, else fp32."""
+    if name != "auto":
+        return name
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_has_fast_bf16() else "fp32"
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """Mixed precision context: weights and optimizer stay fp32, matmuls run in bf16."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()

@@ -1,0 +1,152 @@
+"""The training loop. `train_step` reads top to bottom; everything else is a callback."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from kiln.config import Config, ConfigError
+from kiln.data.loader import TokenLoader
+from kiln.data.shards import load_index
+from kiln.model import Transformer, count_params, flops_per_token
+from kiln.optim import build_optimizer
+from kiln.parallel.distributed import (
+    all_reduce_mean,
+    grad_sync,
+    init_distributed,
+    local_device,
+    wrap_model,
+)
+from kiln.run_dir import write_json, write_run_metadata
+from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
+from kiln.train.checkpoint import latest_checkpoint, load_checkpoint
+from kiln.train.precision import autocast, resolve_device, resolve_precision
+from kiln.train.schedule import lr_multiplier
+
+
+def model_config_for_run(cfg: Config, token_dir: Path):
+    """The model config with the vocabulary taken from the token shards."""
+    vocab = load_index(token_dir)["vocab_size"]
+    if cfg.model.vocab_size and cfg.model.vocab_size < vocab:
+        raise ConfigError(
+            f"model.vocab_size ({cfg.model.vocab_size}) is smaller than the tokenizer's ({vocab})"
+        )
+    return dataclasses.replace(cfg.model, vocab_size=cfg.model.vocab_size or vocab)
+
+
+class Trainer:
+    def __init__(self, cfg: Config, callbacks: list[Callback] | None = None, resume: bool = True):
+        self.cfg, self.run_dir = cfg, cfg.run_dir
+        self.token_dir = self.run_dir / "tokens"
+        t = cfg.train
+        self.device = resolve_device(t.device)
+        self.env = init_distributed(self.device)
+        self.device = local_device(self.device, self.env)
+        self.precision = resolve_precision(t.precision, self.device)
+        per_rank = t.global_batch // self.env.world_size
+        if t.global_batch % (t.micro_batch * self.env.world_size):
+            raise ConfigError(
+                f"train.global_batch ({t.global_batch}) must be divisible by train.micro_batch "
+                f"({t.micro_batch}) x ranks ({self.env.world_size})"
+            )
+        self.accum_steps = per_rank // t.micro_batch
+
+        torch.manual_seed(cfg.run.seed)
+        self.model_cfg = model_config_for_run(cfg, self.token_dir)
+        self.cfg = dataclasses.replace(cfg, model=self.model_cfg)
+        raw = Transformer(self.model_cfg).to(self.device)
+        self.figures = {**count_params(raw),
+                        "flops_per_token": flops_per_token(self.model_cfg, t.seq_len)}
+        model = torch.compile(raw) if t.compile else raw
+        self.model = wrap_model(model, t.parallel, self.env)
+        self.optimizer = build_optimizer(self.model, cfg.optim)
+        self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
+                                  cfg.run.seed, self.env.rank, self.env.world_size)
+        self.callbacks = default_callbacks() if callbacks is None else callbacks
+        self.step, self.tokens_seen, self._elapsed_before = 0, 0, 0.0
+        self._start = time.perf_counter()
+        if resume:
+            self._maybe_resume()
+
+    # -- state -------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "tokens_seen": self.tokens_seen,
+                "elapsed_s": self.elapsed(), "loader": self.loader.state_dict()}
+
+    def _maybe_resume(self) -> None:
+        ckpt = latest_checkpoint(self.run_dir / "checkpoints")
+        if ckpt is None:
+            return
+        state = load_checkpoint(ckpt, self.model, self.optimizer)
+        self.step, self.tokens_seen = state["step"], state["tokens_seen"]
+        self._elapsed_before = state["elapsed_s"]
+        self.loader.load_state_dict(state["loader"])
+        if self.env.is_main:
+            print(f"resumed from {ckpt} at step {self.step}", file=sys.stderr)
+
+    def elapsed(self) -> float:
+        return self._elapsed_before + time.perf_counter() - self._start
+
+    def log(self, record: dict[str, Any]) -> None:
+        if self.env.is_main:
+            append_jsonl(self.run_dir / "metrics.jsonl", record)
+
+    # -- the step ------------------------------------------------------------------------
+
+    def train_step(self) -> dict[str, Any]:
+        batch = self.loader.next_batch().to(self.device)
+        lr = self.cfg.optim.lr * lr_multiplier(self.step, self.cfg.train.steps, self.cfg.schedule)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+        loss_sum = torch.zeros((), device=self.device)
+        micro_batches = batch.split(self.cfg.train.micro_batch)
+        for i, micro in enumerate(micro_batches):
+            inputs, targets = micro[:, :-1], micro[:, 1:]
+            with grad_sync(self.model, i == len(micro_batches) - 1):
+                with autocast(self.device, self.precision):
+                    logits = self.model(inputs)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+                (loss / len(micro_batches)).backward()
+            loss_sum += loss.detach()
+
+        clip = self.cfg.optim.grad_clip or float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+        self.step += 1
+        step_tokens = batch.shape[0] * (batch.shape[1] - 1) * self.env.world_size
+        self.tokens_seen += step_tokens
+        loss = all_reduce_mean(loss_sum / len(micro_batches), self.env)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        return {"loss": loss.item(), "lr": lr, "grad_norm": float(grad_norm),
+                "step_tokens": step_tokens}
+
+    def fit(self) -> list[float]:
+        """Train to `train.steps`; returns the losses of the steps run here."""
+        self._start = time.perf_counter()
+        if self.env.is_main:
+            write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
+            write_json(self.run_dir / "model.json",
+                       {**self.figures, "precision": self.precision,
+                        "world_size": self.env.world_size, "accum_steps": self.accum_steps})
+        for cb in self.callbacks:
+            cb.on_train_start(self)
+        losses = []
+        while self.step < self.cfg.train.steps:
+            record = self.train_step()
+            losses.append(record["loss"])
+            for cb in self.callbacks:
+                cb.on_step_end(self, record)
+        for cb in self.callbacks:
+            cb.on_train_end(self)
+        return losses

@@ -1,0 +1,47 @@
+"""Shared fixtures: one tiny prepared corpus (documents, tokenizer, shards) per session."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from kiln.cli import cmd_prepare, cmd_tokenize, cmd_tokenizer  # noqa: E402
+from kiln.config import Config, load_config  # noqa: E402
+from kiln.run_dir import write_run_metadata  # noqa: E402
+
+TINY = [
+    "data.max_bytes=400000", "tokenizer.vocab_size=512", "model.dim=64", "model.n_layers=2",
+    "model.n_heads=4", "model.n_kv_heads=2", "model.max_seq_len=64", "train.seq_len=32",
+    "train.global_batch=8", "train.micro_batch=4", "train.steps=12", "train.log_every=1",
+    "train.eval_every=6", "train.eval_batches=4", "train.checkpoint_every=6",
+    "train.precision=fp32", "schedule.warmup_steps=3", "data.val_fraction=0.05",
+    "generate.max_new_tokens=8", "eval.max_batches=8",
+]
+
+
+def tiny_config(run_dir: Path, *extra: str) -> Config:
+    return load_config(None, [*TINY, f'run.dir="{run_dir}"', *extra])
+
+
+@pytest.fixture(scope="session")
+def prepared_data(tmp_path_factory) -> Path:
+    """A run directory with documents, tokenizer and token shards, built once."""
+    run_dir = tmp_path_factory.mktemp("prepared")
+    cfg = tiny_config(run_dir)
+    write_run_metadata(cfg)
+    for step in (cmd_prepare, cmd_tokenizer, cmd_tokenize):
+        step(cfg)
+    return run_dir
+
+
+@pytest.fixture
+def tiny_run(prepared_data, tmp_path) -> Path:
+    """A fresh copy of the prepared run directory, ready for `kiln train`."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(prepared_data, run_dir)
+    return run_dir

@@ -1,0 +1,51 @@
+"""1 rank vs 2 gloo ranks: the same global batch gives the same losses (DDP and FSDP2)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import tiny_config
+from launch import free_port, run_ranks
+
+from kiln.report import read_metrics
+from kiln.train.trainer import Trainer
+
+
+def losses(run_dir) -> list[float]:
+    recs = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    return [r["loss"] for r in sorted(recs, key=lambda r: r["step"])]
+
+
+@pytest.fixture
+def single_rank_losses(tiny_run, tmp_path):
+    ref = tmp_path / "single"
+    shutil.copytree(tiny_run, ref)
+    Trainer(tiny_config(ref)).fit()
+    return losses(ref)
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_ranks_match_one_rank(tiny_run, single_rank_losses, mode):
+    run_ranks(["train", str(tiny_run), "--set", f"train.parallel={mode}"], world_size=2,
+              timeout=300)
+    two = losses(tiny_run)
+    assert len(two) == len(single_rank_losses) == 12
+    for a, b in zip(two, single_rank_losses):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-5)
+    model = (tiny_run / "model.json").read_text()
+    assert '"world_size": 2' in model
+
+
+def test_torchrun_two_processes(tiny_run):
+    """The documented launcher works on CPU: `torchrun --nproc_per_node=2 -m kiln.cli train`."""
+    torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+    cmd = [torchrun, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "kiln.cli",
+           "train", str(tiny_run), "--set", "train.steps=4"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert len(losses(tiny_run)) == 4

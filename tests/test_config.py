@@ -1,0 +1,78 @@
+import pytest
+
+from kiln.config import Config, ConfigError, config_to_toml, load_config
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_load_and_round_trip(tmp_path):
+    cfg = load_config(None, ["train.steps=7", "generate.prompts=['a', 'b']"])
+    again = load_config(write(tmp_path, config_to_toml(cfg)))
+    assert again == cfg
+    assert again.train.steps == 7 and again.generate.prompts == ["a", "b"]
+
+
+def test_unknown_key_names_key_and_suggestion(tmp_path):
+    with pytest.raises(ConfigError, match=r"'train.stpes'.*did you mean 'steps'"):
+        load_config(write(tmp_path, "[train]\nstpes = 10\n"))
+
+
+def test_unknown_section_is_rejected():
+    with pytest.raises(ConfigError, match="unknown config key 'modle'.*'model'"):
+        load_config(None, ["modle.dim=3"])
+
+
+def test_wrong_type_names_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"model.dim: expected int, got str"):
+        load_config(write(tmp_path, '[model]\ndim = "big"\n'))
+    with pytest.raises(ConfigError, match=r"model.tie_embeddings: expected bool"):
+        load_config(None, ["model.tie_embeddings=1"])
+
+
+def test_int_widens_to_float_but_not_bool_to_int():
+    assert load_config(None, ["optim.lr=1"]).optim.lr == 1.0
+    with pytest.raises(ConfigError, match="train.steps"):
+        load_config(None, ["train.steps=true"])
+
+
+def test_bare_word_override_is_a_string():
+    assert load_config(None, ["train.precision=bf16"]).train.precision == "bf16"
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("model.n_heads=3", "model.dim"),
+        ("model.n_kv_heads=3", "model.n_heads"),
+        ("train.seq_len=1024", "train.seq_len"),
+        ("train.micro_batch=5", "train.global_batch"),
+        ("schedule.name=cosin", "schedule.name"),
+        ("train.precision=fp16", "train.precision"),
+        ("schedule.warmup_steps=-1", "schedule.warmup_steps"),
+        ("train.steps=0", "train.steps"),
+    ],
+)
+def test_impossible_combinations_name_the_key(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(None, [override])
+
+
+def test_choice_error_suggests_closest():
+    with pytest.raises(ConfigError, match="did you mean 'cosine'"):
+        load_config(None, ["schedule.name=cosin"])
+
+
+def test_missing_file_and_bad_toml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.toml")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(write(tmp_path, "[train\n"))
+
+
+def test_quickstart_recipe_is_valid():
+    cfg = load_config("recipes/quickstart.toml")
+    assert isinstance(cfg, Config) and cfg.train.steps > 0

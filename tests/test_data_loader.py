@@ -1,0 +1,153 @@
+"""TokenLoader / eval_batches: determinism, rank slicing, exact resume, epoch wrap."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from kiln.data.loader import TokenLoader, eval_batches
+
+SEQ = 8
+
+
+def _make_shards(out_dir, n_tokens, shard_tokens, split="train"):
+    """Shards holding tokens 0, 1, 2, ... so every window's content names its position."""
+    tokens = np.arange(n_tokens, dtype=np.uint16)
+    shards = []
+    for i, start in enumerate(range(0, n_tokens, shard_tokens)):
+        name = f"{split}_{i:05d}.bin"
+        tokens[start : start + shard_tokens].tofile(out_dir / name)
+        shards.append({"file": name, "tokens": len(tokens[start : start + shard_tokens])})
+    split_info = {"shards": shards, "documents": 1, "tokens": n_tokens, "bytes": n_tokens}
+    index = {"dtype": "uint16", "vocab_size": 65536, "eos_id": 0, split: split_info}
+    (out_dir / "index.json").write_text(json.dumps(index))
+    return out_dir
+
+
+@pytest.fixture
+def shards(tmp_path):
+    return _make_shards(tmp_path, n_tokens=10 * SEQ + 5, shard_tokens=13)  # 10 windows
+
+
+def _starts(batch):
+    """Window index of each row, checking each row is a contiguous run of seq_len+1 tokens."""
+    for row in batch:
+        assert torch.equal(row, torch.arange(row[0], row[0] + SEQ + 1))
+    assert all(int(r[0]) % SEQ == 0 for r in batch)
+    return [int(r[0]) // SEQ for r in batch]
+
+
+def _loader(shards, **kw):
+    args = dict(split="train", seq_len=SEQ, global_batch=4, seed=0) | kw
+    return TokenLoader(shards, **args)
+
+
+def test_batch_shape_and_windows_cross_shards(shards):
+    loader = _loader(shards)
+    batch = loader.next_batch()
+    assert batch.dtype == torch.int64 and batch.shape == (4, SEQ + 1)
+    _starts(batch)  # contiguous even though shards are 13 tokens long
+
+
+def test_epoch_covers_every_window_once_then_wraps(shards):
+    loader = _loader(shards, global_batch=5)
+    epoch0 = [w for _ in range(2) for w in _starts(loader.next_batch())]
+    epoch1 = [w for _ in range(2) for w in _starts(loader.next_batch())]
+    assert sorted(epoch0) == sorted(epoch1) == list(range(10))
+    assert epoch0 != epoch1  # a new permutation each epoch
+    # a batch straddling the epoch boundary (G=3 does not divide 10 windows)
+    loader = _loader(shards, global_batch=3)
+    seen = [w for _ in range(4) for w in _starts(loader.next_batch())]
+    assert sorted(seen[:10]) == list(range(10)) and len(set(seen[10:])) == 2
+    assert loader.state_dict()["epoch"] == 1
+
+
+def test_same_seed_same_batches_other_seed_differs(shards):
+    a, b, c = _loader(shards), _loader(shards), _loader(shards, seed=1)
+    batches_a = [a.next_batch() for _ in range(5)]
+    assert all(torch.equal(x, b.next_batch()) for x in batches_a)
+    assert not all(torch.equal(x, c.next_batch()) for x in batches_a)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_rank_slices_concatenate_to_single_rank(shards, world):
+    single = _loader(shards, global_batch=4)
+    ranks = [_loader(shards, global_batch=4, rank=r, world_size=world) for r in range(world)]
+    for _ in range(7):  # crosses two epoch boundaries
+        parts = [r.next_batch() for r in ranks]
+        assert all(p.shape == (4 // world, SEQ + 1) for p in parts)
+        assert torch.equal(torch.cat(parts), single.next_batch())
+
+
+def test_resume_gives_identical_batches(shards):
+    straight = _loader(shards, global_batch=3)
+    expected = [straight.next_batch() for _ in range(9)]
+    first = _loader(shards, global_batch=3)
+    for _ in range(4):
+        first.next_batch()
+    state = json.loads(json.dumps(first.state_dict()))  # plain JSON-able ints
+    assert state["position"] == 12 and state["step"] == 4 and state["epoch"] == 1
+    resumed = _loader(shards, global_batch=3)
+    resumed.load_state_dict(state)
+    assert all(torch.equal(resumed.next_batch(), e) for e in expected[4:])
+    # resuming on 3 ranks continues the same global stream
+    parts = [_loader(shards, global_batch=3, rank=r, world_size=3) for r in range(3)]
+    for p in parts:
+        p.load_state_dict(state)
+    assert torch.equal(torch.cat([p.next_batch() for p in parts]), expected[4])
+
+
+def test_load_state_rejects_other_seed(shards):
+    state = _loader(shards).state_dict()
+    with pytest.raises(ValueError, match="seed"):
+        _loader(shards, seed=5).load_state_dict(state)
+
+
+def test_argument_errors(shards, tmp_path):
+    with pytest.raises(ValueError, match="divisible"):
+        _loader(shards, global_batch=3, world_size=2)
+    with pytest.raises(ValueError, match="fewer than one window"):
+        _loader(shards, seq_len=1000)
+    with pytest.raises(ValueError, match="unknown split"):
+        _loader(shards, split="test")
+    with pytest.raises(FileNotFoundError, match="kiln tokenize"):
+        _loader(tmp_path / "nowhere")
+
+
+def test_single_window_split_still_yields(tmp_path):
+    _make_shards(tmp_path, n_tokens=SEQ + 1, shard_tokens=100)
+    loader = _loader(tmp_path, global_batch=2)
+    assert _starts(loader.next_batch()) == [0, 0]
+
+
+def test_eval_batches_sequential_and_rank_disjoint(shards):
+    kw = dict(split="train", seq_len=SEQ, batch_size=3, max_batches=0)
+    all_batches = list(eval_batches(shards, **kw))
+    assert [_starts(b) for b in all_batches] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    again = list(eval_batches(shards, **kw))
+    assert all(torch.equal(x, y) for x, y in zip(all_batches, again, strict=True))
+    r0 = list(eval_batches(shards, **kw, rank=0, world_size=2))
+    r1 = list(eval_batches(shards, **kw, rank=1, world_size=2))
+    assert [_starts(b) for b in r0] == [[0, 1, 2], [6, 7, 8]]
+    assert [_starts(b) for b in r1] == [[3, 4, 5], [9]]
+    limited = list(eval_batches(shards, **(kw | {"max_batches": 2})))
+    assert [_starts(b) for b in limited] == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_loader_reads_real_shards(tmp_path):
+    from datatrove.data import Document
+
+    from kiln.data.shards import write_shards
+    from kiln.data.tokenizer import train_tokenizer
+
+    docs = [Document(text=f"x{i} = {i} * y\n" * 5, id=str(i)) for i in range(30)]
+    tok = train_tokenizer([d.text for d in docs], 300, tmp_path / "t.json", show_progress=False)
+    write_shards(docs, tok, tmp_path, val_fraction=0.0, shard_tokens=64, progress=False)
+    stream = np.concatenate([[*tok.encode(d.text).ids, 0] for d in docs])
+    seq = 16
+    rows = torch.cat(list(eval_batches(tmp_path, "train", seq, 4, 0)))
+    n_windows = (len(stream) - 1) // seq
+    assert rows.shape == (n_windows, seq + 1)
+    for w, row in enumerate(rows):
+        assert row.tolist() == stream[w * seq : w * seq + seq + 1].tolist()

@@ -1,0 +1,133 @@
+"""Token shards: deterministic split by document, exact token content, dtype, unigram baseline."""
+
+import json
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from datatrove.data import Document
+
+from kiln.data.shards import load_index, split_hash, token_dtype, write_shards
+from kiln.data.tokenizer import train_tokenizer
+
+DOCS = [
+    Document(text=f"def f{i}(x):\n    return x * {i} + {i % 7}\n", id=f"doc{i}") for i in range(200)
+]
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    return train_tokenizer([d.text for d in DOCS], 320, path, show_progress=False)
+
+
+def _tokens(out_dir, index, split):
+    dtype = np.dtype(index["dtype"])
+    files = [out_dir / s["file"] for s in index[split]["shards"]]
+    return np.concatenate([np.fromfile(f, dtype=dtype) for f in files] or [np.zeros(0, dtype)])
+
+
+def _split_docs(tokens, eos):
+    """Token stream -> list of per-document tuples (EOS included)."""
+    ends = np.flatnonzero(tokens == eos)
+    return [tuple(d) for d in np.split(tokens, ends + 1)[:-1]]
+
+
+def test_token_dtype_selection():
+    assert token_dtype(256) == np.uint16
+    assert token_dtype(65536) == np.uint16
+    assert token_dtype(65537) == np.uint32
+    assert token_dtype(65537).byteorder in ("<", "=")
+
+
+def test_split_hash_is_stable():
+    assert split_hash(0, "a") == split_hash(0, "a")
+    assert split_hash(0, "a") != split_hash(1, "a")
+    # pinned value: a change of hash function would silently reshuffle every split
+    assert split_hash(0, "doc0") == pytest.approx(0.7815605936401102, abs=1e-12)
+
+
+def test_stream_equals_encodings_in_order(tok, tmp_path):
+    index = write_shards(DOCS, tok, tmp_path, val_fraction=0.0, shard_tokens=100, progress=False)
+    expected = np.concatenate([[*tok.encode(d.text).ids, 0] for d in DOCS])
+    got = _tokens(tmp_path, index, "train")
+    assert np.array_equal(got, expected)
+    shards = index["train"]["shards"]
+    assert len(shards) == math.ceil(len(expected) / 100)
+    assert all(s["tokens"] == 100 for s in shards[:-1]) and 0 < shards[-1]["tokens"] <= 100
+    assert (tmp_path / "train_00000.bin").stat().st_size == 200  # uint16
+    assert index["val"] == {"shards": [], "documents": 0, "tokens": 0, "bytes": 0}
+    assert index["unigram_bpb"] is None
+
+
+def test_split_by_document_deterministic(tok, tmp_path):
+    a = write_shards(DOCS, tok, tmp_path / "a", val_fraction=0.2, seed=3, progress=False)
+    b = write_shards(DOCS, tok, tmp_path / "b", val_fraction=0.2, seed=3, progress=False)
+    c = write_shards(DOCS, tok, tmp_path / "c", val_fraction=0.2, seed=4, progress=False)
+    assert a == b
+    for split in ("train", "val"):
+        assert np.array_equal(_tokens(tmp_path / "a", a, split), _tokens(tmp_path / "b", b, split))
+    val_a = set(_split_docs(_tokens(tmp_path / "a", a, "val"), 0))
+    val_c = set(_split_docs(_tokens(tmp_path / "c", c, "val"), 0))
+    assert val_a != val_c
+
+    # exactly the documents whose hash falls under the fraction, each whole, none in both splits
+    enc = {d.id: (*tok.encode(d.text).ids, 0) for d in DOCS}
+    want_val = [enc[d.id] for d in DOCS if split_hash(3, d.id) < 0.2]
+    want_train = [enc[d.id] for d in DOCS if split_hash(3, d.id) >= 0.2]
+    assert 20 < len(want_val) < 60
+    assert _split_docs(_tokens(tmp_path / "a", a, "val"), 0) == want_val
+    assert sorted(_split_docs(_tokens(tmp_path / "a", a, "train"), 0)) == sorted(want_train)
+    for split, docs in (("train", want_train), ("val", want_val)):
+        s = a[split]
+        assert s["documents"] == len(docs)
+        assert s["tokens"] == sum(map(len, docs))
+    assert a["val"]["bytes"] == sum(len(d.text.encode()) for d in DOCS if split_hash(3, d.id) < 0.2)
+
+
+def test_at_least_one_val_doc(tok, tmp_path):
+    docs = DOCS[:2]
+    index = write_shards(docs, tok, tmp_path, val_fraction=1e-12, progress=False)
+    assert index["val"]["documents"] == 1
+    assert index["train"]["documents"] == 1
+    smallest = min(docs, key=lambda d: split_hash(0, d.id))
+    assert index["val"]["bytes"] == len(smallest.text.encode())
+    one = write_shards(DOCS[:1], tok, tmp_path / "one", val_fraction=1e-12, progress=False)
+    assert one["val"]["documents"] == 0 and one["train"]["documents"] == 1
+
+
+def test_unigram_bpb_matches_reference(tok, tmp_path):
+    docs = DOCS[:40]
+    index = write_shards(docs, tok, tmp_path, val_fraction=0.25, seed=1, progress=False)
+    train = Counter(_tokens(tmp_path, index, "train").tolist())
+    val = _tokens(tmp_path, index, "val").tolist()
+    n_train, vocab = sum(train.values()), tok.get_vocab_size()
+    bits = sum(-math.log2((train[t] + 1) / (n_train + vocab)) for t in val)
+    val_bytes = sum(len(d.text.encode()) for d in docs if split_hash(1, d.id) < 0.25)
+    assert index["val"]["bytes"] == val_bytes
+    assert index["unigram_bpb"] == pytest.approx(bits / val_bytes, rel=1e-12)
+    assert 0.5 < index["unigram_bpb"] < 8.0
+
+
+def test_large_vocab_uses_uint32(tmp_path):
+    tok = train_tokenizer(["aaa bbb"] * 3, 260, tmp_path / "t.json", show_progress=False)
+    tok.add_tokens([f"tok{i:05d}" for i in range(65600)])
+    assert tok.get_vocab_size() > 65536
+    index = write_shards(DOCS[:3], tok, tmp_path / "s", val_fraction=0.0, progress=False)
+    assert index["dtype"] == "uint32"
+    tokens = index["train"]["tokens"]
+    assert (tmp_path / "s" / "train_00000.bin").stat().st_size == 4 * tokens
+
+
+def test_index_written_and_stale_files_removed(tok, tmp_path):
+    write_shards(DOCS, tok, tmp_path, val_fraction=0.1, shard_tokens=50, progress=False)
+    index = write_shards(DOCS[:5], tok, tmp_path, val_fraction=0.0, progress=False)
+    assert load_index(tmp_path) == index == json.loads((tmp_path / "index.json").read_text())
+    assert sorted(p.name for p in tmp_path.glob("*.bin")) == ["train_00000.bin"]
+    assert index["eos_id"] == 0 and index["vocab_size"] == tok.get_vocab_size()
+
+
+def test_load_index_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="kiln tokenize"):
+        load_index(tmp_path)

@@ -1,0 +1,89 @@
+"""Byte-level BPE: exact round trip on any string, EOS at id 0, vocab size respected."""
+
+import pytest
+
+from kiln.data.tokenizer import EOS_TOKEN, eos_id, load_tokenizer, train_tokenizer
+
+CORPUS = [
+    "def add(a, b):\n    return a + b\n",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
+    "for i in range(10):\n    print(i, i * i)\n",
+] * 20
+
+NASTY = [
+    "",
+    " ",
+    "hello world",
+    "trailing spaces   ",
+    "\ttabs\tand\r\nCRLF\r\n",
+    "null\x00byte",
+    "emoji 😀👍🏽 and ZWJ 👨‍👩‍👧",
+    "CJK 中文字符 日本語 한국어",
+    "combining é vs é",
+    "literal <|endoftext|> inside",
+    "<|endoftext|>",
+    "<|endoftext|><|endoftext|>",
+    "\udcff".encode("utf-8", "surrogatepass").decode("utf-8", "replace"),
+    "\U0010ffff private plane",
+    "  leading\n\n\nnewlines\n",
+]
+
+
+@pytest.fixture(scope="module")
+def tok_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    train_tokenizer(CORPUS, vocab_size=300, out_path=path, show_progress=False)
+    return path
+
+
+@pytest.mark.parametrize("text", NASTY)
+def test_round_trip_exact(tok_path, text):
+    tok = load_tokenizer(tok_path)
+    ids = tok.encode(text, add_special_tokens=False).ids
+    assert tok.decode(ids, skip_special_tokens=False) == text
+
+
+def test_literal_eos_string_is_not_eos(tok_path):
+    tok = load_tokenizer(tok_path)
+    for enc in [tok.encode("a<|endoftext|>b")] + tok.encode_batch(["a<|endoftext|>b"]):
+        assert eos_id(tok) not in enc.ids
+        assert len(enc.ids) > 3
+
+
+def test_eos_id_and_decode(tok_path):
+    tok = load_tokenizer(tok_path)
+    assert eos_id(tok) == 0
+    assert tok.id_to_token(0) == EOS_TOKEN
+    ids = tok.encode("x = 1", add_special_tokens=False).ids
+    assert tok.decode([*ids, 0], skip_special_tokens=False) == "x = 1" + EOS_TOKEN
+
+
+def test_vocab_size_and_merges_learned(tok_path):
+    tok = load_tokenizer(tok_path)
+    assert tok.get_vocab_size() == 300
+    # learned merges compress the training text well below one token per byte
+    text = CORPUS[1]
+    assert len(tok.encode(text).ids) < len(text.encode()) / 2
+
+
+def test_returned_tokenizer_matches_loaded(tmp_path):
+    tok = train_tokenizer(CORPUS, vocab_size=280, out_path=tmp_path / "t.json", show_progress=False)
+    loaded = load_tokenizer(tmp_path / "t.json")
+    assert tok.get_vocab_size() == loaded.get_vocab_size() == 280
+    for text in NASTY:
+        assert tok.encode(text).ids == loaded.encode(text).ids
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]  # no temp file left
+
+
+def test_vocab_too_small(tmp_path):
+    with pytest.raises(ValueError, match="257"):
+        train_tokenizer(CORPUS, vocab_size=100, out_path=tmp_path / "t.json")
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        load_tokenizer(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not a tokenizer")
+    with pytest.raises(ValueError, match="corrupt"):
+        load_tokenizer(bad)

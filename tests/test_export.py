@@ -1,0 +1,115 @@
+"""Hugging Face export: LlamaForCausalLM loads the folder and reproduces Kiln's logits."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers/huggingface_hub import
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+
+import kiln.export.hf_llama as hf_llama  # noqa: E402
+from kiln.config import ModelConfig  # noqa: E402
+from kiln.data.tokenizer import EOS_TOKEN, load_tokenizer  # noqa: E402
+from kiln.export import export_hf  # noqa: E402
+from kiln.model import Transformer  # noqa: E402
+from kiln.model.sampling import generate  # noqa: E402
+
+transformers = pytest.importorskip("transformers")
+
+TEXTS = ["def main():\n    return 42\n", "The quick brown fox jumps over the lazy dog.",
+         "Hello, world! héllo wörld 你好"] * 10
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(tmp_path_factory):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=[EOS_TOKEN],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TEXTS, trainer=trainer)
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def tiny_model(vocab: int, tied: bool) -> Transformer:
+    """Random weights far from init (norm gains too), so a misplaced tensor cannot hide."""
+    torch.manual_seed(1)
+    cfg = ModelConfig(vocab_size=vocab, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                      max_seq_len=48, rope_theta=500.0, norm_eps=1e-6, tie_embeddings=tied)
+    model = Transformer(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(1.0 + 0.3 * torch.randn_like(p) if p.dim() == 1 else 0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_hf_logits_match(tokenizer_path, tmp_path, tied):
+    vocab = load_tokenizer(tokenizer_path).get_vocab_size()
+    model = tiny_model(vocab, tied)
+    out = export_hf(model, tokenizer_path, tmp_path / "hf")
+    names = load_file(str(out / "model.safetensors")).keys()
+    assert ("lm_head.weight" in names) != tied
+    hf = transformers.LlamaForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
+    assert hf.config.tie_word_embeddings == tied
+    assert hf.config.num_key_value_heads == 2
+    assert (hf.lm_head.weight.data_ptr() == hf.model.embed_tokens.weight.data_ptr()) == tied
+    tokens = torch.randint(0, vocab, (2, model.cfg.max_seq_len))
+    with torch.no_grad():
+        diff = (hf(tokens).logits - model(tokens)).abs().max().item()
+    assert diff < 1e-4
+
+
+def test_hf_greedy_generation_matches(tokenizer_path, tmp_path):
+    vocab = load_tokenizer(tokenizer_path).get_vocab_size()
+    model = tiny_model(vocab, tied=True)
+    out = export_hf(model, tokenizer_path, tmp_path / "hf")
+    hf = transformers.LlamaForCausalLM.from_pretrained(out).eval()
+    prompt = [5, 17, 40, 2]
+    ours = generate(model, prompt, 10, temperature=0.0)
+    theirs = hf.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False,
+                         eos_token_id=None, min_new_tokens=10)
+    assert theirs[0, len(prompt):].tolist() == ours
+
+
+def test_auto_tokenizer_matches_kiln(tokenizer_path, tmp_path):
+    vocab = load_tokenizer(tokenizer_path).get_vocab_size()
+    out = export_hf(tiny_model(vocab, tied=True), tokenizer_path, tmp_path / "hf")
+    ours = load_tokenizer(tokenizer_path)
+    theirs = transformers.AutoTokenizer.from_pretrained(out)
+    assert theirs.eos_token == EOS_TOKEN
+    assert theirs.eos_token_id == ours.token_to_id(EOS_TOKEN)
+    # a literal end-of-text marker in raw text is plain bytes for both, never the EOS id
+    for text in [*TEXTS[:3], "unseen words: zyxwvut 123", f"a{EOS_TOKEN}b"]:
+        ids = theirs(text)["input_ids"]
+        assert ids == ours.encode(text).ids
+        assert theirs.decode(ids) == text
+
+
+def test_export_is_atomic(tokenizer_path, tmp_path, monkeypatch):
+    vocab = load_tokenizer(tokenizer_path).get_vocab_size()
+    model = tiny_model(vocab, tied=False)
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "old.txt").write_text("previous export")
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as m:
+        m.setattr(hf_llama, "save_file", crash)
+        with pytest.raises(OSError, match="disk full"):
+            export_hf(model, tokenizer_path, out)
+    assert sorted(p.name for p in out.iterdir()) == ["old.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]  # no temporary folder left behind
+
+    export_hf(model, tokenizer_path, out)
+    assert not (out / "old.txt").exists()
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]

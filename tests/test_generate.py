@@ -1,0 +1,98 @@
+"""KV-cache decoding and sampling: parity with full forwards, filters, stopping rules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kiln.config import ModelConfig
+from kiln.model import Transformer
+from kiln.model.sampling import filter_logits, generate
+
+VOCAB, MAX_LEN = 50, 32
+
+
+@pytest.fixture
+def model() -> Transformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                      max_seq_len=MAX_LEN, init_std=0.3)  # large weights: peaked, distinct logits
+    return Transformer(cfg).eval()
+
+
+def test_kv_cache_matches_full_forward_at_every_position(model):
+    tokens = torch.randint(0, VOCAB, (1, MAX_LEN))
+    with torch.no_grad():
+        full = model(tokens)
+        caches = model.new_caches()
+        prefill = 5
+        steps = [model(tokens[:, :prefill], caches)]
+        steps += [model(tokens[:, t : t + 1], caches) for t in range(prefill, MAX_LEN)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+
+
+def test_greedy_equals_argmax_recomputed_without_cache(model):
+    prompt = [3, 14, 15, 9]
+    out = generate(model, prompt, max_new_tokens=12, temperature=0.0)
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(12):
+            seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
+    assert out == seq[len(prompt):]
+
+
+def test_top_k_keeps_exactly_k_largest():
+    logits = torch.randn(4, VOCAB)
+    kept = torch.isfinite(filter_logits(logits, top_k=5))
+    assert kept.sum(-1).tolist() == [5] * 4
+    assert torch.equal(kept.nonzero()[:, 1].view(4, 5).sort(-1).values,
+                       logits.topk(5).indices.sort(-1).values)
+    assert torch.isfinite(filter_logits(torch.zeros(VOCAB), top_k=3)).sum() == 3  # ties
+
+
+def test_top_p_keeps_smallest_set_reaching_mass():
+    # probabilities 0.15, 0.5, 0.05, 0.3 (deliberately unsorted)
+    logits = torch.tensor([0.15, 0.5, 0.05, 0.3]).log()
+    kept = {p: torch.isfinite(filter_logits(logits, top_p=p)).nonzero().flatten().tolist()
+            for p in (0.4, 0.75, 0.85, 0.97, 1.0)}
+    assert kept == {0.4: [1], 0.75: [1, 3], 0.85: [0, 1, 3], 0.97: [0, 1, 2, 3],
+                    1.0: [0, 1, 2, 3]}
+    # top-k first, then the nucleus over the renormalised survivors: 0.5/0.8 = 0.625 >= 0.6
+    assert torch.isfinite(filter_logits(logits, top_k=2, top_p=0.6)).nonzero().flatten().tolist() == [1]
+    # kept logits are unchanged
+    assert filter_logits(logits, top_p=0.75)[1] == pytest.approx(math.log(0.5))
+
+
+def test_filter_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        filter_logits(torch.zeros(4), top_p=0.0)
+    with pytest.raises(ValueError):
+        filter_logits(torch.zeros(4), top_k=-1)
+
+
+def test_seeded_sampling_is_reproducible(model):
+    def sample(seed: int) -> list[int]:
+        gen = torch.Generator().manual_seed(seed)
+        return generate(model, [1, 2, 3], 20, temperature=2.0, top_k=20, top_p=0.95, generator=gen)
+
+    assert sample(7) == sample(7)
+    assert sample(7) != sample(8)
+
+
+def test_stops_at_eos(model):
+    free = generate(model, [4, 5], 15, temperature=0.0)
+    eos = free[3]
+    cut = free.index(eos)  # the first time greedy decoding emits it
+    assert generate(model, [4, 5], 15, temperature=0.0, eos_id=eos) == free[: cut + 1]
+
+
+def test_respects_max_seq_len_and_restores_mode(model):
+    model.train()
+    prompt = list(range(MAX_LEN - 4))
+    assert len(generate(model, prompt, 100, temperature=0.0)) == 4
+    assert model.training
+    assert generate(model, list(range(MAX_LEN)), 5, temperature=0.0) == []
+    with pytest.raises(ValueError, match="max_seq_len"):
+        generate(model, list(range(MAX_LEN + 1)), 5)

@@ -1,0 +1,119 @@
+import math
+
+import pytest
+import torch
+
+from kiln.config import ModelConfig, load_config
+from kiln.model import Transformer, count_params, flops_per_token
+from kiln.model.layers import apply_rope, rope_tables
+from kiln.optim import param_groups
+from kiln.train.schedule import lr_multiplier
+
+
+def tiny(**kw) -> ModelConfig:
+    base = dict(vocab_size=97, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=64)
+    return ModelConfig(**{**base, **kw})
+
+
+def test_causality_future_tokens_do_not_change_past_logits():
+    torch.manual_seed(0)
+    model = Transformer(tiny()).eval()
+    x = torch.randint(0, 97, (2, 24))
+    y = x.clone()
+    y[:, 15:] = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    assert torch.equal(a[:, :15], b[:, :15])
+    assert not torch.allclose(a[:, 15:], b[:, 15:])
+
+
+def test_gqa_matches_explicit_multihead_with_shared_kv():
+    """GQA equals full multi-head attention whose k/v heads are copies of the shared ones."""
+    torch.manual_seed(0)
+    gqa = Transformer(tiny(n_kv_heads=2)).eval()
+    mha = Transformer(tiny(n_kv_heads=4)).eval()
+    sd = gqa.state_dict()
+    for i in range(2):
+        for w in ("wk", "wv"):
+            key = f"layers.{i}.attn.{w}.weight"
+            sd[key] = sd[key].view(2, 8, 32).repeat_interleave(2, dim=0).reshape(32, 32)
+    mha.load_state_dict(sd)
+    x = torch.randint(0, 97, (2, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(gqa(x), mha(x), atol=1e-5, rtol=1e-5)
+
+
+def test_rope_preserves_norm_and_relative_position():
+    cos, sin = rope_tables(8, 32, 10000.0)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+    def rot(v, pos):
+        return apply_rope(v, cos[pos : pos + 1], sin[pos : pos + 1])
+    assert torch.allclose(rot(q, 5).norm(), q.norm(), atol=1e-5)
+    # <R_m q, R_n k> depends only on m - n
+    d1 = (rot(q, 7) * rot(k, 3)).sum()
+    d2 = (rot(q, 20) * rot(k, 16)).sum()
+    assert torch.allclose(d1, d2, atol=1e-5)
+
+
+def test_tied_embeddings_share_storage_and_count_once():
+    tied, untied = Transformer(tiny(tie_embeddings=True)), Transformer(tiny(tie_embeddings=False))
+    assert tied.head.weight is tied.embed.weight
+    assert count_params(untied)["params"] - count_params(tied)["params"] == 97 * 32
+
+
+def test_param_count_matches_formula():
+    cfg = tiny(tie_embeddings=False, ffn_hidden=96)
+    m = Transformer(cfg)
+    hd = 32 // 4
+    per_layer = 32 * hd * (4 + 4 + 2 + 2) // 1 + 3 * 32 * 96 + 2 * 32
+    expected = 2 * 97 * 32 + 2 * per_layer + 32
+    assert count_params(m)["params"] == expected
+
+
+def test_flops_per_token_formula():
+    cfg = tiny(ffn_hidden=96)
+    attn = 32 * 8 * (2 * 4 + 2 * 2)
+    matmul = 2 * (attn + 3 * 32 * 96) + 32 * 97
+    assert flops_per_token(cfg, 16) == 6 * matmul + 12 * 2 * 32 * 16
+
+
+def test_init_scales_residual_projections():
+    torch.manual_seed(0)
+    m = Transformer(tiny(dim=256, n_heads=4, n_kv_heads=4, n_layers=8, init_std=0.02))
+    assert m.layers[0].attn.wq.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert m.layers[0].attn.wo.weight.std().item() == pytest.approx(0.02 / 4, rel=0.05)
+    assert torch.all(m.norm.weight == 1)
+
+
+def test_no_weight_decay_on_norms():
+    m = Transformer(tiny())
+    decay, no_decay = param_groups(m, 0.1)
+    assert all(p.dim() == 2 for p in decay["params"])
+    assert {id(p) for p in no_decay["params"]} == {id(p) for p in m.parameters() if p.dim() == 1}
+    assert no_decay["weight_decay"] == 0.0
+
+
+def test_sequence_longer_than_max_is_refused():
+    with pytest.raises(ValueError, match="max_seq_len"):
+        Transformer(tiny(max_seq_len=8))(torch.zeros(1, 9, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", ["cosine", "wsd", "constant"])
+def test_schedules_warm_up_and_end_where_configured(name):
+    cfg = load_config(None, [f"schedule.name={name}", "schedule.warmup_steps=10",
+                             "schedule.min_lr_ratio=0.1", "train.steps=100"]).schedule
+    lrs = [lr_multiplier(s, 100, cfg) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a < b for a, b in zip(lrs[:9], lrs[1:10]))
+    assert max(lrs) == pytest.approx(1.0)
+    if name == "constant":
+        assert lrs[-1] == 1.0
+    else:
+        assert lrs[-1] == pytest.approx(0.1)
+        assert all(a >= b - 1e-12 for a, b in zip(lrs[10:], lrs[11:]))
+    if name == "wsd":  # flat until the last 20% of steps
+        assert lrs[79] == 1.0 and lrs[81] < 1.0
+    if name == "cosine":
+        mid = 10 + (99 - 10) / 2
+        assert lr_multiplier(int(mid), 100, cfg) == pytest.approx(
+            0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (int(mid) - 10) / 89)))

@@ -1,0 +1,164 @@
+"""The run report: tolerant metric reading, a complete page, and a partial one."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from kiln.report import build_report, read_metrics
+from kiln.report.fmt import fmt_count, fmt_duration, fmt_flops
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PLOTS = ["loss", "bpb", "throughput", "lr"]
+
+
+def _write_jsonl(path: Path, records: list[dict], tail: str = "") -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail, encoding="utf-8")
+
+
+def _train(step: int, loss: float, tokens_per_s: float = 1000.0) -> dict:
+    return {
+        "kind": "train", "step": step, "loss": loss, "lr": 1e-3 * min(1.0, step / 5),
+        "grad_norm": 1.0, "tokens": step * 512, "tokens_per_s": tokens_per_s,
+        "elapsed_s": step * 0.5,
+    }  # fmt: skip
+
+
+def _val(step: int, bpb: float) -> dict:
+    return {
+        "kind": "val",
+        "step": step,
+        "val_loss": bpb * 0.9,
+        "val_bpb": bpb,
+        "tokens": step * 512,
+    }
+
+
+def _full_run(run: Path) -> None:
+    records = []
+    for step in range(1, 21):
+        # throughput 100 early, 300 later: the last-half mean must be exactly 300
+        records.append(_train(step, 5.0 - 0.1 * step, 100.0 if step < 10 else 300.0))
+        if step % 5 == 0:
+            records.append(_val(step, 3.0 - 0.05 * step))
+    records.append({"kind": "checkpoint", "step": 20, "path": "checkpoints/20"})
+    _write_jsonl(run / "metrics.jsonl", records)
+    (run / "config.toml").write_text(
+        '[model]\ndim = 256\nn_layers = 4\nn_heads = 8\n\n[train]\nsteps = 20\nprecision = "bf16"\n'
+    )
+    (run / "env.json").write_text(json.dumps({
+        "git_hash": "abc1234", "python": "3.11.7", "torch": "2.5.1",
+        "platform": "Linux-x86_64", "device": "cpu", "versions": {"numpy": "1.26.4"},
+    }))  # fmt: skip
+    (run / "model.json").write_text(
+        json.dumps({"params": 21_300_000, "params_non_embedding": 4_000_000,
+                    "flops_per_token": 1_200_000_000})
+    )  # fmt: skip
+    (run / "prepare.json").write_text(
+        json.dumps({"documents_in": 1200, "documents_out": 1100, "skipped": {"too_short": 100}})
+    )
+    (run / "tokens").mkdir()
+    (run / "tokens/index.json").write_text(json.dumps({
+        "dtype": "uint16", "vocab_size": 8192, "eos_id": 0, "unigram_bpb": 2.75,
+        "train": {"documents": 1000, "tokens": 400_000, "bytes": 1_600_000, "shards": ["a", "b"]},
+        "val": {"documents": 100, "tokens": 40_000, "bytes": 160_000, "shards": ["c"]},
+    }))  # fmt: skip
+    (run / "eval.json").write_text(json.dumps({
+        "split": "val", "loss": 1.8, "perplexity": math.exp(1.8), "bpb": 2.1,
+        "tokens": 40_000, "unigram_bpb": 2.75,
+    }))  # fmt: skip
+    (run / "samples.json").write_text(json.dumps([
+        {"prompt": "Once upon", "completion": " a time <script>alert(1)</script> & more",
+         "temperature": 0.8, "top_k": 50, "top_p": 0.95},
+    ]))  # fmt: skip
+
+
+def test_read_metrics_skips_truncated_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    _write_jsonl(path, [_train(1, 4.0), _train(2, 3.5)], tail='{"kind": "train", "step": 3, "lo')
+    records = read_metrics(path)
+    assert [r["step"] for r in records] == [1, 2]
+    assert records[1]["loss"] == 3.5
+
+
+def test_read_metrics_resumed_run_keeps_last_record_per_step(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    first = [_train(s, 10.0 + s) for s in (1, 2, 3, 4)] + [_val(4, 9.0)]
+    resumed = [_train(s, 1.0 * s) for s in (3, 4, 5)] + [_val(4, 2.5)]
+    _write_jsonl(path, first + resumed)
+    records = read_metrics(path)
+    train = [(r["step"], r["loss"]) for r in records if r["kind"] == "train"]
+    assert train == [(1, 11.0), (2, 12.0), (3, 3.0), (4, 4.0), (5, 5.0)]
+    assert [r["val_bpb"] for r in records if r["kind"] == "val"] == [2.5]
+
+
+def test_full_run_report_has_headlines_and_valid_pngs(tmp_path: Path) -> None:
+    _full_run(tmp_path)
+    out = build_report(tmp_path)
+    assert out == tmp_path / "report.html"
+    page = out.read_text(encoding="utf-8")
+    assert "not available" not in page
+    assert "3.0000" in page  # final train loss: 5.0 - 0.1 * 20
+    assert "2.0000 (step 20)" in page  # best val bpb: 3.0 - 0.05 * 20
+    assert "10.2K" in page  # total tokens: 20 * 512
+    assert "<td>300</td>" in page  # mean tokens/s over steps 11..20, the last half
+    assert "10.0s" in page  # wall time
+    assert "21.3M" in page and "1.2 GFLOP" in page
+    assert "abc1234" in page and "numpy" in page
+    assert "Beats the unigram baseline" in page
+    assert "4.000" in page  # bytes per token in the shard table
+    assert "n_heads = 8" in page and "bf16" in page
+    assert "too_short" in page
+    for name in PLOTS:
+        png = tmp_path / "plots" / f"{name}.png"
+        assert f'src="plots/{name}.png"' in page
+        data = png.read_bytes()
+        assert len(data) > 1000 and data.startswith(PNG_MAGIC)
+    assert not list(tmp_path.rglob("*.tmp-*"))
+
+
+def test_report_with_only_metrics_says_what_is_missing(tmp_path: Path) -> None:
+    _write_jsonl(tmp_path / "metrics.jsonl", [_train(1, 4.0), _train(2, 3.0)])
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    for name in ["config.toml", "env.json", "model.json", "prepare.json",
+                 "tokens/index.json", "eval.json", "samples.json"]:  # fmt: skip
+        assert f"not available ({name} missing)" in page
+    assert "not available (no val records in metrics.jsonl)" in page
+    assert (tmp_path / "plots/loss.png").read_bytes().startswith(PNG_MAGIC)
+    assert not (tmp_path / "plots/bpb.png").exists()
+    assert "3.0000" in page
+
+
+def test_empty_run_dir_still_produces_a_report(tmp_path: Path) -> None:
+    (tmp_path / "eval.json").write_text("{not json")
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "not available (metrics.jsonl missing)" in page
+    assert "not available (eval.json unreadable" in page
+
+
+def test_truncated_metrics_line_is_tolerated_by_the_report(tmp_path: Path) -> None:
+    _write_jsonl(tmp_path / "metrics.jsonl", [_train(1, 4.0), _train(2, 3.25)], tail='{"kind": "tr')
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "3.2500" in page
+
+
+def test_sample_text_is_escaped(tmp_path: Path) -> None:
+    _full_run(tmp_path)
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page
+
+
+def test_eval_that_loses_to_unigram_says_so(tmp_path: Path) -> None:
+    (tmp_path / "eval.json").write_text(
+        json.dumps({"split": "val", "bpb": 3.1, "unigram_bpb": 2.9})
+    )
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "Does NOT beat the unigram baseline" in page
+
+
+def test_number_formats() -> None:
+    assert fmt_count(21_300_000) == "21.3M"
+    assert fmt_flops(1.2e9) == "1.2 GFLOP"
+    assert fmt_duration(3 * 3600 + 5 * 60 + 7) == "3h 05m 07s"

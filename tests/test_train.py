@@ -1,0 +1,146 @@
+"""Training invariants: accumulation invariance, exact resume, atomic checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from kiln.report import read_metrics
+from kiln.train import checkpoint as ckpt_mod
+from kiln.train.checkpoint import latest_checkpoint, load_checkpoint
+from kiln.train.trainer import Trainer
+
+
+def train_losses(run_dir, *extra, callbacks=None):
+    trainer = Trainer(tiny_config(run_dir, *extra), callbacks=callbacks)
+    return trainer, trainer.fit()
+
+
+def logged_losses(run_dir) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl")
+            if r["kind"] == "train"}
+
+
+def test_loss_decreases_and_run_dir_is_complete(tiny_run):
+    trainer, losses = train_losses(tiny_run, "train.steps=30", "optim.lr=1e-2")
+    assert sum(losses[-5:]) / 5 < losses[0] - 0.5
+    for name in ("config.toml", "env.json", "model.json", "metrics.jsonl", "checkpoints/latest"):
+        assert (tiny_run / name).exists(), name
+    env = json.loads((tiny_run / "env.json").read_text())
+    assert env["versions"]["torch"] and env["git_hash"]
+    vals = [r for r in read_metrics(tiny_run / "metrics.jsonl") if r["kind"] == "val"]
+    assert [v["step"] for v in vals] == [6, 12, 18, 24, 30] and vals[-1]["val_bpb"] > 0
+
+
+def test_micro_batch_times_accumulation_invariance(tiny_run, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run, other)
+    a, la = train_losses(tiny_run, "train.micro_batch=8", "train.steps=6")
+    b, lb = train_losses(other, "train.micro_batch=2", "train.steps=6")
+    assert a.accum_steps == 1 and b.accum_steps == 4
+    torch.testing.assert_close(torch.tensor(la), torch.tensor(lb), rtol=1e-5, atol=1e-5)
+    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
+        torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-5)
+
+
+def test_in_process_resume_is_bitwise(tiny_run, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run, other)
+    _, straight = train_losses(tiny_run)
+
+    class StopAt:  # a callback that "kills" the run right after the step-6 checkpoint
+        def on_train_start(self, t): ...
+        def on_train_end(self, t): ...
+        def on_step_end(self, t, record):
+            if t.step == 6:
+                raise KeyboardInterrupt
+
+    from kiln.train.callbacks import default_callbacks
+
+    with pytest.raises(KeyboardInterrupt):
+        train_losses(other, callbacks=[*default_callbacks(), StopAt()])
+    _, resumed = train_losses(other)
+    assert len(resumed) == 6
+    assert resumed == straight[6:]  # bitwise: same floats
+
+
+def test_kill_at_random_step_and_resume_is_bitwise(tiny_run, tmp_path):
+    """SIGKILL a real `kiln train` process at a random step, resume, compare every loss."""
+    import shutil
+
+    reference = tmp_path / "reference"
+    shutil.copytree(tiny_run, reference)
+    args = ["--set", "train.checkpoint_every=1", "--set", "train.steps=16"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "kiln.cli", "train", str(reference), *args]
+    subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=300)
+    expected = logged_losses(reference)
+    assert len(expected) == 16
+
+    kill_after = random.Random().randint(2, 12)
+    proc = subprocess.Popen([*cmd[:4], str(tiny_run), *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = tiny_run / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(logged_losses(tiny_run)) >= kill_after:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(logged_losses(tiny_run)) < 16, "the run finished before it could be killed"
+    subprocess.run([*cmd[:4], str(tiny_run), *args], check=True, env=env, capture_output=True,
+                   timeout=300)
+    assert logged_losses(tiny_run) == expected, f"killed after step {kill_after}"
+
+
+def test_interrupted_checkpoint_write_leaves_previous_loadable(tiny_run, monkeypatch):
+    trainer, _ = train_losses(tiny_run, "train.steps=6")
+    good = latest_checkpoint(tiny_run / "checkpoints")
+    assert good.name.endswith("6")
+
+    real_save = torch.save
+
+    def crash_midway(obj, path, *a, **k):
+        real_save(obj, path, *a, **k)
+        if str(path).endswith("optimizer.pt"):
+            raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(ckpt_mod.torch, "save", crash_midway)
+    trainer.step = 9
+    with pytest.raises(OSError, match="simulated"):
+        ckpt_mod.save_checkpoint(tiny_run / "checkpoints", 9, trainer.model, trainer.optimizer,
+                                 trainer.state_dict(), trainer.env)
+    monkeypatch.undo()
+    assert latest_checkpoint(tiny_run / "checkpoints") == good
+    assert not (tiny_run / "checkpoints" / "step_00000009").exists()
+    fresh = Trainer(tiny_config(tiny_run, "train.steps=6"), resume=False)
+    state = load_checkpoint(good, fresh.model, fresh.optimizer)
+    assert state["step"] == 6
+    for p, q in zip(fresh.model.parameters(), trainer.model.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_checkpoint_never_unpickles(tiny_run, monkeypatch):
+    train_losses(tiny_run, "train.steps=6")
+    path = latest_checkpoint(tiny_run / "checkpoints")
+    calls = []
+    real_load = torch.load
+    monkeypatch.setattr(ckpt_mod.torch, "load",
+                        lambda *a, **k: calls.append(k.get("weights_only")) or real_load(*a, **k))
+    fresh = Trainer(tiny_config(tiny_run), resume=False)
+    load_checkpoint(path, fresh.model, fresh.optimizer)
+    assert calls and all(c is True for c in calls)
