@@ -113,3 +113,22 @@ def test_export_is_atomic(tokenizer_path, tmp_path, monkeypatch):
     assert not (out / "old.txt").exists()
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
     assert [p.name for p in tmp_path.iterdir()] == ["hf"]
+
+
+def test_cli_export_of_trained_run(tiny_run):
+    """`kiln export` on a trained run: real tokenizer, weights from the latest checkpoint."""
+    from conftest import tiny_config
+
+    from kiln.cli import _load_model, cmd_export, cmd_train
+
+    cfg = tiny_config(tiny_run)
+    cmd_train(cfg)
+    cmd_export(cfg)
+    out = tiny_run / "export"
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    text = f"def hello():\n    return 1{EOS_TOKEN}"
+    ids = transformers.AutoTokenizer.from_pretrained(out)(text, return_tensors="pt").input_ids
+    assert ids[0].tolist() == load_tokenizer(out / "tokenizer.json").encode(text).ids
+    model, _ = _load_model(cfg)
+    with torch.no_grad():
+        assert (hf(ids).logits - model(ids)).abs().max().item() < 1e-4

@@ -73,9 +73,9 @@ def cmd_train(cfg: Config, resume: bool = True) -> None:
 def cmd_eval(cfg: Config) -> None:
     import torch
 
+    from kiln.atomic import write_json_atomic
     from kiln.data.shards import load_index
     from kiln.eval.perplexity import evaluate
-    from kiln.run_dir import write_json
     from kiln.train.precision import resolve_device, resolve_precision
 
     model, ckpt = _load_model(cfg)
@@ -88,7 +88,7 @@ def cmd_eval(cfg: Config) -> None:
                           e.batch_size, e.max_batches, device, precision)
     result["unigram_bpb"] = load_index(cfg.run_dir / "tokens")["unigram_bpb"]
     result["checkpoint"] = ckpt.name
-    write_json(cfg.run_dir / "eval.json", result)
+    write_json_atomic(cfg.run_dir / "eval.json", result)
     verdict = "below" if result["bpb"] < result["unigram_bpb"] else "NOT below"
     print(f"eval ({e.split}): loss {result['loss']:.4f}, perplexity {result['perplexity']:.2f}, "
           f"{result['bpb']:.4f} bits/byte ({verdict} the unigram baseline "
@@ -98,9 +98,9 @@ def cmd_eval(cfg: Config) -> None:
 def cmd_generate(cfg: Config) -> None:
     import torch
 
+    from kiln.atomic import write_json_atomic
     from kiln.data.tokenizer import eos_id, load_tokenizer
     from kiln.model.sampling import generate
-    from kiln.run_dir import write_json
 
     model, _ = _load_model(cfg)
     tok = load_tokenizer(_tokenizer_path(cfg))
@@ -115,7 +115,7 @@ def cmd_generate(cfg: Config) -> None:
         samples.append({"prompt": prompt, "completion": completion, "temperature": g.temperature,
                         "top_k": g.top_k, "top_p": g.top_p})
         print(f"--- {prompt!r}\n{prompt}{completion}")
-    write_json(cfg.run_dir / "samples.json", samples)
+    write_json_atomic(cfg.run_dir / "samples.json", samples)
 
 
 def cmd_export(cfg: Config) -> None:

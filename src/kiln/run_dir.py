@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import platform
 import subprocess
 import sys
@@ -12,8 +11,8 @@ from typing import Any
 
 import torch
 
+from kiln.atomic import write_json_atomic, write_text_atomic
 from kiln.config import Config, config_to_toml
-from kiln.train.checkpoint import atomic_write_text
 
 _PACKAGES = ("torch", "numpy", "tokenizers", "safetensors", "datatrove", "transformers", "kiln")
 
@@ -52,13 +51,9 @@ def environment(device: str = "") -> dict[str, Any]:
     }
 
 
-def write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
-
-
 def write_run_metadata(cfg: Config, device: str = "") -> None:
     """config.toml (resolved) and env.json (git hash, library versions) in the run dir."""
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.toml", config_to_toml(cfg))
-    write_json(run_dir / "env.json", environment(device))
+    write_text_atomic(run_dir / "config.toml", config_to_toml(cfg))
+    write_json_atomic(run_dir / "env.json", environment(device))

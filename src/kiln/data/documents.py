@@ -17,7 +17,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from tqdm import tqdm
 
-from kiln.data.atomic import write_json_atomic
+from kiln.atomic import write_json_atomic
 from kiln.data.sources import SourceFile, check_sources, list_source_files
 
 # Suffixes that are never text; skipped without being read.

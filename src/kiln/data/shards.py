@@ -17,7 +17,7 @@ from datatrove.data import Document
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from kiln.data.atomic import write_json_atomic
+from kiln.atomic import write_json_atomic
 from kiln.data.tokenizer import eos_id
 
 SPLITS = ("train", "val")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from kiln.data.atomic import atomic_path
+from kiln.atomic import atomic_path
 
 EOS_TOKEN = "<|endoftext|>"
 MIN_VOCAB = 257  # 256 byte symbols + EOS

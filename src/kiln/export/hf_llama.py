@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from kiln.atomic import atomic_dir
 from kiln.data.tokenizer import eos_id, load_tokenizer
-from kiln.export.atomic_dir import atomic_dir
 from kiln.export.hf_tokenizer import write_hf_tokenizer
 from kiln.model.transformer import Transformer, ffn_hidden_size
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kiln.report.atomic import write_text_atomic
+from kiln.atomic import write_text_atomic
 from kiln.report.fmt import as_number
 from kiln.report.html_parts import page
 from kiln.report.plots import write_plots

@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from kiln.report.atomic import atomic_target
+from kiln.atomic import atomic_path
 from kiln.report.fmt import as_number
 from kiln.report.metrics_io import records_of_kind
 
@@ -63,7 +63,7 @@ def save_plot(
     if len(lines) > 1 or baseline is not None:
         ax.legend()
     fig.tight_layout()
-    with atomic_target(path) as tmp:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
 
 

@@ -24,27 +24,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from kiln.atomic import fsync_dir, write_text_atomic
 from kiln.parallel.distributed import DistEnv, barrier, unwrap
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _PREFIX = "step_"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _tied(model: nn.Module) -> bool:
@@ -93,8 +77,8 @@ def save_checkpoint(
         if final.exists():  # re-saving a step after a resume: replace the old copy
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_dir(ckpt_root)
-        atomic_write_text(ckpt_root / "latest", final.name + "\n")
+        fsync_dir(ckpt_root)
+        write_text_atomic(ckpt_root / "latest", final.name + "\n")
         _prune(ckpt_root, keep)
     barrier(env)
     return final

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from kiln.atomic import write_json_atomic
 from kiln.config import Config, ConfigError
 from kiln.data.loader import TokenLoader
 from kiln.data.shards import load_index
@@ -23,7 +24,7 @@ from kiln.parallel.distributed import (
     local_device,
     wrap_model,
 )
-from kiln.run_dir import write_json, write_run_metadata
+from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
 from kiln.train.checkpoint import latest_checkpoint, load_checkpoint
 from kiln.train.precision import autocast, resolve_device, resolve_precision
@@ -136,7 +137,7 @@ class Trainer:
         self._start = time.perf_counter()
         if self.env.is_main:
             write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
-            write_json(self.run_dir / "model.json",
+            write_json_atomic(self.run_dir / "model.json",
                        {**self.figures, "precision": self.precision,
                         "world_size": self.env.world_size, "accum_steps": self.accum_steps})
         for cb in self.callbacks:

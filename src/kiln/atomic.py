@@ -1,0 +1,80 @@
+"""Atomic writes: a reader (or a crash) sees the old file or folder or the new one, never half.
+
+Every output Kiln writes — configs, metrics summaries, tokenizers, shards' index, reports,
+exports, checkpoints — goes through these helpers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_path(path: Path | str) -> Iterator[Path]:
+    """Yield a temporary sibling of `path`; it replaces `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path | str, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(path: Path | str, obj: object) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2) + "\n")
+
+
+@contextmanager
+def atomic_dir(path: Path | str) -> Iterator[Path]:
+    """Yield an empty temporary sibling folder of `path`; it replaces `path` only on success.
+
+    A non-empty folder cannot be replaced by one rename, so the old one is moved aside
+    first and restored if the swap fails.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+        if path.exists():
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if old.exists():
+                os.replace(old, path)
+            raise
+        fsync_dir(path.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
