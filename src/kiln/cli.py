@@ -215,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"kiln: config error: {e}", file=sys.stderr)
         return 2
+    except FileNotFoundError as e:  # a missing earlier stage: the message says what to run
+        print(f"kiln: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
