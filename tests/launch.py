@@ -17,7 +17,13 @@ def free_port() -> int:
 
 
 def run_ranks(args: list[str], world_size: int, timeout: float = 300, cwd: Path | None = None):
-    """Run `python -m kiln.cli ARGS` as `world_size` ranks; returns rank 0's output.
+    """Run `python -m kiln.cli ARGS` as `world_size` ranks; returns rank 0's output."""
+    return run_python(["-m", "kiln.cli", *args], world_size, timeout, cwd)
+
+
+def run_python(args: list[str], world_size: int, timeout: float = 300, cwd: Path | None = None):
+    """Run `python ARGS` (a script path or `-m module`, then its arguments) as `world_size`
+    gloo ranks with torchrun's environment variables; returns rank 0's output.
 
     Every rank is killed if any fails or the timeout passes, so a hung collective fails the
     test instead of hanging CI."""
@@ -28,7 +34,7 @@ def run_ranks(args: list[str], world_size: int, timeout: float = 300, cwd: Path 
                "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
                "LOCAL_WORLD_SIZE": str(world_size), "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "kiln.cli", *args], env=env, cwd=cwd,
+            [sys.executable, *args], env=env, cwd=cwd,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         ))
     deadline = time.monotonic() + timeout

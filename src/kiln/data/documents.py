@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,6 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from tqdm import tqdm
 
-from kiln.atomic import write_json_atomic
 from kiln.data.sources import SourceFile, check_sources, list_source_files
 
 # Suffixes that are never text; skipped without being read.
@@ -135,42 +133,17 @@ class SourceReader(PipelineStep):
                 row += 1
 
 
-def _summarise(counts: dict[str, int], sources: list[str], max_bytes: int) -> dict:
-    skipped = {k.split("/", 1)[1]: v for k, v in sorted(counts.items()) if k.startswith("skipped/")}
-    return {
-        "sources": sources or ["<stdlib>"],
-        "max_bytes": max_bytes,
-        "documents": counts.get("documents", 0),
-        "bytes": counts.get("bytes", 0),
-        "skipped": skipped,
-    }
-
-
 def prepare_documents(sources: list[str], out_dir: Path | str, max_bytes: int = 0) -> dict:
-    """Run reader + JsonlWriter through datatrove's local executor; write and return prepare.json.
+    """Read sources into out_dir/documents/*.jsonl.gz (the bare read -> write pipeline).
 
-    Output: out_dir/documents/*.jsonl.gz, datatrove logs under out_dir/logs/prepare.
+    Runs through `kiln.data.pipeline.run_prepare`, always from scratch; writes and returns
+    prepare.json (documents, bytes, skip reasons) and writes yield.json.
     """
-    from datatrove.executor import LocalPipelineExecutor
-    from datatrove.pipeline.writers import JsonlWriter
+    from kiln.data.pipeline import PrepareConfig, run_prepare
 
-    out_dir = Path(out_dir)
-    reader = SourceReader(sources, max_bytes=max_bytes)  # checks paths before anything runs
-    (out_dir / "prepare.json").unlink(missing_ok=True)
-    shutil.rmtree(out_dir / "documents", ignore_errors=True)
-    executor = LocalPipelineExecutor(
-        [reader, JsonlWriter(str(out_dir / "documents"))],
-        tasks=1,
-        workers=1,
-        logging_dir=str(out_dir / "logs" / "prepare"),
-        skip_completed=False,  # a re-run must redo the work, not trust a stale marker
-    )
-    stats = executor.run()
-    # The executor runs a deep copy of the pipeline, so counts come back through its stats.
-    counts = {k: int(v.total) for k, v in stats.stats[0].stats.items()}
-    summary = _summarise(counts, list(sources), max_bytes)
-    write_json_atomic(out_dir / "prepare.json", summary)
-    return summary
+    check_sources(sources)  # before anything is cleared
+    cfg = PrepareConfig(stages=["read", "write"], tasks=1, workers=1)
+    return run_prepare(cfg, out_dir, sources=list(sources), max_bytes=max_bytes, redo=True)
 
 
 def read_documents(out_dir: Path | str) -> Iterator[Document]:

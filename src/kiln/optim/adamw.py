@@ -22,6 +22,12 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+    """The optimizer `cfg.name` names: 'adamw', or 'muon' (Muon on hidden matrices and
+    AdamW on the rest, in one optimizer; see kiln.optim.muon)."""
+    if cfg.name == "muon":
+        from kiln.optim.muon import build_muon
+
+        return build_muon(model, cfg)
     if cfg.name != "adamw":
         raise ValueError(f"optim.name '{cfg.name}' is not implemented")
     # the fused kernel exists for CPU and CUDA and is bitwise-deterministic; DTensor

@@ -19,6 +19,7 @@ from kiln.report.sections_run import (
     summary_section,
     tokens_section,
 )
+from kiln.report.sections_yield import yield_section
 from kiln.report.summary import Summary, summarize
 
 
@@ -47,6 +48,7 @@ def build_report(run_dir: Path) -> Path:
         model_section(load_json(run_dir, "model.json")),
         tokens_section(index),
         data_section(load_json(run_dir, "prepare.json")),
+        yield_section(load_json(run_dir, "yield.json"), index),
         environment_section(load_json(run_dir, "env.json")),
         config_section(load_text(run_dir, "config.toml")),
     ]

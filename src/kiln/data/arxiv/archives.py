@@ -1,0 +1,190 @@
+"""Read an arXiv source archive in memory, refusing anything unsafe — nothing touches the disk.
+
+Accepted formats, detected from the bytes (never the file name), in this order: gzip (its payload
+is then a tar, or a single .tex file), tar, plain text. The gzip check runs before the tar check,
+so a single gzipped .tex is accepted (the digest's reference rejects it by trying tar first).
+
+Refused with a reason, the rest still read:
+- members: absolute path, ``..`` traversal, symlink, hard link, device/fifo, over `max_member_bytes`;
+- whole archive: corrupt bytes, decompressed size over `max_total_bytes`, or a decompression ratio
+  over `max_ratio` (zip bomb). Decompression stops after limit+1 output bytes, whatever the
+  headers claim.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import tarfile
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+
+TEX_SUFFIXES = (".tex", ".ltx", ".latex")
+MACRO_SUFFIXES = (".sty", ".cls", ".def")
+CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """Safety limits; the ratio rule only applies once output passes `ratio_floor_bytes`."""
+
+    max_member_bytes: int = 5 * 1024 * 1024  # digest: read .tex members <= 5 MB
+    max_total_bytes: int = 200 * 1024 * 1024
+    max_ratio: float = 100.0
+    ratio_floor_bytes: int = 1024 * 1024
+    max_members: int = 10_000
+
+
+class ArchiveRefused(Exception):
+    """The whole archive is refused; `reason` is the stat key."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass
+class ArchiveContents:
+    """Decoded LaTeX sources by normalised relative path, plus member-level refusals."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    refused: Counter = field(default_factory=Counter)
+    kind: str = ""
+    non_utf8: int = 0
+
+
+def gunzip_limited(raw: bytes, limits: ArchiveLimits) -> bytes:
+    """Decompress (possibly multi-member) gzip, reading at most limit+1 bytes of output."""
+    budget = min(limits.max_total_bytes, max(int(limits.max_ratio * len(raw)), limits.ratio_floor_bytes))
+    out = bytearray()
+    data = raw
+    try:
+        while data:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            pos = 0
+            while not d.eof:
+                chunk = data[pos : pos + CHUNK]
+                pos += len(chunk)
+                if not chunk and not d.unconsumed_tail:
+                    raise ArchiveRefused("corrupt", "truncated gzip stream")
+                out += d.decompress(d.unconsumed_tail + chunk, budget + 1 - len(out))
+                while d.unconsumed_tail and len(out) <= budget:
+                    out += d.decompress(d.unconsumed_tail, budget + 1 - len(out))
+                if len(out) > budget:
+                    if budget < limits.max_total_bytes:
+                        raise ArchiveRefused("bomb_ratio", f"> {limits.max_ratio:g}x {len(raw)} bytes")
+                    raise ArchiveRefused("too_large", f"> {limits.max_total_bytes} bytes")
+            data = d.unused_data + data[pos:]
+            data = data.lstrip(b"\x00")  # zero padding after the last member is legal
+    except zlib.error as exc:
+        raise ArchiveRefused("corrupt", str(exc)) from exc
+    return bytes(out)
+
+
+def member_problem(member: tarfile.TarInfo, limits: ArchiveLimits) -> str | None:
+    """Why a tar member must not be read, or None."""
+    name = member.name
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return "absolute_path"
+    if ".." in name.replace("\\", "/").split("/"):
+        return "path_traversal"
+    if member.issym():
+        return "symlink"
+    if member.islnk():
+        return "hardlink"
+    if member.ischr() or member.isblk() or member.isfifo() or member.isdev():
+        return "device"
+    if not member.isfile():
+        return "not_regular"
+    if member.size > limits.max_member_bytes:
+        return "member_too_large"
+    return None
+
+
+def decode_tex(raw: bytes) -> tuple[str, bool]:
+    """UTF-8, else Latin-1 (common in old submissions); True when the fallback was used."""
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return raw.decode("latin-1"), True
+
+
+def _is_tar(payload: bytes) -> bool:
+    if payload[257:262] == b"ustar":
+        return True
+    if len(payload) < 512:
+        return False
+    try:  # old v7 archives have no magic: the header checksum decides
+        tarfile.TarInfo.frombuf(payload[:512], "utf-8", "surrogateescape")
+        return True
+    except tarfile.HeaderError:
+        return False
+
+
+def _read_tar(payload: bytes, limits: ArchiveLimits, out: ArchiveContents) -> None:
+    total = 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(payload), mode="r:") as tar:
+            for n, member in enumerate(tar):
+                if n >= limits.max_members:
+                    raise ArchiveRefused("too_many_members", str(n))
+                if member.isdir():
+                    continue
+                if problem := member_problem(member, limits):
+                    out.refused[problem] += 1
+                    continue
+                name = posixpath.normpath(member.name.replace("\\", "/"))
+                if not name.lower().endswith(TEX_SUFFIXES + MACRO_SUFFIXES):
+                    continue
+                total += member.size
+                if total > limits.max_total_bytes:
+                    raise ArchiveRefused("too_large", f"> {limits.max_total_bytes} bytes")
+                f = tar.extractfile(member)
+                raw = f.read(limits.max_member_bytes + 1) if f else b""
+                if len(raw) != member.size:
+                    raise ArchiveRefused("corrupt", f"member {name!r} truncated")
+                out.files[name], fallback = decode_tex(raw)
+                out.non_utf8 += fallback
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise ArchiveRefused("corrupt", str(exc)) from exc
+
+
+def _looks_like_latex(text: str) -> bool:
+    return "\\documentclass" in text or "\\documentstyle" in text or "\\begin{document}" in text
+
+
+def read_source_archive(
+    raw: bytes, name: str = "main.tex", limits: ArchiveLimits | None = None
+) -> ArchiveContents:
+    """Parse one submission's bytes; raises ArchiveRefused for a refused whole archive.
+
+    A single (gzipped or plain) file is kept only if it looks like a LaTeX document
+    (``\\documentclass``/``\\documentstyle``/``\\begin{document}``), else `files` is empty.
+    """
+    limits = limits or ArchiveLimits()
+    out = ArchiveContents()
+    if len(raw) > limits.max_total_bytes:
+        raise ArchiveRefused("too_large", f"{len(raw)} bytes on disk")
+    payload, kind = raw, "plain"
+    if raw[:2] == b"\x1f\x8b":
+        payload, kind = gunzip_limited(raw, limits), "gzip"
+    if _is_tar(payload):
+        out.kind = "tar.gz" if kind == "gzip" else "tar"
+        _read_tar(payload, limits, out)
+        return out
+    out.kind = kind
+    if payload[:5] == b"%PDF-":
+        raise ArchiveRefused("pdf_only")
+    if b"\x00" in payload[:CHUNK]:
+        raise ArchiveRefused("corrupt", "binary data")
+    if len(payload) > limits.max_member_bytes:
+        raise ArchiveRefused("member_too_large", f"{len(payload)} bytes")
+    text, fallback = decode_tex(payload)
+    if _looks_like_latex(text):
+        stem = name.rsplit("/", 1)[-1]
+        for ext in (".gz", ".tgz", ".tar"):
+            stem = stem.removesuffix(ext)
+        out.files[stem if stem.endswith(TEX_SUFFIXES) else stem + ".tex"] = text
+        out.non_utf8 += fallback
+    return out

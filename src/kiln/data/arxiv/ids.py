@@ -1,0 +1,52 @@
+"""arXiv identifiers -> source-archive file names in a local folder.
+
+Mapping (the layout of arXiv's bulk source dumps, flattened or not):
+
+- new-style ``2101.00001`` (optionally ``v2``): stem ``2101.00001``
+- old-style ``hep-th/9901001``: stem ``hep-th9901001`` (the slash is dropped, as arXiv does)
+
+The archive is looked up as ``<folder>/<yymm>/<stem><ext>`` and then ``<folder>/<stem><ext>``,
+for ext in ``""``, ``.tar``, ``.tar.gz``, ``.tgz``, ``.gz``, ``.tex`` (first hit wins); ``yymm`` is the
+first four digits of the number (``2101``, ``9901``). The version suffix is ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+NEW_STYLE = re.compile(r"^(\d{4})\.(\d{4,5})(v\d+)?$")
+OLD_STYLE = re.compile(r"^([a-z][a-z\-]*(?:\.[A-Z]{2})?)/(\d{7})(v\d+)?$")
+ARCHIVE_EXTENSIONS = ("", ".tar", ".tar.gz", ".tgz", ".gz", ".tex")
+
+
+def archive_stem(arxiv_id: str) -> tuple[str, str]:
+    """(yymm, file stem) for an id; ValueError names the id if it is neither style."""
+    arxiv_id = arxiv_id.strip()
+    if m := NEW_STYLE.match(arxiv_id):
+        return m.group(1), f"{m.group(1)}.{m.group(2)}"
+    if m := OLD_STYLE.match(arxiv_id):
+        return m.group(2)[:4], f"{m.group(1).split('.')[0]}{m.group(2)}"
+    raise ValueError(f"not an arXiv id: {arxiv_id!r}")
+
+
+def find_source_archive(folder: Path | str, arxiv_id: str) -> Path | None:
+    """The local source archive for `arxiv_id`, or None when no candidate file exists."""
+    yymm, stem = archive_stem(arxiv_id)
+    folder = Path(folder)
+    for base in (folder / yymm, folder):
+        for ext in ARCHIVE_EXTENSIONS:
+            path = base / f"{stem}{ext}"
+            if path.is_file():
+                return path
+    return None
+
+
+def id_year(arxiv_id: str) -> int | None:
+    """Submission year encoded in the id (yymm), used when the metadata has no dates."""
+    try:
+        yymm, _ = archive_stem(arxiv_id)
+    except ValueError:
+        return None
+    yy = int(yymm[:2])
+    return 1900 + yy if yy >= 91 else 2000 + yy

@@ -1,0 +1,144 @@
+"""LaTeX sources of one paper -> "Title: …\\nAbstract: …\\nBody: …" text.
+
+Order: choose the main file, resolve \\input/\\include/\\subfile inside the archive (comments
+stripped per file), split preamble/body, collect macro definitions (local .sty files named by
+\\usepackage, then preamble, then body; later wins) and remove them, expand macros, pull title
+and abstract, convert the body (`latex_convert`). Title/abstract from arXiv metadata win over
+the source's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from datatrove.data import DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
+from kiln.data.arxiv.latex_convert import LatexConverter
+from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
+from kiln.data.arxiv.latex_source import (
+    find_main_file,
+    read_bracket,
+    read_group,
+    resolve_includes,
+    skip_blanks,
+    split_document,
+    strip_comments,
+)
+
+USEPACKAGE = re.compile(r"\\usepackage\s*(?:\[[^\]]*\])?\s*\{([^}]*)\}")
+TITLE = re.compile(r"\\title(?![a-zA-Z@])\s*")
+ABSTRACT_ENV = re.compile(r"\\begin\s*\{abstract\}(.*?)\\end\s*\{abstract\}", re.S)
+ABSTRACT_MACRO = re.compile(r"\\abstract(?![a-zA-Z@])\s*(?=\{)")
+
+
+@dataclass
+class ExtractResult:
+    """Extraction of one paper; `main` is None when no main file was found."""
+
+    main: str | None
+    title: str = ""
+    abstract: str = ""
+    body: str = ""
+    counts: Counter = field(default_factory=Counter)
+
+    def text(self, title: str | None = None, abstract: str | None = None) -> str:
+        """The training text; `title`/`abstract` (e.g. from arXiv metadata) override the source's."""
+        return f"Title: {title or self.title}\nAbstract: {abstract or self.abstract}\nBody: {self.body}"
+
+
+def format_document(title: str, abstract: str, body: str) -> str:
+    return f"Title: {title}\nAbstract: {abstract}\nBody: {body}"
+
+
+def _convert(fragment: str, theorems: dict[str, str], counts: Counter) -> str:
+    return LatexConverter(fragment, theorems, counts).text()
+
+
+def _title_source(text: str) -> str | None:
+    m = TITLE.search(text)
+    if not m:
+        return None
+    pos = m.end()
+    if text[pos : pos + 1] == "[":
+        pos = skip_blanks(text, (read_bracket(text, pos) or ("", pos + 1))[1])
+    group = read_group(text, pos) if text[pos : pos + 1] == "{" else None
+    return group[0] if group else None
+
+
+def _abstract_source(text: str) -> str | None:
+    if m := ABSTRACT_ENV.search(text):
+        return m.group(1)
+    if m := ABSTRACT_MACRO.search(text):
+        group = read_group(text, m.end())
+        return group[0] if group else None
+    return None
+
+
+def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResult:
+    """Extract one paper from its sources (archive path -> text); nothing outside `files` is read."""
+    main = main or find_main_file(files)
+    if main is None or main not in files:
+        return ExtractResult(main=None)
+    counts: Counter = Counter()
+    preamble, body = split_document(resolve_includes(files, main, counts))
+    macro_sources = []
+    for m in USEPACKAGE.finditer(preamble):
+        for package in m.group(1).split(","):
+            if (sty := f"{package.strip()}.sty") in files:
+                macro_sources.append(strip_comments(files[sty]))
+    macros: dict = {}
+    theorems: dict[str, str] = {}
+    for source in [*macro_sources, preamble]:
+        _, found, named = collect_definitions(source, counts)
+        macros.update(found)
+        theorems.update(named)
+    body, found, named = collect_definitions(body, counts)
+    macros.update(found)
+    theorems.update(named)
+    body = expand_macros(body, macros, counts)
+    result = ExtractResult(main=main, counts=counts)
+    if (title := _title_source(body) or _title_source(preamble)) is not None:
+        result.title = _convert(expand_macros(title, macros, counts), theorems, Counter())
+    if (abstract := _abstract_source(body) or _abstract_source(preamble)) is not None:
+        result.abstract = _convert(expand_macros(abstract, macros, counts), theorems, Counter())
+    result.body = _convert(body, theorems, counts)
+    return result
+
+
+class LatexToText(PipelineStep):
+    """Documents with ``metadata["latex_files"]`` -> the training text in `doc.text`.
+
+    Stats: ``converted``, ``empty_tex/no_main``, ``empty_tex/no_text`` (empty body),
+    ``error/<exception>`` (document dropped, run continues) and the extraction counters
+    (``includes_refused``, ``macros_expanded``...). Papers with empty body are dropped.
+    """
+
+    type = "✂️ - EXTRAC"
+    name = "🔥 LaTeX to text"
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
+        for doc in data or ():
+            files = doc.metadata.pop("latex_files", None)
+            if not files:
+                self.stat_update("empty_tex/no_files")
+                continue
+            try:
+                result = latex_to_text(files)
+            except (RecursionError, ValueError, IndexError, KeyError, TypeError) as exc:
+                self.stat_update(f"error/{type(exc).__name__}")
+                continue
+            for key, n in result.counts.items():
+                self.stat_update(key, value=n)
+            if result.main is None:
+                self.stat_update("empty_tex/no_main")
+                continue
+            if not result.body.strip():
+                self.stat_update("empty_tex/no_text")
+                continue
+            self.stat_update("converted")
+            doc.text = result.text(doc.metadata.get("title"), doc.metadata.get("abstract"))
+            doc.metadata["main_file"] = result.main
+            yield doc

@@ -1,0 +1,384 @@
+"""LaTeX body -> plain text with Markdown headings and LaTeX math, one pass over a token list.
+
+Tokens come from one regex (control words/symbols, $, braces, brackets, text runs); braces and
+environments are matched up front, so nesting is handled by index ranges, not by regexes. Math is
+copied from the source verbatim. Unbalanced input degrades (stray closers skipped, unclosed
+groups run to the end) instead of failing. See `latex_rules` for what happens to each construct.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from kiln.data.arxiv.latex_rules import (
+    ACCENT_WORDS,
+    ACCENTS,
+    CODE_ENVS,
+    DROP,
+    DROP_ENVS,
+    HEADING_ENVS,
+    HEADINGS,
+    LIST_ENVS,
+    MATH_ENVS,
+    RUN_IN_HEADINGS,
+    THEOREMS,
+    accent_text,
+    env_args,
+    macro_args,
+    symbol_text,
+)
+
+TOKEN = re.compile(r"(\\[a-zA-Z@]+\*?)|(\\.|\\\Z)|(\$\$?)|([{}])|([\[\]])|([~&])|([^\\{}\[\]$~&]+)", re.S)
+WORD, SYMBOL, DOLLAR, BRACE, BRACKET, TIE, TEXT = range(1, 8)
+LABEL = re.compile(r"\\label\s*\{[^{}]*\}")
+BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
+SPACES = re.compile(r"[ \t\r\f\v]+")
+SPACING_SYMBOLS = {" ": " ", ",": " ", ";": " ", ":": " ", "\n": " ", "\t": " "}
+SILENT_SYMBOLS = frozenset("!-/@<>|")
+
+
+def _fix_text(t: str) -> str:
+    if "-" in t or "`" in t or "'" in t:
+        t = t.replace("---", "—").replace("--", "–").replace("``", '"').replace("''", '"')
+    return t
+
+
+PUNCT_SPACE = re.compile(r"[ ]+(?=[.,;:!?])")
+PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
+
+
+class LatexConverter:
+    """Convert one LaTeX fragment; `theorems` maps environment names to printed titles."""
+
+    def __init__(self, source: str, theorems: dict[str, str] | None = None, counts: Counter | None = None):
+        if "\x00" in source or "\x01" in source:  # reserved for placeholders
+            source = source.replace("\x00", "").replace("\x01", "")
+        self.src = source
+        self.theorems = {**THEOREMS, **(theorems or {})}
+        self.counts = counts if counts is not None else Counter()
+        self.kind: list[int] = []
+        self.val: list[str] = []
+        self.start: list[int] = []
+        self.end: list[int] = []
+        for m in TOKEN.finditer(source):
+            self.kind.append(m.lastindex)
+            self.val.append(m.group(m.lastindex))
+            self.start.append(m.start())
+            self.end.append(m.end())
+        self.n = len(self.kind)
+        self.code: list[str] = []
+        self._match_braces()
+        self._match_environments()
+
+    # --- structure -------------------------------------------------------------------------
+    def _match_braces(self) -> None:
+        self.match: dict[int, int] = {}
+        stack: list[int] = []
+        for i, (k, v) in enumerate(zip(self.kind, self.val)):
+            if k == BRACE:
+                if v == "{":
+                    stack.append(i)
+                elif stack:
+                    self.match[stack.pop()] = i
+        for i in stack:
+            self.match[i] = self.n
+
+    def _env_name(self, i: int) -> tuple[str, int] | None:
+        """Name in `\\begin{name}` / `\\end{name}` at token i, and the token index after it."""
+        j = i + 1
+        if j < self.n and self.kind[j] == TEXT and not self.val[j].strip():
+            j += 1
+        if j + 2 < self.n and self.val[j] == "{" and self.kind[j + 1] == TEXT and self.val[j + 2] == "}":
+            return self.val[j + 1].strip(), j + 3
+        return None
+
+    def _match_environments(self) -> None:
+        self.env_end: dict[int, int] = {}
+        stack: list[tuple[str, int]] = []
+        for i in range(self.n):
+            if self.kind[i] != WORD or self.val[i] not in ("\\begin", "\\end"):
+                continue
+            named = self._env_name(i)
+            if named is None:
+                continue
+            if self.val[i] == "\\begin":
+                stack.append((named[0], i))
+            elif any(name == named[0] for name, _ in stack):
+                while stack:
+                    name, b = stack.pop()
+                    self.env_end[b] = i
+                    if name == named[0]:
+                        break
+
+    # --- argument helpers --------------------------------------------------------------------
+    def _next(self, i: int) -> int:
+        """Index of the next token that is not a blank text run (no blank line crossed)."""
+        while i < self.n and self.kind[i] == TEXT and not self.val[i].strip() and self.val[i].count("\n") < 2:
+            i += 1
+        return i
+
+    def _bracket_end(self, i: int) -> int | None:
+        """For '[' at i: index of its ']' at brace depth 0."""
+        k = i + 1
+        while k < self.n:
+            if self.kind[k] == BRACE and self.val[k] == "{":
+                k = self.match[k] + 1
+                continue
+            if self.val[k] == "]" and self.kind[k] == BRACKET:
+                return k
+            if self.kind[k] == TEXT and self.val[k].count("\n") >= 2:
+                return None
+            k += 1
+        return None
+
+    def _skip_args(self, i: int, shape: str) -> int:
+        for c in shape:
+            j = self._next(i)
+            if j >= self.n:
+                return j
+            if c == "[" and self.val[j] == "[" and self.kind[j] == BRACKET:
+                close = self._bracket_end(j)
+                if close is not None:
+                    i = close + 1
+            elif c == "{":
+                if self.val[j] == "{" and self.kind[j] == BRACE:
+                    i = self.match[j] + 1
+                elif self.kind[j] in (WORD, SYMBOL) or (self.kind[j] == TEXT and len(self.val[j]) == 1):
+                    i = j + 1
+        return i
+
+    def _group_text(self, j: int) -> tuple[str, int] | None:
+        """Converted text of the {group} at j (None if j is not a group) and the index after it."""
+        if j < self.n and self.kind[j] == BRACE and self.val[j] == "{":
+            e = self.match[j]
+            out: list[str] = []
+            self.convert(j + 1, e, out)
+            return " ".join("".join(out).split()), e + 1
+        return None
+
+    # --- conversion ----------------------------------------------------------------------------
+    def convert(self, i: int, j: int, out: list[str]) -> None:
+        kind, val = self.kind, self.val
+        while i < j:
+            k = kind[i]
+            if k == TEXT:
+                out.append(_fix_text(val[i]))
+                i += 1
+            elif k == BRACE:
+                if val[i] == "{":
+                    e = min(self.match[i], j)
+                    self.convert(i + 1, e, out)
+                    i = e + 1
+                else:
+                    i += 1
+            elif k == BRACKET:
+                out.append(val[i])
+                i += 1
+            elif k == TIE:
+                out.append(" ")
+                i += 1
+            elif k == DOLLAR:
+                i = self._dollar(i, j, out)
+            elif k == SYMBOL:
+                i = self._symbol(i, j, out)
+            else:
+                i = self._word(i, j, out)
+
+    def _find(self, i: int, j: int, kind: int, value: str) -> int | None:
+        for k in range(i, j):
+            if self.kind[k] == kind and self.val[k] == value:
+                return k
+            if kind == DOLLAR and self.kind[k] == TEXT and self.val[k].count("\n") >= 2:
+                return None  # TeX forbids a paragraph break inside $...$
+        return None
+
+    def _dollar(self, i: int, j: int, out: list[str]) -> int:
+        close = self._find(i + 1, j, DOLLAR, self.val[i])
+        if close is None:
+            self.counts["unclosed_math"] += 1
+            return i + 1
+        out.append(self._math(self.src[self.start[i] : self.end[close]], self.val[i] in ("$$", "\\[")))
+        return close + 1
+
+    def _math(self, raw: str, display: bool) -> str:
+        """Math source is kept (minus \\label) behind a placeholder that `tidy` restores."""
+        self.code.append(LABEL.sub("", raw) if "\\label" in raw else raw)
+        mark = f"\x01{len(self.code) - 1}\x01"
+        return f" {mark} " if display else mark
+
+    def _symbol(self, i: int, j: int, out: list[str]) -> int:
+        c = self.val[i][1:]
+        if c == "\\":
+            out.append("\n")
+            return self._skip_args(i + 1, "[")
+        if c in "([":
+            close = self._find(i + 1, j, SYMBOL, "\\)" if c == "(" else "\\]")
+            if close is None:
+                self.counts["unclosed_math"] += 1
+                return i + 1
+            out.append(self._math(self.src[self.start[i] : self.end[close]], self.val[i] in ("$$", "\\[")))
+            return close + 1
+        if c in ACCENTS:
+            return self._accent(c, i + 1, out)
+        if c in "%&$#_{}":
+            out.append(c)
+        elif c in SPACING_SYMBOLS:
+            out.append(" ")
+        elif c not in SILENT_SYMBOLS:
+            self.counts["unknown_symbol"] += 1
+        return i + 1
+
+    def _accent(self, accent: str, j: int, out: list[str]) -> int:
+        if j >= self.n:
+            return j
+        if self.kind[j] == BRACE and self.val[j] == "{":
+            e = self.match[j]
+            letter = self.src[self.end[j] : self.start[e]] if e < self.n else ""
+            out.append(accent_text(accent, letter.strip()))
+            return e + 1
+        if self.kind[j] == WORD:
+            out.append(accent_text(accent, self.val[j]))
+            return j + 1
+        if self.kind[j] == TEXT and self.val[j][:1].strip():
+            out.append(accent_text(accent, self.val[j][0]) + _fix_text(self.val[j][1:]))
+            return j + 1
+        return j
+
+    def _word(self, i: int, j: int, out: list[str]) -> int:
+        name = self.val[i][1:]
+        base = name.rstrip("*")
+        if base == "begin":
+            return self._environment(i, j, out)
+        if base == "end":
+            named = self._env_name(i)
+            return named[1] if named else i + 1
+        if base in HEADINGS or base in RUN_IN_HEADINGS:
+            k = self._skip_args(i + 1, "[")
+            title = self._group_text(self._next(k))
+            if title is None:
+                return k
+            if base in HEADINGS:
+                out.append(f"\n\n{HEADINGS[base]} {title[0]}\n\n")
+            else:
+                out.append(f"\n\n{title[0]}{'' if title[0][-1:] in '.?!:' else '.'} ")
+            return title[1]
+        if base == "verb":
+            return self._verb(i, out)
+        if base in DROP:
+            return self._skip_args(i + 1, DROP[base])
+        if base == "item":
+            out.append("\n- ")
+            k = self._next(i + 1)
+            if k < self.n and self.kind[k] == BRACKET and self.val[k] == "[":
+                close = self._bracket_end(k)
+                if close is not None:
+                    label: list[str] = []
+                    self.convert(k + 1, close, label)
+                    out.append("".join(label).strip() + ": ")
+                    return close + 1
+            return i + 1
+        if base == "ensuremath":
+            k = self._next(i + 1)
+            if k < self.n and self.val[k] == "{" and self.kind[k] == BRACE:
+                e = self.match[k]
+                out.append(self._math("$" + self.src[self.end[k] : self.start[e] if e < self.n else len(self.src)] + "$", False))
+                return e + 1
+            return i + 1
+        if base in ACCENT_WORDS:
+            k = self._next(i + 1)
+            if k < self.n and self.kind[k] == BRACE:
+                return self._accent(base, k, out)
+        symbol = symbol_text(base)
+        if symbol is not None:
+            out.append(symbol)
+            return i + 1
+        # Unknown or formatting macro: drop its optional arguments, keep mandatory groups' text.
+        shape = macro_args(base)
+        return self._skip_args(i + 1, shape[: len(shape) - len(shape.lstrip("*["))])
+
+    def _verb(self, i: int, out: list[str]) -> int:
+        pos = self.end[i]
+        if pos >= len(self.src):
+            return i + 1
+        delim = self.src[pos]
+        close = self.src.find(delim, pos + 1)
+        if close < 0 or "\n" in self.src[pos + 1 : close]:
+            return i + 1
+        out.append("`" + self.src[pos + 1 : close] + "`")
+        k = i + 1
+        while k < self.n and self.end[k] <= close + 1:
+            k += 1
+        if k < self.n and self.start[k] <= close:  # a text run straddling the closing delimiter
+            out.append(_fix_text(self.src[close + 1 : self.end[k]]))
+            k += 1
+        return k
+
+    def _environment(self, i: int, j: int, out: list[str]) -> int:
+        named = self._env_name(i)
+        if named is None:
+            return i + 1
+        name, inner = named
+        end = min(self.env_end.get(i, self.n), j)
+        after = end
+        if end < j:
+            closing = self._env_name(end)
+            after = closing[1] if closing else end + 1
+        if name in MATH_ENVS:
+            out.append(self._math(self.src[self.start[i] : self.end[after - 1]], True))
+        elif name in DROP_ENVS:
+            self.counts["env_dropped"] += 1
+        elif name in CODE_ENVS:
+            inner = self._skip_args(inner, env_args(name))
+            body = self.src[self.start[inner] if inner < self.n else len(self.src) : self.start[end] if end < self.n else len(self.src)]
+            self.code.append("```\n" + body.strip("\n") + "\n```")
+            out.append(f"\n\n\x00{len(self.code) - 1}\x00\n\n")
+        elif name in self.theorems:
+            k = self._next(inner)
+            label = ""
+            if k < self.n and self.kind[k] == BRACKET and self.val[k] == "[":
+                close = self._bracket_end(k)
+                if close is not None:
+                    parts: list[str] = []
+                    self.convert(k + 1, close, parts)
+                    label, inner = f" ({' '.join(''.join(parts).split())})", close + 1
+            out.append(f"\n\n{self.theorems[name]}{label}. ")
+            self.convert(inner, end, out)
+            out.append("\n\n")
+        else:
+            if name in HEADING_ENVS:
+                out.append(f"\n\n## {HEADING_ENVS[name]}\n\n")
+            inner = self._skip_args(inner, env_args(name))
+            out.append("\n" if name in LIST_ENVS else " ")
+            self.convert(inner, end, out)
+            out.append("\n" if name in LIST_ENVS else " ")
+        return after
+
+    def text(self) -> str:
+        """The whole fragment as tidy text: paragraphs reflowed, headings and list items kept."""
+        out: list[str] = []
+        self.convert(0, self.n, out)
+        return tidy("".join(out), self.code)
+
+
+def tidy(text: str, code: list[str]) -> str:
+    """Collapse blanks; join lines inside a paragraph, except headings, list items and code.
+
+    Math and code sit behind placeholders (\\x01n\\x01, \\x00n\\x00) until the end, so they
+    come out byte for byte.
+    """
+    blocks = []
+    for block in BLANK_LINES.split(SPACES.sub(" ", text)):
+        lines: list[str] = []
+        for line in block.split("\n"):
+            line = line.strip()
+            if not line:
+                continue
+            if lines and not line.startswith(("- ", "#", "\x00")) and not lines[-1].startswith(("#", "\x00")):
+                lines[-1] += " " + line
+            else:
+                lines.append(line)
+        if lines:
+            blocks.append("\n".join(lines))
+    result = PUNCT_SPACE.sub("", "\n\n".join(blocks))
+    return PROTECTED.sub(lambda m: code[int(m.group(2))], result) if code else result

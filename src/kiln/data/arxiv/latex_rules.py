@@ -1,0 +1,134 @@
+"""What the LaTeX converter does with each macro and environment (decisions documented here).
+
+- Math ($..$, $$..$$, \\(..\\), \\[..\\], equation/align/gather/multline/eqnarray...): kept as
+  LaTeX source, user macros expanded, ``\\label{..}`` removed.
+- Dropped whole: figures, tables and tabulars (cells linearise into noise without their grid),
+  bibliography, pictures/TikZ, algorithms, comments; \\cite*, \\ref* (dropped, not replaced by a
+  placeholder, as in the digest), \\label, \\footnote (mostly affiliations/acknowledgements, and
+  inline insertion breaks sentences), \\url, \\includegraphics, spacing and layout commands.
+- Kept: text of formatting macros (\\emph, \\textbf, \\href's text...), lists as "- item",
+  sections as Markdown headings, theorem-like environments as "Theorem. ...", verbatim/listings
+  as ``` fences (their markup is content, and the leak metric skips fences).
+Argument shapes for macros not listed come from pylatexenc's macro database.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pylatexenc import latex2text, latexwalker
+
+HEADINGS = {
+    "part": "#", "chapter": "#", "section": "##", "subsection": "###", "subsubsection": "####",
+}
+RUN_IN_HEADINGS = frozenset({"paragraph", "subparagraph"})
+
+MATH_ENVS = frozenset(
+    f"{base}{star}" for base in (
+        "equation", "align", "alignat", "gather", "multline", "flalign", "eqnarray", "displaymath",
+        "math", "dmath", "dgroup", "xalignat", "xxalignat", "aligned", "gathered", "split",
+    ) for star in ("", "*")
+)
+DROP_ENVS = frozenset(
+    f"{base}{star}" for base in (
+        "figure", "table", "wrapfigure", "wraptable", "SCfigure", "subfigure", "tabular", "tabularx",
+        "tabulary", "longtable", "supertabular", "thebibliography", "tikzpicture", "picture",
+        "pspicture", "comment", "algorithm", "algorithmic", "algorithm2e", "filecontents",
+        "titlepage", "abstract", "keywords", "keyword", "PACS", "IEEEkeywords", "CCSXML",
+        "acks-hidden", "references", "sidewaystable", "sidewaysfigure", "tabu", "frontmatter",
+    ) for star in ("", "*")
+)
+CODE_ENVS = frozenset({"verbatim", "verbatim*", "Verbatim", "lstlisting", "minted", "alltt", "code"})
+LIST_ENVS = frozenset({"itemize", "enumerate", "description", "list", "compactitem", "compactenum"})
+THEOREMS = {
+    "theorem": "Theorem", "thm": "Theorem", "lemma": "Lemma", "lem": "Lemma",
+    "corollary": "Corollary", "cor": "Corollary", "proposition": "Proposition",
+    "prop": "Proposition", "definition": "Definition", "defn": "Definition", "remark": "Remark",
+    "example": "Example", "conjecture": "Conjecture", "claim": "Claim", "proof": "Proof",
+    "note": "Note", "problem": "Problem", "exercise": "Exercise", "assumption": "Assumption",
+}
+HEADING_ENVS = {"acknowledgments": "Acknowledgments", "acknowledgements": "Acknowledgements",
+                "acknowledgment": "Acknowledgment", "acknowledgement": "Acknowledgement",
+                "acks": "Acknowledgments", "appendix": "Appendix", "appendices": "Appendix"}
+# Environment argument shapes (pylatexenc notation: '[' optional, '{' mandatory, '*' star).
+ENV_ARGS = {"minipage": "[[[{", "multicols": "{", "multicols*": "{", "list": "{{",
+            "wrapfigure": "[{[{", "tabular": "[{", "tabular*": "{[{", "tabularx": "{{",
+            "lstlisting": "[", "minted": "[{", "thebibliography": "{", "subfigure": "[{",
+            "verbatim": "", "verbatim*": "", "Verbatim": "[", "alltt": "", "code": "",
+            "otherlanguage": "{", "spacing": "{", "adjustbox": "{", "IEEEbiography": "[{"}
+
+# Macro -> shape of the arguments dropped with it. A braced argument after them (\href{url}{TEXT},
+# \textcolor{red}{TEXT}) is an ordinary group, so its text is kept.
+DROP = {name: "*[{" for name in (
+    "label", "ref", "eqref", "pageref", "autoref", "cref", "Cref", "vref", "nameref", "url",
+    "nocite", "bibliography", "bibliographystyle", "thanks", "pagestyle", "thispagestyle",
+    "pagenumbering", "usepackage", "documentclass", "RequirePackage", "title", "author",
+    "date", "address", "affiliation", "affil", "email", "keywords", "pacs", "institute",
+    "titlerunning", "authorrunning", "subjclass", "received", "accepted", "vspace", "hspace",
+    "vskip", "hskip", "input", "include", "includeonly", "hypersetup", "graphicspath",
+    "linespread", "setstretch", "fontsize", "color", "pagecolor", "newtheorem", "theoremstyle",
+    "newenvironment", "renewenvironment", "newcounter", "numberwithin", "captionsetup",
+    "setlist", "geometry", "crefname", "Crefname", "newlength", "urlstyle", "begingroup",
+    "tableofcontents", "listoffigures", "listoftables", "caption", "footnotetext", "footnotemark",
+    "IEEEoverridecommandlockouts", "IEEEpeerreviewmaketitle", "markboth", "runningtitle",
+    "shorttitle", "shortauthors", "orcid", "ead", "tnotetext", "fntext", "cortext", "corref",
+    "acmConference", "acmYear", "copyrightyear", "setcopyright", "ccsdesc", "vfill", "hfill",
+)}
+DROP.update({
+    "cite": "*[[{", "citep": "*[[{", "citet": "*[[{", "citealp": "*[[{", "citealt": "*[[{",
+    "citeauthor": "*[[{", "citeyear": "*[[{", "parencite": "*[[{", "textcite": "*[[{",
+    "footnote": "[{", "includegraphics": "*[[{", "setlength": "{{", "addtolength": "{{",
+    "setcounter": "{{", "addtocounter": "{{", "addcontentsline": "{{{", "renewcommand": "*{[[{",
+    "newcommand": "*{[[{", "providecommand": "*{[[{", "newcolumntype": "{[{",
+    "definecolor": "{{{", "colorlet": "{{", "rule": "[{{", "raisebox": "{[[", "resizebox": "*{{",
+    "scalebox": "{[", "let": "", "DeclareMathOperator": "*{{", "bibitem": "[{", "href": "{",
+    "textcolor": "[{", "colorbox": "[{", "foreignlanguage": "[{", "parbox": "[[[{",
+    "makebox": "[[", "framebox": "[[", "selectlanguage": "{", "multicolumn": "{{",
+    "multirow": "[{[{",
+})
+TEXT_SYMBOLS = {
+    "LaTeX": "LaTeX", "TeX": "TeX", "LaTeXe": "LaTeX2e", "BibTeX": "BibTeX", "par": "\n\n",
+    "newline": "\n", "linebreak": "\n", "item": "\n- ", "qquad": " ", "quad": " ",
+    "dots": "…", "ldots": "…", "textbackslash": "\\", "ie": "i.e.", "eg": "e.g.", "etal": "et al.",
+}
+ACCENTS = frozenset("'`^\"~=.")
+ACCENT_WORDS = frozenset("c u v H r d b k t".split())
+
+_WALKER_DB = latexwalker.get_default_latex_context_db()
+_TEXT_DB = latex2text.get_default_latex_context_db()
+
+
+@lru_cache(maxsize=4096)
+def macro_args(name: str) -> str:
+    """Argument shape of a macro we have no rule for, from pylatexenc (empty if unknown)."""
+    spec = _WALKER_DB.get_macro_spec(name)
+    return getattr(getattr(spec, "args_parser", None), "argspec", "") if spec else ""
+
+
+@lru_cache(maxsize=4096)
+def env_args(name: str) -> str:
+    if name in ENV_ARGS:
+        return ENV_ARGS[name]
+    spec = _WALKER_DB.get_environment_spec(name)
+    return getattr(getattr(spec, "args_parser", None), "argspec", "") if spec else ""
+
+
+@lru_cache(maxsize=4096)
+def symbol_text(name: str) -> str | None:
+    """Unicode for an argument-free text symbol (\\ss, \\aa, \\textendash...) per pylatexenc."""
+    if name in TEXT_SYMBOLS:
+        return TEXT_SYMBOLS[name]
+    spec = _TEXT_DB.get_macro_spec(name)
+    repl = getattr(spec, "simplify_repl", None) if spec else None
+    if isinstance(repl, str) and "%" not in repl and not macro_args(name):
+        return repl
+    return None
+
+
+@lru_cache(maxsize=4096)
+def accent_text(accent: str, letter: str) -> str:
+    """`\\'{e}` -> 'é' via pylatexenc's latex2text (cached: there are few distinct pairs)."""
+    try:
+        return latex2text.LatexNodes2Text().latex_to_text(f"\\{accent}{{{letter}}}")
+    except Exception:  # pylatexenc raises several types on odd input; fall back to the letter
+        return letter

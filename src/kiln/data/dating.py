@@ -1,0 +1,271 @@
+"""Date documents (metadata["year"]) and select training periods, as datatrove steps.
+
+Order of evidence (first that gives a year wins; metadata["year_method"] says which):
+1. "metadata": a year field (int or 4-digit string) or a date field starting with YYYY.
+2. "arxiv": the identifier — new style YYMM.NNNN(N) (April 2007 on) -> 20YY; old style
+   archive/YYMMNNN (1991 - March 2007) -> 19YY if YY >= 91 else 20YY.
+3. "majority_vote": Chronoberg's rule (arXiv:2509.22360, code L-4-r-s/ChronoBerg). Each source
+   gives at most one candidate, every candidate must lie in the first author's life
+   (birth < year <= death; year - birth <= 100 when the death year is unknown; no check when the
+   birth year is unknown), and the label is the most common candidate. Sources, in tie-break order:
+     wikipedia     mode of the 4-digit numbers in the first line of metadata["wikipedia_summary"],
+                   else mode of years after published/created/wrote/written in
+                   metadata["wikipedia_text"]; mode taken first, then the lifetime check (as the
+                   reference code does)
+     open_library  mode of metadata["open_library_years"] (first_publish_year of each hit),
+                   hits outside the life dropped before the mode
+     original_publication  first year on a Gutenberg "Original publication:" header line
+     title         first 4-digit number in the title (metadata["title"] or "Title:" header)
+     text          mode of years after published/created/wrote/written in the document text,
+                   years outside the life dropped before the mode
+   Tie-break: equal counts go to the source listed first — the released Chronoberg catalogue
+   shows Wikipedia beating Open Library on 1-1 ties (e.g. Kennedy's address: 1961 vs 1962 -> 1961).
+   Within one source's mode, equal counts go to the year seen first (Python's statistics.mode).
+Gutenberg "Release Date:"/"Posting Date:" are e-text dates, never the writing date: they are
+recorded as metadata["gutenberg_release_year"] only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from statistics import mode
+
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from datatrove.pipeline.writers.disk_base import DiskWriter
+
+# The five Chronoberg intervals (VAD lexicons and sequential training use these).
+CHRONOBERG_PERIODS: dict[str, tuple[int, int]] = {
+    "1750-1799": (1750, 1799),
+    "1800-1849": (1800, 1849),
+    "1850-1899": (1850, 1899),
+    "1900-1949": (1900, 1949),
+    "1950-2000": (1950, 2000),
+}
+VOTE_SOURCES = ("wikipedia", "open_library", "original_publication", "title", "text")
+YEAR_FIELDS = ("year",)
+DATE_FIELDS = ("date", "publication_date", "published", "created")
+ARXIV_FIELDS = ("arxiv_id", "id", "source", "url")
+HEADER_CHARS = 20_000  # Gutenberg headers sit at the top of the file
+
+_FOUR_DIGITS = re.compile(r"(?<!\d)(\d{4})(?!\d)")
+_VERB_YEAR = re.compile(
+    r"(?:published|created|wrote|written)\D*?(?<!\d)(\d{4})(?!\d)", re.IGNORECASE
+)
+_ARXIV_NEW = re.compile(r"(?<![\d.])(\d{2})(\d{2})\.(\d{4,5})(?:v\d+)?(?![\d])")
+_ARXIV_OLD = re.compile(
+    r"(?<![A-Za-z-])([a-z]+(?:-[a-z]+)?)(?:\.[A-Z]{2})?/(\d{2})(\d{2})(\d{3})(?!\d)"
+)
+_HEADER = re.compile(
+    r"^[ \t]*(Title|Author|Release Date|Posting Date|Original publication)[ \t]*:[ \t]*(.*)$",
+    re.IGNORECASE | re.MULTILINE,
+)
+_LIFESPAN = re.compile(r"(?<!\d)(\d{3,4})\s*[-–]\s*(\d{3,4})?(?!\d)")
+
+
+def arxiv_year(identifier: str) -> int | None:
+    """Year of the first valid arXiv identifier inside `identifier` (e.g. a path or URL)."""
+    for m in _ARXIV_NEW.finditer(identifier):
+        yy, mm, num = int(m.group(1)), int(m.group(2)), m.group(3)
+        # 4-digit numbers: 0704..1412; 5-digit: 1501 onwards
+        if 1 <= mm <= 12 and (yy, mm) >= (7, 4) and (len(num) == 5) == (yy >= 15):
+            return 2000 + yy
+    for m in _ARXIV_OLD.finditer(identifier):
+        yy, mm = int(m.group(2)), int(m.group(3))
+        if 1 <= mm <= 12 and (yy >= 91 or (yy, mm) <= (7, 3)):
+            return 1900 + yy if yy >= 91 else 2000 + yy
+    return None
+
+
+def parse_gutenberg_header(text: str) -> dict:
+    """title, author, birth/death (from "Author: Name (1812-1870)"), release_year, original_year."""
+    out: dict = {}
+    for m in _HEADER.finditer(text[:HEADER_CHARS]):
+        key, value = m.group(1).lower(), m.group(2).strip()
+        if key in out or key.replace(" ", "_") in out:
+            continue
+        if key == "title":
+            out["title"] = value
+        elif key == "author":
+            out["author"] = value
+            if span := _LIFESPAN.search(value):
+                out["birth"] = int(span.group(1))
+                if span.group(2):
+                    out["death"] = int(span.group(2))
+        elif key in ("release date", "posting date"):
+            if "release_year" not in out and (y := _FOUR_DIGITS.search(value)):
+                out["release_year"] = int(y.group(1))
+        elif key == "original publication" and (y := _FOUR_DIGITS.search(value)):
+            out["original_year"] = int(y.group(1))
+    return out
+
+
+def in_lifetime(year: int, birth: int | None, death: int | None) -> bool:
+    if birth is None:
+        return True
+    if death is None:
+        return birth < year and year - birth <= 100
+    return birth < year <= death
+
+
+def _verb_years(text: str) -> list[int]:
+    return [int(y) for line in text.split("\n") for y in _VERB_YEAR.findall(line)]
+
+
+def _int_or_none(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*\d{3,4}\s*", value):
+        return int(value)
+    return None
+
+
+def vote_candidates(
+    text: str, metadata: dict, birth: int | None, death: int | None, header: dict | None = None
+) -> dict[str, int]:
+    """{source: candidate year} after the lifetime rule, for the sources in VOTE_SOURCES."""
+    header = parse_gutenberg_header(text) if header is None else header
+    found: dict[str, int] = {}
+    summary = metadata.get("wikipedia_summary")
+    wiki = None
+    if isinstance(summary, str) and (years := _FOUR_DIGITS.findall(summary.split("\n")[0])):
+        wiki = int(mode(years))
+    elif isinstance(metadata.get("wikipedia_text"), str) and (
+        years := _verb_years(metadata["wikipedia_text"])
+    ):
+        wiki = mode(years)
+    if wiki is not None and in_lifetime(wiki, birth, death):
+        found["wikipedia"] = wiki
+    hits = [y for y in (_int_or_none(v) for v in metadata.get("open_library_years") or []) if y]
+    if hits := [y for y in hits if in_lifetime(y, birth, death)]:
+        found["open_library"] = mode(hits)
+    if (y := header.get("original_year")) and in_lifetime(y, birth, death):
+        found["original_publication"] = y
+    title = metadata.get("title") if isinstance(metadata.get("title"), str) else header.get("title")
+    if title and (m := _FOUR_DIGITS.search(title)) and in_lifetime(int(m.group(1)), birth, death):
+        found["title"] = int(m.group(1))
+    if years := [y for y in _verb_years(text) if in_lifetime(y, birth, death)]:
+        found["text"] = mode(years)
+    return found
+
+
+def majority_vote(candidates: dict[str, int], order: Sequence[str] = VOTE_SOURCES) -> int | None:
+    """Most common candidate year; ties go to the year of the earliest source in `order`."""
+    if not candidates:
+        return None
+    counts = Counter(candidates.values())
+    best = max(counts.values())
+    for source in order:
+        if source in candidates and counts[candidates[source]] == best:
+            return candidates[source]
+    raise ValueError(
+        f"candidate sources {sorted(candidates)} not in the tie-break order {list(order)}"
+    )
+
+
+def _lifetime(metadata: dict, header: dict) -> tuple[int | None, int | None]:
+    birth = _int_or_none(metadata.get("author_birth_year"))
+    death = _int_or_none(metadata.get("author_death_year"))
+    if birth is None:
+        birth, death = header.get("birth"), header.get("death")
+    return birth, death
+
+
+def date_document(doc: Document) -> dict:
+    """The dating fields for `doc` (year, year_method, year_candidates, ...); year may be absent."""
+    md = doc.metadata
+    for key in YEAR_FIELDS:
+        if (y := _int_or_none(md.get(key))) is not None:
+            return {"year": y, "year_method": "metadata"}
+    for key in DATE_FIELDS:
+        if isinstance(md.get(key), str) and (m := re.match(r"\s*(\d{4})(?!\d)", md[key])):
+            return {"year": int(m.group(1)), "year_method": "metadata"}
+    for value in [md.get(k) for k in ARXIV_FIELDS if k != "id"] + [doc.id, md.get("id")]:
+        if isinstance(value, str) and (y := arxiv_year(value)) is not None:
+            return {"year": y, "year_method": "arxiv"}
+    header = parse_gutenberg_header(doc.text)
+    birth, death = _lifetime(md, header)
+    candidates = vote_candidates(doc.text, md, birth, death, header)
+    out: dict = {"year_candidates": candidates}
+    if "release_year" in header:
+        out["gutenberg_release_year"] = header["release_year"]
+    if birth is not None:
+        out["author_birth_year"] = birth
+    if death is not None:
+        out["author_death_year"] = death
+    if (year := majority_vote(candidates)) is not None:
+        out.update(year=year, year_method="majority_vote")
+    return out
+
+
+class DateDocuments(PipelineStep):
+    """Set metadata["year"] (+ year_method, candidates) on every document it can date."""
+
+    type = "🕰 - DATING"
+    name = "🔥 Kiln dating"
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
+        for doc in data or []:
+            with self.track_time():
+                fields = date_document(doc)
+                doc.metadata.update(fields)
+                self.stat_update(
+                    f"dated/{fields['year_method']}" if "year" in fields else "undated"
+                )
+            yield doc
+
+
+def _resolve_periods(periods: Iterable[tuple[int, int] | str]) -> list[tuple[int, int]]:
+    out = []
+    for p in periods:
+        if isinstance(p, str):
+            if p not in CHRONOBERG_PERIODS:
+                raise ValueError(
+                    f"unknown period {p!r}; use one of {list(CHRONOBERG_PERIODS)} or (start, end)"
+                )
+            out.append(CHRONOBERG_PERIODS[p])
+        else:
+            start, end = p
+            if start > end:
+                raise ValueError(f"period {p} starts after it ends")
+            out.append((int(start), int(end)))
+    if not out:
+        raise ValueError("no periods given")
+    return out
+
+
+def period_of(year: int, periods: dict[str, tuple[int, int]] = CHRONOBERG_PERIODS) -> str | None:
+    return next((name for name, (a, b) in periods.items() if a <= year <= b), None)
+
+
+class PeriodFilter(BaseFilter):
+    """Keep documents whose metadata["year"] lies in one of the inclusive `periods`.
+
+    periods: (start, end) pairs or Chronoberg bucket names ("1800-1849"). Undated documents are
+    dropped (reason "undated") unless keep_undated.
+    """
+
+    name = "🔥 Kiln period filter"
+
+    def __init__(
+        self,
+        periods: Iterable[tuple[int, int] | str],
+        keep_undated: bool = False,
+        exclusion_writer: DiskWriter | None = None,
+    ):
+        super().__init__(exclusion_writer)
+        self.periods = _resolve_periods(periods)
+        self.keep_undated = keep_undated
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        year = _int_or_none(doc.metadata.get("year"))
+        if year is None:
+            return True if self.keep_undated else (False, "undated")
+        if any(a <= year <= b for a, b in self.periods):
+            return True
+        return False, "out_of_period"

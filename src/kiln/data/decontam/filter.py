@@ -1,0 +1,114 @@
+"""Decontamination as datatrove steps: build the n-gram index once, then filter or tag documents.
+
+Run `BuildDecontaminationIndex` as its own one-task stage (the filter stage `depends` on it), so a
+cluster run builds the index once and every filter task loads the same file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from datatrove.pipeline.writers.disk_base import DiskWriter
+
+from kiln.data.decontam.ngram_index import (
+    DEFAULT_ANSWER_FIELDS,
+    DEFAULT_PROMPT_FIELDS,
+    NGramIndex,
+    normalize_tokens,
+)
+
+BENCHMARKS_KEY = "contamination_benchmarks"  # sorted names of the benchmarks matched
+MATCHES_KEY = "contamination_ngrams"  # n-gram positions of the doc found in any benchmark index
+
+
+class BuildDecontaminationIndex(PipelineStep):
+    """Build the n-gram index from benchmark JSONL files and save it atomically (one task only)."""
+
+    type = "🦠 - DECONT"
+    name = "🔥 Kiln n-gram index"
+
+    def __init__(
+        self,
+        benchmarks: Mapping[str, Path | str] | Iterable[Path | str],
+        output_path: Path | str,
+        n: int = 13,
+        prompt_fields: Sequence[str] = DEFAULT_PROMPT_FIELDS,
+        answer_fields: Sequence[str] = DEFAULT_ANSWER_FIELDS,
+        include_prompt: bool = True,
+    ):
+        super().__init__()
+        self.benchmarks = dict(benchmarks) if isinstance(benchmarks, Mapping) else list(benchmarks)
+        self.output_path = Path(output_path)
+        self.n = n
+        self.prompt_fields = tuple(prompt_fields)
+        self.answer_fields = tuple(answer_fields)
+        self.include_prompt = include_prompt
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
+        if world_size != 1:
+            raise ValueError("build the decontamination index with tasks=1 (it writes one file)")
+        index = NGramIndex.build(
+            self.benchmarks, self.n, self.prompt_fields, self.answer_fields, self.include_prompt
+        )
+        index.save(self.output_path)
+        for name in index.names:
+            self.stat_update(f"items/{name}", value=index.info[name]["items"])
+            self.stat_update(f"ngrams/{name}", value=index.info[name]["ngrams"])
+            self.stat_update(f"too_short_items/{name}", value=index.info[name]["too_short_items"])
+        if data:
+            yield from data
+
+
+class DecontaminationFilter(BaseFilter):
+    """Drop (mode="drop") or only tag (mode="tag") documents sharing any n-gram with the index.
+
+    Every document gets `contamination_benchmarks` (list) and `contamination_ngrams` (int) in its
+    metadata, so tagged runs can decide later and dropped ones (via exclusion_writer) are auditable.
+    Stats: `contaminated`, `contaminated/<benchmark>`, and datatrove's kept/dropped counts.
+    """
+
+    type = "🦠 - DECONT"
+    name = "🔥 Kiln n-gram decontaminate"
+
+    def __init__(
+        self,
+        index_path: Path | str,
+        mode: Literal["drop", "tag"] = "drop",
+        exclusion_writer: DiskWriter | None = None,
+    ):
+        super().__init__(exclusion_writer)
+        if mode not in ("drop", "tag"):
+            raise ValueError(f"mode must be 'drop' or 'tag', got {mode!r}")
+        self.index_path = Path(index_path)
+        self.mode = mode
+        self._index: NGramIndex | None = None  # loaded in the worker, not pickled with the step
+
+    @property
+    def index(self) -> NGramIndex:
+        if self._index is None:
+            self._index = NGramIndex.load(self.index_path)
+        return self._index
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_index"] = None
+        return state
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        counts = self.index.match_counts(normalize_tokens(doc.text))
+        doc.metadata[BENCHMARKS_KEY] = sorted(counts)
+        doc.metadata[MATCHES_KEY] = sum(counts.values())
+        if not counts:
+            return True
+        self.stat_update("contaminated")
+        for name in counts:
+            self.stat_update(f"contaminated/{name}")
+        if self.mode == "tag":
+            self.stat_update("tagged")
+            return True
+        return False, "contaminated"

@@ -1,0 +1,157 @@
+"""Controlled contamination: put k replicas of each benchmark item into a corpus, with a manifest.
+
+Follows the contamination study (arXiv:2601.04301): each item is formatted
+`Problem: {problem}\n\nSolution: {solution}` and is one document; the corpus is the test set
+repeated k times plus web documents filling the *remaining* budget, so total size is the same
+for every k (within one web document) when a budget is given. Replicas go to seeded uniformly
+random positions among the output slots while web documents keep their order — the same
+distribution of replica placement as shuffling everything, without reordering the corpus.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
+from kiln.atomic import write_json_atomic
+from kiln.data.decontam.ngram_index import (
+    DEFAULT_ANSWER_FIELDS,
+    DEFAULT_PROMPT_FIELDS,
+    BenchmarkItem,
+    load_benchmark_items,
+)
+
+REPLICA_TEMPLATE = "Problem: {problem}\n\nSolution: {solution}"
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+def format_item(item: BenchmarkItem) -> str:
+    if item.prompt is None or not item.answers:
+        raise ValueError("an injected item needs both a problem (prompt) and a solution (answer)")
+    return REPLICA_TEMPLATE.format(problem=item.prompt, solution=item.answers[0])
+
+
+def inject_replicas(
+    corpus_docs: Iterable[Document],
+    benchmark_items: Sequence[BenchmarkItem],
+    k: int,
+    seed: int,
+    token_budget: int | None = None,
+    count_tokens: Callable[[str], int] = word_count,
+    replica_ids: Sequence[int] | None = None,
+    id_prefix: str = "replica",
+) -> tuple[list[Document], dict]:
+    """Return (documents, manifest): k replicas of every item at seeded random positions.
+
+    token_budget: total size to hit; web docs are taken in order until the next one would pass
+    `token_budget - k * |test set|` (so the total is short by less than one web doc).
+    replica_ids: which of the k * len(items) replicas (numbered item-major) to place here — lets
+    datatrove ranks split the replicas; default all.
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    texts = [format_item(it) for it in benchmark_items]
+    wanted = range(k * len(texts)) if replica_ids is None else replica_ids
+    replicas = [(j // k, j % k) for j in wanted] if k else []
+    replica_tokens = sum(count_tokens(texts[i]) for i, _ in replicas)
+    web, web_tokens, dropped = [], 0, 0
+    remaining = None if token_budget is None else token_budget - replica_tokens
+    if remaining is not None and remaining < 0:
+        raise ValueError(
+            f"{len(replicas)} replicas take {replica_tokens} tokens > budget {token_budget}"
+        )
+    for doc in corpus_docs:
+        if remaining is not None and (dropped or web_tokens + count_tokens(doc.text) > remaining):
+            dropped += 1
+            continue
+        web.append(doc)
+        web_tokens += count_tokens(doc.text)
+    total = len(web) + len(replicas)
+    rng = random.Random(seed)
+    positions = sorted(rng.sample(range(total), len(replicas)))
+    order = list(range(len(replicas)))
+    rng.shuffle(order)  # which replica lands in which chosen slot
+    out: list[Document] = []
+    entries = []
+    slot_to_replica = dict(zip(positions, order))
+    web_iter = iter(web)
+    for pos in range(total):
+        if pos in slot_to_replica:
+            item, rep = replicas[slot_to_replica[pos]]
+            doc_id = f"{id_prefix}-{item}-{rep}"
+            out.append(Document(text=texts[item], id=doc_id, metadata={"injected_item": item}))
+            entries.append({"position": pos, "id": doc_id, "item": item, "replica": rep})
+        else:
+            out.append(next(web_iter))
+    manifest = {
+        "template": REPLICA_TEMPLATE,
+        "k": k,
+        "seed": seed,
+        "items": len(texts),
+        "replicas": len(replicas),
+        "replica_tokens": replica_tokens,
+        "web_docs": len(web),
+        "web_tokens": web_tokens,
+        "web_docs_dropped": dropped,
+        "token_budget": token_budget,
+        "entries": entries,
+    }
+    return out, manifest
+
+
+class InjectReplicas(PipelineStep):
+    """Pipeline form of `inject_replicas` for one benchmark JSONL.
+
+    Replica j of the k * |items| goes to rank j % world_size; each rank seeds with seed * 100003 + rank,
+    holds its shard in memory (positions need the shard length) and writes
+    `manifest_dir/injection-<rank>.json`. keep_size=True keeps each shard's total token count
+    (web docs at the end of the shard make room), as in the paper's fixed-budget mixing.
+    """
+
+    type = "🦠 - DECONT"
+    name = "🔥 Kiln inject replicas"
+
+    def __init__(
+        self,
+        benchmark_path: Path | str,
+        k: int,
+        seed: int,
+        manifest_dir: Path | str,
+        keep_size: bool = False,
+        prompt_fields: Sequence[str] = DEFAULT_PROMPT_FIELDS,
+        answer_fields: Sequence[str] = DEFAULT_ANSWER_FIELDS,
+        count_tokens: Callable[[str], int] = word_count,
+    ):
+        super().__init__()
+        self.items = load_benchmark_items(benchmark_path, prompt_fields, answer_fields)
+        for item in self.items:
+            format_item(item)  # fail now, not inside a worker
+        self.k, self.seed, self.keep_size = k, seed, keep_size
+        self.manifest_dir = Path(manifest_dir)
+        self.count_tokens = count_tokens
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
+        shard = list(data) if data else []
+        budget = sum(self.count_tokens(d.text) for d in shard) if self.keep_size else None
+        mine = range(rank, self.k * len(self.items), world_size)
+        docs, manifest = inject_replicas(
+            shard,
+            self.items,
+            self.k,
+            seed=self.seed * 100_003 + rank,
+            token_budget=budget,
+            count_tokens=self.count_tokens,
+            replica_ids=mine,
+        )
+        manifest.update(rank=rank, world_size=world_size, base_seed=self.seed)
+        write_json_atomic(self.manifest_dir / f"injection-{rank:05d}.json", manifest)
+        self.stat_update("replicas", value=manifest["replicas"])
+        self.stat_update("web_docs_dropped", value=manifest["web_docs_dropped"])
+        yield from docs

@@ -1,0 +1,252 @@
+"""Hashed word n-gram index of benchmark items, for decontaminating a training corpus.
+
+Normalisation (shared by the index and the filter, so both see the same tokens):
+NFKC, lowercase, every Unicode punctuation (P*) or symbol (S*) character replaced by a space,
+then split on whitespace. "x^2+1=y, isn't it?" -> ["x", "2", "1", "y", "isn", "t", "it"].
+Each n-gram is the tokens joined by one space, hashed with blake2b (8-byte digest, little-endian)
+-> a stable 64-bit value: the same on every machine and Python version, no extra dependency.
+
+Why not datatrove's NGramsDecontIndexer: its `run` always imports `lighteval` (not installed and
+it would load tasks from the hub), it needs spaCy for English word splitting, its default hash needs
+`xxhash`, and its filter stops at the first hit (no match counts) and keeps one task per hash.
+The n-gram choice follows it: answer n-grams plus prompt/answer boundary n-grams, and optionally
+prompt-only n-grams (on by default here: a leaked problem statement is contamination too).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kiln.atomic import atomic_path
+
+INDEX_FORMAT = "kiln-ngram-index"
+INDEX_VERSION = 1
+HASH_NAME = "blake2b-64"
+NORMALISATION = "nfkc-lower-punct-symbols-to-space-whitespace-split"
+DEFAULT_PROMPT_FIELDS = ("prompt", "question", "input", "problem")  # problem: MATH
+DEFAULT_ANSWER_FIELDS = ("answer", "output", "target", "solution")
+
+
+def normalize_tokens(text: str) -> list[str]:
+    """Lowercased words of `text` with punctuation and symbols treated as spaces."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    chars = [" " if unicodedata.category(c)[0] in "PS" else c for c in text]
+    return "".join(chars).split()
+
+
+def hash_ngram(tokens: Sequence[str]) -> int:
+    digest = hashlib.blake2b(" ".join(tokens).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def ngram_hashes(tokens: Sequence[str], n: int, min_end: int = 0) -> np.ndarray:
+    """uint64 hashes of every n-gram window tokens[i:i+n] with i + n >= min_end."""
+    start = max(0, min_end - n)
+    values = [hash_ngram(tokens[i : i + n]) for i in range(start, len(tokens) - n + 1)]
+    return np.array(values, dtype=np.uint64)
+
+
+@dataclass
+class BenchmarkItem:
+    """One benchmark record: a prompt (may be None) and its gold answers (may be empty)."""
+
+    prompt: str | None
+    answers: list[str] = field(default_factory=list)
+
+
+def _field_text(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, int | float):
+        return [str(value)]
+    if isinstance(value, list):
+        return [t for v in value for t in _field_text(v)]
+    return []
+
+
+def load_benchmark_items(
+    path: Path | str,
+    prompt_fields: Sequence[str] = DEFAULT_PROMPT_FIELDS,
+    answer_fields: Sequence[str] = DEFAULT_ANSWER_FIELDS,
+) -> list[BenchmarkItem]:
+    """Read a benchmark JSONL; the first present field of each list is used.
+
+    A bad line raises (naming file and line): silently skipping an item would leave it undetected.
+    """
+    path = Path(path)
+    items = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{line_no}: expected a JSON object")
+            prompt = next(
+                (record[k] for k in prompt_fields if isinstance(record.get(k), str)), None
+            )
+            answers = next((_field_text(record[k]) for k in answer_fields if k in record), [])
+            if prompt is None and not answers:
+                raise ValueError(
+                    f"{path}:{line_no}: none of the prompt fields {list(prompt_fields)} "
+                    f"or answer fields {list(answer_fields)} holds text"
+                )
+            items.append(BenchmarkItem(prompt=prompt, answers=answers))
+    return items
+
+
+def item_ngram_hashes(item: BenchmarkItem, n: int, include_prompt: bool = True) -> np.ndarray:
+    """Hashes of the n-grams that betray `item`: answer-only and prompt/answer-boundary n-grams,
+    plus prompt-only n-grams when `include_prompt` (or when the item has no answer)."""
+    prompt_tokens = normalize_tokens(item.prompt) if item.prompt else []
+    if not item.answers:
+        return ngram_hashes(prompt_tokens, n)
+    parts = []
+    for answer in item.answers:
+        tokens = prompt_tokens + normalize_tokens(answer)
+        # a window holds an answer token iff it ends past the prompt: i + n >= len(prompt) + 1
+        parts.append(
+            ngram_hashes(tokens, n, min_end=0 if include_prompt else len(prompt_tokens) + 1)
+        )
+    return np.concatenate(parts) if parts else np.array([], dtype=np.uint64)
+
+
+def _benchmark_paths(
+    benchmarks: Mapping[str, Path | str] | Iterable[Path | str],
+) -> dict[str, Path]:
+    if isinstance(benchmarks, Mapping):
+        named = {str(k): Path(v) for k, v in benchmarks.items()}
+    else:
+        named = {}
+        for p in map(Path, benchmarks):
+            name = p.name.removesuffix(".jsonl")
+            if name in named:
+                raise ValueError(
+                    f"two benchmark files are both named {name!r}; pass a dict of names"
+                )
+            named[name] = p
+    if not named:
+        raise ValueError("no benchmark files given")
+    missing = [str(p) for p in named.values() if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"benchmark files not found: {missing}")
+    return named
+
+
+class NGramIndex:
+    """Per-benchmark sorted unique uint64 n-gram hashes, with a combined lookup table."""
+
+    def __init__(
+        self,
+        n: int,
+        hashes: dict[str, np.ndarray],
+        info: dict[str, dict] | None = None,
+        include_prompt: bool | None = None,
+    ):
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        self.n = n
+        self.include_prompt = include_prompt
+        self.hashes = {k: np.unique(np.asarray(v, dtype=np.uint64)) for k, v in hashes.items()}
+        self.info = info or {k: {} for k in hashes}
+        self.names = sorted(self.hashes)
+        all_h = [self.hashes[k] for k in self.names]
+        owners = [np.full(len(h), i, dtype=np.int32) for i, h in enumerate(all_h)]
+        flat = np.concatenate(all_h) if all_h else np.array([], dtype=np.uint64)
+        own = np.concatenate(owners) if owners else np.array([], dtype=np.int32)
+        order = np.argsort(flat, kind="stable")
+        self._flat, self._owners = flat[order], own[order]
+
+    @classmethod
+    def build(
+        cls,
+        benchmarks: Mapping[str, Path | str] | Iterable[Path | str],
+        n: int = 13,
+        prompt_fields: Sequence[str] = DEFAULT_PROMPT_FIELDS,
+        answer_fields: Sequence[str] = DEFAULT_ANSWER_FIELDS,
+        include_prompt: bool = True,
+    ) -> NGramIndex:
+        """Index benchmark JSONL files (a list of paths named by file stem, or {name: path})."""
+        hashes, info = {}, {}
+        for name, path in _benchmark_paths(benchmarks).items():
+            items = load_benchmark_items(path, prompt_fields, answer_fields)
+            per_item = [item_ngram_hashes(it, n, include_prompt) for it in items]
+            hashes[name] = np.concatenate(per_item) if per_item else np.array([], dtype=np.uint64)
+            # items with fewer than n tokens yield no n-gram: the index cannot catch them
+            info[name] = {
+                "items": len(items),
+                "too_short_items": sum(1 for h in per_item if len(h) == 0),
+                "source": str(path),
+            }
+        index = cls(n, hashes, info, include_prompt)
+        for name in index.names:
+            index.info[name]["ngrams"] = int(len(index.hashes[name]))
+        return index
+
+    def match_counts(self, tokens: Sequence[str]) -> dict[str, int]:
+        """{benchmark: number of n-gram positions of `tokens` found in its index} (hits only)."""
+        if len(tokens) < self.n or len(self._flat) == 0:
+            return {}
+        doc = ngram_hashes(tokens, self.n)
+        pos = np.searchsorted(self._flat, doc)
+        hit = pos < len(self._flat)
+        hit[hit] = self._flat[pos[hit]] == doc[hit]
+        counts: dict[str, int] = {}
+        for h in doc[hit]:
+            lo = np.searchsorted(self._flat, h, side="left")
+            hi = np.searchsorted(self._flat, h, side="right")
+            for owner in set(self._owners[lo:hi].tolist()):
+                name = self.names[owner]
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def save(self, path: Path | str) -> None:
+        """Write one .npz (hashes + JSON header) atomically."""
+        meta = {
+            "format": INDEX_FORMAT,
+            "version": INDEX_VERSION,
+            "n": self.n,
+            "hash": HASH_NAME,
+            "normalisation": NORMALISATION,
+            "include_prompt": self.include_prompt,
+            "benchmarks": [{"name": k, **self.info.get(k, {})} for k in self.names],
+        }
+        arrays = {f"h{i}": self.hashes[k] for i, k in enumerate(self.names)}
+        buf = io.BytesIO()
+        np.savez(buf, meta=np.array(json.dumps(meta)), **arrays)
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(buf.getvalue())
+
+    @classmethod
+    def load(cls, path: Path | str) -> NGramIndex:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no n-gram index at {path}; build it first")
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            for key, want in (
+                ("format", INDEX_FORMAT),
+                ("hash", HASH_NAME),
+                ("normalisation", NORMALISATION),
+            ):
+                if meta.get(key) != want:
+                    raise ValueError(
+                        f"{path}: index {key} is {meta.get(key)!r}, this code expects {want!r}"
+                    )
+            names = [b["name"] for b in meta["benchmarks"]]
+            hashes = {name: z[f"h{i}"] for i, name in enumerate(names)}
+        info = {b["name"]: {k: v for k, v in b.items() if k != "name"} for b in meta["benchmarks"]}
+        return cls(int(meta["n"]), hashes, info, meta.get("include_prompt"))

@@ -1,0 +1,116 @@
+"""Brain Rot M2 judges: anything that turns a text into a junk score with reasons.
+
+The paper asks gpt-4o-mini for a bare label, JUNK or HIGH-QUALITY. Offline we offer:
+`PromptJudge` (any local text-generation callable, its reply parsed strictly), and
+`KilnLabelJudge` (a Kiln checkpoint comparing the likelihoods of the two labels after the
+prompt). `junk_heuristics.HeuristicJudge` is the model-free fallback. A reply that is not
+a label gives `junk_score=None`: it goes to a reject bucket, never silently to "quality".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+JUNK, HIGH_QUALITY = "JUNK", "HIGH-QUALITY"
+
+# Our wording of the paper's criteria (its exact prompt was not available to us).
+M2_PROMPT = (
+    "Classify the social-media post below as JUNK or HIGH-QUALITY.\n"
+    "JUNK: conspiracy theories or exaggerated, unsupported claims; clickbait or sensational "
+    "trigger words; extremely short content without context; misinformation; spam or "
+    "promotional repetition; superficial lifestyle bragging (success, vacations, perfect "
+    "relationships or looks).\n"
+    "HIGH-QUALITY: factual and sourced; thoughtful analysis; educational or substantive; "
+    "clear reasoning; a meaningful contribution.\n"
+    "Answer with the label only.\n\nPost: {text}\nLabel:"
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """junk_score in [0, 1] (1 = junk), or None when the judge gave no usable answer."""
+
+    junk_score: float | None
+    reasons: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Judge(Protocol):
+    def judge(self, text: str) -> Verdict: ...
+
+
+def parse_label(reply: str) -> str | None:
+    """JUNK / HIGH-QUALITY from a bare-label reply ("junk.", "High quality"); else None."""
+    norm = reply.strip().strip(".!\"'`*").strip().upper().replace("_", "-").replace(" ", "-")
+    if norm == JUNK:
+        return JUNK
+    if norm in (HIGH_QUALITY, "HIGHQUALITY"):
+        return HIGH_QUALITY
+    return None
+
+
+class PromptJudge:
+    """Ask a local generator (prompt -> reply text) for the label; score 1 / 0 / None."""
+
+    def __init__(self, generate: Callable[[str], str], template: str = M2_PROMPT):
+        if "{text}" not in template:
+            raise ValueError("the prompt template must contain '{text}'")
+        self.generate, self.template = generate, template
+
+    def judge(self, text: str) -> Verdict:
+        reply = self.generate(self.template.format(text=text))
+        label = parse_label(reply)
+        if label is None:
+            return Verdict(None, (f"unparsed_reply:{reply.strip()[:60]}",))
+        return Verdict(1.0 if label == JUNK else 0.0, (f"label:{label}",))
+
+
+class KilnLabelJudge:
+    """A Kiln checkpoint as a zero-shot labeller: P(JUNK) among the two label continuations.
+
+    junk_score = sigmoid(log p(" JUNK" | prompt) - log p(" HIGH-QUALITY" | prompt)), the
+    summed label-token log-likelihoods (the multiple-choice rule of lm-eval). The post is
+    truncated (its tokens, keeping its start) so prompt + label fit max_seq_len.
+    """
+
+    def __init__(self, run_dir: str | Path, template: str = M2_PROMPT, device: str = "cpu"):
+        from kiln.data.filters.run_model import check_run_dir
+
+        if template.count("{text}") != 1:
+            raise ValueError("the prompt template must contain '{text}' exactly once")
+        self.run_dir, self.template, self.device = check_run_dir(run_dir), template, device
+        self._loaded = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_loaded": None}
+
+    def _load(self):
+        if self._loaded is None:
+            from kiln.data.filters.run_model import load_run_model
+
+            model, tok, _ = load_run_model(self.run_dir, self.device)
+            head, tail = self.template.split("{text}")
+            labels = [tok.encode(" " + JUNK).ids, tok.encode(" " + HIGH_QUALITY).ids]
+            self._loaded = (model, tok, tok.encode(head).ids, tok.encode(tail).ids, labels)
+        return self._loaded
+
+    def prompt_ids(self, text: str) -> list[int]:
+        model, tok, head, tail, labels = self._load()
+        room = model.cfg.max_seq_len - len(head) - len(tail) - max(map(len, labels))
+        if room < 1:
+            raise ValueError(f"prompt template does not fit max_seq_len {model.cfg.max_seq_len}")
+        return head + tok.encode(text).ids[:room] + tail
+
+    def judge(self, text: str) -> Verdict:
+        from kiln.data.filters.run_model import continuation_nll
+
+        model, _, _, _, labels = self._load()
+        prompt = self.prompt_ids(text)
+        (junk_nll, _), (hq_nll, _) = continuation_nll(model, [prompt, prompt], labels, self.device)
+        d = hq_nll - junk_nll  # log p(junk) - log p(high-quality); stable sigmoid below
+        score = 1.0 / (1.0 + math.exp(-d)) if d >= 0 else math.exp(d) / (1.0 + math.exp(d))
+        return Verdict(score, (f"logp_junk={-junk_nll:.3f}", f"logp_hq={-hq_nll:.3f}"))

@@ -1,0 +1,91 @@
+"""Score every document's perplexity under a Kiln checkpoint (the "surplexity" score pass).
+
+Gambetta et al. (arXiv:2410.12341) select training documents by the current model's
+perplexity, exp(mean over positions of -log p(x_t | x_<t)), truncated to 512 tokens. This
+step only *scores*: it writes `ppl`, `nll` (mean nats per token) and `ppl_tokens` into
+`doc.metadata`, so selection (`selection.py`) can change thresholds without rescoring.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+from datatrove.utils.batching import batched
+
+from kiln.data.filters.run_model import check_run_dir, continuation_nll, load_run_model
+
+PAPER_MAX_TOKENS = 512  # the paper truncates every document to its first 512 tokens
+
+
+class PerplexityScorer(PipelineStep):
+    """Mean token NLL and perplexity of each document under `run_dir`'s latest checkpoint.
+
+    Documents are tokenized with the run's tokenizer, truncated to `max_tokens_per_doc`
+    tokens (default: 512 as in the paper, or max_seq_len - 1 when the model is shorter),
+    preceded by EOS (the separator training puts before every document) and scored in
+    batches without gradients. Empty documents get `ppl = None` (counted as `ppl_empty`).
+    """
+
+    type = "📊 - SCORER"
+    name = "🔥 Kiln perplexity"
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        batch_size: int = 8,
+        max_tokens_per_doc: int | None = None,
+        device: str = "cpu",
+    ):
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if max_tokens_per_doc is not None and max_tokens_per_doc < 1:
+            raise ValueError(f"max_tokens_per_doc must be >= 1, got {max_tokens_per_doc}")
+        self.run_dir = check_run_dir(run_dir)
+        self.batch_size = batch_size
+        self.max_tokens_per_doc = max_tokens_per_doc
+        self.device = device
+        self._loaded = None
+
+    def _load(self):
+        if self._loaded is None:
+            model, tok, ckpt = load_run_model(self.run_dir, self.device)
+            from kiln.data.tokenizer import eos_id
+
+            room = model.cfg.max_seq_len - 1  # one position is the EOS context
+            limit = self.max_tokens_per_doc or min(PAPER_MAX_TOKENS, room)
+            if limit > room:
+                raise ValueError(
+                    f"max_tokens_per_doc={limit} does not fit the model (max_seq_len "
+                    f"{model.cfg.max_seq_len} holds EOS + {room} tokens)"
+                )
+            self._loaded = (model, tok, eos_id(tok), limit)
+        return self._loaded
+
+    def __getstate__(self) -> dict:  # never ship a loaded model to executor workers
+        return {**self.__dict__, "_loaded": None}
+
+    def score(self, docs: list[Document]) -> None:
+        """Write ppl / nll / ppl_tokens into each document's metadata, in place."""
+        model, tok, eos, limit = self._load()
+        ids = [enc.ids[:limit] for enc in tok.encode_batch([d.text for d in docs])]
+        results = continuation_nll(model, [[eos]] * len(ids), ids, self.device)
+        for doc, (nats, count) in zip(docs, results):
+            if count == 0:
+                doc.metadata.update(ppl=None, nll=None, ppl_tokens=0)
+                self.stat_update("ppl_empty")
+                continue
+            mean = nats / count
+            doc.metadata.update(ppl=math.exp(mean), nll=mean, ppl_tokens=count)
+            self.stat_update("ppl_scored")
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        for batch in batched(data, self.batch_size):
+            with self.track_time("batch"):
+                self.score(batch)
+            for doc in batch:
+                self.update_doc_stats(doc)
+                yield doc

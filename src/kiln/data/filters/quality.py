@@ -1,0 +1,115 @@
+"""Heuristic quality filters per domain, built from datatrove's Gopher / C4 / FineWeb filters.
+
+The web-text rules are tuned for HTML-extracted prose; applied unchanged they delete most
+LaTeX (C4's `{` rule, Gopher's symbol and alphabetic-word ratios) and most source code (line
+punctuation, sentences, stop words). Each domain therefore gets its own configuration:
+
+- ``prose``: every filter with its published defaults, in FineWeb's order (Gopher repetition,
+  Gopher quality, C4 quality, FineWeb quality). Note that C4QualityFilter *edits* the text:
+  it removes lines without terminal punctuation, with < 3 words, mentioning javascript or
+  cookie/terms-of-use phrases, and strips `[1]`-style citations.
+- ``latex``: Gopher repetition (defaults); Gopher quality without the `#`/ellipsis-per-word
+  ratio (`#1` macro arguments) and without the 80 %-alphabetic-words rule (math tokens);
+  C4 reduced to its document-level rules (lorem ipsum, >= 5 sentences) plus dropping lines
+  with a > 1000-character word: no `{` rule and none of the line removals (they would cut
+  equations, `\\begin{...}` lines and `[1]` macro arities out of the source). FineWeb quality
+  is left out: its line statistics (terminal punctuation share, 1 % duplicate-line chars)
+  describe web-page lines, not hard-wrapped markup where `\\end{equation}` repeats legitimately.
+  C4 still strips the whitespace around every line (indentation is lost, content is not).
+- ``code``: only rules that make sense for code: Gopher's *paragraph* repetition rules
+  (duplicate blank-line-separated blocks <= 30 % of blocks and <= 20 % of characters: a file
+  of repeated blocks is generated or data, not code) and the document length bounds of Gopher
+  quality (>= 50 and <= 100 000 non-symbol words; shorter files are re-export stubs). The
+  *line* repetition rules are off: at Gopher's thresholds they dropped 7 of 300 sampled
+  stdlib modules (ipaddress.py, mailbox.py, weakref.py, numbers.py: repeated docstring quotes,
+  `return NotImplemented` and indentation), so a file of one line repeated with no blank
+  line passes. Word n-gram repetition, stop words, word length, symbol ratios, C4 and
+  FineWeb are prose statistics and are left out.
+
+Everything here runs offline: English word and sentence splitting uses `spacy.blank("en")`
+plus a rule-based sentencizer (the `spacy` package, no model download).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.filters import (
+    C4QualityFilter,
+    FineWebQualityFilter,
+    GopherQualityFilter,
+    GopherRepetitionFilter,
+)
+from datatrove.pipeline.writers.disk_base import DiskWriter
+
+DOMAINS = ("prose", "latex", "code")
+
+# Gopher quality with every rule switched off; a domain switches back on what it wants.
+_GOPHER_OFF = dict(
+    min_doc_words=None, max_doc_words=None, min_avg_word_length=None, max_avg_word_length=None,
+    max_symbol_word_ratio=None, max_bullet_lines_ratio=None, max_ellipsis_lines_ratio=None,
+    max_non_alpha_words_ratio=None, min_stop_words=None,
+)
+
+ExclusionWriters = Callable[[str], DiskWriter] | None
+
+
+def _check_offline() -> None:
+    try:
+        import spacy  # noqa: F401
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "datatrove's English word/sentence splitting needs the `spacy` package "
+            "(it uses spacy.blank('en'), no model download): pip install spacy"
+        ) from e
+
+
+def _prose(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
+    return [
+        GopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
+        GopherQualityFilter(exclusion_writer=ex("gopher_quality")),
+        C4QualityFilter(exclusion_writer=ex("c4_quality")),
+        FineWebQualityFilter(exclusion_writer=ex("fineweb_quality")),
+    ]
+
+
+def _latex(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
+    return [
+        GopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
+        GopherQualityFilter(
+            max_symbol_word_ratio=None, max_non_alpha_words_ratio=None,
+            exclusion_writer=ex("gopher_quality"),
+        ),
+        C4QualityFilter(
+            filter_curly_bracket=False, filter_no_terminal_punct=False, min_words_per_line=-1,
+            remove_citations=False, filter_javascript=False, filter_policy=False,
+            exclusion_writer=ex("c4_quality"),
+        ),
+    ]
+
+
+def _code(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
+    return [
+        GopherRepetitionFilter(
+            dup_line_frac=None, dup_line_char_frac=None, top_n_grams=(), dup_n_grams=(),
+            exclusion_writer=ex("gopher_repetition"),
+        ),
+        GopherQualityFilter(
+            **{**_GOPHER_OFF, "min_doc_words": 50, "max_doc_words": 100_000},
+            exclusion_writer=ex("gopher_quality"),
+        ),
+    ]
+
+
+def quality_filters(domain: str, exclusion_writer: ExclusionWriters = None) -> list[PipelineStep]:
+    """The quality filters for `domain` ("prose", "latex" or "code"), ready for an executor.
+
+    `exclusion_writer(filter_name)` may return a datatrove writer per filter (e.g. a
+    JsonlWriter into `removed/<filter_name>`) so rejected documents are kept for yield audits.
+    """
+    builders = {"prose": _prose, "latex": _latex, "code": _code}
+    if domain not in builders:
+        raise ValueError(f"unknown quality domain {domain!r}; choose one of {', '.join(DOMAINS)}")
+    _check_offline()
+    return builders[domain](exclusion_writer or (lambda name: None))

@@ -1,0 +1,81 @@
+"""A Kiln run's latest checkpoint as a scorer: per-sequence negative log-likelihood, batched.
+
+Shared by the perplexity scorer and the Kiln-model junk judge. Documents are scored the way
+training sees them: Kiln puts EOS between documents, so the EOS id is the context that
+precedes a document's first token and every document token is predicted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def check_run_dir(run_dir: str | Path) -> Path:
+    """Fail early (before an executor starts) when the run cannot provide a scorer."""
+    from kiln.train.checkpoint import latest_checkpoint
+
+    run_dir = Path(run_dir)
+    missing = [p for p in ("config.toml", "tokenizer/tokenizer.json", "tokens/index.json")
+               if not (run_dir / p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{run_dir} is not a trained Kiln run: missing {', '.join(missing)}")
+    if latest_checkpoint(run_dir / "checkpoints") is None:
+        raise FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'}: run `kiln train` first")
+    return run_dir
+
+
+def load_run_model(run_dir: str | Path, device: str = "cpu"):
+    """(model in eval mode, tokenizer, checkpoint path) of the run's latest checkpoint."""
+    from kiln.config import load_config
+    from kiln.data.tokenizer import load_tokenizer
+    from kiln.model import Transformer
+    from kiln.train.checkpoint import latest_checkpoint, load_weights
+    from kiln.train.trainer import model_config_for_run
+
+    run_dir = check_run_dir(run_dir)
+    cfg = load_config(run_dir / "config.toml", [f'run.dir="{run_dir}"'])
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    model = Transformer(model_config_for_run(cfg, run_dir / "tokens"))
+    load_weights(ckpt, model)
+    tok = load_tokenizer(run_dir / "tokenizer" / "tokenizer.json")
+    return model.eval().to(device), tok, ckpt
+
+
+@torch.no_grad()
+def continuation_nll(
+    model: nn.Module,
+    prefixes: list[list[int]],
+    targets: list[list[int]],
+    device: str | torch.device = "cpu",
+) -> list[tuple[float, int]]:
+    """(summed NLL in nats, token count) of each target given its prefix, in one forward.
+
+    Rows are right-padded; causal attention means padding never changes a real position.
+    Every prefix needs at least one token (the context of the first target token).
+    """
+    if len(prefixes) != len(targets):
+        raise ValueError("prefixes and targets must have the same length")
+    if not prefixes:
+        return []
+    if any(not p for p in prefixes):
+        raise ValueError("every prefix needs at least one token (e.g. the EOS id)")
+    seqs = [p + t for p, t in zip(prefixes, targets)]
+    width = max(len(s) for s in seqs) - 1
+    if width < 1:
+        return [(0.0, 0) for _ in seqs]
+    inputs = torch.zeros(len(seqs), width, dtype=torch.long)
+    labels = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.bool)
+    for i, (p, s) in enumerate(zip(prefixes, seqs)):
+        n = len(s) - 1
+        inputs[i, :n] = torch.tensor(s[:-1])
+        labels[i, :n] = torch.tensor(s[1:])
+        mask[i, len(p) - 1 : n] = True  # positions whose next token is a target token
+    logits = model(inputs.to(device)).float()
+    nll = F.cross_entropy(logits.flatten(0, 1), labels.to(device).flatten(), reduction="none")
+    nll = (nll.view_as(mask.to(device)) * mask.to(device)).double().sum(dim=1)
+    return [(float(v), int(c)) for v, c in zip(nll.cpu(), mask.sum(dim=1))]

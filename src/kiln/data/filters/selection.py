@@ -1,0 +1,141 @@
+"""Select documents by a stored score: keep the most surprising ones (surplexity).
+
+Gambetta et al. (arXiv:2410.12341) sort the pool by model perplexity, descending, and keep
+the top `ndoc` ("MPP"); keeping the *least* surprising documents is their converse, shown
+to accelerate collapse. A fraction needs the whole score distribution, so selection is two
+passes: `PerplexityScorer` writes `ppl` into metadata (and a writer saves the documents),
+then `threshold_for_fraction` turns the collected scores into a threshold and
+`PerplexitySelector` applies it while streaming. The digest's caution that the highest
+perplexities are often noise is what `mode="drop_extremes"` (a quantile band) is for.
+
+Ties: the selector compares each score with the threshold, so every document tied with the
+k-th largest score is kept. The kept count is exactly k when scores are distinct (float
+perplexities practically always are); with ties at the threshold it is k plus the extra
+tied documents, never fewer than k. (The paper's in-memory sort keeps pool order instead.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from datatrove.data import Document
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from datatrove.pipeline.writers.disk_base import DiskWriter
+
+MODES = ("top_fraction", "bottom_fraction", "drop_extremes")
+
+
+def _checked(scores: Iterable[float]) -> np.ndarray:
+    arr = np.asarray(list(scores), dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError("no scores given: run the scoring pass first")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("scores must be finite numbers (drop unscored documents first)")
+    return arr
+
+
+def _count_for(fraction: float, n: int) -> int:
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    return math.floor(round(fraction * n, 9))  # round away float noise such as 0.29 * 100
+
+
+def threshold_for_count(scores: Iterable[float], k: int) -> float:
+    """The k-th largest score (keep `score >= threshold`); +inf when k == 0."""
+    arr = _checked(scores)
+    if not 0 <= k <= arr.size:
+        raise ValueError(f"k must be in [0, {arr.size}], got {k}")
+    return math.inf if k == 0 else float(np.sort(arr)[::-1][k - 1])
+
+
+def threshold_for_fraction(scores: Sequence[float], fraction: float) -> float:
+    """Threshold keeping the top floor(fraction * n) scores (see the module note on ties)."""
+    arr = _checked(scores)
+    return threshold_for_count(arr, _count_for(fraction, arr.size))
+
+
+def quantile_band(scores: Sequence[float], low_q: float, high_q: float) -> tuple[float, float]:
+    """(low, high) score quantiles (numpy's linear interpolation) for `drop_extremes`."""
+    if not 0.0 <= low_q < high_q <= 1.0:
+        raise ValueError(f"need 0 <= low_q < high_q <= 1, got {low_q}, {high_q}")
+    arr = _checked(scores)
+    return float(np.quantile(arr, low_q)), float(np.quantile(arr, high_q))
+
+
+def scores_from(docs: Iterable[Document], key: str = "ppl") -> list[float]:
+    """The scored values under `key` (unscored `None`s skipped), for the threshold helpers."""
+    out = []
+    for doc in docs:
+        if key not in doc.metadata:
+            raise KeyError(f"document {doc.id} has no metadata[{key!r}]: run the scorer first")
+        if doc.metadata[key] is not None:
+            out.append(float(doc.metadata[key]))
+    return out
+
+
+class PerplexitySelector(BaseFilter):
+    """Keep documents by their stored score `metadata[key]` (default the scorer's `ppl`).
+
+    - "top_fraction": keep score >= threshold (the paper's MPP filter); pass `threshold`, or
+      `fraction` and the first pass's `scores`.
+    - "bottom_fraction": keep score <= threshold (the paper's converse, for ablations).
+    - "drop_extremes": keep low <= score <= high; pass `low`/`high`, or `low_q`/`high_q` and
+      `scores`.
+    Unscored documents (`None`, e.g. empty text) are dropped as `ppl_missing`.
+    """
+
+    name = "🎯 Perplexity selection"
+
+    def __init__(
+        self,
+        mode: str = "top_fraction",
+        *,
+        fraction: float | None = None,
+        scores: Sequence[float] | None = None,
+        threshold: float | None = None,
+        low_q: float | None = None,
+        high_q: float | None = None,
+        low: float | None = None,
+        high: float | None = None,
+        key: str = "ppl",
+        exclusion_writer: DiskWriter | None = None,
+    ):
+        super().__init__(exclusion_writer)
+        if mode not in MODES:
+            raise ValueError(f"unknown selection mode {mode!r}; choose one of {', '.join(MODES)}")
+        self.mode, self.key = mode, key
+        if mode == "drop_extremes":
+            if low_q is not None or high_q is not None:
+                if scores is None or low_q is None or high_q is None or low is not None or high is not None:
+                    raise ValueError("drop_extremes: give low_q, high_q and scores (or low and high)")
+                low, high = quantile_band(scores, low_q, high_q)
+            if low is None or high is None or low > high:
+                raise ValueError("drop_extremes needs low <= high (or low_q, high_q and scores)")
+            self.low, self.high = float(low), float(high)
+            return
+        if (threshold is None) == (fraction is None):
+            raise ValueError(f"{mode}: give exactly one of threshold or fraction (with scores)")
+        if fraction is not None:
+            if scores is None:
+                raise ValueError(f"{mode}: a fraction needs the scores of the scoring pass")
+            sign = 1.0 if mode == "top_fraction" else -1.0
+            threshold = sign * threshold_for_fraction([sign * s for s in scores], fraction)
+        self.threshold = float(threshold)
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        if self.key not in doc.metadata:
+            raise KeyError(
+                f"document {doc.id} has no metadata[{self.key!r}]: run PerplexityScorer first"
+            )
+        score = doc.metadata[self.key]
+        if score is None:
+            return False, "ppl_missing"
+        if self.mode == "top_fraction":
+            return True if score >= self.threshold else (False, "ppl_below_threshold")
+        if self.mode == "bottom_fraction":
+            return True if score <= self.threshold else (False, "ppl_above_threshold")
+        if score < self.low:
+            return False, "ppl_below_band"
+        return True if score <= self.high else (False, "ppl_above_band")

@@ -1,0 +1,62 @@
+"""Brain Rot M2 as a pipeline step: judge each document, store the score, drop or tag junk.
+
+The judge's score and reasons go into `doc.metadata` (`m2_junk_score`, `m2_reasons`,
+`m2_label`); a document that already carries `m2_junk_score` is not judged again unless
+`rescore=True`, so a stricter or looser `threshold` can be applied without re-running the
+(possibly expensive) judge.
+"""
+
+from __future__ import annotations
+
+from datatrove.data import Document
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from datatrove.pipeline.writers.disk_base import DiskWriter
+
+from kiln.data.filters.judge import Judge
+
+
+class SemanticQualityFilter(BaseFilter):
+    """Label = "junk" when junk_score >= threshold, "high_quality" below, "unparsed" when the
+    judge gave no answer. mode "drop" removes junk (`m2_junk`) and unparsed (`m2_unparsed`,
+    the reject bucket); mode "tag" keeps everything and only writes metadata.
+    """
+
+    name = "🧠 Brain Rot M2 semantic quality"
+
+    def __init__(
+        self,
+        judge: Judge | None = None,
+        threshold: float = 0.5,
+        mode: str = "drop",
+        rescore: bool = False,
+        exclusion_writer: DiskWriter | None = None,
+    ):
+        super().__init__(exclusion_writer)
+        if mode not in ("drop", "tag"):
+            raise ValueError(f"SemanticQualityFilter mode must be 'drop' or 'tag', got {mode!r}")
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        if judge is None:
+            from kiln.data.filters.junk_heuristics import HeuristicJudge
+
+            judge = HeuristicJudge()
+        if not isinstance(judge, Judge):
+            raise TypeError(f"judge must have a judge(text) -> Verdict method, got {type(judge)}")
+        self.judge, self.threshold, self.mode, self.rescore = judge, threshold, mode, rescore
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        if self.rescore or "m2_junk_score" not in doc.metadata:
+            verdict = self.judge.judge(doc.text)
+            doc.metadata["m2_junk_score"] = verdict.junk_score
+            doc.metadata["m2_reasons"] = list(verdict.reasons)
+            self.stat_update("m2_judged")
+        score = doc.metadata["m2_junk_score"]
+        if score is None:
+            label = "unparsed"
+        else:
+            label = "junk" if score >= self.threshold else "high_quality"
+        doc.metadata["m2_label"] = label
+        self.stat_update(f"m2_{label}")
+        if self.mode == "drop" and label != "high_quality":
+            return False, f"m2_{label}"
+        return True

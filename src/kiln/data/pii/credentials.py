@@ -1,0 +1,226 @@
+"""Password and username detection from context: assignments in code/config, CLI flags, URLs with
+`user:pass@`, SSH targets, home directories and @handles.
+
+A value is only PII when it is a literal a person chose. References (`${DB_PASS}`,
+`os.environ[...]`, `request.form["password"]`), type annotations (`password: string`), empty or
+masked values (`****`) and the obvious placeholders the paper's realness check removes
+(`password123`, `changeme`, `<password>`) are not. Generic system/service accounts (root, admin,
+postgres, git, ubuntu …) identify no one, so they are not usernames.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from kiln.data.pii.spans import Span
+
+NON_VALUES = frozenset(
+    "none null nil true false undefined string str int bool number any object optional text "
+    "varchar char required optional self this new return yes no on off default empty blank "
+    "unknown secret password passwd pwd pass username user login name value input field".split())
+PLACEHOLDER_PASSWORDS = frozenset(
+    "password password1 password123 passw0rd p@ssw0rd p@ssword changeme changeit secret "
+    "123456 12345678 123456789 1234 qwerty letmein test test123 testing example dummy foo bar "
+    "foobar hunter2 admin admin123 root toor mypassword yourpassword pass123 xxx xxxx xxxxxx "
+    "xxxxxxxx pass abc123 s3cret".split())
+SERVICE_ACCOUNTS = frozenset(
+    "root admin administrator user username users guest test tester demo anonymous nobody daemon "
+    "postgres postgresql mysql redis mongo mongodb git hg svn ubuntu debian centos ec2-user "
+    "fedora www-data www apache nginx httpd jenkins runner vagrant docker deploy ci build "
+    "shared public default sa system me you foo bar example sample app service api bot "
+    "operator dev developer ftp mail sync oracle elastic kibana grafana hadoop spark "
+    "yarn node npm pi home current ${user} $user".split())
+# Words that follow "user" in prose but are not usernames ("the user name is", "User model").
+_VALUE_CHARS = r"[^\s\"'`,;<>(){}\[\]]"
+_REF = re.compile(r"^(?:\$\{|\$\(|\$[A-Z_][A-Z0-9_]*$|%\(|%[sd]$|\?$|\{|<|\[|:[a-z_]+$|@[a-z_]+$|"
+                  r"os\.|env\b|process\.|getenv|settings\.|config\.|self\.|this\.|args\.|opts\.|"
+                  r"options\.)")
+# `request.user`, `cfg.db.password`: a dotted unquoted value starting with one of these is code.
+CODE_OBJECTS = frozenset(
+    "request req self this user users args opts options config cfg conf settings ctx context "
+    "session os sys env process params data form kwargs current_user g app auth profile account "
+    "props state credentials creds secrets db model obj item row record result response".split())
+WEEKDAYS_MONTHS = frozenset(
+    "mon tue wed thu fri sat sun jan feb mar apr may jun jul aug sep sept oct nov dec".split())
+PLACEHOLDER_WORD = re.compile(r"your|example|sample|dummy|placeholder|changeme|fake|xxx|<|>",
+                              re.IGNORECASE)
+WEAK_PASSWORD = re.compile(
+    r"(?:.*pass(?:word|wd)?.*|secret\d*|test\w*|admin\d*|qwerty\d*|letmein\d*|1234\d*|"
+    r"abc\d*|root\d*|toor|guest\d*)", re.IGNORECASE)
+PLACEHOLDER_USERS = frozenset(
+    "alice bob carol charlie dave eve mallory john jane jdoe johndoe janedoe john.doe jane.doe "
+    "john_doe jane_doe foo bar baz foobar".split())
+
+PASSWORD_KEY = r"(?:[A-Za-z_]*[_.-])?(?:password|passwd|passphrase|pwd|pass|db_?pass|pgpassword)"
+USER_KEY = (r"(?:[A-Za-z_]*[_.-])?(?:user|username|user_?name|login|userid|user[_ ]?id|"
+            r"account_?name|db_?user|pguser|uid)")
+
+
+def _assignments(key: str) -> re.Pattern[str]:
+    """`key = "v"`, `key: v`, `key => 'v'`, `"key": "v"`, `--key=v`, `KEY=v`, `<key>v</key>`."""
+    return re.compile(
+        rf"(?<![A-Za-z0-9])(?P<key>{key})(?![A-Za-z0-9])[\"']?[ \t]*(?::=|=>|==|=|:)[ \t]*"
+        rf"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]*?)(?P=q)|(?P<v>{_VALUE_CHARS}+))", re.IGNORECASE)
+
+
+PASSWORD_ASSIGN = _assignments(PASSWORD_KEY)
+USER_ASSIGN = _assignments(USER_KEY)
+XML_VALUE = re.compile(rf"<(?P<tag>{PASSWORD_KEY}|{USER_KEY})>(?P<v>[^<\s]+)</(?P=tag)>",
+                       re.IGNORECASE)
+SSH_CONFIG_USER = re.compile(r"^[ \t]*User[ \t]+(?P<user>\S+)[ \t]*$", re.MULTILINE)
+# Prose: "your login is dagny.holm", "the temporary password is Fjord-Kite-58".
+PROSE_USER = re.compile(r"(?i:\b(?:login|username|user name|user id))[ \t]+is[ \t]+"
+                        r"(?P<user>[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])")
+PROSE_PASSWORD = re.compile(r"(?i:\b(?:password|passphrase|passcode))[ \t]+is[ \t]+[\"'`]?"
+                            r"(?P<pw>[^\s\"'`]*[^\s\"'`.,;)])")
+CLI_FLAG = re.compile(
+    r"(?<=\s)(?P<flag>--?(?:password|passwd|pass|p|user|username|u|login|l))(?:[ =])"
+    r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-][^\s\"']*))")
+MYSQL_INLINE_PASSWORD = re.compile(
+    r"\bmysql(?:dump|admin)?\b[^\n]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-]\S*))")
+URL_CREDENTIALS = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.-]*://(?P<user>[A-Za-z0-9._~%!$&*+-]+)(?::(?P<pw>[^\s@/:]+))?@"
+    r"(?=[A-Za-z0-9\[])")
+SSH_TARGET = re.compile(
+    r"\b(?:ssh|scp|rsync|sftp|mosh)\b[^\n@]*?(?<![\w.-])(?P<user>[a-z_][a-z0-9_.-]{1,31})@"
+    r"(?=[A-Za-z0-9\[])")
+HOME_DIR = re.compile(
+    r"(?:(?<![\w.])/home/|(?<![\w.])/Users/|[A-Za-z]:\\{1,2}Users\\{1,2}|(?<![\w.])/u/)"
+    r"(?P<user>[A-Za-z0-9_][A-Za-z0-9._-]{0,31})(?=[/\\\s\"':]|$)", re.MULTILINE)
+HANDLE = re.compile(r"(?:(?<=[\s(\[,])|^)@(?P<user>[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,38}[A-Za-z0-9])?)"
+                    r"(?![\w@/(-]|\.\w)",
+                    re.MULTILINE)
+# `@`-words that are decorators, doc tags, CSS at-rules or bots rather than people.
+AT_KEYWORDS = frozenset(
+    "param params return returns throws throw author see since deprecated override type typedef "
+    "example link media import keyframes font-face charset supports include mixin extend "
+    "interface end implementation property synthesize protocol selector staticmethod "
+    "classmethod dataclass abstractmethod pytest fixture test before after beforeeach "
+    "aftereach component injectable input output module app route get post put delete "
+    "patch inject autowired bean service controller entity table column id value "
+    "transactional nullable nonnull suppresswarnings functionalinterface safevarargs "
+    "todo fixme note brief file class struct enum var const let function callback "
+    "description summary version license copyright namespace package private public "
+    "protected static inheritdoc internal ignore api apiparam apisuccess tag tags "
+    "dependabot renovate github-actions codecov mergify stale-bot everyone here channel "
+    "all team types vue angular babel nestjs storybook testing-library emotion mui material "
+    "latest next beta alpha canary rc main master".split())
+
+
+def _value(m: re.Match[str], group_q: str = "qv", group_v: str = "v") -> tuple[str, int, int] | None:
+    for g in (group_q, group_v):
+        if m.group(g):
+            return m.group(g), m.start(g), m.end(g)
+    return None
+
+
+def _is_reference(value: str, quoted: bool) -> bool:
+    low = value.lower()
+    if (_REF.search(value) or low in NON_VALUES or low in WEEKDAYS_MONTHS
+            or set(value) <= set("*•x.-_#?")):
+        return True
+    if not quoted and (re.search(r"[(\[]", value) or value.split(".")[0].lower() in CODE_OBJECTS
+                       and "." in value):
+        return True  # an expression, not a literal
+    return False
+
+
+def _placeholder_password(value: str) -> bool:
+    low = value.lower()
+    return (low in PLACEHOLDER_PASSWORDS or low in SERVICE_ACCOUNTS
+            or PLACEHOLDER_WORD.search(value) is not None or WEAK_PASSWORD.fullmatch(value) is not None)
+
+
+def _looks_like_code_reference(value: str, key: str, quoted: bool) -> bool:
+    """`password = hashed_password` / `user = current_user` in unquoted code."""
+    if quoted:
+        return False
+    low = value.lower()
+    return any(w in low for w in ("pass", "pwd", "user", "login", "name", "request", "form",
+                                  "input", "param", "arg", "get", "hash")) and "_" in value
+
+
+def find_passwords(text: str) -> Iterator[Span]:
+    for pattern in (PASSWORD_ASSIGN, XML_VALUE):
+        for m in pattern.finditer(text):
+            got = _value(m) if pattern is PASSWORD_ASSIGN else (m.group("v"), m.start("v"), m.end("v"))
+            if pattern is XML_VALUE and not re.search(PASSWORD_KEY + "$", m.group("tag"), re.I):
+                continue
+            if got is None:
+                continue
+            value, s, e = got
+            quoted = pattern is PASSWORD_ASSIGN and bool(m.group("qv"))
+            if not quoted and text[e:e + 1] in ("(", "[", "."):
+                continue  # `bcrypt.hashpw(...)`: a call, not a literal
+            if (len(value) < 3 or _is_reference(value, quoted) or _placeholder_password(value)
+                    or _looks_like_code_reference(value, m.group(0), quoted)):
+                continue
+            yield Span("PASSWORD", s, e, value)
+    for m in CLI_FLAG.finditer(text):
+        if m.group("flag").lstrip("-") in {"password", "passwd", "pass", "p"}:
+            got = _value(m)
+            if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]) \
+                    and len(got[0]) >= 3 and not re.fullmatch(r"[\d:.]+", got[0]):
+                yield Span("PASSWORD", got[1], got[2], got[0])
+    for m in MYSQL_INLINE_PASSWORD.finditer(text):
+        got = _value(m)
+        if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]):
+            yield Span("PASSWORD", got[1], got[2], got[0])
+    for m in PROSE_PASSWORD.finditer(text):
+        pw = m.group("pw")
+        if re.search(r"[\d\W]", pw) and not _is_reference(pw, True) and not _placeholder_password(pw):
+            yield Span("PASSWORD", m.start("pw"), m.end("pw"), pw)
+    for m in URL_CREDENTIALS.finditer(text):
+        pw = m.group("pw")
+        if pw and not _is_reference(pw, True) and not _placeholder_password(pw):
+            yield Span("PASSWORD", m.start("pw"), m.end("pw"), pw)
+
+
+def _username_ok(value: str) -> bool:
+    low = value.lower()
+    return (re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._\\-]{1,38}[A-Za-z0-9_]|[A-Za-z0-9]{2,3}", value)
+            is not None and low not in SERVICE_ACCOUNTS and low not in NON_VALUES
+            and not value.isdigit() and low not in PLACEHOLDER_USERS
+            and PLACEHOLDER_WORD.search(value) is None
+            and not low.startswith(("test", "demo", "example", "sample", "dummy", "fake")))
+
+
+def find_usernames(text: str) -> Iterator[Span]:
+    for m in USER_ASSIGN.finditer(text):
+        got = _value(m)
+        if got is None:
+            continue
+        value, s, e = got
+        quoted = bool(m.group("qv"))
+        if not quoted and text[e:e + 1] in ("(", "[", "."):
+            continue
+        if _is_reference(value, quoted) or _looks_like_code_reference(value, "", quoted):
+            continue
+        if _username_ok(value):
+            yield Span("USERNAME", s, e, value)
+    for m in XML_VALUE.finditer(text):
+        if re.search(USER_KEY + "$", m.group("tag"), re.I) and _username_ok(m.group("v")):
+            yield Span("USERNAME", m.start("v"), m.end("v"), m.group("v"))
+    for m in CLI_FLAG.finditer(text):
+        if m.group("flag").lstrip("-") in {"user", "username", "u", "login", "l"}:
+            got = _value(m)
+            if got and _username_ok(got[0]) and not _is_reference(got[0], True):
+                yield Span("USERNAME", got[1], got[2], got[0])
+    for m in PROSE_USER.finditer(text):
+        user = m.group("user")
+        if re.search(r"[._\d]", user) and _username_ok(user):
+            yield Span("USERNAME", m.start("user"), m.end("user"), user)
+    for pattern in (URL_CREDENTIALS, SSH_TARGET, HOME_DIR, SSH_CONFIG_USER):
+        for m in pattern.finditer(text):
+            user = m.group("user")
+            if _username_ok(user) and not _is_reference(user, True):
+                yield Span("USERNAME", m.start("user"), m.end("user"), user)
+    for m in HANDLE.finditer(text):
+        user = m.group("user")
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if text[line_start:m.start()].strip() == "" and re.match(r"[ \t]*(?:\n|$)", text[m.end():]):
+            continue  # a bare `@word` on its own line is a decorator
+        if user.lower() in AT_KEYWORDS or not _username_ok(user):
+            continue
+        yield Span("USERNAME", m.start("user"), m.end("user"), user)

@@ -1,0 +1,103 @@
+"""Person-name detection, driven by context rather than a downloaded NER model.
+
+Strong contexts (no lexicon needed): author/maintainer fields in code and metadata, `Name <email>`,
+`Copyright (c) YEAR Name`, "Written by", git trailers (Signed-off-by, Co-authored-by …),
+docstring tags (`@author`, `:author:`), `first_name`/`full_name` values, signature lines after a
+closing ("Best regards,") and greetings ("Hi Ana,"). Weak context: in prose, a given name from
+the compact lexicon followed by a capitalised surname. Organisation holders ("Google LLC",
+"The Foo Authors") are not names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from kiln.data.pii.lexicon import FIRST_NAMES, NOT_NAME_WORDS, ORG_WORDS, PARTICLES, TITLES
+from kiln.data.pii.spans import Span
+
+_UP = "A-ZÀ-ÖØ-ÞĀ-Ž"
+_LO = "a-zß-öø-ÿā-ž"
+TOKEN = rf"(?:[{_UP}](?:[{_LO}]+(?:[{_UP}][{_LO}]+)?|\.|['’][{_UP}][{_LO}]+)(?:[-'’][{_UP}]?[{_LO}]+)*)"
+PARTICLE = r"(?:van|von|de|der|den|da|di|del|della|la|le|du|dos|das|bin|al|ten|ter)"
+# One to four capitalised tokens, particles allowed inside ("Ludwig van Beethoven").
+NAME_SEQ = rf"{TOKEN}(?:[ \t]+(?:{PARTICLE}[ \t]+)*{TOKEN}){{0,3}}"
+_TITLE = r"(?:(?:Mr|Mrs|Ms|Dr|Prof)\.?[ \t]+)?"
+
+STRONG_CONTEXTS = [
+    # trailers, headers and fields: "Author: X", "Signed-off-by: X", "maintainer = 'X'"
+    rf"(?i:(?<![A-Za-z])(?:authors?|maintainers?|written[ \t]+by|created[ \t]+by|developed[ \t]+by|"
+    rf"contributed[ \t]+by|reported[ \t]+by|signed-off-by|co-authored-by|"
+    rf"reviewed-by|acked-by|tested-by|reported-by|suggested-by|helped-by|committer|"
+    rf"moduleauthor|sectionauthor|contact|owner|full_?name|display_?name|contact_?name|"
+    rf"first_?name|last_?name|given_?name|family_?name|surname)|^(?:From|To|Cc|Reply-To))"
+    rf"(?:__)?[\"']?[ \t]*(?:::?|=>|=|:)?[ \t]*[\[\"'(]?[ \t]*{_TITLE}(?P<name>{NAME_SEQ})",
+    rf"(?i:@author|:author:)[ \t]+{_TITLE}(?P<name>{NAME_SEQ})",
+    # Maven/NuGet people blocks: <developer> … <name>X</name>
+    rf"<(?:developer|contributor)>[^<]*(?:<(?!/(?:developer|contributor))[^<]*)*?<name>[ \t]*(?P<name>{NAME_SEQ})[ \t]*</name>",
+    # "Jane Doe <jane@x.org>" and "Jane Doe (jane@x.org)"
+    rf"(?P<name>{NAME_SEQ})[ \t]*[<(][^\s<>()@]+@",
+    # signature: closing line, then the name alone on the next line
+    rf"(?im:^[ \t]*(?:best|kind|warm)?[ \t]*(?:regards|thanks|thank you|many thanks|cheers|"
+    rf"sincerely|best wishes|yours truly|best|--)[,!.]?[ \t]*\n[ \t]*)(?P<name>{NAME_SEQ})[ \t]*$",
+    # greeting: "Hi Ana," / "Dear Dr. Okafor,"
+    rf"(?i:\b(?:hi|hello|hey|dear))[ \t]+{_TITLE}(?P<name>{NAME_SEQ})[ \t]*[,!:]",
+]
+STRONG = [re.compile(p, re.MULTILINE) for p in STRONG_CONTEXTS]
+COPYRIGHT = re.compile(
+    r"(?i:copyright|\(c\)|©)[ \t]*(?:\((?i:c)\)|©)?[ \t]*"
+    r"(?P<years>\d{4}(?:[ \t]*[-–,][ \t]*(?:\d{4}|present))*)?[ \t]*,?[ \t]*(?:by[ \t]+)?"
+    rf"(?P<holders>{NAME_SEQ}(?:[ \t]*(?:,|and|&)[ \t]*{NAME_SEQ})*)")
+PROSE = re.compile(rf"(?<![\w.@/])(?P<name>{TOKEN}(?:[ \t]+(?:{PARTICLE}[ \t]+)?{TOKEN}){{1,2}})(?![\w@])")
+
+
+def _clean(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """Trim non-name words at either end; None when nothing name-like remains."""
+    words = [(m.start() + start, m.end() + start) for m in re.finditer(r"\S+", text[start:end])]
+    while words and (text[words[0][0]:words[0][1]].lower() in NOT_NAME_WORDS | TITLES):
+        words.pop(0)
+    while words and (text[words[-1][0]:words[-1][1]].lower() in NOT_NAME_WORDS | PARTICLES):
+        words.pop()
+    if not words:
+        return None
+    s, e = words[0][0], words[-1][1]
+    if any(text[a:b].lower().rstrip(".") in ORG_WORDS for a, b in words):
+        return None
+    if text[s:e].isupper() and e - s > 3:  # CONSTANT_NAMES / headings
+        return None
+    if len(words) == 1 and (e - s < 2 or text[s:e].endswith(".")):
+        return None
+    return s, e
+
+
+def _org_follows(text: str, end: int) -> bool:
+    nxt = re.match(r"[ \t,]*([A-Za-z.]+)", text[end:end + 30])
+    return nxt is not None and nxt.group(1).lower().rstrip(".") in ORG_WORDS | {"inc", "llc"}
+
+
+def find_names(text: str) -> Iterator[Span]:
+    for i, pattern in enumerate(STRONG):
+        for m in pattern.finditer(text):
+            got = _clean(text, m.start("name"), m.end("name"))
+            if got and " " not in text[got[0]:got[1]] and not (
+                    i >= 4 or "name" in m.group(0)[:m.start("name") - m.start()].lower()
+                    or text[got[0]:got[1]].lower() in FIRST_NAMES):
+                continue  # a lone capitalised word after "created by" is usually a tool
+            if got and not _org_follows(text, got[1]) and not text[got[0]:got[1]].startswith("The "):
+                yield Span("NAME", got[0], got[1], text[got[0]:got[1]])
+    for m in COPYRIGHT.finditer(text):
+        holders = m.group("holders")
+        if holders.startswith("The ") or _org_follows(text, m.end("holders")):
+            continue
+        base = m.start("holders")
+        for part in re.finditer(rf"{NAME_SEQ}", holders):
+            got = _clean(text, base + part.start(), base + part.end())
+            if got and len(text[got[0]:got[1]].split()) >= 2:
+                yield Span("NAME", got[0], got[1], text[got[0]:got[1]])
+    for m in PROSE.finditer(text):
+        words = m.group("name").split()
+        if words[0].lower() not in FIRST_NAMES or words[1].lower() in NOT_NAME_WORDS:
+            continue
+        got = _clean(text, m.start("name"), m.end("name"))
+        if got and len(text[got[0]:got[1]].split()) >= 2 and not _org_follows(text, got[1]):
+            yield Span("NAME", got[0], got[1], text[got[0]:got[1]])

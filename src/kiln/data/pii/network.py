@@ -1,0 +1,114 @@
+"""Email and IP address detection, built on datatrove's PIIFormatter patterns.
+
+PIIFormatter.format() swaps matches for fake values and reports nothing, so it cannot give typed
+placeholders or counts. We reuse its email/IPv4 regexes and its public-IP validator as candidate
+finders and add what it lacks: token boundaries (its IPv4 regex matches `1.2.3.4` inside
+`11.1.2.3.45`), trimming of code delimiters it lets into the local part (`user='a@b.org`), IPv6,
+and the realness rules of the paper (placeholder domains, version numbers are not PII).
+
+Policy (digest of arXiv:2512.07814, step 2 "invalid IPs … private/reserved excluded"; datatrove's
+default): only globally routable addresses are PII. Private, loopback, link-local, multicast and
+documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32) are not.
+Emails at RFC 2606/6761 reserved domains (example.com, *.test, localhost …) are placeholders.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterator
+from functools import partial
+
+from datatrove.pipeline.formatters.pii import PIIFormatter, public_ip_validator
+
+from kiln.data.pii.spans import Span
+
+_DT = PIIFormatter()
+EMAIL_CANDIDATE = re.compile(_DT.emails_replacer.regex.pattern)
+IPV4_CANDIDATE = re.compile(r"(?<![\w.])(?:" + _DT.ip_replacer.regex.pattern + r")(?![\w]|\.\d)")
+is_public_ip = partial(public_ip_validator, public_only=True)
+
+IPV6_CANDIDATE = re.compile(
+    r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?![\w:])")
+
+_LOCAL_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%+-]*$")
+RESERVED_EMAIL_DOMAINS = frozenset({
+    "example.com", "example.org", "example.net", "example.edu", "localhost", "localdomain",
+    "domain.com", "email.com", "yourdomain.com", "yourcompany.com", "company.com", "test.com",
+    "mail.com.invalid"})
+RESERVED_TLDS = frozenset({"test", "example", "invalid", "localhost", "local", "internal"})
+# `icon@2x.png`, `lodash@4.17.21` style matches: a file extension or digits are not a TLD.
+FILE_TLDS = frozenset(
+    "png jpg jpeg gif svg webp ico bmp tif tiff js mjs cjs ts tsx jsx css scss less map json yaml yml "
+    "toml xml html htm md txt py rb go rs java kt c h cpp hpp so dll exe zip gz tgz whl lock".split())
+PLACEHOLDER_LOCALS = frozenset({"user", "username", "name", "email", "you", "your.name", "foo",
+                                "bar", "someone", "somebody", "john.doe", "jane.doe", "firstname.lastname",
+                                "first.last", "me", "test"})
+# Addresses that reach a machine, not a person.
+SERVICE_LOCALS = frozenset({"noreply", "no-reply", "donotreply", "do-not-reply", "mailer-daemon",
+                            "postmaster", "notifications"})
+# "version 1.2.3.4", "v1.0.0.2", "==1.2.3.4", "Section 3.2.1.4": dotted numbers that are not IPs.
+VERSION_CONTEXT = re.compile(
+    r"(?:\b(?:version|ver|release|build|revision|rev|section|chapter|figure|table|step|rule|v)"
+    r"|__version__|§|==|>=|<=|~=|\^|~|[A-Za-z]/)[\s\"':=(]*$", re.IGNORECASE)
+
+
+def find_emails(text: str) -> Iterator[Span]:
+    for m in EMAIL_CANDIDATE.finditer(text):
+        local, _, domain = m.group(0).rpartition("@")
+        trimmed = _LOCAL_PART.search(local)
+        if trimmed is None or domain.startswith("["):
+            continue
+        local = trimmed.group(0)
+        start = m.end() - len(domain) - 1 - len(local)
+        if start > 0 and text[start - 1] in "@/":  # npm `@scope/pkg@1.0`, url paths
+            continue
+        if re.search(r"://[^\s/@]*$", text[:start]):
+            continue  # userinfo of a URL (`https://user:token@host`), handled as credentials
+        end = m.end()
+        if end < len(text) and text[end] == ":" and local in {"git", "hg", "svn"}:
+            continue  # SSH remote `git@github.com:org/repo`, not an email
+        tld = domain.rsplit(".", 1)[-1].lower()
+        if not tld.isalpha() or tld in FILE_TLDS or tld in RESERVED_TLDS:
+            continue
+        dom = domain.lower()
+        if any(dom == r or dom.endswith("." + r) for r in RESERVED_EMAIL_DOMAINS):
+            continue
+        if local.lower() in SERVICE_LOCALS:
+            continue
+        if local.lower() in PLACEHOLDER_LOCALS and dom.split(".")[0] in {"domain", "email", "mail"}:
+            continue
+        yield Span("EMAIL", start, end, text[start:end])
+
+
+VERSION_WORDS = frozenset({"version", "ver", "vers", "build", "release", "rev", "revision", "oid",
+                           "oids", "section", "chapter", "figure", "table", "step", "rule", "pkgver"})
+
+
+def _version_like(text: str, start: int, dotted: str) -> bool:
+    """A dotted quad right after a version marker, or with one among the 3 words before it, or
+    written elsewhere in the same document as a version."""
+    if VERSION_CONTEXT.search(text[max(0, start - 24):start]):
+        return True
+    line_start = text.rfind("\n", 0, start) + 1
+    words = re.findall(r"[A-Za-z§]+", " ".join(text[line_start:start].split()[-3:]))
+    if any(w.lower() in VERSION_WORDS or w.lower().endswith("version") for w in words):
+        return True
+    return any(VERSION_CONTEXT.search(text[max(0, m.start() - 24):m.start()])
+               for m in re.finditer(re.escape(dotted), text) if m.start() != start)
+
+
+def find_ips(text: str) -> Iterator[Span]:
+    for m in IPV4_CANDIDATE.finditer(text):
+        if is_public_ip(m.group(0)) and not _version_like(text, m.start(), m.group(0)):
+            yield Span("IP_ADDRESS", m.start(), m.end(), m.group(0))
+    for m in IPV6_CANDIDATE.finditer(text):
+        cand = m.group(0)
+        if cand.count(":") < 2 or "::" not in cand and cand.count(":") != 7:
+            continue
+        try:
+            ip = ipaddress.IPv6Address(cand)
+        except ValueError:
+            continue
+        if ip.is_global and ip.ipv4_mapped is None:
+            yield Span("IP_ADDRESS", m.start(), m.end(), cand)

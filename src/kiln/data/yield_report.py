@@ -1,0 +1,175 @@
+"""How many documents and bytes go into and come out of every prepare stage, and why some are lost.
+
+Counting is done by `YieldMeter` steps that the pipeline builder puts after every stage, not by
+trusting each stage's own stats keys: a formatter, a reader or a multi-step dedup counts the
+same way as a BaseFilter. Drop *reasons* do come from the stages' own stats (`dropped_<reason>`
+from datatrove's BaseFilter, `skipped/<reason>` from readers); whatever a stage drops without a
+reason is reported as "unattributed", so in = out + dropped always holds.
+
+Numbers are merged from the per-task stats files datatrove writes (logging_dir/stats/NNNNN.json),
+so a resumed run, whose executor only returns the stats of the tasks it re-ran, still reports
+the whole corpus. Tokens are added from tokens/index.json once `kiln tokenize` has run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from datatrove.data import DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
+from kiln.atomic import write_json_atomic
+
+YIELD_FILE = "yield.json"
+LAYOUT_FILE = "kiln_pipeline.json"  # in the logging dir: stage of every step, reader stages
+REASON_PREFIXES = ("dropped_", "dropped/", "skipped/")
+UNATTRIBUTED = "unattributed"
+
+
+class YieldMeter(PipelineStep):
+    """Pass documents through unchanged, counting documents and UTF-8 bytes after `stage`."""
+
+    type = "📊 - YIELD"
+
+    def __init__(self, stage: str):
+        self.name = f"after {stage}"  # before super().__init__: the Stats block is named from it
+        super().__init__()
+        self.stage = stage
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        for doc in data or ():
+            self.stat_update("documents")
+            self.stat_update("bytes", value=len(doc.text.encode("utf-8")))
+            yield doc
+
+
+def _total(value: Any) -> float:
+    """A datatrove MetricStats as saved: a bare number, or a dict with "total"."""
+    if isinstance(value, dict):
+        return float(value.get("total", 0))
+    return float(value)
+
+
+def merge_task_stats(logging_dir: Path | str, tasks: int) -> list[dict[str, Any]]:
+    """Sum every step's counters over the per-task stats files of ranks 0..tasks-1.
+
+    Raises FileNotFoundError naming the ranks whose stats are missing (unfinished tasks).
+    """
+    stats_dir = Path(logging_dir) / "stats"
+    missing = [r for r in range(tasks) if not (stats_dir / f"{r:05d}.json").is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"no stats for prepare task(s) {missing[:10]} in {stats_dir}: those tasks have not "
+            "finished; re-run `kiln prepare` (completed tasks are skipped)"
+        )
+    merged: list[dict[str, Any]] = []
+    for rank in range(tasks):
+        steps = json.loads((stats_dir / f"{rank:05d}.json").read_text(encoding="utf-8"))
+        if not merged:
+            merged = [{"name": s["name"], "counts": Counter()} for s in steps]
+        if [s["name"] for s in steps] != [m["name"] for m in merged]:
+            raise ValueError(f"task {rank} ran a different pipeline than task 0 ({stats_dir})")
+        for into, step in zip(merged, steps, strict=True):
+            for key, value in step.get("stats", {}).items():
+                into["counts"][key] += _total(value)
+    return merged
+
+
+def _reasons(counts: Counter) -> dict[str, int]:
+    found: Counter[str] = Counter()
+    for key, value in counts.items():
+        for prefix in REASON_PREFIXES:
+            if key.startswith(prefix) and len(key) > len(prefix):
+                found[key[len(prefix):]] += int(value)
+    return dict(found.most_common())
+
+
+def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
+    """Rows of documents/bytes in and out per stage, from the layout and merged counters."""
+    roles = layout["steps"]
+    if len(roles) != len(merged):
+        raise ValueError(f"stats have {len(merged)} steps but the pipeline has {len(roles)}")
+    rows: list[dict[str, Any]] = []
+    reasons: Counter[str] = Counter()
+    prev_docs = prev_bytes = None
+    for role, step in zip(roles, merged, strict=True):
+        if role["meter"] is False:
+            for reason, n in _reasons(step["counts"]).items():
+                reasons[reason] += n
+            continue
+        docs_out = int(step["counts"].get("documents", 0))
+        bytes_out = int(step["counts"].get("bytes", 0))
+        stage = role["stage"]
+        if stage in layout["readers"] or prev_docs is None:
+            docs_in = docs_out + sum(reasons.values())
+            bytes_in = None  # bytes of unreadable or skipped inputs are not measured
+        else:
+            docs_in, bytes_in = prev_docs, prev_bytes
+        dropped = docs_in - docs_out
+        attributed = sum(reasons.values())
+        if dropped > attributed:
+            reasons[UNATTRIBUTED] += dropped - attributed
+        rows.append({
+            "stage": stage,
+            "documents_in": docs_in,
+            "documents_out": docs_out,
+            "documents_dropped": dropped,
+            "bytes_in": bytes_in,
+            "bytes_out": bytes_out,
+            "bytes_removed": None if bytes_in is None else bytes_in - bytes_out,
+            "kept_fraction": docs_out / docs_in if docs_in else None,
+            "drop_reasons": dict(reasons.most_common()),
+        })
+        reasons = Counter()
+        prev_docs, prev_bytes = docs_out, bytes_out
+    first, last = (rows[0], rows[-1]) if rows else ({}, {})
+    return {
+        "stages": rows,
+        "documents_in": first.get("documents_in", 0),
+        "documents_out": last.get("documents_out", 0),
+        "bytes_out": last.get("bytes_out", 0),
+        "kept_fraction": (last["documents_out"] / first["documents_in"]
+                          if rows and first["documents_in"] else None),
+    }
+
+
+def token_counts(index: dict) -> dict:
+    """Documents, bytes and tokens that `kiln tokenize` wrote (both splits), from its index."""
+    splits = [index[s] for s in ("train", "val") if isinstance(index.get(s), dict)]
+    docs = sum(int(s.get("documents", 0)) for s in splits)
+    nbytes = sum(int(s.get("bytes", 0)) for s in splits)
+    tokens = sum(int(s.get("tokens", 0)) for s in splits)
+    return {"documents": docs, "bytes": nbytes, "tokens": tokens,
+            "bytes_per_token": nbytes / tokens if tokens else None}
+
+
+def write_yield_report(run_dir: Path | str, logging_dir: Path | str | None = None) -> dict:
+    """Merge the prepare stats of `run_dir` into run_dir/yield.json (atomically); return it."""
+    run_dir = Path(run_dir)
+    logging_dir = Path(logging_dir) if logging_dir else run_dir / "logs" / "prepare"
+    layout_path = logging_dir / LAYOUT_FILE
+    if not layout_path.is_file():
+        raise FileNotFoundError(f"no prepare pipeline recorded at {layout_path}; run `kiln prepare`")
+    layout = json.loads(layout_path.read_text(encoding="utf-8"))
+    report = compute_yield(layout, merge_task_stats(logging_dir, layout["tasks"]))
+    report["tasks"] = layout["tasks"]
+    index = run_dir / "tokens" / "index.json"
+    if index.is_file():
+        report["tokenize"] = token_counts(json.loads(index.read_text(encoding="utf-8")))
+    write_json_atomic(run_dir / YIELD_FILE, report)
+    return report
+
+
+def add_token_counts(run_dir: Path | str) -> dict | None:
+    """After `kiln tokenize`: add the token counts to an existing yield.json; None if absent."""
+    run_dir = Path(run_dir)
+    path, index = run_dir / YIELD_FILE, run_dir / "tokens" / "index.json"
+    if not path.is_file() or not index.is_file():
+        return None
+    report = json.loads(path.read_text(encoding="utf-8"))
+    report["tokenize"] = token_counts(json.loads(index.read_text(encoding="utf-8")))
+    write_json_atomic(path, report)
+    return report

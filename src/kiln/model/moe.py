@@ -1,0 +1,246 @@
+"""Mixture-of-experts feed-forward layer with sigmoid routing (DeepSeek-V3 / Trinity style).
+
+    s = sigmoid(x W_r)                       router logits and scores in fp32
+    I = top-K of (s + b)                     b: balancing bias, steers selection only
+    g_i = route_scale * s_i / sum_{j in I} s_j   for i in I   (unbiased scores)
+    y = SharedSwiGLU(x) + sum_{i in I} g_i * Expert_i(x)
+
+The routed experts' SwiGLU weights are 3-D tensors (E, hidden, dim) / (E, dim, hidden),
+so per-expert optimizers (Muon) see one matrix per expert. Tokens are sorted by expert and
+run through grouped matmuls (``torch.nn.functional.grouped_mm``) or, where that kernel is
+unavailable for the device/dtype, a padded ``torch.bmm`` whose capacity is this batch's
+largest expert load — no token is ever dropped either way.
+
+Router init: the Hugging Face afmoe code zero-initialises W_r, which makes every score 0.5
+and every top-K a tie that ``torch.topk`` breaks by index — the first steps then send all
+tokens to experts 0..K-1. We default to a small normal init (``router_init_std``) that
+breaks the ties at random, so load starts near uniform; pass 0.0 for the zero init.
+
+z-loss: we keep the ST-MoE form ``mean_t(logsumexp_i(logits)^2)`` for the sigmoid router.
+It has no softmax to stabilise here, but it still does what Trinity adds it for: lse >= max
+logit bounds the logits from above, and lse -> -inf when all logits sink, so both
+directions of sigmoid saturation are penalised.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kiln.model.balancing import ExpertBiasBalancer, max_violation
+from kiln.model.layers import SwiGLU
+
+EXPERT_BACKENDS = ("auto", "grouped_mm", "padded_bmm")
+
+
+def select_experts(scores: torch.Tensor, bias: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Indices (N, K) of the top-K experts by biased score; the bias carries no gradient."""
+    return torch.topk(scores.detach() + bias, top_k, dim=-1, sorted=False).indices
+
+
+def route(
+    logits: torch.Tensor, bias: torch.Tensor, top_k: int, route_scale: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(scores (N, E), expert indices (N, K), gates (N, K)) from fp32 router logits."""
+    scores = torch.sigmoid(logits)
+    idx = select_experts(scores, bias, top_k)
+    picked = scores.gather(-1, idx)
+    gates = route_scale * picked / picked.sum(-1, keepdim=True)
+    return scores, idx, gates
+
+
+def sequence_aux_loss(scores: torch.Tensor, idx: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """DeepSeek-V3 sequence-wise balance loss sum_i f_i P_i, averaged over sequences.
+
+    scores (B, T, E) sigmoid scores, idx (B, T, K) selected experts.
+    f_i = E / (K T) * #tokens of the sequence selecting i; P_i = mean_t s_i / sum_j s_j.
+    """
+    b, t, k = idx.shape
+    chosen = idx.reshape(b, t * k)
+    counts = torch.zeros(b, n_experts, device=idx.device, dtype=scores.dtype)
+    counts.scatter_add_(1, chosen, torch.ones_like(chosen, dtype=scores.dtype))
+    f = counts * (n_experts / (k * t))
+    p = (scores / scores.sum(-1, keepdim=True)).mean(1)
+    return (f * p).sum(-1).mean()
+
+
+def router_z_loss(logits: torch.Tensor) -> torch.Tensor:
+    """ST-MoE z-loss mean over tokens of logsumexp(logits)^2 (see module docstring)."""
+    return torch.logsumexp(logits, dim=-1).square().mean()
+
+
+@functools.cache
+def grouped_mm_works(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether F.grouped_mm runs forward and backward here (probed once per device/dtype)."""
+    if not hasattr(F, "grouped_mm"):
+        return False
+    try:
+        x = torch.randn(32, 16, device=device_type, dtype=dtype, requires_grad=True)
+        w = torch.randn(2, 16, 16, device=device_type, dtype=dtype, requires_grad=True)
+        offs = torch.tensor([16, 32], device=device_type, dtype=torch.int32)
+        y = F.grouped_mm(x, w.transpose(-2, -1), offs=offs)
+        y.backward(torch.ones_like(y))
+        ref = torch.cat([x[:16] @ w[0].T, x[16:] @ w[1].T]).float()
+        return bool(torch.allclose(y.float(), ref, rtol=5e-2, atol=5e-2))
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+
+
+def _contiguous_grad(t: torch.Tensor) -> torch.Tensor:
+    """grouped_mm's backward rejects non-contiguous (e.g. expanded) output gradients."""
+    if t.requires_grad:
+        t.register_hook(lambda g: g.contiguous())
+    return t
+
+
+class RoutedExperts(nn.Module):
+    """E SwiGLU experts stored as stacked weights, applied to tokens sorted by expert."""
+
+    def __init__(self, dim: int, hidden: int, n_experts: int, backend: str = "auto"):
+        super().__init__()
+        if backend not in EXPERT_BACKENDS:
+            raise ValueError(f"expert backend must be one of {EXPERT_BACKENDS}, got '{backend}'")
+        self.backend = backend
+        self.w_gate = nn.Parameter(torch.empty(n_experts, hidden, dim))
+        self.w_up = nn.Parameter(torch.empty(n_experts, hidden, dim))
+        self.w_down = nn.Parameter(torch.empty(n_experts, dim, hidden))
+
+    def resolved_backend(self, x: torch.Tensor) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return "grouped_mm" if grouped_mm_works(x.device.type, x.dtype) else "padded_bmm"
+
+    def forward(self, xs: torch.Tensor, counts: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
+        """xs (M, D) sorted by expert with `counts` (E,) rows each; returns gate-weighted
+        expert outputs (M, D) in the same order. Gates (M,) scale the hidden activations
+        (equal to scaling the output: the down projection is linear)."""
+        w_gate, w_up, w_down = (w.to(xs.dtype) for w in (self.w_gate, self.w_up, self.w_down))
+        if self.resolved_backend(xs) == "grouped_mm":
+            offs = counts.cumsum(0).to(torch.int32)
+            h = F.silu(_contiguous_grad(F.grouped_mm(xs, w_gate.transpose(-2, -1), offs=offs)))
+            h = h * _contiguous_grad(F.grouped_mm(xs, w_up.transpose(-2, -1), offs=offs))
+            h = h * gates.unsqueeze(-1).to(h.dtype)
+            return _contiguous_grad(F.grouped_mm(h, w_down.transpose(-2, -1), offs=offs))
+        return self._padded_bmm(xs, counts, gates, w_gate, w_up, w_down)
+
+    @staticmethod
+    def _padded_bmm(xs, counts, gates, w_gate, w_up, w_down) -> torch.Tensor:
+        n_experts, capacity = counts.shape[0], int(counts.max())
+        expert = torch.repeat_interleave(torch.arange(n_experts, device=xs.device), counts)
+        starts = counts.cumsum(0) - counts
+        slot = torch.arange(xs.shape[0], device=xs.device) - starts[expert]
+        buf = xs.new_zeros(n_experts, capacity, xs.shape[1])
+        buf = buf.index_put((expert, slot), xs)  # padding rows stay 0 -> contribute 0
+        h = F.silu(torch.bmm(buf, w_gate.transpose(1, 2))) * torch.bmm(buf, w_up.transpose(1, 2))
+        g = xs.new_zeros(n_experts, capacity).index_put((expert, slot), gates.to(xs.dtype))
+        y = torch.bmm(h * g.unsqueeze(-1), w_down.transpose(1, 2))
+        return y[expert, slot]
+
+
+class MoE(nn.Module):
+    """Sigmoid-routed MoE FFN with a shared expert and loss-free bias balancing.
+
+    After each forward in training mode the layer holds, for the trainer:
+    ``aux_loss`` (scalar tensor: seq_aux_coef * seq-aux + z_loss_coef * z-loss, add it to
+    the training loss), ``last_counts`` (tokens per expert), and ``load_stats()``. Counts
+    accumulate in the balancer until ``update_bias()`` is called once per optimizer step.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        expert_hidden: int,
+        n_experts: int,
+        top_k: int,
+        n_shared: int = 1,
+        route_scale: float = 1.0,
+        balance: str = "smebu",
+        balance_rate: float = 5e-4,
+        smebu_beta: float = 0.5,
+        smebu_kappa: float = 2.0,
+        seq_aux_coef: float = 0.0,
+        z_loss_coef: float = 0.0,
+        router_init_std: float = 0.02,
+        init_std: float = 0.02,
+        backend: str = "auto",
+    ):
+        super().__init__()
+        if not 1 <= top_k <= n_experts:
+            raise ValueError(f"top_k must be in [1, n_experts={n_experts}], got {top_k}")
+        if n_shared < 0 or expert_hidden <= 0 or dim <= 0:
+            raise ValueError("dim and expert_hidden must be > 0 and n_shared >= 0")
+        if route_scale <= 0 or seq_aux_coef < 0 or z_loss_coef < 0 or router_init_std < 0:
+            raise ValueError("route_scale must be > 0; loss coefficients and init std >= 0")
+        self.dim, self.n_experts, self.top_k = dim, n_experts, top_k
+        self.route_scale = route_scale
+        self.seq_aux_coef, self.z_loss_coef = seq_aux_coef, z_loss_coef
+        self.router = nn.Linear(dim, n_experts, bias=False)
+        self.experts = RoutedExperts(dim, expert_hidden, n_experts, backend)
+        self.shared = SwiGLU(dim, n_shared * expert_hidden) if n_shared > 0 else None
+        self.balancer = ExpertBiasBalancer(n_experts, balance, balance_rate, smebu_beta, smebu_kappa)
+        self.aux_loss: torch.Tensor = torch.zeros(())
+        self.last_counts: torch.Tensor = torch.zeros(n_experts, dtype=torch.int64)
+        self.reset_parameters(init_std, router_init_std)
+
+    def reset_parameters(self, std: float = 0.02, router_std: float = 0.02, n_layers: int = 1) -> None:
+        """Normal(0, std) in-projections, std/sqrt(2 n_layers) down projections (as the dense
+        model), Normal(0, router_std) router (0 gives the HF afmoe zero init)."""
+        down_std = std / math.sqrt(2 * n_layers)
+        if router_std > 0:
+            nn.init.normal_(self.router.weight, 0.0, router_std)
+        else:
+            nn.init.zeros_(self.router.weight)
+        nn.init.normal_(self.experts.w_gate, 0.0, std)
+        nn.init.normal_(self.experts.w_up, 0.0, std)
+        nn.init.normal_(self.experts.w_down, 0.0, down_std)
+        if self.shared is not None:
+            nn.init.normal_(self.shared.w_gate.weight, 0.0, std)
+            nn.init.normal_(self.shared.w_up.weight, 0.0, std)
+            nn.init.normal_(self.shared.w_down.weight, 0.0, down_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"MoE expects (batch, seq, {self.dim}) input, got {tuple(x.shape)}")
+        b, t, d = x.shape
+        x2 = x.reshape(b * t, d)
+        with torch.autocast(x.device.type, enabled=False):  # router in fp32
+            logits = F.linear(x2.float(), self.router.weight.float())
+            scores, idx, gates = route(logits, self.balancer.bias, self.top_k, self.route_scale)
+
+        flat = idx.reshape(-1)
+        counts = torch.bincount(flat, minlength=self.n_experts)
+        order = torch.argsort(flat, stable=True)
+        token = order // self.top_k
+        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        ys = self.experts(x2[token].to(dtype), counts, gates.reshape(-1)[order])
+        out = torch.zeros(b * t, d, device=x.device, dtype=ys.dtype).index_add(0, token, ys)
+        if self.shared is not None:
+            out = out + self.shared(x2)
+        out = out.to(x.dtype).reshape(b, t, d)
+
+        self.last_counts = counts.detach()
+        aux = logits.new_zeros(())
+        if self.seq_aux_coef > 0:
+            aux = aux + self.seq_aux_coef * sequence_aux_loss(
+                scores.reshape(b, t, -1), idx.reshape(b, t, -1), self.n_experts)
+        if self.z_loss_coef > 0:
+            aux = aux + self.z_loss_coef * router_z_loss(logits)
+        self.aux_loss = aux
+        if self.training:
+            self.balancer.record(counts)
+        return out
+
+    def update_bias(self) -> torch.Tensor:
+        """One balancing step from the counts recorded since the last call (all ranks)."""
+        return self.balancer.update()
+
+    def load_stats(self) -> dict[str, object]:
+        """Expert load fractions and MaxVio of the last forward pass."""
+        n = self.last_counts.double()
+        total = float(n.sum())
+        fractions = (n / total).tolist() if total > 0 else [0.0] * self.n_experts
+        return {"load_fraction": fractions, "max_vio": max_violation(self.last_counts)}

@@ -1,0 +1,76 @@
+"""Report section: documents and bytes in and out of every prepare stage, with drop reasons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.report.fmt import as_number, fmt_bytes, fmt_count
+from kiln.report.html_parts import grid_table, paragraph, section, unavailable
+from kiln.report.run_files import Loaded
+
+TOP_REASONS = 3
+HEADERS = ["stage", "docs in", "docs out", "bytes in", "bytes out", "kept %", "tokens out",
+           "top drop reasons"]
+
+
+def _kept(docs_in: Any, docs_out: Any) -> str:
+    n_in, n_out = as_number(docs_in), as_number(docs_out)
+    return f"{100 * n_out / n_in:.1f}" if n_in and n_out is not None else "—"
+
+
+def _reasons(reasons: Any) -> str:
+    if not isinstance(reasons, dict) or not reasons:
+        return "—"
+    top = sorted(reasons.items(), key=lambda kv: -(as_number(kv[1]) or 0))[:TOP_REASONS]
+    more = len(reasons) - len(top)
+    text = ", ".join(f"{k}: {fmt_count(v)}" for k, v in top)
+    return text + (f" (+{more} more)" if more > 0 else "")
+
+
+def _bytes(value: Any) -> str:
+    return "—" if as_number(value) is None else fmt_bytes(value)
+
+
+def yield_section(yields: Loaded, index: Loaded) -> str:
+    """One row per stage of yield.json, then a tokenize row from tokens/index.json if present.
+
+    Runs prepared before the stage pipeline existed have no yield.json: the section is left
+    out rather than shown as missing; an unreadable one is reported.
+    """
+    if not yields.ok and yields.problem == f"{yields.name} missing":
+        return ""
+    if not yields.ok:
+        return section("Data yield", unavailable(yields.problem or ""))
+    data: dict[str, Any] = yields.value
+    stages = data.get("stages")
+    if not isinstance(stages, list):
+        return section("Data yield", unavailable("yield.json has no stages"))
+    rows = []
+    for s in stages:
+        if not isinstance(s, dict):
+            continue
+        rows.append([
+            str(s.get("stage", "?")), fmt_count(s.get("documents_in")),
+            fmt_count(s.get("documents_out")), _bytes(s.get("bytes_in")),
+            _bytes(s.get("bytes_out")), _kept(s.get("documents_in"), s.get("documents_out")),
+            "—", _reasons(s.get("drop_reasons")),
+        ])
+    tokenize = data.get("tokenize")
+    if index.ok:  # the shards are the truth once tokenized, even if yield.json predates them
+        from kiln.data.yield_report import token_counts
+
+        tokenize = token_counts(index.value)
+    if isinstance(tokenize, dict) and stages:
+        docs_in = stages[-1].get("documents_out") if isinstance(stages[-1], dict) else None
+        rows.append([
+            "tokenize", fmt_count(docs_in), fmt_count(tokenize.get("documents")),
+            _bytes(stages[-1].get("bytes_out")), _bytes(tokenize.get("bytes")),
+            _kept(docs_in, tokenize.get("documents")), fmt_count(tokenize.get("tokens")), "—",
+        ])
+    kept = as_number(data.get("kept_fraction"))
+    note = paragraph(
+        f"{fmt_count(data.get('documents_out'))} of {fmt_count(data.get('documents_in'))} "
+        f"documents kept ({'—' if kept is None else f'{100 * kept:.1f}%'}), "
+        f"{data.get('tasks', '?')} task(s). Bytes in of reader stages are not measured."
+    )
+    return section("Data yield", note + grid_table(HEADERS, rows))

@@ -1,0 +1,125 @@
+"""Archive safety: every attack is refused with its reason, nothing is extracted, the rest is read."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+
+import pytest
+
+from kiln.data.arxiv import archives
+from kiln.data.arxiv.archives import ArchiveLimits, ArchiveRefused, read_source_archive
+
+DOC = b"\\documentclass{article}\\begin{document}Hello.\\end{document}"
+
+
+def make_tar(members: list[tuple[tarfile.TarInfo, bytes]], compress: bool = False) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz" if compress else "w") as tar:
+        for info, data in members:
+            info.size = len(data) if info.isfile() else 0
+            tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    return buf.getvalue()
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    return info
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (member("/etc/evil.tex"), "absolute_path"),
+        (member("../../evil.tex"), "path_traversal"),
+        (member("a/../../evil.tex"), "path_traversal"),
+        (member("link.tex", tarfile.SYMTYPE, "/etc/passwd"), "symlink"),
+        (member("hard.tex", tarfile.LNKTYPE, "main.tex"), "hardlink"),
+        (member("dev.tex", tarfile.CHRTYPE), "device"),
+        (member("blk.tex", tarfile.BLKTYPE), "device"),
+        (member("fifo.tex", tarfile.FIFOTYPE), "device"),
+    ],
+)
+def test_member_attacks_refused_and_rest_read(bad, reason):
+    raw = make_tar([(member("main.tex"), DOC), (bad, b"\\input{x}")], compress=True)
+    contents = read_source_archive(raw)
+    assert contents.refused == {reason: 1}
+    assert list(contents.files) == ["main.tex"]
+
+
+def test_oversized_member_refused():
+    limits = ArchiveLimits(max_member_bytes=100)
+    raw = make_tar([(member("main.tex"), DOC), (member("big.tex"), b"x" * 101)])
+    contents = read_source_archive(raw, limits=limits)
+    assert contents.refused == {"member_too_large": 1}
+    assert set(contents.files) == {"main.tex"}
+
+
+def test_total_over_limit_refused():
+    limits = ArchiveLimits(max_member_bytes=1000, max_total_bytes=1500, max_ratio=1e9)
+    raw = make_tar([(member(f"f{i}.tex"), b"y" * 900) for i in range(3)])
+    with pytest.raises(ArchiveRefused) as err:
+        read_source_archive(raw, limits=limits)
+    assert err.value.reason == "too_large"
+
+
+def test_gzip_bomb_stopped_after_limit_plus_one_bytes(monkeypatch):
+    bomb = gzip.compress(b"\0" * (20 << 20), compresslevel=9)  # 20 MiB of zeros, ~20 kB
+    produced = []
+    real = archives.zlib.decompressobj
+
+    class Spy:
+        def __init__(self, *a):
+            self.inner = real(*a)
+
+        def decompress(self, data, max_length=0):
+            out = self.inner.decompress(data, max_length)
+            produced.append(len(out))
+            return out
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    monkeypatch.setattr(archives.zlib, "decompressobj", Spy)
+    limits = ArchiveLimits(max_ratio=50, ratio_floor_bytes=1 << 20)
+    with pytest.raises(ArchiveRefused) as err:
+        read_source_archive(bomb, limits=limits)
+    assert err.value.reason == "bomb_ratio"
+    budget = max(int(50 * len(bomb)), 1 << 20)
+    assert sum(produced) == budget + 1  # read exactly limit + 1, never the 20 MiB
+
+
+def test_ratio_rule_spares_small_and_normal_archives():
+    text = DOC + b"\n" + b"a " * 5000  # compresses > 100x but stays under the floor
+    assert read_source_archive(gzip.compress(text), "x.gz").files == {"x.tex": text.decode()}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        gzip.compress(DOC)[:-12],  # truncated gzip
+        b"\x1f\x8b" + bytes(range(256)) * 4,  # gzip magic, garbage body
+        bytes(range(256)) * 8,  # random binary
+        make_tar([(member("main.tex"), DOC * 50)])[:700],  # tar cut inside a member
+    ],
+)
+def test_corrupt_bytes_refused(raw):
+    with pytest.raises(ArchiveRefused) as err:
+        read_source_archive(raw)
+    assert err.value.reason == "corrupt"
+
+
+def test_formats_gzip_single_file_plain_and_tar():
+    assert read_source_archive(gzip.compress(DOC), "2101.00001.gz").files == {"2101.00001.tex": DOC.decode()}
+    assert read_source_archive(DOC, "paper.tex").kind == "plain"
+    assert read_source_archive(b"just some notes", "notes").files == {}  # not LaTeX
+    tar = read_source_archive(make_tar([(member("./src/a.tex"), DOC), (member("fig.png"), b"PNG")], True))
+    assert tar.kind == "tar.gz" and list(tar.files) == ["src/a.tex"]
+
+
+def test_latin1_fallback():
+    contents = read_source_archive("\\documentclass{article} caf\u00e9".encode("latin-1"), "a.tex")
+    assert contents.files["a.tex"].endswith("caf\u00e9") and contents.non_utf8 == 1

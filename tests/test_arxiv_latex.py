@@ -1,0 +1,140 @@
+"""LaTeX to text: the digest's cleaner cases, macros, nesting, structure, include safety."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kiln.data.arxiv import latex_to_text, leaked_markup
+from kiln.data.arxiv.latex_convert import LatexConverter
+from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
+from kiln.data.arxiv.latex_source import find_main_file, strip_comments
+
+FIXTURES = Path(__file__).parent / "fixtures" / "latex"
+
+
+def body(tex: str, preamble: str = "") -> str:
+    doc = f"\\documentclass{{article}}{preamble}\\begin{{document}}{tex}\\end{{document}}"
+    return latex_to_text({"main.tex": doc}).body
+
+
+@pytest.mark.parametrize(
+    ("tex", "expected"),
+    [
+        ("a % c\nb", "a b"),
+        ("x \\cite{x} y", "x y"),
+        ("$\\frac{a}{b}$", "$\\frac{a}{b}$"),
+        ("a\\begin{figure}\\includegraphics{f}\\caption{C}\\end{figure} b", "a b"),
+        ("costs 50\\% less", "costs 50% less"),
+        ("a \\\\% c\nb", "a b"),  # \\ then a real comment; paragraphs are reflowed
+        ("see \\ref{s} and \\eqref{e}.\\label{x}", "see and."),
+        ("\\textbf{bold} \\emph{it {nested}} \\href{http://x}{link}", "bold it nested link"),
+        ("\\(x^2\\) and \\[y\\] and $$z$$", "\\(x^2\\) and \\[y\\] and $$z$$"),
+        ("Caf\\'e na\\\"ive \\ss{} --- ok", "Café naïve ß — ok"),
+    ],
+)
+def test_cleaner_cases(tex, expected):
+    assert body(tex) == expected
+
+
+def test_strip_comments_keeps_escaped_percent():
+    assert strip_comments("50\\% % gone\n  next") == "50\\% next"
+
+
+def test_macro_expansion_with_args_default_and_def():
+    pre = ("\\newcommand{\\R}{\\mathbb{R}}\\newcommand{\\norm}[1]{\\|#1\\|}"
+           "\\newcommand{\\ip}[2][u]{\\langle #1,#2\\rangle}\\def\\pair#1#2{(#1;#2)}"
+           "\\renewcommand{\\vec}[1]{\\mathbf{#1}}\\DeclareMathOperator{\\tr}{tr}")
+    out = body("$\\norm{\\vec x} \\in \\R$, $\\ip{v}$, $\\ip[w]{v}$, $\\pair ab$, $\\tr A$", pre)
+    assert out == ("$\\|\\mathbf{x}\\| \\in \\mathbb{R}$, $\\langle u,v\\rangle$, "
+                   "$\\langle w,v\\rangle$, $(a;b)$, $\\operatorname{tr} A$")
+
+
+def test_macros_nested_and_recursive_stop():
+    counts: Counter = Counter()
+    text, macros, _ = collect_definitions("\\newcommand{\\a}{\\b\\b}\\newcommand{\\b}{x}\\def\\r{\\r y}", counts)
+    assert text == "" and set(macros) == {"a", "b", "r"}
+    assert expand_macros("\\a", macros, counts) == "xx"
+    looped = expand_macros("\\r", macros, counts)  # infinite in TeX; bounded here
+    assert looped.startswith("\\r") and counts["macros_budget_exhausted"] == 1
+    _, skipped, _ = collect_definitions("\\def\\d#1.{#1}\\newcommand{\\section}{x}", counts)
+    assert skipped == {} and counts["macros_skipped"] == 2
+
+
+def test_nested_environments_and_lists():
+    tex = ("\\begin{theorem}[Key]A \\begin{itemize}\\item one \\begin{enumerate}\\item deep "
+           "$x$\\end{enumerate}\\item two\\end{itemize} end.\\end{theorem}"
+           "\\begin{center}\\begin{minipage}{0.5\\textwidth}inside\\end{minipage}\\end{center}")
+    out = body(tex)
+    assert out.startswith("Theorem (Key). A")
+    assert "- one" in out and "- deep $x$" in out and "- two" in out and "end." in out
+    assert "inside" in out and "textwidth" not in out and "0.5" not in out
+
+
+def test_section_structure_and_math_environment_kept():
+    tex = ("\\section{Intro}Text.\\subsection*{Sub $n$}More.\\paragraph{Note}Run in."
+           "\\begin{align}a&=b\\label{eq}\\\\c&=d\\end{align}")
+    out = body(tex)
+    assert out.startswith("## Intro\n\nText.\n\n### Sub $n$\n\nMore.\n\nNote. Run in.")
+    assert out.endswith("\\begin{align}a&=b\\\\c&=d\\end{align}")
+
+
+def test_input_never_reads_outside_archive(tmp_path):
+    secret = tmp_path / "secret.tex"
+    secret.write_text("SECRET")
+    main = ("\\documentclass{article}\\begin{document}A \\input{../../x} \\input{/etc/hostname} "
+            f"\\input{{{secret}}} \\include{{sub/../../y}} \\input{{sub/part}} \\input{{nope}}\\end{{document}}")
+    files = {"main.tex": main, "sub/part.tex": "PART \\input{../x}", "../../x.tex": "OUTSIDE",
+             "x.tex": "ROOTX"}
+    result = latex_to_text(files)
+    assert "SECRET" not in result.body and "OUTSIDE" not in result.body
+    # TeX resolves relative to the main file's folder, so sub/part's ../x escapes the archive.
+    assert result.body == "A PART"
+    assert result.counts["includes_refused"] == 5 and result.counts["includes_missing"] == 1
+
+
+def test_main_file_tie_break():
+    doc = "\\documentclass{article}\\begin{document}%s\\end{document}"
+    assert find_main_file({"a.tex": doc % "short", "b.tex": doc % "much longer"}) == "b.tex"
+    assert find_main_file({"a.tex": doc % "xx", "b.tex": doc % "xx"}) == "a.tex"
+    child = "\\documentclass[main]{subfiles}\\begin{document}a much longer child\\end{document}"
+    assert find_main_file({"main.tex": doc % "x", "ch.tex": child}) == "main.tex"
+    assert find_main_file({"old.tex": "\\documentstyle{article}\\begin{document}x"}) == "old.tex"
+    assert find_main_file({"only.sty": "x", "notes.tex": "% \\documentclass\n"}) is None
+
+
+def test_subfile_and_title_abstract_from_source():
+    files = {"main.tex": "\\documentclass{article}\\title{T \\thanks{x}}\\begin{document}"
+                         "\\begin{abstract}Abs.\\end{abstract}\\subfile{ch}\\end{document}",
+             "ch.tex": "\\documentclass[main]{subfiles}\\begin{document}Chapter.\\end{document}"}
+    result = latex_to_text(files)
+    assert (result.title, result.abstract, result.body) == ("T", "Abs.", "Chapter.")
+    assert result.text() == "Title: T\nAbstract: Abs.\nBody: Chapter."
+    assert result.text("Meta", "Meta abs") == "Title: Meta\nAbstract: Meta abs\nBody: Chapter."
+
+
+def test_unbalanced_input_degrades():
+    out = LatexConverter("a } b { c \\begin{itemize}\\item d $e").text()
+    assert out.startswith("a b c") and "- d" in out
+
+
+def test_fixture_paper_full_output():
+    root = FIXTURES / "paper"
+    files = {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*") if p.is_file()}
+    result = latex_to_text(files)
+    text = result.text()
+    assert result.main == "main.tex" and result.counts["includes_resolved"] == 1
+    assert "## Introduction" in text and "### Notation" in text and "## Main result" in text
+    assert "\\langle y, z \\rangle" in text and "\\langle v, v \\rangle" in text
+    assert "\\frac{\\left\\lVert x \\right\\rVert}{2}" in text and "\\begin{equation}" in text
+    assert "Lemma. Nested" in text and "50% less" in text and "$C_0$" in text
+    for gone in ("plot.pdf", "smith2020", "An aside", "refs", "A plot", "not in output"):
+        assert gone not in text
+    assert leaked_markup(text)[0] == 0
+
+
+def test_leaked_markup_metric():
+    assert leaked_markup("ok $\\alpha{x}$ \\[\\beta\\] \\begin{align}{a}\\end{align} fine") == (0, 2)
+    assert leaked_markup("bad \\foo {x}\n```\n\\code{}\n```\nok") == (2, 4)

@@ -1,0 +1,168 @@
+"""Dating documents (arXiv ids, Gutenberg headers, metadata, Chronoberg vote) and period filter."""
+
+import pytest
+from datatrove.data import Document
+
+from kiln.data.dating import (
+    CHRONOBERG_PERIODS,
+    DateDocuments,
+    PeriodFilter,
+    arxiv_year,
+    date_document,
+    in_lifetime,
+    majority_vote,
+    parse_gutenberg_header,
+    period_of,
+)
+
+
+def dated(text="", doc_id="x", **metadata):
+    (doc,) = DateDocuments().run(iter([Document(text=text, id=doc_id, metadata=metadata)]))
+    return doc.metadata
+
+
+@pytest.mark.parametrize(
+    "ident, year",
+    [
+        ("2101.01234v2", 2021),
+        ("arxiv/src/1501.00001.tar.gz", 2015),
+        ("0704.0001", 2007),  # first new-style id
+        ("1412.9999", 2014),  # last 4-digit id
+        ("hep-th/9901001", 1999),
+        ("math.AG/0309136", 2003),
+        ("cond-mat/0703123v1", 2007),  # last month of the old scheme
+        ("astro-ph/9204001", 1992),
+        ("1913.01234", None),  # month 13
+        ("0612.1234", None),  # new style did not exist before 2007-04
+        ("1501.1234", None),  # 2015 on needs 5 digits
+        ("hep-th/0801001", None),  # old style ended 2007-03
+        ("report 12345", None),
+    ],
+)
+def test_arxiv_ids(ident, year):
+    assert arxiv_year(ident) == year
+
+
+def test_arxiv_from_doc_id_and_metadata():
+    md = dated("Some LaTeX body written 1999.", doc_id="2303.12345")
+    assert (md["year"], md["year_method"]) == (2023, "arxiv")
+    md = dated("body", arxiv_id="quant-ph/9705052")
+    assert (md["year"], md["year_method"]) == (1997, "arxiv")
+
+
+def test_metadata_year_and_date_fields_win():
+    assert dated("x", doc_id="2101.01234", year=1888)["year"] == 1888
+    md = dated("x", date="1923-05-01T00:00:00")
+    assert (md["year"], md["year_method"]) == (1923, "metadata")
+    assert dated("x", year="1850")["year"] == 1850
+
+
+GUTENBERG = """The Project Gutenberg EBook of Essays 1848, by Jane Doe
+
+Title: Essays 1848
+Author: Jane Doe (1800-1870)
+Release Date: March 3, 2004 [EBook #11400]
+Posting Date: May 1, 2009
+Original publication: London: Smith, Elder, 1850
+
+*** START OF THIS PROJECT GUTENBERG EBOOK ***
+Chapter I. These essays were written in 1850 at the seaside.
+"""
+
+
+def test_gutenberg_header_parsed_and_release_date_not_used():
+    header = parse_gutenberg_header(GUTENBERG)
+    assert header == {
+        "title": "Essays 1848",
+        "author": "Jane Doe (1800-1870)",
+        "birth": 1800,
+        "death": 1870,
+        "release_year": 2004,
+        "original_year": 1850,
+    }
+    md = dated(GUTENBERG)
+    # title 1848, original publication 1850, text 1850 -> majority 1850; release 2004 ignored
+    assert md["year_candidates"] == {"original_publication": 1850, "title": 1848, "text": 1850}
+    assert (md["year"], md["year_method"]) == (1850, "majority_vote")
+    assert md["gutenberg_release_year"] == 2004
+    assert (md["author_birth_year"], md["author_death_year"]) == (1800, 1870)
+
+
+def test_digest_record_wikipedia_openlibrary_title():
+    """Digest check: title "Essays 1848", Wikipedia 1850, Open Library 1850, author 1800-1870."""
+    md = dated(
+        "no dates in this body",
+        title="Essays 1848",
+        wikipedia_summary="Essays is a collection by Jane Doe first issued in 1850.\nLater 1900.",
+        open_library_years=[1850, 1850, 1900, 1849],
+        author_birth_year=1800,
+        author_death_year=1870,
+    )
+    assert md["year_candidates"] == {"wikipedia": 1850, "open_library": 1850, "title": 1848}
+    assert md["year"] == 1850
+
+
+def test_majority_vote_ignores_years_outside_lifetime():
+    """Years after the author's death (1870) dominate the text but must be discarded."""
+    text = (
+        "Author: Ann Roe (1812-1870)\n\n"
+        "This edition was published in 1900.\nReprinted and published in 1900.\n"
+        "A translation was published in 1905.\nThe first draft was written in 1840.\n"
+        "She wrote the preface in 1840.\nA second volume was published in 1855.\n"
+    )
+    md = dated(text)
+    assert md["year_candidates"] == {"text": 1840}
+    assert md["year"] == 1840
+    # without a known lifetime the out-of-life years win the mode
+    assert date_document(Document(text=text.split("\n", 1)[1], id="y"))["year"] == 1900
+
+
+def test_lifetime_rule():
+    assert in_lifetime(1850, 1800, 1870) and in_lifetime(1870, 1800, 1870)
+    assert not in_lifetime(1800, 1800, 1870)  # birth < year
+    assert not in_lifetime(1900, 1800, 1870)
+    assert not in_lifetime(1820, 1700, None)  # digest: unknown death, > 100 years after birth
+    assert in_lifetime(1790, 1700, None)
+    assert in_lifetime(1500, None, None)
+
+
+def test_vote_tie_breaks_by_source_order():
+    # 1-1 tie: Wikipedia beats Open Library (as in the released Chronoberg catalogue)
+    assert majority_vote({"open_library": 1962, "wikipedia": 1961}) == 1961
+    # 1-1-1 tie: the earliest source in the order wins
+    assert majority_vote({"title": 1787, "open_library": 2011, "wikipedia": 1789}) == 1789
+    # a real majority beats source order
+    assert majority_vote({"wikipedia": 1789, "title": 1787, "text": 1787}) == 1787
+    assert majority_vote({}) is None
+
+
+def test_undated_document():
+    md = dated("nothing to see here")
+    assert "year" not in md and md["year_candidates"] == {}
+
+
+def test_period_filter_with_names_and_ranges():
+    years = [1760, 1801, 1849, 1850, 1949, 2000, None]
+    docs = [Document(text="t", id=str(y), metadata={} if y is None else {"year": y}) for y in years]
+    flt = PeriodFilter(["1800-1849", (1990, 2005)])
+    kept = [d.id for d in flt.run(iter(docs))]
+    assert kept == ["1801", "1849", "2000"]
+    assert flt.stats["dropped_undated"].total == 1
+    assert flt.stats["dropped_out_of_period"].total == 3
+    kept = [d.id for d in PeriodFilter([(1750, 1760)], keep_undated=True).run(iter(docs))]
+    assert kept == ["1760", "None"]
+    with pytest.raises(ValueError, match="unknown period"):
+        PeriodFilter(["1700s"])
+    with pytest.raises(ValueError, match="starts after"):
+        PeriodFilter([(1900, 1800)])
+
+
+def test_chronoberg_buckets_cover_1750_2000_without_gaps():
+    spans = sorted(CHRONOBERG_PERIODS.values())
+    assert spans[0][0] == 1750 and spans[-1][1] == 2000
+    assert all(a[1] + 1 == b[0] for a, b in zip(spans, spans[1:]))
+    assert (
+        period_of(1850) == "1850-1899"
+        and period_of(2000) == "1950-2000"
+        and period_of(1749) is None
+    )

@@ -1,0 +1,247 @@
+"""n-gram decontamination index + filter, and controlled replica injection."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+from datatrove.data import Document
+
+from kiln.data.decontam import (
+    BENCHMARKS_KEY,
+    MATCHES_KEY,
+    BenchmarkItem,
+    BuildDecontaminationIndex,
+    DecontaminationFilter,
+    InjectReplicas,
+    NGramIndex,
+    inject_replicas,
+    load_benchmark_items,
+    normalize_tokens,
+)
+from kiln.data.decontam.ngram_index import item_ngram_hashes
+
+WORDS = [w * k for w in "abcdefghijklmnopqrstuvwxyz" for k in (3, 4, 5, 6)]  # 104 words
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def write_benchmark(path, items, prompt_key="problem", answer_key="solution"):
+    path.write_text("".join(json.dumps({prompt_key: p, answer_key: a}) + "\n" for p, a in items))
+    return path
+
+
+@pytest.fixture
+def bench(tmp_path):
+    rng = random.Random(1)
+    items = [(sentence(rng, 20) + "?", sentence(rng, 30) + ".") for _ in range(5)]
+    return write_benchmark(tmp_path / "mathx.jsonl", items, "question", "answer"), items
+
+
+def run_filter(flt, docs):
+    return list(flt.run(iter(docs), rank=0, world_size=1))
+
+
+def test_normalisation_is_lowercase_punctuation_free_words():
+    assert normalize_tokens("The ANSWER: x^2+1=y, isn't it?") == [
+        "the",
+        "answer",
+        "x",
+        "2",
+        "1",
+        "y",
+        "isn",
+        "t",
+        "it",
+    ]
+
+
+def test_injected_replicas_all_caught_and_clean_corpus_untouched(tmp_path, bench):
+    path, raw = bench
+    index_path = tmp_path / "index.npz"
+    list(BuildDecontaminationIndex([path], index_path, n=13).run(None))
+    rng = random.Random(2)
+    clean = [Document(text=sentence(rng, 300), id=f"web{i}") for i in range(60)]
+    items = load_benchmark_items(path)
+    docs, manifest = inject_replicas(clean, items, k=3, seed=0)
+    assert len(docs) == 60 + 15 and manifest["replicas"] == 15
+    injected = {e["id"] for e in manifest["entries"]}
+    assert [docs[e["position"]].id for e in manifest["entries"]] == [
+        e["id"] for e in manifest["entries"]
+    ]
+    flt = DecontaminationFilter(index_path, mode="drop")
+    kept = run_filter(flt, docs)
+    assert {d.id for d in kept} == {d.id for d in clean}  # every replica dropped, no clean doc
+    assert all(d.metadata[MATCHES_KEY] == 0 for d in kept)
+    assert flt.stats["contaminated"].total == 15
+    assert flt.stats["contaminated/mathx"].total == 15
+    assert len(injected) == 15
+
+
+def test_tag_mode_keeps_and_marks_with_counts(tmp_path, bench):
+    path, raw = bench
+    index = NGramIndex.build({"mathx": path}, n=13)
+    index.save(tmp_path / "i.npz")
+    answer = raw[0][1]  # 30 words -> 30 - 13 + 1 = 18 answer 13-grams
+    docs = [
+        Document(text="intro words here " + answer, id="dirty"),
+        Document(text="plain text only", id="ok"),
+    ]
+    out = run_filter(DecontaminationFilter(tmp_path / "i.npz", mode="tag"), docs)
+    assert [d.id for d in out] == ["dirty", "ok"]
+    assert out[0].metadata[BENCHMARKS_KEY] == ["mathx"] and out[0].metadata[MATCHES_KEY] == 18
+    assert out[1].metadata[BENCHMARKS_KEY] == [] and out[1].metadata[MATCHES_KEY] == 0
+    dropped = run_filter(DecontaminationFilter(tmp_path / "i.npz", mode="drop"), docs)
+    assert [d.id for d in dropped] == ["ok"]
+    with pytest.raises(ValueError, match="mode"):
+        DecontaminationFilter(tmp_path / "i.npz", mode="flag")
+
+
+@pytest.mark.parametrize(
+    "n, span, flagged", [(13, 12, False), (13, 13, True), (12, 10, False), (12, 15, True)]
+)
+def test_ngram_boundary(tmp_path, bench, n, span, flagged):
+    """A span shorter than n never matches; a span of n or more does (digest: 15 yes, 10 no at n=12)."""
+    path, raw = bench
+    NGramIndex.build([path], n=n).save(tmp_path / "i.npz")
+    answer_words = raw[1][1].split()
+    text = "zz yy xx " + " ".join(answer_words[5 : 5 + span]) + " qq rr"
+    (doc,) = run_filter(
+        DecontaminationFilter(tmp_path / "i.npz", mode="tag"), [Document(text=text, id="d")]
+    )
+    assert doc.metadata[MATCHES_KEY] == max(0, span - n + 1)
+    assert bool(doc.metadata[BENCHMARKS_KEY]) is flagged
+
+
+def test_answer_and_boundary_ngrams_without_prompt_ngrams():
+    item = BenchmarkItem(prompt="a b c d e", answers=["f g h i j"])
+    n = 4
+    got = NGramIndex(n, {"t": item_ngram_hashes(item, n, include_prompt=False)})
+    seq = "a b c d e f g h i j".split()
+    # windows containing at least one answer token: start 2 ("c d e f") .. start 6 ("g h i j")
+    assert got.match_counts(seq) == {"t": 5}
+    assert got.match_counts("a b c d e".split()) == {}
+
+
+def test_index_round_trips_through_disk(tmp_path, bench):
+    path, _ = bench
+    other = write_benchmark(
+        tmp_path / "other.jsonl", [("one two three four five six", "seven eight nine ten")]
+    )
+    index = NGramIndex.build([path, other], n=5)
+    index.save(tmp_path / "sub" / "i.npz")
+    loaded = NGramIndex.load(tmp_path / "sub" / "i.npz")
+    assert loaded.n == 5 and loaded.names == ["mathx", "other"] and loaded.include_prompt is True
+    for name in index.names:
+        np.testing.assert_array_equal(loaded.hashes[name], index.hashes[name])
+    assert loaded.info["other"]["items"] == 1 and loaded.info["other"]["ngrams"] == 6
+    assert not list((tmp_path / "sub").glob(".*tmp*"))  # atomic write leaves no temp file
+    text = normalize_tokens("one two three four five six seven")
+    assert loaded.match_counts(text) == index.match_counts(text) == {"other": 3}
+
+
+def test_shared_ngram_reports_every_benchmark(tmp_path):
+    a = write_benchmark(tmp_path / "a.jsonl", [("p q r s", "t u v w")])
+    b = write_benchmark(tmp_path / "b.jsonl", [("t u v w", "x y z zz")])
+    index = NGramIndex.build([a, b], n=4)
+    assert index.match_counts("t u v w".split()) == {"a": 1, "b": 1}
+
+
+def test_bad_benchmark_input_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "fine one here"}\n{not json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        load_benchmark_items(bad)
+    bad.write_text('{"foo": "bar"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        load_benchmark_items(bad)
+    with pytest.raises(FileNotFoundError):
+        NGramIndex.build([tmp_path / "missing.jsonl"])
+    with pytest.raises(FileNotFoundError, match="build it first"):
+        NGramIndex.load(tmp_path / "none.npz")
+    with pytest.raises(ValueError, match="tasks=1"):
+        list(BuildDecontaminationIndex([bad], tmp_path / "x.npz").run(None, rank=0, world_size=2))
+
+
+@pytest.mark.parametrize("k", [0, 1, 10])
+def test_mixer_keeps_total_tokens_and_counts_replicas(k):
+    """Digest check: total tokens identical (within one doc) for every k; k x 5 test items."""
+    rng = random.Random(3)
+    corpus = [Document(text=sentence(rng, 50 + i % 7), id=f"w{i}") for i in range(400)]
+    items = [BenchmarkItem(sentence(rng, 10), [sentence(rng, 20)]) for _ in range(5)]
+    budget = 15_000
+    docs, manifest = inject_replicas(corpus, items, k=k, seed=7, token_budget=budget)
+    total = sum(len(d.text.split()) for d in docs)
+    assert budget - 56 < total <= budget  # short by less than the largest web doc
+    assert sum(d.id.startswith("replica-") for d in docs) == 5 * k == manifest["replicas"]
+    web_ids = [d.id for d in docs if d.id.startswith("w")]
+    assert web_ids == [f"w{i}" for i in range(len(web_ids))]  # web order preserved
+    again, _ = inject_replicas(corpus, items, k=k, seed=7, token_budget=budget)
+    assert [d.id for d in again] == [d.id for d in docs]  # seeded
+    if k:
+        assert docs[manifest["entries"][0]["position"]].text.startswith("Problem: ")
+        assert "\n\nSolution: " in docs[manifest["entries"][0]["position"]].text
+
+
+def test_inject_step_splits_replicas_over_ranks(tmp_path, bench):
+    path, _ = bench
+    rng = random.Random(4)
+    step = InjectReplicas(path, k=4, seed=1, manifest_dir=tmp_path / "m")
+    shards = [
+        [Document(text=sentence(rng, 40), id=f"r{r}-{i}") for i in range(10)] for r in range(2)
+    ]
+    outs = [list(step.run(iter(s), rank=r, world_size=2)) for r, s in enumerate(shards)]
+    manifests = [
+        json.loads((tmp_path / "m" / f"injection-{r:05d}.json").read_text()) for r in range(2)
+    ]
+    assert sum(m["replicas"] for m in manifests) == 20
+    ids = sorted(e["id"] for m in manifests for e in m["entries"])
+    assert ids == sorted(f"replica-{i}-{j}" for i in range(5) for j in range(4))
+    assert [len(o) for o in outs] == [20, 20]
+
+
+def test_filter_runs_under_local_executor(tmp_path, bench):
+    """Index stage (1 task) then filter stage (2 tasks, depends=index) through datatrove."""
+    import gzip
+
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.readers import JsonlReader
+    from datatrove.pipeline.writers import JsonlWriter
+
+    path, raw = bench
+    rng = random.Random(5)
+    (tmp_path / "in").mkdir()
+    for f in range(2):
+        rows = [{"id": f"{f}-{i}", "text": sentence(rng, 80)} for i in range(5)]
+        rows.append({"id": f"{f}-dirty", "text": sentence(rng, 20) + " " + raw[f][1]})
+        (tmp_path / "in" / f"part{f}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    index_path = tmp_path / "index.npz"
+    build = LocalPipelineExecutor(
+        [BuildDecontaminationIndex([path], index_path)], tasks=1, logging_dir=str(tmp_path / "l1")
+    )
+    filt = LocalPipelineExecutor(
+        [
+            JsonlReader(str(tmp_path / "in")),
+            DecontaminationFilter(index_path),
+            JsonlWriter(str(tmp_path / "out")),
+        ],
+        tasks=2,
+        logging_dir=str(tmp_path / "l2"),
+        depends=build,
+    )
+    filt.run()
+    ids = {
+        json.loads(line)["id"]
+        for f in (tmp_path / "out").glob("*.jsonl.gz")
+        for line in gzip.open(f, "rt")
+    }
+    assert ids == {f"{f}-{i}" for f in range(2) for i in range(5)}
+
+
+def test_prompt_only_leak_needs_prompt_ngrams(tmp_path, bench):
+    path, raw = bench
+    leak = normalize_tokens(raw[2][0])  # the 20-word question alone
+    assert NGramIndex.build([path], n=13).match_counts(leak) == {"mathx": 8}
+    assert NGramIndex.build([path], n=13, include_prompt=False).match_counts(leak) == {}

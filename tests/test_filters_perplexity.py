@@ -1,0 +1,183 @@
+"""Perplexity scoring with a Kiln checkpoint, surplexity selection, and the Kiln label judge."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+
+import pytest
+import torch
+from datatrove.data import Document
+from datatrove.pipeline.filters.base_filter import get_filter_result
+
+from kiln.config import config_to_toml, load_config
+from kiln.data.filters import (
+    KilnLabelJudge,
+    PerplexityScorer,
+    PerplexitySelector,
+    quantile_band,
+    scores_from,
+    threshold_for_count,
+    threshold_for_fraction,
+)
+from kiln.data.filters.run_model import continuation_nll
+from kiln.data.tokenizer import eos_id, train_tokenizer
+from kiln.model import Transformer
+from kiln.parallel.distributed import DistEnv
+from kiln.train.checkpoint import save_checkpoint
+
+TEXTS = ["the cat sat on the mat", "a dog ran in the park", "birds sing at dawn"] * 10
+DOCS = ["the cat ran on the mat at dawn", "a bird", "zq xv kj qq zz the", "park park park"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A fake trained run: config.toml, tokenizer, tokens/index.json and one checkpoint."""
+    run = tmp_path_factory.mktemp("ppl_run")
+    tok = train_tokenizer(TEXTS, 300, run / "tokenizer" / "tokenizer.json", show_progress=False)
+    vocab = tok.get_vocab_size()
+    cfg = load_config(None, [f'run.dir="{run}"', f"model.vocab_size={vocab}", "model.dim=32",
+                             "model.n_layers=1", "model.n_heads=2", "model.n_kv_heads=1",
+                             "model.max_seq_len=48", "train.seq_len=8"])
+    (run / "config.toml").write_text(config_to_toml(cfg))
+    (run / "tokens").mkdir()
+    (run / "tokens" / "index.json").write_text(json.dumps({"vocab_size": vocab}))
+    torch.manual_seed(0)
+    model = Transformer(cfg.model)
+    save_checkpoint(run / "checkpoints", 5, model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    {"step": 5}, DistEnv())
+    return run, model.eval(), tok
+
+
+def direct_ppl(model, tok, text, limit):
+    ids = tok.encode(text).ids[:limit]
+    inp = torch.tensor([[eos_id(tok)] + ids[:-1]])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(inp)[0].double(), dim=-1)
+    nll = -logp[torch.arange(len(ids)), torch.tensor(ids)].mean().item()
+    return math.exp(nll), len(ids)
+
+
+def test_scorer_matches_direct_computation_batched_and_truncated(run_dir):
+    run, model, tok = run_dir
+    docs = [Document(text=t, id=str(i)) for i, t in enumerate(DOCS)]
+    list(PerplexityScorer(run, batch_size=3).run(iter(docs)))  # batches of 3 and 1, padded
+    for doc in docs:
+        ppl, n = direct_ppl(model, tok, doc.text, limit=47)  # default: max_seq_len - 1
+        assert doc.metadata["ppl"] == pytest.approx(ppl, rel=1e-5)
+        assert doc.metadata["ppl_tokens"] == n
+        assert doc.metadata["nll"] == pytest.approx(math.log(ppl), rel=1e-5)
+    long = Document(text=" ".join(DOCS), id="long")
+    scorer = PerplexityScorer(run, batch_size=1, max_tokens_per_doc=5)
+    list(scorer.run(iter([long])))
+    assert pickle.loads(pickle.dumps(scorer))._loaded is None  # workers get no model copy
+    assert long.metadata["ppl_tokens"] == 5
+    assert long.metadata["ppl"] == pytest.approx(direct_ppl(model, tok, long.text, 5)[0], rel=1e-5)
+
+
+def test_scorer_empty_doc_and_bad_arguments(run_dir, tmp_path):
+    run, _, _ = run_dir
+    empty = Document(text="", id="e")
+    list(PerplexityScorer(run).run(iter([empty])))
+    assert empty.metadata["ppl"] is None and empty.metadata["ppl_tokens"] == 0
+    with pytest.raises(ValueError, match="does not fit"):
+        list(PerplexityScorer(run, max_tokens_per_doc=48).run(iter([Document("x y", "x")])))
+    with pytest.raises(FileNotFoundError, match="not a trained Kiln run"):
+        PerplexityScorer(tmp_path)
+
+
+class Uniform(torch.nn.Module):
+    def __init__(self, vocab):
+        super().__init__()
+        self.vocab = vocab
+
+    def forward(self, tokens):
+        return torch.zeros(*tokens.shape, self.vocab)
+
+
+class NextId(Uniform):
+    """Puts (almost) all mass on token id + 1: perfect on counting sequences."""
+
+    def forward(self, tokens):
+        return 60.0 * torch.nn.functional.one_hot((tokens + 1) % self.vocab, self.vocab).float()
+
+
+def test_ppl_of_uniform_model_is_vocab_and_of_perfect_model_is_one():
+    (nats, n), = continuation_nll(Uniform(37), [[0]], [[5, 9, 2, 2]])
+    assert n == 4 and math.exp(nats / n) == pytest.approx(37.0, rel=1e-6)
+    (nats, n), = continuation_nll(NextId(37), [[3]], [[4, 5, 6, 7, 8]])
+    assert math.exp(nats / n) == pytest.approx(1.0, abs=1e-9)
+    (nats, n), = continuation_nll(NextId(37), [[3]], [[9, 5]])  # wrong tokens: huge NLL
+    assert nats / n > 20
+
+
+def test_threshold_for_fraction_keeps_exactly_the_top_fraction():
+    scores = [float(s) for s in torch.randperm(100).tolist()]
+    for fraction, k in [(0.0, 0), (0.1, 10), (0.29, 29), (0.333, 33), (1.0, 100)]:
+        t = threshold_for_fraction(scores, fraction)
+        assert sum(s >= t for s in scores) == k
+        assert sorted(s for s in scores if s >= t) == sorted(scores)[100 - k:]
+    with pytest.raises(ValueError):
+        threshold_for_fraction(scores, 1.5)
+    with pytest.raises(ValueError, match="finite"):
+        threshold_for_fraction([1.0, float("nan")], 0.5)
+
+
+def test_ties_at_threshold_are_all_kept():
+    scores = [5.0, 4.0, 4.0, 4.0, 1.0]
+    t = threshold_for_count(scores, 2)  # the 2nd largest is 4.0, tied three times
+    assert t == 4.0 and sum(s >= t for s in scores) == 4
+
+
+def selector_keeps(selector, scores):
+    docs = [Document(text="t", id=str(i), metadata={"ppl": s}) for i, s in enumerate(scores)]
+    return [d.metadata["ppl"] for d in docs if get_filter_result(selector.filter(d))[0]]
+
+
+def test_selector_modes_on_known_pool():
+    pool = [12.0, 3.0, 40.0, 7.5, 25.0, 1.5, 90.0, 18.0, 5.0, 60.0]
+    top = PerplexitySelector("top_fraction", fraction=0.3, scores=pool)
+    assert sorted(selector_keeps(top, pool)) == [40.0, 60.0, 90.0]  # highest surprise (MPP)
+    bottom = PerplexitySelector("bottom_fraction", fraction=0.2, scores=pool)
+    assert sorted(selector_keeps(bottom, pool)) == [1.5, 3.0]
+    low, high = quantile_band(pool, 0.1, 0.9)
+    band = PerplexitySelector("drop_extremes", low_q=0.1, high_q=0.9, scores=pool)
+    assert selector_keeps(band, pool) == [s for s in pool if low <= s <= high]
+    assert 1.5 not in selector_keeps(band, pool) and 90.0 not in selector_keeps(band, pool)
+    fixed = PerplexitySelector("top_fraction", threshold=25.0)  # re-threshold, no rescoring
+    assert sorted(selector_keeps(fixed, pool)) == [25.0, 40.0, 60.0, 90.0]
+
+
+def test_selector_missing_scores_and_bad_config():
+    sel = PerplexitySelector("top_fraction", threshold=1.0)
+    assert get_filter_result(sel.filter(Document("", "e", metadata={"ppl": None}))) == (
+        False, "ppl_missing")
+    with pytest.raises(KeyError, match="PerplexityScorer"):
+        sel.filter(Document("x", "u"))
+    with pytest.raises(ValueError):
+        PerplexitySelector("top_fraction", fraction=0.5)  # no scores
+    with pytest.raises(ValueError):
+        PerplexitySelector("median")
+    with pytest.raises(KeyError):
+        scores_from([Document("x", "u")])
+
+
+def test_kiln_label_judge_is_softmax_over_label_likelihoods(run_dir):
+    run, model, tok = run_dir
+    judge = KilnLabelJudge(run, template="post: {text} ->")
+    text = "the cat sat"
+    prompt = judge.prompt_ids(text)
+    labels = [tok.encode(" JUNK").ids, tok.encode(" HIGH-QUALITY").ids]
+
+    def logp(target):
+        seq = torch.tensor([prompt + target])
+        with torch.no_grad():
+            lp = torch.log_softmax(model(seq[:, :-1])[0].double(), dim=-1)
+        pos = torch.arange(len(prompt) - 1, seq.shape[1] - 1)
+        return lp[pos, seq[0, pos + 1]].sum().item()
+
+    expected = 1 / (1 + math.exp(logp(labels[1]) - logp(labels[0])))
+    assert judge.judge(text).junk_score == pytest.approx(expected, rel=1e-6)
+    long = judge.prompt_ids("word " * 200)  # the post is truncated to fit max_seq_len
+    assert len(long) + max(map(len, labels)) <= 48

@@ -1,0 +1,160 @@
+"""Per-domain quality filters: crafted documents kept or dropped with the right reason."""
+
+from __future__ import annotations
+
+import pytest
+from datatrove.data import Document
+from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter
+from datatrove.pipeline.filters.base_filter import get_filter_result
+
+from kiln.data.filters import quality_filters
+
+PROSE = (
+    "The river valley was settled by farmers more than three thousand years ago, and the remains "
+    "of their villages are still visible along the northern bank.\n"
+    "Archaeologists have found pottery, grinding stones and the outlines of wooden houses that "
+    "were rebuilt many times over the centuries.\n"
+    "Most of the fields were watered by small canals that carried the spring floods to the higher "
+    "terraces, which made it possible to grow wheat and barley in a dry climate.\n"
+    "When the canals silted up, the villages moved closer to the river, and some of the older "
+    "sites were abandoned for good.\n"
+    "Today the valley is a protected area, and visitors can walk between the excavated houses on "
+    "a marked trail that starts at the small museum near the bridge."
+)
+LATEX = (
+    "We study the convergence of gradient descent on smooth objectives, and we show that the "
+    "classical rate holds with an explicit constant.\n"
+    "Let $f:\\mathbb{R}^d \\to \\mathbb{R}$ be an $L$-smooth function, and let "
+    "$x_{t+1} = x_t - \\eta \\nabla f(x_t)$ denote the iterate at step $t$.\n"
+    "\\begin{equation}\n"
+    "  f(x_{t+1}) \\le f(x_t) - \\frac{\\eta}{2} \\| \\nabla f(x_t) \\|^2 .\n"
+    "\\end{equation}\n"
+    "Summing this inequality over $t$ shows that the average squared gradient norm decays at the "
+    "rate $O(1/T)$ when the step size is at most $1/L$.\n"
+    "The same argument applies to the stochastic setting, where a variance term is added to the "
+    "bound in \\eqref{eq:descent}.\n"
+    "We refer to \\cite{nesterov2004} for the classical treatment of these bounds and of their "
+    "lower-bound counterparts.\n"
+    "In the next section we extend the analysis to non-convex objectives that satisfy the "
+    "Polyak--{\\L}ojasiewicz condition."
+)
+CODE = '''import json
+from pathlib import Path
+
+
+def load_records(path: Path) -> list[dict]:
+    """Read one JSON object per line, skipping blank lines."""
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if line:
+                records.append(json.loads(line))
+    return records
+
+
+def count_by_key(records: list[dict], key: str) -> dict[str, int]:
+    """How many records carry each value of `key`."""
+    counts: dict[str, int] = {}
+    for record in records:
+        value = str(record.get(key, "missing"))
+        counts[value] = counts.get(value, 0) + 1
+    return counts
+
+
+class Summary:
+    def __init__(self, path: Path, key: str):
+        self.counts = count_by_key(load_records(path), key)
+
+    def most_common(self, n: int = 3) -> list[tuple[str, int]]:
+        return sorted(self.counts.items(), key=lambda kv: -kv[1])[:n]
+'''
+SHORT = "Click here to subscribe to our newsletter today."
+REPETITIVE = "\n".join(["Buy cheap watches online at the best price in town today."] * 20)
+BOILERPLATE = "\n".join(
+    ["Home", "About us", "Products", "Contact", "Login", "Sign up", "Cart (0)", "Search"]
+    + ["This website uses cookies to improve your experience and to analyse traffic and to "
+       "show you personalised content.",
+       "By continuing to browse the site you agree to our privacy policy and our terms of use.",
+       "Copyright 2024 Example Shop Ltd. All rights reserved", "Follow us on social media",
+       "Facebook", "Twitter", "Instagram", "Newsletter", "Enter your email address", "Subscribe",
+       "Shipping", "Returns", "FAQ", "Careers", "Press", "Sitemap", "Accessibility"]
+)
+
+
+def first_drop(steps, text: str) -> tuple[str, str] | None:
+    """Run the filters in order on one document: (filter class, reason) of the first drop."""
+    doc = Document(text=text, id="t")
+    for step in steps:
+        kept, reason = get_filter_result(step.filter(doc))
+        if not kept:
+            return type(step).__name__, reason
+    return None
+
+
+def only(steps, cls):
+    (match,) = [s for s in steps if isinstance(s, cls)]
+    return match
+
+
+@pytest.mark.parametrize("domain", ["prose", "latex", "code"])
+def test_clean_prose_paragraph_is_kept_unchanged(domain):
+    doc = Document(text=PROSE, id="p")
+    for step in quality_filters(domain):
+        assert get_filter_result(step.filter(doc)) == (True, None)
+    assert doc.text == PROSE
+
+
+def test_prose_drops_repetitive_boilerplate_and_short_with_reasons():
+    prose = quality_filters("prose")
+    assert first_drop(prose, REPETITIVE) == ("GopherRepetitionFilter", "dup_line_frac")
+    assert first_drop(prose, BOILERPLATE) == ("C4QualityFilter", "too_few_sentences")
+    # a one-line document already fails Gopher's top-2-gram share; the word-count rule names it
+    assert first_drop(prose, SHORT) is not None
+    assert get_filter_result(only(prose, GopherQualityFilter).filter(Document(SHORT, "s"))) == (
+        False, "gopher_short_doc")
+
+
+def test_latex_with_braces_kept_by_latex_config_but_dropped_by_prose_c4():
+    prose_c4 = only(quality_filters("prose"), C4QualityFilter)
+    assert get_filter_result(prose_c4.filter(Document(LATEX, "l"))) == (False, "curly_bracket")
+    assert first_drop(quality_filters("prose"), LATEX) is not None
+    doc = Document(text=LATEX, id="l")
+    for step in quality_filters("latex"):
+        assert get_filter_result(step.filter(doc)) == (True, None), type(step).__name__
+    # no C4 line removal: equations and \begin lines survive; C4 does strip each line's indent
+    assert doc.text == "\n".join(line.strip() for line in LATEX.splitlines())
+    assert not any(isinstance(s, FineWebQualityFilter) for s in quality_filters("latex"))
+
+
+def test_latex_config_keeps_repetition_rules():
+    assert first_drop(quality_filters("latex"), REPETITIVE) == ("GopherRepetitionFilter", "dup_line_frac")
+
+
+def test_code_kept_by_code_config_and_dropped_by_prose():
+    assert first_drop(quality_filters("code"), CODE) is None
+    assert first_drop(quality_filters("prose"), CODE) is not None
+
+
+def test_code_config_drops_repeated_blocks_and_stubs():
+    block = "def handler(event):\n    log(event)\n    return process(event, retries=3)\n"
+    generated = "\n\n".join([block] * 12)
+    assert first_drop(quality_filters("code"), generated) == ("GopherRepetitionFilter", "dup_para_frac")
+    assert first_drop(quality_filters("code"), "from .core import main\n") == (
+        "GopherQualityFilter", "gopher_short_doc")
+
+
+def test_unknown_domain_is_a_clear_error():
+    with pytest.raises(ValueError, match="prose, latex, code"):
+        quality_filters("html")
+
+
+def test_exclusion_writer_factory_is_called_per_filter():
+    names = []
+
+    def factory(name):
+        names.append(name)
+        return None
+
+    steps = quality_filters("prose", exclusion_writer=factory)
+    assert len(names) == len(steps) == 4 and len(set(names)) == 4

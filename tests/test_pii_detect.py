@@ -1,0 +1,108 @@
+"""Per-type PII detection on crafted examples, hard negatives, and overlap resolution."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kiln.data.pii import Span, detect_pii, resolve_overlaps
+from kiln.data.pii.secrets import shannon_entropy
+
+
+def found(text: str, pii_type: str) -> list[str]:
+    return [s.text for s in detect_pii(text) if s.type == pii_type]
+
+
+@pytest.mark.parametrize("pii_type,text,expected", [
+    ("KEY", "aws_access_key_id = AKIAQ3EGRZ7XJ5KMN2PB\n", ["AKIAQ3EGRZ7XJ5KMN2PB"]),
+    ("KEY", 'token: "ghp_R8mX2qLk9Vz4Tn7Wb1Yc5Hd3Jf6Gs0Pa8Ue2"', ["ghp_R8mX2qLk9Vz4Tn7Wb1Yc5Hd3Jf6Gs0Pa8Ue2"]),
+    ("KEY", "const k = 'AIzaSyD7x2Kp9Qm4Vb1Rn8Tw3Lc6Hj0Fz5Ye2Ug';", ["AIzaSyD7x2Kp9Qm4Vb1Rn8Tw3Lc6Hj0Fz5Ye2Ug"]),
+    ("KEY", "SLACK=xoxb-12345678901-123456789012-Ab3dE5gH7jK9mN1pQ3sT5vW7", ["xoxb-12345678901-123456789012-Ab3dE5gH7jK9mN1pQ3sT5vW7"]),
+    ("KEY", 'client_secret = "Zq8vR2mN5pL1xK7wT4yH9sD3"', ["Zq8vR2mN5pL1xK7wT4yH9sD3"]),
+    ("PASSWORD", "DB_PASSWORD=Tr0ub4dor&3\n", ["Tr0ub4dor&3"]),
+    ("PASSWORD", "db = 'mysql://etl:Gx4mW8qT1z@db.internal/x'", ["Gx4mW8qT1z"]),
+    ("PASSWORD", "<password>Qv7!nX3pR9s</password>", ["Qv7!nX3pR9s"]),
+    ("USERNAME", "ssh mkaczmarek@build-07.internal", ["mkaczmarek"]),
+    ("USERNAME", 'File "/home/evasquez/src/app.py", line 3', ["evasquez"]),
+    ("USERNAME", "LGTM, thanks @tkrishnan!", ["tkrishnan"]),
+    ("USERNAME", "username: rsingh\n", ["rsingh"]),
+    ("EMAIL", "Contact jane.okafor@gmail.com today", ["jane.okafor@gmail.com"]),
+    ("EMAIL", "send(to='bob.lee@corp.io')", ["bob.lee@corp.io"]),
+    ("NAME", "# Copyright (c) 2021 Jorge Villalobos\n", ["Jorge Villalobos"]),
+    ("NAME", '__author__ = "Priya Raghunathan"\n', ["Priya Raghunathan"]),
+    ("NAME", "Signed-off-by: Chidi Okafor <chidi@okafor.dev>", ["Chidi Okafor"]),
+    ("NAME", "Thanks,\n\nBest regards,\nLena Holmqvist\n", ["Lena Holmqvist"]),
+    ("IP_ADDRESS", "Invalid user admin from 185.220.101.47 port 40022", ["185.220.101.47"]),
+    ("IP_ADDRESS", "AAAA 2606:2800:21f:cb07:6820:80da:af6b:8b2c", ["2606:2800:21f:cb07:6820:80da:af6b:8b2c"]),
+])
+def test_detects_each_type(pii_type, text, expected):
+    assert found(text, pii_type) == expected
+
+
+def test_private_key_block_is_one_key_span():
+    body = "\n".join(["MIIEpAIBAAKCAQEA7bq9" + "Xk3" * 20] * 5)
+    block = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"
+    spans = detect_pii(f"key = '''{block}'''")
+    assert [(s.type, s.text) for s in spans] == [("KEY", block)]
+
+
+@pytest.mark.parametrize("text", [
+    'version = "1.2.3.4"', '[assembly: AssemblyVersion("2.0.1.0")]', "pkgver=1.4.2.3",
+    "OIDs: 1.3.6.1.4.1.311.21.7 and 2.5.4.3", "listen 127.0.0.1:8080; gateway 192.168.1.1",
+    "ping 2001:db8::1 and fe80::1", "ether 02:42:ac:11:00:02 at 12:30:45", "999.1.1.1",
+    'request_id = "9b2d3f6e-1c4a-4e8b-9f0d-7a6c5b4e3d21"',
+    '"integrity": "sha512-v2kDEe57lecTulaDIuNTPy3Ry4gLGJ6Z1O3vE1krgXZNrsQ+LFTGHVxVjcXPs17LhbZVGedAJv8XZ1tvj5FvSg=="',
+    "contact: support@example.com", "git remote add origin git@github.com:acme/widgets.git",
+    'background: url("icon@2x.png"); npm i lodash@4.17.21', "aws_access_key_id = AKIAIOSFODNN7EXAMPLE",
+    "The user input is validated; the user name is required.", "password: string;",
+    'password = os.environ["DB_PASSWORD"]', "DB_PASSWORD=${DB_PASSWORD}", 'password = "changeme"',
+    "@property\ndef size(self):\n    return 1\n", 'import { render } from "@testing-library/react";',
+    "# Copyright 2020 The Kubernetes Authors.", "Copyright (c) 2015-2023 Microsoft Corporation",
+    "- name: Build and test\n  run: make test", 'tokenizer_name = "bert-base-multilingual-cased"',
+    "max_tokens = 4096", '<img src="data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk">',
+    "user = User.objects.get(pk=request.user.pk)", "cd /home/runner/work/app", "Hello World!",
+])
+def test_hard_negatives_not_detected(text):
+    assert detect_pii(text) == []
+
+
+def test_public_vs_private_ip_policy():
+    assert found("8.8.8.8", "IP_ADDRESS") == ["8.8.8.8"]
+    assert found("192.168.0.1", "IP_ADDRESS") == []
+    assert found("11.1.2.3.45", "IP_ADDRESS") == []  # datatrove's bare regex would match inside
+
+
+def test_shannon_entropy_reference_values():
+    assert shannon_entropy("aaaa") == 0.0
+    assert shannon_entropy("abcd") == pytest.approx(2.0)
+    assert shannon_entropy("aabb") == pytest.approx(1.0)
+
+
+def test_overlap_resolution_is_deterministic_and_prefers_longest_then_priority():
+    text = "x" * 40
+    spans = [Span("NAME", 0, 10, text[0:10]), Span("EMAIL", 5, 20, text[5:20]),
+             Span("USERNAME", 18, 30, text[18:30]), Span("KEY", 18, 30, text[18:30]),
+             Span("IP_ADDRESS", 32, 36, text[32:36])]
+    expected = [Span("EMAIL", 5, 20, text[5:20]), Span("IP_ADDRESS", 32, 36, text[32:36])]
+    rng = random.Random(0)
+    for _ in range(20):
+        rng.shuffle(spans)
+        assert resolve_overlaps(spans) == expected
+    tie = [Span("USERNAME", 0, 12, text[:12]), Span("KEY", 0, 12, text[:12])]
+    assert resolve_overlaps(tie) == [Span("KEY", 0, 12, text[:12])]
+
+
+def test_url_credentials_do_not_become_an_email():
+    text = "git clone https://rfarouk:ghp_5Tq8Vw2Xz9Yb1Nc4Md7Lf0Kg3Hj6Pa2Rs8Ue1@github.com/r/p.git"
+    assert [(s.type, s.text) for s in detect_pii(text)] == [
+        ("USERNAME", "rfarouk"), ("KEY", "ghp_5Tq8Vw2Xz9Yb1Nc4Md7Lf0Kg3Hj6Pa2Rs8Ue1")]
+
+
+def test_bad_input_is_rejected_clearly():
+    with pytest.raises(TypeError, match="expects str"):
+        detect_pii(b"bytes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown PII types"):
+        detect_pii("x", types=["PHONE"])
+    with pytest.raises(ValueError, match="unknown PII type"):
+        Span("PHONE", 0, 1, "x")

@@ -1,0 +1,170 @@
+"""The prepare pipeline: stage registry, builder, task sharding, resume, executors, errors."""
+
+import json
+
+import pytest
+from datatrove.pipeline.filters.base_filter import BaseFilter
+
+from kiln.config import ConfigError
+from kiln.data import pipeline as pl
+from kiln.data.documents import read_documents
+from kiln.data.pipeline import (
+    PrepareConfig,
+    StageUnavailableError,
+    build_pipeline,
+    make_executor,
+    register_stage,
+    run_prepare,
+)
+
+
+class DropContaining(BaseFilter):
+    """Drops documents containing `needle`, with that reason."""
+
+    name = "drop containing"
+
+    def __init__(self, needle: str, reason: str):
+        super().__init__()
+        self.needle, self.reason = needle, reason
+
+    def filter(self, doc):
+        return (False, self.reason) if self.needle in doc.text else True
+
+
+@pytest.fixture
+def registry():
+    """Register test stages; restore the registry afterwards."""
+    saved, saved_f = dict(pl.STAGES), dict(pl._FACTORIES)
+    register_stage("no_spam", lambda ctx: DropContaining("spam", "spam"))
+    yield
+    pl.STAGES.clear(), pl.STAGES.update(saved)
+    pl._FACTORIES.clear(), pl._FACTORIES.update(saved_f)
+
+
+def corpus(root, n=7):
+    src = root / "src"
+    src.mkdir()
+    for i in range(n):
+        body = f"document {i} " + ("spam " if i % 3 == 0 else "") + "x" * (i * 10)
+        (src / f"f{i}.txt").write_text(body)
+    (src / "g.jsonl").write_text('{"text": "json one"}\n{"text": "spam json"}\nbroken\n')
+    return src
+
+
+def _docs(run_dir):
+    return sorted((d.id, d.text) for d in read_documents(run_dir))
+
+
+def _cfg(**kw):
+    return PrepareConfig(stages=["read", "no_spam", "write"], **kw)
+
+
+def test_one_and_two_tasks_same_output(tmp_path, registry):
+    src = corpus(tmp_path)
+    s1 = run_prepare(_cfg(tasks=1), tmp_path / "a", [str(src)], progress=False)
+    s2 = run_prepare(_cfg(tasks=2), tmp_path / "b", [str(src)], progress=False)
+    assert _docs(tmp_path / "a") == _docs(tmp_path / "b")
+    assert len(_docs(tmp_path / "a")) == 5  # 8 docs read, 3 contain spam
+    assert sorted(p.name for p in (tmp_path / "b" / "documents").iterdir()) == [
+        "00000.jsonl.gz", "00001.jsonl.gz"]
+    for key in ("documents", "bytes", "skipped", "documents_out", "bytes_out"):
+        assert s1[key] == s2[key], key
+    y1 = json.loads((tmp_path / "a" / "yield.json").read_text())
+    y2 = json.loads((tmp_path / "b" / "yield.json").read_text())
+    assert y1["stages"] == y2["stages"] and y2["tasks"] == 2
+
+
+def test_two_worker_processes(tmp_path):
+    src = corpus(tmp_path)
+    cfg = PrepareConfig(tasks=2, workers=2)
+    summary = run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    assert summary["documents"] == summary["documents_out"] == 9
+    assert len(_docs(tmp_path / "run")) == 9
+
+
+def test_resume_skips_completed_tasks_and_redo_does_not(tmp_path, registry):
+    src = corpus(tmp_path)
+    run = tmp_path / "run"
+    cfg = _cfg(tasks=2)
+    run_prepare(cfg, run, [str(src)], progress=False)
+    # task 1 "crashed": no completion marker, no stats; task 0's input changes meanwhile
+    (run / "logs/prepare/completions/00001").unlink()
+    (run / "logs/prepare/stats/00001.json").unlink()
+    (src / "f0.txt").write_text("rewritten")  # f0 is file 0 -> task 0
+    run_prepare(cfg, run, [str(src)], progress=False)
+    texts = dict(_docs(run))
+    assert "src/f0.txt" not in texts  # task 0 skipped: its (spam) f0 stayed dropped
+    run_prepare(cfg, run, [str(src)], redo=True, progress=False)
+    assert dict(_docs(run))["src/f0.txt"] == "rewritten"
+    # a changed pipeline never resumes a stale run
+    summary = run_prepare(PrepareConfig(tasks=2), run, [str(src)], progress=False)
+    assert summary["stages"] == ["read", "write"] and summary["documents_out"] == 9
+
+
+def test_missing_stage_module_is_named(tmp_path, registry):
+    register_stage("ghost", "kiln.data.no_such_stage_module:ghost_stage")
+    cfg = PrepareConfig(stages=["read", "ghost", "write"])
+    with pytest.raises(StageUnavailableError, match="'ghost'.*kiln.data.no_such_stage_module"):
+        build_pipeline(cfg, tmp_path)
+    register_stage("hollow", "kiln.data.pipeline:no_such_factory")
+    with pytest.raises(StageUnavailableError, match="'hollow'.*no_such_factory"):
+        build_pipeline(PrepareConfig(stages=["read", "hollow", "write"]), tmp_path)
+    assert not (tmp_path / "documents").exists()
+
+
+def test_missing_dependency_of_a_stage_module_is_named(tmp_path, registry):
+    mod = tmp_path / "kiln_fake_stage_mod.py"
+    mod.write_text("import kiln_definitely_missing_dep\n")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        register_stage("needy", "kiln_fake_stage_mod:needy_stage")
+        with pytest.raises(StageUnavailableError, match="kiln_definitely_missing_dep"):
+            build_pipeline(PrepareConfig(stages=["read", "needy", "write"]), tmp_path)
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+@pytest.mark.parametrize(("stages", "message"), [
+    (["read", "qualty", "write"], "did you mean 'quality'"),
+    (["no_spam", "write"], "start with a reader"),
+    (["read"], "end with 'write'"),
+    (["read", "no_spam", "no_spam", "write"], "more than once"),
+    ([], "empty"),
+])
+def test_bad_stage_lists(tmp_path, registry, stages, message):
+    with pytest.raises(ConfigError, match=message):
+        build_pipeline(PrepareConfig(stages=stages), tmp_path)
+
+
+def test_executor_choices(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="slurm_partition"):
+        build_pipeline(PrepareConfig(executor="slurm"), tmp_path)
+    with pytest.raises(ConfigError, match="prepare.executor"):
+        build_pipeline(PrepareConfig(executor="dask"), tmp_path)
+    monkeypatch.setattr(pl.importlib.util, "find_spec", lambda name: None)
+    steps, _ = build_pipeline(PrepareConfig(executor="ray"), tmp_path)
+    with pytest.raises(RuntimeError, match="ray"):
+        make_executor(PrepareConfig(executor="ray"), steps, tmp_path / "logs", False)
+    monkeypatch.setattr(pl.shutil, "which", lambda name: None)
+    cfg = PrepareConfig(executor="slurm", slurm_partition="cpu")
+    with pytest.raises(RuntimeError, match="sbatch"):
+        make_executor(cfg, steps, tmp_path / "logs", False)
+
+
+def test_every_registered_stage_is_meter_wrapped(tmp_path, registry):
+    steps, layout = build_pipeline(_cfg(), tmp_path, [str(tmp_path)])
+    assert [r["stage"] for r in layout["steps"]] == [
+        "read", "read", "no_spam", "no_spam", "write", "write"]
+    assert [r["meter"] for r in layout["steps"]] == [False, True] * 3
+    assert len(steps) == 6 and layout["readers"] == ["read"]
+
+
+def test_multi_pass_stage_not_implemented(tmp_path, registry):
+    class FakeExecutorStage:
+        name, pipeline, tasks = "minhash_signature", [], 1
+
+    register_stage("multi", lambda ctx: [FakeExecutorStage()])
+    with pytest.raises(NotImplementedError, match="multi-pass"):
+        build_pipeline(PrepareConfig(stages=["read", "multi", "write"]), tmp_path)
