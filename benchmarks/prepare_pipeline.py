@@ -11,6 +11,7 @@ module is not importable yet (listed in the output, never silently). Target: < 6
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import tempfile
 import time
@@ -56,12 +57,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         plain_s, plain = timed_prepare(["read", "write"], Path(tmp) / "plain", args)
         full_s, full = timed_prepare(stages, Path(tmp) / "full", args)
+        rows = json.loads((Path(tmp) / "full" / "yield.json").read_text())["stages"]
     print(f"read->write: {plain['documents_out']:,} docs, {plain['bytes_out']:,} bytes "
           f"in {plain_s:.1f}s")
     print(f"{'->'.join(stages)}: {full['documents_out']:,} docs, {full['bytes_out']:,} bytes "
           f"in {full_s:.1f}s (stages not available: {missing or 'none'})")
+    for row in rows:
+        print(f"  {row['stage']:<12} {row['documents_in']:>6} -> {row['documents_out']:>6} docs "
+              f"({100 * (row['kept_fraction'] or 0):.1f}% kept) reasons {row['drop_reasons']}")
+    kept_bytes = full["bytes_out"] / plain["bytes_out"] if plain["bytes_out"] else 0.0
+    kept_docs = full["documents_out"] / plain["documents_out"] if plain["documents_out"] else 0.0
     print(f"RESULT pipeline_over_plain_s={full_s - plain_s:.2f} pipeline_s={full_s:.2f} "
-          f"plain_s={plain_s:.2f} ratio={full_s / plain_s:.3f} missing_stages={len(missing)}")
+          f"plain_s={plain_s:.2f} ratio={full_s / plain_s:.3f} kept_docs={kept_docs:.4f} "
+          f"kept_bytes={kept_bytes:.4f} missing_stages={len(missing)}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -172,7 +173,9 @@ def main() -> None:
     print(f"batch {s.batch} x {s.seq_len} tokens; {s.warmup} warmup steps, "
           f"{s.rounds} interleaved rounds x {s.steps} steps per model; loss computed outside "
           f"both models: cross_entropy(logits.float())")
+    load_before = os.getloadavg()[0]
     res = {p: bench_precision(s, p, args.compile, batch) for p in ("fp32", "bf16")}
+    load_after = os.getloadavg()[0]
 
     print()
     print(f"{'precision':<10}{'kiln tok/s':>12}{'hf tok/s':>12}{'kiln/hf':>9}"
@@ -188,6 +191,9 @@ def main() -> None:
         hlo, hhi = r["hf_spread"]
         print(f"  {p} per-step range: kiln {lo:.0f}-{hi:.0f} tok/s, hf {hlo:.0f}-{hhi:.0f} tok/s")
     print("targets: kiln/hf >= 1.2 and >= 60% of matmul peak (bf16)")
+    if max(load_before, load_after) > threads + 0.5:
+        print(f"WARNING: load average {load_before:.1f} -> {load_after:.1f} on {threads} threads: "
+              "other processes competed for the CPU; these figures are not reliable")
     b, f = res["bf16"], res["fp32"]
     print(result_line(
         speedup_vs_hf=b["ratio"], peak_fraction=b["fraction"],

@@ -6,12 +6,14 @@ tests that check a collective inside one component (e.g. counts all-reduced acro
 
 from __future__ import annotations
 
+import io
 import os
 import queue
 import traceback
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from launch import free_port
@@ -23,7 +25,11 @@ def _rank_main(fn: Callable, rank: int, world_size: int, port: int, out, args: t
     try:
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
         try:
-            out.put((rank, True, fn(rank, world_size, *args)))
+            # send bytes, not tensors: a tensor in a queue travels as shared memory that
+            # vanishes if this process exits before the parent has read it
+            buf = io.BytesIO()
+            torch.save(fn(rank, world_size, *args), buf)
+            out.put((rank, True, buf.getvalue()))
         finally:
             dist.destroy_process_group()
     except BaseException:  # report everything: the parent otherwise only sees a timeout
@@ -53,7 +59,7 @@ def run_function_on_ranks(
                 raise RuntimeError(f"ranks hung for more than {timeout}s") from e
             if not ok:
                 raise RuntimeError(f"rank {rank} failed:\n{value}")
-            results[rank] = value
+            results[rank] = torch.load(io.BytesIO(value), weights_only=False)
         for p in procs:
             p.join(timeout=timeout)
     finally:

@@ -76,7 +76,7 @@ def test_one_and_two_tasks_same_output(tmp_path, registry):
 
 def test_two_worker_processes(tmp_path):
     src = corpus(tmp_path)
-    cfg = PrepareConfig(tasks=2, workers=2)
+    cfg = PrepareConfig(stages=["read", "write"], tasks=2, workers=2)
     summary = run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
     assert summary["documents"] == summary["documents_out"] == 9
     assert len(_docs(tmp_path / "run")) == 9
@@ -97,7 +97,8 @@ def test_resume_skips_completed_tasks_and_redo_does_not(tmp_path, registry):
     run_prepare(cfg, run, [str(src)], redo=True, progress=False)
     assert dict(_docs(run))["src/f0.txt"] == "rewritten"
     # a changed pipeline never resumes a stale run
-    summary = run_prepare(PrepareConfig(tasks=2), run, [str(src)], progress=False)
+    summary = run_prepare(PrepareConfig(stages=["read", "write"], tasks=2), run, [str(src)],
+                          progress=False)
     assert summary["stages"] == ["read", "write"] and summary["documents_out"] == 9
 
 
@@ -144,7 +145,8 @@ def test_executor_choices(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="prepare.executor"):
         build_pipeline(PrepareConfig(executor="dask"), tmp_path)
     monkeypatch.setattr(pl.importlib.util, "find_spec", lambda name: None)
-    steps, _ = build_pipeline(PrepareConfig(executor="ray"), tmp_path)
+    phases, _ = build_pipeline(PrepareConfig(stages=["read", "write"], executor="ray"), tmp_path)
+    steps = phases[0].pipeline
     with pytest.raises(RuntimeError, match="ray"):
         make_executor(PrepareConfig(executor="ray"), steps, tmp_path / "logs", False)
     monkeypatch.setattr(pl.shutil, "which", lambda name: None)
@@ -154,17 +156,17 @@ def test_executor_choices(tmp_path, monkeypatch):
 
 
 def test_every_registered_stage_is_meter_wrapped(tmp_path, registry):
-    steps, layout = build_pipeline(_cfg(), tmp_path, [str(tmp_path)])
+    phases, layout = build_pipeline(_cfg(), tmp_path, [str(tmp_path)])
     assert [r["stage"] for r in layout["steps"]] == [
         "read", "read", "no_spam", "no_spam", "write", "write"]
     assert [r["meter"] for r in layout["steps"]] == [False, True] * 3
-    assert len(steps) == 6 and layout["readers"] == ["read"]
+    assert len(phases) == 1 and len(phases[0].pipeline) == 6 and layout["readers"] == ["read"]
 
 
-def test_multi_pass_stage_not_implemented(tmp_path, registry):
+def test_bare_executor_phases_must_come_as_a_stage_plan(tmp_path, registry):
     class FakeExecutorStage:
         name, pipeline, tasks = "minhash_signature", [], 1
 
     register_stage("multi", lambda ctx: [FakeExecutorStage()])
-    with pytest.raises(NotImplementedError, match="multi-pass"):
+    with pytest.raises(NotImplementedError, match="StagePlan"):
         build_pipeline(PrepareConfig(stages=["read", "multi", "write"]), tmp_path)

@@ -31,20 +31,24 @@ def _tokenizer_path(cfg: Config) -> Path:
 
 
 def cmd_prepare(cfg: Config) -> None:
-    from kiln.data.documents import prepare_documents
+    from kiln.data.pipeline import run_prepare
+    from kiln.data.sources import check_sources
 
-    stats = prepare_documents(cfg.data.sources, cfg.run_dir, max_bytes=cfg.data.max_bytes)
+    check_sources(cfg.data.sources)  # before anything is cleared
+    stats = run_prepare(cfg.prepare, cfg.run_dir, sources=cfg.data.sources,
+                        max_bytes=cfg.data.max_bytes)
     print(f"prepare: {json.dumps(stats)}")
 
 
 def cmd_tokenizer(cfg: Config) -> None:
     from kiln.data.documents import read_documents
-    from kiln.data.tokenizer import train_tokenizer
+    from kiln.data.math_tokenizer import train_tokenizer_of_kind
 
     texts = (doc.text for doc in read_documents(cfg.run_dir))
-    tok = train_tokenizer(texts, cfg.tokenizer.vocab_size, _tokenizer_path(cfg),
-                          min_frequency=cfg.tokenizer.min_frequency)
-    print(f"tokenizer: {tok.get_vocab_size()} tokens -> {_tokenizer_path(cfg)}")
+    tok = train_tokenizer_of_kind(cfg.tokenizer.kind, texts, cfg.tokenizer.vocab_size,
+                                  _tokenizer_path(cfg), min_frequency=cfg.tokenizer.min_frequency)
+    print(f"tokenizer ({cfg.tokenizer.kind}): {tok.get_vocab_size()} tokens -> "
+          f"{_tokenizer_path(cfg)}")
 
 
 def cmd_tokenize(cfg: Config) -> None:
@@ -55,6 +59,9 @@ def cmd_tokenize(cfg: Config) -> None:
     tok = load_tokenizer(_tokenizer_path(cfg))
     index = write_shards(read_documents(cfg.run_dir), tok, cfg.run_dir / "tokens",
                          val_fraction=cfg.data.val_fraction, seed=cfg.run.seed)
+    from kiln.data.yield_report import add_token_counts
+
+    add_token_counts(cfg.run_dir)  # yield.json gains the tokens that came out
     print(f"tokenize: train {index['train']['tokens']:,} tokens, val {index['val']['tokens']:,} "
           f"tokens, unigram baseline {index['unigram_bpb']:.3f} bits/byte")
 

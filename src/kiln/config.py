@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kiln.data.prepare_config import PrepareConfig, validate_prepare
+
 
 class ConfigError(ValueError):
     """A configuration problem, with the offending key in the message."""
@@ -38,6 +40,7 @@ class DataConfig:
 class TokenizerConfig:
     vocab_size: int = 4096
     min_frequency: int = 2
+    kind: str = "bpe"  # bpe (byte-level) | math (digits split, LaTeX commands kept whole)
 
 
 @dataclass
@@ -53,6 +56,30 @@ class ModelConfig:
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
     init_std: float = 0.02
+    # attention options (Trinity): all off gives the plain Llama decoder
+    local_per_global: int = 0  # N local (sliding-window) layers, then 1 global; 0 = all global
+    sliding_window: int = 0  # local layers attend to the last `sliding_window` positions
+    global_rope: bool = True  # False: global layers use no positional encoding (NoPE)
+    qk_norm: bool = False  # RMSNorm over head_dim on queries and keys, before RoPE
+    attn_gate: bool = False  # elementwise sigmoid(x Wg) gate before the output projection
+    # normalisation options (Trinity)
+    sandwich_norm: bool = False  # post-norms on both sub-layer outputs as well as pre-norms
+    post_norm_gain: float = 0.0  # initial post-norm gain; 0 = depth-scaled 1/sqrt(n_layers)
+    embed_scale: bool = False  # multiply input embeddings by sqrt(dim)
+    # mixture of experts (Trinity / DeepSeek-V3 sigmoid routing); n_experts = 0 is dense
+    n_experts: int = 0
+    n_dense_layers: int = 0  # the first layers keep a dense SwiGLU
+    top_k: int = 2
+    n_shared: int = 1
+    expert_hidden: int = 0  # 0: ffn_hidden / 4 rounded to 64
+    route_scale: float = 1.0
+    balance: str = "smebu"  # smebu | sign | none
+    balance_rate: float = 5e-4  # SMEBU lambda, or the sign rule's gamma
+    smebu_beta: float = 0.5
+    smebu_kappa: float = 2.0
+    seq_aux_coef: float = 0.0
+    z_loss_coef: float = 0.0
+    router_init_std: float = 0.02
 
 
 @dataclass
@@ -64,6 +91,14 @@ class OptimConfig:
     eps: float = 1e-8
     weight_decay: float = 0.1  # decoupled; never applied to norms, biases or 1-D gains
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
+    # Muon (optim.name = "muon"): hidden 2-D and expert weights; the rest stays on AdamW
+    muon_lr: float = 0.0  # 0: 0.02 for "original", optim.lr for "match_rms_adamw"
+    muon_momentum: float = 0.95
+    muon_nesterov: bool = True
+    muon_ns_steps: int = 5
+    muon_adjust_lr: str = "original"  # original | match_rms_adamw
+    muon_weight_decay: float = 0.1  # decoupled, times the unscaled Muon lr
+    muon_ns_dtype: str = "auto"  # auto | bf16 | fp32
 
 
 @dataclass
@@ -111,6 +146,7 @@ class GenerateConfig:
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    prepare: PrepareConfig = field(default_factory=PrepareConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -125,7 +161,11 @@ class Config:
 
 
 _CHOICES = {
-    "optim.name": ("adamw",),
+    "optim.name": ("adamw", "muon"),
+    "optim.muon_adjust_lr": ("original", "match_rms_adamw"),
+    "optim.muon_ns_dtype": ("auto", "bf16", "fp32"),
+    "tokenizer.kind": ("bpe", "math"),
+    "model.balance": ("smebu", "sign", "none"),
     "schedule.name": ("cosine", "wsd", "constant"),
     "train.precision": ("auto", "fp32", "bf16"),
     "train.device": ("auto", "cpu", "cuda"),
@@ -233,6 +273,17 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(
             f"model.n_heads ({m.n_heads}) must be a multiple of model.n_kv_heads ({m.n_kv_heads})"
         )
+    o = cfg.optim
+    if not 0 <= o.muon_momentum < 1 or o.muon_ns_steps < 1 or o.muon_lr < 0 or o.muon_weight_decay < 0:
+        raise ConfigError("optim.muon_*: need 0 <= muon_momentum < 1, muon_ns_steps >= 1, "
+                          "muon_lr >= 0 and muon_weight_decay >= 0")
+    if m.local_per_global and m.sliding_window <= 0:
+        raise ConfigError("model.local_per_global > 0 needs model.sliding_window > 0")
+    if m.n_experts:
+        if not 1 <= m.top_k <= m.n_experts:
+            raise ConfigError(f"model.top_k ({m.top_k}) must be in [1, model.n_experts={m.n_experts}]")
+        if m.n_dense_layers > m.n_layers:
+            raise ConfigError("model.n_dense_layers exceeds model.n_layers")
     if t.seq_len > m.max_seq_len:
         raise ConfigError(f"train.seq_len ({t.seq_len}) exceeds model.max_seq_len ({m.max_seq_len})")
     if t.global_batch % t.micro_batch:
@@ -253,6 +304,7 @@ def validate(cfg: Config) -> Config:
     g = cfg.generate
     if g.temperature < 0 or not 0 < g.top_p <= 1 or g.top_k < 0:
         raise ConfigError("generate: temperature >= 0, 0 < top_p <= 1 and top_k >= 0 are required")
+    validate_prepare(cfg.prepare)
     return cfg
 
 
@@ -289,9 +341,16 @@ def _toml_value(value: Any) -> str:
 
 def config_to_toml(cfg: Config) -> str:
     """Serialise the resolved config; `load_config` of the result gives the same config."""
-    lines = []
-    for section, values in config_to_dict(cfg).items():
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+    lines: list[str] = []
+
+    def table(name: str, values: dict[str, Any]) -> None:
+        lines.append(f"[{name}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items() if not isinstance(v, dict))
         lines.append("")
+        for k, v in values.items():
+            if isinstance(v, dict):  # a nested dataclass: its own [section.sub] table
+                table(f"{name}.{k}", v)
+
+    for section, values in config_to_dict(cfg).items():
+        table(section, values)
     return "\n".join(lines)

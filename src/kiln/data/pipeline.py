@@ -1,19 +1,30 @@
 """`kiln prepare` as a configurable chain of datatrove steps: stage registry, builder, runner.
 
-A stage is named in `prepare.stages` and built by a factory `factory(ctx: StageContext)` that
-returns one PipelineStep or a list of them. Factories live in the stage's own module and are
+A stage is named in `prepare.stages` and built by a factory `factory(ctx: StageContext)` (see
+`kiln.data.stages`) that returns a PipelineStep, a list of them, or a `StagePlan`. Factories are
 imported only when the stage is configured, so a pipeline that does not use a stage never needs
 its dependencies, and one that does gets an error naming the stage and the missing module.
 After every stage the builder inserts a `YieldMeter`, from which `yield.json` is computed.
 
-The same step list runs under datatrove's local, Slurm or Ray executor. Input files are sharded
-by task (file i goes to task i % tasks); every task writes documents/NNNNN.jsonl.gz. A re-run of
-the same pipeline (same stages, sources and task count) skips the tasks already completed;
-`redo=True` (or any change to the pipeline) starts from scratch.
+Most stages stream: a document goes in, zero or one comes out. A *barrier* stage (exact or
+MinHash dedup, perplexity selection by a global threshold) must see the whole corpus before it
+decides, so the runner cuts the pipeline there into executor phases: the steps before it write
+an intermediate documents folder (prepare_work/), the barrier's helper phases run over that
+folder (signatures, buckets, thresholds), and a new phase reads it back, applies the barrier's
+decision and continues with the following stages. Setup phases that need no documents (building
+a decontamination index) run first. Every phase is a datatrove executor with its own logging
+folder (logs/prepare for the first, logs/prepare/phases/NN_name for the others), chained in
+order, so resume is by task in every phase and yield counting spans all of them.
+
+The same phases run under datatrove's local, Slurm (chained with `depends`) or Ray executor.
+Input files are sharded by task (file i goes to task i % tasks); every task writes
+documents/NNNNN.jsonl.gz. A re-run of the same pipeline (same stages, options, sources and task
+count) skips the tasks already completed; `redo=True` (or any change) starts from scratch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import importlib.util
@@ -26,60 +37,31 @@ from pathlib import Path
 from datatrove.pipeline.base import PipelineStep
 
 from kiln.atomic import write_json_atomic
-from kiln.data.yield_report import LAYOUT_FILE, YieldMeter, merge_task_stats, write_yield_report
+from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline's vocabulary)
+    ARXIV_STAGES,
+    DEFAULT_STAGES,
+    EXECUTORS,
+    QUICKSTART_STAGES,
+    STAGES,
+    PrepareConfig,
+    StageSpec,
+    validate_prepare,
+)
+from kiln.data.yield_report import (
+    LAYOUT_FILE,
+    YieldMeter,
+    flow_stats,
+    reason_spec,
+    write_yield_report,
+)
 
-EXECUTORS = ("local", "slurm", "ray")
-QUICKSTART_STAGES = ["read", "dedup_exact", "quality", "pii", "decontaminate", "write"]
-ARXIV_STAGES = [
-    "arxiv_metadata", "arxiv_sources", "latex", "dedup_exact", "quality", "pii",
-    "decontaminate", "write",
-]
-
-
-@dataclass
-class PrepareConfig:
-    # ordered stage names (see STAGES); the first reads documents, the last is "write"
-    stages: list[str] = field(default_factory=lambda: ["read", "write"])
-    executor: str = "local"  # local | slurm | ray
-    tasks: int = 1  # shards of the input files; each task writes one documents file
-    workers: int = 1  # local: tasks run at the same time
-    resume: bool = True  # skip tasks a previous run of the same pipeline completed
-    keep_rejected: bool = False  # filters write dropped documents to rejected/<stage>/
-    slurm_partition: str = ""
-    slurm_time: str = "04:00:00"
-    cpus_per_task: int = 1  # slurm / ray
-    mem_per_cpu_gb: int = 2  # slurm / ray
-
-
-@dataclass(frozen=True)
-class StageSpec:
-    """Where a stage's factory lives ("module:function") and whether it reads documents in."""
-
-    target: str
-    reader: bool = False
-
-
-STAGES: dict[str, StageSpec] = {
-    "read": StageSpec("kiln.data.pipeline:read_stage", reader=True),
-    "arxiv_metadata": StageSpec("kiln.data.arxiv.metadata:metadata_stage", reader=True),
-    "arxiv_sources": StageSpec("kiln.data.arxiv.source_reader:sources_stage"),
-    "latex": StageSpec("kiln.data.arxiv.latex_source:latex_stage"),
-    "quality": StageSpec("kiln.data.filters.quality:quality_stage"),
-    "brain_rot_m1": StageSpec("kiln.data.filters.engagement:brain_rot_m1_stage"),
-    "brain_rot_m2": StageSpec("kiln.data.filters.judge:brain_rot_m2_stage"),
-    "perplexity": StageSpec("kiln.data.filters.selection:perplexity_stage"),
-    "pii": StageSpec("kiln.data.pii.step:pii_stage"),
-    "decontaminate": StageSpec("kiln.data.decontam.filter:decontaminate_stage"),
-    "dedup_exact": StageSpec("kiln.data.dedup:dedup_exact_stage"),
-    "dedup_minhash": StageSpec("kiln.data.dedup:dedup_minhash_stage"),
-    "dating": StageSpec("kiln.data.dating:dating_stage"),
-    "period": StageSpec("kiln.data.dating:period_stage"),
-    "write": StageSpec("kiln.data.pipeline:write_stage"),
-}
+WORK_DIR = "prepare_work"  # intermediate documents and barrier state, under the run directory
+EXECUTION_KEYS = ("executor", "workers", "resume", "slurm_partition", "slurm_time",
+                  "cpus_per_task", "mem_per_cpu_gb")  # change how, not what: resume still valid
 
 
 def _config_error(message: str) -> Exception:
-    """kiln.config.ConfigError, imported late: config.py imports PrepareConfig from here."""
+    """kiln.config.ConfigError, imported late: kiln.config imports the prepare config."""
     from kiln.config import ConfigError
 
     return ConfigError(message)
@@ -100,13 +82,50 @@ class StageContext:
     max_bytes: int = 0
     progress: bool = True
 
-    def exclusion_writer(self):
+    @property
+    def work_dir(self) -> Path:
+        """This stage's scratch folder (index files, signatures, thresholds)."""
+        return self.run_dir / WORK_DIR / self.name
+
+    def exclusion_writer(self, part: str = ""):
         """A JsonlWriter for this stage's dropped documents if prepare.keep_rejected, else None."""
         if not self.cfg.keep_rejected:
             return None
         from datatrove.pipeline.writers import JsonlWriter
 
-        return JsonlWriter(str(self.run_dir / "rejected" / self.name))
+        folder = self.run_dir / "rejected" / self.name
+        return JsonlWriter(str(folder / part if part else folder))
+
+
+@dataclass
+class Phase:
+    """One executor's worth of work: its steps, task count, and whether documents flow through."""
+
+    name: str
+    pipeline: list[PipelineStep]
+    tasks: int
+    flow: bool = False
+    roles: list[dict] = field(default_factory=list)
+    dir: str = ""  # logging folder, relative to logs/prepare
+
+
+Barrier = Callable[[Callable[[], PipelineStep], Path], tuple[list, list[PipelineStep]]]
+
+
+@dataclass
+class StagePlan:
+    """A stage that is more than streaming steps.
+
+    - `setup`: phases (objects with name, pipeline, tasks) that need no documents, run first.
+    - `barrier(make_reader, work_dir) -> (phases, steps)`: the stage needs the whole input
+      first. `make_reader()` reads the input of the stage back; `phases` run over it in order;
+      `steps` then apply the decision to the re-read documents, in the stream.
+    - `steps`: streaming steps (used when there is no barrier).
+    """
+
+    steps: list[PipelineStep] = field(default_factory=list)
+    setup: list = field(default_factory=list)
+    barrier: Barrier | None = None
 
 
 def register_stage(name: str, target: str | Callable, reader: bool = False) -> None:
@@ -120,19 +139,7 @@ def register_stage(name: str, target: str | Callable, reader: bool = False) -> N
 _FACTORIES: dict[str, Callable] = {}  # factories registered as objects (not importable paths)
 
 
-def read_stage(ctx: StageContext) -> PipelineStep:
-    from kiln.data.documents import SourceReader
-
-    return SourceReader(ctx.sources, max_bytes=ctx.max_bytes, progress=ctx.progress)
-
-
-def write_stage(ctx: StageContext) -> PipelineStep:
-    from datatrove.pipeline.writers import JsonlWriter
-
-    return JsonlWriter(str(ctx.run_dir / "documents"))
-
-
-def resolve_factory(name: str) -> Callable[[StageContext], PipelineStep | Sequence[PipelineStep]]:
+def resolve_factory(name: str) -> Callable[[StageContext], PipelineStep | Sequence | StagePlan]:
     """Import the stage's factory now, or raise StageUnavailableError naming what is missing."""
     if name not in STAGES:
         close = difflib.get_close_matches(name, list(STAGES), n=1)
@@ -158,30 +165,37 @@ def resolve_factory(name: str) -> Callable[[StageContext], PipelineStep | Sequen
     return factory
 
 
-def validate_prepare(cfg: PrepareConfig) -> PrepareConfig:
-    """Reject impossible prepare configs, naming the key (called by config validation)."""
-    if not cfg.stages:
-        raise _config_error("prepare.stages is empty; the shortest pipeline is [\"read\", \"write\"]")
-    for name in cfg.stages:
-        if name not in STAGES:
-            resolve_factory(name)  # raises the unknown-stage ConfigError
-    if not STAGES[cfg.stages[0]].reader:
-        readers = sorted(n for n, s in STAGES.items() if s.reader)
-        raise _config_error(f"prepare.stages must start with a reader stage {readers}, "
-                          f"not '{cfg.stages[0]}'")
-    if cfg.stages[-1] != "write" or cfg.stages.count("write") != 1:
-        raise _config_error("prepare.stages must end with 'write' (and name it once)")
-    dupes = sorted({n for n in cfg.stages if cfg.stages.count(n) > 1})
-    if dupes:
-        raise _config_error(f"prepare.stages names {dupes} more than once")
-    if cfg.executor not in EXECUTORS:
-        raise _config_error(f"prepare.executor: '{cfg.executor}' is not one of {list(EXECUTORS)}")
-    for key in ("tasks", "workers", "cpus_per_task", "mem_per_cpu_gb"):
-        if getattr(cfg, key) < 1:
-            raise _config_error(f"prepare.{key} must be >= 1, got {getattr(cfg, key)}")
-    if cfg.executor == "slurm" and not cfg.slurm_partition:
-        raise _config_error("prepare.executor = 'slurm' needs prepare.slurm_partition")
-    return cfg
+def _as_plan(name: str, made) -> StagePlan:
+    if isinstance(made, StagePlan):
+        return made
+    steps = list(made) if isinstance(made, (list, tuple)) else [made]
+    for step in steps:
+        if hasattr(step, "pipeline") and hasattr(step, "tasks"):
+            raise NotImplementedError(
+                f"prepare stage '{name}' returned executor phases such as "
+                f"{getattr(step, 'name', step)!r}: return a StagePlan with a barrier instead"
+            )
+    return StagePlan(steps=steps)
+
+
+def _check_step(name: str, step: object) -> PipelineStep:
+    if not isinstance(step, PipelineStep):
+        raise TypeError(f"prepare stage '{name}' returned {step!r}, not a PipelineStep")
+    return step
+
+
+def _role(stage: str, step: PipelineStep, meter: bool = False, handoff: bool = False) -> dict:
+    role = {"stage": stage, "meter": meter, "step": str(step)}
+    if handoff:
+        role["handoff"] = True
+    if not meter:
+        role["reasons"] = reason_spec(step)
+    return role
+
+
+def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int) -> dict:
+    options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in EXECUTION_KEYS}
+    return {**options, "sources": list(sources), "max_bytes": max_bytes}
 
 
 def build_pipeline(
@@ -190,54 +204,81 @@ def build_pipeline(
     sources: Sequence[str] = (),
     max_bytes: int = 0,
     progress: bool = True,
-) -> tuple[list[PipelineStep], dict]:
-    """The steps of every configured stage, each followed by a YieldMeter; plus their layout.
+) -> tuple[list[Phase], dict]:
+    """The executor phases of the configured stages (each stage followed by a YieldMeter), in
+    run order, and their layout (stage of every step, phases, signature) for yield and resume.
 
-    The layout (stage of every step, which are meters, which stages read) is what the yield
-    report needs to attribute the per-step stats.
+    Nothing is run or written; factories check their inputs here (missing files fail now).
     """
     validate_prepare(cfg)
     run_dir = Path(run_dir)
+    setup: list[Phase] = []
+    phases: list[Phase] = []
     steps: list[PipelineStep] = []
     roles: list[dict] = []
     for name in cfg.stages:
-        factory = resolve_factory(name)
         ctx = StageContext(name, cfg, run_dir, list(sources), max_bytes, progress)
-        made = factory(ctx)
-        made = list(made) if isinstance(made, (list, tuple)) else [made]
-        for step in made:
-            if hasattr(step, "pipeline") and hasattr(step, "tasks"):
-                raise NotImplementedError(
-                    f"prepare stage '{name}' is multi-pass (it returned executor stages such as "
-                    f"{getattr(step, 'name', step)!r}); pipeline barriers between executors are "
-                    "not implemented yet: run it with its own runner"
-                )
-            if not isinstance(step, PipelineStep):
-                raise TypeError(f"prepare stage '{name}' returned {step!r}, not a PipelineStep")
-            steps.append(step)
-            roles.append({"stage": name, "meter": False, "step": str(step)})
+        plan = _as_plan(name, resolve_factory(name)(ctx))
+        for i, p in enumerate(plan.setup):
+            setup.append(Phase(f"setup_{name}_{i}_{p.name}", [_check_step(name, s) for s in p.pipeline],
+                               p.tasks))
+        stream = plan.steps
+        if plan.barrier is not None:
+            handoff = run_dir / WORK_DIR / f"documents_before_{name}"
+            writer = _handoff_writer(handoff)
+            steps.append(writer)
+            roles.append(_role(name, writer, handoff=True))
+            phases.append(Phase(f"until_{name}", steps, cfg.tasks, flow=True, roles=roles))
+
+            def make_reader(folder: Path = handoff) -> PipelineStep:
+                from datatrove.pipeline.readers import JsonlReader
+
+                return JsonlReader(str(folder), glob_pattern="*.jsonl.gz", add_file_path=False)
+
+            helpers, stream = plan.barrier(make_reader, ctx.work_dir)
+            for p in helpers:
+                phases.append(Phase(f"{name}_{p.name}", [_check_step(name, s) for s in p.pipeline],
+                                    p.tasks))
+            reader = make_reader()
+            steps, roles = [reader], [_role(name, reader, handoff=True)]
+        for step in stream:
+            steps.append(_check_step(name, step))
+            roles.append(_role(name, step))
         steps.append(YieldMeter(name))
-        roles.append({"stage": name, "meter": True, "step": str(steps[-1])})
+        roles.append(_role(name, steps[-1], meter=True))
+    phases.append(Phase("main" if not phases else "after_barriers", steps, cfg.tasks, flow=True,
+                        roles=roles))
+    ordered = setup + phases
+    for i, phase in enumerate(ordered):
+        phase.dir = "" if phase is phases[0] else f"phases/{i:02d}_{phase.name}"
     layout = {
-        "steps": roles,
-        "readers": [n for n in cfg.stages if STAGES[n].reader],
+        "phases": [{"name": p.name, "dir": p.dir, "tasks": p.tasks, "flow": p.flow,
+                    "steps": p.roles if p.flow else [{"step": str(s)} for s in p.pipeline]}
+                   for p in ordered],
+        "readers": [cfg.stages[0]],
         "tasks": cfg.tasks,
-        "signature": {
-            "stages": list(cfg.stages), "tasks": cfg.tasks, "sources": list(sources),
-            "max_bytes": max_bytes, "keep_rejected": cfg.keep_rejected,
-        },
+        "signature": _signature(cfg, sources, max_bytes),
     }
-    return steps, layout
+    layout["steps"] = [r for p in layout["phases"] if p["flow"] for r in p["steps"]]
+    return ordered, layout
+
+
+def _handoff_writer(folder: Path) -> PipelineStep:
+    from datatrove.pipeline.writers import JsonlWriter
+
+    return JsonlWriter(str(folder))
 
 
 def make_executor(cfg: PrepareConfig, steps: list[PipelineStep], logging_dir: Path,
-                  skip_completed: bool):
+                  skip_completed: bool, tasks: int | None = None, depends=None):
     """The datatrove executor named by prepare.executor, with a clear error if it can't run."""
-    common = {"tasks": cfg.tasks, "logging_dir": str(logging_dir), "skip_completed": skip_completed}
+    tasks = tasks or cfg.tasks
+    workers = min(cfg.workers, tasks)
+    common = {"tasks": tasks, "logging_dir": str(logging_dir), "skip_completed": skip_completed}
     if cfg.executor == "local":
         from datatrove.executor import LocalPipelineExecutor
 
-        return LocalPipelineExecutor(steps, workers=cfg.workers, **common)
+        return LocalPipelineExecutor(steps, workers=workers, **common)
     if cfg.executor == "slurm":
         from datatrove.executor import SlurmPipelineExecutor
 
@@ -246,13 +287,13 @@ def make_executor(cfg: PrepareConfig, steps: list[PipelineStep], logging_dir: Pa
         return SlurmPipelineExecutor(
             steps, time=cfg.slurm_time, partition=cfg.slurm_partition, workers=cfg.workers,
             cpus_per_task=cfg.cpus_per_task, mem_per_cpu_gb=cfg.mem_per_cpu_gb,
-            job_name="kiln_prepare", **common)
+            job_name="kiln_prepare", depends=depends, **common)
     if cfg.executor == "ray":
         if importlib.util.find_spec("ray") is None:
             raise RuntimeError("prepare.executor = 'ray' needs the `ray` package (pip install ray)")
         from datatrove.executor import RayPipelineExecutor
 
-        return RayPipelineExecutor(steps, workers=cfg.workers, cpus_per_task=cfg.cpus_per_task,
+        return RayPipelineExecutor(steps, workers=workers, cpus_per_task=cfg.cpus_per_task,
                                    mem_per_cpu_gb=cfg.mem_per_cpu_gb, **common)
     raise _config_error(f"prepare.executor: '{cfg.executor}' is not one of {list(EXECUTORS)}")
 
@@ -263,43 +304,38 @@ def _same_pipeline(logging_dir: Path, layout: dict) -> bool:
         saved = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return saved.get("signature") == layout["signature"] and saved.get("steps") == layout["steps"]
+    return saved.get("signature") == layout["signature"] and saved.get("phases") == layout["phases"]
 
 
 def _clear_outputs(run_dir: Path) -> None:
     for name in ("prepare.json", "yield.json"):
         (run_dir / name).unlink(missing_ok=True)
-    for folder in ("documents", "rejected", "logs/prepare"):
+    for folder in ("documents", "rejected", WORK_DIR, "logs/prepare"):
         shutil.rmtree(run_dir / folder, ignore_errors=True)
 
 
 def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
-    """prepare.json: the reader's documents/bytes/skips (keys kept from the read-only era)."""
-    merged = merge_task_stats(logging_dir, layout["tasks"])
-    sig = layout["signature"]
-    read = {"documents": 0, "bytes": 0}
-    skipped: dict[str, int] = {}
-    for role, step in zip(layout["steps"], merged, strict=True):
-        if role["stage"] in layout["readers"] and not role["meter"]:
-            counts = step["counts"]
-            read["documents"] += int(counts.get("documents", 0))
-            read["bytes"] += int(counts.get("bytes", 0))
-            for key, value in counts.items():
-                if key.startswith("skipped/"):
-                    skipped[key.split("/", 1)[1]] = skipped.get(key.split("/", 1)[1], 0) + int(value)
+    """prepare.json: what the reader read (documents, bytes, skips) and what came out."""
     yields = write_yield_report(run_dir, logging_dir)
+    first = yields["stages"][0]
     summary = {
-        "sources": sig["sources"] or ["<stdlib>"],
-        "max_bytes": sig["max_bytes"],
-        **read,
-        "skipped": dict(sorted(skipped.items())),
-        "stages": list(sig["stages"]),
+        "sources": layout["signature"]["sources"] or ["<stdlib>"],
+        "max_bytes": layout["signature"]["max_bytes"],
+        "documents": first["documents_out"],
+        "bytes": first["bytes_out"],
+        "skipped": dict(sorted(first["drop_reasons"].items())),
+        "stages": list(layout["signature"]["stages"]),
         "tasks": layout["tasks"],
         "documents_out": yields["documents_out"],
         "bytes_out": yields["bytes_out"],
     }
     write_json_atomic(run_dir / "prepare.json", summary)
     return summary
+
+
+def _finished(logging_dir: Path, phase: Phase) -> bool:
+    folder = logging_dir / phase.dir
+    return all((folder / "completions" / f"{r:05d}").is_file() for r in range(phase.tasks))
 
 
 def run_prepare(
@@ -312,12 +348,13 @@ def run_prepare(
 ) -> dict:
     """Build and run the prepare pipeline; write prepare.json and yield.json; return the summary.
 
-    `max_bytes` caps each task's reader. With the Slurm executor the jobs are only submitted:
-    the summary says so, and `kiln.data.yield_report.write_yield_report(run_dir)` gives the
-    yield once they finish.
+    `max_bytes` caps each task's reader. Local and Ray phases run one after the other, each
+    checked complete before the next starts; Slurm phases are submitted as a chain of dependent
+    job arrays: the summary says so, and `kiln.data.yield_report.write_yield_report(run_dir)`
+    gives the yield once they finish.
     """
     run_dir = Path(run_dir)
-    steps, layout = build_pipeline(cfg, run_dir, sources, max_bytes, progress)
+    phases, layout = build_pipeline(cfg, run_dir, sources, max_bytes, progress)
     logging_dir = run_dir / "logs" / "prepare"
     resume = cfg.resume and not redo and _same_pipeline(logging_dir, layout)
     if not resume:
@@ -325,11 +362,28 @@ def run_prepare(
     else:
         for name in ("prepare.json", "yield.json"):
             (run_dir / name).unlink(missing_ok=True)
-    executor = make_executor(cfg, steps, logging_dir, skip_completed=resume)
     write_json_atomic(logging_dir / LAYOUT_FILE, layout)
-    executor.run()
-    stats_dir = logging_dir / "stats"
-    if not all((stats_dir / f"{r:05d}.json").is_file() for r in range(cfg.tasks)):
+    previous = None
+    for phase in phases:
+        executor = make_executor(cfg, phase.pipeline, logging_dir / phase.dir, resume,
+                                 tasks=phase.tasks, depends=previous)
+        if cfg.executor == "slurm":
+            previous = executor
+            continue
+        executor.run()
+        if not _finished(logging_dir, phase):
+            raise RuntimeError(f"prepare phase {phase.name!r} did not complete every task; see "
+                               f"{logging_dir / phase.dir / 'logs'} and re-run to resume")
+    if previous is not None:
+        previous.run()  # submits the whole chain of dependent jobs
+    if not all(_finished(logging_dir, p) for p in phases):
         return {"status": "submitted", "executor": cfg.executor, "logging_dir": str(logging_dir)}
     return _summary(run_dir, layout, logging_dir)
 
+
+__all__ = [
+    "ARXIV_STAGES", "DEFAULT_STAGES", "QUICKSTART_STAGES", "STAGES", "Phase", "PrepareConfig",
+    "StageContext", "StagePlan", "StageSpec", "StageUnavailableError", "build_pipeline",
+    "flow_stats", "make_executor", "register_stage", "resolve_factory", "run_prepare",
+    "validate_prepare",
+]

@@ -28,6 +28,30 @@ LAYOUT_FILE = "kiln_pipeline.json"  # in the logging dir: stage of every step, r
 REASON_PREFIXES = ("dropped_", "dropped/", "skipped/")
 UNATTRIBUTED = "unattributed"
 
+# Steps whose drops are not counted as `dropped_<reason>`: stat key (prefix) -> reason (prefix).
+# "added" names stats counting documents a step creates (injected replicas).
+STEP_REASONS: dict[str, dict[str, Any]] = {
+    "ExactDedupFilter": {"keys": {"dropped": "duplicate"}},
+    "MinhashDedupFilter": {"keys": {"dropped": "near_duplicate"}},
+    "ExactTextDedup": {"keys": {"duplicate": "duplicate"}},
+    "ArxivMetadataFilter": {"prefixes": {"metadata/dropped/": "metadata_"}},
+    "ArxivSourceReader": {"prefixes": {"invalid/": "invalid_", "empty_tex/": "empty_tex_"},
+                          "keys": {"missing_source": "missing_source"}},
+    "LatexToText": {"prefixes": {"empty_tex/": "empty_tex_", "error/": "error_"}},
+    "InjectReplicas": {"keys": {"web_docs_dropped": "replaced_by_replicas"},
+                       "added": ["replicas"]},
+}
+
+
+def reason_spec(step: object) -> dict[str, Any]:
+    """How to read drop reasons (and added documents) from this step's stats, for the layout."""
+    spec = STEP_REASONS.get(type(step).__name__, {})
+    return {
+        "prefixes": {**{p: "" for p in REASON_PREFIXES}, **spec.get("prefixes", {})},
+        "keys": dict(spec.get("keys", {})),
+        "added": list(spec.get("added", [])),
+    }
+
 
 class YieldMeter(PipelineStep):
     """Pass documents through unchanged, counting documents and UTF-8 bytes after `stage`."""
@@ -78,13 +102,22 @@ def merge_task_stats(logging_dir: Path | str, tasks: int) -> list[dict[str, Any]
     return merged
 
 
-def _reasons(counts: Counter) -> dict[str, int]:
+def _reasons(counts: Counter, spec: dict | None = None) -> dict[str, int]:
+    spec = spec or reason_spec(None)
     found: Counter[str] = Counter()
     for key, value in counts.items():
-        for prefix in REASON_PREFIXES:
+        if key in spec["keys"]:
+            found[spec["keys"][key]] += int(value)
+            continue
+        for prefix, label in spec["prefixes"].items():
             if key.startswith(prefix) and len(key) > len(prefix):
-                found[key[len(prefix):]] += int(value)
+                found[label + key[len(prefix):]] += int(value)
+                break
     return dict(found.most_common())
+
+
+def _added(counts: Counter, spec: dict | None) -> int:
+    return sum(int(counts.get(key, 0)) for key in (spec or {}).get("added", []))
 
 
 def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
@@ -94,21 +127,23 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
         raise ValueError(f"stats have {len(merged)} steps but the pipeline has {len(roles)}")
     rows: list[dict[str, Any]] = []
     reasons: Counter[str] = Counter()
+    added = 0
     prev_docs = prev_bytes = None
     for role, step in zip(roles, merged, strict=True):
         if role["meter"] is False:
-            for reason, n in _reasons(step["counts"]).items():
+            for reason, n in _reasons(step["counts"], role.get("reasons")).items():
                 reasons[reason] += n
+            added += _added(step["counts"], role.get("reasons"))
             continue
         docs_out = int(step["counts"].get("documents", 0))
         bytes_out = int(step["counts"].get("bytes", 0))
         stage = role["stage"]
         if stage in layout["readers"] or prev_docs is None:
-            docs_in = docs_out + sum(reasons.values())
+            docs_in = docs_out + sum(reasons.values()) - added
             bytes_in = None  # bytes of unreadable or skipped inputs are not measured
         else:
             docs_in, bytes_in = prev_docs, prev_bytes
-        dropped = docs_in - docs_out
+        dropped = docs_in + added - docs_out
         attributed = sum(reasons.values())
         if dropped > attributed:
             reasons[UNATTRIBUTED] += dropped - attributed
@@ -116,6 +151,7 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
             "stage": stage,
             "documents_in": docs_in,
             "documents_out": docs_out,
+            "documents_added": added,
             "documents_dropped": dropped,
             "bytes_in": bytes_in,
             "bytes_out": bytes_out,
@@ -123,7 +159,7 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
             "kept_fraction": docs_out / docs_in if docs_in else None,
             "drop_reasons": dict(reasons.most_common()),
         })
-        reasons = Counter()
+        reasons, added = Counter(), 0
         prev_docs, prev_bytes = docs_out, bytes_out
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     return {
@@ -146,6 +182,29 @@ def token_counts(index: dict) -> dict:
             "bytes_per_token": nbytes / tokens if tokens else None}
 
 
+def flow_stats(logging_dir: Path | str, layout: dict) -> tuple[list[dict], list[dict[str, Any]]]:
+    """(roles, merged stats) of every step the documents flow through, over all phases.
+
+    A pipeline with a barrier stage (dedup) runs as several executor phases, each with its own
+    logging folder under `logging_dir`; only the phases documents flow through ("flow") count,
+    not helper phases such as signature or bucket passes. A layout without phases is one phase.
+    """
+    phases = layout.get("phases") or [
+        {"dir": "", "tasks": layout["tasks"], "flow": True, "steps": layout["steps"]}]
+    roles: list[dict] = []
+    merged: list[dict[str, Any]] = []
+    for phase in phases:
+        if not phase["flow"]:
+            continue
+        stats = merge_task_stats(Path(logging_dir) / phase["dir"], phase["tasks"])
+        if len(stats) != len(phase["steps"]):
+            raise ValueError(f"phase {phase.get('name', phase['dir'])!r}: stats have {len(stats)} "
+                             f"steps but the pipeline has {len(phase['steps'])}")
+        roles += phase["steps"]
+        merged += stats
+    return roles, merged
+
+
 def write_yield_report(run_dir: Path | str, logging_dir: Path | str | None = None) -> dict:
     """Merge the prepare stats of `run_dir` into run_dir/yield.json (atomically); return it."""
     run_dir = Path(run_dir)
@@ -154,7 +213,8 @@ def write_yield_report(run_dir: Path | str, logging_dir: Path | str | None = Non
     if not layout_path.is_file():
         raise FileNotFoundError(f"no prepare pipeline recorded at {layout_path}; run `kiln prepare`")
     layout = json.loads(layout_path.read_text(encoding="utf-8"))
-    report = compute_yield(layout, merge_task_stats(logging_dir, layout["tasks"]))
+    roles, merged = flow_stats(logging_dir, layout)
+    report = compute_yield({**layout, "steps": roles}, merged)
     report["tasks"] = layout["tasks"]
     index = run_dir / "tokens" / "index.json"
     if index.is_file():

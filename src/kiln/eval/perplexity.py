@@ -6,7 +6,6 @@ import math
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from kiln.data.loader import eval_batches
@@ -46,11 +45,11 @@ def evaluate(
         real = i < len(batches)
         batch = (batches[i] if real else torch.zeros(1, seq_len + 1, dtype=torch.long)).to(device)
         with autocast(device, precision):
-            logits = model(batch[:, :-1])
+            mean_loss = model(batch[:, :-1], targets=batch[:, 1:])
         if not real:
             continue
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten(), reduction="sum")
-        total += torch.stack([loss.double(), torch.tensor(batch[:, 1:].numel(), device=device)])
+        n = batch[:, 1:].numel()
+        total += torch.stack([mean_loss.double() * n, torch.tensor(n, device=device)])
     model.train(was_training)
     nats, tokens = all_reduce_sum(total, env).tolist()
     if tokens == 0:

@@ -21,8 +21,8 @@ under activation-checkpoint recomputation leaves the update unchanged.
 
 Counts are summed across data-parallel ranks (``all_reduce``) when a process group is
 initialised, so every rank applies the same update and the bias stays replicated.
-Bias, momentum and pending counts are fp32/int64 *buffers*: no gradient, no weight decay,
-saved with the model's state dict.
+Bias and momentum are fp32 *buffers*: no gradient, no weight decay, saved with the model's
+state dict (and identical on every rank, so DDP's buffer broadcast is harmless).
 """
 
 from __future__ import annotations
@@ -92,9 +92,14 @@ class ExpertBiasBalancer(nn.Module):
         self.beta, self.kappa = smebu_beta, smebu_kappa
         self.register_buffer("bias", torch.zeros(n_experts, dtype=torch.float32))
         self.register_buffer("momentum", torch.zeros(n_experts, dtype=torch.float32))
-        self.register_buffer("pending_counts", torch.zeros(n_experts, dtype=torch.int64))
+        # A plain attribute, not a buffer: DDP re-broadcasts rank 0's buffers before every
+        # forward, which would overwrite each rank's own counts. Checkpoints are taken after
+        # update() has cleared them, so nothing is lost by not saving them.
+        self.pending_counts = torch.zeros(n_experts, dtype=torch.int64)
 
     def record(self, counts: torch.Tensor) -> None:
+        if self.pending_counts.device != counts.device:
+            self.pending_counts = self.pending_counts.to(counts.device)
         self.pending_counts += counts.detach().to(self.pending_counts.dtype)
 
     @torch.no_grad()

@@ -38,39 +38,100 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
-class Attention(nn.Module):
-    """Causal grouped-query attention through PyTorch's fused SDPA kernels."""
+def sliding_window_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int
+) -> torch.Tensor:
+    """Causal attention to the last `window` positions (key j visible from query i when
+    0 <= i - j < window), in O(T * window) memory: the sequence is cut into blocks of
+    `window` queries, each attending to its own block and the previous one through SDPA
+    with a (window, 2 * window) mask — no T x T mask is ever built."""
+    b, h, t, d = q.shape
+    if t <= window:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    n = -(-t // window)
+    pad = n * window - t  # padded keys sit in every real query's future: masked out
 
-    def __init__(self, dim: int, n_heads: int, n_kv_heads: int):
+    def blocks(x: torch.Tensor) -> torch.Tensor:
+        return F.pad(x, (0, 0, 0, pad)).view(b, h, n, window, d)
+
+    qb, kb, vb = blocks(q), blocks(k), blocks(v)
+    kk = torch.cat([torch.cat([torch.zeros_like(kb[:, :, :1]), kb[:, :, :-1]], 2), kb], 3)
+    vv = torch.cat([torch.cat([torch.zeros_like(vb[:, :, :1]), vb[:, :, :-1]], 2), vb], 3)
+    i = torch.arange(window, device=q.device)[:, None]
+    j = torch.arange(2 * window, device=q.device)[None, :]
+    lag = i + window - j  # query position minus key position
+    mask = ((lag >= 0) & (lag < window)).expand(n, window, 2 * window).clone()
+    mask[0, :, :window] = False  # block 0 has no previous block
+    y = F.scaled_dot_product_attention(
+        qb.transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2), attn_mask=mask[None, :, None]
+    )
+    return y.transpose(1, 2).reshape(b, h, n * window, d)[:, :, :t]
+
+
+class Attention(nn.Module):
+    """Causal grouped-query attention through PyTorch's fused SDPA kernels.
+
+    Options (all off gives Llama attention): `rope=False` for position-free (NoPE) layers,
+    `window` > 0 for sliding-window (local) layers, `qk_norm` (RMSNorm over head_dim on q and
+    k before RoPE) and `gate` (o = Wo[attn * sigmoid(x Wg)], one gate per channel).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        n_kv_heads: int,
+        *,
+        rope: bool = True,
+        window: int = 0,
+        qk_norm: bool = False,
+        gate: bool = False,
+        norm_eps: float = 1e-5,
+    ):
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.head_dim = dim // n_heads
+        self.rope, self.window = rope, window
         self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
         self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
         self.wv = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, norm_eps) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, norm_eps) if qk_norm else None
+        self.wg = nn.Linear(dim, n_heads * self.head_dim, bias=False) if gate else None
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None
     ) -> torch.Tensor:
         b, t, _ = x.shape
-        q = self.wq(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        causal = True
+        q = self.wq(x).view(b, t, self.n_heads, self.head_dim)
+        k = self.wk(x).view(b, t, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(b, t, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if self.rope:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        decoding = False
         if cache is not None:
-            k, v = cache.update(k, v)
-            causal = t > 1  # one new token may see the whole cache
-            if causal and k.shape[2] != t:
+            if t > 1 and cache.length:
                 raise ValueError("prefill with a non-empty cache is not supported; reset it first")
-        if self.n_kv_heads != self.n_heads:
-            # repeat kv heads explicitly: SDPA's enable_gqa falls off the fast CPU kernel
-            rep = self.n_heads // self.n_kv_heads
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        return self.wo(y.transpose(1, 2).reshape(b, t, -1))
+            k, v = cache.update(k, v)
+            decoding = t == 1 and k.shape[2] > 1  # one new token sees the whole cache
+        if self.window and decoding:
+            k, v = k[:, :, -self.window :], v[:, :, -self.window :]
+        gqa = self.n_kv_heads != self.n_heads
+        if self.window and not decoding:
+            if gqa:  # the banded path has no GQA kernel: share kv heads explicitly
+                rep = self.n_heads // self.n_kv_heads
+                k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            y = sliding_window_attention(q, k, v, self.window)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=not decoding, enable_gqa=gqa)
+        y = y.transpose(1, 2).reshape(b, t, -1)
+        if self.wg is not None:
+            y = y * torch.sigmoid(self.wg(x))
+        return self.wo(y)
 
 
 class KVCache:

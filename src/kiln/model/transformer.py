@@ -1,14 +1,25 @@
-"""The dense decoder-only transformer, assembled from `ModelConfig` (single-device code)."""
+"""The decoder-only transformer, assembled from `ModelConfig` (single-device code).
+
+With every option off it is the Llama architecture (pre-norm, RoPE, GQA, SwiGLU). The
+Trinity options switch on one at a time: interleaved local/global attention, NoPE global
+layers, QK-norm, gated attention, depth-scaled sandwich norm, embedding scaling, and
+sigmoid-routed mixture-of-experts FFNs after a dense prefix.
+"""
 
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from kiln.config import ModelConfig
 from kiln.model.layers import Attention, KVCache, RMSNorm, SwiGLU, rope_tables
+from kiln.model.moe import MoE
+
+LOSS_CHUNK = 1024  # tokens per head + cross-entropy chunk in training
 
 
 def ffn_hidden_size(cfg: ModelConfig) -> int:
@@ -18,21 +29,66 @@ def ffn_hidden_size(cfg: ModelConfig) -> int:
     return 64 * math.ceil(8 * cfg.dim / 3 / 64)
 
 
+def expert_hidden_size(cfg: ModelConfig) -> int:
+    return cfg.expert_hidden or max(64, 64 * round(ffn_hidden_size(cfg) / 4 / 64))
+
+
+def is_local_layer(cfg: ModelConfig, i: int) -> bool:
+    """`local_per_global` local layers, then one global layer, repeated."""
+    return cfg.local_per_global > 0 and (i + 1) % (cfg.local_per_global + 1) != 0
+
+
+def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
+    return cfg.n_experts > 0 and i >= cfg.n_dense_layers
+
+
+def post_norm_gain(cfg: ModelConfig) -> float:
+    """Depth-scaled sandwich norm: post-norm gains start at 1/sqrt(n_layers) (Pangu Ultra's
+    depth scaling with c = 1, the reading the Trinity digest gives; the report does not
+    print its constant), so each block's branch starts small in deep stacks."""
+    return cfg.post_norm_gain or 1.0 / math.sqrt(cfg.n_layers)
+
+
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, index: int):
         super().__init__()
+        local = is_local_layer(cfg, index)
         self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.attn = Attention(cfg.dim, cfg.n_heads, cfg.n_kv_heads)
+        self.attn = Attention(
+            cfg.dim, cfg.n_heads, cfg.n_kv_heads, rope=local or cfg.global_rope,
+            window=cfg.sliding_window if local else 0, qk_norm=cfg.qk_norm,
+            gate=cfg.attn_gate, norm_eps=cfg.norm_eps,
+        )
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.ffn = SwiGLU(cfg.dim, ffn_hidden_size(cfg))
+        if is_moe_layer(cfg, index):
+            self.ffn = MoE(
+                cfg.dim, expert_hidden_size(cfg), cfg.n_experts, cfg.top_k, cfg.n_shared,
+                cfg.route_scale, cfg.balance, cfg.balance_rate, cfg.smebu_beta,
+                cfg.smebu_kappa, cfg.seq_aux_coef, cfg.z_loss_coef, cfg.router_init_std,
+                cfg.init_std,
+            )
+        else:
+            self.ffn = SwiGLU(cfg.dim, ffn_hidden_size(cfg))
+        self.attn_post_norm = RMSNorm(cfg.dim, cfg.norm_eps) if cfg.sandwich_norm else None
+        self.ffn_post_norm = RMSNorm(cfg.dim, cfg.norm_eps) if cfg.sandwich_norm else None
 
     def forward(self, x, cos, sin, cache: KVCache | None = None) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, cache)
-        return x + self.ffn(self.ffn_norm(x))
+        h = self.attn(self.attn_norm(x), cos, sin, cache)
+        if self.attn_post_norm is not None:
+            h = self.attn_post_norm(h)
+        x = x + h
+        h = self.ffn(self.ffn_norm(x))
+        if self.ffn_post_norm is not None:
+            h = self.ffn_post_norm(h)
+        return x + h
+
+
+def _chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(F.linear(hidden, weight).float(), targets, reduction="sum")
 
 
 class Transformer(nn.Module):
-    """Pre-norm decoder: RMSNorm, RoPE, GQA, SwiGLU, optional tied embeddings."""
+    """Decoder: embeddings, blocks, final RMSNorm, LM head (optionally tied)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -40,7 +96,7 @@ class Transformer(nn.Module):
             raise ValueError("model.vocab_size must be set (it is taken from the tokenizer)")
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -52,7 +108,8 @@ class Transformer(nn.Module):
 
     def reset_parameters(self) -> None:
         """Normal(0, std) weights; residual output projections scaled by 1/sqrt(2 * layers)
-        so the residual stream's variance does not grow with depth (GPT-2 / OLMo style)."""
+        so the residual stream's variance does not grow with depth (GPT-2 / OLMo style);
+        norm gains 1, post-norm gains depth-scaled; MoE layers initialise their own."""
         std = self.cfg.init_std
         for name, p in self.named_parameters():
             if p.dim() == 1:
@@ -61,42 +118,95 @@ class Transformer(nn.Module):
                 nn.init.normal_(p, 0.0, std / math.sqrt(2 * self.cfg.n_layers))
             else:
                 nn.init.normal_(p, 0.0, std)
+        for layer in self.layers:
+            if isinstance(layer.ffn, MoE):
+                layer.ffn.reset_parameters(std, self.cfg.router_init_std, self.cfg.n_layers)
+            for norm in (layer.attn_post_norm, layer.ffn_post_norm):
+                if norm is not None:
+                    nn.init.constant_(norm.weight, post_norm_gain(self.cfg))
 
-    def forward(
-        self, tokens: torch.Tensor, caches: list[KVCache] | None = None
-    ) -> torch.Tensor:
-        """Logits (B, T, vocab) for tokens (B, T). With `caches`, positions continue
-        from what the caches already hold (incremental decoding)."""
+    def hidden_states(self, tokens: torch.Tensor, caches: list[KVCache] | None = None):
         start = caches[0].length if caches else 0
         t = tokens.shape[1]
         if start + t > self.cfg.max_seq_len:
             raise ValueError(f"sequence of {start + t} tokens exceeds max_seq_len {self.cfg.max_seq_len}")
         cos, sin = self.rope_cos[start : start + t], self.rope_sin[start : start + t]
         x = self.embed(tokens)
+        if self.cfg.embed_scale:
+            x = x * math.sqrt(self.cfg.dim)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, caches[i] if caches else None)
-        return self.head(self.norm(x))
+        return self.norm(x)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        caches: list[KVCache] | None = None,
+        targets: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits (B, T, vocab) for tokens (B, T); with `targets`, the mean next-token
+        cross-entropy instead, computed in chunks whose logits are recomputed in backward
+        so the full (tokens x vocab) fp32 logits never exist. With `caches`, positions
+        continue from what the caches hold (incremental decoding)."""
+        x = self.hidden_states(tokens, caches)
+        if targets is None:
+            return self.head(x)
+        x, y = x.flatten(0, 1), targets.flatten()
+        total = x.new_zeros((), dtype=torch.float32)
+        for i in range(0, y.numel(), LOSS_CHUNK):
+            total = total + checkpoint(_chunk_loss, x[i : i + LOSS_CHUNK], self.head.weight,
+                                       y[i : i + LOSS_CHUNK], use_reentrant=False)
+        return total / y.numel()
+
+    def aux_loss(self) -> torch.Tensor | None:
+        """Sum of the MoE layers' balance and z-losses from the last forward (None if dense)."""
+        losses = [layer.ffn.aux_loss for layer in self.layers if isinstance(layer.ffn, MoE)]
+        return torch.stack(losses).sum() if losses else None
+
+    def moe_layers(self) -> list[MoE]:
+        return [layer.ffn for layer in self.layers if isinstance(layer.ffn, MoE)]
 
     def new_caches(self) -> list[KVCache]:
         return [KVCache() for _ in self.layers]
 
 
 def count_params(model: Transformer) -> dict[str, int]:
-    """Total parameters (tied weights once) and those outside the token embedding."""
+    """Total parameters (tied weights once), those outside the token embedding, and the
+    active ones per token (routed experts count top_k of n_experts)."""
     total = sum(p.numel() for p in model.parameters())
     embed = model.embed.weight.numel()
-    return {"params": total, "params_non_embedding": total - embed}
+    inactive = 0
+    for moe in model.moe_layers():
+        per_expert = sum(p.numel() for p in moe.experts.parameters()) // moe.n_experts
+        inactive += per_expert * (moe.n_experts - moe.top_k)
+    return {"params": total, "params_non_embedding": total - embed, "params_active": total - inactive}
+
+
+def _layer_matmul_params(cfg: ModelConfig, i: int) -> int:
+    """Weights multiplied per token in layer i's forward (routed experts: only top_k)."""
+    head_dim = cfg.dim // cfg.n_heads
+    attn = cfg.dim * head_dim * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)
+    if cfg.attn_gate:
+        attn += cfg.dim * cfg.n_heads * head_dim
+    if is_moe_layer(cfg, i):
+        eh = expert_hidden_size(cfg)
+        ffn = 3 * cfg.dim * eh * (cfg.top_k + cfg.n_shared) + cfg.dim * cfg.n_experts
+    else:
+        ffn = 3 * cfg.dim * ffn_hidden_size(cfg)
+    return attn + ffn
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
-    """Training FLOPs per token: 6 x (matmul parameters) + 12 x layers x dim x seq_len.
+    """Training FLOPs per token: 6 x (active matmul parameters) + 12 x dim x attended span
+    summed over layers.
 
-    Matmul parameters are every weight multiplied in a forward pass: the blocks and the
-    output head (the embedding lookup is a gather). The attention term counts QK^T and AV
-    for the full T x T square (PaLM's convention), though a causal kernel does about half.
+    Matmul parameters are every weight multiplied in a forward pass: the blocks (routed
+    experts counted top_k times) and the output head (the embedding lookup is a gather).
+    The attention term counts QK^T and AV over the attended span — seq_len for global
+    layers, min(seq_len, window) for local ones — as the full square (PaLM's convention),
+    though a causal kernel does about half.
     """
-    head_dim = cfg.dim // cfg.n_heads
-    attn = cfg.dim * head_dim * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)
-    ffn = 3 * cfg.dim * ffn_hidden_size(cfg)
-    matmul_params = cfg.n_layers * (attn + ffn) + cfg.dim * cfg.vocab_size
-    return 6 * matmul_params + 12 * cfg.n_layers * cfg.dim * seq_len
+    matmul = sum(_layer_matmul_params(cfg, i) for i in range(cfg.n_layers)) + cfg.dim * cfg.vocab_size
+    span = sum(min(seq_len, cfg.sliding_window) if is_local_layer(cfg, i) else seq_len
+               for i in range(cfg.n_layers))
+    return 6 * matmul + 12 * cfg.dim * span

@@ -223,11 +223,10 @@ def resolve_ns_dtype(name: str, device: torch.device) -> str:
 
 
 def build_muon(model: nn.Module, cfg: Any) -> MuonWithAdamW:
-    """Muon + AdamW from an `OptimConfig`; the muon_* fields fall back to the defaults of
-    the paper (and of torch.optim.Muon) until config.py declares them."""
-    rule = getattr(cfg, "muon_adjust_lr", "original")
-    muon_lr = getattr(cfg, "muon_lr", 0.0) or (
-        DEFAULT_MUON_LR if rule == "original" else cfg.lr)
+    """Muon + AdamW from an `OptimConfig` (its muon_* fields; defaults follow the paper
+    and torch.optim.Muon)."""
+    rule = cfg.muon_adjust_lr
+    muon_lr = cfg.muon_lr or (DEFAULT_MUON_LR if rule == "original" else cfg.lr)
     routing = route_parameters(model)
     device = next(model.parameters()).device
     # fused AdamW is bitwise-deterministic on CPU and CUDA; DTensors (FSDP2) need foreach
@@ -237,12 +236,12 @@ def build_muon(model: nn.Module, cfg: Any) -> MuonWithAdamW:
     groups = [
         {"params": [p for _, p in routing.muon], "use_muon": True, "lr": muon_lr,
          "lr_scale": muon_lr / cfg.lr,
-         "weight_decay": getattr(cfg, "muon_weight_decay", 0.1),
-         "momentum": getattr(cfg, "muon_momentum", 0.95),
-         "nesterov": getattr(cfg, "muon_nesterov", True),
-         "ns_steps": getattr(cfg, "muon_ns_steps", 5),
+         "weight_decay": cfg.muon_weight_decay,
+         "momentum": cfg.muon_momentum,
+         "nesterov": cfg.muon_nesterov,
+         "ns_steps": cfg.muon_ns_steps,
          "ns_coefficients": NS_COEFFICIENTS, "eps": 1e-7, "adjust_lr": rule,
-         "ns_dtype": resolve_ns_dtype(getattr(cfg, "muon_ns_dtype", "auto"), device)},
+         "ns_dtype": resolve_ns_dtype(cfg.muon_ns_dtype, device)},
         # as in plain AdamW: matrices (embeddings, head, router) decay, vectors never do
         {**adamw, "params": [p for _, p in routing.adamw if p.ndim >= 2],
          "weight_decay": cfg.weight_decay},

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from kiln.atomic import write_json_atomic
 from kiln.config import Config, ConfigError
@@ -62,6 +61,7 @@ class Trainer:
         self.model_cfg = model_config_for_run(cfg, self.token_dir)
         self.cfg = dataclasses.replace(cfg, model=self.model_cfg)
         raw = Transformer(self.model_cfg).to(self.device)
+        self.raw_model = raw
         self.figures = {**count_params(raw),
                         "flops_per_token": flops_per_token(self.model_cfg, t.seq_len)}
         model = torch.compile(raw) if t.compile else raw
@@ -104,8 +104,8 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         batch = self.loader.next_batch().to(self.device)
         lr = self.cfg.optim.lr * lr_multiplier(self.step, self.cfg.train.steps, self.cfg.schedule)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        for group in self.optimizer.param_groups:  # Muon groups keep their lr ratio
+            group["lr"] = lr * group.get("lr_scale", 1.0)
 
         loss_sum = torch.zeros((), device=self.device)
         micro_batches = batch.split(self.cfg.train.micro_batch)
@@ -113,15 +113,19 @@ class Trainer:
             inputs, targets = micro[:, :-1], micro[:, 1:]
             with grad_sync(self.model, i == len(micro_batches) - 1):
                 with autocast(self.device, self.precision):
-                    logits = self.model(inputs)
-                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-                (loss / len(micro_batches)).backward()
+                    loss = self.model(inputs, targets=targets)
+                aux = self.raw_model.aux_loss()  # MoE balance / z-losses, if any
+                objective = loss if aux is None else loss + aux
+                (objective / len(micro_batches)).backward()
             loss_sum += loss.detach()
 
         clip = self.cfg.optim.grad_clip or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        moe = self.raw_model.moe_layers()
+        for layer in moe:  # one balancing step per optimizer step, counts summed over ranks
+            layer.update_bias()
 
         self.step += 1
         step_tokens = batch.shape[0] * (batch.shape[1] - 1) * self.env.world_size
@@ -129,8 +133,11 @@ class Trainer:
         loss = all_reduce_mean(loss_sum / len(micro_batches), self.env)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
-        return {"loss": loss.item(), "lr": lr, "grad_norm": float(grad_norm),
-                "step_tokens": step_tokens}
+        record = {"loss": loss.item(), "lr": lr, "grad_norm": float(grad_norm),
+                  "step_tokens": step_tokens}
+        if moe:
+            record["moe_max_vio"] = [layer.load_stats()["max_vio"] for layer in moe]
+        return record
 
     def fit(self) -> list[float]:
         """Train to `train.steps`; returns the losses of the steps run here."""

@@ -1,0 +1,247 @@
+"""Stage factories: `prepare.<stage>` options -> the datatrove steps of each stage module.
+
+Each `<name>_stage(ctx)` is what `kiln.data.prepare_config.STAGES` points at. Factories check
+their inputs (files exist, run directories are trained) when the pipeline is built, before any
+work is done, and import their stage module only when called. Barrier stages (dedup, perplexity
+selection) return a `StagePlan` whose `barrier` the runner turns into executor phases.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.filters.base_filter import BaseFilter
+
+from kiln.atomic import write_json_atomic
+from kiln.data.pipeline import StageContext, StagePlan
+from kiln.data.prepare_config import period_bounds
+
+
+def _need_file(key: str, path: str) -> str:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"prepare.{key}: file not found: {path}")
+    return path
+
+
+def read_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.documents import SourceReader
+
+    return SourceReader(ctx.sources, max_bytes=ctx.max_bytes, progress=ctx.progress)
+
+
+def write_stage(ctx: StageContext) -> PipelineStep:
+    from datatrove.pipeline.writers import JsonlWriter
+
+    return JsonlWriter(str(ctx.run_dir / "documents"))
+
+
+def arxiv_metadata_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.arxiv import ArxivMetadataFilter
+
+    a = ctx.cfg.arxiv
+    return ArxivMetadataFilter(_need_file("arxiv.snapshot", a.snapshot), a.categories, a.min_year,
+                               a.min_abstract_words, a.limit)
+
+
+def arxiv_sources_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.arxiv import ArchiveLimits, ArxivSourceReader
+
+    a = ctx.cfg.arxiv
+    if not Path(a.source_dir).is_dir():
+        raise FileNotFoundError(f"prepare.arxiv.source_dir: folder not found: {a.source_dir}")
+    limits = ArchiveLimits(max_member_bytes=a.max_member_bytes, max_total_bytes=a.max_total_bytes,
+                           max_ratio=a.max_ratio, max_members=a.max_members)
+    return ArxivSourceReader(a.source_dir, limits)
+
+
+def latex_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.arxiv import LatexToText
+
+    return LatexToText()
+
+
+def quality_stage(ctx: StageContext) -> list[PipelineStep]:
+    from kiln.data.filters.quality import quality_filters
+
+    return quality_filters(ctx.cfg.quality.domain, ctx.exclusion_writer)
+
+
+def pii_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.pii import PIIRedactor
+
+    return PIIRedactor(ctx.cfg.pii.types or None)
+
+
+def decontaminate_stage(ctx: StageContext) -> StagePlan:
+    """Build the n-gram index once (a one-task setup phase), then filter or tag in the stream."""
+    from kiln.data.decontam import BuildDecontaminationIndex, DecontaminationFilter
+    from kiln.data.dedup import Stage
+
+    d = ctx.cfg.decontaminate
+    paths = [_need_file("decontaminate.benchmarks", p) for p in d.benchmarks]
+    index_path = ctx.work_dir / "ngram_index.npz"
+    build = BuildDecontaminationIndex(paths, index_path, d.n, d.prompt_fields, d.answer_fields,
+                                      d.include_prompt)
+    return StagePlan(setup=[Stage("ngram_index", [build], 1)],
+                     steps=[DecontaminationFilter(index_path, d.mode, ctx.exclusion_writer())])
+
+
+def inject_replicas_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.decontam import InjectReplicas
+
+    o = ctx.cfg.inject_replicas
+    return InjectReplicas(_need_file("inject_replicas.benchmark", o.benchmark), o.k, o.seed,
+                          ctx.run_dir / "injection", keep_size=o.keep_size)
+
+
+def _unused_writer() -> None:
+    return None  # the runner puts the stream's next steps where dedup's writer would be
+
+
+def _split_last(name: str, phases: list) -> tuple[list, list[PipelineStep]]:
+    """Helper phases, and the filter steps of the last phase (between its reader and writer)."""
+    *helpers, last = phases
+    if last.pipeline[-1] is not None:
+        raise RuntimeError(f"{name}: unexpected last phase {last.pipeline}")
+    return helpers, last.pipeline[1:-1]
+
+
+def dedup_exact_stage(ctx: StageContext) -> StagePlan:
+    from kiln.data.dedup import exact_dedup_stages
+
+    def barrier(make_reader, work_dir: Path):
+        phases = exact_dedup_stages(make_reader, _unused_writer, work_dir, ctx.cfg.tasks,
+                                    normalize=ctx.cfg.dedup_exact.normalize,
+                                    exclusion_writer=ctx.exclusion_writer())
+        return _split_last("dedup_exact", phases)
+
+    return StagePlan(barrier=barrier)
+
+
+def dedup_minhash_stage(ctx: StageContext) -> StagePlan:
+    from kiln.data.dedup import minhash_config, minhash_dedup_stages
+
+    m = ctx.cfg.dedup_minhash
+    config = minhash_config(m.n_grams, m.num_buckets, m.hashes_per_bucket, m.seed)
+
+    def barrier(make_reader, work_dir: Path):
+        phases = minhash_dedup_stages(make_reader, _unused_writer, work_dir, ctx.cfg.tasks,
+                                      config, exclusion_writer=ctx.exclusion_writer())
+        return _split_last("dedup_minhash", phases)
+
+    return StagePlan(barrier=barrier)
+
+
+def brain_rot_m1_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.filters import EngagementFilter
+
+    o = ctx.cfg.brain_rot_m1
+    return EngagementFilter(_need_file("brain_rot_m1.tokenizer", o.tokenizer), o.mode,
+                            o.popularity_keys, o.junk_max_tokens, o.control_min_tokens,
+                            o.popularity_threshold, exclusion_writer=ctx.exclusion_writer())
+
+
+def brain_rot_m2_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.filters import HeuristicJudge, KilnLabelJudge, SemanticQualityFilter
+
+    o = ctx.cfg.brain_rot_m2
+    judge = HeuristicJudge() if o.judge == "heuristic" else KilnLabelJudge(o.judge[len("kiln:"):])
+    return SemanticQualityFilter(judge, o.threshold, o.mode,
+                                 exclusion_writer=ctx.exclusion_writer())
+
+
+def perplexity_stage(ctx: StageContext) -> PipelineStep:
+    """The scoring pass: `ppl`, `nll`, `ppl_tokens` in metadata (selection is a later stage)."""
+    from kiln.data.filters import PerplexityScorer
+
+    p = ctx.cfg.perplexity
+    return PerplexityScorer(p.run_dir, p.batch_size, p.max_tokens_per_doc or None, p.device)
+
+
+class PerplexityThresholds(PipelineStep):
+    """One task over every scored document: the selection threshold(s) -> a JSON file.
+
+    The threshold is computed exactly as `PerplexitySelector` does from the scores, so the
+    streaming selection afterwards keeps the same documents as an in-memory selection would.
+    """
+
+    type = "📊 - SCORER"
+    name = "🔥 Kiln perplexity thresholds"
+
+    def __init__(self, mode: str, fraction: float, low_q: float, high_q: float, out: Path):
+        super().__init__()
+        self.mode, self.fraction, self.low_q, self.high_q = mode, fraction, low_q, high_q
+        self.out = Path(out)
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
+        from kiln.data.filters import PerplexitySelector, scores_from
+
+        if world_size != 1:
+            raise ValueError("perplexity thresholds need every score: run with tasks=1")
+        scores = scores_from(data or ())
+        self.stat_update("scores", value=len(scores))
+        if self.mode == "drop_extremes":
+            sel = PerplexitySelector(self.mode, scores=scores, low_q=self.low_q, high_q=self.high_q)
+            found = {"low": sel.low, "high": sel.high}
+        else:
+            sel = PerplexitySelector(self.mode, scores=scores, fraction=self.fraction)
+            found = {"threshold": sel.threshold}
+        write_json_atomic(self.out, {"mode": self.mode, "scores": len(scores), **found})
+        return
+        yield  # a generator that yields nothing: the documents stay in the intermediate folder
+
+
+class StoredThresholdSelector(BaseFilter):
+    """`PerplexitySelector` with the threshold(s) read, in the worker, from the thresholds file."""
+
+    name = "🎯 Perplexity selection"
+
+    def __init__(self, mode: str, thresholds: Path, exclusion_writer=None):
+        super().__init__(exclusion_writer)
+        self.mode, self.thresholds = mode, Path(thresholds)
+        self._selector = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_selector": None}
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        if self._selector is None:
+            from kiln.data.filters import PerplexitySelector
+
+            found = json.loads(self.thresholds.read_text(encoding="utf-8"))
+            kwargs = ({"low": found["low"], "high": found["high"]} if self.mode == "drop_extremes"
+                      else {"threshold": found["threshold"]})
+            self._selector = PerplexitySelector(self.mode, **kwargs)
+        return self._selector.filter(doc)
+
+
+def perplexity_select_stage(ctx: StageContext) -> StagePlan:
+    """Keep documents by the stored `ppl`: thresholds from every score (one task), then filter."""
+    from kiln.data.dedup import Stage
+
+    p = ctx.cfg.perplexity
+
+    def barrier(make_reader, work_dir: Path):
+        out = work_dir / "thresholds.json"
+        step = PerplexityThresholds(p.mode, p.fraction, p.low_q, p.high_q, out)
+        return ([Stage("thresholds", [make_reader(), step], 1)],
+                [StoredThresholdSelector(p.mode, out, ctx.exclusion_writer())])
+
+    return StagePlan(barrier=barrier)
+
+
+def dating_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.dating import DateDocuments
+
+    return DateDocuments()
+
+
+def period_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.dating import CHRONOBERG_PERIODS, PeriodFilter
+
+    o = ctx.cfg.period
+    periods = [p if p in CHRONOBERG_PERIODS else period_bounds(p) for p in o.periods]
+    return PeriodFilter(periods, o.keep_undated, ctx.exclusion_writer())

@@ -1,0 +1,398 @@
+"""`kiln prepare` from recipes, end to end: every stage wired, yield adds up, resume, errors."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import random
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from datatrove.data import Document
+from datatrove.pipeline.base import PipelineStep
+
+from kiln.cli import cmd_prepare, cmd_tokenize, cmd_tokenizer, main
+from kiln.config import ConfigError, config_to_toml, load_config
+from kiln.data import pipeline as pl
+from kiln.data import prepare_config as pc
+from kiln.data.documents import read_documents
+from kiln.data.filters.selection import threshold_for_fraction
+from kiln.data.pipeline import PrepareConfig, register_stage, run_prepare
+
+ROOT = Path(__file__).resolve().parents[1]
+LATEX = ROOT / "tests" / "fixtures" / "latex"
+TOPICS = ["spectral gaps", "random walks", "convex bodies", "prime gaps", "knot invariants",
+          "sparse graphs"]
+EMAIL = "jane.roe@uni-example.org"
+LEAK = ("the answer to the benchmark question is that every bounded monotone sequence of real "
+        "numbers converges to its supremum")
+
+
+def prose(topic: str, extra: str = "") -> str:
+    """Varied English paragraphs (so the latex quality filters keep the paper)."""
+    rng = random.Random(topic)
+    words = ["careful", "simple", "classical", "recent", "natural", "explicit", "uniform",
+             "general", "surprising", "elementary", "precise", "robust"]
+    sentences = [f"In this section we study {topic} and explain why the {rng.choice(words)} "
+                 f"approach works for all of them.",
+                 f"The main idea is to compare {topic} with a {rng.choice(words)} model that "
+                 "has been understood for a long time.",
+                 f"We show that the estimate is {rng.choice(words)} and that it cannot be "
+                 "improved in general, which answers a question raised by several authors.",
+                 "Our argument uses only a few tools, and each of them is explained with an "
+                 "example before it is applied.",
+                 f"Finally we discuss open problems about {topic} that seem to be within reach "
+                 "of these methods.", extra]
+    return "\n\n".join(s for s in sentences if s) + "\n"
+
+
+def tar_gz(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def paper_files(topic: str, extra: str = "") -> dict[str, str]:
+    main_tex = (LATEX / "paper" / "main.tex").read_text()
+    main_tex = main_tex.replace("\\bibliographystyle", prose(topic, extra) + "\\bibliographystyle")
+    return {"main.tex": main_tex,
+            "sections/intro.tex": (LATEX / "paper" / "sections" / "intro.tex").read_text(),
+            "paper-macros.sty": (LATEX / "paper" / "paper-macros.sty").read_text()}
+
+
+def lecture_tex(topic: str) -> str:
+    return (LATEX / "lecture.tex").read_text().replace("\\end{document}",
+                                                       prose(topic) + "\\end{document}")
+
+
+def record(arxiv_id: str, title: str, **over) -> dict:
+    abstract = f"We study {title.lower()} with methods from analysis and combinatorics, " \
+               "prove sharp estimates and give several applications to related questions here."
+    base = {"id": arxiv_id, "categories": "math.CA", "abstract": abstract, "comments": "",
+            "title": title, "versions": [{"created": "Mon, 4 Jan 2021 10:00:00 GMT"}]}
+    return {**base, **over}
+
+
+def build_arxiv_corpus(root: Path) -> dict:
+    """Snapshot + archives + benchmark; returns the expected per-reason counts."""
+    src = root / "src"
+    src.mkdir(parents=True)
+    (src / "2101.00001.tar.gz").write_bytes(tar_gz(paper_files(TOPICS[0])))
+    (src / "2101.00002.gz").write_bytes(gzip.compress(lecture_tex(TOPICS[1]).encode()))
+    (src / "2101.00003.tar.gz").write_bytes(tar_gz(paper_files(TOPICS[0])))  # = 00001
+    (src / "2101.00004.tar.gz").write_bytes(tar_gz(paper_files(TOPICS[3], LEAK + ".")))
+    (src / "2101.00005.tar.gz").write_bytes(b"this is not an archive at all")
+    (src / "2101.00006.tar.gz").write_bytes(tar_gz({"../../evil.tex": "\\documentclass{x}"}))
+    (src / "2101.00007.tar.gz").write_bytes(
+        tar_gz(paper_files(TOPICS[5], f"Questions are welcome at {EMAIL} any time.")))
+    title = "Sharp bounds for smooth operators"
+    records = [
+        record("2101.00001", title), record("2101.00002", "Lectures on random walks"),
+        record("2101.00003", title), record("2101.00004", "Prime gaps revisited"),
+        record("2101.00005", "A broken upload"), record("2101.00006", "A hostile upload"),
+        record("2101.00007", "Sparse graphs"), record("2101.00008", "Missing source paper"),
+        record("2101.00009", "Withdrawn", comments="This paper has been withdrawn"),
+        record("2101.00010", "Astro", categories="astro-ph.GA"),
+        record("math/0501001", "Too old", versions=[{"created": "Mon, 3 Jan 2005 10:00:00 GMT"}]),
+    ]
+    lines = [json.dumps(r) for r in records] + ["{not json"]
+    (root / "metadata.jsonl").write_text("\n".join(lines) + "\n")
+    bench = {"question": "What can be said about bounded monotone sequences of reals?",
+             "answer": LEAK}
+    (root / "benchmark.jsonl").write_text(json.dumps(bench) + "\n")
+    return {"metadata_withdrawn": 1, "metadata_category": 1, "metadata_year": 1,
+            "metadata_bad_json": 1}
+
+
+def arxiv_config(root: Path, run_dir: Path, *extra: str):
+    return load_config(ROOT / "recipes" / "arxiv-tiny.toml", [
+        f'run.dir="{run_dir}"', f'prepare.arxiv.snapshot="{root / "metadata.jsonl"}"',
+        f'prepare.arxiv.source_dir="{root / "src"}"',
+        f'prepare.decontaminate.benchmarks=["{root / "benchmark.jsonl"}"]', *extra])
+
+
+def check_yield_adds_up(rows: list[dict]) -> None:
+    for prev, row in zip([None, *rows], rows, strict=False):
+        assert row["documents_in"] + row["documents_added"] == (
+            row["documents_out"] + row["documents_dropped"]), row
+        assert sum(row["drop_reasons"].values()) == row["documents_dropped"], row
+        if prev is not None:
+            assert row["documents_in"] == prev["documents_out"]
+            assert row["bytes_in"] == prev["bytes_out"]
+
+
+@pytest.fixture(scope="module")
+def arxiv_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("arxiv")
+    expected = build_arxiv_corpus(root / "corpus")
+    cfg = arxiv_config(root / "corpus", root / "run")
+    cmd_prepare(cfg)
+    return root, cfg, expected
+
+
+def test_arxiv_recipe_yield_adds_up(arxiv_run):
+    root, cfg, expected = arxiv_run
+    y = json.loads((cfg.run_dir / "yield.json").read_text())
+    rows = {r["stage"]: r for r in y["stages"]}
+    assert list(rows) == cfg.prepare.stages
+    check_yield_adds_up(y["stages"])
+    meta = rows["arxiv_metadata"]
+    assert meta["documents_in"] == 12 and meta["documents_out"] == 8
+    assert meta["drop_reasons"] == expected
+    assert rows["arxiv_sources"]["drop_reasons"] == {  # 00008, 00005 (garbage), 00006 (../..)
+        "missing_source": 1, "empty_tex_not_latex": 1, "empty_tex_no_tex_file": 1}
+    assert rows["latex"]["documents_out"] == 5
+    assert rows["dedup_exact"]["drop_reasons"] == {"duplicate": 1}
+    assert rows["quality"]["documents_dropped"] == 0
+    assert rows["decontaminate"]["drop_reasons"] == {"contaminated": 1}
+    docs = {d.id: d for d in read_documents(cfg.run_dir)}
+    assert len(docs) == y["documents_out"] == 3
+    assert set(docs) <= {"2101.00001", "2101.00003", "2101.00002", "2101.00007"}
+    paper = docs["2101.00007"].text
+    assert EMAIL not in paper and "<EMAIL>" in paper and docs["2101.00007"].metadata["pii"]["EMAIL"]
+    assert paper.startswith("Title: Sparse graphs\nAbstract: We study sparse graphs")
+    assert "\\frac{" in paper  # math kept as LaTeX (the \half macro expanded)
+    assert all(LEAK not in d.text for d in docs.values())
+
+
+def test_math_tokenizer_after_arxiv_prepare(arxiv_run, tmp_path):
+    _, cfg, _ = arxiv_run
+    cmd_tokenizer(cfg)
+    tok = json.loads((cfg.run_dir / "tokenizer" / "tokenizer.json").read_text())
+    assert "\\frac" in tok["model"]["vocab"]  # a seeded LaTeX command is one token
+    from kiln.data.tokenizer import load_tokenizer
+
+    t = load_tokenizer(cfg.run_dir / "tokenizer" / "tokenizer.json")
+    assert [t.decode([i]) for i in t.encode("x=2024", add_special_tokens=False).ids][-4:] == list(
+        "2024")  # digits split
+    cmd_tokenize(cfg)
+    y = json.loads((cfg.run_dir / "yield.json").read_text())
+    index = json.loads((cfg.run_dir / "tokens" / "index.json").read_text())
+    assert y["tokenize"]["tokens"] == index["train"]["tokens"] + index["val"]["tokens"] > 0
+
+
+# ---- a plain-text corpus through barrier stages ------------------------------------------------
+
+def text_corpus(root: Path, n: int = 9) -> Path:
+    """n files of ~70 distinct words; files 3 and 7 repeat files 1 and 2 (exact duplicates)."""
+    src = root / "src"
+    src.mkdir()
+    texts = []
+    for i in range(n):
+        rng = random.Random(i)
+        words = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(3, 8)))
+                 for _ in range(70)]  # letters only: MinHash normalises digits away
+        texts.append(f"document {i} says " + " ".join(words) + f" contact admin{i}@corp-mail.com")
+    texts[3], texts[7] = texts[1], texts[2]
+    for i, text in enumerate(texts):
+        (src / f"f{i}.txt").write_text(text)
+    return src
+
+
+def _texts(run_dir: Path) -> list[str]:
+    return sorted(d.text for d in read_documents(run_dir))
+
+
+STREAM = ["read", "dedup_exact", "quality", "pii", "write"]
+
+
+def test_one_and_two_tasks_same_output_with_dedup(tmp_path):
+    src = text_corpus(tmp_path)
+    ys = []
+    for tasks in (1, 2):
+        cfg = PrepareConfig(stages=STREAM, tasks=tasks)
+        run_prepare(cfg, tmp_path / f"t{tasks}", [str(src)], progress=False)
+        ys.append(json.loads((tmp_path / f"t{tasks}" / "yield.json").read_text()))
+    assert _texts(tmp_path / "t1") == _texts(tmp_path / "t2")
+    texts = _texts(tmp_path / "t1")
+    assert len(texts) == len(set(texts)) == 7 and all("@corp-mail.com" not in t for t in texts)
+    assert ys[0]["stages"] == ys[1]["stages"]
+    rows = {r["stage"]: r for r in ys[0]["stages"]}
+    assert rows["dedup_exact"]["drop_reasons"] == {"duplicate": 2}
+    check_yield_adds_up(ys[0]["stages"])
+
+
+def test_resume_of_a_completed_run_skips_every_task(tmp_path):
+    src = text_corpus(tmp_path)
+    run = tmp_path / "run"
+    cfg = PrepareConfig(stages=STREAM, tasks=2)
+    first = run_prepare(cfg, run, [str(src)], progress=False)
+    stats = sorted((run / "logs/prepare").rglob("stats/*.json"))
+    before = {p: p.read_bytes() for p in stats}
+    docs_mtime = {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()}
+    yield_before = (run / "yield.json").read_text()
+    (src / "f0.txt").write_text("changed after the run")  # a skipped task never sees it
+    again = run_prepare(cfg, run, [str(src)], progress=False)
+    assert again == first and (run / "yield.json").read_text() == yield_before
+    assert {p: p.read_bytes() for p in stats} == before and len(stats) >= 5
+    assert {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()} == docs_mtime
+    # one task of the last phase "crashed": only it re-runs, from the intermediate documents
+    last = sorted((run / "logs/prepare/phases").iterdir())[-1]
+    (last / "completions" / "00001").unlink()
+    (last / "stats" / "00001.json").unlink()
+    assert run_prepare(cfg, run, [str(src)], progress=False) == first
+    assert "changed after the run" not in " ".join(_texts(run))
+
+
+def test_minhash_drops_near_duplicates_through_the_pipeline(tmp_path):
+    src = text_corpus(tmp_path)
+    base = (src / "f4.txt").read_text()
+    (src / "f8.txt").write_text(base.replace("document 4 says", "document 4 said"))  # near dup
+    cfg = PrepareConfig(stages=["read", "dedup_minhash", "write"], tasks=2)
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    rows = {r["stage"]: r for r in json.loads((tmp_path / "run/yield.json").read_text())["stages"]}
+    assert rows["dedup_minhash"]["drop_reasons"] == {"near_duplicate": 3}  # 2 exact + 1 near
+    assert len(_texts(tmp_path / "run")) == 6
+
+
+def test_injected_replicas_are_counted_and_found_by_decontamination(tmp_path):
+    src = text_corpus(tmp_path)
+    bench = tmp_path / "bench.jsonl"
+    items = [{"problem": f"Compute the value of item {i} from the table given in the statement",
+              "solution": f"The value of item {i} is obtained by adding the two columns of the "
+                          "table and dividing by two"} for i in range(3)]
+    bench.write_text("".join(json.dumps(it) + "\n" for it in items))
+    cfg = load_config(None, [
+        'prepare.stages=["read", "inject_replicas", "decontaminate", "write"]', "prepare.tasks=2",
+        f'prepare.inject_replicas.benchmark="{bench}"', "prepare.inject_replicas.k=2",
+        f'prepare.decontaminate.benchmarks=["{bench}"]']).prepare
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    rows = json.loads((tmp_path / "run/yield.json").read_text())["stages"]
+    check_yield_adds_up(rows)
+    by = {r["stage"]: r for r in rows}
+    assert by["inject_replicas"]["documents_added"] == 6
+    assert by["decontaminate"]["drop_reasons"] == {"contaminated": 6}
+    assert len(_texts(tmp_path / "run")) == 9
+
+
+class FakeScorer(PipelineStep):
+    """Deterministic `ppl` per document (the real scorer needs a trained run)."""
+
+    name = "fake ppl"
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        for doc in data:
+            doc.metadata["ppl"] = float(sum(map(ord, doc.text)) % 997)
+            yield doc
+
+
+@pytest.fixture
+def fake_scorer():
+    saved, saved_f = dict(pl.STAGES), dict(pl._FACTORIES)
+    register_stage("perplexity", lambda ctx: FakeScorer())
+    yield
+    pl.STAGES.clear(), pl.STAGES.update(saved)
+    pl._FACTORIES.clear(), pl._FACTORIES.update(saved_f)
+
+
+def test_perplexity_selection_uses_a_global_threshold(tmp_path, fake_scorer):
+    src = text_corpus(tmp_path)
+    cfg = PrepareConfig(stages=["read", "perplexity", "perplexity_select", "write"], tasks=2,
+                        perplexity=pc.PerplexityOptions(run_dir="unused", fraction=0.4))
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    scores = [float(sum(map(ord, (src / f"f{i}.txt").read_text())) % 997) for i in range(9)]
+    threshold = threshold_for_fraction(scores, 0.4)
+    kept = sorted(float(d.metadata["ppl"]) for d in read_documents(tmp_path / "run"))
+    assert kept == sorted(s for s in scores if s >= threshold) and len(kept) == 3
+    saved = json.loads((tmp_path / "run/prepare_work/perplexity_select/thresholds.json").read_text())
+    assert saved["threshold"] == threshold and saved["scores"] == 9
+
+
+# ---- config errors, before any work ---------------------------------------------------------
+
+def test_unknown_stage_option_names_the_key(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[prepare]\nstages = ["read", "quality", "write"]\n'
+                      '[prepare.quality]\ndomian = "code"\n')
+    with pytest.raises(ConfigError, match=r"'prepare\.quality\.domian'.*did you mean 'domain'"):
+        load_config(recipe)
+    assert main(["prepare", str(recipe)]) == 2
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (['prepare.stages=["read", "decontaminate", "write"]'], "prepare.decontaminate.benchmarks"),
+    (['prepare.decontaminate.benchmarks=["b.jsonl"]'], "'decontaminate' is not in"),
+    (['prepare.stages=["read", "perplexity", "write"]'], "prepare.perplexity.run_dir"),
+    (['prepare.stages=["read", "perplexity", "perplexity_select", "write"]',
+      'prepare.perplexity.run_dir="r"'], "prepare.perplexity.fraction"),
+    (['prepare.stages=["read", "latex", "write"]'], "'latex' needs 'arxiv_sources'"),
+    (['prepare.stages=["quality", "write"]'], "start with a reader"),
+    (['prepare.stages=["read", "pii"]'], "end with 'write'"),
+    (['prepare.quality.domain="latx"'], "did you mean 'latex'"),
+    (['prepare.pii.types=["EMAIL", "PHONE"]'], "prepare.pii.types"),
+    (['prepare.stages=["read", "period", "write"]'], "'period' needs"),
+    (['prepare.period.periods=["1800s"]'], "prepare.period.periods"),
+    (['prepare.brain_rot_m2.judge="gpt"'], "prepare.brain_rot_m2.judge"),
+    (["tokenizer.kind=\"unigram\""], "tokenizer.kind"),
+])
+def test_impossible_combinations_fail_at_load(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_missing_benchmark_fails_before_any_work(tmp_path, capsys):
+    src = text_corpus(tmp_path)
+    run = tmp_path / "run"
+    run_prepare(PrepareConfig(stages=["read", "write"]), run, [str(src)], progress=False)
+    before = _texts(run)
+    args = ["prepare", "--set", f'run.dir="{run}"', "--set", f'data.sources=["{src}"]',
+            "--set", 'prepare.stages=["read", "decontaminate", "write"]',
+            "--set", f'prepare.decontaminate.benchmarks=["{tmp_path / "nope.jsonl"}"]']
+    assert main(args) == 1
+    assert "prepare.decontaminate.benchmarks: file not found" in capsys.readouterr().err
+    assert _texts(run) == before  # the previous documents were not touched
+
+
+def test_light_config_copies_match_the_stage_modules():
+    from kiln.data.arxiv import DEFAULT_CATEGORIES
+    from kiln.data.decontam.ngram_index import DEFAULT_ANSWER_FIELDS, DEFAULT_PROMPT_FIELDS
+    from kiln.data.filters.quality import DOMAINS
+    from kiln.data.filters.selection import MODES
+    from kiln.data.pii import PII_TYPES
+
+    assert (pc.QUALITY_DOMAINS, pc.PII_TYPE_NAMES, pc.ARXIV_CATEGORIES, pc.SELECTION_MODES) == (
+        DOMAINS, PII_TYPES, DEFAULT_CATEGORIES, MODES)
+    d = pc.DecontaminateOptions()
+    assert (tuple(d.prompt_fields), tuple(d.answer_fields)) == (DEFAULT_PROMPT_FIELDS,
+                                                                DEFAULT_ANSWER_FIELDS)
+    for name in pc.STAGES:  # every registered stage has a factory
+        assert callable(pl.resolve_factory(name))
+
+
+def test_config_stays_cheap_to_import_and_round_trips(tmp_path):
+    code = ("import sys, kiln.config; "
+            "print([m for m in ('datatrove', 'torch', 'spacy') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    cfg = load_config(None, ['prepare.stages=["read", "period", "dating", "write"]'] * 0 + [
+        'prepare.stages=["read", "dating", "period", "write"]', 'prepare.period.periods=["1800-1849"]',
+        'prepare.quality.domain="prose"', "prepare.dedup_minhash.num_buckets=7"])
+    path = tmp_path / "c.toml"
+    path.write_text(config_to_toml(cfg))
+    assert "[prepare.period]" in path.read_text() and load_config(path) == cfg
+
+
+def test_dating_and_period_stages_select_years(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i, year in enumerate([1810, 1875, 1820]):
+        (src / f"b{i}.txt").write_text(f"Title: Book {i}\nOriginal publication: London, {year}\n"
+                                       "Once upon a time.")
+    cfg = load_config(None, ['prepare.stages=["read", "dating", "period", "write"]',
+                             'prepare.period.periods=["1800-1849"]']).prepare
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    years = sorted(d.metadata["year"] for d in read_documents(tmp_path / "run"))
+    assert years == [1810, 1820]
+
+
+def test_document_type_is_datatrove():
+    assert Document  # the barrier re-reads documents written by datatrove's JsonlWriter

@@ -1,0 +1,168 @@
+"""Trinity architecture options, each switchable: the digest's tiny checks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kiln.config import ModelConfig, load_config
+from kiln.model import Transformer, count_params
+from kiln.model.layers import Attention, rope_tables, sliding_window_attention
+from kiln.model.moe import MoE
+from kiln.model.transformer import Block, is_local_layer
+
+
+def trinity_tiny(**kw) -> ModelConfig:
+    base = dict(vocab_size=101, dim=32, n_layers=4, n_heads=4, n_kv_heads=2, max_seq_len=64,
+                local_per_global=3, sliding_window=5, global_rope=False, qk_norm=True,
+                attn_gate=True, sandwich_norm=True, embed_scale=True, tie_embeddings=False,
+                n_experts=4, n_dense_layers=1, top_k=2, expert_hidden=16, route_scale=2.0)
+    return ModelConfig(**{**base, **kw})
+
+
+def attn_inputs(t=12, dim=32, heads=4):
+    torch.manual_seed(0)
+    cos, sin = rope_tables(dim // heads, 64, 10000.0)
+    return torch.randn(2, t, dim), cos, sin
+
+
+def test_layer_pattern_is_three_local_then_global():
+    cfg = trinity_tiny(n_layers=8)
+    assert [is_local_layer(cfg, i) for i in range(8)] == [True, True, True, False] * 2
+
+
+def test_zero_gate_halves_the_ungated_output():
+    x, cos, sin = attn_inputs()
+    gated = Attention(32, 4, 2, gate=True)
+    plain = Attention(32, 4, 2, gate=False)
+    plain.load_state_dict({k: v for k, v in gated.state_dict().items() if not k.startswith("wg")})
+    torch.nn.init.zeros_(gated.wg.weight)
+    t = x.shape[1]
+    torch.testing.assert_close(gated(x, cos[:t], sin[:t]), 0.5 * plain(x, cos[:t], sin[:t]),
+                               rtol=0, atol=1e-7)
+
+
+def test_global_nope_layer_ignores_positions_local_rope_layer_does_not():
+    x, cos, sin = attn_inputs()
+    t = x.shape[1]
+    nope = Attention(32, 4, 2, rope=False)
+    rope = Attention(32, 4, 2, rope=True, window=4)
+    rope.load_state_dict(nope.state_dict())
+    pos = torch.randperm(64, generator=torch.Generator().manual_seed(1))[:t]  # arbitrary ids
+    shifted = (cos[pos], sin[pos])
+    torch.testing.assert_close(nope(x, cos[:t], sin[:t]), nope(x, *shifted))
+    assert not torch.allclose(rope(x, cos[:t], sin[:t]), rope(x, *shifted), atol=1e-4)
+
+
+def test_sliding_window_matches_dense_banded_reference():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 23, 8) for _ in range(3))
+    for window in (1, 4, 7, 23, 40):
+        i = torch.arange(23)[:, None]
+        lag = i - torch.arange(23)[None, :]
+        mask = (lag >= 0) & (lag < window)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        torch.testing.assert_close(sliding_window_attention(q, k, v, window), ref,
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_window_locality_local_vs_global():
+    x, cos, sin = attn_inputs(t=16)
+    w = 4
+    local = Attention(32, 4, 2, window=w)
+    glob = Attention(32, 4, 2, rope=False)
+    y = x.clone()
+    y[:, : 15 - w + 1] += torch.randn_like(y[:, : 15 - w + 1])  # tokens before t - W + 1
+    c, s = cos[:16], sin[:16]
+    torch.testing.assert_close(local(x, c, s)[:, 15], local(y, c, s)[:, 15])
+    assert not torch.allclose(glob(x, c, s)[:, 15], glob(y, c, s)[:, 15], atol=1e-4)
+
+
+@pytest.mark.parametrize("gain", [0.0, 0.37])
+def test_post_norm_gain_sets_branch_rms_and_zero_is_identity(gain):
+    cfg = trinity_tiny(n_experts=0, post_norm_gain=1.0)
+    block = Block(cfg, 3)
+    x, cos, sin = attn_inputs()
+    for norm in (block.attn_post_norm, block.ffn_post_norm):
+        torch.nn.init.constant_(norm.weight, gain)
+    t = x.shape[1]
+    out = block(x, cos[:t], sin[:t])
+    if gain == 0.0:
+        assert torch.equal(out, x)
+    else:
+        raw = block.attn(block.attn_norm(x), cos[:t], sin[:t])
+        rms = block.attn_post_norm(raw).pow(2).mean(-1).sqrt()
+        ms = raw.pow(2).mean(-1)  # RMSNorm's eps shrinks tiny branches slightly below c
+        expected = gain * (ms / (ms + cfg.norm_eps)).sqrt()
+        torch.testing.assert_close(rms, expected, atol=1e-6, rtol=1e-5)
+        assert rms.min() > 0.99 * gain
+
+
+def test_depth_scaled_post_norm_init():
+    model = Transformer(trinity_tiny(n_layers=16, n_experts=0))
+    assert torch.all(model.layers[5].attn_post_norm.weight == 0.25)
+    assert torch.all(model.layers[5].attn_norm.weight == 1.0)
+
+
+def test_kv_cache_decoding_matches_full_forward_on_trinity_model():
+    torch.manual_seed(0)
+    model = Transformer(trinity_tiny()).eval()
+    tokens = torch.randint(0, 101, (1, 20))
+    with torch.no_grad():
+        full = model(tokens)
+        caches = model.new_caches()
+        steps = [model(tokens[:, :6], caches)]
+        steps += [model(tokens[:, i : i + 1], caches) for i in range(6, 20)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_chunked_training_loss_equals_full_cross_entropy(monkeypatch):
+    import kiln.model.transformer as tr
+
+    monkeypatch.setattr(tr, "LOSS_CHUNK", 7)
+    torch.manual_seed(0)
+    model = Transformer(trinity_tiny())
+    x, y = torch.randint(0, 101, (3, 10)), torch.randint(0, 101, (3, 10))
+    ref = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    loss = model(x, targets=y)
+    torch.testing.assert_close(loss, ref)
+    g1 = torch.autograd.grad(loss, model.head.weight)[0]
+    g2 = torch.autograd.grad(F.cross_entropy(model(x).flatten(0, 1), y.flatten()),
+                             model.head.weight)[0]
+    torch.testing.assert_close(g1, g2, atol=1e-6, rtol=1e-5)
+
+
+def test_moe_layers_follow_dense_prefix_and_active_count():
+    model = Transformer(trinity_tiny())
+    kinds = [type(layer.ffn).__name__ for layer in model.layers]
+    assert kinds == ["SwiGLU", "MoE", "MoE", "MoE"]
+    counts = count_params(model)
+    per_expert = 3 * 32 * 16
+    assert counts["params"] - counts["params_active"] == 3 * per_expert * (4 - 2)
+
+
+def meta_counts(recipe: str) -> dict[str, int]:
+    cfg = load_config(recipe)
+    with torch.device("meta"):
+        return count_params(Transformer(dataclasses.replace(cfg.model, vocab_size=200192)))
+
+
+def test_nano_parameter_count_matches_paper():
+    counts = meta_counts("recipes/trinity-nano.toml")
+    assert counts["params"] == pytest.approx(6.1e9, rel=0.05)
+    assert counts["params_active"] == pytest.approx(1.0e9, rel=0.1)
+
+
+def test_mini_parameter_count_matches_paper():
+    counts = meta_counts("recipes/trinity-mini.toml")
+    assert counts["params"] == pytest.approx(26e9, rel=0.05)
+    assert counts["params_active"] == pytest.approx(3e9, rel=0.15)
+
+
+def test_moe_module_is_used_through_model_config():
+    model = Transformer(trinity_tiny(balance="sign", balance_rate=1e-3))
+    moe = model.layers[1].ffn
+    assert isinstance(moe, MoE) and moe.balancer.rule == "sign" and moe.route_scale == 2.0
