@@ -2,10 +2,12 @@
 
 Both models have the same sizes (~20M parameters, GQA, tied embeddings), the same
 optimizer (Kiln's fused AdamW with its decay groups, applied to each model's
-parameters), the same loss (cross-entropy on fp32-cast logits, computed outside both
-models from their logits) and the same precision (fp32, then bf16 autocast). The step
-is the one `Trainer.train_step` runs: set lr, forward under autocast, loss, backward,
-clip, step, zero_grad, read the loss.
+parameters), the same loss value (mean next-token cross-entropy in fp32) and the same
+precision (fp32, then bf16 autocast). Each model computes the loss its own way, as its
+users train it: Kiln's `model(x, targets=y)` (head + cross-entropy in recomputed chunks,
+what `Trainer.train_step` runs), HF's full logits upcast to fp32 and `F.cross_entropy`
+(what its `labels=` loss does). The step is `Trainer.train_step`'s: set lr, forward under
+autocast, loss, backward, clip, step, zero_grad, read the loss.
 
 Steps of the two models are timed interleaved in rounds (A B, then B A, ...) so drift
 on a shared machine hits both alike; tokens/s are medians over steps. A square
@@ -108,8 +110,7 @@ class Runner:
             group["lr"] = OptimConfig().lr
         inputs, targets = batch[:, :-1], batch[:, 1:]
         with autocast(self.device, self.precision):
-            logits = self.forward(inputs)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+            loss = self.forward(inputs, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.optimizer.step()
@@ -122,9 +123,11 @@ def bench_precision(s: Setting, precision: str, compile_model: bool, batch: torc
     kiln_model = Transformer(s.model)
     hf_model = hf_llama(s.model)
     runners = [
-        Runner("kiln", kiln_model, kiln_model, precision, compile_model),
-        Runner("hf", hf_model, lambda x: hf_model(input_ids=x, use_cache=False).logits,
-               precision, compile_model),
+        Runner("kiln", kiln_model, lambda x, y: kiln_model(x, targets=y), precision,
+               compile_model),
+        Runner("hf", hf_model, lambda x, y: F.cross_entropy(
+            hf_model(input_ids=x, use_cache=False).logits.flatten(0, 1).float(), y.flatten()),
+            precision, compile_model),
     ]
     warm = {}
     for r in runners:
@@ -171,8 +174,8 @@ def main() -> None:
           f"ffn {ffn_hidden_size(m)}, vocab {m.vocab_size}, tied={m.tie_embeddings}; "
           f"{params / 1e6:.2f}M params; {fpt / 1e6:.1f} MFLOP/token (train)")
     print(f"batch {s.batch} x {s.seq_len} tokens; {s.warmup} warmup steps, "
-          f"{s.rounds} interleaved rounds x {s.steps} steps per model; loss computed outside "
-          f"both models: cross_entropy(logits.float())")
+          f"{s.rounds} interleaved rounds x {s.steps} steps per model; loss: "
+          f"kiln: model(x, targets=y) (chunked); hf: cross_entropy(logits.float())")
     load_before = os.getloadavg()[0]
     res = {p: bench_precision(s, p, args.compile, batch) for p in ("fp32", "bf16")}
     load_after = os.getloadavg()[0]

@@ -318,8 +318,11 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
     """prepare.json: what the reader read (documents, bytes, skips) and what came out."""
     yields = write_yield_report(run_dir, logging_dir)
     first = yields["stages"][0]
+    sig = layout["signature"]
+    inputs = {"read": sig["sources"] or ["<stdlib>"], "arxiv_metadata": [sig["arxiv"]["snapshot"]],
+              "arxiv_sources": [sig["arxiv"]["source_dir"]]}
     summary = {
-        "sources": layout["signature"]["sources"] or ["<stdlib>"],
+        "sources": inputs.get(sig["stages"][0], sig["sources"]),
         "max_bytes": layout["signature"]["max_bytes"],
         "documents": first["documents_out"],
         "bytes": first["bytes_out"],

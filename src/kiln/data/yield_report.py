@@ -6,9 +6,14 @@ same way as a BaseFilter. Drop *reasons* do come from the stages' own stats (`dr
 from datatrove's BaseFilter, `skipped/<reason>` from readers); whatever a stage drops without a
 reason is reported as "unattributed", so in = out + dropped always holds.
 
-Numbers are merged from the per-task stats files datatrove writes (logging_dir/stats/NNNNN.json),
-so a resumed run, whose executor only returns the stats of the tasks it re-ran, still reports
-the whole corpus. Tokens are added from tokens/index.json once `kiln tokenize` has run.
+Steps that count drops under other keys (dedup filters, the arXiv readers) or add documents
+(injected replicas) are read through `STEP_REASONS`; every row satisfies
+in + added = out + dropped, and the drop reasons sum to the dropped count.
+
+Numbers are merged from the per-task stats files datatrove writes (logging_dir/stats/NNNNN.json,
+one logging folder per executor phase when a barrier stage splits the pipeline), so a resumed
+run, whose executor only returns the stats of the tasks it re-ran, still reports the whole
+corpus. Tokens are added from tokens/index.json once `kiln tokenize` has run.
 """
 
 from __future__ import annotations
