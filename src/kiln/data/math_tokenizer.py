@@ -24,10 +24,10 @@ import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, pre_tokenizers
 
 from kiln.atomic import atomic_path
-from kiln.data.tokenizer import EOS_TOKEN, MIN_VOCAB, load_tokenizer, train_tokenizer
+from kiln.data.tokenizer import load_tokenizer, train_bpe, train_tokenizer
 
 # `\command` (or a backslash + one non-letter, e.g. `\%`, `\\`, `\{`), then the GPT-2 classes with
 # the backslash removed from the punctuation run, so a command always starts a new piece.
@@ -119,25 +119,11 @@ def train_math_tokenizer(
     Same contract as `train_tokenizer`: EOS is id 0, the round trip is exact for any string,
     the vocabulary has at most `vocab_size` entries.
     """
-    if vocab_size < MIN_VOCAB:
-        raise ValueError(f"vocab_size must be >= {MIN_VOCAB} (256 bytes + EOS), got {vocab_size}")
     seeds = list(seeds)
     bad = [s for s in seeds if not s.isascii() or len(s) < 2]
     if bad:
         raise ValueError(f"seed tokens must be ASCII and at least 2 characters: {bad}")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = math_pre_tokenizer()
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=[EOS_TOKEN],  # first special token -> id 0
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=show_progress,
-    )
-    if length is None and hasattr(texts, "__len__"):
-        length = len(texts)  # type: ignore[arg-type]
-    tok.train_from_iterator(texts, trainer=trainer, length=length)
+    tok = train_bpe(texts, vocab_size, math_pre_tokenizer(), min_frequency, length, show_progress)
 
     spec = json.loads(tok.to_str())
     # ASCII seeds are their own byte-level symbols, so the seed strings are the vocab strings.

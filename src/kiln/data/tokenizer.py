@@ -25,6 +25,34 @@ def _protect_specials(tok: Tokenizer) -> Tokenizer:
     return tok
 
 
+def train_bpe(
+    texts: Iterable[str],
+    vocab_size: int,
+    pre_tokenizer: pre_tokenizers.PreTokenizer,
+    min_frequency: int = 2,
+    length: int | None = None,
+    show_progress: bool = True,
+) -> Tokenizer:
+    """A byte-level BPE trained in memory: EOS at id 0, every byte in the alphabet (so any
+    input round-trips), ByteLevel decoding; `pre_tokenizer` decides where merges may not cross."""
+    if vocab_size < MIN_VOCAB:
+        raise ValueError(f"vocab_size must be >= {MIN_VOCAB} (256 bytes + EOS), got {vocab_size}")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[EOS_TOKEN],  # first special token -> id 0
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=show_progress,
+    )
+    if length is None and hasattr(texts, "__len__"):
+        length = len(texts)  # type: ignore[arg-type]
+    tok.train_from_iterator(texts, trainer=trainer, length=length)
+    return tok
+
+
 def train_tokenizer(
     texts: Iterable[str],
     vocab_size: int,
@@ -38,21 +66,8 @@ def train_tokenizer(
     `length` is the number of texts (a progress hint); taken from `len(texts)` when it has one.
     The vocabulary may come out smaller than `vocab_size` when the corpus has too few merges.
     """
-    if vocab_size < MIN_VOCAB:
-        raise ValueError(f"vocab_size must be >= {MIN_VOCAB} (256 bytes + EOS), got {vocab_size}")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=[EOS_TOKEN],  # first special token -> id 0
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=show_progress,
-    )
-    if length is None and hasattr(texts, "__len__"):
-        length = len(texts)  # type: ignore[arg-type]
-    tok.train_from_iterator(texts, trainer=trainer, length=length)
+    tok = train_bpe(texts, vocab_size, pre_tokenizers.ByteLevel(add_prefix_space=False),
+                    min_frequency, length, show_progress)
     with atomic_path(out_path) as tmp:
         tok.save(str(tmp))
     return _protect_specials(tok)
