@@ -10,8 +10,13 @@ on a shared machine hits both alike, medians over rounds:
 It also times Muon's Newton-Schulz in bf16 against fp32 on this machine (the reason for
 `muon_ns_dtype = "auto"`).
 
-    python benchmarks/muon_step.py            # tiny recipe (dim 256, 4 layers) and ~20M
-    python benchmarks/muon_step.py --quick    # smoke test (< 1 minute)
+The models: a dim-256 4-layer dense Llama, recipes/trinity-tiny.toml's model (MoE, 16
+experts per layer; vocab 4096 as its tokenizer) at its own batch and sequence length, and a
+~20M dense model.
+
+    python benchmarks/muon_step.py               # dim-256 dense, trinity-tiny, ~20M
+    python benchmarks/muon_step.py --quick       # smoke test (< 1 minute)
+    python benchmarks/muon_step.py --threads 1   # on a machine shared with other jobs
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import median, result_line, set_threads, time_call  # noqa: E402
 
-from kiln.config import ModelConfig, OptimConfig  # noqa: E402
+from kiln.config import ModelConfig, OptimConfig, load_config  # noqa: E402
 from kiln.model import Transformer, count_params  # noqa: E402
 from kiln.optim import build_optimizer  # noqa: E402
 from kiln.train.precision import autocast, resolve_precision  # noqa: E402
@@ -46,8 +51,26 @@ TINY = Setting("tiny", ModelConfig(vocab_size=4096, dim=256, n_layers=4, n_heads
                                    max_seq_len=256), batch=16, seq_len=128, rounds=7)
 M20 = Setting("20m", ModelConfig(vocab_size=8192, dim=512, n_layers=6, n_heads=8, n_kv_heads=4,
                                  max_seq_len=256), batch=8, seq_len=256, rounds=5)
+TRINITY_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "trinity-tiny.toml"
+
+
+def trinity_tiny(rounds: int = 7) -> Setting:
+    """The trinity-tiny recipe's model, batch and sequence length (vocab 4096, its tokenizer)."""
+    cfg = load_config(TRINITY_RECIPE)
+    cfg.model.vocab_size = 4096
+    return Setting("trinity_tiny", cfg.model, batch=cfg.train.micro_batch,
+                   seq_len=cfg.train.seq_len, rounds=rounds)
+
+
 QUICK = Setting("quick", ModelConfig(vocab_size=1024, dim=128, n_layers=2, n_heads=4,
                                      n_kv_heads=2, max_seq_len=64), batch=4, seq_len=64, rounds=3)
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:  # not Linux
+        return "n/a"
 
 
 def make(setting: Setting, optim: OptimConfig, device: torch.device):
@@ -122,14 +145,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a tiny smoke run")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads (0: every core this process may use)")
     args = ap.parse_args()
     threads = set_threads()
+    if args.threads:
+        torch.set_num_threads(threads := args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else "cpu" if args.device == "auto" else args.device)
     precision = resolve_precision("auto", device)
-    print(f"device={device} threads={threads} torch={torch.__version__}")
-    settings = [QUICK] if args.quick else [TINY, M20]
+    print(f"device={device} threads={threads} torch={torch.__version__} "
+          f"loadavg={load_average()}")
+    settings = [QUICK] if args.quick else [TINY, trinity_tiny(), M20]
     results = {s.name: bench(s, device, precision) for s in settings}
+    print(f"loadavg at the end={load_average()} (others' jobs on these cores skew figures)")
     first = results[settings[0].name]
     figures = {"muon_over_adamw_step": first["opt_ratio"],
                "muon_over_adamw_train_step": first["train_ratio"],

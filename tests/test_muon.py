@@ -11,7 +11,13 @@ from torch import nn
 from kiln.config import ModelConfig, OptimConfig
 from kiln.model import Transformer
 from kiln.optim import build_optimizer
-from kiln.optim.muon import MuonWithAdamW, adjusted_lr, newton_schulz, resolve_ns_dtype
+from kiln.optim.muon import (
+    MuonWithAdamW,
+    adjusted_lr,
+    newton_schulz,
+    orthogonalize_grouped,
+    resolve_ns_dtype,
+)
 from kiln.optim.routing import ParamRouting, check_coverage, route_parameters
 from kiln.parallel.distributed import DistEnv
 from kiln.train.checkpoint import load_checkpoint, save_checkpoint
@@ -317,3 +323,56 @@ def test_trains_and_resumes_exactly_through_a_checkpoint(tmp_path):
     assert _train(fresh, opt3, batches[3:]) == losses[3:]
     for a, b in zip(fresh.parameters(), straight.parameters()):
         assert torch.equal(a, b)
+
+
+# -- grouped Newton-Schulz: one batched iteration per shape, same result --------------------
+
+
+def _per_parameter_step(params, flags):
+    """The reference: the optimizer's rule ('original' lr) one matrix at a time."""
+    for p, buf in params:
+        buf.lerp_(p.grad, 1 - flags["momentum"])
+        update = p.grad.lerp(buf, flags["momentum"]) if flags["nesterov"] else buf
+        ortho = newton_schulz(update, dtype=flags["dtype"])
+        p.data.mul_(1 - flags["lr"] * flags["weight_decay"])
+        p.data.add_(ortho, alpha=-flags["lr"] * math.sqrt(max(1, p.shape[-2] / p.shape[-1])))
+
+
+@pytest.mark.parametrize("ns_dtype,dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_grouped_path_equals_per_parameter_path(ns_dtype, dtype, nesterov):
+    """Shapes as in an MoE model: wide and tall matrices and expert stacks that share an
+    oriented shape (32, 64), a square group, and a lone matrix (the 2-D path)."""
+    shapes = [(32, 64), (64, 32), (32, 64), (4, 32, 64), (3, 64, 32), (48, 48), (48, 48),
+              (40, 24)]
+    ours = [nn.Parameter(torch.randn(*s, generator=gen(60 + i))) for i, s in enumerate(shapes)]
+    ref = [(nn.Parameter(p.detach().clone()), torch.zeros(p.shape)) for p in ours]
+    flags = {"lr": 0.02, "weight_decay": 0.1, "momentum": 0.95, "nesterov": nesterov}
+    opt = MuonWithAdamW([muon_group(ours, **flags, ns_dtype=ns_dtype)])
+    g = gen(70)
+    for _ in range(3):
+        for a, (b, _) in zip(ours, ref):
+            a.grad = torch.randn(a.shape, generator=g)
+            b.grad = a.grad.clone()
+        opt.step()
+        _per_parameter_step(ref, {**flags, "dtype": dtype})  # adjust_lr 'original'
+    for a, (b, _) in zip(ours, ref):
+        torch.testing.assert_close(a.detach(), b.detach(), rtol=0, atol=1e-6)
+
+
+def test_orthogonalize_grouped_returns_each_input_orthogonalised_in_its_shape():
+    updates = [torch.randn(24, 16, generator=gen(80)), torch.randn(2, 16, 24, generator=gen(81)),
+               torch.randn(16, 24, generator=gen(82)) * 1e3, torch.randn(8, 8, generator=gen(83))]
+    out = orthogonalize_grouped(updates, 5, (3.4445, -4.7750, 2.0315), 1e-7, torch.float32)
+    for u, o in zip(updates, out):
+        assert o.shape == u.shape and o.dtype == torch.float32
+        torch.testing.assert_close(o, newton_schulz(u, dtype=torch.float32), rtol=0, atol=1e-6)
+    # each matrix is normalised on its own: the 1e3-scaled one is not shrunk by the others
+    s = torch.linalg.svdvals(out[2].double())
+    assert s.min() >= 0.6 and s.max() <= 1.25
+    bf = orthogonalize_grouped(updates, 5, (3.4445, -4.7750, 2.0315), 1e-7, torch.bfloat16,
+                               out_dtype=torch.float32)
+    assert all(o.dtype == torch.float32 for o in bf)
+    with pytest.raises(ValueError, match="expert stacks"):
+        orthogonalize_grouped([torch.ones(4)], 5, (3.4445, -4.7750, 2.0315), 1e-7,
+                              torch.float32)

@@ -126,17 +126,17 @@ def cmd_generate(cfg: Config) -> None:
 
 
 def cmd_export(cfg: Config) -> None:
-    from kiln.export.hf_llama import export_hf
+    from kiln.export import export_model
 
     model, ckpt = _load_model(cfg)
-    out = export_hf(model, _tokenizer_path(cfg), cfg.run_dir / "export")
-    print(f"export: {ckpt.name} -> {out} (load with transformers.AutoModelForCausalLM)")
+    result = export_model(model, _tokenizer_path(cfg), cfg.run_dir / "export", cfg)
+    print(f"export ({result.format}): {ckpt.name} -> {result.path} ({result.note})")
 
 
-def cmd_report(cfg: Config) -> None:
+def cmd_report(cfg: Config, compare: list[str] | tuple[str, ...] = ()) -> None:
     from kiln.report import build_report
 
-    print(f"report: {build_report(cfg.run_dir)}")
+    print(f"report: {build_report(cfg.run_dir, compare=[Path(c) for c in compare])}")
 
 
 def cmd_run(cfg: Config) -> None:
@@ -174,7 +174,7 @@ VERBS = {
     "train": (cmd_train, "train the model (resumes from the latest checkpoint)"),
     "eval": (cmd_eval, "loss, perplexity and bits per byte on held-out data"),
     "generate": (cmd_generate, "sample from the latest checkpoint"),
-    "export": (cmd_export, "write a Hugging Face Llama folder"),
+    "export": (cmd_export, "write a Hugging Face (Llama / afmoe) or Kiln native folder"),
     "report": (cmd_report, "write report.html with plots"),
     "run": (cmd_run, "run every stage of a recipe"),
 }
@@ -203,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "train":
             p.add_argument("--fresh", action="store_true",
                            help="ignore existing checkpoints and start from step 0")
+        if name == "report":
+            p.add_argument("--compare", nargs="+", default=[], metavar="RUN_DIR",
+                           help="overlay these runs' curves and figures on the report")
     return parser
 
 
@@ -217,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             write_run_metadata(cfg)  # the resolved config of the latest command, and its env
         if args.verb == "train":
             cmd_train(cfg, resume=not args.fresh)
+        elif args.verb == "report":
+            cmd_report(cfg, compare=args.compare)
         else:
             fn(cfg)
     except ConfigError as e:

@@ -1,5 +1,48 @@
-"""Export trained Kiln models to other ecosystems (Hugging Face transformers)."""
+"""Export trained Kiln models to other ecosystems (Hugging Face transformers).
 
-from kiln.export.hf_llama import export_hf, hf_config, hf_state_dict
+`export_model` picks the format: a plain Llama config -> `LlamaForCausalLM`; a Trinity-style
+config afmoe represents exactly -> `AfmoeForCausalLM`; anything else -> Kiln's native
+safetensors folder, with the reason recorded and returned.
+"""
 
-__all__ = ["export_hf", "hf_config", "hf_state_dict"]
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.config import Config
+from kiln.export.hf_afmoe import afmoe_available, afmoe_incompatibilities, export_afmoe
+from kiln.export.hf_llama import export_hf, hf_config, hf_state_dict, llama_incompatibilities
+from kiln.export.native import export_native, load_native
+from kiln.model.transformer import Transformer
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    format: str  # "hf-llama" | "hf-afmoe" | "kiln-native"
+    path: Path
+    note: str  # why this format (for the native fallback: what the HF formats cannot hold)
+
+
+def export_model(
+    model: Transformer, tokenizer_path: Path, out_dir: Path, config: Config
+) -> ExportResult:
+    """Export `model` (`config`: its run's config) in the most portable exact format."""
+    not_llama = llama_incompatibilities(model.cfg)
+    if not not_llama:
+        return ExportResult("hf-llama", export_hf(model, tokenizer_path, out_dir),
+                            "plain Llama: load with transformers.AutoModelForCausalLM")
+    not_afmoe = afmoe_incompatibilities(model.cfg)
+    unavailable = afmoe_available()
+    if not not_afmoe and unavailable is None:
+        return ExportResult("hf-afmoe", export_afmoe(model, tokenizer_path, out_dir),
+                            "Trinity/afmoe: load with transformers.AutoModelForCausalLM")
+    why = not_afmoe or [unavailable]
+    reason = (f"no Hugging Face format holds this model exactly: not Llama ({'; '.join(not_llama)})"
+              f" and not afmoe ({'; '.join(why)})")
+    path = export_native(model, tokenizer_path, out_dir, config, reason)
+    return ExportResult("kiln-native", path, reason + "; load with kiln.export.load_native")
+
+
+__all__ = ["ExportResult", "export_afmoe", "export_hf", "export_model", "export_native",
+           "hf_config", "hf_state_dict", "load_native"]

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from kiln.atomic import atomic_dir
+from kiln.config import ModelConfig
 from kiln.data.tokenizer import eos_id, load_tokenizer
 from kiln.export.hf_tokenizer import write_hf_tokenizer
 from kiln.model.transformer import Transformer, ffn_hidden_size
@@ -33,6 +34,27 @@ _LAYER = {
     "ffn.w_up.weight": "mlp.up_proj.weight",
     "ffn.w_down.weight": "mlp.down_proj.weight",
 }
+
+
+_NOT_LLAMA = {  # ModelConfig switches whose non-default value LlamaForCausalLM cannot express
+    "local_per_global": "sliding-window (local) layers",
+    "global_rope": "position-free (NoPE) global layers",
+    "qk_norm": "QK-norm",
+    "attn_gate": "gated attention",
+    "sandwich_norm": "sandwich (post) norms",
+    "embed_scale": "embedding scaling by sqrt(dim)",
+    "n_experts": "mixture-of-experts FFNs",
+}
+
+
+def llama_incompatibilities(cfg: ModelConfig) -> list[str]:
+    """Why `cfg` is not a plain Llama decoder (empty: it is, and exports as one).
+
+    A Trinity option that has no weights of its own (NoPE, a sliding window, embedding
+    scaling) would otherwise export silently as a different model."""
+    plain = ModelConfig()
+    return [f"model.{key} = {getattr(cfg, key)!r} ({what})" for key, what in _NOT_LLAMA.items()
+            if getattr(cfg, key) != getattr(plain, key)]
 
 
 def _is_tied(model: Transformer) -> bool:
@@ -106,6 +128,11 @@ def export_hf(model: Transformer, tokenizer_path: Path, out_dir: Path) -> Path:
     The folder is assembled beside `out_dir` and swapped in at the end, so an existing
     export is replaced only by a complete one.
     """
+    problems = llama_incompatibilities(model.cfg)
+    if problems:
+        raise ValueError("not a plain Llama model, refusing a LlamaForCausalLM export that would "
+                         "compute something else: " + "; ".join(problems)
+                         + " (kiln.export.export_model picks afmoe or Kiln's native format)")
     tokenizer_path, out_dir = Path(tokenizer_path), Path(out_dir)
     eos = eos_id(load_tokenizer(tokenizer_path))
     if eos >= model.cfg.vocab_size:

@@ -17,6 +17,7 @@ Under FSDP2 parameters are DTensors sharded on dim 0. Momentum stays on the loca
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -75,14 +76,18 @@ def adjusted_lr(lr: float, rule: str, shape: torch.Size | tuple[int, ...]) -> fl
     """Muon's per-shape lr: 'original' sqrt(max(1, out/in)) (Keller Jordan; Trinity) or
     'match_rms_adamw' 0.2 sqrt(max(out, in)), which gives updates of RMS ~0.2 like AdamW's
     (Moonshot), so Muon can share AdamW's lr and weight decay."""
+    return lr * _lr_ratio(rule, tuple(shape))
+
+
+@functools.cache
+def _lr_ratio(rule: str, shape: tuple[int, ...]) -> float:
+    """adjusted_lr / lr; cached: the optimizer asks for it for every matrix on every step."""
     rows, cols = shape[-2], shape[-1]
     if rule == "original":
-        ratio = math.sqrt(max(1, rows / cols))
-    elif rule == "match_rms_adamw":
-        ratio = 0.2 * math.sqrt(max(rows, cols))
-    else:
-        raise ValueError(f"unknown Muon lr rule '{rule}'; use one of {list(ADJUST_LR_RULES)}")
-    return lr * ratio
+        return math.sqrt(max(1, rows / cols))
+    if rule == "match_rms_adamw":
+        return 0.2 * math.sqrt(max(rows, cols))
+    raise ValueError(f"unknown Muon lr rule '{rule}'; use one of {list(ADJUST_LR_RULES)}")
 
 
 def _local(t: Tensor) -> Tensor:
@@ -111,6 +116,49 @@ def orthogonalize(update: Tensor, like: Tensor, steps: int, coefficients, eps: f
                               shape=like.shape, stride=like.stride()).full_tensor()
     ortho = newton_schulz(full, steps, coefficients, eps, dtype)
     return distribute_tensor(ortho, mesh, placements, src_data_rank=None).to_local()
+
+
+def orthogonalize_grouped(updates: list[Tensor], steps: int, coefficients, eps: float,
+                          dtype: torch.dtype, out_dtype: torch.dtype | None = None
+                          ) -> list[Tensor]:
+    """`newton_schulz` of each update (2-D matrix or 3-D expert stack), run once per shape.
+
+    A small model has dozens of matrices of a few shapes (and expert stacks of the same
+    per-expert shape); iterating each alone is dominated by per-call overhead. Matrices are
+    brought to wide orientation (rows <= cols), cast to `dtype` and stacked, so one batched
+    iteration serves every matrix of an oriented shape. Each matrix is still normalised and
+    iterated on its own, so the result equals the one-by-one path. A shape held by a single
+    2-D matrix takes the 2-D path itself (the kernels of torch.optim.Muon). Returns updates
+    in `out_dtype` (default `dtype`; one cast per shape, not per matrix), each shaped like
+    its input."""
+    out_dtype = out_dtype or dtype
+    buckets: dict[tuple[int, int, torch.device], list[int]] = {}
+    for i, u in enumerate(updates):
+        if u.ndim not in (2, 3):
+            raise ValueError(f"Muon takes 2-D weights or 3-D expert stacks, got {tuple(u.shape)}")
+        rows, cols = u.shape[-2:]
+        buckets.setdefault((min(rows, cols), max(rows, cols), u.device), []).append(i)
+    out: list[Tensor | None] = [None] * len(updates)
+    for (rows, cols, device), idx in buckets.items():
+        if len(idx) == 1 and updates[idx[0]].ndim == 2:
+            out[idx[0]] = newton_schulz(updates[idx[0]], steps, coefficients, eps,
+                                        dtype).to(out_dtype)
+            continue
+        counts = [updates[i].shape[0] if updates[i].ndim == 3 else 1 for i in idx]
+        stack = torch.empty(sum(counts), rows, cols, dtype=dtype, device=device)
+        start = 0
+        for i, n in zip(idx, counts):
+            u = updates[i]
+            stack[start:start + n].copy_(u.mT if u.size(-2) > u.size(-1) else u)
+            start += n
+        ortho = newton_schulz(stack, steps, coefficients, eps, dtype).to(out_dtype)
+        start = 0
+        for i, n in zip(idx, counts):
+            u, piece = updates[i], ortho[start:start + n]
+            piece = piece.mT if u.size(-2) > u.size(-1) else piece
+            out[i] = piece if u.ndim == 3 else piece[0]
+            start += n
+    return out
 
 
 class MuonWithAdamW(torch.optim.Optimizer):
@@ -171,20 +219,40 @@ class MuonWithAdamW(torch.optim.Optimizer):
     def _muon_step(self, group: dict[str, Any]) -> None:
         lr, wd, beta = group["lr"], group["weight_decay"], group["momentum"]
         dtype = NS_DTYPES[group["ns_dtype"]]
-        for p in group["params"]:
-            if p.grad is None:
-                continue
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        for p in params:
             state = self.state[p]
             if "momentum_buffer" not in state:
                 state["momentum_buffer"] = torch.zeros_like(p.grad)
-            grad, buf = _local(p.grad), _local(state["momentum_buffer"])
-            buf.lerp_(grad, 1 - beta)  # buf = beta buf + (1 - beta) g
-            update = grad.lerp(buf, beta) if group["nesterov"] else buf
-            ortho = orthogonalize(update, p, group["ns_steps"], group["ns_coefficients"],
-                                  group["eps"], dtype)
-            w = _local(p)
-            w.mul_(1 - lr * wd)  # decoupled weight decay with the unscaled lr
-            w.add_(ortho, alpha=-adjusted_lr(lr, group["adjust_lr"], p.shape))
+        grads = [_local(p.grad) for p in params]
+        bufs = [_local(self.state[p]["momentum_buffer"]) for p in params]
+        torch._foreach_lerp_(bufs, grads, 1 - beta)  # buf = beta buf + (1 - beta) g
+        updates = torch._foreach_lerp(grads, bufs, beta) if group["nesterov"] else bufs
+        plain = [i for i, p in enumerate(params) if not isinstance(p, DTensor)]
+        orthos: dict[int, Tensor] = {}
+        if plain:
+            # cast back to the weights' dtype once per shape, not once per matrix in add_
+            weight_dtypes = {params[i].dtype for i in plain}
+            out_dtype = weight_dtypes.pop() if len(weight_dtypes) == 1 else None
+            orthos.update(zip(plain, orthogonalize_grouped(
+                [updates[i] for i in plain], group["ns_steps"], group["ns_coefficients"],
+                group["eps"], dtype, out_dtype=out_dtype)))
+        for i, p in enumerate(params):
+            if i not in orthos:  # FSDP2: gather, orthogonalise and re-slice one by one
+                orthos[i] = orthogonalize(updates[i], p, group["ns_steps"],
+                                          group["ns_coefficients"], group["eps"], dtype)
+        # decoupled weight decay with the unscaled lr, then the update with Muon's own lr;
+        # one foreach call per distinct lr (a handful of shapes), same arithmetic as add_
+        weights = [_local(p) for p in params]
+        torch._foreach_mul_(weights, 1 - lr * wd)
+        by_lr: dict[float, list[int]] = {}
+        for i, p in enumerate(params):
+            by_lr.setdefault(_lr_ratio(group["adjust_lr"], p.shape), []).append(i)
+        for ratio, idx in by_lr.items():
+            torch._foreach_add_([weights[i] for i in idx], [orthos[i] for i in idx],
+                                alpha=-lr * ratio)
 
     def _adamw_step(self, group: dict[str, Any]) -> None:
         params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []

@@ -6,10 +6,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kiln.atomic import write_text_atomic
+from kiln.report.compare import compare_section, load_comparison
 from kiln.report.fmt import as_number
 from kiln.report.html_parts import page
 from kiln.report.plots import write_plots
 from kiln.report.run_files import load_json, load_metrics, load_text
+from kiln.report.sections_moe import moe_section
 from kiln.report.sections_results import eval_section, plots_section, samples_section
 from kiln.report.sections_run import (
     config_section,
@@ -23,14 +25,16 @@ from kiln.report.sections_yield import yield_section
 from kiln.report.summary import Summary, summarize
 
 
-def build_report(run_dir: Path) -> Path:
+def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
     """Write ``run_dir/report.html`` (and ``run_dir/plots/*.png``); return its path.
 
     Every input is optional: a missing or unreadable file turns its section into
     a "not available (...)" note, so a crashed or half-finished run still gets a
-    report.
+    report. ``compare``: other run directories to set beside this one (each must
+    have a metrics.jsonl, checked before anything is written).
     """
     run_dir = Path(run_dir)
+    compared = load_comparison(run_dir, list(compare)) if compare else None
     metrics = load_metrics(run_dir)
     index = load_json(run_dir, "tokens/index.json")
     evaluation = load_json(run_dir, "eval.json")
@@ -40,9 +44,14 @@ def build_report(run_dir: Path) -> Path:
     records = metrics.value if metrics.ok else []
     plots = write_plots(records, run_dir / "plots", unigram) if records else {}
     summary = summarize(records) if records else Summary()
+    config = load_text(run_dir, "config.toml")
+    extra = [compare_section(compared, run_dir / "plots")] if compared else []
+    moe = moe_section(records, plots, config)
     sections = [
         summary_section(metrics, summary),
+        *extra,
         plots_section(metrics, plots),
+        *([moe] if moe else []),
         eval_section(evaluation, unigram),
         samples_section(load_json(run_dir, "samples.json", expect=list)),
         model_section(load_json(run_dir, "model.json")),
@@ -50,7 +59,7 @@ def build_report(run_dir: Path) -> Path:
         data_section(load_json(run_dir, "prepare.json")),
         yield_section(load_json(run_dir, "yield.json"), index),
         environment_section(load_json(run_dir, "env.json")),
-        config_section(load_text(run_dir, "config.toml")),
+        config_section(config),
     ]
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     html_text = page(

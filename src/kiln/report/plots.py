@@ -37,6 +37,17 @@ def series(records: list[dict[str, Any]], key: str, label: str, markers: bool = 
     return Series(label, [s for s, _ in kept], [v for _, v in kept], markers)
 
 
+def max_vio_series(train: list[dict[str, Any]]) -> list[Series]:
+    """One MaxVio line per MoE layer from the train records' ``moe_max_vio`` lists."""
+    rows = [(r["step"], r["moe_max_vio"]) for r in train if isinstance(r.get("moe_max_vio"), list)]
+    lines = []
+    for j in range(max((len(v) for _, v in rows), default=0)):
+        kept = [(s, as_number(v[j])) for s, v in rows if j < len(v)]
+        kept = [(s, x) for s, x in kept if x is not None]
+        lines.append(Series(f"MoE layer {j}", [s for s, _ in kept], [x for _, x in kept]))
+    return lines
+
+
 def save_plot(
     path: Path,
     title: str,
@@ -94,6 +105,9 @@ def write_plots(
         plans["throughput"] = ("Throughput", "tokens/s", [speed], None)
     if lr.steps:
         plans["lr"] = ("Learning rate", "lr", [lr], None)
+    max_vio = max_vio_series(train)
+    if max_vio:
+        plans["moe_max_vio"] = ("Expert load imbalance per MoE layer", "MaxVio", max_vio, None)
     written = {}
     for name, (title, ylabel, lines, baseline) in plans.items():
         path = plots_dir / f"{name}.png"

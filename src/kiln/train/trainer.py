@@ -15,6 +15,7 @@ from kiln.config import Config, ConfigError
 from kiln.data.loader import TokenLoader
 from kiln.data.shards import load_index
 from kiln.model import Transformer, count_params, flops_per_token
+from kiln.model.balancing import max_violation
 from kiln.optim import build_optimizer
 from kiln.parallel.distributed import (
     all_reduce_mean,
@@ -124,8 +125,8 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         moe = self.raw_model.moe_layers()
-        for layer in moe:  # one balancing step per optimizer step, counts summed over ranks
-            layer.update_bias()
+        # one balancing step per optimizer step, from counts summed over micro-batches and ranks
+        step_counts = [layer.update_bias() for layer in moe]
 
         self.step += 1
         step_tokens = batch.shape[0] * (batch.shape[1] - 1) * self.env.world_size
@@ -136,7 +137,7 @@ class Trainer:
         record = {"loss": loss.item(), "lr": lr, "grad_norm": float(grad_norm),
                   "step_tokens": step_tokens}
         if moe:
-            record["moe_max_vio"] = [layer.load_stats()["max_vio"] for layer in moe]
+            record["moe_max_vio"] = [max_violation(c) for c in step_counts]  # the global step's load
         return record
 
     def fit(self) -> list[float]:

@@ -1,0 +1,89 @@
+"""Trinity-tiny against a plain Llama of equal active parameters, same data, same steps.
+
+    python benchmarks/trinity_vs_dense.py               # the recipes' 200 steps each
+    python benchmarks/trinity_vs_dense.py --steps 100   # shorter
+
+Runs `kiln run recipes/trinity-tiny.toml` and `kiln run recipes/dense-tiny.toml` (prepare,
+tokenizer, tokenize, train, eval, generate, export, report) one after the other in
+subprocesses, into RUNS/trinity-tiny and RUNS/dense-tiny (both folders are deleted first:
+`kiln train` would otherwise resume an older run's checkpoints), then writes the comparison
+report `kiln report RUNS/trinity-tiny --compare RUNS/dense-tiny`.
+
+Figures: validation bits per byte on the whole val split after training (eval.json), and
+training tokens/s (mean over the second half of the steps, from metrics.jsonl) as a ratio
+Trinity / dense. Both runs share the machine in turn, never at the same time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import result_line  # noqa: E402
+
+from kiln.report import read_metrics  # noqa: E402
+from kiln.report.summary import summarize  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ("trinity-tiny", "dense-tiny")
+
+
+def kiln(*args: str) -> None:
+    cmd = [sys.executable, "-m", "kiln.cli", *args]
+    print("$ " + " ".join(cmd), flush=True)
+    done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"failed ({done.returncode}):\n{done.stdout[-4000:]}")
+    for line in done.stdout.splitlines():  # the verbs' one-line summaries, not the progress bars
+        if line.startswith(("export", "eval", "report", "tokenize", "[")):
+            print("  " + line, flush=True)
+
+
+def figures(run_dir: Path) -> dict[str, float]:
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    model = json.loads((run_dir / "model.json").read_text())
+    summary = summarize(read_metrics(run_dir / "metrics.jsonl"))
+    return {"val_bpb": evaluation["bpb"], "tokens_per_s": summary.mean_tokens_per_s or 0.0,
+            "final_loss": summary.final_train_loss or float("nan"),
+            "params": model["params"], "params_active": model["params_active"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=0, help="train steps (0: the recipes')")
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs", help="where the runs go")
+    args = parser.parse_args()
+    results, wall = {}, {}
+    for name in RECIPES:
+        run_dir = (args.runs / name).resolve()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        overrides = [f'run.dir="{run_dir}"']
+        if args.steps:
+            overrides.append(f"train.steps={args.steps}")
+        start = time.perf_counter()
+        kiln("run", str(ROOT / "recipes" / f"{name}.toml"),
+             *[a for o in overrides for a in ("--set", o)])
+        wall[name] = time.perf_counter() - start
+        results[name] = figures(run_dir)
+    trinity, dense = (args.runs / r for r in RECIPES)
+    kiln("report", str(trinity.resolve()), "--compare", str(dense.resolve()))
+
+    print(f"\n{'run':<14}{'params':>10}{'active':>10}{'final loss':>12}{'val bpb':>10}"
+          f"{'tokens/s':>10}{'wall s':>9}")
+    for name, f in results.items():
+        print(f"{name:<14}{f['params']:>10,}{f['params_active']:>10,}{f['final_loss']:>12.4f}"
+              f"{f['val_bpb']:>10.4f}{f['tokens_per_s']:>10.0f}{wall[name]:>9.0f}")
+    t, d = results["trinity-tiny"], results["dense-tiny"]
+    print(f"comparison report: {trinity / 'report.html'}")
+    print(result_line(trinity_val_bpb=t["val_bpb"], dense_val_bpb=d["val_bpb"],
+                      trinity_over_dense_tokens_per_s=t["tokens_per_s"] / d["tokens_per_s"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Kiln's own export format, for models no Hugging Face architecture represents exactly.
+
+A folder with `model.safetensors` (the model's state dict under Kiln's names, MoE balancer
+buffers included), `config.toml` (the resolved Kiln run config, whose [model] table rebuilds
+the architecture), `tokenizer.json`, and `kiln_export.json` (format tag and the reason this
+format was chosen). `load_native` turns it back into a `Transformer`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from kiln.atomic import atomic_dir
+from kiln.config import Config, ConfigError, config_to_toml, load_config, validate
+from kiln.model.transformer import Transformer
+
+NATIVE_FORMAT = "kiln-native"
+FILES = ("model.safetensors", "config.toml", "tokenizer.json", "kiln_export.json")
+
+
+def _is_tied(model: Transformer) -> bool:
+    return model.head.weight is model.embed.weight
+
+
+def native_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """CPU copies of the state dict; a tied head is left out (safetensors stores no aliases)."""
+    return {name: t.detach().cpu().contiguous().clone() for name, t in model.state_dict().items()
+            if not (name == "head.weight" and _is_tied(model))}
+
+
+def export_native(
+    model: Transformer, tokenizer_path: Path, out_dir: Path, config: Config, reason: str
+) -> Path:
+    """Write the native folder to `out_dir` atomically; `config` is the run's config (its
+    model section is replaced by the model's own, vocabulary resolved)."""
+    tokenizer_path, out_dir = Path(tokenizer_path), Path(out_dir)
+    if not tokenizer_path.is_file():
+        raise FileNotFoundError(f"tokenizer not found: {tokenizer_path}")
+    resolved = validate(dataclasses.replace(config, model=model.cfg))  # loadable back, or raise
+    meta = {"format": NATIVE_FORMAT, "reason": reason, "tied_embeddings": _is_tied(model),
+            "load_with": "kiln.export.native.load_native(path)"}
+    with atomic_dir(out_dir) as tmp:
+        save_file(native_state_dict(model), str(tmp / "model.safetensors"),
+                  metadata={"format": NATIVE_FORMAT})
+        (tmp / "config.toml").write_text(config_to_toml(resolved))
+        shutil.copyfile(tokenizer_path, tmp / "tokenizer.json")
+        (tmp / "kiln_export.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out_dir
+
+
+def load_native(path: Path | str) -> Transformer:
+    """Rebuild the exported model (eval mode, CPU, fp32 as saved). Every tensor of the
+    architecture must be in the file and nothing else (strict), so a folder from another
+    Kiln version fails loudly instead of loading half its weights."""
+    path = Path(path)
+    missing = [f for f in FILES if not (path / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{path} is not a Kiln native export (missing {', '.join(missing)})")
+    meta = json.loads((path / "kiln_export.json").read_text())
+    if meta.get("format") != NATIVE_FORMAT:
+        raise ValueError(f"{path}: format {meta.get('format')!r} is not {NATIVE_FORMAT!r}")
+    try:
+        cfg = load_config(path / "config.toml").model
+    except ConfigError as e:
+        raise ValueError(f"{path / 'config.toml'}: {e}") from e
+    model = Transformer(cfg)
+    state = load_file(str(path / "model.safetensors"))
+    if _is_tied(model):
+        if "head.weight" in state:
+            raise ValueError(f"{path}: config says tied embeddings but the file has a head.weight")
+        state["head.weight"] = state["embed.weight"]
+    model.load_state_dict(state, strict=True)
+    return model.eval()

@@ -1,0 +1,112 @@
+"""Set a run beside others: overlaid curves and a table of headline figures.
+
+`kiln report RUN --compare OTHER...` (or `build_report(run, compare=[...])`) adds a
+"Comparison" section with ``plots/compare_loss.png`` (train loss and validation bits per
+byte of every run against step) and one table row per run: final train loss, best val bpb,
+parameters, active parameters per token (MoE runs count top_k of their experts) and mean
+tokens/s. The runs named with --compare must be run directories with a ``metrics.jsonl``;
+a missing one is an error, since the user asked for it by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from kiln.atomic import atomic_path
+from kiln.report.fmt import as_number, fmt_count, fmt_float
+from kiln.report.html_parts import grid_table, image, paragraph, section
+from kiln.report.metrics_io import records_of_kind
+from kiln.report.plots import series
+from kiln.report.run_files import load_json, load_metrics
+from kiln.report.summary import Summary, summarize
+
+COMPARE_PLOT = "compare_loss"
+COLUMNS = ["run", "final train loss", "best val bpb", "params", "active params", "tokens/s"]
+
+
+@dataclass
+class RunFigures:
+    """What the comparison needs from one run directory."""
+
+    label: str
+    records: list[dict[str, Any]]
+    summary: Summary
+    params: float | None = None
+    params_active: float | None = None
+
+
+def _labels(paths: list[Path]) -> list[str]:
+    """Directory names, with the parent prepended where two runs share a name."""
+    names = [p.resolve().name for p in paths]
+    return [f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n
+            for p, n in zip(paths, names)]
+
+
+def load_run_figures(run_dir: Path, label: str, required: bool = True) -> RunFigures:
+    """Records, summary and parameter counts of `run_dir`. With `required`, a directory
+    without a readable metrics.jsonl raises FileNotFoundError naming it."""
+    metrics = load_metrics(run_dir)
+    if not metrics.ok and required:
+        raise FileNotFoundError(f"cannot compare with {run_dir}: {metrics.problem} "
+                                "(expected a Kiln run directory)")
+    records = metrics.value if metrics.ok else []
+    model = load_json(run_dir, "model.json")
+    counts = model.value if model.ok else {}
+    return RunFigures(label, records, summarize(records) if records else Summary(),
+                      as_number(counts.get("params")), as_number(counts.get("params_active")))
+
+
+def load_comparison(run_dir: Path, others: list[Path]) -> list[RunFigures]:
+    """The report's own run first (tolerated when empty), then every --compare run."""
+    paths = [Path(run_dir), *map(Path, others)]
+    labels = _labels(paths)
+    return [load_run_figures(p, lab, required=i > 0) for i, (p, lab) in enumerate(zip(paths, labels))]
+
+
+def write_compare_plot(runs: list[RunFigures], path: Path) -> None:
+    """Two panels, train loss and val bits/byte against step, one colour per run."""
+    fig = Figure(figsize=(11, 4.2), dpi=100)
+    FigureCanvasAgg(fig)
+    loss_ax, bpb_ax = fig.subplots(1, 2)
+    for i, run in enumerate(runs):
+        colour = f"C{i}"
+        loss = series(records_of_kind(run.records, "train"), "loss", run.label)
+        bpb = series(records_of_kind(run.records, "val"), "val_bpb", run.label)
+        if loss.steps:
+            loss_ax.plot(loss.steps, loss.values, "-", color=colour, linewidth=1.4, label=run.label)
+        if bpb.steps:
+            bpb_ax.plot(bpb.steps, bpb.values, "o-", color=colour, markersize=4, label=run.label)
+    for ax, title, ylabel in ((loss_ax, "Train loss", "loss (nats/token)"),
+                              (bpb_ax, "Validation bits per byte", "bits/byte")):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.3)
+        if ax.lines:
+            ax.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+
+
+def comparison_rows(runs: list[RunFigures]) -> list[list[str]]:
+    return [[r.label, fmt_float(r.summary.final_train_loss), fmt_float(r.summary.best_val_bpb),
+             fmt_count(r.params), fmt_count(r.params_active), fmt_count(r.summary.mean_tokens_per_s)]
+            for r in runs]
+
+
+def compare_section(runs: list[RunFigures], plots_dir: Path) -> str:
+    """Write the overlay plot and return the section's HTML."""
+    write_compare_plot(runs, plots_dir / f"{COMPARE_PLOT}.png")
+    note = paragraph("tokens/s: mean over the second half of each run's steps; active params: "
+                     "per token (routed experts count top_k of n_experts).", "muted")
+    body = (image(f"plots/{COMPARE_PLOT}.png", "train loss and val bits/byte of every run")
+            + grid_table(COLUMNS, comparison_rows(runs)) + note)
+    return section("Comparison", body)

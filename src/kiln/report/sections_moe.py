@@ -1,0 +1,59 @@
+"""The mixture-of-experts section: expert load balance (MaxVio) per MoE layer over training.
+
+MaxVio = (max_i n_i - mean n) / mean n over the tokens routed to each expert (DeepSeek /
+Trinity's imbalance figure; 0 is perfect balance, n_experts / top_k - 1 is every token on
+the same experts). The trainer logs one value per MoE layer in ``moe_max_vio``; dense runs
+have none and get no section.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from kiln.report.fmt import as_number, fmt_float
+from kiln.report.html_parts import grid_table, image, paragraph, section, unavailable
+from kiln.report.metrics_io import records_of_kind
+from kiln.report.run_files import Loaded
+
+MOE_PLOT = "moe_max_vio"
+
+
+def _dense_prefix(config: Loaded) -> int:
+    """model.n_dense_layers from the run's config.toml (MoE layers follow it), else 0."""
+    if not config.ok:
+        return 0
+    try:
+        value = tomllib.loads(config.value).get("model", {}).get("n_dense_layers", 0)
+    except tomllib.TOMLDecodeError:
+        return 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def max_vio_rows(records: list[dict[str, Any]]) -> list[list[float | None]]:
+    """The per-layer MaxVio lists of the train records, in step order."""
+    return [r["moe_max_vio"] for r in records_of_kind(records, "train")
+            if isinstance(r.get("moe_max_vio"), list)]
+
+
+def moe_section(records: list[dict[str, Any]], plots: dict[str, Path], config: Loaded) -> str | None:
+    """Plot and final per-layer MaxVio, or None for a run without MoE records."""
+    rows = max_vio_rows(records)
+    if not rows:
+        return None
+    dense = _dense_prefix(config)
+    tail = rows[-max(1, len(rows) // 4):]
+    table = []
+    for j in range(max(len(r) for r in rows)):
+        final = as_number(rows[-1][j]) if j < len(rows[-1]) else None
+        recent = [v for v in (as_number(r[j]) for r in tail if j < len(r)) if v is not None]
+        mean = sum(recent) / len(recent) if recent else None
+        table.append([f"MoE layer {j}", str(dense + j), fmt_float(final, 3), fmt_float(mean, 3)])
+    plot = (image(f"plots/{MOE_PLOT}.png", "MaxVio per MoE layer over steps") if MOE_PLOT in plots
+            else unavailable("no MaxVio plot"))
+    note = paragraph("MaxVio = (max expert load - mean load) / mean load, per MoE layer, from "
+                     "the last logged step's batch; 'last quarter' averages the last quarter of "
+                     "the logged steps. 0 is perfect balance.", "muted")
+    headers = ["layer", "block", "final MaxVio", "mean MaxVio (last quarter)"]
+    return section("Mixture of experts: load balance", plot + grid_table(headers, table) + note)

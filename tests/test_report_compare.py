@@ -1,0 +1,107 @@
+"""`kiln report RUN --compare OTHER`: overlay plot, comparison table, and the MoE section."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kiln.cli import main
+from kiln.config import Config, config_to_toml
+from kiln.report import build_report
+from kiln.report.plots import max_vio_series
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def make_run(run: Path, losses: list[float], bpbs: list[float], params: int, active: int,
+             tokens_per_s: float, max_vio: list[list[float]] | None = None) -> Path:
+    """A run directory with metrics.jsonl (train every step, val every 4), model.json and a
+    config.toml whose model has a 2-layer dense prefix."""
+    run.mkdir(parents=True)
+    records = []
+    for step, loss in enumerate(losses, start=1):
+        r = {"kind": "train", "step": step, "loss": loss, "lr": 1e-3, "tokens": step * 100,
+             "tokens_per_s": tokens_per_s, "elapsed_s": step * 0.1}
+        if max_vio is not None:
+            r["moe_max_vio"] = max_vio[step - 1]
+        records.append(r)
+    for i, bpb in enumerate(bpbs, start=1):
+        records.append({"kind": "val", "step": 4 * i, "val_loss": bpb, "val_bpb": bpb})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "model.json").write_text(json.dumps({"params": params, "params_active": active}))
+    cfg = Config()
+    cfg.model.n_dense_layers = 2
+    (run / "config.toml").write_text(config_to_toml(cfg))
+    return run
+
+
+@pytest.fixture
+def runs(tmp_path):
+    vio = [[3.0 - 0.3 * s, 2.0 - 0.2 * s] for s in range(8)]  # 2 MoE layers, 8 steps
+    trinity = make_run(tmp_path / "trinity", [5.0, 4.5, 4.2, 4.0, 3.9, 3.8, 3.75, 3.7],
+                       [2.5, 2.2], 3_072_640, 2_040_448, 3000.0, vio)
+    dense = make_run(tmp_path / "dense", [5.0, 4.6, 4.4, 4.3, 4.2, 4.1, 4.05, 4.0],
+                     [2.6, 2.4], 2_041_984, 2_041_984, 5000.0)
+    return trinity, dense
+
+
+def test_compare_section_table_and_plot(runs):
+    trinity, dense = runs
+    html = build_report(trinity, compare=[dense]).read_text()
+    assert (trinity / "plots" / "compare_loss.png").read_bytes().startswith(PNG_MAGIC)
+    table = html.split("<h2>Comparison</h2>", 1)[1].split("</section>", 1)[0]
+    rows = [r for r in table.split("<tr>")[2:]]
+    assert len(rows) == 2 and ">trinity<" in rows[0] and ">dense<" in rows[1]
+    for cell in ("3.7000", "2.2000", "3.1M", "2.0M", "3.0K"):  # final loss, best bpb, ...
+        assert cell in rows[0], (cell, rows[0])
+    for cell in ("4.0000", "2.4000", "5.0K"):
+        assert cell in rows[1], (cell, rows[1])
+
+
+def test_moe_section_plot_and_final_values(runs):
+    trinity, dense = runs
+    html = build_report(trinity).read_text()
+    assert (trinity / "plots" / "moe_max_vio.png").read_bytes().startswith(PNG_MAGIC)
+    moe = html.split("Mixture of experts: load balance", 1)[1].split("</section>", 1)[0]
+    # layer 0 sits in block 2 (after the dense prefix); final 3.0 - 0.3 * 7 = 0.9; the last
+    # quarter (steps 7, 8) averages (1.2 + 0.9) / 2 = 1.05
+    assert "<td>MoE layer 0</td><td class=\"num\">2</td><td class=\"num\">0.900</td>" \
+           "<td class=\"num\">1.050</td>" in moe
+    assert "<td>MoE layer 1</td><td class=\"num\">3</td><td class=\"num\">0.600</td>" in moe
+    assert "Comparison" not in html  # no --compare, no comparison
+    dense_html = build_report(dense).read_text()
+    assert "Mixture of experts" not in dense_html
+    assert not (dense / "plots" / "moe_max_vio.png").exists()
+
+
+def test_max_vio_series_per_layer():
+    records = [{"kind": "train", "step": 2, "moe_max_vio": [0.5, 0.25]},
+               {"kind": "train", "step": 1, "moe_max_vio": [1.0, None]},
+               {"kind": "train", "step": 3}]
+    lines = max_vio_series(sorted(records, key=lambda r: r["step"]))
+    assert [(s.steps, s.values) for s in lines] == [([1, 2], [1.0, 0.5]), ([2], [0.25])]
+
+
+def test_missing_compare_run_fails_before_writing(runs, tmp_path):
+    trinity, _ = runs
+    before = build_report(trinity).read_text()
+    with pytest.raises(FileNotFoundError, match="no_such_run"):
+        build_report(trinity, compare=[tmp_path / "no_such_run"])
+    assert (trinity / "report.html").read_text() == before
+
+
+def test_cli_report_compare(runs, tmp_path, capsys):
+    trinity, dense = runs
+    assert main(["report", str(trinity), "--compare", str(dense)]) == 0
+    assert "Comparison" in (trinity / "report.html").read_text()
+    assert main(["report", str(trinity), "--compare", str(tmp_path / "missing")]) == 1
+    assert "cannot compare" in capsys.readouterr().err
+
+
+def test_same_named_runs_get_distinct_labels(tmp_path):
+    a = make_run(tmp_path / "x" / "run", [4.0], [], 10, 10, 1.0)
+    b = make_run(tmp_path / "y" / "run", [3.0], [], 10, 10, 1.0)
+    html = build_report(a, compare=[b]).read_text()
+    assert ">x/run<" in html and ">y/run<" in html
