@@ -11,7 +11,7 @@ import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
-import kiln.export.hf_llama as hf_llama  # noqa: E402
+import kiln.export.hf_folder as hf_folder  # noqa: E402
 from kiln.config import ModelConfig  # noqa: E402
 from kiln.data.tokenizer import EOS_TOKEN, load_tokenizer  # noqa: E402
 from kiln.export import export_hf  # noqa: E402
@@ -103,7 +103,7 @@ def test_export_is_atomic(tokenizer_path, tmp_path, monkeypatch):
         raise OSError("disk full")
 
     with monkeypatch.context() as m:
-        m.setattr(hf_llama, "save_file", crash)
+        m.setattr(hf_folder, "save_file", crash)
         with pytest.raises(OSError, match="disk full"):
             export_hf(model, tokenizer_path, out)
     assert sorted(p.name for p in out.iterdir()) == ["old.txt"]

@@ -27,17 +27,13 @@ offline.
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
-from kiln.atomic import atomic_dir
 from kiln.config import ModelConfig
-from kiln.data.tokenizer import eos_id, load_tokenizer
-from kiln.export.hf_tokenizer import write_hf_tokenizer
+from kiln.export.hf_folder import is_tied, write_hf_folder
 from kiln.model.transformer import (
     Transformer,
     expert_hidden_size,
@@ -101,9 +97,6 @@ def afmoe_incompatibilities(cfg: ModelConfig) -> list[str]:
     return problems
 
 
-def _is_tied(model: Transformer) -> bool:
-    return model.head.weight is model.embed.weight
-
 
 def _tensor(t: torch.Tensor) -> torch.Tensor:
     return t.detach().cpu().contiguous().clone()
@@ -113,7 +106,7 @@ def afmoe_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     """CPU tensors under afmoe checkpoint names; a tied head is left out (HF re-ties it)."""
     out: dict[str, torch.Tensor] = {}
     for name, tensor in model.state_dict().items():
-        if name == "head.weight" and _is_tied(model):
+        if name == "head.weight" and is_tied(model):
             continue
         if name in _TOP:
             out[_TOP[name]] = _tensor(tensor)
@@ -168,7 +161,7 @@ def afmoe_config(model: Transformer, eos: int) -> dict[str, Any]:
         "sliding_window": cfg.sliding_window if cfg.local_per_global else cfg.max_seq_len,
         "layer_types": layer_types(cfg),
         "mup_enabled": cfg.embed_scale,
-        "tie_word_embeddings": _is_tied(model),
+        "tie_word_embeddings": is_tied(model),
         "attention_bias": False,
         "attention_dropout": 0.0,
         "output_router_logits": False,
@@ -181,9 +174,6 @@ def afmoe_config(model: Transformer, eos: int) -> dict[str, Any]:
     }
 
 
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
 
 def export_afmoe(model: Transformer, tokenizer_path: Path, out_dir: Path) -> Path:
     """Write config, weights, generation config and tokenizer to `out_dir` atomically.
@@ -192,14 +182,4 @@ def export_afmoe(model: Transformer, tokenizer_path: Path, out_dir: Path) -> Pat
     problems = afmoe_incompatibilities(model.cfg)
     if problems:
         raise ValueError("this model cannot be written as Hugging Face afmoe: " + "; ".join(problems))
-    tokenizer_path, out_dir = Path(tokenizer_path), Path(out_dir)
-    eos = eos_id(load_tokenizer(tokenizer_path))
-    if eos >= model.cfg.vocab_size:
-        raise ValueError(f"EOS id {eos} is outside the model's vocabulary ({model.cfg.vocab_size})")
-    with atomic_dir(out_dir) as tmp:
-        _write_json(tmp / "config.json", afmoe_config(model, eos))
-        save_file(afmoe_state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        _write_json(tmp / "generation_config.json",
-                    {"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos})
-        write_hf_tokenizer(tokenizer_path, tmp, model.cfg.max_seq_len)
-    return out_dir
+    return write_hf_folder(model, tokenizer_path, out_dir, afmoe_config, afmoe_state_dict)

@@ -8,17 +8,13 @@ and without it installed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
-from kiln.atomic import atomic_dir
 from kiln.config import ModelConfig
-from kiln.data.tokenizer import eos_id, load_tokenizer
-from kiln.export.hf_tokenizer import write_hf_tokenizer
+from kiln.export.hf_folder import is_tied, write_hf_folder
 from kiln.model.transformer import Transformer, ffn_hidden_size
 
 _TOP = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
@@ -57,9 +53,6 @@ def llama_incompatibilities(cfg: ModelConfig) -> list[str]:
             if getattr(cfg, key) != getattr(plain, key)]
 
 
-def _is_tied(model: Transformer) -> bool:
-    return model.head.weight is model.embed.weight
-
 
 def _hf_name(name: str) -> str:
     if name in _TOP:
@@ -75,7 +68,7 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     """CPU tensors under HF Llama names; a tied head is left out (HF re-ties lm_head)."""
     out = {}
     for name, tensor in model.state_dict().items():
-        if name == "head.weight" and _is_tied(model):
+        if name == "head.weight" and is_tied(model):
             continue
         out[_hf_name(name)] = tensor.detach().cpu().contiguous().clone()
     return out
@@ -103,7 +96,7 @@ def hf_config(model: Transformer, eos: int) -> dict[str, Any]:
         "rms_norm_eps": cfg.norm_eps,
         "rope_theta": cfg.rope_theta,
         "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-        "tie_word_embeddings": _is_tied(model),
+        "tie_word_embeddings": is_tied(model),
         "hidden_act": "silu",
         "attention_bias": False,
         "attention_dropout": 0.0,
@@ -118,9 +111,6 @@ def hf_config(model: Transformer, eos: int) -> dict[str, Any]:
     }
 
 
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
 
 def export_hf(model: Transformer, tokenizer_path: Path, out_dir: Path) -> Path:
     """Write config, weights, generation config and tokenizer to `out_dir`; returns it.
@@ -133,14 +123,4 @@ def export_hf(model: Transformer, tokenizer_path: Path, out_dir: Path) -> Path:
         raise ValueError("not a plain Llama model, refusing a LlamaForCausalLM export that would "
                          "compute something else: " + "; ".join(problems)
                          + " (kiln.export.export_model picks afmoe or Kiln's native format)")
-    tokenizer_path, out_dir = Path(tokenizer_path), Path(out_dir)
-    eos = eos_id(load_tokenizer(tokenizer_path))
-    if eos >= model.cfg.vocab_size:
-        raise ValueError(f"EOS id {eos} is outside the model's vocabulary ({model.cfg.vocab_size})")
-    with atomic_dir(out_dir) as tmp:
-        _write_json(tmp / "config.json", hf_config(model, eos))
-        save_file(hf_state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        _write_json(tmp / "generation_config.json",
-                    {"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos})
-        write_hf_tokenizer(tokenizer_path, tmp, model.cfg.max_seq_len)
-    return out_dir
+    return write_hf_folder(model, tokenizer_path, out_dir, hf_config, hf_state_dict)

@@ -18,20 +18,18 @@ from safetensors.torch import load_file, save_file
 
 from kiln.atomic import atomic_dir
 from kiln.config import Config, ConfigError, config_to_toml, load_config, validate
+from kiln.export.hf_folder import is_tied
 from kiln.model.transformer import Transformer
 
 NATIVE_FORMAT = "kiln-native"
 FILES = ("model.safetensors", "config.toml", "tokenizer.json", "kiln_export.json")
 
 
-def _is_tied(model: Transformer) -> bool:
-    return model.head.weight is model.embed.weight
-
 
 def native_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     """CPU copies of the state dict; a tied head is left out (safetensors stores no aliases)."""
     return {name: t.detach().cpu().contiguous().clone() for name, t in model.state_dict().items()
-            if not (name == "head.weight" and _is_tied(model))}
+            if not (name == "head.weight" and is_tied(model))}
 
 
 def export_native(
@@ -43,7 +41,7 @@ def export_native(
     if not tokenizer_path.is_file():
         raise FileNotFoundError(f"tokenizer not found: {tokenizer_path}")
     resolved = validate(dataclasses.replace(config, model=model.cfg))  # loadable back, or raise
-    meta = {"format": NATIVE_FORMAT, "reason": reason, "tied_embeddings": _is_tied(model),
+    meta = {"format": NATIVE_FORMAT, "reason": reason, "tied_embeddings": is_tied(model),
             "load_with": "kiln.export.native.load_native(path)"}
     with atomic_dir(out_dir) as tmp:
         save_file(native_state_dict(model), str(tmp / "model.safetensors"),
@@ -71,7 +69,7 @@ def load_native(path: Path | str) -> Transformer:
         raise ValueError(f"{path / 'config.toml'}: {e}") from e
     model = Transformer(cfg)
     state = load_file(str(path / "model.safetensors"))
-    if _is_tied(model):
+    if is_tied(model):
         if "head.weight" in state:
             raise ValueError(f"{path}: config says tied embeddings but the file has a head.weight")
         state["head.weight"] = state["embed.weight"]

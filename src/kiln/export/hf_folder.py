@@ -1,0 +1,47 @@
+"""What every Hugging Face export writes: config, safetensors weights, generation config and
+tokenizer, assembled beside the destination and swapped in only when complete."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from kiln.atomic import atomic_dir
+from kiln.data.tokenizer import eos_id, load_tokenizer
+from kiln.export.hf_tokenizer import write_hf_tokenizer
+from kiln.model.transformer import Transformer
+
+
+def is_tied(model: Transformer) -> bool:
+    return model.head.weight is model.embed.weight
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def write_hf_folder(
+    model: Transformer,
+    tokenizer_path: Path,
+    out_dir: Path,
+    config: Callable[[Transformer, int], dict[str, Any]],
+    state_dict: Callable[[Transformer], dict[str, torch.Tensor]],
+) -> Path:
+    """Write `config(model, eos)` and `state_dict(model)` with the tokenizer into `out_dir`;
+    an existing export is replaced only by a complete one."""
+    tokenizer_path, out_dir = Path(tokenizer_path), Path(out_dir)
+    eos = eos_id(load_tokenizer(tokenizer_path))
+    if eos >= model.cfg.vocab_size:
+        raise ValueError(f"EOS id {eos} is outside the model's vocabulary ({model.cfg.vocab_size})")
+    with atomic_dir(out_dir) as tmp:
+        _write_json(tmp / "config.json", config(model, eos))
+        save_file(state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        _write_json(tmp / "generation_config.json",
+                    {"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos})
+        write_hf_tokenizer(tokenizer_path, tmp, model.cfg.max_seq_len)
+    return out_dir
