@@ -105,3 +105,16 @@ def test_same_named_runs_get_distinct_labels(tmp_path):
     b = make_run(tmp_path / "y" / "run", [3.0], [], 10, 10, 1.0)
     html = build_report(a, compare=[b]).read_text()
     assert ">x/run<" in html and ">y/run<" in html
+
+
+def test_moe_section_shows_last_expert_load(tmp_path):
+    run = make_run(tmp_path / "moe", [5.0, 4.0], [2.5], 10, 5, 100.0, [[1.0], [0.5]])
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    last = json.loads(lines[1])
+    last["moe_load"] = [[0.375, 0.125, 0.25, 0.25]]
+    lines[1] = json.dumps(last)
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    moe = build_report(run).read_text().split("Mixture of experts: load balance", 1)[1]
+    assert "uniform is 25.0% per expert" in moe
+    cells = "".join(f"<td class=\"num\">{v}</td>" for v in ("37.5%", "12.5%", "25.0%", "25.0%"))
+    assert "<td>MoE layer 0 (block 2)</td>" + cells in moe

@@ -75,3 +75,7 @@ def test_recipe_trains_on_the_tiny_corpus(tiny_run, name):
     assert all(math.isfinite(r["loss"]) for r in records)
     n_moe = cfg.model.n_layers - cfg.model.n_dense_layers if cfg.model.n_experts else 0
     assert len(records[-1].get("moe_max_vio", [])) == n_moe
+    for load, vio in zip(records[-1].get("moe_load", []), records[-1].get("moe_max_vio", [])):
+        n = len(load)
+        assert n == cfg.model.n_experts and sum(load) == pytest.approx(1.0)
+        assert vio == pytest.approx(max(load) * n - 1.0)  # MaxVio = max/mean - 1

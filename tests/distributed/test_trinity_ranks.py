@@ -49,4 +49,6 @@ def test_trinity_two_ranks_match_one_rank(tiny_run, single_rank, mode):
     for a, b in zip(two, single_rank):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4, abs=1e-5)
         assert a["moe_max_vio"] == pytest.approx(b["moe_max_vio"], abs=1e-9)  # global counts
+        for la, lb in zip(a["moe_load"], b["moe_load"]):
+            assert la == pytest.approx(lb, abs=1e-12)
     assert '"world_size": 2' in (tiny_run / "model.json").read_text()

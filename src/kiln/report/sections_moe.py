@@ -56,4 +56,20 @@ def moe_section(records: list[dict[str, Any]], plots: dict[str, Path], config: L
                      "the last logged step's batch; 'last quarter' averages the last quarter of "
                      "the logged steps. 0 is perfect balance.", "muted")
     headers = ["layer", "block", "final MaxVio", "mean MaxVio (last quarter)"]
-    return section("Mixture of experts: load balance", plot + grid_table(headers, table) + note)
+    return section("Mixture of experts: load balance",
+                   plot + grid_table(headers, table) + note + _load_table(records, dense))
+
+
+def _load_table(records: list[dict[str, Any]], dense: int) -> str:
+    """Each MoE layer's share of routed tokens per expert at the last logged step."""
+    loads = [r["moe_load"] for r in records_of_kind(records, "train")
+             if isinstance(r.get("moe_load"), list)]
+    if not loads:
+        return ""
+    last = loads[-1]
+    n = max(len(layer) for layer in last)
+    rows = [[f"MoE layer {j} (block {dense + j})", *(f"{100 * v:.1f}%" for v in layer)]
+            for j, layer in enumerate(last)]
+    return (paragraph("Expert load (share of routed tokens, last logged step); uniform is "
+                      f"{100 / n:.1f}% per expert.", "muted")
+            + grid_table(["layer", *(f"e{i}" for i in range(n))], rows))

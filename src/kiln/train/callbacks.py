@@ -83,7 +83,7 @@ class ProgressLog(Callback):
             "kind": "train", "step": trainer.step, "loss": record["loss"], "lr": record["lr"],
             "grad_norm": record["grad_norm"], "tokens": trainer.tokens_seen,
             "tokens_per_s": tps, "elapsed_s": trainer.elapsed(),
-            **({"moe_max_vio": record["moe_max_vio"]} if "moe_max_vio" in record else {}),
+            **{k: record[k] for k in ("moe_max_vio", "moe_load") if k in record},
         })
         self.bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{tps:,.0f}")
 

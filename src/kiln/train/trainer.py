@@ -138,6 +138,7 @@ class Trainer:
                   "step_tokens": step_tokens}
         if moe:
             record["moe_max_vio"] = [max_violation(c) for c in step_counts]  # the global step's load
+            record["moe_load"] = [(c.double() / max(1, int(c.sum()))).tolist() for c in step_counts]
         return record
 
     def fit(self) -> list[float]:
