@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import random
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 from datatrove.pipeline.base import PipelineStep
+from test_arxiv_pipeline import tar_gz
 
 from kiln.cli import cmd_prepare, cmd_tokenize, cmd_tokenizer, main
 from kiln.config import ConfigError, config_to_toml, load_config
@@ -47,17 +46,6 @@ def prose(topic: str, extra: str = "") -> str:
                  f"Finally we discuss open problems about {topic} that seem to be within reach "
                  "of these methods.", extra]
     return "\n\n".join(s for s in sentences if s) + "\n"
-
-
-def tar_gz(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def paper_files(topic: str, extra: str = "") -> dict[str, str]:
