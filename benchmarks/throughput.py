@@ -37,6 +37,7 @@ from common import matmul_flops, median, result_line, set_threads, time_call  # 
 from kiln.config import ModelConfig, OptimConfig  # noqa: E402
 from kiln.model import Transformer, count_params, ffn_hidden_size, flops_per_token  # noqa: E402
 from kiln.optim import build_optimizer  # noqa: E402
+from kiln.train.host_memory import keep_freed_memory  # noqa: E402
 from kiln.train.precision import autocast  # noqa: E402
 
 
@@ -162,6 +163,7 @@ def main() -> None:
     if args.compile:  # compilation and any recompilation on the next calls stay untimed
         s = dataclasses.replace(s, warmup=max(s.warmup, 3))
     threads = set_threads()
+    kept = keep_freed_memory()  # as Trainer does on CPU; process-wide, so both models get it
     torch.manual_seed(0)
     batch = torch.randint(0, s.model.vocab_size, (s.batch, s.seq_len + 1))
     params = count_params(Transformer(s.model))["params"]
@@ -169,7 +171,7 @@ def main() -> None:
 
     m = s.model
     print(f"torch {torch.__version__}, {threads} threads (torch.set_num_threads), "
-          f"compile={args.compile}")
+          f"compile={args.compile}, freed host memory kept={kept}")
     print(f"model: dim {m.dim}, {m.n_layers} layers, {m.n_heads} heads / {m.n_kv_heads} kv, "
           f"ffn {ffn_hidden_size(m)}, vocab {m.vocab_size}, tied={m.tie_embeddings}; "
           f"{params / 1e6:.2f}M params; {fpt / 1e6:.1f} MFLOP/token (train)")

@@ -11,15 +11,12 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from kiln.config import ModelConfig
+from kiln.model.fused_loss import linear_cross_entropy
 from kiln.model.layers import Attention, KVCache, RMSNorm, SwiGLU, rope_tables
 from kiln.model.moe import MoE
-
-LOSS_CHUNK = 1024  # tokens per head + cross-entropy chunk in training
 
 
 def ffn_hidden_size(cfg: ModelConfig) -> int:
@@ -83,10 +80,6 @@ class Block(nn.Module):
         return x + h
 
 
-def _chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(F.linear(hidden, weight).float(), targets, reduction="sum")
-
-
 class Transformer(nn.Module):
     """Decoder: embeddings, blocks, final RMSNorm, LM head (optionally tied)."""
 
@@ -145,18 +138,14 @@ class Transformer(nn.Module):
         targets: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits (B, T, vocab) for tokens (B, T); with `targets`, the mean next-token
-        cross-entropy instead, computed in chunks whose logits are recomputed in backward
-        so the full (tokens x vocab) fp32 logits never exist. With `caches`, positions
-        continue from what the caches hold (incremental decoding)."""
+        cross-entropy instead, through the fused head + loss (`fused_loss`), so the full
+        (tokens x vocab) logits never exist. With `caches`, positions continue from what
+        the caches hold (incremental decoding)."""
         x = self.hidden_states(tokens, caches)
         if targets is None:
             return self.head(x)
-        x, y = x.flatten(0, 1), targets.flatten()
-        total = x.new_zeros((), dtype=torch.float32)
-        for i in range(0, y.numel(), LOSS_CHUNK):
-            total = total + checkpoint(_chunk_loss, x[i : i + LOSS_CHUNK], self.head.weight,
-                                       y[i : i + LOSS_CHUNK], use_reentrant=False)
-        return total / y.numel()
+        y = targets.flatten()
+        return linear_cross_entropy(x.flatten(0, 1), self.head.weight, y) / y.numel()
 
     def aux_loss(self) -> torch.Tensor | None:
         """Sum of the MoE layers' balance and z-losses from the last forward (None if dense)."""

@@ -27,6 +27,7 @@ from kiln.parallel.distributed import (
 from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
 from kiln.train.checkpoint import latest_checkpoint, load_checkpoint
+from kiln.train.host_memory import keep_freed_memory
 from kiln.train.precision import autocast, resolve_device, resolve_precision
 from kiln.train.schedule import lr_multiplier
 
@@ -50,6 +51,8 @@ class Trainer:
         self.env = init_distributed(self.device)
         self.device = local_device(self.device, self.env)
         self.precision = resolve_precision(t.precision, self.device)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         per_rank = t.global_batch // self.env.world_size
         if t.global_batch % (t.micro_batch * self.env.world_size):
             raise ConfigError(

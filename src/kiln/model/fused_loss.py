@@ -1,0 +1,110 @@
+"""LM head + cross-entropy in one pass, with the gradients computed during the forward.
+
+The plain path (logits = h W^T, upcast, log-softmax, NLL, then the same in reverse) walks
+the (tokens x vocab) logits about ten times and, under autocast, keeps them in memory
+until backward. Here the logits are made a few hundred rows at a time into a buffer that
+is reused, turned in place into the softmax-minus-one-hot gradient (fp32 arithmetic),
+and multiplied straight back into dL/dh and dL/dW; backward only scales the stored
+gradients. The matmuls are the ones autocast runs (inputs in the compute dtype, one
+rounding of each product), so the numbers match the plain path to its own precision.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# fp32 elements of logits per chunk (16 MB: the softmax passes stay in cache-sized pieces)
+CHUNK_ELEMENTS = 1 << 22
+# bytes of the dL/dlogits buffer per group; dL/dh and dL/dW are one matmul per group
+GROUP_BYTES = 64 << 20
+
+
+def chunk_rows(vocab: int) -> int:
+    return max(16, CHUNK_ELEMENTS // vocab)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, need_grad: bool, chunk: int):
+        n, vocab = hidden.shape[0], weight.shape[0]
+        dtype = hidden.dtype
+        group = chunk
+        if need_grad:  # the largest multiple of `chunk` rows whose gradient fits GROUP_BYTES
+            group = max(chunk, GROUP_BYTES // (vocab * hidden.element_size()) // chunk * chunk)
+        group = min(group, n)
+        logits = torch.empty(group, vocab, dtype=dtype, device=hidden.device)
+        upcast = torch.empty(min(chunk, n), vocab, device=hidden.device) if dtype != torch.float32 else None
+        loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        grad_hidden = torch.empty_like(hidden) if need_grad else None
+        grad_weight = None
+        wt = weight.t()
+        # bf16 block.t() @ h runs at half speed on AMX (measured); making dW^T from two
+        # contiguous operands and transposing the small (D x V) result back is faster.
+        # fp32 matmuls run at one speed either way, so fp32 skips the transposes.
+        transposed = dtype != torch.float32
+        for g0 in range(0, n, group):
+            g1 = min(g0 + group, n)
+            block = logits[: g1 - g0]
+            torch.mm(hidden[g0:g1], wt, out=block)  # one big matmul: chunked ones run slower
+            for c0 in range(g0, g1, chunk):
+                c1 = min(c0 + chunk, g1)
+                part = block[c0 - g0 : c1 - g0]
+                z = part if upcast is None else upcast[: c1 - c0].copy_(part)
+                y = targets[c0:c1, None]
+                zmax = z.amax(1, keepdim=True)
+                target_logit = z.gather(1, y)
+                z.sub_(zmax).exp_()
+                total = z.sum(1, keepdim=True)
+                loss += (total.log() + zmax - target_logit).sum()
+                if need_grad:  # softmax - onehot = (exp - total * onehot) / total, in fp32
+                    z.scatter_add_(1, y, -total)
+                    z.mul_(total.reciprocal())
+                    if upcast is not None:
+                        part.copy_(z)
+            if need_grad:
+                torch.mm(block, weight, out=grad_hidden[g0:g1])
+                if transposed:  # dW^T = h^T dlogits, both operands contiguous
+                    partial = hidden[g0:g1].t().contiguous() @ block
+                else:
+                    partial = block.t() @ hidden[g0:g1]
+                if grad_weight is None:
+                    grad_weight = partial if g1 == n else partial.float()
+                else:
+                    grad_weight.add_(partial)
+        if transposed and grad_weight is not None:
+            grad_weight = grad_weight.t().contiguous()
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        if grad_hidden is None:
+            raise RuntimeError("linear_cross_entropy was called without gradients enabled")
+        return (grad_hidden * grad_loss.to(grad_hidden.dtype),
+                (grad_weight * grad_loss.to(grad_weight.dtype)).to(ctx.weight_dtype),
+                None, None, None)
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                         chunk: int | None = None) -> torch.Tensor:
+    """Sum over rows of cross_entropy(hidden @ weight.T, targets) as an fp32 scalar.
+
+    hidden (N, D), weight (V, D), targets (N,) class indices. Under autocast the matmuls
+    run in the autocast dtype (as `F.linear` would); the softmax is always fp32. Memory:
+    one (chunk x V) fp32 buffer and, when gradients are needed, up to GROUP_BYTES of
+    dL/dlogits instead of the (N x V) logits.
+    """
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)} "
+                         "must be (N, D) and (V, D)")
+    if targets.shape != hidden.shape[:1]:
+        raise ValueError(f"targets {tuple(targets.shape)} must be ({hidden.shape[0]},)")
+    device = hidden.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    hidden, weight = hidden.to(dtype), weight.to(dtype)
+    need_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    with torch.autocast(device, enabled=False):
+        return _LinearCrossEntropy.apply(hidden, weight, targets.long(), need_grad,
+                                         chunk or chunk_rows(weight.shape[0]))

@@ -1,0 +1,72 @@
+"""The fused head + cross-entropy against the plain F.linear + F.cross_entropy path."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln.model.fused_loss as fl
+from kiln.model.fused_loss import linear_cross_entropy
+
+
+def _reference(h, w, y):
+    return F.cross_entropy(F.linear(h, w).float(), y, reduction="sum")
+
+
+def _grads(fn, h, w, y, scale):
+    h = h.detach().clone().requires_grad_()
+    w = w.detach().clone().requires_grad_()
+    loss = fn(h, w, y)
+    (loss * scale).backward()
+    return loss.detach(), h.grad, w.grad
+
+
+@pytest.mark.parametrize("chunk, group_bytes", [(7, 1 << 30), (7, 7 * 13 * 8), (64, 1 << 30)])
+def test_fp32_loss_and_gradients_match_reference(monkeypatch, chunk, group_bytes):
+    monkeypatch.setattr(fl, "GROUP_BYTES", group_bytes)  # small: several groups accumulate dW
+    torch.manual_seed(0)
+    h, w = torch.randn(45, 16), torch.randn(13, 16)
+    y = torch.randint(0, 13, (45,))
+    got = _grads(lambda a, b, c: linear_cross_entropy(a, b, c, chunk=chunk), h, w, y, 0.37)
+    ref = _grads(_reference, h, w, y, 0.37)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_autocast_is_as_close_to_fp64_as_the_plain_autocast_path():
+    torch.manual_seed(0)
+    h, w = torch.randn(300, 64) * 0.5, torch.randn(500, 64) * 0.2
+    y = torch.randint(0, 500, (300,))
+    exact = _grads(_reference, h.double(), w.double(), y, 1 / 300)
+
+    def under_autocast(fn):
+        def run(a, b, c):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return fn(a, b, c)
+        return run
+
+    fused = _grads(under_autocast(lambda a, b, c: linear_cross_entropy(a, b, c, chunk=64)),
+                   h, w, y, 1 / 300)
+    plain = _grads(under_autocast(_reference), h, w, y, 1 / 300)
+    for f, p, e in zip(fused, plain, exact):
+        err_fused = ((f.double() - e).norm() / e.norm()).item()
+        err_plain = ((p.double() - e).norm() / e.norm()).item()
+        assert err_fused < 1.5 * err_plain + 1e-6, (err_fused, err_plain)
+        assert err_fused < 2e-2
+    assert fused[2].dtype == torch.float32  # the grad reaches the fp32 weight in fp32
+
+
+def test_no_grad_path_gives_the_same_loss_and_keeps_no_buffers():
+    torch.manual_seed(0)
+    h, w = torch.randn(40, 8), torch.randn(11, 8, requires_grad=True)
+    y = torch.randint(0, 11, (40,))
+    with torch.no_grad():
+        loss = linear_cross_entropy(h, w, y, chunk=16)
+    torch.testing.assert_close(loss, _reference(h, w, y).detach())
+    assert not loss.requires_grad
+
+
+def test_shape_errors_are_clear():
+    with pytest.raises(ValueError, match="must be"):
+        linear_cross_entropy(torch.randn(4, 8), torch.randn(5, 7), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="targets"):
+        linear_cross_entropy(torch.randn(4, 8), torch.randn(5, 8), torch.zeros(3, dtype=torch.long))
