@@ -4,8 +4,8 @@ Both models have the same sizes (~20M parameters, GQA, tied embeddings), the sam
 optimizer (Kiln's fused AdamW with its decay groups, applied to each model's
 parameters), the same loss value (mean next-token cross-entropy in fp32) and the same
 precision (fp32, then bf16 autocast). Each model computes the loss its own way, as its
-users train it: Kiln's `model(x, targets=y)` (head + cross-entropy in recomputed chunks,
-what `Trainer.train_step` runs), HF's full logits upcast to fp32 and `F.cross_entropy`
+users train it: Kiln's `model(x, targets=y)` (the fused head + cross-entropy, what
+`Trainer.train_step` runs), HF's full logits upcast to fp32 and `F.cross_entropy`
 (what its `labels=` loss does). The step is `Trainer.train_step`'s: set lr, forward under
 autocast, loss, backward, clip, step, zero_grad, read the loss.
 
@@ -177,7 +177,7 @@ def main() -> None:
           f"{params / 1e6:.2f}M params; {fpt / 1e6:.1f} MFLOP/token (train)")
     print(f"batch {s.batch} x {s.seq_len} tokens; {s.warmup} warmup steps, "
           f"{s.rounds} interleaved rounds x {s.steps} steps per model; loss: "
-          f"kiln: model(x, targets=y) (chunked); hf: cross_entropy(logits.float())")
+          f"kiln: model(x, targets=y) (fused); hf: cross_entropy(logits.float())")
     load_before = os.getloadavg()[0]
     res = {p: bench_precision(s, p, args.compile, batch) for p in ("fp32", "bf16")}
     load_after = os.getloadavg()[0]

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kiln.model.matmul_attention import causal_attention
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-5):
@@ -73,7 +75,8 @@ class Attention(nn.Module):
 
     Options (all off gives Llama attention): `rope=False` for position-free (NoPE) layers,
     `window` > 0 for sliding-window (local) layers, `qk_norm` (RMSNorm over head_dim on q and
-    k before RoPE) and `gate` (o = Wo[attn * sigmoid(x Wg)], one gate per channel).
+    k before RoPE) and `gate` (o = Wo[attn * sigmoid(x Wg)], one gate per channel). Global
+    layers in training go through `causal_attention` (`kernel`: auto | sdpa | matmul).
     """
 
     def __init__(
@@ -87,9 +90,11 @@ class Attention(nn.Module):
         qk_norm: bool = False,
         gate: bool = False,
         norm_eps: float = 1e-5,
+        kernel: str = "auto",
     ):
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.kernel = kernel  # causal_attention's choice: auto | sdpa | matmul
         self.head_dim = dim // n_heads
         self.rope, self.window = rope, window
         self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
@@ -126,6 +131,8 @@ class Attention(nn.Module):
                 rep = self.n_heads // self.n_kv_heads
                 k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
             y = sliding_window_attention(q, k, v, self.window)
+        elif cache is None:
+            y = causal_attention(q, k, v, self.kernel)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=not decoding, enable_gqa=gqa)
         y = y.transpose(1, 2).reshape(b, t, -1)

@@ -54,7 +54,7 @@ class Block(nn.Module):
         self.attn = Attention(
             cfg.dim, cfg.n_heads, cfg.n_kv_heads, rope=local or cfg.global_rope,
             window=cfg.sliding_window if local else 0, qk_norm=cfg.qk_norm,
-            gate=cfg.attn_gate, norm_eps=cfg.norm_eps,
+            gate=cfg.attn_gate, norm_eps=cfg.norm_eps, kernel=cfg.attn_kernel,
         )
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         if is_moe_layer(cfg, index):
