@@ -1,0 +1,49 @@
+"""Kiln's RMSNorm (hand-written backward) against F.rms_norm in fp64."""
+
+import torch
+import torch.nn.functional as F
+
+from kiln.model.layers import RMSNorm
+
+
+def _grads(norm_fn, x, w, g):
+    x = x.detach().clone().requires_grad_()
+    w = w.detach().clone().requires_grad_()
+    out = norm_fn(x, w)
+    out.backward(g.to(out.dtype))
+    return out.detach(), x.grad, w.grad
+
+
+def test_values_and_gradients_match_fp64_reference():
+    torch.manual_seed(0)
+    x, g = torch.randn(3, 5, 32) * 3, torch.randn(3, 5, 32)
+    w = 1 + 0.3 * torch.randn(32)
+    norm = RMSNorm(32, eps=1e-5)
+
+    def ref(a, b):
+        return F.rms_norm(a, (32,), b, 1e-5)
+
+    got = _grads(lambda a, b: torch.func.functional_call(norm, {"weight": b}, (a,)), x, w, g)
+    exact = _grads(ref, x.double(), w.double(), g.double())
+    for a, e in zip(got, exact):
+        torch.testing.assert_close(a.double(), e, atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_input_gets_fp32_statistics_and_bf16_output_and_grad():
+    torch.manual_seed(0)
+    x = (torch.randn(4, 64) * 1e-3).bfloat16().requires_grad_()  # tiny: bf16 x^2 would lose it
+    norm = RMSNorm(64)
+    y = norm(x)
+    assert y.dtype == torch.bfloat16
+    ref = F.rms_norm(x.detach().double(), (64,), eps=1e-5)
+    assert ((y.double() - ref).norm() / ref.norm()) < 1e-2
+    y.float().sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and torch.isfinite(x.grad.float()).all()
+
+
+def test_autocast_output_is_the_compute_dtype():
+    norm = RMSNorm(16)
+    x = torch.randn(2, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert norm(x).dtype == torch.bfloat16
+    assert norm(x).dtype == torch.float32
