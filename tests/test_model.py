@@ -55,6 +55,16 @@ def test_rope_preserves_norm_and_relative_position():
     assert torch.allclose(d1, d2, atol=1e-5)
 
 
+def test_rope_matches_rotate_half_formula_and_its_gradient():
+    cos, sin = rope_tables(8, 16, 10000.0)
+    cos, sin = cos.double(), sin.double()
+    x = torch.randn(2, 16, 3, 8, dtype=torch.double).transpose(1, 2)  # the model's strided layout
+    x.requires_grad_()
+    rotated = torch.cat([-x[..., 4:], x[..., :4]], dim=-1)
+    torch.testing.assert_close(apply_rope(x, cos, sin), x * cos + rotated * sin)
+    assert torch.autograd.gradcheck(lambda v: apply_rope(v, cos, sin), (x,))
+
+
 def test_tied_embeddings_share_storage_and_count_once():
     tied, untied = Transformer(tiny(tie_embeddings=True)), Transformer(tiny(tie_embeddings=False))
     assert tied.head.weight is tied.embed.weight

@@ -62,11 +62,35 @@ def rope_tables(head_dim: int, max_len: int, theta: float) -> tuple[torch.Tensor
     return angles.cos().float(), angles.sin().float()
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (B, H, T, D) queries or keys by position; cos/sin are (T, D)."""
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """[x1 cos - x2 sin, x2 cos + x1 sin] for half-width cos/sin, written half by half
+    (two passes; x * cos + rotate_half(x) * sin takes five and a concatenated copy)."""
     half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    out = torch.empty_like(x)
+    o1, o2 = out[..., :half], out[..., half:]
+    torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-1)
+    torch.mul(x2, cos, out=o2).addcmul_(x1, sin)
+    return out
+
+
+class _Rope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return _rotate(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        return _rotate(grad, cos, -sin), None, None  # a rotation's transpose: the angle negated
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (B, H, T, D) queries or keys by position; cos/sin are (T, D) tables in the
+    rotate-half layout (both halves hold the same angles)."""
+    half = x.shape[-1] // 2
+    return _Rope.apply(x, cos[..., :half].to(x.dtype), sin[..., :half].to(x.dtype))
 
 
 def sliding_window_attention(
