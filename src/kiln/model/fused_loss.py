@@ -3,8 +3,8 @@
 The plain path (logits = h W^T, upcast, log-softmax, NLL, then the same in reverse) walks
 the (tokens x vocab) logits about ten times and, under autocast, keeps them in memory
 until backward. Here the logits are made a few hundred rows at a time into a buffer that
-is reused, turned in place into the softmax-minus-one-hot gradient (fp32 arithmetic),
-and multiplied straight back into dL/dh and dL/dW; backward only scales the stored
+is reused, turned into the softmax-minus-one-hot gradient (fp32 log-softmax row by row,
+exp, one-hot) and multiplied straight back into dL/dh and dL/dW; backward only scales the stored
 gradients. The matmuls are the ones autocast runs (inputs in the compute dtype, one
 rounding of each product), so the numbers match the plain path to its own precision.
 """
@@ -33,7 +33,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
             group = max(chunk, GROUP_BYTES // (vocab * hidden.element_size()) // chunk * chunk)
         group = min(group, n)
         logits = torch.empty(group, vocab, dtype=dtype, device=hidden.device)
-        upcast = torch.empty(min(chunk, n), vocab, device=hidden.device) if dtype != torch.float32 else None
+        rows = min(chunk, n)
+        upcast = torch.empty(rows, vocab, device=hidden.device) if dtype != torch.float32 else None
+        log_probs = torch.empty(rows, vocab, device=hidden.device)
+        minus_one = torch.full((rows, 1), -1.0, device=hidden.device)
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if need_grad else None
         grad_weight = None
@@ -51,16 +54,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 part = block[c0 - g0 : c1 - g0]
                 z = part if upcast is None else upcast[: c1 - c0].copy_(part)
                 y = targets[c0:c1, None]
-                zmax = z.amax(1, keepdim=True)
-                target_logit = z.gather(1, y)
-                z.sub_(zmax).exp_()
-                total = z.sum(1, keepdim=True)
-                loss += (total.log() + zmax - target_logit).sum()
-                if need_grad:  # softmax - onehot = (exp - total * onehot) / total, in fp32
-                    z.scatter_add_(1, y, -total)
-                    z.mul_(total.reciprocal())
-                    if upcast is not None:
-                        part.copy_(z)
+                logp = torch.log_softmax(z, 1, out=log_probs[: c1 - c0])  # row by row, in cache
+                loss -= logp.gather(1, y).sum()
+                if need_grad:  # softmax - onehot, in fp32, then once rounded to the matmul dtype
+                    logp.exp_().scatter_add_(1, y, minus_one[: c1 - c0])
+                    part.copy_(logp)
             if need_grad:
                 torch.mm(block, weight, out=grad_hidden[g0:g1])
                 if transposed:  # dW^T = h^T dlogits, both operands contiguous
