@@ -68,5 +68,7 @@ def test_no_grad_path_gives_the_same_loss_and_keeps_no_buffers():
 def test_shape_errors_are_clear():
     with pytest.raises(ValueError, match="must be"):
         linear_cross_entropy(torch.randn(4, 8), torch.randn(5, 7), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="at least one row"):
+        linear_cross_entropy(torch.randn(0, 8), torch.randn(5, 8), torch.zeros(0, dtype=torch.long))
     with pytest.raises(ValueError, match="targets"):
         linear_cross_entropy(torch.randn(4, 8), torch.randn(5, 8), torch.zeros(3, dtype=torch.long))

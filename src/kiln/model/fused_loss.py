@@ -97,6 +97,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)} "
                          "must be (N, D) and (V, D)")
+    if hidden.shape[0] == 0:
+        raise ValueError("linear_cross_entropy needs at least one row (got 0 tokens)")
     if targets.shape != hidden.shape[:1]:
         raise ValueError(f"targets {tuple(targets.shape)} must be ({hidden.shape[0]},)")
     device = hidden.device.type
