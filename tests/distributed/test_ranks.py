@@ -49,3 +49,20 @@ def test_torchrun_two_processes(tiny_run):
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert len(losses(tiny_run)) == 4
+
+
+def test_bf16_two_ranks_match_one_rank(tiny_run, tmp_path):
+    """bf16 autocast (matmul attention, fused loss, bf16 norm outputs) under FSDP2 on 2 ranks
+    follows the single-process run to bf16 precision, and trains."""
+    bf16 = "train.precision=bf16"
+    ref = tmp_path / "single"
+    shutil.copytree(tiny_run, ref)
+    Trainer(tiny_config(ref, bf16)).fit()
+    run_ranks(["train", str(tiny_run), "--set", "train.parallel=fsdp", "--set", bf16],
+              world_size=2, timeout=300)
+    one, two = losses(ref), losses(tiny_run)
+    assert len(one) == len(two) == 12
+    assert two[0] == pytest.approx(one[0], rel=1e-3)  # same weights, same micro-batches
+    for a, b in zip(two, one):
+        assert a == pytest.approx(b, rel=3e-2)
+    assert sum(two[-3:]) < sum(two[:3])
