@@ -7,7 +7,8 @@ import torch.nn.functional as F
 import kiln.model.matmul_attention as ma
 from kiln.config import ModelConfig
 from kiln.model import Transformer
-from kiln.model.matmul_attention import causal_attention, matmul_attention, uses_matmul_path
+from kiln.model.layers import sliding_window_attention
+from kiln.model.matmul_attention import matmul_attention, uses_matmul_path
 
 
 def _inputs(b, h, kv, t, d, dtype, seed=0):
@@ -37,6 +38,31 @@ def test_fp32_matches_sdpa_output_and_gradients(h, kv):
     ref = _run(_sdpa, q, k, v, grad)
     for a, b in zip(got, ref):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("window", [1, 5, 16])
+def test_fp32_sliding_window_matches_the_blocked_sdpa_path(window):
+    q, k, v, grad = _inputs(2, 4, 2, 37, 8, torch.float32)
+
+    def blocked(q, k, v):  # the reference path repeats kv heads itself
+        return sliding_window_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                        window)
+
+    got = _run(lambda a, b, c: matmul_attention(a, b, c, window), q, k, v, grad)
+    ref = _run(blocked, q, k, v, grad)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+def test_sliding_window_hides_keys_older_than_the_window():
+    q, k, v, grad = _inputs(1, 2, 1, 20, 8, torch.bfloat16)
+    grad = torch.zeros_like(grad)
+    grad[:, :, 15] = 1.0  # only query 15: with window 4 it sees keys 12..15
+    _, _, dk, dv = _run(lambda a, b, c: matmul_attention(a, b, c, 4), q, k, v, grad)
+    seen = torch.zeros(20, dtype=torch.bool)
+    seen[12:16] = True
+    assert dv[0, 0, ~seen].abs().max() == 0 and dk[0, 0, ~seen].abs().max() == 0
+    assert dv[0, 0, seen].abs().min() > 0
 
 
 def test_bf16_error_against_fp64_is_of_sdpas_size():
@@ -77,7 +103,7 @@ def test_dispatch_takes_the_matmul_path_only_for_small_bf16_cpu_training(monkeyp
 def test_gqa_head_count_must_divide():
     q, k, v, _ = _inputs(1, 6, 4, 8, 8, torch.float32)
     with pytest.raises(ValueError, match="multiple"):
-        causal_attention(q, k, v, "matmul")
+        matmul_attention(q, k, v)
 
 
 def test_model_losses_and_grads_agree_across_kernels_under_bf16_autocast():

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kiln.model.matmul_attention import causal_attention
+from kiln.model.matmul_attention import matmul_attention, uses_matmul_path
 
 
 class _RMSNormFunction(torch.autograd.Function):
@@ -128,8 +128,8 @@ class Attention(nn.Module):
 
     Options (all off gives Llama attention): `rope=False` for position-free (NoPE) layers,
     `window` > 0 for sliding-window (local) layers, `qk_norm` (RMSNorm over head_dim on q and
-    k before RoPE) and `gate` (o = Wo[attn * sigmoid(x Wg)], one gate per channel). Global
-    layers in training go through `causal_attention` (`kernel`: auto | sdpa | matmul).
+    k before RoPE) and `gate` (o = Wo[attn * sigmoid(x Wg)], one gate per channel). In
+    training, `kernel` (auto | sdpa | matmul) picks Kiln's matmul attention or SDPA.
     """
 
     def __init__(
@@ -147,7 +147,7 @@ class Attention(nn.Module):
     ):
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.kernel = kernel  # causal_attention's choice: auto | sdpa | matmul
+        self.kernel = kernel  # uses_matmul_path's choice: auto | sdpa | matmul
         self.head_dim = dim // n_heads
         self.rope, self.window = rope, window
         self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
@@ -179,13 +179,13 @@ class Attention(nn.Module):
         if self.window and decoding:
             k, v = k[:, :, -self.window :], v[:, :, -self.window :]
         gqa = self.n_kv_heads != self.n_heads
-        if self.window and not decoding:
+        if cache is None and uses_matmul_path(q, self.kernel):
+            y = matmul_attention(q, k, v, self.window)
+        elif self.window and not decoding:
             if gqa:  # the banded path has no GQA kernel: share kv heads explicitly
                 rep = self.n_heads // self.n_kv_heads
                 k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
             y = sliding_window_attention(q, k, v, self.window)
-        elif cache is None:
-            y = causal_attention(q, k, v, self.kernel)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=not decoding, enable_gqa=gqa)
         y = y.transpose(1, 2).reshape(b, t, -1)
