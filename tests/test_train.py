@@ -144,3 +144,13 @@ def test_checkpoint_never_unpickles(tiny_run, monkeypatch):
     fresh = Trainer(tiny_config(tiny_run), resume=False)
     load_checkpoint(path, fresh.model, fresh.optimizer)
     assert calls and all(c is True for c in calls)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_trainer_keeps_host_memory_only_when_configured(tiny_run, monkeypatch, keep):
+    import kiln.train.trainer as trainer_module
+
+    calls = []
+    monkeypatch.setattr(trainer_module, "keep_freed_memory", lambda: calls.append(1) or True)
+    Trainer(tiny_config(tiny_run, f"train.keep_host_memory={str(keep).lower()}"), resume=False)
+    assert calls == ([1] if keep else [])

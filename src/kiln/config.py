@@ -122,6 +122,9 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda
     parallel: str = "ddp"  # used only under torchrun: ddp | fsdp
     compile: bool = False
+    # on CPU, keep freed tensor memory in the process (glibc mallopt) instead of page-faulting
+    # it in again every step; process-wide, and the resident size does not shrink back
+    keep_host_memory: bool = True
     log_every: int = 10
     eval_every: int = 100
     eval_batches: int = 20

@@ -51,7 +51,7 @@ class Trainer:
         self.env = init_distributed(self.device)
         self.device = local_device(self.device, self.env)
         self.precision = resolve_precision(t.precision, self.device)
-        if self.device.type == "cpu":
+        if self.device.type == "cpu" and t.keep_host_memory:
             keep_freed_memory()
         per_rank = t.global_batch // self.env.world_size
         if t.global_batch % (t.micro_batch * self.env.world_size):
