@@ -52,8 +52,9 @@ def newton_schulz(
     a, b, c = coefficients
     x = g.to(dtype)
     tall = g.size(-2) > g.size(-1)
-    if tall:
-        x = x.mT
+    # contiguous whatever the input's layout: the norm's reduction order, and so its
+    # rounding, then depends only on the values (grouped, transposed and plain agree)
+    x = (x.mT if tall else x).contiguous()
     if x.ndim == 2:  # the 2-D path uses the same kernels as torch.optim.Muon
         x = x / (x.norm() + eps)
         for _ in range(steps):

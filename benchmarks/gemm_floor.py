@@ -1,0 +1,101 @@
+"""The GEMM floor of a dense training step: its matrix multiplies alone, each at its best.
+
+A training step's counted FLOPs (`flops_per_token`) are all matrix multiplies: per layer
+the q/k/v/o and gate/up/down projections and the T x T attention products, then the
+output head; each forward GEMM has two backward GEMMs (input and weight gradient). This
+module times every one of them on its own, at the step's shapes and dtype, in each
+operand layout that can compute it (plain, transposed views as autograd passes them,
+and the fused q|k|v and gate|up weights), and sums the fastest. Nothing else — norms,
+activations, softmax, the loss, the optimizer, casts, copies — is counted.
+
+The sum is a lower bound on the step time of any implementation that runs those FLOPs
+through torch's GEMM library at that precision: `flops / floor / peak` is the highest
+`peak_fraction` reachable, and `hf step / floor` the highest speedup over a reference
+that takes the given time. Isolated GEMMs also run with warm caches, so the bound is
+optimistic (the true floor is higher).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from common import median, time_call
+
+from kiln.config import ModelConfig
+from kiln.model import ffn_hidden_size
+
+
+@dataclasses.dataclass
+class Floor:
+    seconds: float  # sum of the fastest time of every GEMM in one step
+    flops: float  # FLOPs of those GEMMs (equals flops_per_token x tokens for dense global attention)
+    parts: dict[str, float]  # seconds per part: attention, projections, mlp, head
+
+
+def _best_time(candidates: list, repeats: int) -> float:
+    """Fastest median over candidate zero-argument calls computing the same product."""
+    best = float("inf")
+    for fn in candidates:
+        fn()
+        best = min(best, median([time_call(fn) for _ in range(repeats)]))
+    return best
+
+
+def _linear_times(m: int, k: int, outs: list[int], dtype: torch.dtype, repeats: int) -> float:
+    """Forward + input-gradient + weight-gradient GEMMs of linears sharing input [m, k] with
+    output widths `outs`; the faster of separate and fused weights."""
+    x = torch.randn(m, k).to(dtype)
+
+    def gemms(n: int) -> float:
+        w = torch.randn(n, k).to(dtype)  # nn.Linear weight [out, in]
+        dy = torch.randn(m, n).to(dtype)
+        dy_t = dy.t().contiguous()
+        x_t = x.t().contiguous()
+        fwd = _best_time([lambda: torch.nn.functional.linear(x, w), lambda: x @ w.t()], repeats)
+        dx = _best_time([lambda: dy @ w], repeats)
+        dw = _best_time([lambda: dy.t() @ x, lambda: dy_t @ x, lambda: (x_t @ dy)], repeats)
+        return fwd + dx + dw
+
+    separate = sum(gemms(n) for n in outs)
+    return min(separate, gemms(sum(outs))) if len(outs) > 1 else separate
+
+
+def _attention_times(batch: int, heads: int, t: int, hd: int, dtype: torch.dtype,
+                     repeats: int) -> float:
+    """QK^T and PV forward, and their four backward products, over the full T x T square
+    (the square `flops_per_token` counts), batched over batch x heads."""
+    bh = batch * heads
+    q, k, v, do = (torch.randn(bh, t, hd).to(dtype) for _ in range(4))
+    p = torch.randn(bh, t, t).to(dtype)
+    kt = k.transpose(1, 2).contiguous()
+    return sum(_best_time(c, repeats) for c in (
+        [lambda: q @ k.transpose(1, 2), lambda: q @ kt],  # S = Q K^T
+        [lambda: p @ v],  # O = P V
+        [lambda: do @ v.transpose(1, 2)],  # dP = dO V^T
+        [lambda: p.transpose(1, 2) @ do],  # dV = P^T dO
+        [lambda: p @ k],  # dQ = dS K
+        [lambda: p.transpose(1, 2) @ q],  # dK = dS^T Q
+    ))
+
+
+def gemm_floor(cfg: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
+               repeats: int = 3) -> Floor:
+    """Time the GEMMs of one forward + backward of a dense decoder (global attention)."""
+    if cfg.n_experts or cfg.local_per_global or cfg.attn_gate:
+        raise ValueError("gemm_floor models dense decoders with global attention and no "
+                         "attention gate only")
+    m, d, hd = batch * seq_len, cfg.dim, cfg.dim // cfg.n_heads
+    f, kv = ffn_hidden_size(cfg), cfg.n_kv_heads * hd
+    with torch.no_grad():
+        proj = _linear_times(m, d, [cfg.n_heads * hd, kv, kv], dtype, repeats)
+        proj += _linear_times(m, cfg.n_heads * hd, [d], dtype, repeats)
+        mlp = _linear_times(m, d, [f, f], dtype, repeats) + _linear_times(m, f, [d], dtype, repeats)
+        attn = _attention_times(batch, cfg.n_heads, seq_len, hd, dtype, repeats)
+        head = _linear_times(m, d, [cfg.vocab_size], dtype, repeats)
+    layer_params = d * (cfg.n_heads * hd + 2 * kv) + cfg.n_heads * hd * d + 3 * d * f
+    flops = 6 * m * (cfg.n_layers * layer_params + d * cfg.vocab_size)
+    flops += cfg.n_layers * 12 * m * seq_len * cfg.n_heads * hd
+    parts = {"attention": cfg.n_layers * attn, "projections": cfg.n_layers * proj,
+             "mlp": cfg.n_layers * mlp, "head": head}
+    return Floor(seconds=sum(parts.values()), flops=flops, parts=parts)
