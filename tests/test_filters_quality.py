@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import pytest
 from datatrove.data import Document
-from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter
+from datatrove.pipeline.filters import (
+    C4QualityFilter,
+    FineWebQualityFilter,
+    GopherQualityFilter,
+    GopherRepetitionFilter,
+)
 from datatrove.pipeline.filters.base_filter import get_filter_result
 
 from kiln.data.filters import quality_filters
+from kiln.data.filters.code_rules import CodeLengthFilter, CodeRepetitionFilter
 
 PROSE = (
     "The river valley was settled by farmers more than three thousand years ago, and the remains "
@@ -139,9 +145,50 @@ def test_code_kept_by_code_config_and_dropped_by_prose():
 def test_code_config_drops_repeated_blocks_and_stubs():
     block = "def handler(event):\n    log(event)\n    return process(event, retries=3)\n"
     generated = "\n\n".join([block] * 12)
-    assert first_drop(quality_filters("code"), generated) == ("GopherRepetitionFilter", "dup_para_frac")
+    assert first_drop(quality_filters("code"), generated) == ("CodeRepetitionFilter", "dup_para_frac")
     assert first_drop(quality_filters("code"), "from .core import main\n") == (
-        "GopherQualityFilter", "gopher_short_doc")
+        "CodeLengthFilter", "gopher_short_doc")
+
+
+REPEATS = [
+    "\n\n".join(["def f(x):\n    return x + 1\n"] * 4 + ["class A:\n    pass\n"] * 6),
+    "\n".join(["x = 1"] * 20 + [f"y{i} = {i}" for i in range(8)]),
+    "\n\n".join([f"block {i}\n" + "same line\n" * 3 for i in range(9)]),
+    "\n\n".join(["a" * 400] + [f"b{i}" for i in range(9)] + ["a" * 400]),
+    "\n".join(["z" * 300] + [f"c{i}" for i in range(10)] + ["z" * 300]),
+    CODE,
+    PROSE,
+]
+
+
+@pytest.mark.parametrize("rules", [
+    {},  # the code domain's: paragraph rules only
+    {"dup_line_frac": 0.3, "dup_line_char_frac": 0.2},  # Gopher's line rules too
+])
+def test_code_repetition_equals_gopher_repetition_without_ngrams(rules):
+    """Same verdicts and reasons as datatrove's filter with the same rules, on documents
+    that trip each rule and on clean ones."""
+    ours = CodeRepetitionFilter(**rules)
+    gopher = GopherRepetitionFilter(**{"dup_line_frac": None, "dup_line_char_frac": None,
+                                       **rules, "top_n_grams": (), "dup_n_grams": ()})
+    verdicts = []
+    for text in REPEATS + [""]:
+        got = get_filter_result(ours.filter(Document(text, "r")))
+        assert got == get_filter_result(gopher.filter(Document(text, "r"))), text[:40]
+        verdicts.append(got[1])
+    assert "dup_para_frac" in verdicts and None in verdicts and "empty" in verdicts
+    assert "dup_para_char_frac" in verdicts
+    if rules:
+        assert "dup_line_frac" in verdicts and "dup_line_char_frac" in verdicts
+
+
+def test_code_length_counts_word_runs():
+    f = CodeLengthFilter(min_words=3, max_words=5)
+    assert get_filter_result(f.filter(Document("x = f(a_b)", "a"))) == (True, None)  # x f a_b
+    assert get_filter_result(f.filter(Document("(x) + {}", "b"))) == (False, "gopher_short_doc")
+    assert get_filter_result(f.filter(Document("a b c d e f", "c"))) == (False, "gopher_long_doc")
+    unbounded = CodeLengthFilter(min_words=None, max_words=None)
+    assert get_filter_result(unbounded.filter(Document("", "d"))) == (True, None)
 
 
 def test_unknown_domain_is_a_clear_error():

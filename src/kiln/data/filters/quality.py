@@ -19,7 +19,9 @@ punctuation, sentences, stop words). Each domain therefore gets its own configur
 - ``code``: only rules that make sense for code: Gopher's *paragraph* repetition rules
   (duplicate blank-line-separated blocks <= 30 % of blocks and <= 20 % of characters: a file
   of repeated blocks is generated or data, not code) and the document length bounds of Gopher
-  quality (>= 50 and <= 100 000 non-symbol words; shorter files are re-export stubs). The
+  quality (>= 50 and <= 100 000 words, counted as runs of word characters by
+  `code_rules.CodeLengthFilter`: datatrove's spaCy word split cost most of the time on code;
+  shorter files are re-export stubs). The
   *line* repetition rules are off: at Gopher's thresholds they dropped 7 of 300 sampled
   stdlib modules (ipaddress.py, mailbox.py, weakref.py, numbers.py: repeated docstring quotes,
   `return NotImplemented` and indentation), so a file of one line repeated with no blank
@@ -42,6 +44,8 @@ from datatrove.pipeline.filters import (
     GopherRepetitionFilter,
 )
 from datatrove.pipeline.writers.disk_base import DiskWriter
+
+from kiln.data.filters.code_rules import CodeLengthFilter, CodeRepetitionFilter
 
 DOMAINS = ("prose", "latex", "code")
 
@@ -91,14 +95,8 @@ def _latex(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
 
 def _code(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
-        GopherRepetitionFilter(
-            dup_line_frac=None, dup_line_char_frac=None, top_n_grams=(), dup_n_grams=(),
-            exclusion_writer=ex("gopher_repetition"),
-        ),
-        GopherQualityFilter(
-            **{**_GOPHER_OFF, "min_doc_words": 50, "max_doc_words": 100_000},
-            exclusion_writer=ex("gopher_quality"),
-        ),
+        CodeRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
+        CodeLengthFilter(min_words=50, max_words=100_000, exclusion_writer=ex("gopher_quality")),
     ]
 
 
