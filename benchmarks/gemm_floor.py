@@ -31,14 +31,20 @@ class Floor:
     seconds: float  # sum of the fastest time of every GEMM in one step
     flops: float  # FLOPs of those GEMMs (equals flops_per_token x tokens for dense global attention)
     parts: dict[str, float]  # seconds per part: attention, projections, mlp, head
+    best_rate: float  # FLOP/s of the fastest single GEMM (a peak the square matmul may miss)
 
 
-def _best_time(candidates: list, repeats: int) -> float:
-    """Fastest median over candidate zero-argument calls computing the same product."""
+_rates: list[float] = []  # FLOP/s of every GEMM timed by the current gemm_floor call
+
+
+def _best_time(candidates: list, repeats: int, inner: int) -> float:
+    """Fastest median over candidate zero-argument calls computing the same product, whose
+    inner (contracted) dimension is `inner`; records its FLOP/s in `_rates`."""
     best = float("inf")
     for fn in candidates:
-        fn()
+        out = fn()
         best = min(best, median([time_call(fn) for _ in range(repeats)]))
+    _rates.append(2 * out.numel() * inner / best)
     return best
 
 
@@ -52,9 +58,9 @@ def _linear_times(m: int, k: int, outs: list[int], dtype: torch.dtype, repeats: 
         dy = torch.randn(m, n).to(dtype)
         dy_t = dy.t().contiguous()
         x_t = x.t().contiguous()
-        fwd = _best_time([lambda: torch.nn.functional.linear(x, w), lambda: x @ w.t()], repeats)
-        dx = _best_time([lambda: dy @ w], repeats)
-        dw = _best_time([lambda: dy.t() @ x, lambda: dy_t @ x, lambda: (x_t @ dy)], repeats)
+        fwd = _best_time([lambda: torch.nn.functional.linear(x, w), lambda: x @ w.t()], repeats, k)
+        dx = _best_time([lambda: dy @ w], repeats, n)
+        dw = _best_time([lambda: dy.t() @ x, lambda: dy_t @ x, lambda: x_t @ dy], repeats, m)
         return fwd + dx + dw
 
     separate = sum(gemms(n) for n in outs)
@@ -69,13 +75,13 @@ def _attention_times(batch: int, heads: int, t: int, hd: int, dtype: torch.dtype
     q, k, v, do = (torch.randn(bh, t, hd).to(dtype) for _ in range(4))
     p = torch.randn(bh, t, t).to(dtype)
     kt = k.transpose(1, 2).contiguous()
-    return sum(_best_time(c, repeats) for c in (
-        [lambda: q @ k.transpose(1, 2), lambda: q @ kt],  # S = Q K^T
-        [lambda: p @ v],  # O = P V
-        [lambda: do @ v.transpose(1, 2)],  # dP = dO V^T
-        [lambda: p.transpose(1, 2) @ do],  # dV = P^T dO
-        [lambda: p @ k],  # dQ = dS K
-        [lambda: p.transpose(1, 2) @ q],  # dK = dS^T Q
+    return sum(_best_time(c, repeats, inner) for c, inner in (
+        ([lambda: q @ k.transpose(1, 2), lambda: q @ kt], hd),  # S = Q K^T
+        ([lambda: p @ v], t),  # O = P V
+        ([lambda: do @ v.transpose(1, 2)], hd),  # dP = dO V^T
+        ([lambda: p.transpose(1, 2) @ do], t),  # dV = P^T dO
+        ([lambda: p @ k], t),  # dQ = dS K
+        ([lambda: p.transpose(1, 2) @ q], t),  # dK = dS^T Q
     ))
 
 
@@ -85,6 +91,7 @@ def gemm_floor(cfg: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
     if cfg.n_experts or cfg.local_per_global or cfg.attn_gate:
         raise ValueError("gemm_floor models dense decoders with global attention and no "
                          "attention gate only")
+    _rates.clear()
     m, d, hd = batch * seq_len, cfg.dim, cfg.dim // cfg.n_heads
     f, kv = ffn_hidden_size(cfg), cfg.n_kv_heads * hd
     with torch.no_grad():
@@ -98,4 +105,4 @@ def gemm_floor(cfg: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
     flops += cfg.n_layers * 12 * m * seq_len * cfg.n_heads * hd
     parts = {"attention": cfg.n_layers * attn, "projections": cfg.n_layers * proj,
              "mlp": cfg.n_layers * mlp, "head": head}
-    return Floor(seconds=sum(parts.values()), flops=flops, parts=parts)
+    return Floor(seconds=sum(parts.values()), flops=flops, parts=parts, best_rate=max(_rates))
