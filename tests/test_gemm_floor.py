@@ -1,0 +1,33 @@
+"""The GEMM floor benchmark counts exactly the FLOPs the model's FLOP count claims."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from gemm_floor import gemm_floor  # noqa: E402
+
+from kiln.config import ModelConfig  # noqa: E402
+from kiln.model import flops_per_token  # noqa: E402
+
+
+@pytest.mark.parametrize("kv,tied", [(2, True), (4, False)])
+def test_floor_flops_equal_flops_per_token(kv, tied):
+    cfg = ModelConfig(vocab_size=96, dim=32, n_layers=2, n_heads=4, n_kv_heads=kv,
+                      max_seq_len=16, tie_embeddings=tied)
+    floor = gemm_floor(cfg, batch=2, seq_len=16, dtype=torch.float32, repeats=1)
+    assert floor.flops == flops_per_token(cfg, 16) * 2 * 16
+    assert set(floor.parts) == {"attention", "projections", "mlp", "head"}
+    assert all(v > 0 for v in floor.parts.values())
+    assert floor.seconds == pytest.approx(sum(floor.parts.values()))
+    assert floor.best_rate > 0
+
+
+def test_floor_refuses_models_it_does_not_model():
+    moe = ModelConfig(vocab_size=96, dim=32, n_layers=2, n_heads=4, n_experts=4)
+    with pytest.raises(ValueError, match="dense decoders"):
+        gemm_floor(moe, batch=1, seq_len=8, dtype=torch.float32)
