@@ -1,0 +1,36 @@
+"""Precision choice from the CPU's flags: bf16 only where it runs natively."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from kiln.train import precision
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("flags,expected", [
+    ({"avx2", "avx512f", "avx512_bf16"}, "bf16"),
+    ({"avx2", "amx_tile", "amx_bf16"}, "bf16"),
+    ({"avx2", "avx512f"}, "fp32"),  # AVX-512 without its BF16 extension
+    (set(), "fp32"),  # flags unreadable
+])
+def test_auto_picks_bf16_only_with_native_bf16(monkeypatch, flags, expected):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert precision.resolve_precision("auto", CPU) == expected
+
+
+def test_explicit_bf16_without_native_support_is_kept_with_a_warning(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2"})
+    with pytest.warns(UserWarning, match="emulated"):
+        assert precision.resolve_precision("bf16", CPU) == "bf16"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"amx_bf16"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert precision.resolve_precision("bf16", CPU) == "bf16"
+        assert precision.resolve_precision("fp32", CPU) == "fp32"
