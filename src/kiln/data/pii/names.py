@@ -37,8 +37,9 @@ STRONG_CONTEXTS = [
     rf"<(?:developer|contributor)>[^<]*(?:<(?!/(?:developer|contributor))[^<]*)*?<name>[ \t]*(?P<name>{NAME_SEQ})[ \t]*</name>",
     # "Jane Doe <jane@x.org>" and "Jane Doe (jane@x.org)"
     rf"(?P<name>{NAME_SEQ})[ \t]*[<(][^\s<>()@]+@",
-    # signature: closing line, then the name alone on the next line
-    rf"(?im:^[ \t]*(?:best|kind|warm)?[ \t]*(?:regards|thanks|thank you|many thanks|cheers|"
+    # signature: closing line, then the name alone on the next line (one [ \t]* before
+    # the closing word: two adjacent ones cost O(indent^2) tries on every indented line)
+    rf"(?im:^[ \t]*(?:(?:best|kind|warm)[ \t]*)?(?:regards|thanks|thank you|many thanks|cheers|"
     rf"sincerely|best wishes|yours truly|best|--)[,!.]?[ \t]*\n[ \t]*)(?P<name>{NAME_SEQ})[ \t]*$",
     # greeting: "Hi Ana," / "Dear Dr. Okafor,"
     rf"(?i:\b(?:hi|hello|hey|dear))[ \t]+{_TITLE}(?P<name>{NAME_SEQ})[ \t]*[,!:]",

@@ -44,7 +44,9 @@ NON_SECRET_NAME_PARTS = frozenset(
     "header prefix format kind algorithm algo version max min limit cache sort primary foreign "
     "index tokens tokenizer lookup hash checksum sha digest integrity etag nonce".split())
 _ASSIGN = re.compile(
-    r"(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?\s*(?::=|=>|=|:)\s*"
+    # the lookbehind skips starts inside a name: finditer would report the match at the
+    # name's first letter instead, so only the O(len^2) futile tries go
+    r"(?<![A-Za-z_])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?\s*(?::=|=>|=|:)\s*"
     r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\s]{12,})(?P=q)|(?P<v>[A-Za-z0-9+/=_\-.~]{16,})(?=\s*(?:$|[,;#}\]])))",
     re.MULTILINE)
 PLACEHOLDER_WORDS = re.compile(
