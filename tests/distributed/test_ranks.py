@@ -51,6 +51,8 @@ def test_torchrun_two_processes(tiny_run):
     assert len(losses(tiny_run)) == 4
 
 
+# bf16 is forced to test its path; on CPUs without native bf16 the Trainer warns, as it should
+@pytest.mark.filterwarnings("ignore:precision = 'bf16' on a CPU without")
 def test_bf16_two_ranks_match_one_rank(tiny_run, tmp_path):
     """bf16 autocast (matmul attention, fused loss, bf16 norm outputs) under FSDP2 on 2 ranks
     follows the single-process run to bf16 precision, and trains."""
