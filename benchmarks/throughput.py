@@ -10,9 +10,9 @@ users train it: Kiln's `model(x, targets=y)` (the fused head + cross-entropy, wh
 autocast, loss, backward, clip, step, zero_grad, read the loss.
 
 Steps of the two models are timed interleaved in rounds (A B, then B A, ...) so drift
-on a shared machine hits both alike; tokens/s are medians over steps. A square
-`torch.matmul` at each precision, timed in the same run, gives the peak that
-`peak_fraction` = kiln tokens/s x training FLOPs/token / matmul FLOP/s is taken against.
+on a shared machine hits both alike; tokens/s are medians over steps. The peak that
+`peak_fraction` = kiln tokens/s x training FLOPs/token / matmul FLOP/s is taken against
+is the faster of a square `torch.matmul` and the step's fastest GEMM, timed in the same run.
 
     python benchmarks/throughput.py            # ~20M parameters (several minutes on 2 cores)
     python benchmarks/throughput.py --quick    # tiny smoke test (< 1 minute)
@@ -180,6 +180,9 @@ def main() -> None:
     parser.add_argument("--precision", default="", help="comma list of fp32,bf16 (default: "
                         "fp32, and bf16 where the CPU runs it natively)")
     args = parser.parse_args()
+    unknown = set(args.precision.split(",")) - {"fp32", "bf16"} if args.precision else set()
+    if unknown:
+        parser.error(f"--precision takes fp32 and/or bf16, got {', '.join(sorted(unknown))}")
     s = QUICK if args.quick else FULL
     if args.compile:  # compilation and any recompilation on the next calls stay untimed
         s = dataclasses.replace(s, warmup=max(s.warmup, 3))
@@ -199,10 +202,9 @@ def main() -> None:
     print(f"batch {s.batch} x {s.seq_len} tokens; {s.warmup} warmup steps, "
           f"{s.rounds} interleaved rounds x {s.steps} steps per model; loss: "
           f"kiln: model(x, targets=y) (fused); hf: cross_entropy(logits.float())")
-    precisions = args.precision.split(",") if args.precision else (
-        ["fp32", "bf16"] if cpu_has_fast_bf16() else ["fp32"])
     auto = "bf16" if cpu_has_fast_bf16() else "fp32"  # what train.precision="auto" picks
-    if "bf16" not in precisions:
+    precisions = args.precision.split(",") if args.precision else ["fp32", "bf16"][:1 + (auto == "bf16")]
+    if not args.precision and auto == "fp32":
         print("bf16: not run: this CPU has neither AVX-512 BF16 nor AMX, so torch emulates "
               "bf16 matmuls (hundreds of times slower than fp32) and training uses fp32; "
               "--precision fp32,bf16 forces it")
