@@ -44,9 +44,10 @@ NON_SECRET_NAME_PARTS = frozenset(
     "header prefix format kind algorithm algo version max min limit cache sort primary foreign "
     "index tokens tokenizer lookup hash checksum sha digest integrity etag nonce".split())
 _ASSIGN = re.compile(
-    # the lookbehind skips starts inside a name: finditer would report the match at the
-    # name's first letter instead, so only the O(len^2) futile tries go
-    r"(?<![A-Za-z_])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?\s*(?::=|=>|=|:)\s*"
+    # one try per run of name characters: a name always extends to the run's end, so every
+    # start inside a run matches or fails alike (trying each start was O(len^2)); the
+    # groups used (name, qv, v) are the same as with a start at every position
+    r"(?<![A-Za-z0-9_.\-])[0-9.\-]*(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?\s*(?::=|=>|=|:)\s*"
     r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\s]{12,})(?P=q)|(?P<v>[A-Za-z0-9+/=_\-.~]{16,})(?=\s*(?:$|[,;#}\]])))",
     re.MULTILINE)
 PLACEHOLDER_WORDS = re.compile(
