@@ -49,13 +49,6 @@ from kiln.data.filters.code_rules import CodeLengthFilter, CodeRepetitionFilter
 
 DOMAINS = ("prose", "latex", "code")
 
-# Gopher quality with every rule switched off; a domain switches back on what it wants.
-_GOPHER_OFF = dict(
-    min_doc_words=None, max_doc_words=None, min_avg_word_length=None, max_avg_word_length=None,
-    max_symbol_word_ratio=None, max_bullet_lines_ratio=None, max_ellipsis_lines_ratio=None,
-    max_non_alpha_words_ratio=None, min_stop_words=None,
-)
-
 ExclusionWriters = Callable[[str], DiskWriter] | None
 
 
