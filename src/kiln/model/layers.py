@@ -67,6 +67,8 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     (two passes; x * cos + rotate_half(x) * sin takes five and a concatenated copy)."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
+    if torch.compiler.is_compiling():  # the compiler fuses this itself; `out=` views break it
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
     out = torch.empty_like(x)
     o1, o2 = out[..., :half], out[..., half:]
     torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-1)
