@@ -18,6 +18,7 @@ optimistic (the true floor is higher).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 from common import median, time_call
@@ -32,19 +33,24 @@ class Floor:
     flops: float  # FLOPs of those GEMMs (equals flops_per_token x tokens for dense global attention)
     parts: dict[str, float]  # seconds per part: attention, projections, mlp, head
     best_rate: float  # FLOP/s of the fastest single GEMM (a peak the square matmul may miss)
+    best_call: Callable[[], object]  # that GEMM, ready to time again
+    best_flops: float  # FLOPs of one best_call
 
 
-_rates: list[float] = []  # FLOP/s of every GEMM timed by the current gemm_floor call
+_rates: list[tuple[float, Callable[[], object], float]] = []  # (FLOP/s, call, FLOPs) per GEMM
 
 
 def _best_time(candidates: list, repeats: int, inner: int) -> float:
     """Fastest median over candidate zero-argument calls computing the same product, whose
-    inner (contracted) dimension is `inner`; records its FLOP/s in `_rates`."""
-    best = float("inf")
+    inner (contracted) dimension is `inner`; records the fastest in `_rates`."""
+    best, best_fn = float("inf"), candidates[0]
     for fn in candidates:
         out = fn()
-        best = min(best, median([time_call(fn) for _ in range(repeats)]))
-    _rates.append(2 * out.numel() * inner / best)
+        seconds = median([time_call(fn) for _ in range(repeats)])
+        if seconds < best:
+            best, best_fn = seconds, fn
+    flops = 2 * out.numel() * inner
+    _rates.append((flops / best, best_fn, flops))
     return best
 
 
@@ -105,4 +111,7 @@ def gemm_floor(cfg: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
     flops += cfg.n_layers * 12 * m * seq_len * cfg.n_heads * hd
     parts = {"attention": cfg.n_layers * attn, "projections": cfg.n_layers * proj,
              "mlp": cfg.n_layers * mlp, "head": head}
-    return Floor(seconds=sum(parts.values()), flops=flops, parts=parts, best_rate=max(_rates))
+    rate, call, call_flops = max(_rates, key=lambda r: r[0])
+    _rates.clear()  # the other GEMMs' operands (hundreds of MB) need not outlive the call
+    return Floor(seconds=sum(parts.values()), flops=flops, parts=parts, best_rate=rate,
+                 best_call=call, best_flops=call_flops)

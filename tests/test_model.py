@@ -5,7 +5,7 @@ import torch
 
 from kiln.config import ModelConfig, load_config
 from kiln.model import Transformer, count_params, flops_per_token
-from kiln.model.layers import apply_rope, rope_tables
+from kiln.model.layers import Attention, apply_rope, rope_tables, stacked_linear
 from kiln.optim import param_groups
 from kiln.train.schedule import lr_multiplier
 
@@ -127,3 +127,26 @@ def test_schedules_warm_up_and_end_where_configured(name):
         mid = 10 + (99 - 10) / 2
         assert lr_multiplier(int(mid), 100, cfg) == pytest.approx(
             0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (int(mid) - 10) / 89)))
+
+
+def test_stacked_projection_equals_separate_linears_with_gradients():
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, dtype=torch.double, requires_grad=True)
+    ws = [torch.randn(n, 8, dtype=torch.double, requires_grad=True) for n in (4, 2, 2)]
+    stacked = stacked_linear(x, ws)
+    torch.testing.assert_close(stacked, torch.cat([x @ w.t() for w in ws], dim=-1))
+    assert torch.autograd.gradcheck(lambda x, *ws: stacked_linear(x, list(ws)), (x, *ws))
+
+
+def test_attention_trains_through_the_stacked_projection_and_decodes_without_it():
+    torch.manual_seed(0)
+    attn = Attention(32, 4, 2)
+    cos, sin = rope_tables(8, 16, 10000.0)
+    x = torch.randn(2, 16, 32)
+    with torch.no_grad():
+        separate = attn(x, cos, sin)  # inference: one linear per projection
+    stacked = attn(x, cos, sin)
+    torch.testing.assert_close(stacked, separate)
+    stacked.square().sum().backward()
+    for w in (attn.wq.weight, attn.wk.weight, attn.wv.weight):
+        assert w.grad is not None and w.grad.abs().sum() > 0

@@ -25,14 +25,15 @@ class _RMSNormFunction(torch.autograd.Function):
         rstd = rstd.pow_(2).div_(x.shape[-1]).add_(eps).rsqrt_()
         normed = x * rstd
         ctx.save_for_backward(normed, weight, rstd)
-        return (normed * weight).to(out_dtype)
+        # the gain and the cast to the output dtype in one pass
+        return torch.mul(normed, weight, out=torch.empty_like(normed, dtype=out_dtype))
 
     @staticmethod
     def backward(ctx, grad_out):
         normed, weight, rstd = ctx.saved_tensors
-        g = grad_out.float()
-        grad_weight = (g * normed).sum(dim=tuple(range(g.dim() - 1)))
-        g = g.mul_(weight) if g is not grad_out else g * weight  # dL/d(normed)
+        # mixed-dtype products compute in fp32 without a separate upcast pass of grad_out
+        grad_weight = (grad_out * normed).sum(dim=tuple(range(grad_out.dim() - 1)))
+        g = grad_out * weight  # dL/d(normed), fp32
         # dx = rstd * (g - normed * mean(g * normed))
         mean_dot = torch.linalg.vecdot(g, normed, dim=-1).unsqueeze(-1).div_(normed.shape[-1])
         grad_x = torch.addcmul(g, normed, mean_dot, value=-1).mul_(rstd)
@@ -125,6 +126,19 @@ def sliding_window_attention(
     return y.transpose(1, 2).reshape(b, h, n * window, d)[:, :, :t]
 
 
+def stacked_linear(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
+    """[x W_1^T | x W_2^T | ...] for linears sharing their input, as one GEMM over the
+    stacked weights; callers split the last dim. For q/k/v in bf16 training this makes the
+    attention sublayer ~2 ms (3%) faster per layer at 4096 tokens, forward and backward,
+    and the input gradient needs no sum of three. The parameters stay separate (checkpoints,
+    export and per-matrix optimizers see the usual weights); the stack is built from the
+    weights already cast to the autocast dtype. (Gate and up measured no faster: the
+    stacked gradient costs a copy that eats the GEMM's gain.)"""
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weights[0].dtype
+    return F.linear(x, torch.cat([w.to(dtype) for w in weights]))
+
+
 class Attention(nn.Module):
     """Causal grouped-query attention through PyTorch's fused SDPA kernels.
 
@@ -164,9 +178,14 @@ class Attention(nn.Module):
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None
     ) -> torch.Tensor:
         b, t, _ = x.shape
-        q = self.wq(x).view(b, t, self.n_heads, self.head_dim)
-        k = self.wk(x).view(b, t, self.n_kv_heads, self.head_dim)
-        v = self.wv(x).view(b, t, self.n_kv_heads, self.head_dim)
+        if torch.is_grad_enabled():  # training: one GEMM (decoding keeps the weights as they are)
+            weights = [self.wq.weight, self.wk.weight, self.wv.weight]
+            q, k, v = stacked_linear(x, weights).split([w.shape[0] for w in weights], dim=-1)
+        else:
+            q, k, v = self.wq(x), self.wk(x), self.wv(x)
+        q = q.view(b, t, self.n_heads, self.head_dim)
+        k = k.view(b, t, self.n_kv_heads, self.head_dim)
+        v = v.view(b, t, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
