@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from kiln.config import ModelConfig, load_config
 from kiln.model import Transformer, count_params, flops_per_token
@@ -136,6 +137,12 @@ def test_stacked_projection_equals_separate_linears_with_gradients():
     stacked = stacked_linear(x, ws)
     torch.testing.assert_close(stacked, torch.cat([x @ w.t() for w in ws], dim=-1))
     assert torch.autograd.gradcheck(lambda x, *ws: stacked_linear(x, list(ws)), (x, *ws))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # casts what autocast casts, as F.linear
+        torch.testing.assert_close(stacked_linear(x, ws), torch.cat([F.linear(x, w) for w in ws], -1))
+        x32, ws32 = x.float(), [w.float() for w in ws]
+        separate = torch.cat([F.linear(x32, w) for w in ws32], -1)
+        assert separate.dtype == torch.bfloat16
+        torch.testing.assert_close(stacked_linear(x32, ws32), separate)
 
 
 def test_attention_trains_through_the_stacked_projection_and_decodes_without_it():

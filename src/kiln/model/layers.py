@@ -25,15 +25,14 @@ class _RMSNormFunction(torch.autograd.Function):
         rstd = rstd.pow_(2).div_(x.shape[-1]).add_(eps).rsqrt_()
         normed = x * rstd
         ctx.save_for_backward(normed, weight, rstd)
-        # the gain and the cast to the output dtype in one pass
-        return torch.mul(normed, weight, out=torch.empty_like(normed, dtype=out_dtype))
+        return (normed * weight).to(out_dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
         normed, weight, rstd = ctx.saved_tensors
-        # mixed-dtype products compute in fp32 without a separate upcast pass of grad_out
-        grad_weight = (grad_out * normed).sum(dim=tuple(range(grad_out.dim() - 1)))
-        g = grad_out * weight  # dL/d(normed), fp32
+        g = grad_out.float()
+        grad_weight = (g * normed).sum(dim=tuple(range(g.dim() - 1)))
+        g = g.mul_(weight) if g is not grad_out else g * weight  # dL/d(normed)
         # dx = rstd * (g - normed * mean(g * normed))
         mean_dot = torch.linalg.vecdot(g, normed, dim=-1).unsqueeze(-1).div_(normed.shape[-1])
         grad_x = torch.addcmul(g, normed, mean_dot, value=-1).mul_(rstd)
@@ -135,8 +134,10 @@ def stacked_linear(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor
     weights already cast to the autocast dtype. (Gate and up measured no faster: the
     stacked gradient costs a copy that eats the GEMM's gain.)"""
     device = x.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weights[0].dtype
-    return F.linear(x, torch.cat([w.to(dtype) for w in weights]))
+    if torch.is_autocast_enabled(device):  # cast as autocast would: fp64 stays as it is
+        dtype = torch.get_autocast_dtype(device)
+        weights = [w if w.dtype == torch.float64 else w.to(dtype) for w in weights]
+    return F.linear(x, torch.cat(weights))
 
 
 class Attention(nn.Module):
