@@ -47,3 +47,16 @@ def test_autocast_output_is_the_compute_dtype():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert norm(x).dtype == torch.bfloat16
     assert norm(x).dtype == torch.float32
+
+
+def test_fp64_module_runs_backward_at_fp32_precision():
+    # statistics are fp32 by design; an fp64 model must still train, to fp32 accuracy
+    torch.manual_seed(0)
+    x, g = torch.randn(3, 5, 32, dtype=torch.double), torch.randn(3, 5, 32, dtype=torch.double)
+    w = 1 + 0.3 * torch.randn(32, dtype=torch.double)
+    norm = RMSNorm(32, eps=1e-5).double()
+    got = _grads(lambda a, b: torch.func.functional_call(norm, {"weight": b}, (a,)), x, w, g)
+    exact = _grads(lambda a, b: F.rms_norm(a, (32,), b, 1e-5), x, w, g)
+    for a, e in zip(got, exact):
+        assert a.dtype == torch.double
+        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-5)
