@@ -31,3 +31,14 @@ def test_floor_refuses_models_it_does_not_model():
     moe = ModelConfig(vocab_size=96, dim=32, n_layers=2, n_heads=4, n_experts=4)
     with pytest.raises(ValueError, match="dense decoders"):
         gemm_floor(moe, batch=1, seq_len=8, dtype=torch.float32)
+
+
+def test_floor_keeps_its_fastest_gemm_ready_to_time_again():
+    cfg = ModelConfig(vocab_size=96, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
+    floor = gemm_floor(cfg, batch=2, seq_len=16, dtype=torch.float32, repeats=1)
+    out = floor.best_call()
+    # FLOPs of one call: 2 x output elements x a contracted size of the step: tokens (2 x 16),
+    # dim, q + k + v (32 + 16 + 16), SwiGLU hidden (128) or gate|up (256), vocab, seq, head
+    inner = {32, 64, 128, 256, 96, 16, 8}
+    assert any(floor.best_flops == 2 * out.numel() * k for k in inner)
+    assert floor.best_flops <= floor.flops
