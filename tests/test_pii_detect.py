@@ -106,3 +106,17 @@ def test_bad_input_is_rejected_clearly():
         detect_pii("x", types=["PHONE"])
     with pytest.raises(ValueError, match="unknown PII type"):
         Span("PHONE", 0, 1, "x")
+
+
+def test_first_letter_grouping_matches_the_flat_alternation():
+    import re
+
+    from kiln.data.pii.names import FIELD_WORDS, _by_first_letter
+
+    flat = re.compile(rf"(?i:(?:{'|'.join(FIELD_WORDS)}))")
+    grouped = re.compile(rf"(?i:(?:{_by_first_letter(FIELD_WORDS)}))")
+    samples = ["Contact_Name: Ana", "contact: x", "co-authored-by", "reported  by", "Reported-By",
+               "authors", "display_name", "firstname", "surnames", "owner_id", "nothing here"]
+    for text in samples:
+        assert [m.span() for m in flat.finditer(text)] == [m.span() for m in grouped.finditer(text)]
+    assert grouped.fullmatch("contact_name") and grouped.match("contact_name").group() == "contact"

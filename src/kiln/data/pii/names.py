@@ -24,13 +24,28 @@ PARTICLE = r"(?:van|von|de|der|den|da|di|del|della|la|le|du|dos|das|bin|al|ten|t
 NAME_SEQ = rf"{TOKEN}(?:[ \t]+(?:{PARTICLE}[ \t]+)*{TOKEN}){{0,3}}"
 _TITLE = r"(?:(?:Mr|Mrs|Ms|Dr|Prof)\.?[ \t]+)?"
 
+FIELD_WORDS = [
+    "authors?", "maintainers?", r"written[ \t]+by", r"created[ \t]+by", r"developed[ \t]+by",
+    r"contributed[ \t]+by", r"reported[ \t]+by", "signed-off-by", "co-authored-by",
+    "reviewed-by", "acked-by", "tested-by", "reported-by", "suggested-by", "helped-by", "committer",
+    "moduleauthor", "sectionauthor", "contact", "owner", "full_?name", "display_?name",
+    "contact_?name", "first_?name", "last_?name", "given_?name", "family_?name", "surname",
+]
+
+
+def _by_first_letter(words: list[str]) -> str:
+    """An alternation grouped by first letter (order kept within each letter, so it matches
+    exactly what the flat one does): the engine tries one group per position instead of
+    every word, which halved this pattern's time on source code."""
+    groups: dict[str, list[str]] = {}
+    for w in words:
+        groups.setdefault(w[0], []).append(w[1:])
+    return "|".join(f"{c}(?:{'|'.join(rest)})" for c, rest in groups.items())
+
+
 STRONG_CONTEXTS = [
     # trailers, headers and fields: "Author: X", "Signed-off-by: X", "maintainer = 'X'"
-    rf"(?i:(?<![A-Za-z])(?:authors?|maintainers?|written[ \t]+by|created[ \t]+by|developed[ \t]+by|"
-    rf"contributed[ \t]+by|reported[ \t]+by|signed-off-by|co-authored-by|"
-    rf"reviewed-by|acked-by|tested-by|reported-by|suggested-by|helped-by|committer|"
-    rf"moduleauthor|sectionauthor|contact|owner|full_?name|display_?name|contact_?name|"
-    rf"first_?name|last_?name|given_?name|family_?name|surname)|^(?:From|To|Cc|Reply-To))"
+    rf"(?i:(?<![A-Za-z])(?:{_by_first_letter(FIELD_WORDS)})|^(?:From|To|Cc|Reply-To))"
     rf"(?:__)?[\"']?[ \t]*(?:::?|=>|=|:)?[ \t]*[\[\"'(]?[ \t]*{_TITLE}(?P<name>{NAME_SEQ})",
     rf"(?i:@author|:author:)[ \t]+{_TITLE}(?P<name>{NAME_SEQ})",
     # Maven/NuGet people blocks: <developer> … <name>X</name>
