@@ -35,14 +35,18 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    """Median seconds of `repeats` calls of `fn`, after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    return median([time_call(fn) for _ in range(repeats)])
+
+
 def matmul_flops(dtype: torch.dtype, n: int, repeats: int, device: str = "cpu") -> float:
     """Median FLOP/s of an n x n x n `torch.matmul` with inputs already in `dtype`."""
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
-    for _ in range(2):
-        torch.matmul(a, b)
-    times = [time_call(lambda: torch.matmul(a, b)) for _ in range(repeats)]
-    return 2 * n**3 / median(times)
+    return 2 * n**3 / median_time(lambda: torch.matmul(a, b), repeats, warmup=2)
 
 
 def result_line(**figures: float) -> str:

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 
 import torch
-from common import median, time_call
+from common import median_time
 
 from kiln.config import ModelConfig
 from kiln.model import ffn_hidden_size
@@ -45,11 +45,10 @@ def _best_time(candidates: list, repeats: int, inner: int) -> float:
     inner (contracted) dimension is `inner`; records the fastest in `_rates`."""
     best, best_fn = float("inf"), candidates[0]
     for fn in candidates:
-        out = fn()
-        seconds = median([time_call(fn) for _ in range(repeats)])
+        seconds = median_time(fn, repeats)
         if seconds < best:
             best, best_fn = seconds, fn
-    flops = 2 * out.numel() * inner
+    flops = 2 * best_fn().numel() * inner
     _rates.append((flops / best, best_fn, flops))
     return best
 

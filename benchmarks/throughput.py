@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import matmul_flops, median, result_line, set_threads, time_call  # noqa: E402
+from common import matmul_flops, median, median_time, result_line, set_threads, time_call  # noqa: E402
 from gemm_floor import Floor, gemm_floor  # noqa: E402
 
 from kiln.config import ModelConfig, OptimConfig  # noqa: E402
@@ -117,11 +117,7 @@ class PeakProbe:
         self.repeats = repeats
 
     def sample(self) -> float:
-        rates = []
-        for call, flops in self.calls:
-            call()
-            rates.append(flops / median([time_call(call) for _ in range(self.repeats)]))
-        return max(rates)
+        return max(flops / median_time(call, self.repeats) for call, flops in self.calls)
 
 
 class Runner:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from kiln.model.layers import compute_dtype
+
 # fp32 elements of logits per chunk (16 MB: the softmax passes stay in cache-sized pieces)
 CHUNK_ELEMENTS = 1 << 22
 # bytes of the dL/dlogits buffer per group; dL/dh and dL/dW are one matmul per group
@@ -102,7 +104,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     if targets.shape != hidden.shape[:1]:
         raise ValueError(f"targets {tuple(targets.shape)} must be ({hidden.shape[0]},)")
     device = hidden.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    dtype = compute_dtype(hidden)
     hidden, weight = hidden.to(dtype), weight.to(dtype)
     need_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     with torch.autocast(device, enabled=False):

@@ -13,6 +13,15 @@ from torch import nn
 from kiln.model.matmul_attention import matmul_attention, uses_matmul_path
 
 
+def compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype autocast would run a matmul on `t` in: the autocast dtype where autocast is
+    on (fp64 is left alone, as autocast leaves it), else `t`'s own."""
+    device = t.device.type
+    if torch.is_autocast_enabled(device) and t.dtype != torch.float64:
+        return torch.get_autocast_dtype(device)
+    return t.dtype
+
+
 class _RMSNormFunction(torch.autograd.Function):
     """y = x * rsqrt(mean(x^2) + eps) * w over the last dim, in fp32, with a hand-written
     backward: on CPU autograd runs F.rms_norm as pow / mean / mul / rsqrt and their
@@ -49,9 +58,7 @@ class RMSNorm(nn.Module):
         # statistics and gain in fp32 even for bf16 inputs: tiny variances underflow otherwise.
         # Under autocast the output is in the compute dtype: its consumers are matmuls that
         # would each cast it (q, k and v; gate and up), so casting once here saves passes.
-        device = x.device.type
-        out = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-        return _RMSNormFunction.apply(x.float(), self.weight.float(), self.eps, out)
+        return _RMSNormFunction.apply(x.float(), self.weight.float(), self.eps, compute_dtype(x))
 
 
 def rope_tables(head_dim: int, max_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,11 +140,7 @@ def stacked_linear(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor
     export and per-matrix optimizers see the usual weights); the stack is built from the
     weights already cast to the autocast dtype. (Gate and up measured no faster: the
     stacked gradient costs a copy that eats the GEMM's gain.)"""
-    device = x.device.type
-    if torch.is_autocast_enabled(device):  # cast as autocast would: fp64 stays as it is
-        dtype = torch.get_autocast_dtype(device)
-        weights = [w if w.dtype == torch.float64 else w.to(dtype) for w in weights]
-    return F.linear(x, torch.cat(weights))
+    return F.linear(x, torch.cat([w.to(compute_dtype(w)) for w in weights]))
 
 
 class Attention(nn.Module):

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kiln.model.balancing import ExpertBiasBalancer, max_violation
-from kiln.model.layers import SwiGLU
+from kiln.model.layers import SwiGLU, compute_dtype
 
 EXPERT_BACKENDS = ("auto", "grouped_mm", "padded_bmm")
 
@@ -215,8 +215,7 @@ class MoE(nn.Module):
         counts = torch.bincount(flat, minlength=self.n_experts)
         order = torch.argsort(flat, stable=True)
         token = order // self.top_k
-        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
-        ys = self.experts(x2[token].to(dtype), counts, gates.reshape(-1)[order])
+        ys = self.experts(x2[token].to(compute_dtype(x)), counts, gates.reshape(-1)[order])
         out = torch.zeros(b * t, d, device=x.device, dtype=ys.dtype).index_add(0, token, ys)
         if self.shared is not None:
             out = out + self.shared(x2)
