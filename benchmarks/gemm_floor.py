@@ -53,14 +53,15 @@ def _best_time(candidates: list, repeats: int, inner: int) -> float:
     return best
 
 
-def _linear_times(m: int, k: int, outs: list[int], dtype: torch.dtype, repeats: int) -> float:
+def _linear_times(m: int, k: int, outs: list[int], dtype: torch.dtype, repeats: int,
+                  device: torch.device) -> float:
     """Forward + input-gradient + weight-gradient GEMMs of linears sharing input [m, k] with
     output widths `outs`; the faster of separate and fused weights."""
-    x = torch.randn(m, k).to(dtype)
+    x = torch.randn(m, k, device=device).to(dtype)
 
     def gemms(n: int) -> float:
-        w = torch.randn(n, k).to(dtype)  # nn.Linear weight [out, in]
-        dy = torch.randn(m, n).to(dtype)
+        w = torch.randn(n, k, device=device).to(dtype)  # nn.Linear weight [out, in]
+        dy = torch.randn(m, n, device=device).to(dtype)
         dy_t = dy.t().contiguous()
         x_t = x.t().contiguous()
         fwd = _best_time([lambda: torch.nn.functional.linear(x, w), lambda: x @ w.t()], repeats, k)
@@ -73,12 +74,12 @@ def _linear_times(m: int, k: int, outs: list[int], dtype: torch.dtype, repeats: 
 
 
 def _attention_times(batch: int, heads: int, t: int, hd: int, dtype: torch.dtype,
-                     repeats: int) -> float:
+                     repeats: int, device: torch.device) -> float:
     """QK^T and PV forward, and their four backward products, over the full T x T square
     (the square `flops_per_token` counts), batched over batch x heads."""
     bh = batch * heads
-    q, k, v, do = (torch.randn(bh, t, hd).to(dtype) for _ in range(4))
-    p = torch.randn(bh, t, t).to(dtype)
+    q, k, v, do = (torch.randn(bh, t, hd, device=device).to(dtype) for _ in range(4))
+    p = torch.randn(bh, t, t, device=device).to(dtype)
     kt = k.transpose(1, 2).contiguous()
     return sum(_best_time(c, repeats, inner) for c, inner in (
         ([lambda: q @ k.transpose(1, 2), lambda: q @ kt], hd),  # S = Q K^T
@@ -91,8 +92,9 @@ def _attention_times(batch: int, heads: int, t: int, hd: int, dtype: torch.dtype
 
 
 def gemm_floor(cfg: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
-               repeats: int = 3) -> Floor:
+               repeats: int = 3, device: torch.device | str = "cpu") -> Floor:
     """Time the GEMMs of one forward + backward of a dense decoder (global attention)."""
+    device = torch.device(device)
     if cfg.n_experts or cfg.local_per_global or cfg.attn_gate:
         raise ValueError("gemm_floor models dense decoders with global attention and no "
                          "attention gate only")
@@ -100,11 +102,12 @@ def gemm_floor(cfg: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
     m, d, hd = batch * seq_len, cfg.dim, cfg.dim // cfg.n_heads
     f, kv = ffn_hidden_size(cfg), cfg.n_kv_heads * hd
     with torch.no_grad():
-        proj = _linear_times(m, d, [cfg.n_heads * hd, kv, kv], dtype, repeats)
-        proj += _linear_times(m, cfg.n_heads * hd, [d], dtype, repeats)
-        mlp = _linear_times(m, d, [f, f], dtype, repeats) + _linear_times(m, f, [d], dtype, repeats)
-        attn = _attention_times(batch, cfg.n_heads, seq_len, hd, dtype, repeats)
-        head = _linear_times(m, d, [cfg.vocab_size], dtype, repeats)
+        proj = _linear_times(m, d, [cfg.n_heads * hd, kv, kv], dtype, repeats, device)
+        proj += _linear_times(m, cfg.n_heads * hd, [d], dtype, repeats, device)
+        mlp = (_linear_times(m, d, [f, f], dtype, repeats, device)
+               + _linear_times(m, f, [d], dtype, repeats, device))
+        attn = _attention_times(batch, cfg.n_heads, seq_len, hd, dtype, repeats, device)
+        head = _linear_times(m, d, [cfg.vocab_size], dtype, repeats, device)
     layer_params = d * (cfg.n_heads * hd + 2 * kv) + cfg.n_heads * hd * d + 3 * d * f
     flops = 6 * m * (cfg.n_layers * layer_params + d * cfg.vocab_size)
     flops += cfg.n_layers * 12 * m * seq_len * cfg.n_heads * hd

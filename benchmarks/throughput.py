@@ -23,6 +23,13 @@ run instead, the stricter figure.
     python benchmarks/throughput.py --quick    # tiny smoke test (< 1 minute)
     python benchmarks/throughput.py --compile  # torch.compile both models (compile time reported)
     python benchmarks/throughput.py --precision fp32,bf16  # force bf16 on a CPU without it
+    python benchmarks/throughput.py --device cuda --precision bf16 --batch 128  # a GPU
+
+On a GPU the same comparison runs on the device (`--device auto` picks CUDA when one is
+visible), the peak probe is an 8192^3 matmul, and `mfu` sets Kiln's model FLOP/s against
+the GPU's datasheet dense bf16/fp32 peak where `SPEC_PEAKS` knows the chip. The ~20M model
+at the issue's batch (16 x 256 tokens) is far too small to fill a GPU; `--batch` shows how
+MFU grows with work per step.
 
 bf16 runs by default only where the CPU multiplies bf16 natively (AVX-512 BF16 or AMX,
 as `train.precision = "auto"` decides): elsewhere torch emulates it hundreds of times
@@ -53,7 +60,7 @@ from kiln.config import ModelConfig, OptimConfig  # noqa: E402
 from kiln.model import Transformer, count_params, ffn_hidden_size, flops_per_token  # noqa: E402
 from kiln.optim import build_optimizer  # noqa: E402
 from kiln.train.host_memory import keep_freed_memory  # noqa: E402
-from kiln.train.precision import autocast, cpu_has_fast_bf16  # noqa: E402
+from kiln.train.precision import autocast, resolve_device, resolve_precision  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -78,6 +85,24 @@ QUICK = Setting(
                       max_seq_len=64, tie_embeddings=True),
     batch=4, seq_len=64, warmup=1, rounds=2, steps=2, matmul_n=(1024,), matmul_repeats=3,
 )
+
+
+# Datasheet dense (no sparsity) tensor-core FLOP/s by precision, matched against
+# torch.cuda.get_device_name(); the first match wins, so PCIe variants come first.
+SPEC_PEAKS: list[tuple[str, dict[str, float]]] = [
+    ("H100 PCIe", {"bf16": 756e12, "fp32": 51e12}),
+    ("H100", {"bf16": 989e12, "fp32": 67e12}),  # SXM
+    ("H200", {"bf16": 989e12, "fp32": 67e12}),
+    ("A100", {"bf16": 312e12, "fp32": 19.5e12}),
+]
+
+
+def spec_peak(device: torch.device, precision: str) -> float | None:
+    """The datasheet peak of this GPU at `precision`, or None (CPUs, unknown chips)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peaks[precision] for key, peaks in SPEC_PEAKS if key in name), None)
 
 
 def hf_llama(cfg: ModelConfig) -> torch.nn.Module:
@@ -111,8 +136,10 @@ class PeakProbe:
     """The matmul rate available now: the faster of an n x n x n matmul and the step's
     fastest GEMM, each the median of a few calls."""
 
-    def __init__(self, dtype: torch.dtype, n: int, floor: Floor, repeats: int = 3):
-        a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    def __init__(self, dtype: torch.dtype, n: int, floor: Floor, device: torch.device,
+                 repeats: int = 3):
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
         self.calls = [(lambda: torch.matmul(a, b), 2 * n**3), (floor.best_call, floor.best_flops)]
         self.repeats = repeats
 
@@ -124,10 +151,9 @@ class Runner:
     """One model with its optimizer, stepping exactly as `Trainer.train_step` does."""
 
     def __init__(self, name: str, model: torch.nn.Module, forward, precision: str,
-                 compile_model: bool):
-        self.name, self.precision = name, precision
-        self.device = torch.device("cpu")
-        self.model = model.train()
+                 compile_model: bool, device: torch.device):
+        self.name, self.precision, self.device = name, precision, device
+        self.model = model.to(device).train()
         self.optimizer = build_optimizer(model, OptimConfig())
         self.clip = OptimConfig().grad_clip
         self.forward = torch.compile(forward) if compile_model else forward
@@ -147,20 +173,22 @@ class Runner:
         self.losses.append(loss.item())
 
 
-def bench_precision(s: Setting, precision: str, compile_model: bool, batch: torch.Tensor) -> dict:
+def bench_precision(s: Setting, precision: str, compile_model: bool, batch: torch.Tensor,
+                    device: torch.device) -> dict:
     torch.manual_seed(0)
     kiln_model = Transformer(s.model)
     hf_model = hf_llama(s.model)
     runners = [
         Runner("kiln", kiln_model, lambda x, y: kiln_model(x, targets=y), precision,
-               compile_model),
+               compile_model, device),
         Runner("hf", hf_model, lambda x, y: F.cross_entropy(
             hf_model(input_ids=x, use_cache=False).logits.flatten(0, 1).float(), y.flatten()),
-            precision, compile_model),
+            precision, compile_model, device),
     ]
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    floor_before = gemm_floor(s.model, s.batch, s.seq_len, dtype)  # and again after the steps
-    probe = PeakProbe(dtype, min(s.matmul_n), floor_before)
+    # and again after the steps
+    floor_before = gemm_floor(s.model, s.batch, s.seq_len, dtype, device=device)
+    probe = PeakProbe(dtype, min(s.matmul_n), floor_before, device)
     peaks = []
     warm = {}
     for r in runners:
@@ -174,9 +202,9 @@ def bench_precision(s: Setting, precision: str, compile_model: bool, batch: torc
                 r.times.append(time_call(lambda r=r: r.step(batch)))
         peaks.append(probe.sample())
     # the faster of the two floors: a lower bound should not inherit a slow spell's drift
-    floor = min(floor_before, gemm_floor(s.model, s.batch, s.seq_len, dtype),
+    floor = min(floor_before, gemm_floor(s.model, s.batch, s.seq_len, dtype, device=device),
                 key=lambda f: f.seconds)
-    square = max(matmul_flops(dtype, n, s.matmul_repeats) for n in s.matmul_n)
+    square = max(matmul_flops(dtype, n, s.matmul_repeats, device) for n in s.matmul_n)
     gemm_peak = max(floor_before.best_rate, floor.best_rate)  # the step's shapes can beat squares
     tokens = batch.shape[0] * (batch.shape[1] - 1)
     out = {"peak": median(peaks), "best_peak": max(square, gemm_peak, *peaks),
@@ -190,6 +218,9 @@ def bench_precision(s: Setting, precision: str, compile_model: bool, batch: torc
     out["ratio"] = out["kiln"] / out["hf"]
     out["fraction"] = out["kiln"] * flops_per_token(s.model, s.seq_len) / out["peak"]
     out["fraction_vs_best"] = out["kiln"] * flops_per_token(s.model, s.seq_len) / out["best_peak"]
+    spec = spec_peak(device, precision)
+    out["mfu"] = out["kiln"] * flops_per_token(s.model, s.seq_len) / spec if spec else None
+    out["hf_mfu"] = out["hf"] * flops_per_token(s.model, s.seq_len) / spec if spec else None
     out["floor"] = tokens / floor.seconds  # tokens/s if only the GEMMs took time
     out["floor_parts"] = floor.parts
     # best against best: the floor is the fastest timing of each GEMM, so it is set against
@@ -203,38 +234,51 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny model, few steps")
     parser.add_argument("--compile", action="store_true", help="torch.compile both models")
     parser.add_argument("--precision", default="", help="comma list of fp32,bf16 (default: "
-                        "fp32, and bf16 where the CPU runs it natively)")
+                        "fp32, and bf16 where the device runs it natively)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                        help="auto: CUDA when a GPU is visible, else CPU")
+    parser.add_argument("--batch", type=int, default=0, help="sequences per step "
+                        "(default: the setting's, 16 for the full run)")
     args = parser.parse_args()
+    if args.batch < 0:
+        parser.error("--batch must be positive")
     unknown = set(args.precision.split(",")) - {"fp32", "bf16"} if args.precision else set()
     if unknown:
         parser.error(f"--precision takes fp32 and/or bf16, got {', '.join(sorted(unknown))}")
     s = QUICK if args.quick else FULL
     if args.compile:  # compilation and any recompilation on the next calls stay untimed
         s = dataclasses.replace(s, warmup=max(s.warmup, 3))
+    if args.batch:
+        s = dataclasses.replace(s, batch=args.batch)
+    device = resolve_device(args.device)
+    if device.type == "cuda":  # a 2048^3 product cannot keep a datacenter GPU busy
+        s = dataclasses.replace(s, matmul_n=(8192,), matmul_repeats=10)
     threads = set_threads()
     kept = keep_freed_memory()  # as Trainer does on CPU; process-wide, so both models get it
     torch.manual_seed(0)
-    batch = torch.randint(0, s.model.vocab_size, (s.batch, s.seq_len + 1))
+    batch = torch.randint(0, s.model.vocab_size, (s.batch, s.seq_len + 1)).to(device)
     params = count_params(Transformer(s.model))["params"]
     fpt = flops_per_token(s.model, s.seq_len)
 
     m = s.model
-    print(f"torch {torch.__version__}, {threads} threads (torch.set_num_threads), "
-          f"compile={args.compile}, freed host memory kept={kept}")
+    where = (f"{torch.cuda.get_device_name(device)}" if device.type == "cuda"
+             else f"CPU, {threads} threads (torch.set_num_threads)")
+    print(f"torch {torch.__version__}, {where}, compile={args.compile}, "
+          f"freed host memory kept={kept}")
     print(f"model: dim {m.dim}, {m.n_layers} layers, {m.n_heads} heads / {m.n_kv_heads} kv, "
           f"ffn {ffn_hidden_size(m)}, vocab {m.vocab_size}, tied={m.tie_embeddings}; "
           f"{params / 1e6:.2f}M params; {fpt / 1e6:.1f} MFLOP/token (train)")
     print(f"batch {s.batch} x {s.seq_len} tokens; {s.warmup} warmup steps, "
           f"{s.rounds} interleaved rounds x {s.steps} steps per model; loss: "
           f"kiln: model(x, targets=y) (fused); hf: cross_entropy(logits.float())")
-    auto = "bf16" if cpu_has_fast_bf16() else "fp32"  # what train.precision="auto" picks
+    auto = resolve_precision("auto", device)  # what train.precision = "auto" picks
     precisions = args.precision.split(",") if args.precision else ["fp32", "bf16"][:1 + (auto == "bf16")]
-    if not args.precision and auto == "fp32":
+    if not args.precision and auto == "fp32" and device.type == "cpu":
         print("bf16: not run: this CPU has neither AVX-512 BF16 nor AMX, so torch emulates "
               "bf16 matmuls (hundreds of times slower than fp32) and training uses fp32; "
               "--precision fp32,bf16 forces it")
     load_before = os.getloadavg()[0]
-    res = {p: bench_precision(s, p, args.compile, batch) for p in precisions}
+    res = {p: bench_precision(s, p, args.compile, batch, device) for p in precisions}
     load_after = os.getloadavg()[0]
 
     print()
@@ -263,9 +307,16 @@ def main() -> None:
         print(f"  {p}: {r['floor']:.0f} tok/s = {100 * r['floor_fraction']:.1f}% of the best rate; "
               f"ms: {parts}; kiln at {100 * r['kiln'] / r['floor']:.0f}% of the floor's "
               f"speed; the most any implementation gains over hf: {r['floor'] / r['hf']:.2f}x")
+    for p, r in res.items():
+        if r["mfu"] is not None:
+            print(f"  {p}: MFU against the datasheet peak ({spec_peak(device, p) / 1e12:.0f} "
+                  f"TFLOP/s): kiln {100 * r['mfu']:.1f}%, hf {100 * r['hf_mfu']:.1f}%")
+    if device.type == "cuda":
+        print(f"  GPU memory: peak allocated {torch.cuda.max_memory_allocated(device) / 2**30:.2f}"
+              f" GiB over the run (both models, all precisions)")
     print(f"targets: kiln/hf >= 1.2 and >= 60% of matmul peak, at the training precision "
-          f"(train.precision = auto picks {auto} on this CPU)")
-    if max(load_before, load_after) > threads + 0.5:
+          f"(train.precision = auto picks {auto} on this {device.type})")
+    if device.type == "cpu" and max(load_before, load_after) > threads + 0.5:
         print(f"WARNING: load average {load_before:.1f} -> {load_after:.1f} on {threads} threads: "
               "other processes competed for the CPU; these figures are not reliable")
     main_p = auto if auto in res else precisions[0]
@@ -273,7 +324,9 @@ def main() -> None:
                "peak_fraction_vs_best": res[main_p]["fraction_vs_best"],
                "floor_fraction": res[main_p]["floor_fraction"],
                "hf_over_floor": res[main_p]["floor"] / res[main_p]["hf"],
-               "bf16": int(main_p == "bf16")}
+               "bf16": int(main_p == "bf16"), "batch": s.batch}
+    if res[main_p]["mfu"] is not None:
+        figures |= {"mfu": res[main_p]["mfu"], "hf_mfu": res[main_p]["hf_mfu"]}
     for p, r in res.items():
         figures |= {f"speedup_vs_hf_{p}": r["ratio"], f"peak_fraction_{p}": r["fraction"],
                     f"floor_fraction_{p}": r["floor_fraction"],
