@@ -38,6 +38,12 @@ def test_quickstart_smoke_run(tmp_path):
     # each verb also runs alone on the run directory
     again = kiln("eval", str(run_dir), "--set", "eval.max_batches=2", cwd=tmp_path)
     assert again.returncode == 0 and "bits/byte" in again.stdout
+    # a command that fails, or only reads the run, leaves the run's recorded config alone
+    recorded = (run_dir / "config.toml").read_text()
+    failed = kiln("train", str(run_dir), "--set", "model.dim=64", cwd=tmp_path)
+    assert failed.returncode != 0
+    assert (run_dir / "config.toml").read_text() == recorded
+    assert "max_batches = 2" not in recorded  # the eval above did not record its override
 
 
 def test_config_error_exits_2_and_names_key(tmp_path):

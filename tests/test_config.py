@@ -54,6 +54,18 @@ def test_bare_word_override_is_a_string():
         ("train.precision=fp16", "train.precision"),
         ("schedule.warmup_steps=-1", "schedule.warmup_steps"),
         ("train.steps=0", "train.steps"),
+        ("train.log_every=0", "train.log_every"),
+        ("eval.batch_size=0", "eval.batch_size"),
+        ("eval.max_batches=-1", "eval.max_batches"),
+        ("tokenizer.min_frequency=-1", "tokenizer.min_frequency"),
+        ("model.ffn_hidden=-1", "model.ffn_hidden"),
+        ("model.init_std=-1", "model.init_std"),
+        ("model.norm_eps=-1", "model.norm_eps"),
+        ("model.rope_theta=0", "model.rope_theta"),
+        ("data.max_bytes=-5", "data.max_bytes"),
+        ("optim.lr=nan", "optim.lr"),
+        ("optim.lr=inf", "optim.lr"),
+        ("optim.weight_decay=-inf", "optim.weight_decay"),
     ],
 )
 def test_impossible_combinations_name_the_key(override, key):
@@ -76,3 +88,22 @@ def test_missing_file_and_bad_toml(tmp_path):
 def test_quickstart_recipe_is_valid():
     cfg = load_config("recipes/quickstart.toml")
     assert isinstance(cfg, Config) and cfg.train.steps > 0
+
+
+@pytest.mark.parametrize("run_dir, source", [
+    ("corpus", "corpus"),  # the same folder
+    ("corpus/run", "corpus"),  # the run inside a source: its outputs would be read as data
+    ("runs/x", "runs/x/documents"),  # a source inside the run: prepare would clear it
+])
+def test_run_dir_overlapping_a_source_is_refused(tmp_path, monkeypatch, run_dir, source):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="overlap"):
+        load_config(None, [f'run.dir="{run_dir}"', f'data.sources=["{source}"]'])
+    load_config(None, ['run.dir="runs/y"', f'data.sources=["{source}"]'])  # apart: fine
+
+
+@pytest.mark.parametrize("run_dir", ["", "."])
+def test_run_dir_must_not_be_the_current_folder(tmp_path, monkeypatch, run_dir):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="run.dir"):
+        load_config(None, [f'run.dir="{run_dir}"'])

@@ -14,6 +14,7 @@ import pytest
 import torch
 from conftest import tiny_config
 
+from kiln.errors import CheckpointError
 from kiln.report import read_metrics
 from kiln.train import checkpoint as ckpt_mod
 from kiln.train.checkpoint import latest_checkpoint, load_checkpoint
@@ -154,3 +155,37 @@ def test_trainer_keeps_host_memory_only_when_configured(tiny_run, monkeypatch, k
     monkeypatch.setattr(trainer_module, "keep_freed_memory", lambda: calls.append(1) or True)
     Trainer(tiny_config(tiny_run, f"train.keep_host_memory={str(keep).lower()}"), resume=False)
     assert calls == ([1] if keep else [])
+
+
+def test_checkpoint_for_another_model_is_refused_by_name(tiny_run):
+    train_losses(tiny_run, "train.steps=6")
+    path = latest_checkpoint(tiny_run / "checkpoints")
+    deeper = Trainer(tiny_config(tiny_run, "model.n_layers=3"), resume=False)
+    with pytest.raises(CheckpointError, match="missing layers.2"):
+        load_checkpoint(path, deeper.model, deeper.optimizer)
+    wider = Trainer(tiny_config(tiny_run, "model.dim=128"), resume=False)
+    with pytest.raises(CheckpointError, match=r"embed.weight: \(\d+, 64\) in the checkpoint"):
+        load_checkpoint(path, wider.model)
+
+
+def test_damaged_checkpoint_names_the_previous_one(tiny_run):
+    train_losses(tiny_run, "train.steps=12")  # checkpoints at 6 and 12
+    latest = latest_checkpoint(tiny_run / "checkpoints")
+    with open(latest / "model.safetensors", "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(CheckpointError, match="unreadable.*previous one, step_00000006"):
+        Trainer(tiny_config(tiny_run))
+
+
+def test_resume_with_another_seq_len_is_a_clear_error(tiny_run):
+    train_losses(tiny_run, "train.steps=6")
+    with pytest.raises(CheckpointError, match="seq_len"):
+        Trainer(tiny_config(tiny_run, "train.seq_len=16"))
+
+
+def test_val_split_shorter_than_a_window_fails_before_training(tiny_run):
+    from kiln.config import ConfigError
+
+    with pytest.raises(ConfigError, match="val split has .* fewer than one window"):
+        Trainer(tiny_config(tiny_run, "train.seq_len=20000", "model.max_seq_len=20000"))
+    assert not (tiny_run / "checkpoints").exists()

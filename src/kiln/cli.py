@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from kiln.config import Config, ConfigError, load_config
+from kiln.errors import CheckpointError
 
 
 def _load_model(cfg: Config):
@@ -70,6 +71,13 @@ def cmd_train(cfg: Config, resume: bool = True) -> None:
     from kiln.parallel.distributed import shutdown
     from kiln.train.trainer import Trainer
 
+    if not resume and os.environ.get("RANK", "0") == "0":
+        from kiln.train.checkpoint import archive_checkpoints
+
+        moved = archive_checkpoints(cfg.run_dir)  # kept, but out of the new run's way
+        if moved:
+            print(f"--fresh: the previous checkpoints and metrics moved to {moved}",
+                  file=sys.stderr)
     trainer = Trainer(cfg, resume=resume)
     try:
         trainer.fit()
@@ -152,12 +160,24 @@ def cmd_run(cfg: Config) -> None:
     stages = [("prepare", cmd_prepare), ("tokenizer", cmd_tokenizer), ("tokenize", cmd_tokenize)]
     if rank == 0:
         _timed(stages, cfg)
+        _record_config(cfg)
     if world > 1:
         dist.barrier()
     _timed([("train", cmd_train)], cfg)
     if rank == 0:
         _timed([("eval", cmd_eval), ("generate", cmd_generate), ("export", cmd_export),
                 ("report", cmd_report)], cfg)
+
+
+# verbs that make the run's data: they record the config they used (train records its own;
+# eval, generate, export and report read a run and leave its config.toml alone)
+_DATA_VERBS = ("prepare", "tokenizer", "tokenize")
+
+
+def _record_config(cfg: Config) -> None:
+    from kiln.run_dir import write_run_metadata
+
+    write_run_metadata(cfg)
 
 
 def _timed(stages, cfg: Config) -> None:
@@ -214,20 +234,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = resolve_config(args.target, args.overrides)
         fn = VERBS[args.verb][0]
-        if args.verb != "report" and os.environ.get("RANK", "0") == "0":
-            from kiln.run_dir import write_run_metadata
-
-            write_run_metadata(cfg)  # the resolved config of the latest command, and its env
-        if args.verb == "train":
+        if args.verb == "train":  # the trainer records its config once it has resumed
             cmd_train(cfg, resume=not args.fresh)
         elif args.verb == "report":
             cmd_report(cfg, compare=args.compare)
         else:
             fn(cfg)
+        if args.verb in _DATA_VERBS and os.environ.get("RANK", "0") == "0":
+            _record_config(cfg)  # only after success: a failed command leaves the run's as it was
     except ConfigError as e:
         print(f"kiln: config error: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:  # a missing earlier stage: the message says what to run
+        print(f"kiln: {e}", file=sys.stderr)
+        return 1
+    except CheckpointError as e:  # damaged, or made for another model or data
         print(f"kiln: {e}", file=sys.stderr)
         return 1
     return 0

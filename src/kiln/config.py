@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 import types
 import typing
@@ -254,6 +255,31 @@ def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> di
     return data
 
 
+def _floats(obj: Any, prefix: str = "") -> typing.Iterator[tuple[str, float]]:
+    """(dotted key, value) of every float field, nested sections included."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _floats(value, f"{prefix}{f.name}.")
+        elif isinstance(value, float):
+            yield f"{prefix}{f.name}", value
+
+
+def _check_run_dir(cfg: Config) -> None:
+    """The run dir must be a folder of its own: prepare empties parts of it, and a run dir
+    inside a source would be read back as data."""
+    if not cfg.run.dir.strip() or Path(cfg.run.dir).resolve() == Path.cwd().resolve():
+        raise ConfigError(f"run.dir: '{cfg.run.dir}' is the current folder; name a folder of "
+                          "its own (prepare clears parts of it), e.g. runs/my-run")
+    run = Path(cfg.run.dir).resolve()
+    for source in cfg.data.sources:
+        src = Path(source).resolve()
+        if src == run or src.is_relative_to(run) or run.is_relative_to(src):
+            raise ConfigError(f"run.dir '{cfg.run.dir}' and data.sources entry '{source}' "
+                              "overlap: the run would overwrite its sources or read its own "
+                              "outputs as data; put the run dir elsewhere")
+
+
 def validate(cfg: Config) -> Config:
     """Reject impossible combinations, naming the key and the fix."""
     for key, choices in _CHOICES.items():
@@ -267,11 +293,27 @@ def validate(cfg: Config) -> Config:
         "model.n_kv_heads": m.n_kv_heads, "model.max_seq_len": m.max_seq_len,
         "train.steps": t.steps, "train.seq_len": t.seq_len, "train.global_batch": t.global_batch,
         "train.micro_batch": t.micro_batch, "tokenizer.vocab_size": cfg.tokenizer.vocab_size,
-        "optim.lr": cfg.optim.lr,
+        "optim.lr": cfg.optim.lr, "train.log_every": t.log_every,
+        "eval.batch_size": cfg.eval.batch_size, "model.init_std": m.init_std,
+        "model.norm_eps": m.norm_eps, "model.rope_theta": m.rope_theta,
     }
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{key} must be > 0, got {value}")
+    non_negative = {  # 0 means off, auto or everything
+        "eval.max_batches": cfg.eval.max_batches, "tokenizer.min_frequency": cfg.tokenizer.min_frequency,
+        "model.ffn_hidden": m.ffn_hidden, "data.max_bytes": cfg.data.max_bytes,
+        "train.eval_every": t.eval_every, "train.eval_batches": t.eval_batches,
+        "train.checkpoint_every": t.checkpoint_every, "train.keep_checkpoints": t.keep_checkpoints,
+        "generate.max_new_tokens": cfg.generate.max_new_tokens,
+    }
+    for key, value in non_negative.items():
+        if value < 0:
+            raise ConfigError(f"{key} must be >= 0, got {value}")
+    for key, value in _floats(cfg):
+        if not math.isfinite(value):
+            raise ConfigError(f"{key} must be a finite number, got {value}")
+    _check_run_dir(cfg)
     if m.dim % m.n_heads:
         raise ConfigError(f"model.dim ({m.dim}) must be divisible by model.n_heads ({m.n_heads})")
     if (m.dim // m.n_heads) % 2:
@@ -300,8 +342,8 @@ def validate(cfg: Config) -> Config:
         )
     if cfg.tokenizer.vocab_size < 257 + 1:
         raise ConfigError("tokenizer.vocab_size must exceed 257 (256 bytes + end-of-text)")
-    if not 0.0 <= cfg.data.val_fraction < 1.0:
-        raise ConfigError(f"data.val_fraction must be in [0, 1), got {cfg.data.val_fraction}")
+    if not 0.0 < cfg.data.val_fraction < 1.0:  # validation, eval and bits/byte need a val split
+        raise ConfigError(f"data.val_fraction must be in (0, 1), got {cfg.data.val_fraction}")
     if cfg.schedule.warmup_steps < 0:
         raise ConfigError("schedule.warmup_steps must be >= 0")
     if not 0.0 <= cfg.schedule.min_lr_ratio <= 1.0:

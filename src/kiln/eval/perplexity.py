@@ -39,7 +39,7 @@ def evaluate(
     batches = list(eval_batches(token_dir, split, seq_len, batch_size, max_batches,
                                 env.rank, env.world_size))
     # sharded models need every rank in every forward: pad short ranks with ignored batches
-    rounds = int(all_reduce_max(torch.tensor(len(batches)), env))
+    rounds = int(all_reduce_max(torch.tensor(len(batches), device=device), env))
     total = torch.zeros(2, dtype=torch.float64, device=device)  # summed nats, token count
     for i in range(rounds):
         real = i < len(batches)

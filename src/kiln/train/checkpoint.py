@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from kiln.atomic import fsync_dir, write_text_atomic
+from kiln.errors import CheckpointError
 from kiln.parallel.distributed import DistEnv, barrier, unwrap
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -44,10 +46,37 @@ def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Load full weights, refusing any missing, unexpected or differently shaped tensor
+    (set_model_state_dict alone lets missing ones keep their random init)."""
     tensors = dict(tensors)
-    if _tied(model):
+    if _tied(model) and "embed.weight" in tensors:
         tensors["head.weight"] = tensors["embed.weight"]
+    expected = {k: tuple(v.shape) for k, v in unwrap(model).state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in tensors.items()}
+    problems = [f"missing {k}" for k in expected if k not in got]
+    problems += [f"unexpected {k}" for k in got if k not in expected]
+    problems += [f"{k}: {got[k]} in the checkpoint, {shape} in the model"
+                 for k, shape in expected.items() if k in got and got[k] != shape]
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; ... ({len(problems)} in all)" if len(problems) > 5 else "")
+        raise CheckpointError(f"the checkpoint does not fit this model ({shown}): it was made "
+                              "with another [model] config; use the run's config, or --fresh")
     set_model_state_dict(model, tensors, options=StateDictOptions(full_state_dict=True))
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path / "model.safetensors"))
+    except Exception as e:  # safetensors raises its own error type for a damaged file
+        raise _unreadable(path, e) from e
+
+
+def _unreadable(path: Path, e: Exception) -> CheckpointError:
+    older = sorted(p.name for p in path.parent.glob(f"{_PREFIX}*")
+                   if p.name < path.name and (p / "trainer.pt").exists())
+    hint = (f"move it aside to resume from the previous one, {older[-1]}" if older
+            else "no earlier checkpoint is left; --fresh starts over")
+    return CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e}); {hint}")
 
 
 def save_checkpoint(
@@ -90,6 +119,25 @@ def _prune(ckpt_root: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def archive_checkpoints(run_dir: Path) -> Path | None:
+    """Move a run's checkpoints and metrics aside (for `train --fresh`): nothing is deleted,
+    and the new run's checkpoints and curves do not mix with the old ones."""
+    old = [p for p in (run_dir / "checkpoints", run_dir / "metrics.jsonl") if p.exists()]
+    if not old:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    dest = run_dir / "archive" / f"before-fresh-{stamp}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = run_dir / "archive" / f"before-fresh-{stamp}-{n}"
+    dest.mkdir(parents=True)
+    for p in old:
+        os.replace(p, dest / p.name)
+    fsync_dir(run_dir)
+    return dest
+
+
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
     """The checkpoint `latest` names, or the newest complete one if the pointer is gone."""
     pointer = ckpt_root / "latest"
@@ -105,20 +153,20 @@ def load_checkpoint(
     path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None
 ) -> dict[str, Any]:
     """Restore weights (and optimizer, RNG) in place; returns the trainer state."""
+    load_model_tensors(model, _read_weights(path))
     try:
-        load_model_tensors(model, load_file(str(path / "model.safetensors")))
         if optimizer is not None:
             optim_state = torch.load(path / "optimizer.pt", weights_only=True)
             set_optimizer_state_dict(
                 model, optimizer, optim_state, options=StateDictOptions(full_state_dict=True)
             )
         state = torch.load(path / "trainer.pt", weights_only=True)
-    except (OSError, RuntimeError, KeyError) as e:
-        raise RuntimeError(f"checkpoint {path} could not be loaded: {e}") from e
+    except (OSError, RuntimeError, KeyError, EOFError) as e:
+        raise _unreadable(path, e) from e
     torch.set_rng_state(state.pop("rng"))
     return state
 
 
 def load_weights(path: Path, model: nn.Module) -> None:
     """Weights only (eval, generate, export)."""
-    load_model_tensors(model, load_file(str(path / "model.safetensors")))
+    load_model_tensors(model, _read_weights(path))

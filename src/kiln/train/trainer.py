@@ -12,8 +12,9 @@ import torch
 
 from kiln.atomic import write_json_atomic
 from kiln.config import Config, ConfigError
-from kiln.data.loader import TokenLoader
+from kiln.data.loader import TokenLoader, TokenStream
 from kiln.data.shards import load_index
+from kiln.errors import CheckpointError
 from kiln.model import Transformer, count_params, flops_per_token
 from kiln.model.balancing import max_violation
 from kiln.optim import build_optimizer
@@ -40,6 +41,17 @@ def model_config_for_run(cfg: Config, token_dir: Path):
             f"model.vocab_size ({cfg.model.vocab_size}) is smaller than the tokenizer's ({vocab})"
         )
     return dataclasses.replace(cfg.model, vocab_size=cfg.model.vocab_size or vocab)
+
+
+def _check_val_split(token_dir: Path, seq_len: int) -> None:
+    """Validation runs during and at the end of training: a val split without one window
+    would fail only after all the steps, before the final checkpoint."""
+    tokens = TokenStream(token_dir, "val").n_tokens
+    if tokens < seq_len + 1:
+        raise ConfigError(
+            f"the val split has {tokens} tokens, fewer than one window of train.seq_len + 1 = "
+            f"{seq_len + 1}: raise data.val_fraction and re-run `kiln tokenize`, add data, or "
+            "lower train.seq_len")
 
 
 class Trainer:
@@ -71,6 +83,7 @@ class Trainer:
         model = torch.compile(raw) if t.compile else raw
         self.model = wrap_model(model, t.parallel, self.env)
         self.optimizer = build_optimizer(self.model, cfg.optim)
+        _check_val_split(self.token_dir, t.seq_len)  # before training, not at its end
         self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
                                   cfg.run.seed, self.env.rank, self.env.world_size)
         self.callbacks = default_callbacks() if callbacks is None else callbacks
@@ -92,9 +105,17 @@ class Trainer:
         state = load_checkpoint(ckpt, self.model, self.optimizer)
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
         self._elapsed_before = state["elapsed_s"]
-        self.loader.load_state_dict(state["loader"])
+        try:
+            self.loader.load_state_dict(state["loader"])
+        except ValueError as e:
+            raise CheckpointError(f"cannot resume from {ckpt}: {e}; the token shards, "
+                                  "train.seq_len or run.seed changed since it was saved; use "
+                                  "the run's config, or --fresh") from e
         if self.env.is_main:
             print(f"resumed from {ckpt} at step {self.step}", file=sys.stderr)
+            if self.step >= self.cfg.train.steps:
+                print(f"step {self.step} >= train.steps = {self.cfg.train.steps}: nothing to "
+                      "train; raise train.steps to go on", file=sys.stderr)
 
     def elapsed(self) -> float:
         return self._elapsed_before + time.perf_counter() - self._start
