@@ -40,10 +40,20 @@ def test_quickstart_smoke_run(tmp_path):
     assert again.returncode == 0 and "bits/byte" in again.stdout
     # a command that fails, or only reads the run, leaves the run's recorded config alone
     recorded = (run_dir / "config.toml").read_text()
-    failed = kiln("train", str(run_dir), "--set", "model.dim=64", cwd=tmp_path)
-    assert failed.returncode != 0
+    failed = kiln("train", str(run_dir), "--set", "model.dim=128", cwd=tmp_path)
+    assert failed.returncode == 1 and "does not fit this model" in failed.stderr
+    assert "Traceback" not in failed.stderr
     assert (run_dir / "config.toml").read_text() == recorded
     assert "max_batches = 2" not in recorded  # the eval above did not record its override
+    # the data a checkpoint was trained on is not re-made with other settings ...
+    index = (run_dir / "tokens/index.json").read_text()
+    remake = kiln("tokenize", str(run_dir), "--set", "data.val_fraction=0.1", cwd=tmp_path)
+    assert remake.returncode == 2 and "data.val_fraction: 0.05 -> 0.1" in remake.stderr
+    assert (run_dir / "tokens/index.json").read_text() == index
+    # ... while re-running with the same settings re-makes the same data
+    same = kiln("tokenize", str(run_dir), cwd=tmp_path)
+    assert same.returncode == 0, same.stderr[-2000:]
+    assert (run_dir / "tokens/index.json").read_text() == index
 
 
 def test_config_error_exits_2_and_names_key(tmp_path):

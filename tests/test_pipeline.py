@@ -1,6 +1,7 @@
 """The prepare pipeline: stage registry, builder, task sharding, resume, executors, errors."""
 
 import json
+import os
 
 import pytest
 from datatrove.pipeline.filters.base_filter import BaseFilter
@@ -87,15 +88,19 @@ def test_resume_skips_completed_tasks_and_redo_does_not(tmp_path, registry):
     run = tmp_path / "run"
     cfg = _cfg(tasks=2)
     run_prepare(cfg, run, [str(src)], progress=False)
-    # task 1 "crashed": no completion marker, no stats; task 0's input changes meanwhile
+    # task 1 "crashed": no completion marker, no stats; task 0's input changes meanwhile, behind
+    # the fingerprint's back (same size, same mtime), as a probe of which tasks re-run
     (run / "logs/prepare/completions/00001").unlink()
     (run / "logs/prepare/stats/00001.json").unlink()
-    (src / "f0.txt").write_text("rewritten")  # f0 is file 0 -> task 0
+    f0 = src / "f0.txt"  # f0 is file 0 -> task 0
+    st = f0.stat()
+    f0.write_text("document 0 fresh")  # same length as "document 0 spam "
+    os.utime(f0, ns=(st.st_atime_ns, st.st_mtime_ns))
     run_prepare(cfg, run, [str(src)], progress=False)
     texts = dict(_docs(run))
     assert "src/f0.txt" not in texts  # task 0 skipped: its (spam) f0 stayed dropped
     run_prepare(cfg, run, [str(src)], redo=True, progress=False)
-    assert dict(_docs(run))["src/f0.txt"] == "rewritten"
+    assert dict(_docs(run))["src/f0.txt"] == "document 0 fresh"
     # a changed pipeline never resumes a stale run
     summary = run_prepare(PrepareConfig(stages=["read", "write"], tasks=2), run, [str(src)],
                           progress=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import subprocess
 import sys
@@ -217,7 +218,12 @@ def test_resume_of_a_completed_run_skips_every_task(tmp_path):
     before = {p: p.read_bytes() for p in stats}
     docs_mtime = {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()}
     yield_before = (run / "yield.json").read_text()
-    (src / "f0.txt").write_text("changed after the run")  # a skipped task never sees it
+    # changed behind the input fingerprint's back (same size and mtime): a skipped task never
+    # sees it (a visible change, new size or mtime, would re-run prepare from scratch)
+    f0 = src / "f0.txt"
+    st = f0.stat()
+    f0.write_text("changed after the run".ljust(st.st_size, "!"))
+    os.utime(f0, ns=(st.st_atime_ns, st.st_mtime_ns))
     again = run_prepare(cfg, run, [str(src)], progress=False)
     assert again == first and (run / "yield.json").read_text() == yield_before
     assert {p: p.read_bytes() for p in stats} == before and len(stats) >= 5

@@ -174,6 +174,45 @@ def cmd_run(cfg: Config) -> None:
 _DATA_VERBS = ("prepare", "tokenizer", "tokenize")
 
 
+# the settings the data (documents, tokenizer, shards) is made from
+_DATA_KEYS = ("data.", "prepare.", "tokenizer.", "run.seed")
+
+
+def _flat(obj: object, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in (obj.items() if isinstance(obj, dict) else ()):
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _refuse_remaking_trained_data(cfg: Config) -> None:
+    """A run with checkpoints keeps the data they were trained on: re-making it with other
+    settings would leave the checkpoints (and a resume's loader position) describing data
+    that is gone. The same settings re-make the same data, so a plain re-run is fine."""
+    import dataclasses
+
+    from kiln.train.checkpoint import latest_checkpoint
+
+    recorded = cfg.run_dir / "config.toml"
+    if latest_checkpoint(cfg.run_dir / "checkpoints") is None or not recorded.exists():
+        return
+    try:
+        old = load_config(recorded, [f'run.dir="{cfg.run.dir}"'])
+    except ConfigError:
+        return  # recorded by an older Kiln with settings since refused: nothing to compare
+    before, now = _flat(dataclasses.asdict(old)), _flat(dataclasses.asdict(cfg))
+    changed = [k for k in now if k.startswith(_DATA_KEYS) and now[k] != before.get(k)]
+    if changed:
+        raise ConfigError(
+            f"{cfg.run_dir} holds checkpoints trained on data made with other settings "
+            f"({', '.join(f'{k}: {before.get(k)!r} -> {now[k]!r}' for k in changed[:4])}); "
+            "re-making the data would orphan them: use another run.dir, or move "
+            f"{cfg.run_dir / 'checkpoints'} aside first")
+
+
 def _record_config(cfg: Config) -> None:
     from kiln.run_dir import write_run_metadata
 
@@ -239,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "report":
             cmd_report(cfg, compare=args.compare)
         else:
+            if args.verb in (*_DATA_VERBS, "run"):
+                _refuse_remaking_trained_data(cfg)
             fn(cfg)
         if args.verb in _DATA_VERBS and os.environ.get("RANK", "0") == "0":
             _record_config(cfg)  # only after success: a failed command leaves the run's as it was

@@ -63,7 +63,11 @@ class SourceReader(PipelineStep):
         if not text.strip():
             self._count("skipped/empty")
             return None
-        n_bytes = len(text.encode("utf-8"))
+        try:
+            n_bytes = len(text.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800" is valid JSON): skip the document
+            self._count("skipped/invalid_unicode")
+            return None
         self._count("documents")
         self._count("bytes", n_bytes)
         return Document(text=text, id=doc_id, metadata={"source": str(path), "bytes": n_bytes})
@@ -106,7 +110,7 @@ class SourceReader(PipelineStep):
                 except UnicodeDecodeError:
                     self._count("skipped/non_utf8")
                     continue
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):  # one bad line, not the file
                     self._count("skipped/bad_json")
                     continue
                 text = record.get("text") if isinstance(record, dict) else None
@@ -151,7 +155,11 @@ def read_documents(out_dir: Path | str) -> Iterator[Document]:
     from datatrove.pipeline.readers import JsonlReader
 
     docs_dir = Path(out_dir) / "documents"
-    if not (Path(out_dir) / "prepare.json").exists() or not docs_dir.is_dir():
+    summary = Path(out_dir) / "prepare.json"
+    if summary.exists() and not docs_dir.is_dir():
+        raise FileNotFoundError(f"`kiln prepare` wrote no documents in {out_dir} (see {summary}); "
+                                "fix data.sources and run `kiln prepare` again")
+    if not summary.exists() or not docs_dir.is_dir():
         raise FileNotFoundError(f"no prepared documents in {out_dir}; run `kiln prepare` first")
     reader = JsonlReader(str(docs_dir), glob_pattern="*.jsonl.gz", add_file_path=False)
     yield from reader.run(None, rank=0, world_size=1)

@@ -18,8 +18,9 @@ order, so resume is by task in every phase and yield counting spans all of them.
 
 The same phases run under datatrove's local, Slurm (chained with `depends`) or Ray executor.
 Input files are sharded by task (file i goes to task i % tasks); every task writes
-documents/NNNNN.jsonl.gz. A re-run of the same pipeline (same stages, options, sources and task
-count) skips the tasks already completed; `redo=True` (or any change) starts from scratch.
+documents/NNNNN.jsonl.gz. A re-run of the same pipeline (same stages, options, sources, input
+files (names, sizes, mtimes) and task count) skips the tasks already completed; `redo=True` (or
+any change, such as a file added to a source folder) starts from scratch.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline
 )
 from kiln.data.yield_report import (
     LAYOUT_FILE,
+    YIELD_FILE,
     YieldMeter,
+    compute_yield,
     flow_stats,
     reason_spec,
     write_yield_report,
@@ -193,9 +196,27 @@ def _role(stage: str, step: PipelineStep, meter: bool = False, handoff: bool = F
     return role
 
 
-def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int) -> dict:
+def _input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path) -> dict:
+    """Fingerprint (files, bytes, hash of names, sizes, mtimes) of what each reader stage reads.
+
+    Part of the resume signature: a file added, removed or changed in a source re-runs prepare
+    from scratch instead of resuming (or skipping) a run made from other inputs.
+    """
+    from kiln.data.sources import fingerprint_files
+
+    inputs = {"read": list(sources), "arxiv_metadata": [cfg.arxiv.snapshot],
+              "arxiv_sources": [cfg.arxiv.source_dir]}
+    return {stage: fingerprint_files(inputs[stage], exclude=run_dir)
+            for stage in cfg.stages if stage in inputs}
+
+
+def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
+               run_dir: Path | None = None) -> dict:
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in EXECUTION_KEYS}
-    return {**options, "sources": list(sources), "max_bytes": max_bytes}
+    signature = {**options, "sources": list(sources), "max_bytes": max_bytes}
+    if run_dir is not None:
+        signature["input_files"] = _input_files(cfg, sources, run_dir)
+    return signature
 
 
 def build_pipeline(
@@ -257,7 +278,7 @@ def build_pipeline(
                    for p in ordered],
         "readers": [cfg.stages[0]],
         "tasks": cfg.tasks,
-        "signature": _signature(cfg, sources, max_bytes),
+        "signature": _signature(cfg, sources, max_bytes, run_dir),
     }
     layout["steps"] = [r for p in layout["phases"] if p["flow"] for r in p["steps"]]
     return ordered, layout
@@ -354,7 +375,8 @@ def run_prepare(
     `max_bytes` caps each task's reader. Local and Ray phases run one after the other, each
     checked complete before the next starts; Slurm phases are submitted as a chain of dependent
     job arrays: the summary says so, and `kiln.data.yield_report.write_yield_report(run_dir)`
-    gives the yield once they finish.
+    gives the yield once they finish. A run that leaves no documents raises ConfigError naming
+    the reader's skip counts by reason (or the stages' drops); prepare.json and yield.json stay.
     """
     run_dir = Path(run_dir)
     phases, layout = build_pipeline(cfg, run_dir, sources, max_bytes, progress)
@@ -377,11 +399,49 @@ def run_prepare(
         if not _finished(logging_dir, phase):
             raise RuntimeError(f"prepare phase {phase.name!r} did not complete every task; see "
                                f"{logging_dir / phase.dir / 'logs'} and re-run to resume")
+        if phase.flow and phase is not phases[-1]:
+            _check_not_empty(run_dir, layout, logging_dir, phases.index(phase) + 1)
     if previous is not None:
         previous.run()  # submits the whole chain of dependent jobs
     if not all(_finished(logging_dir, p) for p in phases):
         return {"status": "submitted", "executor": cfg.executor, "logging_dir": str(logging_dir)}
-    return _summary(run_dir, layout, logging_dir)
+    summary = _summary(run_dir, layout, logging_dir)
+    if not summary["documents_out"]:
+        yields = json.loads((run_dir / YIELD_FILE).read_text(encoding="utf-8"))
+        raise _config_error(_no_documents_message(yields, summary["sources"], run_dir))
+    return summary
+
+
+def _check_not_empty(run_dir: Path, layout: dict, logging_dir: Path, done: int) -> None:
+    """After the first `done` phases: if no document flows on (a barrier would crash on an empty
+    folder), write the partial yield.json and raise ConfigError saying why."""
+    partial = {**layout, "phases": layout["phases"][:done]}
+    roles, merged = flow_stats(logging_dir, partial)
+    yields = compute_yield({**partial, "steps": roles}, merged)
+    if yields["documents_out"] or not yields["stages"]:
+        return
+    yields["tasks"] = layout["tasks"]
+    write_json_atomic(run_dir / YIELD_FILE, yields)
+    sig = layout["signature"]
+    sources = {"read": sig["sources"] or ["<stdlib>"], "arxiv_metadata": [sig["arxiv"]["snapshot"]],
+               "arxiv_sources": [sig["arxiv"]["source_dir"]]}.get(sig["stages"][0], sig["sources"])
+    raise _config_error(_no_documents_message(yields, sources, run_dir))
+
+
+def _no_documents_message(yields: dict, sources: list, run_dir: Path) -> str:
+    """Why prepare produced nothing: the reader's skips by reason, or the stages' drops."""
+    def reasons(counts: dict) -> str:
+        return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "none counted"
+
+    first = yields["stages"][0]
+    if not first["documents_out"]:
+        key = "data.sources" if first["stage"] == "read" else "prepare.arxiv"
+        return (f"{key}: prepare read no documents from {sources} (skipped by reason: "
+                f"{reasons(first['drop_reasons'])}); see {run_dir / YIELD_FILE}")
+    drops = "; ".join(f"{r['stage']}: {reasons(r['drop_reasons'])}" for r in yields["stages"]
+                      if r.get("documents_dropped"))
+    return (f"prepare.stages: all {first['documents_out']} documents read from {sources} were "
+            f"dropped ({drops}); see {run_dir / YIELD_FILE}")
 
 
 __all__ = [

@@ -75,3 +75,36 @@ def list_source_files(sources: list[str]) -> list[SourceFile]:
         else:
             files.append(SourceFile(path, path.name))
     return files
+
+
+def fingerprint_files(sources: list[str], exclude: Path | None = None) -> dict:
+    """What the input files are now: count, bytes and a hash of (id, size, mtime) of each file.
+
+    `sources` as for `list_source_files` (empty: the stdlib corpus). A path that does not exist
+    is recorded as missing rather than raised (the stage that reads it reports that). Files
+    under `exclude` (the run directory, if it lies inside a source folder) are left out, so
+    prepare's own outputs never make a finished run look stale.
+    """
+    import hashlib
+
+    digest = hashlib.sha256()
+    n_files = n_bytes = 0
+    excluded = exclude.resolve() if exclude is not None else None
+    groups = [[s] for s in sources] if sources else [[]]
+    for group in groups:
+        if group and not Path(group[0]).exists():
+            digest.update(f"missing\t{group[0]}\n".encode("utf-8", "surrogateescape"))
+            continue
+        for file in list_source_files(group):
+            if excluded is not None and file.path.resolve().is_relative_to(excluded):
+                continue
+            try:
+                st = file.path.stat()
+            except OSError:
+                digest.update(f"unstatable\t{file.rel}\n".encode("utf-8", "surrogateescape"))
+                continue
+            n_files += 1
+            n_bytes += st.st_size
+            line = f"{file.rel}\t{file.path}\t{st.st_size}\t{st.st_mtime_ns}\n"
+            digest.update(line.encode("utf-8", "surrogateescape"))
+    return {"files": n_files, "bytes": n_bytes, "sha256": digest.hexdigest()}
