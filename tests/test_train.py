@@ -189,3 +189,13 @@ def test_val_split_shorter_than_a_window_fails_before_training(tiny_run):
     with pytest.raises(ConfigError, match="val split has .* fewer than one window"):
         Trainer(tiny_config(tiny_run, "train.seq_len=20000", "model.max_seq_len=20000"))
     assert not (tiny_run / "checkpoints").exists()
+
+
+def test_resume_with_changed_training_settings_says_so(tiny_run, capsys):
+    train_losses(tiny_run, "train.steps=6")
+    capsys.readouterr()
+    Trainer(tiny_config(tiny_run, "train.steps=6", "optim.lr=0.01"))
+    err = capsys.readouterr().err
+    assert "resumed from" in err and "optim.lr: 0.003 -> 0.01" in err
+    Trainer(tiny_config(tiny_run, "train.steps=6"))  # the same settings: nothing to say
+    assert "settings changed" not in capsys.readouterr().err

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from kiln.config import Config, ConfigError, load_config
+from kiln.config import Config, ConfigError, config_changes, load_config
 from kiln.errors import CheckpointError
 
 
@@ -178,22 +178,10 @@ _DATA_VERBS = ("prepare", "tokenizer", "tokenize")
 _DATA_KEYS = ("data.", "prepare.", "tokenizer.", "run.seed")
 
 
-def _flat(obj: object, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in (obj.items() if isinstance(obj, dict) else ()):
-        if isinstance(value, dict):
-            out |= _flat(value, f"{prefix}{key}.")
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _refuse_remaking_trained_data(cfg: Config) -> None:
     """A run with checkpoints keeps the data they were trained on: re-making it with other
     settings would leave the checkpoints (and a resume's loader position) describing data
     that is gone. The same settings re-make the same data, so a plain re-run is fine."""
-    import dataclasses
-
     from kiln.train.checkpoint import latest_checkpoint
 
     recorded = cfg.run_dir / "config.toml"
@@ -203,12 +191,11 @@ def _refuse_remaking_trained_data(cfg: Config) -> None:
         old = load_config(recorded, [f'run.dir="{cfg.run.dir}"'])
     except ConfigError:
         return  # recorded by an older Kiln with settings since refused: nothing to compare
-    before, now = _flat(dataclasses.asdict(old)), _flat(dataclasses.asdict(cfg))
-    changed = [k for k in now if k.startswith(_DATA_KEYS) and now[k] != before.get(k)]
+    changed = config_changes(old, cfg, _DATA_KEYS)
     if changed:
         raise ConfigError(
             f"{cfg.run_dir} holds checkpoints trained on data made with other settings "
-            f"({', '.join(f'{k}: {before.get(k)!r} -> {now[k]!r}' for k in changed[:4])}); "
+            f"({', '.join(changed[:4])}); "
             "re-making the data would orphan them: use another run.dir, or move "
             f"{cfg.run_dir / 'checkpoints'} aside first")
 

@@ -351,6 +351,8 @@ def validate(cfg: Config) -> Config:
     if not 0.0 < cfg.schedule.decay_fraction <= 1.0:
         raise ConfigError("schedule.decay_fraction must be in (0, 1]")
     g = cfg.generate
+    if not all(g.prompts):
+        raise ConfigError("generate.prompts: every prompt needs at least one character")
     if g.temperature < 0 or not 0 < g.top_p <= 1 or g.top_k < 0:
         raise ConfigError("generate: temperature >= 0, 0 < top_p <= 1 and top_k >= 0 are required")
     validate_prepare(cfg.prepare)
@@ -386,6 +388,19 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def config_changes(old: Config, new: Config, prefixes: tuple[str, ...] = ("",)) -> list[str]:
+    """'key: old -> new' for every setting under `prefixes` (dotted) that differs."""
+    def flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            out |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value}
+        return out
+
+    before, after = flat(dataclasses.asdict(old)), flat(dataclasses.asdict(new))
+    return [f"{k}: {before.get(k)!r} -> {v!r}" for k, v in after.items()
+            if k.startswith(prefixes) and v != before.get(k)]
 
 
 def config_to_toml(cfg: Config) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from kiln.atomic import write_json_atomic
-from kiln.config import Config, ConfigError
+from kiln.config import Config, ConfigError, config_changes, load_config
 from kiln.data.loader import TokenLoader, TokenStream
 from kiln.data.shards import load_index
 from kiln.errors import CheckpointError
@@ -52,6 +52,17 @@ def _check_val_split(token_dir: Path, seq_len: int) -> None:
             f"the val split has {tokens} tokens, fewer than one window of train.seq_len + 1 = "
             f"{seq_len + 1}: raise data.val_fraction and re-run `kiln tokenize`, add data, or "
             "lower train.seq_len")
+
+
+def _changed_since_recorded(cfg: Config) -> list[str]:
+    """Training settings that differ from the run's recorded config (a resume with another lr
+    or step count is allowed, but said; model and data changes are refused elsewhere)."""
+    recorded = cfg.run_dir / "config.toml"
+    try:
+        old = load_config(recorded, [f'run.dir="{cfg.run.dir}"'])
+    except ConfigError:  # missing, or recorded by an older Kiln
+        return []
+    return config_changes(old, cfg, ("optim.", "schedule.", "train."))
 
 
 class Trainer:
@@ -113,6 +124,10 @@ class Trainer:
                                   "the run's config, or --fresh") from e
         if self.env.is_main:
             print(f"resumed from {ckpt} at step {self.step}", file=sys.stderr)
+            changed = _changed_since_recorded(self.cfg)
+            if changed:
+                print(f"note: resuming with settings changed since the run's config.toml was "
+                      f"recorded: {'; '.join(changed)}", file=sys.stderr)
             if self.step >= self.cfg.train.steps:
                 print(f"step {self.step} >= train.steps = {self.cfg.train.steps}: nothing to "
                       "train; raise train.steps to go on", file=sys.stderr)
