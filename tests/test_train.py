@@ -199,3 +199,12 @@ def test_resume_with_changed_training_settings_says_so(tiny_run, capsys):
     assert "resumed from" in err and "optim.lr: 0.003 -> 0.01" in err
     Trainer(tiny_config(tiny_run, "train.steps=6"))  # the same settings: nothing to say
     assert "settings changed" not in capsys.readouterr().err
+
+
+def test_a_killed_write_left_behind_is_cleared_by_the_next_save(tiny_run):
+    stale = tiny_run / "checkpoints" / ".tmp-step_00000003-99999"
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_bytes(b"half")
+    train_losses(tiny_run, "train.steps=6")
+    assert not stale.exists()
+    assert latest_checkpoint(tiny_run / "checkpoints").name == "step_00000006"

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from kiln.config import Config, ConfigError, config_changes, load_config
+from kiln.config import Config, ConfigError, config_changes, load_config, recorded_config
 from kiln.errors import CheckpointError
 
 
@@ -116,14 +116,24 @@ def cmd_generate(cfg: Config) -> None:
     from kiln.atomic import write_json_atomic
     from kiln.data.tokenizer import eos_id, load_tokenizer
     from kiln.model.sampling import generate
+    from kiln.train.precision import resolve_device
 
     model, _ = _load_model(cfg)
+    model.to(resolve_device(cfg.train.device))
     tok = load_tokenizer(_tokenizer_path(cfg))
     g = cfg.generate
-    rng = torch.Generator().manual_seed(cfg.run.seed)
+    rng = torch.Generator().manual_seed(cfg.run.seed)  # on CPU: samples match across devices
     samples = []
+    max_len = model.cfg.max_seq_len
     for prompt in g.prompts:
         ids = tok.encode(prompt).ids
+        if len(ids) >= max_len:
+            raise ConfigError(f"generate.prompts: {prompt[:40]!r}... is {len(ids)} tokens; the "
+                              f"model's context (model.max_seq_len) is {max_len}")
+        if len(ids) + g.max_new_tokens > max_len:
+            print(f"note: {prompt[:40]!r}: at most {max_len - len(ids)} new tokens fit the "
+                  f"model's context of {max_len} (generate.max_new_tokens = {g.max_new_tokens})",
+                  file=sys.stderr)
         out = generate(model, ids, g.max_new_tokens, temperature=g.temperature, top_k=g.top_k,
                        top_p=g.top_p, eos_id=eos_id(tok), generator=rng)
         completion = tok.decode(out, skip_special_tokens=False)
@@ -184,13 +194,11 @@ def _refuse_remaking_trained_data(cfg: Config) -> None:
     that is gone. The same settings re-make the same data, so a plain re-run is fine."""
     from kiln.train.checkpoint import latest_checkpoint
 
-    recorded = cfg.run_dir / "config.toml"
-    if latest_checkpoint(cfg.run_dir / "checkpoints") is None or not recorded.exists():
+    if latest_checkpoint(cfg.run_dir / "checkpoints") is None:
         return
-    try:
-        old = load_config(recorded, [f'run.dir="{cfg.run.dir}"'])
-    except ConfigError:
-        return  # recorded by an older Kiln with settings since refused: nothing to compare
+    old = recorded_config(cfg.run_dir)
+    if old is None:
+        return
     changed = config_changes(old, cfg, _DATA_KEYS)
     if changed:
         raise ConfigError(

@@ -390,6 +390,15 @@ def _toml_value(value: Any) -> str:
     return str(value)
 
 
+def recorded_config(run_dir: Path) -> Config | None:
+    """The config a run recorded (its config.toml), or None: none yet, or one recorded by an
+    older Kiln with settings since refused."""
+    try:
+        return load_config(Path(run_dir) / "config.toml", [f'run.dir="{run_dir}"'])
+    except ConfigError:
+        return None
+
+
 def config_changes(old: Config, new: Config, prefixes: tuple[str, ...] = ("",)) -> list[str]:
     """'key: old -> new' for every setting under `prefixes` (dotted) that differs."""
     def flat(obj: Any, prefix: str = "") -> dict[str, Any]:

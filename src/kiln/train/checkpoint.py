@@ -95,7 +95,8 @@ def save_checkpoint(
     if env.is_main:
         ckpt_root.mkdir(parents=True, exist_ok=True)
         tmp = ckpt_root / f".tmp-{final.name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
+        for stale in ckpt_root.glob(".tmp-*"):  # halves of writes a killed run left behind
+            shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir()
         save_file(weights, str(tmp / "model.safetensors"))
         torch.save(optim_state, tmp / "optimizer.pt")

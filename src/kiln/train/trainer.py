@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from kiln.atomic import write_json_atomic
-from kiln.config import Config, ConfigError, config_changes, load_config
+from kiln.config import Config, ConfigError, config_changes, recorded_config
 from kiln.data.loader import TokenLoader, TokenStream
 from kiln.data.shards import load_index
 from kiln.errors import CheckpointError
@@ -57,12 +57,8 @@ def _check_val_split(token_dir: Path, seq_len: int) -> None:
 def _changed_since_recorded(cfg: Config) -> list[str]:
     """Training settings that differ from the run's recorded config (a resume with another lr
     or step count is allowed, but said; model and data changes are refused elsewhere)."""
-    recorded = cfg.run_dir / "config.toml"
-    try:
-        old = load_config(recorded, [f'run.dir="{cfg.run.dir}"'])
-    except ConfigError:  # missing, or recorded by an older Kiln
-        return []
-    return config_changes(old, cfg, ("optim.", "schedule.", "train."))
+    old = recorded_config(cfg.run_dir)
+    return config_changes(old, cfg, ("optim.", "schedule.", "train.")) if old else []
 
 
 class Trainer:
