@@ -97,3 +97,12 @@ def test_run_dir_inside_the_source_folder_still_resumes(tmp_path):
     before = stats.read_bytes()
     assert run_prepare(cfg, run, [str(tmp_path)], progress=False) == first
     assert stats.read_bytes() == before  # skipped, not re-run
+
+
+def test_byte_order_mark_and_upper_case_suffix(tmp_path):
+    bom = "\ufeff".encode()
+    (tmp_path / "a.txt").write_bytes(bom + b"plain text")
+    (tmp_path / "B.JSONL").write_bytes(bom + b'{"text": "first"}\n{"text": "second"}\n')
+    docs, counts = _read([tmp_path / "a.txt", tmp_path / "B.JSONL"])
+    assert sorted(d.text for d in docs) == ["first", "plain text", "second"]
+    assert not any(k.startswith("skipped/") for k in counts)

@@ -33,7 +33,7 @@ class RunConfig:
 @dataclass
 class DataConfig:
     sources: list[str] = field(default_factory=list)  # empty: the Python standard library
-    max_bytes: int = 0  # stop reading after this many bytes (0 = everything)
+    max_bytes: int = 0  # each prepare task stops reading after this many bytes (0 = everything)
     val_fraction: float = 0.02  # fraction of documents held out for validation
 
 

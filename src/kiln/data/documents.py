@@ -73,7 +73,7 @@ class SourceReader(PipelineStep):
         return Document(text=text, id=doc_id, metadata={"source": str(path), "bytes": n_bytes})
 
     def _read_file(self, file: SourceFile) -> Iterator[Document]:
-        name = file.path.name
+        name = file.path.name.lower()  # DATA.JSONL is JSONL too
         try:
             if name.endswith((".jsonl", ".jsonl.gz")):
                 yield from self._read_jsonl(file)
@@ -92,7 +92,7 @@ class SourceReader(PipelineStep):
             self._count("skipped/binary")
             return
         try:
-            text = raw.decode("utf-8")
+            text = raw.decode("utf-8-sig")  # a leading byte-order mark is not text
         except UnicodeDecodeError:
             self._count("skipped/non_utf8")
             return
@@ -100,13 +100,13 @@ class SourceReader(PipelineStep):
             yield doc
 
     def _read_jsonl(self, file: SourceFile) -> Iterator[Document]:
-        opener = gzip.open if file.path.name.endswith(".gz") else open
+        opener = gzip.open if file.path.name.lower().endswith(".gz") else open
         with opener(file.path, "rb") as f:
             for line_no, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
                 try:
-                    record = json.loads(line.decode("utf-8"))
+                    record = json.loads(line.decode("utf-8-sig"))  # BOM-led files too
                 except UnicodeDecodeError:
                     self._count("skipped/non_utf8")
                     continue
