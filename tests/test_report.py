@@ -162,3 +162,14 @@ def test_number_formats() -> None:
     assert fmt_count(21_300_000) == "21.3M"
     assert fmt_flops(1.2e9) == "1.2 GFLOP"
     assert fmt_duration(3 * 3600 + 5 * 60 + 7) == "3h 05m 07s"
+
+
+def test_eval_from_an_older_checkpoint_says_so(tmp_path: Path) -> None:
+    (tmp_path / "eval.json").write_text(json.dumps(
+        {"split": "val", "bpb": 2.1, "unigram_bpb": 2.9, "checkpoint": "step_00000040"}))
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest").write_text("step_00000060\n")
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "step_00000040" in page and "latest checkpoint is step_00000060" in page
+    (tmp_path / "checkpoints" / "latest").write_text("step_00000040\n")
+    assert "latest checkpoint is" not in build_report(tmp_path).read_text(encoding="utf-8")

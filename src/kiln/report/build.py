@@ -10,7 +10,7 @@ from kiln.report.compare import compare_section, load_comparison
 from kiln.report.fmt import as_number
 from kiln.report.html_parts import page
 from kiln.report.plots import write_plots
-from kiln.report.run_files import load_json, load_metrics, load_text
+from kiln.report.run_files import latest_checkpoint_name, load_json, load_metrics, load_text
 from kiln.report.sections_moe import moe_section
 from kiln.report.sections_results import eval_section, plots_section, samples_section
 from kiln.report.sections_run import (
@@ -52,7 +52,7 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
         *extra,
         plots_section(metrics, plots),
         *([moe] if moe else []),
-        eval_section(evaluation, unigram),
+        eval_section(evaluation, unigram, latest_checkpoint_name(run_dir)),
         samples_section(load_json(run_dir, "samples.json", expect=list)),
         model_section(load_json(run_dir, "model.json")),
         tokens_section(index),

@@ -62,3 +62,11 @@ def load_metrics(run_dir: Path, name: str = "metrics.jsonl") -> Loaded:
         return Loaded(name, read_metrics(path))
     except OSError as error:
         return _missing_or_unreadable(name, path, error)
+
+
+def latest_checkpoint_name(run_dir: Path) -> str | None:
+    """What `checkpoints/latest` names (no torch import, never raises)."""
+    try:
+        return (Path(run_dir) / "checkpoints" / "latest").read_text().strip() or None
+    except OSError:
+        return None

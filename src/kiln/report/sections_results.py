@@ -47,8 +47,10 @@ def verdict(bpb: float | None, unigram: float | None) -> tuple[str, str]:
     )
 
 
-def eval_section(evaluation: Loaded, index_unigram: float | None) -> str:
-    """Loss, perplexity and bpb on the held-out split, against the unigram baseline."""
+def eval_section(evaluation: Loaded, index_unigram: float | None,
+                 latest: str | None = None) -> str:
+    """Loss, perplexity and bpb on the held-out split, against the unigram baseline; says so
+    when they come from an older checkpoint than the run's `latest`."""
     if not evaluation.ok:
         return section("Evaluation", unavailable(evaluation.problem or ""))
     data: dict[str, Any] = evaluation.value
@@ -56,6 +58,7 @@ def eval_section(evaluation: Loaded, index_unigram: float | None) -> str:
     unigram = index_unigram if unigram is None else unigram
     rows = [
         ("split", fmt_value(data.get("split", "—"))),
+        ("checkpoint", fmt_value(data.get("checkpoint", "—"))),
         ("loss", fmt_float(data.get("loss"))),
         ("perplexity", fmt_float(data.get("perplexity"), 2)),
         ("bpb", fmt_float(data.get("bpb"))),
@@ -63,7 +66,11 @@ def eval_section(evaluation: Loaded, index_unigram: float | None) -> str:
         ("unigram baseline bpb", fmt_float(unigram)),
     ]
     text, css = verdict(as_number(data.get("bpb")), unigram)
-    return section("Evaluation", key_value_table(rows) + paragraph(text, css))
+    body = key_value_table(rows) + paragraph(text, css)
+    if latest and data.get("checkpoint") and data["checkpoint"] != latest:
+        body += paragraph(f"These figures are from {data['checkpoint']}; the run's latest "
+                          f"checkpoint is {latest}: run `kiln eval` again for its figures.", "bad")
+    return section("Evaluation", body)
 
 
 def _sample_html(number: int, sample: Any) -> str:
