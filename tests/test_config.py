@@ -108,3 +108,13 @@ def test_run_dir_must_not_be_the_current_folder(tmp_path, monkeypatch, run_dir):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="run.dir"):
         load_config(None, [f'run.dir="{run_dir}"'])
+
+
+@pytest.mark.parametrize("run_dir", ['runs/we"ird', "runs\\back\\slash", "runs/ünï cödé"])
+def test_any_run_dir_survives_override_and_the_recorded_toml(tmp_path, run_dir):
+    from kiln.config import config_to_toml, run_dir_override
+
+    cfg = load_config(None, [run_dir_override(run_dir)])
+    assert cfg.run.dir == run_dir
+    (tmp_path / "c.toml").write_text(config_to_toml(cfg))
+    assert load_config(tmp_path / "c.toml").run.dir == run_dir

@@ -9,7 +9,14 @@ import sys
 import time
 from pathlib import Path
 
-from kiln.config import Config, ConfigError, config_changes, load_config, recorded_config
+from kiln.config import (
+    Config,
+    ConfigError,
+    config_changes,
+    load_config,
+    recorded_config,
+    run_dir_override,
+)
 from kiln.errors import CheckpointError
 
 
@@ -50,6 +57,10 @@ def cmd_tokenizer(cfg: Config) -> None:
                                   _tokenizer_path(cfg), min_frequency=cfg.tokenizer.min_frequency)
     print(f"tokenizer ({cfg.tokenizer.kind}): {tok.get_vocab_size()} tokens -> "
           f"{_tokenizer_path(cfg)}")
+    if tok.get_vocab_size() < cfg.tokenizer.vocab_size:
+        print(f"note: the documents hold only {tok.get_vocab_size()} distinct tokens' worth of "
+              f"merges, fewer than tokenizer.vocab_size = {cfg.tokenizer.vocab_size}: more data, "
+              "or a smaller vocab_size", file=sys.stderr)
 
 
 def cmd_tokenize(cfg: Config) -> None:
@@ -242,7 +253,7 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
     if path.is_dir():
         if not (path / "config.toml").exists():
             raise ConfigError(f"{path} is not a run directory (no config.toml)")
-        return load_config(path / "config.toml", [f'run.dir="{path}"', *overrides])
+        return load_config(path / "config.toml", [run_dir_override(path), *overrides])
     return load_config(path, overrides)
 
 

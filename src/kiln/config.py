@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import tomllib
 import types
@@ -390,11 +391,17 @@ def _toml_value(value: Any) -> str:
     return str(value)
 
 
+def run_dir_override(run_dir: Path | str) -> str:
+    """`run.dir=...` for any path: a TOML basic string takes JSON's escapes for quotes and
+    backslashes."""
+    return f"run.dir={json.dumps(str(run_dir))}"
+
+
 def recorded_config(run_dir: Path) -> Config | None:
     """The config a run recorded (its config.toml), or None: none yet, or one recorded by an
     older Kiln with settings since refused."""
     try:
-        return load_config(Path(run_dir) / "config.toml", [f'run.dir="{run_dir}"'])
+        return load_config(Path(run_dir) / "config.toml", [run_dir_override(run_dir)])
     except ConfigError:
         return None
 
