@@ -256,14 +256,15 @@ def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> di
     return data
 
 
-def _floats(obj: Any, prefix: str = "") -> typing.Iterator[tuple[str, float]]:
-    """(dotted key, value) of every float field, nested sections included."""
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value):
-            yield from _floats(value, f"{prefix}{f.name}.")
-        elif isinstance(value, float):
-            yield f"{prefix}{f.name}", value
+def flat_settings(cfg: Config) -> dict[str, Any]:
+    """Every setting by dotted key (`prepare.quality.domain`), nested sections included."""
+    def flat(obj: dict[str, Any], prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            out |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value}
+        return out
+
+    return flat(dataclasses.asdict(cfg), "")
 
 
 def _check_run_dir(cfg: Config) -> None:
@@ -311,8 +312,8 @@ def validate(cfg: Config) -> Config:
     for key, value in non_negative.items():
         if value < 0:
             raise ConfigError(f"{key} must be >= 0, got {value}")
-    for key, value in _floats(cfg):
-        if not math.isfinite(value):
+    for key, value in flat_settings(cfg).items():
+        if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key} must be a finite number, got {value}")
     _check_run_dir(cfg)
     if m.dim % m.n_heads:
@@ -408,13 +409,7 @@ def recorded_config(run_dir: Path) -> Config | None:
 
 def config_changes(old: Config, new: Config, prefixes: tuple[str, ...] = ("",)) -> list[str]:
     """'key: old -> new' for every setting under `prefixes` (dotted) that differs."""
-    def flat(obj: Any, prefix: str = "") -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in obj.items():
-            out |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value}
-        return out
-
-    before, after = flat(dataclasses.asdict(old)), flat(dataclasses.asdict(new))
+    before, after = flat_settings(old), flat_settings(new)
     return [f"{k}: {before.get(k)!r} -> {v!r}" for k, v in after.items()
             if k.startswith(prefixes) and v != before.get(k)]
 

@@ -196,6 +196,18 @@ def _role(stage: str, step: PipelineStep, meter: bool = False, handoff: bool = F
     return role
 
 
+def _reader_inputs(stage: str, sources: Sequence[str], arxiv: dict) -> list[str] | None:
+    """What reader `stage` reads (an empty list: the stdlib), or None for a non-reader."""
+    return {"read": list(sources), "arxiv_metadata": [arxiv["snapshot"]],
+            "arxiv_sources": [arxiv["source_dir"]]}.get(stage)
+
+
+def _sources_read(sig: dict) -> list[str]:
+    """The first stage's inputs as prepare.json and error messages name them."""
+    inputs = _reader_inputs(sig["stages"][0], sig["sources"], sig["arxiv"])
+    return sig["sources"] if inputs is None else inputs or ["<stdlib>"]
+
+
 def _input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path) -> dict:
     """Fingerprint (files, bytes, hash of names, sizes, mtimes) of what each reader stage reads.
 
@@ -204,10 +216,10 @@ def _input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path) -> d
     """
     from kiln.data.sources import fingerprint_files
 
-    inputs = {"read": list(sources), "arxiv_metadata": [cfg.arxiv.snapshot],
-              "arxiv_sources": [cfg.arxiv.source_dir]}
-    return {stage: fingerprint_files(inputs[stage], exclude=run_dir)
-            for stage in cfg.stages if stage in inputs}
+    arxiv = dataclasses.asdict(cfg.arxiv)
+    inputs = {stage: _reader_inputs(stage, sources, arxiv) for stage in cfg.stages}
+    return {stage: fingerprint_files(files, exclude=run_dir)
+            for stage, files in inputs.items() if files is not None}
 
 
 def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
@@ -339,11 +351,8 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
     """prepare.json: what the reader read (documents, bytes, skips) and what came out."""
     yields = write_yield_report(run_dir, logging_dir)
     first = yields["stages"][0]
-    sig = layout["signature"]
-    inputs = {"read": sig["sources"] or ["<stdlib>"], "arxiv_metadata": [sig["arxiv"]["snapshot"]],
-              "arxiv_sources": [sig["arxiv"]["source_dir"]]}
     summary = {
-        "sources": inputs.get(sig["stages"][0], sig["sources"]),
+        "sources": _sources_read(layout["signature"]),
         "max_bytes": layout["signature"]["max_bytes"],
         "documents": first["documents_out"],
         "bytes": first["bytes_out"],
@@ -422,10 +431,7 @@ def _check_not_empty(run_dir: Path, layout: dict, logging_dir: Path, done: int) 
         return
     yields["tasks"] = layout["tasks"]
     write_json_atomic(run_dir / YIELD_FILE, yields)
-    sig = layout["signature"]
-    sources = {"read": sig["sources"] or ["<stdlib>"], "arxiv_metadata": [sig["arxiv"]["snapshot"]],
-               "arxiv_sources": [sig["arxiv"]["source_dir"]]}.get(sig["stages"][0], sig["sources"])
-    raise _config_error(_no_documents_message(yields, sources, run_dir))
+    raise _config_error(_no_documents_message(yields, _sources_read(layout["signature"]), run_dir))
 
 
 def _no_documents_message(yields: dict, sources: list, run_dir: Path) -> str:

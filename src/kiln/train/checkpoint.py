@@ -72,8 +72,7 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _unreadable(path: Path, e: Exception) -> CheckpointError:
-    older = sorted(p.name for p in path.parent.glob(f"{_PREFIX}*")
-                   if p.name < path.name and (p / "trainer.pt").exists())
+    older = [p.name for p in _complete(path.parent) if p.name < path.name]
     hint = (f"move it aside to resume from the previous one, {older[-1]}" if older
             else "no earlier checkpoint is left; --fresh starts over")
     return CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e}); {hint}")
@@ -146,8 +145,13 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
         candidate = ckpt_root / pointer.read_text().strip()
         if (candidate / "trainer.pt").exists():
             return candidate
-    done = sorted(p for p in ckpt_root.glob(f"{_PREFIX}*") if (p / "trainer.pt").exists())
+    done = _complete(ckpt_root)
     return done[-1] if done else None
+
+
+def _complete(ckpt_root: Path) -> list[Path]:
+    """Fully written checkpoints (trainer.pt is saved last), oldest first."""
+    return sorted(p for p in ckpt_root.glob(f"{_PREFIX}*") if (p / "trainer.pt").exists())
 
 
 def load_checkpoint(
