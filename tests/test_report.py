@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from kiln.report import build_report, read_metrics
 from kiln.report.fmt import fmt_count, fmt_duration, fmt_flops
 
@@ -135,6 +137,15 @@ def test_empty_run_dir_still_produces_a_report(tmp_path: Path) -> None:
     page = build_report(tmp_path).read_text(encoding="utf-8")
     assert "not available (metrics.jsonl missing)" in page
     assert "not available (eval.json unreadable" in page
+
+
+def test_folder_that_is_not_a_run_is_refused_and_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileNotFoundError, match="nothing to report"):
+        build_report(tmp_path)
+    with pytest.raises(FileNotFoundError, match="nothing to report"):
+        build_report(tmp_path / "missing")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 def test_truncated_metrics_line_is_tolerated_by_the_report(tmp_path: Path) -> None:

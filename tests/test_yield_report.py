@@ -132,6 +132,7 @@ def test_compute_yield_rejects_mismatched_layout():
 
 
 def test_report_without_or_with_broken_yield(tmp_path):
+    (tmp_path / "prepare.json").write_text("{}")  # a run made before yield.json existed
     assert "Data yield" not in build_report(tmp_path).read_text()  # older runs: no section
     (tmp_path / "yield.json").write_text("{broken")
     assert "yield.json unreadable" in build_report(tmp_path).read_text()

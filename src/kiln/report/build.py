@@ -25,6 +25,10 @@ from kiln.report.sections_yield import yield_section
 from kiln.report.summary import Summary, summarize
 
 
+# what any stage of a run leaves behind; a folder with none of them is not a run
+_RUN_FILES = ("config.toml", "prepare.json", "tokens/index.json", "metrics.jsonl", "eval.json")
+
+
 def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
     """Write ``run_dir/report.html`` (and ``run_dir/plots/*.png``); return its path.
 
@@ -34,6 +38,10 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
     have a metrics.jsonl, checked before anything is written).
     """
     run_dir = Path(run_dir)
+    if not any((run_dir / name).exists() for name in _RUN_FILES):
+        raise FileNotFoundError(
+            f"nothing to report in {run_dir}: it holds none of {', '.join(_RUN_FILES)} "
+            "(run kiln prepare or kiln run first, or give the run's directory)")
     compared = load_comparison(run_dir, list(compare)) if compare else None
     metrics = load_metrics(run_dir)
     index = load_json(run_dir, "tokens/index.json")
