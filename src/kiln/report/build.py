@@ -24,7 +24,6 @@ from kiln.report.sections_run import (
 from kiln.report.sections_yield import yield_section
 from kiln.report.summary import Summary, summarize
 
-
 # what any stage of a run leaves behind; a folder with none of them is not a run
 _RUN_FILES = ("config.toml", "prepare.json", "tokens/index.json", "metrics.jsonl", "eval.json")
 
