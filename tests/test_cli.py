@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import TINY
@@ -54,6 +56,66 @@ def test_quickstart_smoke_run(tmp_path):
     same = kiln("tokenize", str(run_dir), cwd=tmp_path)
     assert same.returncode == 0, same.stderr[-2000:]
     assert (run_dir / "tokens/index.json").read_text() == index
+    # --fresh moves the old model's checkpoints and outputs aside, but only once the new
+    # settings are accepted
+    refused = kiln("train", str(run_dir), "--fresh", "--set", "train.device=cuda", cwd=tmp_path)
+    assert refused.returncode == 2 and "no CUDA device" in refused.stderr
+    assert not (run_dir / "archive").exists() and (run_dir / "eval.json").exists()
+    fresh = kiln("train", str(run_dir), "--fresh", "--set", "train.steps=2", cwd=tmp_path)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    (archived,) = (run_dir / "archive").iterdir()
+    for name in ("checkpoints", "metrics.jsonl", "eval.json", "samples.json", "export",
+                 "report.html"):
+        assert (archived / name).exists(), name
+    for name in ("eval.json", "samples.json", "export", "report.html"):  # the old model's
+        assert not (run_dir / name).exists(), name
+    assert (archived / "checkpoints/step_00000008").is_dir()
+    assert (run_dir / "checkpoints/step_00000002").is_dir()
+    # Ctrl-C: one line saying how to go on, and the last checkpoint kept
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kiln.cli", "train", str(run_dir), "--set", "train.steps=100000",
+         "--set", "train.checkpoint_every=1000000"], cwd=tmp_path, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "OMP_NUM_THREADS": "2"},
+        # a suite started in the background inherits an ignored SIGINT; a terminal's is not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    metrics = run_dir / "metrics.jsonl"
+    logged = len(metrics.read_text().splitlines())
+    deadline = time.monotonic() + 120  # interrupt once it trains (two more steps logged)
+    while time.monotonic() < deadline and len(metrics.read_text().splitlines()) < logged + 2:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+    assert (run_dir / "checkpoints/step_00000002").is_dir()
+
+
+def test_user_mistakes_are_one_line_errors(tmp_path):
+    binary = tmp_path / "model.safetensors"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    out = kiln("train", str(binary), cwd=tmp_path)
+    assert out.returncode == 2 and "not a TOML recipe" in out.stderr
+    (tmp_path / "notes.txt").write_text("x")
+    out = kiln("prepare", "--set", 'run.dir="notes.txt"', cwd=tmp_path)
+    assert out.returncode == 2 and "is a file" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "kiln.cli", "train", "--set",
+                          f'run.dir="{tmp_path / "r"}"'], cwd=tmp_path, capture_output=True,
+                         text=True, env={**os.environ, "WORLD_SIZE": "2"}, timeout=120)
+    assert out.returncode == 2 and "RANK is not" in out.stderr
+    run = tmp_path / "run"
+    (run / "tokenizer").mkdir(parents=True)
+    (run / "tokenizer/tokenizer.json").write_text("{}")
+    out = kiln("tokenize", "--set", f'run.dir="{run}"', cwd=tmp_path)
+    assert out.returncode == 1 and "re-run `kiln tokenizer`" in out.stderr
+    from kiln.run_dir import training_lock
+
+    with training_lock(run):  # a second trainer on a run being trained is refused
+        out = kiln("train", "--set", f'run.dir="{run}"', cwd=tmp_path)
+    assert out.returncode == 1 and f"being trained by pid {os.getpid()}" in out.stderr
+    out = kiln("eval", "nowhere", cwd=tmp_path)
+    assert out.returncode == 2 and "no recipe or run directory at nowhere" in out.stderr
+    for result in (out,):
+        assert "Traceback" not in result.stderr
 
 
 def test_config_error_exits_2_and_names_key(tmp_path):

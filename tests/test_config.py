@@ -80,7 +80,7 @@ def test_choice_error_suggests_closest():
 
 
 def test_missing_file_and_bad_toml(tmp_path):
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="no recipe or run directory at"):
         load_config(tmp_path / "nope.toml")
     with pytest.raises(ConfigError, match="invalid TOML"):
         load_config(write(tmp_path, "[train\n"))

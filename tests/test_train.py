@@ -53,6 +53,60 @@ def test_micro_batch_times_accumulation_invariance(tiny_run, tmp_path):
     torch.testing.assert_close(torch.tensor(la), torch.tensor(lb), rtol=1e-5, atol=1e-5)
     for pa, pb in zip(a.model.parameters(), b.model.parameters()):
         torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-5)
+    # periodic validation measures the same windows whatever the (memory-only) micro-batch
+    va, vb = ([r["val_loss"] for r in read_metrics(d / "metrics.jsonl") if r["kind"] == "val"]
+              for d in (tiny_run, other))
+    assert len(va) == 1 and va == pytest.approx(vb, rel=1e-5)
+
+
+@pytest.mark.parametrize(("global_batch", "micro", "world", "expected"), [
+    (16, 16, 1, 16), (16, 16, 2, 8), (16, 4, 2, 4), (24, 16, 2, 12), (24, 5, 2, 4), (8, 16, 4, 2),
+])
+def test_micro_batch_fits_each_ranks_share(global_batch, micro, world, expected):
+    from kiln.train.trainer import fit_micro_batch
+
+    assert fit_micro_batch(global_batch, micro, world) == expected
+
+
+def test_global_batch_that_ranks_cannot_share_is_refused():
+    from kiln.config import ConfigError
+    from kiln.train.trainer import fit_micro_batch
+
+    with pytest.raises(ConfigError, match="divisible by the number of ranks"):
+        fit_micro_batch(16, 16, 3)
+
+
+def test_resume_with_nothing_to_train_leaves_the_run_alone(tiny_run):
+    train_losses(tiny_run, "train.steps=6")
+    recorded = (tiny_run / "config.toml").read_text()
+    trainer, losses = train_losses(tiny_run, "train.steps=3")
+    assert losses == [] and trainer.step == 6
+    assert (tiny_run / "config.toml").read_text() == recorded
+
+
+def test_throughput_window_leaves_out_validation_and_checkpoint_time(monkeypatch):
+    """tokens/s counts only steps: the time callbacks spend after a logged step (validation,
+    checkpoint) is not charged to the next window. Driven by a fake clock."""
+    from types import SimpleNamespace
+
+    from kiln.train import callbacks
+
+    clock = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock[0])
+    logged = []
+    trainer = SimpleNamespace(
+        cfg=SimpleNamespace(train=SimpleNamespace(steps=10, log_every=1)), step=0,
+        tokens_seen=0, env=SimpleNamespace(is_main=False), log=logged.append, elapsed=lambda: 0)
+    progress = callbacks.ProgressLog()
+    progress.on_train_start(trainer)
+    for _ in range(2):
+        progress.on_step_start(trainer)
+        clock[0] += 2.0  # the step
+        trainer.step += 1
+        progress.on_step_end(trainer, {"loss": 1.0, "lr": 0.1, "grad_norm": 1.0,
+                                       "step_tokens": 100})
+        clock[0] += 30.0  # validation and a checkpoint
+    assert [r["tokens_per_s"] for r in logged] == [50.0, 50.0]
 
 
 def test_in_process_resume_is_bitwise(tiny_run, tmp_path):
@@ -62,14 +116,12 @@ def test_in_process_resume_is_bitwise(tiny_run, tmp_path):
     shutil.copytree(tiny_run, other)
     _, straight = train_losses(tiny_run)
 
-    class StopAt:  # a callback that "kills" the run right after the step-6 checkpoint
-        def on_train_start(self, t): ...
-        def on_train_end(self, t): ...
+    from kiln.train.callbacks import Callback, default_callbacks
+
+    class StopAt(Callback):  # a callback that "kills" the run right after the step-6 checkpoint
         def on_step_end(self, t, record):
             if t.step == 6:
                 raise KeyboardInterrupt
-
-    from kiln.train.callbacks import default_callbacks
 
     with pytest.raises(KeyboardInterrupt):
         train_losses(other, callbacks=[*default_callbacks(), StopAt()])

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from kiln.config import (
@@ -17,7 +18,7 @@ from kiln.config import (
     recorded_config,
     run_dir_override,
 )
-from kiln.errors import CheckpointError
+from kiln.errors import KilnError
 
 
 def _load_model(cfg: Config):
@@ -74,22 +75,36 @@ def cmd_tokenize(cfg: Config) -> None:
     from kiln.data.yield_report import add_token_counts
 
     add_token_counts(cfg.run_dir)  # yield.json gains the tokens that came out
+    if index["unigram_bpb"] is None:
+        print(f"tokenize: train {index['train']['tokens']:,} tokens; the val split is empty "
+              "(too few documents to hold one out): training needs one, so add documents",
+              file=sys.stderr)
+        return
     print(f"tokenize: train {index['train']['tokens']:,} tokens, val {index['val']['tokens']:,} "
           f"tokens, unigram baseline {index['unigram_bpb']:.3f} bits/byte")
 
 
 def cmd_train(cfg: Config, resume: bool = True) -> None:
+    from kiln.run_dir import training_lock
+
+    # rank 0 speaks for the run (the other ranks of a torchrun share its lock)
+    lock = training_lock(cfg.run_dir) if os.environ.get("RANK", "0") == "0" else nullcontext()
+    with lock:
+        _train(cfg, resume)
+
+
+def _train(cfg: Config, resume: bool) -> None:
     from kiln.parallel.distributed import shutdown
     from kiln.train.trainer import Trainer
 
+    trainer = Trainer(cfg, resume=resume)  # first: a setting it refuses leaves the run alone
     if not resume and os.environ.get("RANK", "0") == "0":
         from kiln.train.checkpoint import archive_checkpoints
 
         moved = archive_checkpoints(cfg.run_dir)  # kept, but out of the new run's way
         if moved:
-            print(f"--fresh: the previous checkpoints and metrics moved to {moved}",
-                  file=sys.stderr)
-    trainer = Trainer(cfg, resume=resume)
+            print(f"--fresh: the previous model's checkpoints, metrics and outputs moved to "
+                  f"{moved}", file=sys.stderr)
     try:
         trainer.fit()
     finally:
@@ -295,9 +310,14 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:  # a missing earlier stage: the message says what to run
         print(f"kiln: {e}", file=sys.stderr)
         return 1
-    except CheckpointError as e:  # damaged, or made for another model or data
+    except KilnError as e:  # a damaged checkpoint or run file, data that does not fit
         print(f"kiln: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"\nkiln: {args.verb} interrupted; what it had finished writing is kept "
+              "(checkpoints, outputs are written atomically); `kiln train RUN` resumes from "
+              "the latest checkpoint", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -274,6 +274,8 @@ def _check_run_dir(cfg: Config) -> None:
         raise ConfigError(f"run.dir: '{cfg.run.dir}' is the current folder; name a folder of "
                           "its own (prepare clears parts of it), e.g. runs/my-run")
     run = Path(cfg.run.dir).resolve()
+    if run.exists() and not run.is_dir():
+        raise ConfigError(f"run.dir: '{cfg.run.dir}' is a file, not a folder")
     for source in cfg.data.sources:
         src = Path(source).resolve()
         if src == run or src.is_relative_to(run) or run.is_relative_to(src):
@@ -340,7 +342,8 @@ def validate(cfg: Config) -> Config:
     if t.global_batch % t.micro_batch:
         raise ConfigError(
             f"train.global_batch ({t.global_batch}) must be a multiple of train.micro_batch "
-            f"({t.micro_batch}) times the number of ranks"
+            f"({t.micro_batch}); with several ranks each uses the largest micro-batch up to it "
+            "that splits its share"
         )
     if cfg.tokenizer.vocab_size < 257 + 1:
         raise ConfigError("tokenizer.vocab_size must exceed 257 (256 bytes + end-of-text)")
@@ -367,11 +370,13 @@ def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] 
     if path is not None:
         path = Path(path)
         if not path.exists():
-            raise ConfigError(f"config file not found: {path}")
+            raise ConfigError(f"no recipe or run directory at {path}")
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: invalid TOML: {e}") from e
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path} is not a TOML recipe (not UTF-8 text: {e.reason})") from e
     data = apply_overrides(data, overrides)
     return validate(_build(Config, data, ""))
 

@@ -1,5 +1,13 @@
 """Errors the `kiln` command reports as one clear line (no traceback); torch-free to import."""
 
 
-class CheckpointError(RuntimeError):
+class KilnError(Exception):
+    """A problem with the user's run, data or setup that a message can explain."""
+
+
+class CheckpointError(KilnError, RuntimeError):
     """A checkpoint that cannot be used: unreadable, or made for another model or data."""
+
+
+class RunDataError(KilnError, ValueError):
+    """A file an earlier stage wrote (tokenizer, shard index) that is damaged: re-run that stage."""

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.metadata
+import os
 import platform
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +17,7 @@ import torch
 
 from kiln.atomic import write_json_atomic, write_text_atomic
 from kiln.config import Config, config_to_toml
+from kiln.errors import KilnError
 
 _PACKAGES = ("torch", "numpy", "tokenizers", "safetensors", "datatrove", "transformers", "kiln")
 
@@ -57,3 +62,30 @@ def write_run_metadata(cfg: Config, device: str = "") -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run_dir / "config.toml", config_to_toml(cfg))
     write_json_atomic(run_dir / "env.json", environment(device))
+
+
+@contextlib.contextmanager
+def training_lock(run_dir: Path) -> Iterator[None]:
+    """Hold `run_dir/.train.lock` while a run trains: a second trainer on the same run would
+    clear the first one's checkpoint in progress and interleave its metrics. The kernel
+    drops the lock when the process ends, however it ends, so a killed run leaves none."""
+    if not run_dir.is_dir():  # no run yet: training will say what to run first
+        yield
+        return
+    with open(run_dir / ".train.lock", "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise KilnError(f"{run_dir} is being trained by {holder}; wait for it, or stop it "
+                            "first (two trainers on one run would overwrite each other)") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {platform.node()}")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+

@@ -17,8 +17,9 @@ from datatrove.data import Document
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from kiln.atomic import write_json_atomic
+from kiln.atomic import atomic_dir, write_json_atomic
 from kiln.data.tokenizer import eos_id
+from kiln.errors import RunDataError
 
 SPLITS = ("train", "val")
 INDEX = "index.json"
@@ -100,13 +101,6 @@ def unigram_bpb(train_counts: np.ndarray, val_counts: np.ndarray, val_bytes: int
     return float(-(val_counts * np.log2(probs)).sum() / val_bytes)
 
 
-def _clear(out_dir: Path) -> None:
-    (out_dir / INDEX).unlink(missing_ok=True)  # first, so a crash below leaves no valid index
-    for split in SPLITS:
-        for stale in out_dir.glob(f"{split}_*.bin"):
-            stale.unlink()
-
-
 def write_shards(
     documents: Iterable[Document],
     tokenizer: Tokenizer,
@@ -122,10 +116,17 @@ def write_shards(
     A document goes to val when split_hash(seed, id) < val_fraction. If that leaves val empty
     (and val_fraction > 0, >= 2 docs), the train document with the smallest hash moves to val;
     it is held back in memory for that reason and, if not needed, ends the train stream.
+    The shards are written into a temporary folder that replaces `out_dir` only when all is
+    on disk: an interrupted re-tokenize leaves the shards a trained run was made from.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _clear(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        return _write_split(documents, tokenizer, tmp, val_fraction, seed, shard_tokens,
+                            batch_size, progress)
+
+
+def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: Path,
+                 val_fraction: float, seed: int, shard_tokens: int, batch_size: int,
+                 progress: bool) -> dict:
     vocab = tokenizer.get_vocab_size()
     dtype, eos = token_dtype(vocab), eos_id(tokenizer)
     writers = {s: _ShardWriter(out_dir, s, dtype, shard_tokens, vocab) for s in SPLITS}
@@ -178,4 +179,10 @@ def load_index(out_dir: Path | str) -> dict:
         raise FileNotFoundError(
             f"no token shards at {out_dir} (missing {INDEX}); run `kiln tokenize` first"
         )
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RunDataError(f"{path} is damaged ({e}); re-run `kiln tokenize`") from e
+    if not isinstance(index, dict) or "vocab_size" not in index:
+        raise RunDataError(f"{path} lacks vocab_size; re-run `kiln tokenize`")
+    return index

@@ -15,6 +15,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from kiln.atomic import atomic_path
+from kiln.errors import RunDataError
 
 EOS_TOKEN = "<|endoftext|>"
 MIN_VOCAB = 257  # 256 byte symbols + EOS
@@ -83,9 +84,10 @@ def load_tokenizer(path: Path | str) -> Tokenizer:
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception on bad JSON
-        raise ValueError(f"tokenizer file {path} is corrupt or not a tokenizer: {e}") from e
+        raise RunDataError(f"tokenizer file {path} is corrupt or not a tokenizer ({e}); "
+                           "re-run `kiln tokenizer`") from e
     if tok.token_to_id(EOS_TOKEN) is None:
-        raise ValueError(f"tokenizer {path} has no {EOS_TOKEN!r} token")
+        raise RunDataError(f"tokenizer {path} has no {EOS_TOKEN!r} token; re-run `kiln tokenizer`")
     return _protect_specials(tok)
 
 

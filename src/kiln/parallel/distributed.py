@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from kiln.config import ConfigError
+
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -35,6 +37,9 @@ def init_distributed(device: torch.device) -> DistEnv:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistEnv()
+    if "RANK" not in os.environ:
+        raise ConfigError(f"WORLD_SIZE={world} is set but RANK is not: start several processes "
+                          "with torchrun, or unset WORLD_SIZE for one")
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"

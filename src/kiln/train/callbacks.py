@@ -21,13 +21,17 @@ class Callback:
 
     def on_train_start(self, trainer: Trainer) -> None: ...
 
+    def on_step_start(self, trainer: Trainer) -> None: ...
+
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None: ...
 
     def on_train_end(self, trainer: Trainer) -> None: ...
 
 
 class Validation(Callback):
-    """Validation loss and bits per byte every `eval_every` steps and at the end."""
+    """Validation loss and bits per byte every `eval_every` steps and at the end, on the
+    first `train.eval_batches` batches of `eval.batch_size` windows (not train.micro_batch,
+    a memory setting that must not change which windows the curve is measured on)."""
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         every = trainer.cfg.train.eval_every
@@ -37,7 +41,8 @@ class Validation(Callback):
     def run(self, trainer: Trainer) -> None:
         t = trainer.cfg.train
         result = evaluate(
-            trainer.model, trainer.token_dir, "val", t.seq_len, t.micro_batch, t.eval_batches,
+            trainer.model, trainer.token_dir, "val", t.seq_len, trainer.cfg.eval.batch_size,
+            t.eval_batches,
             trainer.device, trainer.precision, trainer.env,
         )
         trainer.log({"kind": "val", "step": trainer.step, "tokens": trainer.tokens_seen,
@@ -68,7 +73,13 @@ class ProgressLog(Callback):
             disable=not trainer.env.is_main, file=sys.stderr, dynamic_ncols=True,
             mininterval=0.5 if sys.stderr.isatty() else 15.0,  # keep CI logs readable
         )
-        self.window_start, self.window_tokens = time.perf_counter(), 0
+        self.window_start, self.window_tokens, self.restart = time.perf_counter(), 0, False
+
+    def on_step_start(self, trainer: Trainer) -> None:
+        # a window starts when its first step does: the validation and checkpoint that
+        # followed the last logged step are not training time
+        if self.restart:
+            self.window_start, self.restart = time.perf_counter(), False
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         self.window_tokens += record["step_tokens"]
@@ -78,7 +89,7 @@ class ProgressLog(Callback):
             return
         elapsed = time.perf_counter() - self.window_start
         tps = self.window_tokens / max(elapsed, 1e-9)
-        self.window_start, self.window_tokens = time.perf_counter(), 0
+        self.window_tokens, self.restart = 0, True
         trainer.log({
             "kind": "train", "step": trainer.step, "loss": record["loss"], "lr": record["lr"],
             "grad_norm": record["grad_norm"], "tokens": trainer.tokens_seen,

@@ -119,10 +119,15 @@ def _prune(ckpt_root: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+_MODEL_OUTPUTS = ("checkpoints", "metrics.jsonl", "eval.json", "samples.json", "export",
+                  "report.html", "plots")
+
+
 def archive_checkpoints(run_dir: Path) -> Path | None:
-    """Move a run's checkpoints and metrics aside (for `train --fresh`): nothing is deleted,
-    and the new run's checkpoints and curves do not mix with the old ones."""
-    old = [p for p in (run_dir / "checkpoints", run_dir / "metrics.jsonl") if p.exists()]
+    """Move a run's checkpoints, metrics and what was made from them (eval, samples,
+    export, report) aside, for `train --fresh`: nothing is deleted, and the new run's
+    curves and outputs do not mix with the old model's."""
+    old = [run_dir / name for name in _MODEL_OUTPUTS if (run_dir / name).exists()]
     if not old:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from kiln.config import ConfigError
+
 # CPU flags that mean bf16 matmuls run natively (AVX-512 BF16 dot products, AMX tiles)
 _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -31,7 +33,7 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device = 'cuda' but no CUDA device is visible; use 'auto' or 'cpu'")
+        raise ConfigError("train.device = 'cuda' but no CUDA device is visible; use 'auto' or 'cpu'")
     return torch.device(name)
 
 

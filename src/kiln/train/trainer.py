@@ -43,6 +43,17 @@ def model_config_for_run(cfg: Config, token_dir: Path):
     return dataclasses.replace(cfg.model, vocab_size=cfg.model.vocab_size or vocab)
 
 
+def fit_micro_batch(global_batch: int, micro_batch: int, world_size: int) -> int:
+    """The largest micro-batch <= train.micro_batch that splits each rank's share of the
+    global batch evenly. micro_batch only bounds memory (the step's gradient is the same),
+    so a recipe made for one process runs unchanged on several."""
+    if global_batch % world_size:
+        raise ConfigError(f"train.global_batch ({global_batch}) must be divisible by the number "
+                          f"of ranks ({world_size})")
+    per_rank = global_batch // world_size
+    return max(m for m in range(1, min(micro_batch, per_rank) + 1) if per_rank % m == 0)
+
+
 def _check_val_split(token_dir: Path, seq_len: int) -> None:
     """Validation runs during and at the end of training: a val split without one window
     would fail only after all the steps, before the final checkpoint."""
@@ -72,13 +83,12 @@ class Trainer:
         self.precision = resolve_precision(t.precision, self.device)
         if self.device.type == "cpu" and t.keep_host_memory:
             keep_freed_memory()
-        per_rank = t.global_batch // self.env.world_size
-        if t.global_batch % (t.micro_batch * self.env.world_size):
-            raise ConfigError(
-                f"train.global_batch ({t.global_batch}) must be divisible by train.micro_batch "
-                f"({t.micro_batch}) x ranks ({self.env.world_size})"
-            )
-        self.accum_steps = per_rank // t.micro_batch
+        self.micro_batch = fit_micro_batch(t.global_batch, t.micro_batch, self.env.world_size)
+        if self.micro_batch != t.micro_batch and self.env.is_main:
+            print(f"note: {self.env.world_size} ranks share train.global_batch = {t.global_batch}: "
+                  f"each runs micro-batches of {self.micro_batch} (train.micro_batch = "
+                  f"{t.micro_batch} is the most a rank runs at once)", file=sys.stderr)
+        self.accum_steps = t.global_batch // self.env.world_size // self.micro_batch
 
         torch.manual_seed(cfg.run.seed)
         self.model_cfg = model_config_for_run(cfg, self.token_dir)
@@ -144,7 +154,7 @@ class Trainer:
             group["lr"] = lr * group.get("lr_scale", 1.0)
 
         loss_sum = torch.zeros((), device=self.device)
-        micro_batches = batch.split(self.cfg.train.micro_batch)
+        micro_batches = batch.split(self.micro_batch)
         for i, micro in enumerate(micro_batches):
             inputs, targets = micro[:, :-1], micro[:, 1:]
             with grad_sync(self.model, i == len(micro_batches) - 1):
@@ -179,6 +189,8 @@ class Trainer:
     def fit(self) -> list[float]:
         """Train to `train.steps`; returns the losses of the steps run here."""
         self._start = time.perf_counter()
+        if self.step >= self.cfg.train.steps:  # nothing to train: leave the run as it is
+            return []
         if self.env.is_main:
             write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
             write_json_atomic(self.run_dir / "model.json",
@@ -188,6 +200,8 @@ class Trainer:
             cb.on_train_start(self)
         losses = []
         while self.step < self.cfg.train.steps:
+            for cb in self.callbacks:
+                cb.on_step_start(self)
             record = self.train_step()
             losses.append(record["loss"])
             for cb in self.callbacks:
