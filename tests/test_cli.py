@@ -35,6 +35,7 @@ def test_quickstart_smoke_run(tmp_path):
     assert result["bpb"] > 0 and result["tokens"] > 0
     samples = json.loads((run_dir / "samples.json").read_text())
     assert [s["prompt"] for s in samples] == ["def ", "import os\n", "The "]
+    assert {s["checkpoint"] for s in samples} == {"step_00000008"}  # which model wrote them
     html = (run_dir / "report.html").read_text()
     assert "plots/loss.png" in html and "bits" in html.lower()
     # each verb also runs alone on the run directory

@@ -67,6 +67,7 @@ def test_bare_word_override_is_a_string():
         ("optim.lr=inf", "optim.lr"),
         ("optim.weight_decay=-inf", "optim.weight_decay"),
         ('generate.prompts=["def ", ""]', "generate.prompts"),
+        ("generate.prompts=[]", "generate.prompts"),
     ],
 )
 def test_impossible_combinations_name_the_key(override, key):

@@ -144,7 +144,7 @@ def cmd_generate(cfg: Config) -> None:
     from kiln.model.sampling import generate
     from kiln.train.precision import resolve_device
 
-    model, _ = _load_model(cfg)
+    model, ckpt = _load_model(cfg)
     model.to(resolve_device(cfg.train.device))
     tok = load_tokenizer(_tokenizer_path(cfg))
     g = cfg.generate
@@ -164,7 +164,7 @@ def cmd_generate(cfg: Config) -> None:
                        top_p=g.top_p, eos_id=eos_id(tok), generator=rng)
         completion = tok.decode(out, skip_special_tokens=False)
         samples.append({"prompt": prompt, "completion": completion, "temperature": g.temperature,
-                        "top_k": g.top_k, "top_p": g.top_p})
+                        "top_k": g.top_k, "top_p": g.top_p, "checkpoint": ckpt.name})
         print(f"--- {prompt!r}\n{prompt}{completion}")
     write_json_atomic(cfg.run_dir / "samples.json", samples)
 

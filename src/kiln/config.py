@@ -356,6 +356,8 @@ def validate(cfg: Config) -> Config:
     if not 0.0 < cfg.schedule.decay_fraction <= 1.0:
         raise ConfigError("schedule.decay_fraction must be in (0, 1]")
     g = cfg.generate
+    if not g.prompts:
+        raise ConfigError("generate.prompts is empty: give at least one prompt")
     if not all(g.prompts):
         raise ConfigError("generate.prompts: every prompt needs at least one character")
     if g.temperature < 0 or not 0 < g.top_p <= 1 or g.top_k < 0:
