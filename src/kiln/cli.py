@@ -111,24 +111,34 @@ def _train(cfg: Config, resume: bool) -> None:
         shutdown(trainer.env)
 
 
-def cmd_eval(cfg: Config) -> None:
+def cmd_eval(cfg: Config, distributed: bool = False) -> None:
+    """`distributed`: under torchrun, the ranks share the windows and rank 0 reports (`kiln
+    run` evaluates on rank 0 alone, after training has closed the process group)."""
     import torch
 
     from kiln.atomic import write_json_atomic
     from kiln.data.shards import load_index
     from kiln.eval.perplexity import evaluate
+    from kiln.parallel.distributed import DistEnv, init_distributed, local_device, shutdown
     from kiln.train.precision import resolve_device, resolve_precision
 
-    model, ckpt = _load_model(cfg)
     device = resolve_device(cfg.train.device)
-    precision = resolve_precision(cfg.train.precision, device)
-    model.to(device)
-    e = cfg.eval
-    with torch.inference_mode():
-        result = evaluate(model, cfg.run_dir / "tokens", e.split, cfg.train.seq_len,
-                          e.batch_size, e.max_batches, device, precision)
+    env = init_distributed(device) if distributed else DistEnv()
+    device = local_device(device, env)
+    try:
+        model, ckpt = _load_model(cfg)
+        precision = resolve_precision(cfg.train.precision, device)
+        model.to(device)
+        e = cfg.eval
+        with torch.inference_mode():
+            result = evaluate(model, cfg.run_dir / "tokens", e.split, cfg.train.seq_len,
+                              e.batch_size, e.max_batches, device, precision, env)
+    finally:
+        shutdown(env)
+    if not env.is_main:
+        return
     result["unigram_bpb"] = load_index(cfg.run_dir / "tokens")["unigram_bpb"]
-    result["checkpoint"] = ckpt.name
+    result["checkpoint"], result["ranks"] = ckpt.name, env.world_size
     write_json_atomic(cfg.run_dir / "eval.json", result)
     verdict = "below" if result["bpb"] < result["unigram_bpb"] else "NOT below"
     print(f"eval ({e.split}): loss {result['loss']:.4f}, perplexity {result['perplexity']:.2f}, "
@@ -296,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         fn = VERBS[args.verb][0]
         if args.verb == "train":  # the trainer records its config once it has resumed
             cmd_train(cfg, resume=not args.fresh)
+        elif args.verb == "eval":
+            cmd_eval(cfg, distributed=True)
         elif args.verb == "report":
             cmd_report(cfg, compare=args.compare)
         else:

@@ -68,3 +68,21 @@ def test_bf16_two_ranks_match_one_rank(tiny_run, tmp_path):
     for a, b in zip(two, one):
         assert a == pytest.approx(b, rel=3e-2)
     assert sum(two[-3:]) < sum(two[:3])
+
+
+def test_eval_on_two_ranks_matches_one(tiny_run):
+    """`kiln eval` under torchrun: the ranks share the windows, rank 0 alone reports."""
+    import json
+
+    Trainer(tiny_config(tiny_run, "train.steps=4")).fit()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "kiln.cli", "eval", str(tiny_run)],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert one.returncode == 0, one.stderr[-3000:]
+    single = json.loads((tiny_run / "eval.json").read_text())
+    out = run_ranks(["eval", str(tiny_run)], world_size=2)
+    assert out.count("bits/byte") == 1  # printed once, by rank 0
+    two = json.loads((tiny_run / "eval.json").read_text())
+    assert (single["ranks"], two["ranks"]) == (1, 2)  # the windows were shared
+    assert two["tokens"] == single["tokens"] > 0
+    assert two["bpb"] == pytest.approx(single["bpb"], rel=1e-6)
