@@ -109,6 +109,27 @@ def test_throughput_window_leaves_out_validation_and_checkpoint_time(monkeypatch
     assert [r["tokens_per_s"] for r in logged] == [50.0, 50.0]
 
 
+def test_logged_loss_is_the_mean_of_the_window(monkeypatch):
+    """A train record's loss averages every step since the last record, not only the last."""
+    from types import SimpleNamespace
+
+    from kiln.train import callbacks
+
+    logged = []
+    trainer = SimpleNamespace(
+        cfg=SimpleNamespace(train=SimpleNamespace(steps=7, log_every=3)), step=0,
+        tokens_seen=0, env=SimpleNamespace(is_main=False), log=logged.append, elapsed=lambda: 0)
+    progress = callbacks.ProgressLog()
+    progress.on_train_start(trainer)
+    for loss in (6.0, 3.0, 3.0, 2.0, 1.0, 0.0, 5.0):
+        progress.on_step_start(trainer)
+        trainer.step += 1
+        progress.on_step_end(trainer, {"loss": loss, "lr": 0.1, "grad_norm": 1.0,
+                                       "step_tokens": 100})
+    assert [(r["step"], r["loss"], r["loss_steps"]) for r in logged] == [
+        (3, 4.0, 3), (6, 1.0, 3), (7, 5.0, 1)]
+
+
 def test_in_process_resume_is_bitwise(tiny_run, tmp_path):
     import shutil
 
@@ -251,6 +272,40 @@ def test_resume_with_changed_training_settings_says_so(tiny_run, capsys):
     assert "resumed from" in err and "optim.lr: 0.003 -> 0.01" in err
     Trainer(tiny_config(tiny_run, "train.steps=6"))  # the same settings: nothing to say
     assert "settings changed" not in capsys.readouterr().err
+
+
+def test_resume_with_more_steps_states_the_lr_jump(tiny_run, tmp_path, capsys):
+    """A cosine schedule stretched to more steps raises the lr at the resume step; the note
+    gives both values. A wsd run extended in its stable phase keeps its lr: no jump said."""
+    from kiln.train.schedule import lr_multiplier
+
+    train_losses(tiny_run, "train.steps=6", "schedule.warmup_steps=2")
+    capsys.readouterr()
+    t = Trainer(tiny_config(tiny_run, "train.steps=12", "schedule.warmup_steps=2"))
+    err = capsys.readouterr().err
+    before = 0.003 * lr_multiplier(6, 6, t.cfg.schedule)
+    now = 0.003 * lr_multiplier(6, 12, t.cfg.schedule)
+    assert now > 2 * before
+    assert f"the lr at step 6 is {now:.3g} where the recorded settings had {before:.3g}" in err
+
+    import shutil
+
+    from kiln.train.callbacks import Callback, default_callbacks
+
+    class StopAt(Callback):
+        def on_step_end(self, t, record):
+            if t.step == 6:
+                raise KeyboardInterrupt
+
+    wsd_run = tmp_path / "wsd"
+    shutil.copytree(tiny_run, wsd_run, ignore=shutil.ignore_patterns("checkpoints", "*.jsonl"))
+    wsd = ("schedule.name=wsd", "schedule.warmup_steps=2", "schedule.decay_fraction=0.2")
+    with pytest.raises(KeyboardInterrupt):
+        train_losses(wsd_run, "train.steps=10", *wsd, callbacks=[*default_callbacks(), StopAt()])
+    capsys.readouterr()
+    Trainer(tiny_config(wsd_run, "train.steps=20", *wsd))
+    err = capsys.readouterr().err
+    assert "train.steps: 10 -> 20" in err and "lr at step" not in err
 
 
 def test_a_killed_write_left_behind_is_cleared_by_the_next_save(tiny_run):

@@ -28,6 +28,7 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; it replaces `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _recover_killed_swaps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         yield tmp
@@ -47,6 +48,34 @@ def write_json_atomic(path: Path | str, obj: object) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2) + "\n")
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def _recover_killed_swaps(path: Path) -> None:
+    """Clear what a writer killed inside `atomic_dir` or `atomic_path` left beside `path`:
+    its half-written `.tmp-PID` file or folder goes; its `.old-PID` folder (the previous complete version, moved
+    aside just before the swap) is put back if `path` is missing, else it goes too. Folders
+    of writers still alive are left to them."""
+    for kind in ("old", "tmp"):  # old first: it may have to be restored
+        for stale in path.parent.glob(f".{path.name}.{kind}-*"):
+            pid = stale.name.rsplit("-", 1)[1]
+            if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+                continue
+            if kind == "old" and not path.exists():
+                os.replace(stale, path)
+            elif stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_dir(path: Path | str) -> Iterator[Path]:
     """Yield an empty temporary sibling folder of `path`; it replaces `path` only on success.
@@ -56,6 +85,7 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _recover_killed_swaps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     old = path.with_name(f".{path.name}.old-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -86,3 +86,31 @@ def test_eval_on_two_ranks_matches_one(tiny_run):
     assert (single["ranks"], two["ranks"]) == (1, 2)  # the windows were shared
     assert two["tokens"] == single["tokens"] > 0
     assert two["bpb"] == pytest.approx(single["bpb"], rel=1e-6)
+
+
+def _resume_on_own_dir(rank: int, world_size: int, dirs: list) -> str:
+    from kiln.errors import CheckpointError
+
+    try:
+        Trainer(tiny_config(dirs[rank], "train.parallel=ddp"))
+    except CheckpointError as e:
+        return str(e)
+    return "resumed"
+
+
+def test_ranks_resuming_from_different_checkpoints_is_refused(tiny_run, tmp_path):
+    """Two nodes without a shared run directory: one finds a checkpoint, the other none. Both
+    ranks refuse, naming what each found, instead of hanging in a collective or training
+    from two states."""
+    from mp_helpers import run_function_on_ranks
+
+    other = tmp_path / "node1"
+    shutil.copytree(tiny_run, other)
+    Trainer(tiny_config(tiny_run, "train.steps=6")).fit()
+    said = run_function_on_ranks(_resume_on_own_dir, 2, args=([tiny_run, other],), timeout=120)
+    for msg in said:
+        assert "different checkpoints" in msg and "no checkpoint to step 6" in msg
+    assert "rank 1: no checkpoint" in said[1] and "rank 0: step 6" in said[0]
+    # the same folder on both ranks resumes
+    same = run_function_on_ranks(_resume_on_own_dir, 2, args=([tiny_run, tiny_run],), timeout=120)
+    assert same == ["resumed", "resumed"]

@@ -65,7 +65,9 @@ class Checkpointing(Callback):
 
 
 class ProgressLog(Callback):
-    """Progress bar (loss, tokens/s, ETA) and training records in metrics.jsonl."""
+    """Progress bar (loss, tokens/s, ETA) and training records in metrics.jsonl. A record's
+    `loss` is the mean over the steps since the last record (`loss_steps` of them): one
+    step's loss is one batch's noise."""
 
     def on_train_start(self, trainer: Trainer) -> None:
         self.bar = tqdm(
@@ -74,6 +76,7 @@ class ProgressLog(Callback):
             mininterval=0.5 if sys.stderr.isatty() else 15.0,  # keep CI logs readable
         )
         self.window_start, self.window_tokens, self.restart = time.perf_counter(), 0, False
+        self.window_loss, self.window_steps = 0.0, 0
 
     def on_step_start(self, trainer: Trainer) -> None:
         # a window starts when its first step does: the validation and checkpoint that
@@ -83,20 +86,24 @@ class ProgressLog(Callback):
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         self.window_tokens += record["step_tokens"]
+        self.window_loss += record["loss"]
+        self.window_steps += 1
         self.bar.update(1)
         every = trainer.cfg.train.log_every
         if trainer.step % every and trainer.step != trainer.cfg.train.steps:
             return
         elapsed = time.perf_counter() - self.window_start
         tps = self.window_tokens / max(elapsed, 1e-9)
-        self.window_tokens, self.restart = 0, True
+        loss, n_steps = self.window_loss / self.window_steps, self.window_steps
+        self.window_tokens, self.window_loss, self.window_steps, self.restart = 0, 0.0, 0, True
         trainer.log({
-            "kind": "train", "step": trainer.step, "loss": record["loss"], "lr": record["lr"],
+            "kind": "train", "step": trainer.step, "loss": loss, "loss_steps": n_steps,
+            "lr": record["lr"],
             "grad_norm": record["grad_norm"], "tokens": trainer.tokens_seen,
             "tokens_per_s": tps, "elapsed_s": trainer.elapsed(),
             **{k: record[k] for k in ("moe_max_vio", "moe_load") if k in record},
         })
-        self.bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{tps:,.0f}")
+        self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps:,.0f}")
 
     def on_train_end(self, trainer: Trainer) -> None:
         self.bar.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from kiln.model import Transformer, count_params, flops_per_token
 from kiln.model.balancing import max_violation
 from kiln.optim import build_optimizer
 from kiln.parallel.distributed import (
+    all_reduce_max,
     all_reduce_mean,
     grad_sync,
     init_distributed,
@@ -65,11 +67,22 @@ def _check_val_split(token_dir: Path, seq_len: int) -> None:
             "lower train.seq_len")
 
 
-def _changed_since_recorded(cfg: Config) -> list[str]:
+def _changed_since_recorded(cfg: Config, step: int) -> list[str]:
     """Training settings that differ from the run's recorded config (a resume with another lr
-    or step count is allowed, but said; model and data changes are refused elsewhere)."""
+    or step count is allowed, but said; model and data changes are refused elsewhere), and
+    the jump in the learning rate that follows: a schedule is a function of train.steps, so
+    more steps re-stretch a cosine decay (a wsd run extended in its stable phase does not
+    jump)."""
     old = recorded_config(cfg.run_dir)
-    return config_changes(old, cfg, ("optim.", "schedule.", "train.")) if old else []
+    if old is None:
+        return []
+    changed = config_changes(old, cfg, ("optim.", "schedule.", "train."))
+    lr_before = old.optim.lr * lr_multiplier(step, old.train.steps, old.schedule)
+    lr_now = cfg.optim.lr * lr_multiplier(step, cfg.train.steps, cfg.schedule)
+    if changed and step < cfg.train.steps and not math.isclose(lr_before, lr_now, rel_tol=1e-3):
+        changed.append(f"so the lr at step {step} is {lr_now:.3g} where the recorded "
+                       f"settings had {lr_before:.3g}")
+    return changed
 
 
 class Trainer:
@@ -117,6 +130,7 @@ class Trainer:
 
     def _maybe_resume(self) -> None:
         ckpt = latest_checkpoint(self.run_dir / "checkpoints")
+        self._check_ranks_agree(ckpt)
         if ckpt is None:
             return
         state = load_checkpoint(ckpt, self.model, self.optimizer)
@@ -130,13 +144,30 @@ class Trainer:
                                   "the run's config, or --fresh") from e
         if self.env.is_main:
             print(f"resumed from {ckpt} at step {self.step}", file=sys.stderr)
-            changed = _changed_since_recorded(self.cfg)
+            changed = _changed_since_recorded(self.cfg, self.step)
             if changed:
                 print(f"note: resuming with settings changed since the run's config.toml was "
                       f"recorded: {'; '.join(changed)}", file=sys.stderr)
             if self.step >= self.cfg.train.steps:
                 print(f"step {self.step} >= train.steps = {self.cfg.train.steps}: nothing to "
                       "train; raise train.steps to go on", file=sys.stderr)
+
+    def _check_ranks_agree(self, ckpt: Path | None) -> None:
+        """Every rank must resume from the same checkpoint (on several nodes, the run
+        directory must be one shared folder); a mismatch would hang or mix two states."""
+        if not self.env.distributed:
+            return
+        name = -1 if ckpt is None else int(ckpt.name.rsplit("_", 1)[1])
+        found = torch.tensor([name, -name], device=self.device)
+        high, neg_low = all_reduce_max(found, self.env).tolist()
+        if high != -neg_low:
+            def said(step: int) -> str:
+                return "no checkpoint" if step < 0 else f"step {step}"
+            raise CheckpointError(
+                f"the ranks found different checkpoints to resume from in "
+                f"{self.run_dir / 'checkpoints'} ({said(-neg_low)} to {said(high)}; rank "
+                f"{self.env.rank}: {said(name)}): every rank must read the same run directory "
+                "(one shared filesystem across nodes)")
 
     def elapsed(self) -> float:
         return self._elapsed_before + time.perf_counter() - self._start

@@ -1,0 +1,66 @@
+"""Atomic folder writes: a writer killed mid-swap loses nothing and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kiln.atomic import atomic_dir, write_text_atomic
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(proc.stdout)
+
+
+def test_replaces_the_folder_only_on_success(tmp_path):
+    target = tmp_path / "tokens"
+    with atomic_dir(target) as tmp:
+        (tmp / "a").write_text("1")
+    with pytest.raises(RuntimeError), atomic_dir(target) as tmp:
+        (tmp / "a").write_text("2")
+        raise RuntimeError("killed halfway")
+    assert (target / "a").read_text() == "1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens"]
+
+
+def test_a_killed_writers_half_folder_is_cleared(tmp_path):
+    target = tmp_path / "tokens"
+    with atomic_dir(target) as tmp:
+        (tmp / "a").write_text("1")
+    stale = tmp_path / f".tokens.tmp-{dead_pid()}"
+    stale.mkdir()
+    (stale / "a").write_text("half")
+    live = tmp_path / f".tokens.tmp-{os.getppid()}"  # a writer still running: not ours to clear
+    live.mkdir()
+    with atomic_dir(target) as tmp:
+        (tmp / "a").write_text("2")
+    assert not stale.exists() and live.exists()
+    assert (target / "a").read_text() == "2"
+
+
+def test_a_writer_killed_between_the_two_renames_is_undone(tmp_path):
+    """Killed after moving the old folder aside and before moving the new one in: the old
+    folder is the last complete version, so it is put back before the next write."""
+    target = tmp_path / "tokens"
+    aside = tmp_path / f".tokens.old-{dead_pid()}"
+    aside.mkdir()
+    (aside / "a").write_text("complete")
+    half = tmp_path / f".tokens.tmp-{aside.name.rsplit('-', 1)[1]}"
+    half.mkdir()
+    with pytest.raises(RuntimeError), atomic_dir(target):
+        raise RuntimeError("this write fails too")
+    assert (target / "a").read_text() == "complete"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens"]
+
+
+def test_a_killed_file_writers_temporary_is_cleared(tmp_path):
+    stale = tmp_path / f".eval.json.tmp-{dead_pid()}"
+    stale.write_text("{half")
+    write_text_atomic(tmp_path / "eval.json", "{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.json"]
