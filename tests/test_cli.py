@@ -32,7 +32,9 @@ def test_quickstart_smoke_run(tmp_path):
                  "plots/loss.png", "export/config.json", "export/model.safetensors"):
         assert (run_dir / name).exists(), name
     result = json.loads((run_dir / "eval.json").read_text())
-    assert result["bpb"] > 0 and result["tokens"] > 0
+    assert result["bpb"] > 0 and result["tokens"] > 0 and result["bytes_counted"] == "exact"
+    exported = json.loads((run_dir / "export/kiln_export.json").read_text())
+    assert exported == {"format": "hf-llama", "checkpoint": "step_00000008"}
     samples = json.loads((run_dir / "samples.json").read_text())
     assert [s["prompt"] for s in samples] == ["def ", "import os\n", "The "]
     assert {s["checkpoint"] for s in samples} == {"step_00000008"}  # which model wrote them

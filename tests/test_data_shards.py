@@ -131,3 +131,20 @@ def test_index_written_and_stale_files_removed(tok, tmp_path):
 def test_load_index_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="kiln tokenize"):
         load_index(tmp_path)
+
+
+def test_token_byte_table_sums_to_each_splits_text_bytes(tok, tmp_path):
+    """token_bytes.npy gives the UTF-8 bytes of each id (EOS: 0); over a split's tokens it
+    sums to the bytes of the split's text, so any part of a split has exact bytes too."""
+    from kiln.data.shards import load_token_bytes
+
+    docs = [*DOCS[:30], Document(text="naïve — 東京 🚀 <|endoftext|>\r\n\x00", id="odd")]
+    index = write_shards(docs, tok, tmp_path, val_fraction=0.3, seed=2, progress=False)
+    table = load_token_bytes(tmp_path)
+    assert table[index["eos_id"]] == 0 and table.shape == (tok.get_vocab_size(),)
+    for split in ("train", "val"):
+        assert table[_tokens(tmp_path, index, split)].sum() == index[split]["bytes"] > 0
+    for token_id in range(tok.get_vocab_size()):
+        if token_id != index["eos_id"]:
+            assert table[token_id] == len(tok.decode([token_id]).encode("utf-8")) or \
+                "\ufffd" in tok.decode([token_id])  # a part of a multi-byte character

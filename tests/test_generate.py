@@ -96,3 +96,29 @@ def test_respects_max_seq_len_and_restores_mode(model):
     assert generate(model, list(range(MAX_LEN)), 5, temperature=0.0) == []
     with pytest.raises(ValueError, match="max_seq_len"):
         generate(model, list(range(MAX_LEN + 1)), 5)
+
+
+def test_a_prompts_sample_does_not_depend_on_the_prompts_before_it(tiny_run):
+    """`kiln generate` draws each prompt's sample from its own generator."""
+    import json
+
+    from conftest import tiny_config
+
+    from kiln.cli import cmd_generate
+    from kiln.data.tokenizer import load_tokenizer
+    from kiln.train.trainer import Trainer
+
+    Trainer(tiny_config(tiny_run, "train.steps=2")).fit()
+    tok = load_tokenizer(tiny_run / "tokenizer" / "tokenizer.json")
+    long = ""
+    while len(tok.encode(long).ids) < 58:  # the context (64) leaves it < 12 new tokens
+        long += "x = 1\\n"
+    completions = []
+    for first in ("def ", long):  # the first prompts draw 12 and <= 6 random numbers
+        cfg = tiny_config(tiny_run, f"generate.prompts={[first, 'class ']!r}".replace("'", '"'),
+                          "generate.temperature=1.0", "generate.top_k=0", "generate.top_p=1.0",
+                          "generate.max_new_tokens=12")
+        cmd_generate(cfg)
+        completions.append(json.loads((tiny_run / "samples.json").read_text()))
+    assert len(tok.encode(completions[1][0]["completion"]).ids) <= 6
+    assert completions[0][1] == completions[1][1]

@@ -46,6 +46,9 @@ def _full_run(run: Path) -> None:
             records.append(_val(step, 3.0 - 0.05 * step))
     records.append({"kind": "checkpoint", "step": 20, "path": "checkpoints/20"})
     _write_jsonl(run / "metrics.jsonl", records)
+    (run / "export").mkdir()
+    (run / "export" / "kiln_export.json").write_text(
+        json.dumps({"format": "hf-llama", "checkpoint": "step_00000020"}))
     (run / "config.toml").write_text(
         '[model]\ndim = 256\nn_layers = 4\nn_heads = 8\n\n[train]\nsteps = 20\nprecision = "bf16"\n'
     )
@@ -184,3 +187,35 @@ def test_eval_from_an_older_checkpoint_says_so(tmp_path: Path) -> None:
     assert "step_00000040" in page and "latest checkpoint is step_00000060" in page
     (tmp_path / "checkpoints" / "latest").write_text("step_00000040\n")
     assert "latest checkpoint is" not in build_report(tmp_path).read_text(encoding="utf-8")
+
+
+def test_samples_and_export_from_an_older_checkpoint_say_so(tmp_path: Path) -> None:
+    (tmp_path / "samples.json").write_text(json.dumps(
+        [{"prompt": "def ", "completion": "f():", "checkpoint": "step_00000040"}]))
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "kiln_export.json").write_text(
+        json.dumps({"format": "hf-llama", "checkpoint": "step_00000040"}))
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(_train(1, 4.0)) + "\n")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest").write_text("step_00000300\n")
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "These samples are from step_00000040" in page and "`kiln generate`" in page
+    assert "The exported weights are from step_00000040" in page and "hf-llama" in page
+    (tmp_path / "checkpoints" / "latest").write_text("step_00000040\n")
+    assert "are from step_00000040" not in build_report(tmp_path).read_text(encoding="utf-8")
+
+
+def test_best_val_bpb_skips_a_diverged_nan(tmp_path: Path) -> None:
+    from kiln.report.summary import summarize
+
+    for order in ([_val(10, math.nan), _val(20, 3.0)], [_val(20, 3.0), _val(10, math.nan)]):
+        summary = summarize(order)
+        assert (summary.best_val_bpb, summary.best_val_step) == (3.0, 20)
+
+
+def test_eval_on_the_train_split_is_not_judged_against_the_val_baseline(tmp_path: Path) -> None:
+    (tmp_path / "eval.json").write_text(
+        json.dumps({"split": "train", "bpb": 3.1, "unigram_bpb": 2.9}))
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "unigram baseline" in page and "Does NOT beat" not in page
+    assert "Evaluated on the train split" in page

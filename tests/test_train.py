@@ -315,3 +315,17 @@ def test_a_killed_write_left_behind_is_cleared_by_the_next_save(tiny_run):
     train_losses(tiny_run, "train.steps=6")
     assert not stale.exists()
     assert latest_checkpoint(tiny_run / "checkpoints").name == "step_00000006"
+
+
+def test_a_record_after_a_torn_last_line_starts_on_its_own_line(tmp_path):
+    """A run killed mid-write leaves a last line without its newline; the resumed run's first
+    record must not be glued to it (and lost with it)."""
+    from kiln.train.callbacks import append_jsonl
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"kind": "train", "step": 1, "loss": 4.0}\n{"kind": "val", "step": 2, "va')
+    append_jsonl(path, {"kind": "train", "step": 3, "loss": 3.0})
+    append_jsonl(path, {"kind": "train", "step": 4, "loss": 2.0})
+    assert [r["step"] for r in read_metrics(path)] == [1, 3, 4]
+    append_jsonl(tmp_path / "new.jsonl", {"kind": "train", "step": 1, "loss": 1.0})
+    assert (tmp_path / "new.jsonl").read_text() == '{"kind": "train", "step": 1, "loss": 1.0}\n'

@@ -139,11 +139,15 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
         return
     result["unigram_bpb"] = load_index(cfg.run_dir / "tokens")["unigram_bpb"]
     result["checkpoint"], result["ranks"] = ckpt.name, env.world_size
+    result["batch_size"], result["max_batches"] = e.batch_size, e.max_batches
     write_json_atomic(cfg.run_dir / "eval.json", result)
-    verdict = "below" if result["bpb"] < result["unigram_bpb"] else "NOT below"
+    if e.split == "val":
+        verdict = "below" if result["bpb"] < result["unigram_bpb"] else "NOT below"
+        against = f"{verdict} the unigram baseline {result['unigram_bpb']:.4f}"
+    else:  # the baseline is measured on val
+        against = f"the val split's unigram baseline is {result['unigram_bpb']:.4f}"
     print(f"eval ({e.split}): loss {result['loss']:.4f}, perplexity {result['perplexity']:.2f}, "
-          f"{result['bpb']:.4f} bits/byte ({verdict} the unigram baseline "
-          f"{result['unigram_bpb']:.4f})")
+          f"{result['bpb']:.4f} bits/byte ({against})")
 
 
 def cmd_generate(cfg: Config) -> None:
@@ -158,10 +162,12 @@ def cmd_generate(cfg: Config) -> None:
     model.to(resolve_device(cfg.train.device))
     tok = load_tokenizer(_tokenizer_path(cfg))
     g = cfg.generate
-    rng = torch.Generator().manual_seed(cfg.run.seed)  # on CPU: samples match across devices
     samples = []
     max_len = model.cfg.max_seq_len
-    for prompt in g.prompts:
+    for i, prompt in enumerate(g.prompts):
+        # one generator per prompt: a sample does not depend on the prompts before it; on
+        # CPU, so samples match across devices
+        rng = torch.Generator().manual_seed(cfg.run.seed * 1_000_003 + i)
         ids = tok.encode(prompt).ids
         if len(ids) >= max_len:
             raise ConfigError(f"generate.prompts: {prompt[:40]!r}... is {len(ids)} tokens; the "
@@ -183,7 +189,7 @@ def cmd_export(cfg: Config) -> None:
     from kiln.export import export_model
 
     model, ckpt = _load_model(cfg)
-    result = export_model(model, _tokenizer_path(cfg), cfg.run_dir / "export", cfg)
+    result = export_model(model, _tokenizer_path(cfg), cfg.run_dir / "export", cfg, ckpt.name)
     print(f"export ({result.format}): {ckpt.name} -> {result.path} ({result.note})")
 
 

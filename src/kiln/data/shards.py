@@ -18,11 +18,12 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from kiln.atomic import atomic_dir, write_json_atomic
-from kiln.data.tokenizer import eos_id
+from kiln.data.tokenizer import eos_id, token_byte_lengths
 from kiln.errors import RunDataError
 
 SPLITS = ("train", "val")
 INDEX = "index.json"
+TOKEN_BYTES = "token_bytes.npy"  # the UTF-8 bytes each token id stands for (bits per byte)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -130,6 +131,7 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
     vocab = tokenizer.get_vocab_size()
     dtype, eos = token_dtype(vocab), eos_id(tokenizer)
     writers = {s: _ShardWriter(out_dir, s, dtype, shard_tokens, vocab) for s in SPLITS}
+    byte_lengths = token_byte_lengths(tokenizer)
     # (hash, ids, bytes) of the train document with the smallest hash, held back (see above)
     held: tuple[float, np.ndarray, int] | None = None
 
@@ -139,6 +141,9 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
         for doc, enc in zip(batch, encodings, strict=True):
             ids = np.asarray([*enc.ids, eos], dtype=np.int64)
             n_bytes = len(doc.text.encode("utf-8"))
+            if int(byte_lengths[ids].sum()) != n_bytes:  # byte-level BPE has no normaliser
+                raise RuntimeError(f"document {doc.id}: its tokens stand for "
+                                   f"{int(byte_lengths[ids].sum())} bytes, its text for {n_bytes}")
             h = split_hash(seed, doc.id)
             if h < val_fraction:
                 writers["val"].add(ids, n_bytes)
@@ -168,6 +173,9 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
         **{s: w.summary() for s, w in writers.items()},  # index["train"], index["val"]
         "unigram_bpb": unigram_bpb(train.counts, val.counts, val.bytes),
     }
+    with open(out_dir / TOKEN_BYTES, "wb") as f:
+        np.save(f, byte_lengths.astype(np.uint16))
+    index["token_bytes"] = TOKEN_BYTES
     write_json_atomic(out_dir / INDEX, index)
     return index
 
@@ -186,3 +194,19 @@ def load_index(out_dir: Path | str) -> dict:
     if not isinstance(index, dict) or "vocab_size" not in index:
         raise RunDataError(f"{path} lacks vocab_size; re-run `kiln tokenize`")
     return index
+
+
+def load_token_bytes(out_dir: Path | str) -> np.ndarray | None:
+    """The bytes each token id stands for, or None for shards written before Kiln saved it."""
+    index = load_index(out_dir)
+    if "token_bytes" not in index:
+        return None
+    path = Path(out_dir) / index["token_bytes"]
+    try:
+        lengths = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise RunDataError(f"{path} is missing or damaged ({e}); re-run `kiln tokenize`") from e
+    if lengths.shape != (index["vocab_size"],):
+        raise RunDataError(f"{path} has {lengths.shape} entries for a vocabulary of "
+                           f"{index['vocab_size']}; re-run `kiln tokenize`")
+    return lengths.astype(np.int64)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from kiln.atomic import atomic_path
@@ -97,3 +98,23 @@ def eos_id(tok: Tokenizer) -> int:
     if idx is None:
         raise ValueError(f"tokenizer has no {EOS_TOKEN!r} token")
     return idx
+
+
+def token_byte_lengths(tok: Tokenizer) -> np.ndarray:
+    """The UTF-8 bytes each id stands for (0 for special tokens such as EOS), indexed by id.
+
+    Byte-level BPE writes each byte as one symbol, so a token's length in symbols is its
+    length in bytes: bits per byte can divide by the exact bytes of the tokens it scored.
+    """
+    alphabet = set(pre_tokenizers.ByteLevel.alphabet())
+    added = tok.get_added_tokens_decoder()
+    lengths = np.zeros(tok.get_vocab_size(), dtype=np.int64)
+    for idx, token in added.items():  # added tokens match literal text; specials stand for none
+        lengths[idx] = 0 if token.special else len(token.content.encode("utf-8"))
+    for token, idx in tok.get_vocab(with_added_tokens=False).items():
+        if idx in added:
+            continue
+        if not set(token) <= alphabet:
+            raise ValueError(f"token {idx} ({token!r}) is not byte-level: its bytes are unknown")
+        lengths[idx] = len(token)
+    return lengths

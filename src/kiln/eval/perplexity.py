@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from kiln.data.loader import eval_batches
-from kiln.data.shards import load_index
+from kiln.data.shards import load_index, load_token_bytes
 from kiln.parallel.distributed import DistEnv, all_reduce_max, all_reduce_sum
 from kiln.train.precision import autocast
 
@@ -28,19 +28,23 @@ def evaluate(
 ) -> dict[str, float]:
     """Mean next-token loss over deterministic windows of `split`.
 
-    Bits per byte divides the summed loss (in bits) by the UTF-8 bytes those tokens stand
-    for, estimated with the split's bytes-per-token ratio; it compares models with
-    different tokenizers, which loss per token does not.
+    Bits per byte divides the summed loss (in bits) by the UTF-8 bytes the scored tokens
+    stand for (EOS: none); it compares models with different tokenizers, which loss per
+    token does not. Shards from before Kiln saved each token's bytes fall back to the
+    split's bytes-per-token ratio, which is exact only for a pass over the whole split.
     """
     env = env or DistEnv()
     info = load_index(token_dir)[split]
+    byte_lengths = load_token_bytes(token_dir)
+    if byte_lengths is not None:
+        byte_lengths = torch.from_numpy(byte_lengths).to(device)
     was_training = model.training
     model.eval()
     batches = list(eval_batches(token_dir, split, seq_len, batch_size, max_batches,
                                 env.rank, env.world_size))
     # sharded models need every rank in every forward: pad short ranks with ignored batches
     rounds = int(all_reduce_max(torch.tensor(len(batches), device=device), env))
-    total = torch.zeros(2, dtype=torch.float64, device=device)  # summed nats, token count
+    total = torch.zeros(3, dtype=torch.float64, device=device)  # summed nats, tokens, bytes
     for i in range(rounds):
         real = i < len(batches)
         batch = (batches[i] if real else torch.zeros(1, seq_len + 1, dtype=torch.long)).to(device)
@@ -48,18 +52,25 @@ def evaluate(
             mean_loss = model(batch[:, :-1], targets=batch[:, 1:])
         if not real:
             continue
-        n = batch[:, 1:].numel()
-        total += torch.stack([mean_loss.double() * n, torch.tensor(n, device=device)])
+        targets = batch[:, 1:]
+        n = targets.numel()
+        n_bytes = byte_lengths[targets].sum() if byte_lengths is not None else torch.zeros(())
+        total += torch.stack([mean_loss.double() * n, torch.tensor(n, device=device),
+                              n_bytes.to(device, torch.float64)])
     model.train(was_training)
-    nats, tokens = all_reduce_sum(total, env).tolist()
+    nats, tokens, bytes_covered = all_reduce_sum(total, env).tolist()
     if tokens == 0:
         raise ValueError(f"split '{split}' has no complete window of {seq_len + 1} tokens")
     loss = nats / tokens
-    bytes_covered = tokens * info["bytes"] / info["tokens"]
+    exact = byte_lengths is not None
+    if not exact:
+        bytes_covered = tokens * info["bytes"] / info["tokens"]
     return {
         "split": split,
         "loss": loss,
         "perplexity": math.exp(min(loss, 700.0)),
-        "bpb": nats / math.log(2) / bytes_covered,
+        "bpb": nats / math.log(2) / bytes_covered if bytes_covered else math.nan,
         "tokens": int(tokens),
+        "bytes": int(bytes_covered) if exact else round(bytes_covered, 1),
+        "bytes_counted": "exact" if exact else "estimated from the split's bytes per token",
     }

@@ -25,22 +25,24 @@ class ExportResult:
 
 
 def export_model(
-    model: Transformer, tokenizer_path: Path, out_dir: Path, config: Config
+    model: Transformer, tokenizer_path: Path, out_dir: Path, config: Config,
+    checkpoint: str | None = None,
 ) -> ExportResult:
-    """Export `model` (`config`: its run's config) in the most portable exact format."""
+    """Export `model` (`config`: its run's config) in the most portable exact format;
+    `checkpoint` (its name) is recorded in the folder's kiln_export.json."""
     not_llama = llama_incompatibilities(model.cfg)
     if not not_llama:
-        return ExportResult("hf-llama", export_hf(model, tokenizer_path, out_dir),
+        return ExportResult("hf-llama", export_hf(model, tokenizer_path, out_dir, checkpoint),
                             "plain Llama: load with transformers.AutoModelForCausalLM")
     not_afmoe = afmoe_incompatibilities(model.cfg)
     unavailable = afmoe_available()
     if not not_afmoe and unavailable is None:
-        return ExportResult("hf-afmoe", export_afmoe(model, tokenizer_path, out_dir),
+        return ExportResult("hf-afmoe", export_afmoe(model, tokenizer_path, out_dir, checkpoint),
                             "Trinity/afmoe: load with transformers.AutoModelForCausalLM")
     why = not_afmoe or [unavailable]
     reason = (f"no Hugging Face format holds this model exactly: not Llama ({'; '.join(not_llama)})"
               f" and not afmoe ({'; '.join(why)})")
-    path = export_native(model, tokenizer_path, out_dir, config, reason)
+    path = export_native(model, tokenizer_path, out_dir, config, reason, checkpoint)
     return ExportResult("kiln-native", path, reason + "; load with kiln.export.load_native")
 
 

@@ -175,11 +175,13 @@ def afmoe_config(model: Transformer, eos: int) -> dict[str, Any]:
 
 
 
-def export_afmoe(model: Transformer, tokenizer_path: Path, out_dir: Path) -> Path:
+def export_afmoe(model: Transformer, tokenizer_path: Path, out_dir: Path,
+                 checkpoint: str | None = None) -> Path:
     """Write config, weights, generation config and tokenizer to `out_dir` atomically.
 
     Raises ValueError naming every option afmoe cannot represent (nothing is written)."""
     problems = afmoe_incompatibilities(model.cfg)
     if problems:
         raise ValueError("this model cannot be written as Hugging Face afmoe: " + "; ".join(problems))
-    return write_hf_folder(model, tokenizer_path, out_dir, afmoe_config, afmoe_state_dict)
+    return write_hf_folder(model, tokenizer_path, out_dir, afmoe_config, afmoe_state_dict,
+                           {"format": "hf-afmoe", "checkpoint": checkpoint})

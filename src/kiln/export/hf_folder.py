@@ -16,6 +16,8 @@ from kiln.data.tokenizer import eos_id, load_tokenizer
 from kiln.export.hf_tokenizer import write_hf_tokenizer
 from kiln.model.transformer import Transformer
 
+EXPORT_RECORD = "kiln_export.json"  # what an export holds and which checkpoint it came from
+
 
 def is_tied(model: Transformer) -> bool:
     return model.head.weight is model.embed.weight
@@ -31,9 +33,11 @@ def write_hf_folder(
     out_dir: Path,
     config: Callable[[Transformer, int], dict[str, Any]],
     state_dict: Callable[[Transformer], dict[str, torch.Tensor]],
+    provenance: dict[str, Any] | None = None,
 ) -> Path:
     """Write `config(model, eos)` and `state_dict(model)` with the tokenizer into `out_dir`;
-    an existing export is replaced only by a complete one."""
+    an existing export is replaced only by a complete one. `provenance` (format, checkpoint)
+    goes to `kiln_export.json`, which transformers ignores."""
     tokenizer_path, out_dir = Path(tokenizer_path), Path(out_dir)
     eos = eos_id(load_tokenizer(tokenizer_path))
     if eos >= model.cfg.vocab_size:
@@ -44,4 +48,6 @@ def write_hf_folder(
         _write_json(tmp / "generation_config.json",
                     {"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos})
         write_hf_tokenizer(tokenizer_path, tmp, model.cfg.max_seq_len)
+        if provenance:
+            _write_json(tmp / EXPORT_RECORD, provenance)
     return out_dir

@@ -112,7 +112,8 @@ def hf_config(model: Transformer, eos: int) -> dict[str, Any]:
 
 
 
-def export_hf(model: Transformer, tokenizer_path: Path, out_dir: Path) -> Path:
+def export_hf(model: Transformer, tokenizer_path: Path, out_dir: Path,
+              checkpoint: str | None = None) -> Path:
     """Write config, weights, generation config and tokenizer to `out_dir`; returns it.
 
     The folder is assembled beside `out_dir` and swapped in at the end, so an existing
@@ -123,4 +124,5 @@ def export_hf(model: Transformer, tokenizer_path: Path, out_dir: Path) -> Path:
         raise ValueError("not a plain Llama model, refusing a LlamaForCausalLM export that would "
                          "compute something else: " + "; ".join(problems)
                          + " (kiln.export.export_model picks afmoe or Kiln's native format)")
-    return write_hf_folder(model, tokenizer_path, out_dir, hf_config, hf_state_dict)
+    return write_hf_folder(model, tokenizer_path, out_dir, hf_config, hf_state_dict,
+                           {"format": "hf-llama", "checkpoint": checkpoint})

@@ -33,7 +33,8 @@ def native_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
 
 
 def export_native(
-    model: Transformer, tokenizer_path: Path, out_dir: Path, config: Config, reason: str
+    model: Transformer, tokenizer_path: Path, out_dir: Path, config: Config, reason: str,
+    checkpoint: str | None = None,
 ) -> Path:
     """Write the native folder to `out_dir` atomically; `config` is the run's config (its
     model section is replaced by the model's own, vocabulary resolved)."""
@@ -42,7 +43,7 @@ def export_native(
         raise FileNotFoundError(f"tokenizer not found: {tokenizer_path}")
     resolved = validate(dataclasses.replace(config, model=model.cfg))  # loadable back, or raise
     meta = {"format": NATIVE_FORMAT, "reason": reason, "tied_embeddings": is_tied(model),
-            "load_with": "kiln.export.native.load_native(path)"}
+            "load_with": "kiln.export.native.load_native(path)", "checkpoint": checkpoint}
     with atomic_dir(out_dir) as tmp:
         save_file(native_state_dict(model), str(tmp / "model.safetensors"),
                   metadata={"format": NATIVE_FORMAT})

@@ -12,7 +12,12 @@ from kiln.report.html_parts import page
 from kiln.report.plots import write_plots
 from kiln.report.run_files import latest_checkpoint_name, load_json, load_metrics, load_text
 from kiln.report.sections_moe import moe_section
-from kiln.report.sections_results import eval_section, plots_section, samples_section
+from kiln.report.sections_results import (
+    eval_section,
+    export_section,
+    plots_section,
+    samples_section,
+)
 from kiln.report.sections_run import (
     config_section,
     data_section,
@@ -54,13 +59,15 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
     config = load_text(run_dir, "config.toml")
     extra = [compare_section(compared, run_dir / "plots")] if compared else []
     moe = moe_section(records, plots, config)
+    latest = latest_checkpoint_name(run_dir)
     sections = [
         summary_section(metrics, summary),
         *extra,
         plots_section(metrics, plots),
         *([moe] if moe else []),
-        eval_section(evaluation, unigram, latest_checkpoint_name(run_dir)),
-        samples_section(load_json(run_dir, "samples.json", expect=list)),
+        eval_section(evaluation, unigram, latest),
+        samples_section(load_json(run_dir, "samples.json", expect=list), latest),
+        export_section(load_json(run_dir, "export/kiln_export.json"), latest),
         model_section(load_json(run_dir, "model.json")),
         tokens_section(index),
         data_section(load_json(run_dir, "prepare.json")),

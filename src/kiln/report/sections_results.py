@@ -63,14 +63,31 @@ def eval_section(evaluation: Loaded, index_unigram: float | None,
         ("perplexity", fmt_float(data.get("perplexity"), 2)),
         ("bpb", fmt_float(data.get("bpb"))),
         ("tokens", fmt_count(data.get("tokens"))),
-        ("unigram baseline bpb", fmt_float(unigram)),
+        ("bytes", fmt_count(data.get("bytes"))
+         + (f" ({data['bytes_counted']})" if data.get("bytes_counted", "exact") != "exact" else "")),
+        ("unigram baseline bpb (val split)", fmt_float(unigram)),
     ]
-    text, css = verdict(as_number(data.get("bpb")), unigram)
+    split = data.get("split", "val")
+    if split == "val":
+        text, css = verdict(as_number(data.get("bpb")), unigram)
+    else:  # the baseline is the val split's: a train-split figure is not comparable to it
+        text, css = (f"Evaluated on the {split} split; the unigram baseline is the val split's, "
+                     "so the two are not compared.", "muted")
     body = key_value_table(rows) + paragraph(text, css)
-    if latest and data.get("checkpoint") and data["checkpoint"] != latest:
-        body += paragraph(f"These figures are from {data['checkpoint']}; the run's latest "
-                          f"checkpoint is {latest}: run `kiln eval` again for its figures.", "bad")
+    body += stale_note(data.get("checkpoint"), latest, "These figures", "kiln eval")
+    body += paragraph("The validation curve above scores the first train.eval_batches batches "
+                      "of the split; this table scores "
+                      + ("all of it." if not data.get("max_batches") else
+                         f"its first {data['max_batches']} batches."), "muted")
     return section("Evaluation", body)
+
+
+def stale_note(checkpoint: Any, latest: str | None, what: str, verb: str) -> str:
+    """A warning paragraph when `what` came from an older checkpoint than the run's latest."""
+    if not (latest and checkpoint and checkpoint != latest):
+        return ""
+    return paragraph(f"{what} are from {checkpoint}; the run's latest checkpoint is {latest}: "
+                     f"run `{verb}` again for its own.", "bad")
 
 
 def _sample_html(number: int, sample: Any) -> str:
@@ -84,11 +101,28 @@ def _sample_html(number: int, sample: Any) -> str:
     return f"<h3>{esc(head)}</h3>\n<pre><b>{esc(prompt)}</b>{esc(completion)}</pre>"
 
 
-def samples_section(samples: Loaded) -> str:
-    """Generated text; the prompt in bold, the completion after it."""
+def samples_section(samples: Loaded, latest: str | None = None) -> str:
+    """Generated text; the prompt in bold, the completion after it; says so when the samples
+    come from an older checkpoint than the run's `latest`."""
     if not samples.ok:
         return section("Samples", unavailable(samples.problem or ""))
     if not samples.value:
         return section("Samples", unavailable("samples.json is empty"))
     body = "\n".join(_sample_html(i, s) for i, s in enumerate(samples.value, start=1))
+    sources = {s.get("checkpoint") for s in samples.value if isinstance(s, dict)} - {None}
+    if len(sources) == 1:
+        body = stale_note(sources.pop(), latest, "These samples", "kiln generate") + body
     return section("Samples", body)
+
+
+def export_section(record: Loaded, latest: str | None = None) -> str:
+    """Which format export/ holds and the checkpoint it came from."""
+    if not record.ok:
+        return section("Export", unavailable(record.problem or ""))
+    data: dict[str, Any] = record.value
+    rows = [("format", fmt_value(data.get("format", "—"))),
+            ("checkpoint", fmt_value(data.get("checkpoint") or "—")),
+            ("folder", "export/")]
+    body = key_value_table(rows)
+    body += stale_note(data.get("checkpoint"), latest, "The exported weights", "kiln export")
+    return section("Export", body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +48,8 @@ def summarize(records: list[dict[str, Any]]) -> Summary:
         middle = (train[0]["step"] + train[-1]["step"]) / 2
         speeds = _values([r for r in train if r["step"] >= middle], "tokens_per_s")
         out.mean_tokens_per_s = sum(speeds) / len(speeds) if speeds else None
-    scored = [r for r in val if as_number(r.get("val_bpb")) is not None]
+    # a diverged run logs nan: the best is the best finite figure
+    scored = [r for r in val if math.isfinite(as_number(r.get("val_bpb")) or math.nan)]
     if scored:
         best = min(scored, key=lambda r: r["val_bpb"])
         out.best_val_bpb, out.best_val_step = float(best["val_bpb"]), best["step"]

@@ -115,6 +115,10 @@ def default_callbacks() -> list[Callback]:
 
 
 def append_jsonl(path, record: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    """Append one JSON line. A run killed mid-write leaves a last line without its newline:
+    the next record starts on a line of its own rather than being glued to (and lost with)
+    that fragment."""
+    with open(path, "a+b") as f:
+        torn = f.tell() > 0 and (f.seek(-1, 2), f.read(1))[1] != b"\n"
+        f.write((("\n" if torn else "") + json.dumps(record) + "\n").encode())
         f.flush()

@@ -1,0 +1,77 @@
+"""Held-out evaluation: loss against a direct computation, bits per byte over the exact
+bytes of the scored tokens (also on a part of the split)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_config
+
+from kiln.data.loader import eval_batches
+from kiln.data.tokenizer import load_tokenizer
+from kiln.eval.perplexity import evaluate
+from kiln.model import Transformer
+from kiln.train.trainer import model_config_for_run
+
+
+def byte_of_symbol() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, written out here independently of `tokenizers`."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    symbols, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            symbols[chr(b)] = b
+        else:
+            symbols[chr(256 + extra)] = b
+            extra += 1
+    return symbols
+
+
+def model_for(run_dir) -> Transformer:
+    cfg = tiny_config(run_dir)
+    torch.manual_seed(0)
+    return Transformer(model_config_for_run(cfg, run_dir / "tokens")).eval()
+
+
+@pytest.mark.parametrize("batch_size,max_batches", [(2, 1), (3, 2), (4, 0)])
+def test_bits_per_byte_divides_by_the_bytes_of_the_scored_tokens(tiny_run, batch_size,
+                                                                 max_batches):
+    token_dir, seq_len = tiny_run / "tokens", 32
+    model = model_for(tiny_run)
+    tok = load_tokenizer(tiny_run / "tokenizer" / "tokenizer.json")
+    symbols, specials = byte_of_symbol(), {0}
+    got = evaluate(model, token_dir, "val", seq_len, batch_size, max_batches,
+                   torch.device("cpu"), "fp32")
+
+    nats = n_tokens = n_bytes = 0
+    for batch in eval_batches(token_dir, "val", seq_len, batch_size, max_batches):
+        with torch.no_grad():
+            logits = model(batch[:, :-1])
+        targets = batch[:, 1:]
+        nats += F.cross_entropy(logits.flatten(0, 1).double(), targets.flatten(),
+                                reduction="sum").item()
+        n_tokens += targets.numel()
+        n_bytes += sum(0 if t in specials else len(tok.id_to_token(t))
+                       for t in targets.flatten().tolist())
+        assert all(c in symbols for t in targets.flatten().tolist() if t not in specials
+                   for c in tok.id_to_token(t))
+    assert got["tokens"] == n_tokens and got["bytes"] == n_bytes
+    assert got["bytes_counted"] == "exact"
+    assert got["loss"] == pytest.approx(nats / n_tokens, rel=1e-5)
+    assert got["bpb"] == pytest.approx(nats / math.log(2) / n_bytes, rel=1e-5)
+
+
+def test_shards_without_a_byte_table_fall_back_to_the_ratio(tiny_run):
+    token_dir = tiny_run / "tokens"
+    index = json.loads((token_dir / "index.json").read_text())
+    del index["token_bytes"]
+    (token_dir / "index.json").write_text(json.dumps(index))
+    got = evaluate(model_for(tiny_run), token_dir, "val", 32, 4, 1, torch.device("cpu"), "fp32")
+    assert got["bytes_counted"].startswith("estimated")
+    assert got["bytes"] == pytest.approx(got["tokens"] * index["val"]["bytes"]
+                                         / index["val"]["tokens"], abs=0.1)
