@@ -131,7 +131,7 @@ def test_prepare_and_read_back(tmp_path):
     src.mkdir()
     (src / "a.txt").write_text("alpha")
     (src / "b.jsonl").write_text('{"text": "beta"}\nnot json\n')
-    (src / "c.txt").write_bytes(b"\xff\xfe")
+    (src / "c.txt").write_bytes(b"\xe9t\xe9")  # latin-1: not UTF-8
     summary = prepare_documents([str(src)], tmp_path / "run")
     assert summary["documents"] == 2 and summary["bytes"] == 9
     assert summary["skipped"] == {"bad_json": 1, "non_utf8": 1}

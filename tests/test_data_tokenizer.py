@@ -87,3 +87,22 @@ def test_load_errors(tmp_path):
     bad.write_text("{not a tokenizer")
     with pytest.raises(ValueError, match="corrupt"):
         load_tokenizer(bad)
+
+
+def test_pieces_are_cut_at_max_piece_bytes_and_ordinary_text_is_not(tok_path):
+    """A line with no whitespace (DNA, base64, minified code) is cut into pieces of at most
+    MAX_PIECE_BYTES for BPE (whose trainer slows down superlinearly in a piece's length);
+    ordinary text splits exactly as plain byte-level pre-tokenization splits it."""
+    from tokenizers import pre_tokenizers
+
+    from kiln.data.tokenizer import MAX_PIECE_BYTES
+
+    tok = load_tokenizer(tok_path)
+    dna = "ACGT" * 300
+    pieces = [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(dna)]
+    assert "".join(pieces) == dna and max(map(len, pieces)) == MAX_PIECE_BYTES
+    assert len(pieces) == -(-len(dna) // MAX_PIECE_BYTES)
+    text = "def f(x):\n    return x  +  1  # naïve 東京 🚀\n\n\tdone"
+    plain = pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str(text)
+    assert tok.pre_tokenizer.pre_tokenize_str(text) == plain
+    assert tok.decode(tok.encode(dna + text).ids) == dna + text

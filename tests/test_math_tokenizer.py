@@ -147,3 +147,21 @@ def test_kind_dispatch_and_errors(tmp_path):
     assert not (tmp_path / "m.json").exists()
     with pytest.raises(ValueError, match="257"):
         train_math_tokenizer(TRAIN, vocab_size=100, out_path=tmp_path / "m.json")
+
+
+def test_math_vocab_too_small_for_the_seeds_fails_at_config_load(tmp_path):
+    """The smallest vocabulary the math kind accepts holds bytes, EOS and every seed token;
+    below it the config is refused at load, not after prepare."""
+    from kiln.config import ConfigError, load_config
+    from kiln.data.math_tokenizer import MATH_SEED_COMMANDS, min_math_vocab, train_math_tokenizer
+
+    smallest = min_math_vocab()
+    with pytest.raises(ConfigError, match=f"tokenizer.vocab_size .* {smallest} in all"):
+        load_config(None, ["tokenizer.kind=math", f"tokenizer.vocab_size={smallest - 1}"])
+    load_config(None, ["tokenizer.kind=math", f"tokenizer.vocab_size={smallest}"])
+    tok = train_math_tokenizer([r"\alpha + \beta = 12"] * 5, smallest, tmp_path / "t.json",
+                               show_progress=False)
+    assert tok.get_vocab_size() == smallest
+    assert all(len(tok.encode(s).ids) == 1 for s in MATH_SEED_COMMANDS)
+    with pytest.raises(ValueError, match="too small"):
+        train_math_tokenizer(["x"], smallest - 1, tmp_path / "u.json", show_progress=False)

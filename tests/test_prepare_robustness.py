@@ -106,3 +106,72 @@ def test_byte_order_mark_and_upper_case_suffix(tmp_path):
     docs, counts = _read([tmp_path / "a.txt", tmp_path / "B.JSONL"])
     assert sorted(d.text for d in docs) == ["first", "plain text", "second"]
     assert not any(k.startswith("skipped/") for k in counts)
+
+
+def test_a_non_utf8_file_name_is_read_under_an_escaped_id(tmp_path):
+    """A Latin-1 file name (bytes that are not UTF-8) used to crash the JSON writer."""
+    import os
+
+    folder = tmp_path / "names"
+    folder.mkdir()
+    (folder / "good.txt").write_text("good text")
+    with open(os.path.join(os.fsencode(folder), b"caf\xe9.txt"), "w") as f:
+        f.write("latin-1 named file")
+    summary = prepare_documents([str(folder)], tmp_path / "run")
+    assert summary["documents"] == 2 and summary["skipped"] == {}
+    ids = sorted(d.id for d in read_documents(tmp_path / "run"))
+    assert ids == ["names/caf\\xe9.txt", "names/good.txt"]
+
+
+def test_a_huge_json_number_skips_its_line_not_the_rest_of_the_file(tmp_path):
+    lines = [json.dumps({"text": f"record {i}"}) for i in range(10)]
+    lines[2] = '{"text": "x", "answer": ' + "9" * 5000 + "}"  # over Python's int-digit limit
+    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
+    docs, counts = _read([tmp_path / "m.jsonl"])
+    assert len(docs) == 9 and counts["skipped/bad_json"] == 1
+    assert "skipped/unreadable" not in counts
+
+
+def test_every_file_left_out_is_counted(tmp_path):
+    """Hidden files, pipes and empty jsonl / parquet are counted; folder links are followed
+    once (a loop is not); .ndjson is JSON Lines; a .json of records is records, other JSON is
+    text; UTF-16 text with its byte-order mark is read."""
+    import gzip
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    data.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "linked.txt").write_text("reached through a folder link")
+    (data / "link").symlink_to(elsewhere, target_is_directory=True)
+    (data / "loop").symlink_to(data, target_is_directory=True)
+    (data / ".hidden.txt").write_text("a hidden note")
+    os.mkfifo(data / "pipe.txt")
+    (data / "blank.jsonl").write_text("\n\n")
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), data / "none.parquet")
+    pq.write_table(pa.table({"text": pa.array([b"bytes column"], pa.binary())}), data / "b.parquet")
+    (data / "d.ndjson").write_text('{"text": "nd one"}\n{"text": "nd two"}\n')
+    (data / "records.json").write_text('[{"text": "rec one"}, {"text": "rec two"}]')
+    (data / "package.json").write_text('{"name": "x", "version": "1.0"}')
+    (data / "notepad.txt").write_bytes("utf-16 text".encode("utf-16"))
+    (data / "z.txt.gz").write_bytes(gzip.compress(b"gzipped text"))
+    docs, counts = _read([data])
+    assert sorted(d.text for d in docs) == sorted([
+        "reached through a folder link", "bytes column", "nd one", "nd two", "rec one",
+        "rec two", '{"name": "x", "version": "1.0"}', "utf-16 text", "gzipped text"])
+    skipped = {k: v for k, v in counts.items() if k.startswith("skipped/")}
+    assert skipped == {"skipped/hidden": 1, "skipped/not_regular": 1, "skipped/empty": 2}
+
+
+def test_a_truncated_jsonl_gz_keeps_what_came_before_and_says_so(tmp_path):
+    import gzip
+
+    blob = gzip.compress("".join(json.dumps({"text": f"r{i}"}) + "\n"
+                                 for i in range(2000)).encode())
+    (tmp_path / "cut.jsonl.gz").write_bytes(blob[: len(blob) // 2])
+    docs, counts = _read([tmp_path / "cut.jsonl.gz"])
+    assert 0 < len(docs) < 2000 and [d.text for d in docs] == [f"r{i}" for i in range(len(docs))]
+    assert counts["skipped/truncated_rest_of_file"] == 1 and "skipped/unreadable" not in counts

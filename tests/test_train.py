@@ -329,3 +329,25 @@ def test_a_record_after_a_torn_last_line_starts_on_its_own_line(tmp_path):
     assert [r["step"] for r in read_metrics(path)] == [1, 3, 4]
     append_jsonl(tmp_path / "new.jsonl", {"kind": "train", "step": 1, "loss": 1.0})
     assert (tmp_path / "new.jsonl").read_text() == '{"kind": "train", "step": 1, "loss": 1.0}\n'
+
+
+@pytest.mark.parametrize("texts,expect", [
+    # one long and one short document: the held-out fallback puts the long one in val
+    (["x = 1\n" * 3000, "notes."], "train split has .* whole document .* run.seed"),
+    (["x = 1\n" * 3000], "val split has .* holds 1 document"),
+])
+def test_a_split_too_short_to_train_is_refused_with_what_to_do(tmp_path, texts, expect):
+    from datatrove.data import Document
+
+    from kiln.config import ConfigError
+    from kiln.data.shards import write_shards
+    from kiln.data.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(texts, 300, tmp_path / "tokenizer" / "tokenizer.json",
+                          show_progress=False)
+    docs = [Document(text=t, id=f"d{i}") for i, t in enumerate(texts)]
+    index = write_shards(docs, tok, tmp_path / "tokens", val_fraction=0.01, progress=False)
+    assert index["val"]["documents"] == (1 if len(texts) == 2 else 0)
+    with pytest.raises(ConfigError, match=expect):
+        Trainer(tiny_config(tmp_path))
+    assert not (tmp_path / "checkpoints").exists()

@@ -82,6 +82,14 @@ def cmd_tokenize(cfg: Config) -> None:
         return
     print(f"tokenize: train {index['train']['tokens']:,} tokens, val {index['val']['tokens']:,} "
           f"tokens, unigram baseline {index['unigram_bpb']:.3f} bits/byte")
+    window = cfg.train.seq_len + 1
+    short = [s for s in ("train", "val") if index[s]["tokens"] < window]
+    if short:
+        print(f"warning: the {' and '.join(short)} split holds fewer tokens than one training "
+              f"window (train.seq_len + 1 = {window}); `kiln train` will refuse it: the split "
+              f"is by whole document ({index['train']['documents']} train, "
+              f"{index['val']['documents']} val), so change data.val_fraction or add data",
+              file=sys.stderr)
 
 
 def cmd_train(cfg: Config, resume: bool = True) -> None:

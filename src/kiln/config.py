@@ -347,6 +347,13 @@ def validate(cfg: Config) -> Config:
         )
     if cfg.tokenizer.vocab_size < 257 + 1:
         raise ConfigError("tokenizer.vocab_size must exceed 257 (256 bytes + end-of-text)")
+    if cfg.tokenizer.kind == "math":
+        from kiln.data.math_tokenizer import min_math_vocab
+
+        if cfg.tokenizer.vocab_size < min_math_vocab():
+            raise ConfigError(f"tokenizer.vocab_size ({cfg.tokenizer.vocab_size}) is too small for "
+                              f"tokenizer.kind = 'math': it must hold the 256 byte symbols, EOS "
+                              f"and the LaTeX seed tokens, {min_math_vocab()} in all")
     if not 0.0 < cfg.data.val_fraction < 1.0:  # validation, eval and bits/byte need a val split
         raise ConfigError(f"data.val_fraction must be in (0, 1), got {cfg.data.val_fraction}")
     if cfg.schedule.warmup_steps < 0:

@@ -16,7 +16,9 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from tqdm import tqdm
 
-from kiln.data.sources import SourceFile, check_sources, list_source_files
+from kiln.data.sources import SourceFile, check_sources, list_source_files, printable_name
+
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 
 # Suffixes that are never text; skipped without being read.
 BINARY_SUFFIXES = frozenset(
@@ -70,55 +72,106 @@ class SourceReader(PipelineStep):
             return None
         self._count("documents")
         self._count("bytes", n_bytes)
-        return Document(text=text, id=doc_id, metadata={"source": str(path), "bytes": n_bytes})
+        return Document(text=text, id=doc_id,
+                        metadata={"source": printable_name(str(path)), "bytes": n_bytes})
 
     def _read_file(self, file: SourceFile) -> Iterator[Document]:
+        if file.skip:  # hidden, or not a regular file (a pipe would block forever)
+            self._count(f"skipped/{file.skip}")
+            return
         name = file.path.name.lower()  # DATA.JSONL is JSONL too
         try:
-            if name.endswith((".jsonl", ".jsonl.gz")):
+            if name.endswith(JSONL_SUFFIXES):
                 yield from self._read_jsonl(file)
+            elif name.endswith(".json"):
+                yield from self._read_json(file)
             elif name.endswith(".parquet"):
                 yield from self._read_parquet(file)
+            elif name.endswith(".txt.gz"):
+                yield from self._read_text(file, gzip.decompress(file.path.read_bytes()))
             elif file.path.suffix.lower() in BINARY_SUFFIXES:
                 self._count("skipped/binary")
             else:
-                yield from self._read_text(file)
+                yield from self._read_text(file, file.path.read_bytes())
         except (OSError, EOFError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
             self._count("skipped/unreadable")
 
-    def _read_text(self, file: SourceFile) -> Iterator[Document]:
-        raw = file.path.read_bytes()
-        if b"\x00" in raw:
+    def _read_text(self, file: SourceFile, raw: bytes) -> Iterator[Document]:
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 with its byte-order mark
+            try:
+                text = raw.decode("utf-16")
+            except UnicodeDecodeError:
+                self._count("skipped/non_utf8")
+                return
+        elif b"\x00" in raw:
             self._count("skipped/binary")
             return
-        try:
-            text = raw.decode("utf-8-sig")  # a leading byte-order mark is not text
-        except UnicodeDecodeError:
-            self._count("skipped/non_utf8")
-            return
+        else:
+            try:
+                text = raw.decode("utf-8-sig")  # a leading byte-order mark is not text
+            except UnicodeDecodeError:
+                self._count("skipped/non_utf8")
+                return
         if doc := self._make(text, file.rel, file.path):
             yield doc
 
+    def _record_text(self, record: object) -> str | None:
+        text = record.get("text") if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            self._count("skipped/no_text")
+            return None
+        return text
+
     def _read_jsonl(self, file: SourceFile) -> Iterator[Document]:
         opener = gzip.open if file.path.name.lower().endswith(".gz") else open
+        records = 0
         with opener(file.path, "rb") as f:
-            for line_no, line in enumerate(f, start=1):
+            lines = enumerate(f, start=1)
+            while True:
+                try:
+                    line_no, line = next(lines)
+                except StopIteration:
+                    break
+                except (EOFError, OSError):  # a cut-off .gz: keep what came before
+                    self._count("skipped/truncated_rest_of_file")
+                    return
                 if not line.strip():
                     continue
+                records += 1
                 try:
                     record = json.loads(line.decode("utf-8-sig"))  # BOM-led files too
                 except UnicodeDecodeError:
                     self._count("skipped/non_utf8")
                     continue
-                except (json.JSONDecodeError, RecursionError):  # one bad line, not the file
-                    self._count("skipped/bad_json")
+                except (ValueError, RecursionError):  # one bad line (also a 5,000-digit
+                    self._count("skipped/bad_json")   # number), not the rest of the file
                     continue
-                text = record.get("text") if isinstance(record, dict) else None
-                if not isinstance(text, str):
-                    self._count("skipped/no_text")
-                    continue
-                if doc := self._make(text, f"{file.rel}:{line_no}", file.path):
+                text = self._record_text(record)
+                if text is not None and (doc := self._make(text, f"{file.rel}:{line_no}",
+                                                           file.path)):
                     yield doc
+        if records == 0:
+            self._count("skipped/empty")
+
+    def _read_json(self, file: SourceFile) -> Iterator[Document]:
+        """A .json file of records: one object with `text`, or a list of them. Any other
+        JSON (a package.json in a source tree) is a text file like the rest of the tree."""
+        raw = file.path.read_bytes()
+        try:
+            data = json.loads(raw.decode("utf-8-sig"))
+        except (ValueError, RecursionError):  # not UTF-8 or not JSON: as text, if it is text
+            data = None
+        is_record = isinstance(data, dict) and "text" in data
+        is_records = (isinstance(data, list) and bool(data)
+                      and all(isinstance(r, dict) and "text" in r for r in data))
+        if not (is_record or is_records):
+            yield from self._read_text(file, raw)
+            return
+        for i, record in enumerate(data if is_records else [data]):
+            text = self._record_text(record)
+            doc_id = f"{file.rel}:{i}" if is_records else file.rel
+            if text is not None and (doc := self._make(text, doc_id, file.path)):
+                yield doc
 
     def _read_parquet(self, file: SourceFile) -> Iterator[Document]:
         import pyarrow.parquet as pq
@@ -127,9 +180,19 @@ class SourceReader(PipelineStep):
         if "text" not in table.schema_arrow.names:
             self._count("skipped/no_text_column")
             return
+        if table.metadata.num_rows == 0:
+            self._count("skipped/empty")
+            return
         row = 0
         for batch in table.iter_batches(columns=["text"], batch_size=1024):
             for text in batch.column(0).to_pylist():
+                if isinstance(text, bytes):  # a binary column of UTF-8 text
+                    try:
+                        text = text.decode("utf-8")
+                    except UnicodeDecodeError:
+                        self._count("skipped/non_utf8")
+                        row += 1
+                        continue
                 if not isinstance(text, str):
                     self._count("skipped/no_text")
                 elif doc := self._make(text, f"{file.rel}:{row}", file.path):

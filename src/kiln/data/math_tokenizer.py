@@ -27,7 +27,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, pre_tokenizers
 
 from kiln.atomic import atomic_path
-from kiln.data.tokenizer import load_tokenizer, train_bpe, train_tokenizer
+from kiln.data.tokenizer import MIN_VOCAB, load_tokenizer, train_bpe, train_tokenizer
 
 # `\command` (or a backslash + one non-letter, e.g. `\%`, `\\`, `\{`), then the GPT-2 classes with
 # the backslash removed from the punctuation run, so a command always starts a new piece.
@@ -71,6 +71,21 @@ def _chain(seed: str) -> list[tuple[str, str]]:
     return [(seed[:k], seed[k]) for k in range(1, len(seed))]
 
 
+def _seed_chains(seeds: Iterable[str]) -> list[tuple[str, str]]:
+    """Every seed's merge chain, in order, each pair once."""
+    chains: list[tuple[str, str]] = []
+    for seed in seeds:
+        for pair in _chain(seed):
+            if pair not in chains:
+                chains.append(pair)
+    return chains
+
+
+def min_math_vocab(seeds: Iterable[str] = MATH_SEED_COMMANDS) -> int:
+    """The smallest vocabulary that holds the 256 byte symbols, EOS and every seed token."""
+    return MIN_VOCAB + len({a + b for a, b in _seed_chains(seeds)})
+
+
 def _seed_merges(
     vocab: dict[str, int], merges: list[list[str]], seeds: Iterable[str], vocab_size: int
 ) -> tuple[dict[str, int], list[list[str]]]:
@@ -79,11 +94,7 @@ def _seed_merges(
     Learned token ids follow merge order, so the last merge's token has the highest id and no
     later merge uses it: dropping merges from the end keeps the vocabulary consistent.
     """
-    chains: list[tuple[str, str]] = []
-    for seed in seeds:
-        for pair in _chain(seed):
-            if pair not in chains:
-                chains.append(pair)
+    chains = _seed_chains(seeds)
     wanted = [a + b for a, b in chains]
     vocab, merges = dict(vocab), [list(m) for m in merges]
     while len(vocab) + sum(t not in vocab for t in set(wanted)) > vocab_size:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +20,18 @@ TREE_SKIP_DIRS = frozenset({"__pycache__", "node_modules", ".git", ".hg", ".svn"
 
 @dataclass(frozen=True)
 class SourceFile:
-    """A file to read; `rel` is its stable id prefix (relative to the source root)."""
+    """A file to read; `rel` is its stable id prefix (relative to the source root). `skip`
+    names why it is not read at all (a hidden file, a pipe): the reader counts it."""
 
     path: Path
     rel: str
+    skip: str | None = None
+
+
+def printable_name(name: str) -> str:
+    """A file name as valid UTF-8 text: bytes that are not UTF-8 (kept by Python as lone
+    surrogates) become `\\xNN`, so ids and metadata can be written as JSON."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def stdlib_root() -> Path:
@@ -30,16 +39,41 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def _walk(root: Path, skip_dirs: frozenset[str], suffix: str | None = None) -> list[Path]:
-    """All files under `root`, sorted by relative path, pruning `skip_dirs` and hidden entries."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in skip_dirs and not d.startswith("."))
-        for name in filenames:
-            if name.startswith(".") or (suffix and not name.endswith(suffix)):
+def _walk(root: Path, skip_dirs: frozenset[str], suffix: str | None = None,
+          keep_hidden: bool = False) -> list[tuple[Path, str | None]]:
+    """(file, why it is skipped or None) under `root`, sorted by relative path. Prunes
+    `skip_dirs` and hidden folders; follows folder links once (a link loop is not followed
+    again). Hidden files and anything that is not a regular file (a named pipe would block
+    the reader forever) are listed with a reason when `keep_hidden`, else left out."""
+    found: list[tuple[Path, str | None]] = []
+    seen = {os.path.realpath(root)}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        kept = []
+        for d in sorted(dirnames):
+            real = os.path.realpath(os.path.join(dirpath, d))
+            if d in skip_dirs or d.startswith(".") or real in seen:
                 continue
-            found.append(Path(dirpath) / name)
-    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+            seen.add(real)
+            kept.append(d)
+        dirnames[:] = kept
+        for name in filenames:
+            if suffix and not name.endswith(suffix):
+                continue
+            path = Path(dirpath) / name
+            why = "hidden" if name.startswith(".") else _not_regular(path)
+            if why is None or keep_hidden:
+                found.append((path, why))
+    return sorted(found, key=lambda f: f[0].relative_to(root).as_posix())
+
+
+def _not_regular(path: Path) -> str | None:
+    """'not_regular' for pipes, sockets and devices; a dangling link is left to the reader
+    (it counts it unreadable)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else "not_regular"
 
 
 def stdlib_files() -> list[SourceFile]:
@@ -47,7 +81,7 @@ def stdlib_files() -> list[SourceFile]:
     root = stdlib_root()
     return [
         SourceFile(p, p.relative_to(root).as_posix())
-        for p in _walk(root, STDLIB_SKIP_DIRS, suffix=".py")
+        for p, _ in _walk(root, STDLIB_SKIP_DIRS, suffix=".py")
     ]
 
 
@@ -69,11 +103,11 @@ def list_source_files(sources: list[str]) -> list[SourceFile]:
         if path.is_dir():
             name = path.resolve().name
             files += [
-                SourceFile(p, f"{name}/{p.relative_to(path).as_posix()}")
-                for p in _walk(path, TREE_SKIP_DIRS)
+                SourceFile(p, printable_name(f"{name}/{p.relative_to(path).as_posix()}"), why)
+                for p, why in _walk(path, TREE_SKIP_DIRS, keep_hidden=True)
             ]
         else:
-            files.append(SourceFile(path, path.name))
+            files.append(SourceFile(path, printable_name(path.name), _not_regular(path)))
     return files
 
 

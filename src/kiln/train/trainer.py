@@ -56,15 +56,24 @@ def fit_micro_batch(global_batch: int, micro_batch: int, world_size: int) -> int
     return max(m for m in range(1, min(micro_batch, per_rank) + 1) if per_rank % m == 0)
 
 
-def _check_val_split(token_dir: Path, seq_len: int) -> None:
-    """Validation runs during and at the end of training: a val split without one window
-    would fail only after all the steps, before the final checkpoint."""
-    tokens = TokenStream(token_dir, "val").n_tokens
-    if tokens < seq_len + 1:
-        raise ConfigError(
-            f"the val split has {tokens} tokens, fewer than one window of train.seq_len + 1 = "
-            f"{seq_len + 1}: raise data.val_fraction and re-run `kiln tokenize`, add data, or "
-            "lower train.seq_len")
+def check_splits(token_dir: Path, seq_len: int) -> None:
+    """Both splits must hold a window of seq_len + 1 tokens before training starts (a val
+    split without one would fail only after all the steps, before the final checkpoint)."""
+    index = load_index(token_dir)
+    documents = index["train"]["documents"] + index["val"]["documents"]
+    for split in ("val", "train"):
+        tokens = TokenStream(token_dir, split).n_tokens
+        if tokens >= seq_len + 1:
+            continue
+        if documents < 2:
+            fix = (f"the data holds {documents} document(s) and the split is by whole "
+                   "document, so add documents (or split the text into several files)")
+        else:
+            fix = (f"the split is by whole document (train has {index['train']['documents']}, "
+                   f"val {index['val']['documents']}): change data.val_fraction or run.seed and "
+                   "re-run `kiln tokenize`, add data, or lower train.seq_len")
+        raise ConfigError(f"the {split} split has {tokens} tokens, fewer than one window of "
+                          f"train.seq_len + 1 = {seq_len + 1}: {fix}")
 
 
 def _changed_since_recorded(cfg: Config, step: int) -> list[str]:
@@ -113,7 +122,7 @@ class Trainer:
         model = torch.compile(raw) if t.compile else raw
         self.model = wrap_model(model, t.parallel, self.env)
         self.optimizer = build_optimizer(self.model, cfg.optim)
-        _check_val_split(self.token_dir, t.seq_len)  # before training, not at its end
+        check_splits(self.token_dir, t.seq_len)  # before training, not at its end
         self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
                                   cfg.run.seed, self.env.rank, self.env.world_size)
         self.callbacks = default_callbacks() if callbacks is None else callbacks
