@@ -53,7 +53,7 @@ def run(tmp_path):
     lines = [json.dumps({"text": t}) for t in TEXTS] + ["not json", json.dumps({"x": 1})]
     (src / "a.jsonl").write_text("\n".join(lines[:4]) + "\n")
     (src / "b.jsonl").write_text("\n".join(lines[4:]) + "\n")
-    (src / "c.txt").write_bytes(b"\xff\xfe latin")
+    (src / "c.txt").write_bytes(b"caf\xe9 latin")  # latin-1: not UTF-8
     cfg = PrepareConfig(stages=["read", "min_len", "no_secret", "strip", "write"], tasks=2)
     run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
     yield tmp_path / "run"
