@@ -84,48 +84,52 @@ def test_resume_with_nothing_to_train_leaves_the_run_alone(tiny_run):
     assert (tiny_run / "config.toml").read_text() == recorded
 
 
+def progress_log_driver(steps: int, log_every: int):
+    """A ProgressLog on a stand-in trainer; returns (log, one-step function, logged records)."""
+    from types import SimpleNamespace
+
+    from kiln.train import callbacks
+
+    logged = []
+    trainer = SimpleNamespace(
+        cfg=SimpleNamespace(train=SimpleNamespace(steps=steps, log_every=log_every)), step=0,
+        tokens_seen=0, env=SimpleNamespace(is_main=False), log=logged.append, elapsed=lambda: 0)
+    progress = callbacks.ProgressLog()
+    progress.on_train_start(trainer)
+
+    def step(loss: float, during=lambda: None) -> None:
+        progress.on_step_start(trainer)
+        during()
+        trainer.step += 1
+        progress.on_step_end(trainer, {"loss": loss, "lr": 0.1, "grad_norm": 1.0,
+                                       "step_tokens": 100})
+
+    return progress, step, logged
+
+
 def test_throughput_window_leaves_out_validation_and_checkpoint_time(monkeypatch):
     """tokens/s counts only steps: the time callbacks spend after a logged step (validation,
     checkpoint) is not charged to the next window. Driven by a fake clock."""
-    from types import SimpleNamespace
-
     from kiln.train import callbacks
 
     clock = [0.0]
     monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock[0])
-    logged = []
-    trainer = SimpleNamespace(
-        cfg=SimpleNamespace(train=SimpleNamespace(steps=10, log_every=1)), step=0,
-        tokens_seen=0, env=SimpleNamespace(is_main=False), log=logged.append, elapsed=lambda: 0)
-    progress = callbacks.ProgressLog()
-    progress.on_train_start(trainer)
+    _, step, logged = progress_log_driver(steps=10, log_every=1)
+
+    def the_step():
+        clock[0] += 2.0
+
     for _ in range(2):
-        progress.on_step_start(trainer)
-        clock[0] += 2.0  # the step
-        trainer.step += 1
-        progress.on_step_end(trainer, {"loss": 1.0, "lr": 0.1, "grad_norm": 1.0,
-                                       "step_tokens": 100})
+        step(1.0, during=the_step)
         clock[0] += 30.0  # validation and a checkpoint
     assert [r["tokens_per_s"] for r in logged] == [50.0, 50.0]
 
 
-def test_logged_loss_is_the_mean_of_the_window(monkeypatch):
+def test_logged_loss_is_the_mean_of_the_window():
     """A train record's loss averages every step since the last record, not only the last."""
-    from types import SimpleNamespace
-
-    from kiln.train import callbacks
-
-    logged = []
-    trainer = SimpleNamespace(
-        cfg=SimpleNamespace(train=SimpleNamespace(steps=7, log_every=3)), step=0,
-        tokens_seen=0, env=SimpleNamespace(is_main=False), log=logged.append, elapsed=lambda: 0)
-    progress = callbacks.ProgressLog()
-    progress.on_train_start(trainer)
+    _, step, logged = progress_log_driver(steps=7, log_every=3)
     for loss in (6.0, 3.0, 3.0, 2.0, 1.0, 0.0, 5.0):
-        progress.on_step_start(trainer)
-        trainer.step += 1
-        progress.on_step_end(trainer, {"loss": loss, "lr": 0.1, "grad_norm": 1.0,
-                                       "step_tokens": 100})
+        step(loss)
     assert [(r["step"], r["loss"], r["loss_steps"]) for r in logged] == [
         (3, 4.0, 3), (6, 1.0, 3), (7, 5.0, 1)]
 
