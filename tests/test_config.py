@@ -17,8 +17,21 @@ def test_defaults_load_and_round_trip(tmp_path):
 
 
 def test_unknown_key_names_key_and_suggestion(tmp_path):
-    with pytest.raises(ConfigError, match=r"'train.stpes'.*did you mean 'steps'"):
+    with pytest.raises(ConfigError, match=r"'train.stpes'.*did you mean 'train.steps'"):
         load_config(write(tmp_path, "[train]\nstpes = 10\n"))
+
+
+@pytest.mark.parametrize("override, suggested", [
+    ("train.lr=1e-3", "'optim.lr'"),  # the same name in another section comes first
+    ("optim.warmup_steps=3", "'schedule.warmup_steps'"),
+    ("optim.min_lr_ratio=0.1", "'schedule.min_lr_ratio'"),
+    ("train.weight_decay=0.1", "'optim.weight_decay'"),
+    ("model.dimm=3", "'model.dim'"),
+    ("prepare.quality.domian=x", "'prepare.quality.domain'"),
+])
+def test_a_key_in_the_wrong_section_suggests_where_it_lives(override, suggested):
+    with pytest.raises(ConfigError, match=f"did you mean {suggested}"):
+        load_config(None, [override])
 
 
 def test_unknown_section_is_rejected():
@@ -49,7 +62,15 @@ def test_bare_word_override_is_a_string():
         ("model.n_heads=3", "model.dim"),
         ("model.n_kv_heads=3", "model.n_heads"),
         ("train.seq_len=1024", "train.seq_len"),
-        ("train.micro_batch=5", "train.global_batch"),
+        ("optim.grad_clip=-1", "optim.grad_clip"),  # would flip every gradient
+        ("optim.beta1=1.5", "optim.beta1"),
+        ("optim.beta2=1.0", "optim.beta2"),
+        ("optim.eps=0", "optim.eps"),
+        ("optim.weight_decay=-0.1", "optim.weight_decay"),
+        ("model.n_shared=-1", "model.n_shared"),
+        ("model.expert_hidden=-64", "model.expert_hidden"),
+        ("model.n_dense_layers=-1", "model.n_dense_layers"),
+        ("model.max_seq_len=100000000", "model.max_seq_len"),
         ("schedule.name=cosin", "schedule.name"),
         ("train.precision=fp16", "train.precision"),
         ("schedule.warmup_steps=-1", "schedule.warmup_steps"),

@@ -157,3 +157,26 @@ def test_attention_trains_through_the_stacked_projection_and_decodes_without_it(
     stacked.square().sum().backward()
     for w in (attn.wq.weight, attn.wk.weight, attn.wv.weight):
         assert w.grad is not None and w.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", ["cosine", "wsd"])
+@pytest.mark.parametrize(("steps", "warmup"), [(4, 3), (1, 0), (2, 0), (5, 0)])
+def test_decaying_schedules_end_at_the_floor_even_with_no_room_to_decay(name, steps, warmup):
+    """The last step is at min_lr_ratio whenever warmup is over by then, including a single
+    post-warmup step (cosine used to stay at the peak there)."""
+    cfg = load_config(None, [f"schedule.name={name}", f"schedule.warmup_steps={warmup}",
+                             "schedule.min_lr_ratio=0.1"]).schedule
+    assert lr_multiplier(steps - 1, steps, cfg) == pytest.approx(0.1)
+
+
+def test_schedule_warnings_name_what_the_settings_do():
+    from kiln.train.schedule import schedule_warnings
+
+    cosine = load_config(None, ["schedule.warmup_steps=20"]).schedule
+    (only,) = schedule_warnings(10, cosine)
+    assert "warmup_steps (20) >= train.steps (10)" in only and "ends at 50%" in only
+    assert schedule_warnings(100, cosine) == []
+    wsd = load_config(None, ["schedule.name=wsd", "schedule.warmup_steps=8",
+                             "schedule.decay_fraction=0.5"]).schedule
+    (only,) = schedule_warnings(10, wsd)
+    assert "lasts 2 steps, not the 5" in only

@@ -61,6 +61,7 @@ def test_micro_batch_times_accumulation_invariance(tiny_run, tmp_path):
 
 @pytest.mark.parametrize(("global_batch", "micro", "world", "expected"), [
     (16, 16, 1, 16), (16, 16, 2, 8), (16, 4, 2, 4), (24, 16, 2, 12), (24, 5, 2, 4), (8, 16, 4, 2),
+    (16, 5, 1, 4), (4, 8, 1, 4),  # one process follows the same rule
 ])
 def test_micro_batch_fits_each_ranks_share(global_batch, micro, world, expected):
     from kiln.train.trainer import fit_micro_batch

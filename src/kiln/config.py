@@ -25,6 +25,8 @@ class ConfigError(ValueError):
     """A configuration problem, with the offending key in the message."""
 
 
+MAX_SEQ_LEN = 1 << 20  # positions; far beyond what one device trains on
+
 @dataclass
 class RunConfig:
     dir: str = "runs/quickstart"  # the run directory: everything a run writes lives here
@@ -188,6 +190,23 @@ def _suggest(key: str, valid: typing.Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def _suggest_key(full: str) -> str:
+    """For an unknown dotted key: the same name in other sections (`train.lr` ->
+    `optim.lr`), then the closest name in its own section, then the closest anywhere."""
+    section, _, name = full.rpartition(".")
+    if not section:  # a section name: `[trian]`
+        return _suggest(name, [f.name for f in dataclasses.fields(Config)])
+    keys = list(flat_settings(Config()))
+    by_name = [k for k in keys if k.rpartition(".")[2] == name and k != full]
+    own = [k for k in keys if k.rpartition(".")[0] == section]
+    near = [f"{section}.{c}" if section else c for c in difflib.get_close_matches(
+        name, [k.rpartition(".")[2] for k in own], n=1)]
+    anywhere = difflib.get_close_matches(name, [k.rpartition(".")[2] for k in keys], n=1)
+    near += [k for k in keys if anywhere and k.rpartition(".")[2] == anywhere[0]][:1]
+    picks = list(dict.fromkeys(by_name + near))[:2]
+    return f" (did you mean {' or '.join(repr(p) for p in picks)}?)" if picks else ""
+
+
 def _coerce(value: Any, hint: Any, key: str) -> Any:
     """Check `value` against a type hint; ints widen to floats, nothing else is guessed."""
     origin = typing.get_origin(hint)
@@ -221,7 +240,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     for key, value in data.items():
         full = f"{prefix}{key}"
         if key not in names:
-            raise ConfigError(f"unknown config key '{full}'{_suggest(key, names)}")
+            raise ConfigError(f"unknown config key '{full}'{_suggest_key(full)}")
         hint = hints[key]
         if dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
@@ -310,6 +329,11 @@ def validate(cfg: Config) -> Config:
         "train.eval_every": t.eval_every, "train.eval_batches": t.eval_batches,
         "train.checkpoint_every": t.checkpoint_every, "train.keep_checkpoints": t.keep_checkpoints,
         "generate.max_new_tokens": cfg.generate.max_new_tokens,
+        "optim.weight_decay": cfg.optim.weight_decay, "optim.grad_clip": cfg.optim.grad_clip,
+        "model.n_experts": m.n_experts, "model.n_dense_layers": m.n_dense_layers,
+        "model.n_shared": m.n_shared, "model.expert_hidden": m.expert_hidden,
+        "model.local_per_global": m.local_per_global, "model.sliding_window": m.sliding_window,
+        "model.post_norm_gain": m.post_norm_gain,
     }
     for key, value in non_negative.items():
         if value < 0:
@@ -326,7 +350,15 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(
             f"model.n_heads ({m.n_heads}) must be a multiple of model.n_kv_heads ({m.n_kv_heads})"
         )
+    if m.max_seq_len > MAX_SEQ_LEN:
+        raise ConfigError(f"model.max_seq_len ({m.max_seq_len}) is over {MAX_SEQ_LEN:,}: the "
+                          "rotary tables alone would not fit in memory")
     o = cfg.optim
+    if not (0 <= o.beta1 < 1 and 0 <= o.beta2 < 1):
+        raise ConfigError(f"optim.beta1 and optim.beta2 must be in [0, 1), got {o.beta1} and "
+                          f"{o.beta2}")
+    if o.eps <= 0:
+        raise ConfigError(f"optim.eps must be > 0, got {o.eps}")
     if not 0 <= o.muon_momentum < 1 or o.muon_ns_steps < 1 or o.muon_lr < 0 or o.muon_weight_decay < 0:
         raise ConfigError("optim.muon_*: need 0 <= muon_momentum < 1, muon_ns_steps >= 1, "
                           "muon_lr >= 0 and muon_weight_decay >= 0")
@@ -339,12 +371,6 @@ def validate(cfg: Config) -> Config:
             raise ConfigError("model.n_dense_layers exceeds model.n_layers")
     if t.seq_len > m.max_seq_len:
         raise ConfigError(f"train.seq_len ({t.seq_len}) exceeds model.max_seq_len ({m.max_seq_len})")
-    if t.global_batch % t.micro_batch:
-        raise ConfigError(
-            f"train.global_batch ({t.global_batch}) must be a multiple of train.micro_batch "
-            f"({t.micro_batch}); with several ranks each uses the largest micro-batch up to it "
-            "that splits its share"
-        )
     if cfg.tokenizer.vocab_size < 257 + 1:
         raise ConfigError("tokenizer.vocab_size must exceed 257 (256 bytes + end-of-text)")
     if cfg.tokenizer.kind == "math":

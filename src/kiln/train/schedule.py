@@ -22,8 +22,8 @@ def lr_multiplier(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
     if cfg.name == "constant":
         return 1.0
     if cfg.name == "cosine":
-        span = max(1, total_steps - 1 - cfg.warmup_steps)
-        progress = min(1.0, (step - cfg.warmup_steps) / span)
+        span = total_steps - 1 - cfg.warmup_steps  # 0: the last step is the only one left
+        progress = 1.0 if span <= 0 else min(1.0, (step - cfg.warmup_steps) / span)
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
     if cfg.name == "wsd":
         decay_steps = max(1, round(cfg.decay_fraction * total_steps))
@@ -33,3 +33,19 @@ def lr_multiplier(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
         progress = min(1.0, (step - decay_start + 1) / max(1, total_steps - decay_start))
         return 1.0 - (1.0 - floor) * progress
     raise ValueError(f"unknown schedule '{cfg.name}'")
+
+
+def schedule_warnings(total_steps: int, cfg: ScheduleConfig) -> list[str]:
+    """What makes the schedule other than its name says: a warmup as long as the run never
+    reaches the peak lr; a wsd warmup that runs into the decay shortens the decay."""
+    if cfg.warmup_steps >= total_steps:
+        return [f"schedule.warmup_steps ({cfg.warmup_steps}) >= train.steps ({total_steps}): "
+                f"the lr never reaches optim.lr (it ends at "
+                f"{lr_multiplier(total_steps - 1, total_steps, cfg):.0%} of it) and never decays"]
+    if cfg.name == "wsd":
+        decay_steps = max(1, round(cfg.decay_fraction * total_steps))
+        if cfg.warmup_steps > total_steps - decay_steps:
+            return [f"schedule.warmup_steps ({cfg.warmup_steps}) runs into the wsd decay: it "
+                    f"lasts {total_steps - cfg.warmup_steps} steps, not the {decay_steps} of "
+                    f"schedule.decay_fraction = {cfg.decay_fraction}"]
+    return []

@@ -32,7 +32,7 @@ from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
 from kiln.train.checkpoint import latest_checkpoint, load_checkpoint
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.precision import autocast, resolve_device, resolve_precision
-from kiln.train.schedule import lr_multiplier
+from kiln.train.schedule import lr_multiplier, schedule_warnings
 
 
 def model_config_for_run(cfg: Config, token_dir: Path):
@@ -107,9 +107,14 @@ class Trainer:
             keep_freed_memory()
         self.micro_batch = fit_micro_batch(t.global_batch, t.micro_batch, self.env.world_size)
         if self.micro_batch != t.micro_batch and self.env.is_main:
-            print(f"note: {self.env.world_size} ranks share train.global_batch = {t.global_batch}: "
-                  f"each runs micro-batches of {self.micro_batch} (train.micro_batch = "
-                  f"{t.micro_batch} is the most a rank runs at once)", file=sys.stderr)
+            share = (f"{self.env.world_size} ranks share" if self.env.distributed
+                     else "one process runs")
+            print(f"note: {share} train.global_batch = {t.global_batch}: each runs "
+                  f"micro-batches of {self.micro_batch} (train.micro_batch = {t.micro_batch} is "
+                  "the most one runs at once)", file=sys.stderr)
+        if self.env.is_main:
+            for warning in schedule_warnings(t.steps, cfg.schedule):
+                print(f"warning: {warning}", file=sys.stderr)
         self.accum_steps = t.global_batch // self.env.world_size // self.micro_batch
 
         torch.manual_seed(cfg.run.seed)
