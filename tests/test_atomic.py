@@ -64,3 +64,17 @@ def test_a_killed_file_writers_temporary_is_cleared(tmp_path):
     stale.write_text("{half")
     write_text_atomic(tmp_path / "eval.json", "{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.json"]
+
+
+def test_a_predecessor_with_our_own_pid_is_recovered(tmp_path):
+    """In a container the restarted writer often has the killed one's pid (pid 1): what
+    carries our own pid at the start of a write can only be a dead predecessor's."""
+    target = tmp_path / "tokens"
+    aside = tmp_path / f".tokens.old-{os.getpid()}"
+    aside.mkdir()
+    (aside / "a").write_text("complete")
+    with atomic_dir(target) as tmp:
+        assert (target / "a").read_text() == "complete"  # put back before this write
+        (tmp / "a").write_text("new")
+    assert (target / "a").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens"]

@@ -89,20 +89,20 @@ def test_load_errors(tmp_path):
         load_tokenizer(bad)
 
 
-def test_pieces_are_cut_at_max_piece_bytes_and_ordinary_text_is_not(tok_path):
+def test_training_cuts_pieces_at_max_piece_bytes_and_encoding_is_plain_byte_level(tmp_path):
     """A line with no whitespace (DNA, base64, minified code) is cut into pieces of at most
-    MAX_PIECE_BYTES for BPE (whose trainer slows down superlinearly in a piece's length);
-    ordinary text splits exactly as plain byte-level pre-tokenization splits it."""
+    MAX_PIECE_BYTES while BPE trains (its trainer slows down superlinearly in a piece's
+    length), so no merge grows past it; the saved tokenizer pre-tokenizes exactly as plain
+    byte-level does."""
     from tokenizers import pre_tokenizers
 
     from kiln.data.tokenizer import MAX_PIECE_BYTES
 
-    tok = load_tokenizer(tok_path)
-    dna = "ACGT" * 300
-    pieces = [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(dna)]
-    assert "".join(pieces) == dna and max(map(len, pieces)) == MAX_PIECE_BYTES
-    assert len(pieces) == -(-len(dna) // MAX_PIECE_BYTES)
-    text = "def f(x):\n    return x  +  1  # naïve 東京 🚀\n\n\tdone"
+    # uncut, 5,000 x's would merge by doubling up to a 4,096-byte token
+    tok = train_tokenizer(["x" * 5000] * 3, 300, tmp_path / "t.json", show_progress=False)
+    longest = max(len(t) for t in tok.get_vocab())
+    assert 128 < longest <= MAX_PIECE_BYTES
+    text = "ACGT" * 300 + "def f(x):\n    return x  +  1  # naïve 東京 🚀\n\n\tdone"
     plain = pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str(text)
-    assert tok.pre_tokenizer.pre_tokenize_str(text) == plain
-    assert tok.decode(tok.encode(dna + text).ids) == dna + text
+    assert load_tokenizer(tmp_path / "t.json").pre_tokenizer.pre_tokenize_str(text) == plain
+    assert tok.decode(tok.encode(text).ids) == text

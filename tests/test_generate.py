@@ -122,3 +122,4 @@ def test_a_prompts_sample_does_not_depend_on_the_prompts_before_it(tiny_run):
         completions.append(json.loads((tiny_run / "samples.json").read_text()))
     assert len(tok.encode(completions[1][0]["completion"]).ids) <= 6
     assert completions[0][1] == completions[1][1]
+    cmd_generate(tiny_config(tiny_run, f"run.seed={2**45}"))  # any seed training takes

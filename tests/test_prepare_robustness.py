@@ -174,4 +174,36 @@ def test_a_truncated_jsonl_gz_keeps_what_came_before_and_says_so(tmp_path):
     (tmp_path / "cut.jsonl.gz").write_bytes(blob[: len(blob) // 2])
     docs, counts = _read([tmp_path / "cut.jsonl.gz"])
     assert 0 < len(docs) < 2000 and [d.text for d in docs] == [f"r{i}" for i in range(len(docs))]
-    assert counts["skipped/truncated_rest_of_file"] == 1 and "skipped/unreadable" not in counts
+    assert counts["skipped/unreadable_rest_of_file"] == 1 and "skipped/unreadable" not in counts
+
+
+def test_a_damaged_gz_is_counted_not_fatal(tmp_path):
+    """A .txt.gz or .jsonl.gz with bytes flipped mid-stream raises zlib.error (not an
+    OSError); it is one unreadable file, and the records of the .jsonl.gz before it stay."""
+    import gzip
+    import random
+
+    text = "".join(json.dumps({"text": f"r{i} " + "w" * random.Random(i).randrange(50)}) + "\n"
+                   for i in range(3000)).encode()
+    blob = bytearray(gzip.compress(text))
+    middle = len(blob) // 2
+    blob[middle:middle + 60] = bytes(60)
+    for name in ("bad.txt.gz", "bad.jsonl.gz"):
+        (tmp_path / name).write_bytes(bytes(blob))
+    (tmp_path / "good.txt").write_text("fine")
+    docs, counts = _read([tmp_path])
+    assert counts["skipped/unreadable"] == 1  # the .txt.gz
+    assert counts["skipped/unreadable_rest_of_file"] == 1  # the .jsonl.gz, its start kept
+    assert 1 < len(docs) < 3001 and "fine" in {d.text for d in docs}
+
+
+def test_utf32_is_binary_and_hidden_files_leave_the_input_fingerprint_alone(tmp_path):
+    from kiln.data.sources import fingerprint_files
+
+    (tmp_path / "u32.txt").write_bytes("hello utf32 world\n".encode("utf-32"))
+    (tmp_path / "ok.txt").write_text("ok")
+    docs, counts = _read([tmp_path])
+    assert [d.text for d in docs] == ["ok"] and counts["skipped/binary"] == 1
+    before = fingerprint_files([str(tmp_path)])
+    (tmp_path / ".DS_Store").write_bytes(b"\x00\x01")
+    assert fingerprint_files([str(tmp_path)]) == before

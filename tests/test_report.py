@@ -211,6 +211,7 @@ def test_best_val_bpb_skips_a_diverged_nan(tmp_path: Path) -> None:
     for order in ([_val(10, math.nan), _val(20, 3.0)], [_val(20, 3.0), _val(10, math.nan)]):
         summary = summarize(order)
         assert (summary.best_val_bpb, summary.best_val_step) == (3.0, 20)
+    assert summarize([_val(10, 0.0), _val(20, 3.0)]).best_val_bpb == 0.0
 
 
 def test_eval_on_the_train_split_is_not_judged_against_the_val_baseline(tmp_path: Path) -> None:
@@ -219,3 +220,12 @@ def test_eval_on_the_train_split_is_not_judged_against_the_val_baseline(tmp_path
     page = build_report(tmp_path).read_text(encoding="utf-8")
     assert "unigram baseline" in page and "Does NOT beat" not in page
     assert "Evaluated on the train split" in page
+
+
+def test_an_export_from_before_kiln_recorded_its_checkpoint_is_not_missing(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(_train(1, 4.0)) + "\n")
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "config.json").write_text("{}")
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "exported before Kiln recorded its checkpoint" in page
+    assert "kiln_export.json missing" not in page

@@ -356,3 +356,14 @@ def test_a_split_too_short_to_train_is_refused_with_what_to_do(tmp_path, texts, 
     with pytest.raises(ConfigError, match=expect):
         Trainer(tiny_config(tmp_path))
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_checkpoint_moved_aside_is_neither_resumed_nor_pruned(tiny_run):
+    train_losses(tiny_run, "train.steps=6", "train.keep_checkpoints=1")
+    ckpts = tiny_run / "checkpoints"
+    (ckpts / "step_00000006").rename(ckpts / "step_00000099.bad")
+    (ckpts / "latest").write_text("step_00000099.bad\n")
+    assert latest_checkpoint(ckpts) is None
+    train_losses(tiny_run, "train.steps=6", "train.keep_checkpoints=1")
+    assert (ckpts / "step_00000099.bad").is_dir()  # the user's folder is kept
+    assert latest_checkpoint(ckpts).name == "step_00000006"

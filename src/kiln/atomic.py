@@ -66,7 +66,8 @@ def _recover_killed_swaps(path: Path) -> None:
     for kind in ("old", "tmp"):  # old first: it may have to be restored
         for stale in path.parent.glob(f".{path.name}.{kind}-*"):
             pid = stale.name.rsplit("-", 1)[1]
-            if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+            # our own pid here is a killed predecessor's (a container restarts as pid 1)
+            if not pid.isdigit() or (int(pid) != os.getpid() and _pid_alive(int(pid))):
                 continue
             if kind == "old" and not path.exists():
                 os.replace(stale, path)

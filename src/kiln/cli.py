@@ -175,7 +175,7 @@ def cmd_generate(cfg: Config) -> None:
     for i, prompt in enumerate(g.prompts):
         # one generator per prompt: a sample does not depend on the prompts before it; on
         # CPU, so samples match across devices
-        rng = torch.Generator().manual_seed(cfg.run.seed * 1_000_003 + i)
+        rng = torch.Generator().manual_seed((cfg.run.seed * 1_000_003 + i) % 2**63)
         ids = tok.encode(prompt).ids
         if len(ids) >= max_len:
             raise ConfigError(f"generate.prompts: {prompt[:40]!r}... is {len(ids)} tokens; the "

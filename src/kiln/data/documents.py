@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,7 +94,7 @@ class SourceReader(PipelineStep):
                 self._count("skipped/binary")
             else:
                 yield from self._read_text(file, file.path.read_bytes())
-        except (OSError, EOFError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+        except (OSError, EOFError, ValueError, zlib.error):  # ArrowInvalid is a ValueError
             self._count("skipped/unreadable")
 
     def _read_text(self, file: SourceFile, raw: bytes) -> Iterator[Document]:
@@ -102,6 +103,9 @@ class SourceReader(PipelineStep):
                 text = raw.decode("utf-16")
             except UnicodeDecodeError:
                 self._count("skipped/non_utf8")
+                return
+            if "\x00" in text:  # UTF-32 (FF FE 00 00) or binary that starts like UTF-16
+                self._count("skipped/binary")
                 return
         elif b"\x00" in raw:
             self._count("skipped/binary")
@@ -132,8 +136,8 @@ class SourceReader(PipelineStep):
                     line_no, line = next(lines)
                 except StopIteration:
                     break
-                except (EOFError, OSError):  # a cut-off .gz: keep what came before
-                    self._count("skipped/truncated_rest_of_file")
+                except (EOFError, OSError, zlib.error):  # a cut-off or damaged .gz
+                    self._count("skipped/unreadable_rest_of_file")  # keeps what came before
                     return
                 if not line.strip():
                     continue

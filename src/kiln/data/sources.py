@@ -130,6 +130,8 @@ def fingerprint_files(sources: list[str], exclude: Path | None = None) -> dict:
             digest.update(f"missing\t{group[0]}\n".encode("utf-8", "surrogateescape"))
             continue
         for file in list_source_files(group):
+            if file.skip:  # never read (hidden, not a regular file): not part of the input
+                continue
             if excluded is not None and file.path.resolve().is_relative_to(excluded):
                 continue
             try:

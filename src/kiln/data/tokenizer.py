@@ -21,14 +21,16 @@ from kiln.errors import RunDataError
 EOS_TOKEN = "<|endoftext|>"
 MIN_VOCAB = 257  # 256 byte symbols + EOS
 # The BPE trainer slows down faster than linearly with a piece's length (one 400 KB line of
-# DNA took 35 s, 800 KB over 3 min; in 80-column lines, 0.2 s): pieces are cut to this many
-# bytes, far longer than any merge a corpus makes, so ordinary text tokenizes the same.
+# DNA took 35 s, 800 KB over 3 min; in 80-column lines, 0.2 s): while training, pieces are
+# cut to this many bytes, far longer than any merge a corpus makes. The saved tokenizer
+# encodes without the cut (it would cost ~40% of encoding time; encoding long pieces is fast).
 MAX_PIECE_BYTES = 256
 
 
 def capped_pieces(pre_tokenizer: pre_tokenizers.PreTokenizer) -> pre_tokenizers.PreTokenizer:
     """`pre_tokenizer` (ending in byte symbols) followed by a cut of every piece into runs of
-    at most MAX_PIECE_BYTES symbols (one symbol per byte; no newline is left to stop `.`)."""
+    at most MAX_PIECE_BYTES symbols (one symbol per byte; no newline is left to stop `.`):
+    the pre-tokenizer BPE training sees."""
     cut = pre_tokenizers.Split(Regex(f".{{1,{MAX_PIECE_BYTES}}}"), behavior="isolated")
     return pre_tokenizers.Sequence([pre_tokenizer, cut])
 
@@ -51,7 +53,7 @@ def train_bpe(
     if vocab_size < MIN_VOCAB:
         raise ValueError(f"vocab_size must be >= {MIN_VOCAB} (256 bytes + EOS), got {vocab_size}")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = capped_pieces(pre_tokenizer)
+    tok.pre_tokenizer = capped_pieces(pre_tokenizer)  # for training only (see MAX_PIECE_BYTES)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -63,6 +65,7 @@ def train_bpe(
     if length is None and hasattr(texts, "__len__"):
         length = len(texts)  # type: ignore[arg-type]
     tok.train_from_iterator(texts, trainer=trainer, length=length)
+    tok.pre_tokenizer = pre_tokenizer
     return tok
 
 

@@ -75,10 +75,11 @@ def eval_section(evaluation: Loaded, index_unigram: float | None,
                      "so the two are not compared.", "muted")
     body = key_value_table(rows) + paragraph(text, css)
     body += stale_note(data.get("checkpoint"), latest, "These figures", "kiln eval")
-    body += paragraph("The validation curve above scores the first train.eval_batches batches "
-                      "of the split; this table scores "
-                      + ("all of it." if not data.get("max_batches") else
-                         f"its first {data['max_batches']} batches."), "muted")
+    if "max_batches" in data:  # recorded since Kiln counted exact bytes
+        body += paragraph("The validation curve above scores the first train.eval_batches "
+                          "batches of the split; this table scores "
+                          + ("all of it." if not data["max_batches"] else
+                             f"its first {data['max_batches']} batches."), "muted")
     return section("Evaluation", body)
 
 
@@ -115,9 +116,14 @@ def samples_section(samples: Loaded, latest: str | None = None) -> str:
     return section("Samples", body)
 
 
-def export_section(record: Loaded, latest: str | None = None) -> str:
-    """Which format export/ holds and the checkpoint it came from."""
+def export_section(record: Loaded, latest: str | None = None, exported: bool = False) -> str:
+    """Which format export/ holds and the checkpoint it came from (`exported`: export/ exists,
+    perhaps written before Kiln recorded either)."""
     if not record.ok:
+        if exported:
+            return section("Export", paragraph("export/ holds a model exported before Kiln "
+                                               "recorded its checkpoint; run `kiln export` "
+                                               "again to know which it is.", "muted"))
         return section("Export", unavailable(record.problem or ""))
     data: dict[str, Any] = record.value
     rows = [("format", fmt_value(data.get("format", "—"))),

@@ -49,7 +49,7 @@ def summarize(records: list[dict[str, Any]]) -> Summary:
         speeds = _values([r for r in train if r["step"] >= middle], "tokens_per_s")
         out.mean_tokens_per_s = sum(speeds) / len(speeds) if speeds else None
     # a diverged run logs nan: the best is the best finite figure
-    scored = [r for r in val if math.isfinite(as_number(r.get("val_bpb")) or math.nan)]
+    scored = [r for r in val if (v := as_number(r.get("val_bpb"))) is not None and math.isfinite(v)]
     if scored:
         best = min(scored, key=lambda r: r["val_bpb"])
         out.best_val_bpb, out.best_val_step = float(best["val_bpb"]), best["step"]

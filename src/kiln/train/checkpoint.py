@@ -9,6 +9,7 @@ safetensors and the rest is read with `torch.load(weights_only=True)`.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -31,6 +32,20 @@ from kiln.parallel.distributed import DistEnv, barrier, unwrap
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _PREFIX = "step_"
+_NAME = re.compile(rf"{_PREFIX}(\d+)")
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The step a checkpoint folder is named for; None for any other name (a folder a user
+    moved aside as `step_00000200.bad` is neither resumed from nor pruned)."""
+    match = _NAME.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def _checkpoints(ckpt_root: Path) -> list[Path]:
+    """Checkpoint folders, oldest first."""
+    found = [p for p in ckpt_root.glob(f"{_PREFIX}*") if p.is_dir() and checkpoint_step(p) is not None]
+    return sorted(found, key=checkpoint_step)
 
 
 def _tied(model: nn.Module) -> bool:
@@ -114,7 +129,7 @@ def save_checkpoint(
 
 
 def _prune(ckpt_root: Path, keep: int) -> None:
-    done = sorted(p for p in ckpt_root.glob(f"{_PREFIX}*") if p.is_dir())
+    done = _checkpoints(ckpt_root)
     for old in done[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -148,7 +163,7 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
     pointer = ckpt_root / "latest"
     if pointer.exists():
         candidate = ckpt_root / pointer.read_text().strip()
-        if (candidate / "trainer.pt").exists():
+        if checkpoint_step(candidate) is not None and (candidate / "trainer.pt").exists():
             return candidate
     done = _complete(ckpt_root)
     return done[-1] if done else None
@@ -156,7 +171,7 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
 
 def _complete(ckpt_root: Path) -> list[Path]:
     """Fully written checkpoints (trainer.pt is saved last), oldest first."""
-    return sorted(p for p in ckpt_root.glob(f"{_PREFIX}*") if (p / "trainer.pt").exists())
+    return [p for p in _checkpoints(ckpt_root) if (p / "trainer.pt").exists()]
 
 
 def load_checkpoint(

@@ -29,7 +29,7 @@ from kiln.parallel.distributed import (
 )
 from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
-from kiln.train.checkpoint import latest_checkpoint, load_checkpoint
+from kiln.train.checkpoint import checkpoint_step, latest_checkpoint, load_checkpoint
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.precision import autocast, resolve_device, resolve_precision
 from kiln.train.schedule import lr_multiplier, schedule_warnings
@@ -171,7 +171,7 @@ class Trainer:
         directory must be one shared folder); a mismatch would hang or mix two states."""
         if not self.env.distributed:
             return
-        name = -1 if ckpt is None else int(ckpt.name.rsplit("_", 1)[1])
+        name = -1 if ckpt is None else checkpoint_step(ckpt)
         found = torch.tensor([name, -name], device=self.device)
         high, neg_low = all_reduce_max(found, self.env).tolist()
         if high != -neg_low:
