@@ -124,7 +124,7 @@ def test_user_mistakes_are_one_line_errors(tmp_path):
 def test_config_error_exits_2_and_names_key(tmp_path):
     out = kiln("train", "--set", "train.stepz=3", cwd=tmp_path)
     assert out.returncode == 2
-    assert "train.stepz" in out.stderr and "did you mean 'steps'" in out.stderr
+    assert "train.stepz" in out.stderr and "did you mean 'train.steps'" in out.stderr
 
 
 def test_train_without_data_says_what_to_run(tmp_path):

@@ -306,7 +306,8 @@ def test_unknown_stage_option_names_the_key(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text('[prepare]\nstages = ["read", "quality", "write"]\n'
                       '[prepare.quality]\ndomian = "code"\n')
-    with pytest.raises(ConfigError, match=r"'prepare\.quality\.domian'.*did you mean 'domain'"):
+    with pytest.raises(ConfigError,
+                       match=r"'prepare\.quality\.domian'.*did you mean 'prepare\.quality\.domain'"):
         load_config(recipe)
     assert main(["prepare", str(recipe)]) == 2
 
