@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from kiln.config import Config, ConfigError, config_to_toml, load_config
@@ -140,3 +142,13 @@ def test_any_run_dir_survives_override_and_the_recorded_toml(tmp_path, run_dir):
     assert cfg.run.dir == run_dir
     (tmp_path / "c.toml").write_text(config_to_toml(cfg))
     assert load_config(tmp_path / "c.toml").run.dir == run_dir
+
+
+@pytest.mark.parametrize(("override", "hint"), [
+    ("optim.lr=.5", "as a TOML number: 0.5"),
+    ("optim.lr=5.", "as a TOML number: 5.0"),
+    ("train.compile=True", "TOML booleans are lowercase: true"),
+])
+def test_python_style_values_say_how_toml_writes_them(override, hint):
+    with pytest.raises(ConfigError, match=re.escape(hint)):
+        load_config(None, [override])

@@ -229,8 +229,24 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is int and isinstance(value, bool) or not isinstance(value, hint):
-        raise ConfigError(f"{key}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"{key}: expected {hint.__name__}, got {type(value).__name__} "
+                          f"{value!r}{_toml_hint(value, hint)}")
     return value
+
+
+def _toml_hint(value: Any, hint: type) -> str:
+    """What TOML wanted when a number or boolean was written the Python way (`.5`, `True`)."""
+    if not isinstance(value, str):
+        return ""
+    if hint is bool and value.lower() in ("true", "false"):
+        return f" (TOML booleans are lowercase: {value.lower()})"
+    if hint in (int, float):
+        try:
+            number = float(value)
+        except ValueError:
+            return ""
+        return f" (as a TOML number: {number!r})"
+    return ""
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
