@@ -11,11 +11,13 @@ from kiln.train.precision import autocast
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_compiled_model_matches_eager_loss_and_gradients(precision):
+@pytest.mark.parametrize("experts", [0, 4])  # dense, and MoE (grouped_mm compiles in bf16 only)
+def test_compiled_model_matches_eager_loss_and_gradients(precision, experts):
     torch._dynamo.reset()
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=97, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16,
-                      attn_kernel="matmul" if precision == "bf16" else "sdpa")
+                      attn_kernel="matmul" if precision == "bf16" else "sdpa",
+                      n_experts=experts, top_k=2, expert_hidden=32)
     model = Transformer(cfg)
     tokens = torch.randint(0, cfg.vocab_size, (2, 17))
     device = torch.device("cpu")

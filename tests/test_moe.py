@@ -314,3 +314,14 @@ def test_counts_all_reduced_over_two_ranks_match_one_rank():
         for r in ranks:
             torch.testing.assert_close(r[rule]["bias"], one["bias"], rtol=0, atol=1e-7)
             torch.testing.assert_close(r[rule]["momentum"], one["momentum"], rtol=0, atol=1e-7)
+
+
+def test_gates_of_underflowing_scores_are_zero_not_nan():
+    """A diverged router whose K picked sigmoid scores all underflow to 0 in fp32 gives
+    gates of 0 (as Hugging Face's afmoe router), not nan that would poison the backward."""
+    from kiln.model.moe import route
+
+    logits = torch.tensor([[-110.0, -120.0, -130.0, -140.0], [0.0, 1.0, 2.0, 3.0]])
+    _, idx, gates = route(logits, torch.zeros(4), top_k=2, route_scale=1.0)
+    assert torch.equal(gates[0], torch.zeros(2))
+    assert gates[1].sum().item() == pytest.approx(1.0, rel=1e-6)

@@ -49,7 +49,9 @@ def route(
     scores = torch.sigmoid(logits)
     idx = select_experts(scores, bias, top_k)
     picked = scores.gather(-1, idx)
-    gates = route_scale * picked / picked.sum(-1, keepdim=True)
+    # + 1e-20 as Hugging Face's afmoe router: K scores that all underflow give gates of 0,
+    # not nan
+    gates = route_scale * picked / (picked.sum(-1, keepdim=True) + 1e-20)
     return scores, idx, gates
 
 
@@ -112,6 +114,8 @@ class RoutedExperts(nn.Module):
     def resolved_backend(self, x: torch.Tensor) -> str:
         if self.backend != "auto":
             return self.backend
+        if torch.compiler.is_compiling() and x.dtype != torch.bfloat16:
+            return "padded_bmm"  # the compiler's grouped_mm accepts bf16 only (eager: any)
         return "grouped_mm" if grouped_mm_works(x.device.type, x.dtype) else "padded_bmm"
 
     def forward(self, xs: torch.Tensor, counts: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
