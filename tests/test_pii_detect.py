@@ -120,3 +120,43 @@ def test_first_letter_grouping_matches_the_flat_alternation():
     for text in samples:
         assert [m.span() for m in flat.finditer(text)] == [m.span() for m in grouped.finditer(text)]
     assert grouped.fullmatch("contact_name") and grouped.match("contact_name").group() == "contact"
+
+
+@pytest.mark.parametrize("code", [
+    "odds = xs[1::2]\nevens = xs[::2]\n",  # slices are not IPv6
+    "ns = cc::dd\nx = a::b\ny = xs[100::200]\n",  # nor scopes or wide slices
+    "    @functools.cached_property  # computed once\n    def f(self): ...\n",
+    "@my_decorator # x\ndef g(): ...\n",
+    ">>> @total_ordering\n... class A: ...\n",
+    "We use @wraps and @contextmanager here, and @overload-decorated functions.\n",
+    "@NotNull\n@Getter private String x;\n",
+    "RegOpenKeyEx = win32api.RegOpenKeyEx\n",
+    "# First pass: determine the order\n",
+    "userid = passwd = acct = ''\n",
+    "if self.username == other.username:\n",
+    "tarinfo.uid = statres.st_uid\nif uid is not None:\n    tarinfo.uid = uid\n",
+    "if not uid: continue\n",
+    "   - user:         The user name to authenticate with.\n",
+    "def name_by_id(user_id: UserId) -> str:\n",
+    "ls -l sys.path and -l list\n",
+    "# @keyparam name: the key\nx = doc.find('[@attribute=\"v\"]')\n",
+    'versions = ["1.2.3.4", "1.2.3.5"]\ndist = parse("1.2.3.4")\n',
+    "Tested on Python 3.11.4.1 today\n",
+    "_BASE = IPv6Network('ff00::/8'); MASK = 'ffff:ffff:ffff:ffff:ffff:ffff:ffff:fff0'\n",
+])
+def test_code_and_prose_about_code_are_left_alone(code):
+    """Found on the stdlib the quickstart trains on: each of these used to be redacted
+    (`xs[<IP_ADDRESS>]`, `@<USERNAME>`), corrupting the training text."""
+    assert detect_pii(code) == []
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("When Maria Garcia arrived, Professor David Miller was waiting.",
+     [("NAME", "Maria Garcia"), ("NAME", "David Miller")]),  # a capitalised word first
+    ("client at [2400:e2f6:b6a1::4e9d]:443 and http://[2606:4700::1111]:80/",
+     [("IP_ADDRESS", "2400:e2f6:b6a1::4e9d"), ("IP_ADDRESS", "2606:4700::1111")]),
+    ('if password == "Fjord-Kite-58":\n', [("PASSWORD", "Fjord-Kite-58")]),
+    ("@dagnyholm can you look?\n", [("USERNAME", "dagnyholm")]),
+])
+def test_what_the_code_rules_must_not_lose(text, found):
+    assert [(s.type, s.text) for s in detect_pii(text)] == found

@@ -18,7 +18,10 @@ from kiln.data.pii.spans import Span
 NON_VALUES = frozenset(
     "none null nil true false undefined string str int bool number any object optional text "
     "varchar char required optional self this new return yes no on off default empty blank "
-    "unknown secret password passwd pwd pass username user login name value input field".split())
+    "unknown secret password passwd pwd pass username user login name value input field "
+    # Python keywords: `if not uid: continue`
+    "continue break raise yield else elif try except finally await async lambda del global "
+    "nonlocal assert import from with while for if not and or is in".split())
 PLACEHOLDER_PASSWORDS = frozenset(
     "password password1 password123 passw0rd p@ssw0rd p@ssword changeme changeit secret "
     "123456 12345678 123456789 1234 qwerty letmein test test123 testing example dummy foo bar "
@@ -60,7 +63,7 @@ USER_KEY = (r"(?:[A-Za-z_]*[_.-])?(?:user|username|user_?name|login|userid|user[
 def _assignments(key: str) -> re.Pattern[str]:
     """`key = "v"`, `key: v`, `key => 'v'`, `"key": "v"`, `--key=v`, `KEY=v`, `<key>v</key>`."""
     return re.compile(
-        rf"(?<![A-Za-z0-9])(?P<key>{key})(?![A-Za-z0-9])[\"']?[ \t]*(?::=|=>|==|=|:)[ \t]*"
+        rf"(?<![A-Za-z0-9])(?P<key>{key})(?![A-Za-z0-9])[\"']?[ \t]*(?P<op>:=|=>|==|=|:)[ \t]*"
         rf"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]*?)(?P=q)|(?P<v>{_VALUE_CHARS}+))", re.IGNORECASE)
 
 
@@ -75,7 +78,7 @@ PROSE_USER = re.compile(r"(?i:\b(?:login|username|user name|user id))[ \t]+is[ \
 PROSE_PASSWORD = re.compile(r"(?i:\b(?:password|passphrase|passcode))[ \t]+is[ \t]+[\"'`]?"
                             r"(?P<pw>[^\s\"'`]*[^\s\"'`.,;)])")
 CLI_FLAG = re.compile(
-    r"(?<=\s)(?P<flag>--?(?:password|passwd|pass|p|user|username|u|login|l))(?:[ =])"
+    r"(?<=\s)(?P<flag>--?(?:password|passwd|pass|p|user|username|u|login))(?:[ =])"
     r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-][^\s\"']*))")
 MYSQL_INLINE_PASSWORD = re.compile(
     r"\bmysql(?:dump|admin)?\b[^\n]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-]\S*))")
@@ -105,7 +108,28 @@ AT_KEYWORDS = frozenset(
     "protected static inheritdoc internal ignore api apiparam apisuccess tag tags "
     "dependabot renovate github-actions codecov mergify stale-bot everyone here channel "
     "all team types vue angular babel nestjs storybook testing-library emotion mui material "
-    "latest next beta alpha canary rc main master".split())
+    "latest next beta alpha canary rc main master euro".split())
+
+
+# A decorator or annotation: first on its line (after a doctest prompt), then its arguments
+# and a comment at most.
+DECORATOR_LEAD = re.compile(r"[ \t]*(?:(?:>>>|\.\.\.)[ \t]+)?")
+DECORATOR_TAIL = re.compile(r"(?:\([^\n]*\))?[ \t]*(?:(?:#|//)[^\n]*)?(?:\n|$)")
+DOC_TAG_LEAD = re.compile(r"[ \t]*(?:#+|\*+|//+|/\*\*?|\"{3}|'{3})[ \t]*")
+PY_DECORATORS = frozenset(
+    "wraps contextmanager asynccontextmanager cached_property lru_cache cache total_ordering "
+    "singledispatch singledispatchmethod overload final abstractproperty unique runtime_checkable "
+    "no_type_check coroutine setter getter deleter".split())
+JAVA_ANNOTATIONS = frozenset(
+    "NotNull Nullable NonNull Getter Setter Data Builder Value Slf4j Log4j2 ToString "
+    "EqualsAndHashCode NoArgsConstructor AllArgsConstructor RequiredArgsConstructor Transient "
+    "Deprecated Override SuppressWarnings FunctionalInterface SafeVarargs Test Before After "
+    "BeforeEach AfterEach BeforeAll AfterAll Mock InjectMocks Spy Captor Autowired Component "
+    "Service Repository Controller RestController RequestMapping GetMapping PostMapping "
+    "PutMapping DeleteMapping PathVariable RequestParam RequestBody ResponseBody Bean "
+    "Configuration Entity Table Column Id GeneratedValue OneToMany ManyToOne ManyToMany OneToOne "
+    "JoinColumn Valid Size Min Max Pattern Email JsonProperty JsonIgnore Inject Named Singleton "
+    "Provides Module Documented Retention Target Inherited".split())
 
 
 def _value(m: re.Match[str], group_q: str = "qv", group_v: str = "v") -> tuple[str, int, int] | None:
@@ -141,6 +165,27 @@ def _looks_like_code_reference(value: str, key: str, quoted: bool) -> bool:
                                   "input", "param", "arg", "get", "hash")) and "_" in value
 
 
+def _code_not_literal(m: re.Match[str], text: str, end: int, quoted: bool) -> bool:
+    """Assignment matches that are code or prose, not a chosen value: `a == b` with an
+    unquoted right side (a comparison of names), `passwd = acct = ''` (a chained assignment
+    names a variable), and `pass:` before an unquoted word ("first pass: determine")."""
+    if quoted:
+        return False
+    after = text[end:end + 40]
+    if m.group("op") == "==" or re.match(r"[ \t]*=(?!=)", after):
+        return True
+    if re.match(r"[ \t]+[a-z]", after):
+        return True  # a sentence goes on: "- user:  The user name", "pwd: expected bytes"
+    if m.group("op") == ":" and re.match(r"[ \t]*(?:[),]|=[^=])", after):
+        return True  # a parameter's annotation: `user_id: UserId) ->`
+    value = text[m.start("v"):end] if m.group("v") else ""
+    if "." in value and "_" in value and re.fullmatch(r"[A-Za-z_][\w.]*", value):
+        return True  # `tarinfo.uid = statres.st_uid`: attribute access
+    if value.lower() == re.split(r"[_.-]", m.group("key"))[-1].lower():
+        return True  # `tarinfo.uid = uid`
+    return m.group("key").lower() == "pass" and m.group("op") == ":"
+
+
 def find_passwords(text: str) -> Iterator[Span]:
     for pattern in (PASSWORD_ASSIGN, XML_VALUE):
         for m in pattern.finditer(text):
@@ -153,6 +198,8 @@ def find_passwords(text: str) -> Iterator[Span]:
             quoted = pattern is PASSWORD_ASSIGN and bool(m.group("qv"))
             if not quoted and text[e:e + 1] in ("(", "[", "."):
                 continue  # `bcrypt.hashpw(...)`: a call, not a literal
+            if pattern is PASSWORD_ASSIGN and _code_not_literal(m, text, e, quoted):
+                continue
             if (len(value) < 3 or _is_reference(value, quoted) or _placeholder_password(value)
                     or _looks_like_code_reference(value, m.group(0), quoted)):
                 continue
@@ -195,6 +242,8 @@ def find_usernames(text: str) -> Iterator[Span]:
         quoted = bool(m.group("qv"))
         if not quoted and text[e:e + 1] in ("(", "[", "."):
             continue
+        if _code_not_literal(m, text, e, quoted):
+            continue
         if _is_reference(value, quoted) or _looks_like_code_reference(value, "", quoted):
             continue
         if _username_ok(value):
@@ -219,8 +268,12 @@ def find_usernames(text: str) -> Iterator[Span]:
     for m in HANDLE.finditer(text):
         user = m.group("user")
         line_start = text.rfind("\n", 0, m.start()) + 1
-        if text[line_start:m.start()].strip() == "" and re.match(r"[ \t]*(?:\n|$)", text[m.end():]):
-            continue  # a bare `@word` on its own line is a decorator
-        if user.lower() in AT_KEYWORDS or not _username_ok(user):
+        before = text[line_start:m.start()]
+        if DECORATOR_LEAD.fullmatch(before) and (DECORATOR_TAIL.match(text, m.end()) or "." in user):
+            continue  # `@functools.cached_property  # note`, `>>> @total_ordering`, `@app.route`
+        if DOC_TAG_LEAD.fullmatch(before) or before.endswith("["):
+            continue  # `# @keyparam`, ` * @param`, XPath `[@attribute='v']`
+        if (user.lower() in AT_KEYWORDS or user.split("-")[0].lower() in PY_DECORATORS
+                or user in JAVA_ANNOTATIONS or not _username_ok(user)):
             continue
         yield Span("USERNAME", m.start("user"), m.end("user"), user)

@@ -110,10 +110,14 @@ def find_names(text: str) -> Iterator[Span]:
             got = _clean(text, base + part.start(), base + part.end())
             if got and len(text[got[0]:got[1]].split()) >= 2:
                 yield Span("NAME", got[0], got[1], text[got[0]:got[1]])
-    for m in PROSE.finditer(text):
+    pos = 0
+    while (m := PROSE.search(text, pos)) is not None:
         words = m.group("name").split()
         if words[0].lower() not in FIRST_NAMES or words[1].lower() in NOT_NAME_WORDS:
+            # "When Maria Garcia", "Professor David Miller": try again from the next word
+            pos = text.index(words[1], m.start("name") + len(words[0]))
             continue
+        pos = m.end()
         got = _clean(text, m.start("name"), m.end("name"))
         if got and len(text[got[0]:got[1]].split()) >= 2 and not _org_follows(text, got[1]):
             yield Span("NAME", got[0], got[1], text[got[0]:got[1]])

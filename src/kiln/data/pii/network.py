@@ -81,6 +81,12 @@ def find_emails(text: str) -> Iterator[Span]:
         yield Span("EMAIL", start, end, text[start:end])
 
 
+# Software whose name right before a dotted quad makes it a version ("Python 3.11.4.1").
+VERSIONED = frozenset(
+    "python java jdk jre node nodejs npm ruby perl php go golang rust rustc gcc clang llvm cuda "
+    "ubuntu debian fedora centos rhel windows macos ios android chrome chromium firefox safari "
+    "edge openssl kernel linux torch pytorch numpy tensorflow django flask postgres postgresql "
+    "mysql redis nginx apache docker kubernetes".split())
 VERSION_WORDS = frozenset({"version", "ver", "vers", "build", "release", "rev", "revision", "oid",
                            "oids", "section", "chapter", "figure", "table", "step", "rule", "pkgver"})
 
@@ -92,8 +98,14 @@ def _version_like(text: str, start: int, dotted: str) -> bool:
         return True
     line_start = text.rfind("\n", 0, start) + 1
     words = re.findall(r"[A-Za-z§]+", " ".join(text[line_start:start].split()[-3:]))
-    if any(w.lower() in VERSION_WORDS or w.lower().endswith("version") for w in words):
+    if any(w.lower() in VERSION_WORDS or "version" in w.lower() or w.lower() in VERSIONED
+           for w in words):
         return True
+    if re.search(r"(?:parse|version|ver)\(\s*[\"']?$", text[max(0, start - 24):start], re.I):
+        return True  # `parse("1.2.3.4")`, `LooseVersion('2.7.2.2')`
+    target = re.match(r"\s*([A-Za-z_][\w.]*)\s*[:=]\s*[\[({][^\])};\n]*$", text[line_start:start])
+    if target and "version" in target.group(1).lower():
+        return True  # `versions = ["1.2.3.4", "1.2.3.5"]`: every item of the list
     return any(VERSION_CONTEXT.search(text[max(0, m.start() - 24):m.start()])
                for m in re.finditer(re.escape(dotted), text) if m.start() != start)
 
@@ -106,6 +118,13 @@ def find_ips(text: str) -> Iterator[Span]:
         cand = m.group(0)
         if cand.count(":") < 2 or "::" not in cand and cand.count(":") != 7:
             continue
+        groups = [g for g in cand.split(":") if g]
+        if not any(len(group) >= 3 for group in groups):
+            continue  # `xs[1::2]`, `a::b`, `cc::dd`: slices and scopes, not addresses
+        if cand.endswith("::") and len(groups) == 1 or groups[0].lower() == "ffff":
+            continue  # a network prefix (`ff00::`, `2000::`) or a mask (`ffff:ffff:…`)
+        if re.search(r"[\w)\]]\[$", text[max(0, m.start() - 2):m.start()]):
+            continue  # a subscript `xs[100::200]` (an address's bracket follows `//` or a space)
         try:
             ip = ipaddress.IPv6Address(cand)
         except ValueError:

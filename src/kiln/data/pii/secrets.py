@@ -101,6 +101,18 @@ def looks_random(value: str) -> bool:
     return shannon_entropy(value) >= threshold
 
 
+_DOTTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,30}(?:\.[A-Za-z_][A-Za-z0-9_]{0,30}){1,4}")
+
+
+def _code_name(value: str, name: str) -> bool:
+    """An unquoted dotted name that is code: `module.attr` (a lower-case first part) or one
+    ending in the assigned name. A JWT's parts start with `eyJ` and run long."""
+    if not _DOTTED_NAME.fullmatch(value):
+        return False
+    parts = value.split(".")
+    return parts[-1] == name.rsplit(".", 1)[-1] or re.fullmatch(r"[a-z_][a-z0-9_]*", parts[0]) is not None
+
+
 def find_keys(text: str) -> Iterator[Span]:
     for pattern in KNOWN_KEY_FORMATS.values():
         for m in pattern.finditer(text):
@@ -115,6 +127,8 @@ def find_keys(text: str) -> Iterator[Span]:
         value = m.group(group)
         if not is_secret_name(m.group("name")) or is_placeholder_secret(value):
             continue
+        if group == "v" and _code_name(value, m.group("name")):
+            continue  # `RegOpenKeyEx = win32api.RegOpenKeyEx`: an alias, not a key
         if _UUID.fullmatch(value) or looks_random(value):
             yield Span("KEY", m.start(group), m.end(group), value)
     for m in BEARER.finditer(text):
