@@ -245,3 +245,49 @@ def test_prompt_only_leak_needs_prompt_ngrams(tmp_path, bench):
     leak = normalize_tokens(raw[2][0])  # the 20-word question alone
     assert NGramIndex.build([path], n=13).match_counts(leak) == {"mathx": 8}
     assert NGramIndex.build([path], n=13, include_prompt=False).match_counts(leak) == {}
+
+
+def test_a_benchmark_that_can_catch_nothing_is_refused(tmp_path):
+    """An empty file, or items all shorter than n tokens, would silently pass every document."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="empty.jsonl gives no 13-gram .* catch nothing"):
+        NGramIndex.build([empty])
+    short = write_benchmark(tmp_path / "short.jsonl", [("two words", "three words here")])
+    with pytest.raises(ValueError, match="short.jsonl gives no 13-gram"):
+        NGramIndex.build([short])
+    assert NGramIndex.build([short], n=2).info["short"]["ngrams"] > 0
+    # through prepare: refused before any task runs, as one line (a KilnError)
+    from kiln.data.pipeline import PrepareConfig, run_prepare
+    from kiln.data.prepare_config import DecontaminateOptions
+    from kiln.errors import RunDataError
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("text")
+    cfg = PrepareConfig(stages=["read", "decontaminate", "write"], tasks=1,
+                        decontaminate=DecontaminateOptions(benchmarks=[str(empty)]))
+    with pytest.raises(RunDataError, match="catch nothing"):
+        run_prepare(cfg, tmp_path / "run", [str(tmp_path / "src")], progress=False)
+    assert not (tmp_path / "run" / "documents").exists()
+
+
+def test_a_changed_benchmark_reruns_prepare_instead_of_resuming(tmp_path, bench):
+    """The benchmark's content is an input of the run: a rewritten file re-runs prepare."""
+    from kiln.data.pipeline import PrepareConfig, run_prepare
+    from kiln.data.prepare_config import DecontaminateOptions
+
+    path, raw = bench
+    rng = random.Random(6)
+    src = tmp_path / "src"
+    src.mkdir()
+    leaked = [sentence(rng, 30) + " " + raw[i][1] for i in range(2)]
+    rows = [*leaked, *(sentence(rng, 60) for _ in range(4))]
+    for i, text in enumerate(rows):
+        (src / f"d{i}.txt").write_text(text)
+    cfg = PrepareConfig(stages=["read", "decontaminate", "write"], tasks=1,
+                        decontaminate=DecontaminateOptions(benchmarks=[str(path)]))
+    run = tmp_path / "run"
+    assert run_prepare(cfg, run, [str(src)], progress=False)["documents_out"] == 4
+    # the benchmark now also holds a clean document's text: resuming would keep it
+    write_benchmark(path, [*raw, ("a question", rows[2])], "question", "answer")
+    assert run_prepare(cfg, run, [str(src)], progress=False)["documents_out"] == 3

@@ -14,9 +14,13 @@ Offline choices: the hash is sha1 (datatrove's other built-in, the one FineWeb u
 default xxhash is not installed; words are split on whitespace after `simplify_text` (which has
 already removed punctuation), because datatrove's English word tokenizer needs spaCy.
 
-Which copy survives: the earliest by (task rank, document index). Tasks take input files
-round-robin (file i -> rank i % tasks), so outputs for different task counts agree when every
-rank's files precede the next rank's in file order — e.g. files <= tasks, or one file per task.
+Which copy survives. MinHash: the earliest by (task rank, document index). Tasks take input
+files round-robin (file i -> rank i % tasks), so its outputs for different task counts agree
+when every rank's files precede the next rank's in file order (files <= tasks, or one file per
+task). Exact: datatrove orders a hash's copies by (-priority, document index within its task),
+not by task, so among copies in different tasks the one with the lowest index in its own task
+survives, and which copy that is can change with the task count (the set of texts kept does
+not: one copy of each). The same run settings always keep the same copy.
 """
 
 from __future__ import annotations

@@ -218,8 +218,29 @@ def _input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path) -> d
 
     arxiv = dataclasses.asdict(cfg.arxiv)
     inputs = {stage: _reader_inputs(stage, sources, arxiv) for stage in cfg.stages}
+    inputs |= _option_files(cfg)
     return {stage: fingerprint_files(files, exclude=run_dir)
             for stage, files in inputs.items() if files is not None}
+
+
+def _option_files(cfg: PrepareConfig) -> dict[str, list[str]]:
+    """Files that stage options name (benchmarks, a tokenizer, a scoring checkpoint): a new
+    version of one re-runs prepare like a changed source does, not a resume of stale output.
+    A checkpoint is followed through its run's `checkpoints/latest` pointer."""
+    on = set(cfg.stages)
+
+    def latest(run: str) -> list[str]:
+        return [str(Path(run) / "checkpoints" / "latest")]
+
+    files = {
+        "decontaminate": list(cfg.decontaminate.benchmarks),
+        "inject_replicas": [cfg.inject_replicas.benchmark] if cfg.inject_replicas.benchmark else [],
+        "brain_rot_m1": [cfg.brain_rot_m1.tokenizer] if cfg.brain_rot_m1.tokenizer else [],
+        "perplexity": latest(cfg.perplexity.run_dir) if cfg.perplexity.run_dir else [],
+        "brain_rot_m2": (latest(cfg.brain_rot_m2.judge[len("kiln:"):])
+                         if cfg.brain_rot_m2.judge.startswith("kiln:") else []),
+    }
+    return {f"{stage} files": paths for stage, paths in files.items() if stage in on and paths}
 
 
 def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,

@@ -77,11 +77,17 @@ def pii_stage(ctx: StageContext) -> PipelineStep:
 
 def decontaminate_stage(ctx: StageContext) -> StagePlan:
     """Build the n-gram index once (a one-task setup phase), then filter or tag in the stream."""
-    from kiln.data.decontam import BuildDecontaminationIndex, DecontaminationFilter
+    from kiln.data.decontam import BuildDecontaminationIndex, DecontaminationFilter, NGramIndex
     from kiln.data.dedup import Stage
+    from kiln.errors import RunDataError
 
     d = ctx.cfg.decontaminate
     paths = [_need_file("decontaminate.benchmarks", p) for p in d.benchmarks]
+    for path in paths:  # before any task runs: a benchmark that can catch nothing is refused
+        try:
+            NGramIndex.build([path], d.n, d.prompt_fields, d.answer_fields, d.include_prompt)
+        except ValueError as e:
+            raise RunDataError(f"prepare.decontaminate.benchmarks: {e}") from e
     index_path = ctx.work_dir / "ngram_index.npz"
     build = BuildDecontaminationIndex(paths, index_path, d.n, d.prompt_fields, d.answer_fields,
                                       d.include_prompt)

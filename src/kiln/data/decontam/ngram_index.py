@@ -191,6 +191,11 @@ class NGramIndex:
                 "too_short_items": sum(1 for h in per_item if len(h) == 0),
                 "source": str(path),
             }
+            if len(hashes[name]) == 0:  # it would pass every document: say so, don't run
+                raise ValueError(
+                    f"benchmark {path} gives no {n}-gram to match ({len(items)} items, none "
+                    f"with {n} tokens): decontamination against it would catch nothing; check "
+                    "the file and its prompt/answer fields, or lower prepare.decontaminate.n")
         index = cls(n, hashes, info, include_prompt)
         for name in index.names:
             index.info[name]["ngrams"] = int(len(index.hashes[name]))
