@@ -207,3 +207,15 @@ def test_utf32_is_binary_and_hidden_files_leave_the_input_fingerprint_alone(tmp_
     before = fingerprint_files([str(tmp_path)])
     (tmp_path / ".DS_Store").write_bytes(b"\x00\x01")
     assert fingerprint_files([str(tmp_path)]) == before
+
+
+def test_written_documents_carry_the_bytes_of_their_final_text(tmp_path):
+    """PII redaction edits the text after the reader measured it: metadata.bytes is the
+    written text's."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("write to dagny.holm.reyes@posteo.de for the code")
+    cfg = PrepareConfig(stages=["read", "pii", "write"], tasks=1)
+    run_prepare(cfg, tmp_path / "run", [str(tmp_path / "src")], progress=False)
+    (doc,) = read_documents(tmp_path / "run")
+    assert "<EMAIL>" in doc.text
+    assert doc.metadata["bytes"] == len(doc.text.encode()) < len("write to dagny.holm.reyes@posteo.de")

@@ -32,10 +32,17 @@ def read_stage(ctx: StageContext) -> PipelineStep:
     return SourceReader(ctx.sources, max_bytes=ctx.max_bytes, progress=ctx.progress)
 
 
+def _with_current_bytes(writer, document) -> dict:
+    """The writer's usual record, with `metadata.bytes` measured again: filters and PII
+    redaction edit the text after the reader measured it."""
+    document.metadata["bytes"] = len(document.text.encode("utf-8"))
+    return writer._default_adapter(document)
+
+
 def write_stage(ctx: StageContext) -> PipelineStep:
     from datatrove.pipeline.writers import JsonlWriter
 
-    return JsonlWriter(str(ctx.run_dir / "documents"))
+    return JsonlWriter(str(ctx.run_dir / "documents"), adapter=_with_current_bytes)
 
 
 def arxiv_metadata_stage(ctx: StageContext) -> PipelineStep:
