@@ -219,3 +219,19 @@ def test_written_documents_carry_the_bytes_of_their_final_text(tmp_path):
     (doc,) = read_documents(tmp_path / "run")
     assert "<EMAIL>" in doc.text
     assert doc.metadata["bytes"] == len(doc.text.encode()) < len("write to dagny.holm.reyes@posteo.de")
+
+
+def test_prepare_json_and_yield_json_count_the_redactions(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("mail dagny.holm@posteo.de or ole.brun@posteo.de")
+    (tmp_path / "src" / "b.txt").write_text("server 93.184.216.34 is up, ask ole.brun@posteo.de")
+    cfg = PrepareConfig(stages=["read", "pii", "write"], tasks=2)
+    summary = run_prepare(cfg, tmp_path / "run", [str(tmp_path / "src")], progress=False)
+    assert summary["pii_redactions"] == {"EMAIL": 3, "IP_ADDRESS": 1}
+    from_docs = {}
+    for doc in read_documents(tmp_path / "run"):
+        for kind, n in doc.metadata["pii"].items():
+            from_docs[kind] = from_docs.get(kind, 0) + n
+    assert {k: n for k, n in from_docs.items() if n} == summary["pii_redactions"]
+    rows = json.loads((tmp_path / "run" / "yield.json").read_text())["stages"]
+    assert [r.get("redactions") for r in rows if r["stage"] == "pii"] == [summary["pii_redactions"]]

@@ -31,6 +31,7 @@ import importlib
 import importlib.util
 import json
 import shutil
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -383,6 +384,11 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
         "documents_out": yields["documents_out"],
         "bytes_out": yields["bytes_out"],
     }
+    redactions = Counter()
+    for row in yields["stages"]:
+        redactions.update(row.get("redactions", {}))
+    if redactions:
+        summary["pii_redactions"] = dict(sorted(redactions.items()))
     write_json_atomic(run_dir / "prepare.json", summary)
     return summary
 

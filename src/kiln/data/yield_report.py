@@ -121,6 +121,12 @@ def _reasons(counts: Counter, spec: dict | None = None) -> dict[str, int]:
     return dict(found.most_common())
 
 
+def _redactions(counts: Counter) -> Counter[str]:
+    """{PII type: spans replaced} from a PII redactor's `pii_<type>` stats."""
+    return Counter({key[len("pii_"):].upper(): int(value) for key, value in counts.items()
+                    if key.startswith("pii_") and not key.startswith("pii_docs_with_")})
+
+
 def _added(counts: Counter, spec: dict | None) -> int:
     return sum(int(counts.get(key, 0)) for key in (spec or {}).get("added", []))
 
@@ -132,6 +138,7 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
         raise ValueError(f"stats have {len(merged)} steps but the pipeline has {len(roles)}")
     rows: list[dict[str, Any]] = []
     reasons: Counter[str] = Counter()
+    redacted: Counter[str] = Counter()
     added = 0
     prev_docs = prev_bytes = None
     for role, step in zip(roles, merged, strict=True):
@@ -139,6 +146,7 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
             for reason, n in _reasons(step["counts"], role.get("reasons")).items():
                 reasons[reason] += n
             added += _added(step["counts"], role.get("reasons"))
+            redacted += _redactions(step["counts"])
             continue
         docs_out = int(step["counts"].get("documents", 0))
         bytes_out = int(step["counts"].get("bytes", 0))
@@ -163,8 +171,9 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
             "bytes_removed": None if bytes_in is None else bytes_in - bytes_out,
             "kept_fraction": docs_out / docs_in if docs_in else None,
             "drop_reasons": dict(reasons.most_common()),
+            **({"redactions": dict(sorted(redacted.items()))} if redacted else {}),
         })
-        reasons, added = Counter(), 0
+        reasons, redacted, added = Counter(), Counter(), 0
         prev_docs, prev_bytes = docs_out, bytes_out
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     return {
