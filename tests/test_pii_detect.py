@@ -157,6 +157,8 @@ def test_code_and_prose_about_code_are_left_alone(code):
      [("IP_ADDRESS", "2400:e2f6:b6a1::4e9d"), ("IP_ADDRESS", "2606:4700::1111")]),
     ('if password == "Fjord-Kite-58":\n', [("PASSWORD", "Fjord-Kite-58")]),
     ("@dagnyholm can you look?\n", [("USERNAME", "dagnyholm")]),
+    ("host=db user=dagnyh password=Fjord58x dbname=sales\n",  # pairs are not prose
+     [("USERNAME", "dagnyh"), ("PASSWORD", "Fjord58x")]),
 ])
 def test_what_the_code_rules_must_not_lose(text, found):
     assert [(s.type, s.text) for s in detect_pii(text)] == found

@@ -174,8 +174,8 @@ def _code_not_literal(m: re.Match[str], text: str, end: int, quoted: bool) -> bo
     after = text[end:end + 40]
     if m.group("op") == "==" or re.match(r"[ \t]*=(?!=)", after):
         return True
-    if re.match(r"[ \t]+[a-z]", after):
-        return True  # a sentence goes on: "- user:  The user name", "pwd: expected bytes"
+    if re.match(r"[ \t]+[a-z]+\b(?![^\s=]*=)", after):
+        return True  # a sentence goes on ("- user:  The user name"), not `k=v k2=v2` pairs
     if m.group("op") == ":" and re.match(r"[ \t]*(?:[),]|=[^=])", after):
         return True  # a parameter's annotation: `user_id: UserId) ->`
     value = text[m.start("v"):end] if m.group("v") else ""
