@@ -199,7 +199,7 @@ def _suggest_key(full: str) -> str:
     keys = list(flat_settings(Config()))
     by_name = [k for k in keys if k.rpartition(".")[2] == name and k != full]
     own = [k for k in keys if k.rpartition(".")[0] == section]
-    near = [f"{section}.{c}" if section else c for c in difflib.get_close_matches(
+    near = [f"{section}.{c}" for c in difflib.get_close_matches(
         name, [k.rpartition(".")[2] for k in own], n=1)]
     anywhere = difflib.get_close_matches(name, [k.rpartition(".")[2] for k in keys], n=1)
     near += [k for k in keys if anywhere and k.rpartition(".")[2] == anywhere[0]][:1]
@@ -392,10 +392,11 @@ def validate(cfg: Config) -> Config:
     if cfg.tokenizer.kind == "math":
         from kiln.data.math_tokenizer import min_math_vocab
 
-        if cfg.tokenizer.vocab_size < min_math_vocab():
+        smallest = min_math_vocab()
+        if cfg.tokenizer.vocab_size < smallest:
             raise ConfigError(f"tokenizer.vocab_size ({cfg.tokenizer.vocab_size}) is too small for "
                               f"tokenizer.kind = 'math': it must hold the 256 byte symbols, EOS "
-                              f"and the LaTeX seed tokens, {min_math_vocab()} in all")
+                              f"and the LaTeX seed tokens, {smallest} in all")
     if not 0.0 < cfg.data.val_fraction < 1.0:  # validation, eval and bits/byte need a val split
         raise ConfigError(f"data.val_fraction must be in (0, 1), got {cfg.data.val_fraction}")
     if cfg.schedule.warmup_steps < 0:

@@ -98,24 +98,18 @@ class SourceReader(PipelineStep):
             self._count("skipped/unreadable")
 
     def _read_text(self, file: SourceFile, raw: bytes) -> Iterator[Document]:
-        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 with its byte-order mark
-            try:
-                text = raw.decode("utf-16")
-            except UnicodeDecodeError:
-                self._count("skipped/non_utf8")
-                return
-            if "\x00" in text:  # UTF-32 (FF FE 00 00) or binary that starts like UTF-16
-                self._count("skipped/binary")
-                return
-        elif b"\x00" in raw:
+        utf16 = raw.startswith((b"\xff\xfe", b"\xfe\xff"))  # its byte-order mark
+        if b"\x00" in raw and not utf16:
             self._count("skipped/binary")
             return
-        else:
-            try:
-                text = raw.decode("utf-8-sig")  # a leading byte-order mark is not text
-            except UnicodeDecodeError:
-                self._count("skipped/non_utf8")
-                return
+        try:  # UTF-8's leading byte-order mark is not text either
+            text = raw.decode("utf-16" if utf16 else "utf-8-sig")
+        except UnicodeDecodeError:
+            self._count("skipped/non_utf8")
+            return
+        if "\x00" in text:  # UTF-32 (FF FE 00 00), or binary that starts like UTF-16
+            self._count("skipped/binary")
+            return
         if doc := self._make(text, file.rel, file.path):
             yield doc
 

@@ -90,11 +90,10 @@ def decontaminate_stage(ctx: StageContext) -> StagePlan:
 
     d = ctx.cfg.decontaminate
     paths = [_need_file("decontaminate.benchmarks", p) for p in d.benchmarks]
-    for path in paths:  # before any task runs: a benchmark that can catch nothing is refused
-        try:
-            NGramIndex.build([path], d.n, d.prompt_fields, d.answer_fields, d.include_prompt)
-        except ValueError as e:
-            raise RunDataError(f"prepare.decontaminate.benchmarks: {e}") from e
+    try:  # before any task runs: a benchmark that can catch nothing is refused
+        NGramIndex.build(paths, d.n, d.prompt_fields, d.answer_fields, d.include_prompt)
+    except ValueError as e:
+        raise RunDataError(f"prepare.decontaminate.benchmarks: {e}") from e
     index_path = ctx.work_dir / "ngram_index.npz"
     build = BuildDecontaminationIndex(paths, index_path, d.n, d.prompt_fields, d.answer_fields,
                                       d.include_prompt)

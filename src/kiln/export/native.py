@@ -18,11 +18,11 @@ from safetensors.torch import load_file, save_file
 
 from kiln.atomic import atomic_dir
 from kiln.config import Config, ConfigError, config_to_toml, load_config, validate
-from kiln.export.hf_folder import is_tied
+from kiln.export.hf_folder import EXPORT_RECORD, is_tied
 from kiln.model.transformer import Transformer
 
 NATIVE_FORMAT = "kiln-native"
-FILES = ("model.safetensors", "config.toml", "tokenizer.json", "kiln_export.json")
+FILES = ("model.safetensors", "config.toml", "tokenizer.json", EXPORT_RECORD)
 
 
 
@@ -49,7 +49,7 @@ def export_native(
                   metadata={"format": NATIVE_FORMAT})
         (tmp / "config.toml").write_text(config_to_toml(resolved))
         shutil.copyfile(tokenizer_path, tmp / "tokenizer.json")
-        (tmp / "kiln_export.json").write_text(json.dumps(meta, indent=2) + "\n")
+        (tmp / EXPORT_RECORD).write_text(json.dumps(meta, indent=2) + "\n")
     return out_dir
 
 
@@ -61,7 +61,7 @@ def load_native(path: Path | str) -> Transformer:
     missing = [f for f in FILES if not (path / f).is_file()]
     if missing:
         raise FileNotFoundError(f"{path} is not a Kiln native export (missing {', '.join(missing)})")
-    meta = json.loads((path / "kiln_export.json").read_text())
+    meta = json.loads((path / EXPORT_RECORD).read_text())
     if meta.get("format") != NATIVE_FORMAT:
         raise ValueError(f"{path}: format {meta.get('format')!r} is not {NATIVE_FORMAT!r}")
     try:

@@ -165,7 +165,7 @@ def _looks_like_code_reference(value: str, key: str, quoted: bool) -> bool:
                                   "input", "param", "arg", "get", "hash")) and "_" in value
 
 
-def _code_not_literal(m: re.Match[str], text: str, end: int, quoted: bool) -> bool:
+def _code_not_literal(m: re.Match[str], text: str, value: str, end: int, quoted: bool) -> bool:
     """Assignment matches that are code or prose, not a chosen value: `a == b` with an
     unquoted right side (a comparison of names), `passwd = acct = ''` (a chained assignment
     names a variable), and `pass:` before an unquoted word ("first pass: determine")."""
@@ -178,7 +178,6 @@ def _code_not_literal(m: re.Match[str], text: str, end: int, quoted: bool) -> bo
         return True  # a sentence goes on ("- user:  The user name"), not `k=v k2=v2` pairs
     if m.group("op") == ":" and re.match(r"[ \t]*(?:[),]|=[^=])", after):
         return True  # a parameter's annotation: `user_id: UserId) ->`
-    value = text[m.start("v"):end] if m.group("v") else ""
     if "." in value and "_" in value and re.fullmatch(r"[A-Za-z_][\w.]*", value):
         return True  # `tarinfo.uid = statres.st_uid`: attribute access
     if value.lower() == re.split(r"[_.-]", m.group("key"))[-1].lower():
@@ -198,7 +197,7 @@ def find_passwords(text: str) -> Iterator[Span]:
             quoted = pattern is PASSWORD_ASSIGN and bool(m.group("qv"))
             if not quoted and text[e:e + 1] in ("(", "[", "."):
                 continue  # `bcrypt.hashpw(...)`: a call, not a literal
-            if pattern is PASSWORD_ASSIGN and _code_not_literal(m, text, e, quoted):
+            if pattern is PASSWORD_ASSIGN and _code_not_literal(m, text, value, e, quoted):
                 continue
             if (len(value) < 3 or _is_reference(value, quoted) or _placeholder_password(value)
                     or _looks_like_code_reference(value, m.group(0), quoted)):
@@ -242,7 +241,7 @@ def find_usernames(text: str) -> Iterator[Span]:
         quoted = bool(m.group("qv"))
         if not quoted and text[e:e + 1] in ("(", "[", "."):
             continue
-        if _code_not_literal(m, text, e, quoted):
+        if _code_not_literal(m, text, value, e, quoted):
             continue
         if _is_reference(value, quoted) or _looks_like_code_reference(value, "", quoted):
             continue
