@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,27 +29,35 @@ def run_python(args: list[str], world_size: int, timeout: float = 300, cwd: Path
     Every rank is killed if any fails or the timeout passes, so a hung collective fails the
     test instead of hanging CI."""
     port = free_port()
-    procs = []
+    procs, logs = [], []
     for rank in range(world_size):
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
                "LOCAL_WORLD_SIZE": str(world_size), "OMP_NUM_THREADS": "1"}
-        procs.append(subprocess.Popen(
-            [sys.executable, *args], env=env, cwd=cwd,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        ))
+        logs.append(tempfile.TemporaryFile())  # a file, not a pipe: a chatty rank never blocks
+        procs.append(subprocess.Popen([sys.executable, *args], env=env, cwd=cwd,
+                                      stdout=logs[-1], stderr=subprocess.STDOUT))
     deadline = time.monotonic() + timeout
-    outputs = [""] * world_size
     try:
-        for i, p in enumerate(procs):
-            outputs[i] = p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0]
-            if p.returncode != 0:
-                raise RuntimeError(f"rank {i} exited {p.returncode}:\n{outputs[i][-4000:]}")
-    except subprocess.TimeoutExpired as e:
-        raise RuntimeError(f"ranks hung for more than {timeout}s") from e
+        while any(p.poll() is None for p in procs):
+            if any(p.returncode not in (None, 0) for p in procs):
+                time.sleep(5)  # the others see the closed connection and exit, or are killed
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ranks hung for more than {timeout}s")
+            time.sleep(0.05)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-                p.wait()
+            p.wait()
+        outputs = []
+        for log in logs:
+            log.seek(0)
+            outputs.append(log.read().decode(errors="replace"))
+            log.close()
+    failed = [i for i, p in enumerate(procs) if p.returncode != 0]
+    if failed:  # every failed rank's tail: the first to fail holds the cause
+        raise RuntimeError("\n".join(f"rank {i} exited {procs[i].returncode}:\n"
+                                      f"{outputs[i][-3000:]}" for i in failed))
     return outputs[0]

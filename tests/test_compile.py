@@ -35,3 +35,18 @@ def test_compiled_model_matches_eager_loss_and_gradients(precision, experts):
     torch.testing.assert_close(compiled_loss, eager_loss, **tol)
     for eager, compiled in zip(eager_grads, compiled_grads):
         torch.testing.assert_close(compiled, eager, **tol)
+
+
+def test_unwrap_finds_the_model_inside_ddp_around_a_compiled_model():
+    """DDP around torch.compile (train.compile under torchrun): `.module` is the compiled
+    wrapper, whose truth test calls the model's __len__ and raises; checkpoints and resume
+    unwrap through it."""
+    from torch import nn
+
+    from kiln.parallel.distributed import unwrap
+
+    model = Transformer(ModelConfig(vocab_size=97, dim=32, n_layers=1, n_heads=4, n_kv_heads=2,
+                                    max_seq_len=16))
+    ddp_like = nn.Module()
+    ddp_like.module = torch.compile(model)
+    assert unwrap(ddp_like) is model

@@ -325,6 +325,33 @@ def test_trains_and_resumes_exactly_through_a_checkpoint(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_resume_takes_the_settings_from_the_config_and_the_state_from_the_checkpoint(tmp_path):
+    """A resume with another muon_lr or weight decay must use them, as a fresh run would;
+    the moments still come from the checkpoint."""
+    torch.manual_seed(0)
+    model = tiny_transformer(False)
+    opt = build_optimizer(model, OptimConfig(name="muon", lr=3e-3, muon_lr=0.02))
+    _train(model, opt, [torch.randint(0, 300, (4, 17), generator=gen(60))])
+    ckpt = save_checkpoint(tmp_path, 1, model, opt, {"step": 1}, DistEnv())
+    changed = OptimConfig(name="muon", lr=1.5e-3, muon_lr=0.04, weight_decay=0.0,
+                          muon_weight_decay=0.0, beta1=0.8, beta2=0.9)
+    torch.manual_seed(0)
+    fresh = tiny_transformer(False)
+    built = build_optimizer(fresh, changed)
+    expected = [{k: v for k, v in g.items() if k != "params"} for g in built.param_groups]
+    load_checkpoint(ckpt, fresh, built)
+    assert [{k: v for k, v in g.items() if k != "params"} for g in built.param_groups] == expected
+    muon = next(g for g in built.param_groups if g.get("use_muon"))
+    assert muon["lr_scale"] == pytest.approx(0.04 / 1.5e-3) and muon["weight_decay"] == 0.0
+    saved = {id(p): p for p in model.parameters()}
+    for p_old, p_new in zip(model.parameters(), fresh.parameters()):  # moments restored
+        old_state, new_state = opt.state[saved[id(p_old)]], built.state[p_new]
+        assert old_state.keys() == new_state.keys()
+        for key, value in old_state.items():
+            if torch.is_tensor(value):
+                assert torch.equal(value, new_state[key])
+
+
 # -- grouped Newton-Schulz: one batched iteration per shape, same result --------------------
 
 

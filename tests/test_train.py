@@ -367,3 +367,58 @@ def test_a_checkpoint_moved_aside_is_neither_resumed_nor_pruned(tiny_run):
     train_losses(tiny_run, "train.steps=6", "train.keep_checkpoints=1")
     assert (ckpts / "step_00000099.bad").is_dir()  # the user's folder is kept
     assert latest_checkpoint(ckpts).name == "step_00000006"
+
+
+def test_resume_refuses_model_and_optimizer_changes_that_keep_the_shapes(tiny_run):
+    """rope_theta or top_k keep every tensor's shape, so the shape check passes: the resume
+    compares the recorded settings. Another optimizer cannot take the optimizer state."""
+    train_losses(tiny_run, "train.steps=6")
+    for change in ("model.rope_theta=500000.0", "model.norm_eps=0.001", "optim.name=muon"):
+        key = change.split("=")[0]
+        with pytest.raises(CheckpointError, match=f"trained with other settings \\({key}"):
+            Trainer(tiny_config(tiny_run, change))
+    Trainer(tiny_config(tiny_run, "model.attn_kernel=sdpa"))  # the same function: allowed
+
+
+def test_a_data_verb_keeps_a_trained_runs_config(tiny_run, capsys):
+    """`kiln run` records the data stages' config before training; with checkpoints there it
+    must not, or the resume would compare the new settings with themselves (no note) and a
+    refused resume would leave a config.toml that no longer fits the checkpoints."""
+    from kiln.cli import _record_config
+
+    train_losses(tiny_run, "train.steps=6")
+    recorded = (tiny_run / "config.toml").read_text()
+    _record_config(tiny_config(tiny_run, "optim.lr=0.01", "model.n_layers=3"))
+    assert (tiny_run / "config.toml").read_text() == recorded
+    capsys.readouterr()
+    Trainer(tiny_config(tiny_run, "train.steps=6", "optim.lr=0.01"))
+    assert "optim.lr: 0.003 -> 0.01" in capsys.readouterr().err
+
+
+def test_resume_between_two_records_logs_the_same_window(tiny_run, tmp_path):
+    """A checkpoint between two train records carries the open window: the first record
+    after a resume averages the same steps, to the bit, as an uninterrupted run's."""
+    import shutil
+
+    from kiln.train.callbacks import Callback, default_callbacks
+
+    settings = ("train.log_every=4", "train.checkpoint_every=6")
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run, other)
+    train_losses(tiny_run, *settings)
+
+    class StopAt(Callback):  # "killed" right after the step-6 checkpoint
+        def on_step_end(self, t, record):
+            if t.step == 6:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_losses(other, *settings, callbacks=[*default_callbacks(), StopAt()])
+    train_losses(other, *settings)
+
+    def records(run_dir):
+        return {r["step"]: (r["loss"], r["loss_steps"]) for r in
+                read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"}
+
+    assert records(other) == records(tiny_run)
+    assert records(other)[8][1] == 4

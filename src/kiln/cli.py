@@ -209,22 +209,17 @@ def cmd_report(cfg: Config, compare: list[str] | tuple[str, ...] = ()) -> None:
 
 def cmd_run(cfg: Config) -> None:
     """The whole chain. Under torchrun, rank 0 prepares the data and finishes the run."""
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        import torch.distributed as dist
+    from kiln.parallel.distributed import init_distributed, wait_for_main
+    from kiln.train.precision import resolve_device
 
-        from kiln.parallel.distributed import init_distributed
-        from kiln.train.precision import resolve_device
-
-        init_distributed(resolve_device(cfg.train.device))
+    env = init_distributed(resolve_device(cfg.train.device))
     stages = [("prepare", cmd_prepare), ("tokenizer", cmd_tokenizer), ("tokenize", cmd_tokenize)]
-    if rank == 0:
+    if env.is_main:
         _timed(stages, cfg)
         _record_config(cfg)
-    if world > 1:
-        dist.barrier()
+    wait_for_main(env)  # the data stages may take hours
     _timed([("train", cmd_train)], cfg)
-    if rank == 0:
+    if env.is_main:
         _timed([("eval", cmd_eval), ("generate", cmd_generate), ("export", cmd_export),
                 ("report", cmd_report)], cfg)
 
@@ -259,9 +254,14 @@ def _refuse_remaking_trained_data(cfg: Config) -> None:
 
 
 def _record_config(cfg: Config) -> None:
+    """Record the config the data was made with. A run with checkpoints keeps the config
+    they were trained with: training records its own once it accepts the settings (a
+    resume compares against the recorded one, and refuses some changes)."""
     from kiln.run_dir import write_run_metadata
+    from kiln.train.checkpoint import latest_checkpoint
 
-    write_run_metadata(cfg)
+    if latest_checkpoint(cfg.run_dir / "checkpoints") is None:
+        write_run_metadata(cfg)
 
 
 def _timed(stages, cfg: Config) -> None:

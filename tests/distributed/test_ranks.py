@@ -51,6 +51,26 @@ def test_torchrun_two_processes(tiny_run):
     assert len(losses(tiny_run)) == 4
 
 
+def test_torchrun_one_process_is_wrapped_like_more(tiny_run, tmp_path):
+    """`torchrun --nproc_per_node=1` joins a process group and wraps the model (FSDP2 here),
+    so one GPU checks the path many use; it trains as a plain process does."""
+    import json
+
+    ref = tmp_path / "plain"
+    shutil.copytree(tiny_run, ref)
+    Trainer(tiny_config(ref, "train.steps=4")).fit()
+    assert json.loads((ref / "model.json").read_text())["parallel"] == "none"
+    torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+    cmd = [torchrun, "--nproc_per_node=1", f"--master_port={free_port()}", "-m", "kiln.cli",
+           "train", str(tiny_run), "--set", "train.steps=4", "--set", "train.parallel=fsdp"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert json.loads((tiny_run / "model.json").read_text())["parallel"] == "fsdp"
+    for a, b in zip(losses(tiny_run), losses(ref), strict=True):
+        assert a == pytest.approx(b, rel=1e-5)
+
+
 # bf16 is forced to test its path; on CPUs without native bf16 the Trainer warns, as it should
 @pytest.mark.filterwarnings("ignore:precision = 'bf16' on a CPU without")
 def test_bf16_two_ranks_match_one_rank(tiny_run, tmp_path):

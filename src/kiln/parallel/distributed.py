@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -22,6 +23,7 @@ class DistEnv:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    launched: bool = False  # by torchrun: one process still joins a group and is wrapped
 
     @property
     def is_main(self) -> bool:
@@ -29,13 +31,17 @@ class DistEnv:
 
     @property
     def distributed(self) -> bool:
-        return self.world_size > 1
+        return self.world_size > 1 or self.launched
 
 
 def init_distributed(device: torch.device) -> DistEnv:
-    """Join the process group that torchrun describes in the environment, if any."""
+    """Join the process group that torchrun describes in the environment, if any.
+
+    Under torchrun even one process joins (and is wrapped in DDP / FSDP2), so that
+    `torchrun --nproc_per_node=1` exercises the same path as a bigger launch."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    launched = "TORCHELASTIC_RUN_ID" in os.environ  # torchrun sets it
+    if world <= 1 and not launched:
         return DistEnv()
     if "RANK" not in os.environ:
         raise ConfigError(f"WORLD_SIZE={world} is set but RANK is not: start several processes "
@@ -46,7 +52,7 @@ def init_distributed(device: torch.device) -> DistEnv:
         if device.type == "cuda":
             torch.cuda.set_device(local)
         dist.init_process_group(backend=backend)
-    return DistEnv(rank=rank, world_size=world, local_rank=local)
+    return DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
 
 
 def local_device(device: torch.device, env: DistEnv) -> torch.device:
@@ -75,7 +81,10 @@ def wrap_model(model: nn.Module, kind: str, env: DistEnv) -> nn.Module:
 def unwrap(model: nn.Module) -> nn.Module:
     """The plain model inside DDP and torch.compile wrappers."""
     while True:
-        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        # not `a or b`: truth-testing a compiled module calls its __len__, which raises
+        inner = getattr(model, "module", None)
+        if inner is None:
+            inner = getattr(model, "_orig_mod", None)
         if inner is None:
             return model
         model = inner
@@ -123,11 +132,24 @@ def all_reduce_max(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
     return value
 
 
-def barrier(env: DistEnv) -> None:
-    if env.distributed:
-        dist.barrier()
+_LONG_WAIT: dist.ProcessGroup | None = None
+
+
+def wait_for_main(env: DistEnv) -> None:
+    """A barrier for ranks that wait while rank 0 works alone (data stages, a checkpoint
+    write): those can outlast the process group's timeout (NCCL 10 min, gloo 30 min), so
+    this one waits on a gloo group of its own with a week's timeout. A rank that fails
+    still ends the wait: torchrun stops the others."""
+    global _LONG_WAIT
+    if not env.distributed:
+        return
+    if _LONG_WAIT is None:
+        _LONG_WAIT = dist.new_group(backend="gloo", timeout=timedelta(days=7))
+    dist.barrier(group=_LONG_WAIT)
 
 
 def shutdown(env: DistEnv) -> None:
+    global _LONG_WAIT
     if env.distributed and dist.is_initialized():
         dist.destroy_process_group()
+        _LONG_WAIT = None

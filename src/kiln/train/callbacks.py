@@ -27,6 +27,13 @@ class Callback:
 
     def on_train_end(self, trainer: Trainer) -> None: ...
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the callback carries from step to step, saved in checkpoints (empty: none)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Called after `on_train_start` when a run resumes with a saved state."""
+
 
 class Validation(Callback):
     """Validation loss and bits per byte every `eval_every` steps and at the end, on the
@@ -107,6 +114,18 @@ class ProgressLog(Callback):
 
     def on_train_end(self, trainer: Trainer) -> None:
         self.bar.close()
+
+    # a checkpoint between two records carries the open window, so that the next record
+    # after a resume averages the same steps an uninterrupted run's would
+    def state_dict(self) -> dict[str, Any]:
+        return {"loss": self.window_loss, "steps": self.window_steps,
+                "tokens": self.window_tokens,
+                "seconds": 0.0 if self.restart else time.perf_counter() - self.window_start}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.window_loss, self.window_steps = state["loss"], state["steps"]
+        self.window_tokens = state["tokens"]
+        self.window_start, self.restart = time.perf_counter() - state["seconds"], False
 
 
 def default_callbacks() -> list[Callback]:

@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from kiln.atomic import fsync_dir, write_text_atomic
 from kiln.errors import CheckpointError
-from kiln.parallel.distributed import DistEnv, barrier, unwrap
+from kiln.parallel.distributed import DistEnv, unwrap, wait_for_main
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _PREFIX = "step_"
@@ -124,7 +124,7 @@ def save_checkpoint(
         fsync_dir(ckpt_root)
         write_text_atomic(ckpt_root / "latest", final.name + "\n")
         _prune(ckpt_root, keep)
-    barrier(env)
+    wait_for_main(env)
     return final
 
 
@@ -177,14 +177,22 @@ def _complete(ckpt_root: Path) -> list[Path]:
 def load_checkpoint(
     path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None
 ) -> dict[str, Any]:
-    """Restore weights (and optimizer, RNG) in place; returns the trainer state."""
+    """Restore weights (and optimizer, RNG) in place; returns the trainer state.
+
+    The optimizer's state (moments, momentum, step counts) comes from the checkpoint; its
+    settings (weight decay, betas, Muon's lr ratio...) stay as `optimizer` was built from
+    the config, so a resume with changed settings uses them, as a fresh run would."""
     load_model_tensors(model, _read_weights(path))
     try:
         if optimizer is not None:
             optim_state = torch.load(path / "optimizer.pt", weights_only=True)
+            settings = [{k: v for k, v in g.items() if k != "params"}
+                        for g in optimizer.param_groups]
             set_optimizer_state_dict(
                 model, optimizer, optim_state, options=StateDictOptions(full_state_dict=True)
             )
+            for group, built in zip(optimizer.param_groups, settings, strict=True):
+                group.update(built)
         state = torch.load(path / "trainer.pt", weights_only=True)
     except (OSError, RuntimeError, KeyError, EOFError) as e:
         raise _unreadable(path, e) from e

@@ -76,6 +76,12 @@ def check_splits(token_dir: Path, seq_len: int) -> None:
                           f"train.seq_len + 1 = {seq_len + 1}: {fix}")
 
 
+# model settings a resume may change: the kernel that computes the same attention, the
+# longest sequence the model accepts, and settings that only shape the initial weights
+_RESUMABLE_MODEL_KEYS = frozenset({"model.attn_kernel", "model.max_seq_len", "model.init_std",
+                                   "model.post_norm_gain", "model.router_init_std"})
+
+
 def _changed_since_recorded(cfg: Config, step: int) -> list[str]:
     """Training settings that differ from the run's recorded config (a resume with another lr
     or step count is allowed, but said; model and data changes are refused elsewhere), and
@@ -132,6 +138,7 @@ class Trainer:
                                   cfg.run.seed, self.env.rank, self.env.world_size)
         self.callbacks = default_callbacks() if callbacks is None else callbacks
         self.step, self.tokens_seen, self._elapsed_before = 0, 0, 0.0
+        self._callback_states: dict[str, dict[str, Any]] = {}
         self._start = time.perf_counter()
         if resume:
             self._maybe_resume()
@@ -139,17 +146,21 @@ class Trainer:
     # -- state -------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        callbacks = {type(cb).__name__: cb.state_dict() for cb in self.callbacks}
         return {"step": self.step, "tokens_seen": self.tokens_seen,
-                "elapsed_s": self.elapsed(), "loader": self.loader.state_dict()}
+                "elapsed_s": self.elapsed(), "loader": self.loader.state_dict(),
+                "callbacks": {name: state for name, state in callbacks.items() if state}}
 
     def _maybe_resume(self) -> None:
         ckpt = latest_checkpoint(self.run_dir / "checkpoints")
         self._check_ranks_agree(ckpt)
         if ckpt is None:
             return
+        self._refuse_changed_model(ckpt)
         state = load_checkpoint(ckpt, self.model, self.optimizer)
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
         self._elapsed_before = state["elapsed_s"]
+        self._callback_states = state.get("callbacks", {})  # none in older checkpoints
         try:
             self.loader.load_state_dict(state["loader"])
         except ValueError as e:
@@ -165,6 +176,24 @@ class Trainer:
             if self.step >= self.cfg.train.steps:
                 print(f"step {self.step} >= train.steps = {self.cfg.train.steps}: nothing to "
                       "train; raise train.steps to go on", file=sys.stderr)
+
+    def _refuse_changed_model(self, ckpt: Path) -> None:
+        """A checkpoint continues the function it was trained as. Model settings that keep
+        every tensor's shape (rope_theta, norm_eps, sliding_window, top_k...) would pass the
+        shape check and silently train another model; another optimizer cannot take the
+        checkpoint's optimizer state."""
+        old = recorded_config(self.run_dir)
+        if old is None:
+            return
+        vocab = old.model.vocab_size or self.model_cfg.vocab_size  # 0 (auto) as resolved now
+        old = dataclasses.replace(old, model=dataclasses.replace(old.model, vocab_size=vocab))
+        changed = [c for c in config_changes(old, self.cfg, ("model.", "optim.name"))
+                   if c.split(":")[0] not in _RESUMABLE_MODEL_KEYS]
+        if changed:
+            raise CheckpointError(
+                f"cannot resume from {ckpt}: it was trained with other settings "
+                f"({'; '.join(changed)}); use the run's config, start over with --fresh, or "
+                "train the new settings in another run.dir")
 
     def _check_ranks_agree(self, ckpt: Path | None) -> None:
         """Every rank must resume from the same checkpoint (on several nodes, the run
@@ -240,9 +269,13 @@ class Trainer:
             write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
             write_json_atomic(self.run_dir / "model.json",
                        {**self.figures, "precision": self.precision,
-                        "world_size": self.env.world_size, "accum_steps": self.accum_steps})
+                        "world_size": self.env.world_size, "accum_steps": self.accum_steps,
+                        "parallel": self.cfg.train.parallel if self.env.distributed else "none"})
         for cb in self.callbacks:
             cb.on_train_start(self)
+            saved = self._callback_states.get(type(cb).__name__)
+            if saved:
+                cb.load_state_dict(saved)
         losses = []
         while self.step < self.cfg.train.steps:
             for cb in self.callbacks:
