@@ -46,7 +46,7 @@ def test_quickstart_smoke_run(tmp_path):
     # a command that fails, or only reads the run, leaves the run's recorded config alone
     recorded = (run_dir / "config.toml").read_text()
     failed = kiln("train", str(run_dir), "--set", "model.dim=128", cwd=tmp_path)
-    assert failed.returncode == 1 and "does not fit this model" in failed.stderr
+    assert failed.returncode == 1 and "other settings (model.dim: 64 -> 128)" in failed.stderr
     assert "Traceback" not in failed.stderr
     assert (run_dir / "config.toml").read_text() == recorded
     assert "max_batches = 2" not in recorded  # the eval above did not record its override
@@ -131,3 +131,21 @@ def test_train_without_data_says_what_to_run(tmp_path):
     out = kiln("train", "--set", f'run.dir="{tmp_path / "empty"}"', cwd=tmp_path)
     assert out.returncode == 1
     assert "kiln tokenize" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_no_target_continues_the_recorded_run(tmp_path, monkeypatch):
+    """`kiln train` with no target after the quickstart: the run in run.dir with its own
+    recorded settings, not the built-in ones (which would differ and be recorded over it)."""
+    from conftest import tiny_config
+
+    from kiln.cli import resolve_config
+    from kiln.config import load_config
+    from kiln.run_dir import write_run_metadata
+
+    monkeypatch.chdir(tmp_path)
+    assert resolve_config(None, []) == load_config(None, [])  # nothing recorded: built-in
+    cfg = tiny_config(Path("runs/quickstart"), "train.steps=77")
+    write_run_metadata(cfg)
+    resolved = resolve_config(None, ["train.eval_every=5"])
+    assert resolved.train.steps == 77 and resolved.train.eval_every == 5
+    assert resolved.run_dir.resolve() == (tmp_path / "runs/quickstart").resolve()

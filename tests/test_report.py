@@ -229,3 +229,14 @@ def test_an_export_from_before_kiln_recorded_its_checkpoint_is_not_missing(tmp_p
     page = build_report(tmp_path).read_text(encoding="utf-8")
     assert "exported before Kiln recorded its checkpoint" in page
     assert "kiln_export.json missing" not in page
+
+
+def test_late_throughput_is_tokens_over_training_time():
+    """The second half's windows: 1000 tokens at 100/s (10 s) and 3000 tokens at 3000/s
+    (1 s) are 4000 tokens in 11 s, not the 1550/s the mean of the two rates would say."""
+    from kiln.report.summary import summarize
+
+    records = [{"kind": "train", "step": s, "loss": 1.0, "tokens": t, "tokens_per_s": r}
+               for s, t, r in [(10, 1000, 10.0), (20, 2000, 50.0), (30, 3000, 100.0),
+                               (40, 6000, 3000.0)]]
+    assert summarize(records).mean_tokens_per_s == pytest.approx(4000 / 11)

@@ -98,6 +98,9 @@ def test_cli_report_compare(runs, tmp_path, capsys):
     assert "Comparison" in (trinity / "report.html").read_text()
     assert main(["report", str(trinity), "--compare", str(tmp_path / "missing")]) == 1
     assert "cannot compare" in capsys.readouterr().err
+    (trinity / "report.html").unlink()
+    assert main(["report", "--compare", str(dense), str(trinity)]) == 0  # RUN after the flag
+    assert "Comparison" in (trinity / "report.html").read_text()
 
 
 def test_same_named_runs_get_distinct_labels(tmp_path):

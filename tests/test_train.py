@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import signal
@@ -17,7 +18,7 @@ from conftest import tiny_config
 from kiln.errors import CheckpointError
 from kiln.report import read_metrics
 from kiln.train import checkpoint as ckpt_mod
-from kiln.train.checkpoint import latest_checkpoint, load_checkpoint
+from kiln.train.checkpoint import checkpoint_step, latest_checkpoint, load_checkpoint
 from kiln.train.trainer import Trainer
 
 
@@ -417,8 +418,71 @@ def test_resume_between_two_records_logs_the_same_window(tiny_run, tmp_path):
     train_losses(other, *settings)
 
     def records(run_dir):
-        return {r["step"]: (r["loss"], r["loss_steps"]) for r in
+        return {r["step"]: (r["loss"], r["loss_steps"], r["tokens"]) for r in
                 read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"}
 
     assert records(other) == records(tiny_run)
     assert records(other)[8][1] == 4
+
+
+def test_a_diverged_run_stops_and_keeps_its_finite_checkpoints(tiny_run):
+    """lr 1e4 without clipping turns the loss into NaN within a few steps: training stops
+    with a message naming the last checkpoint, which (like every one kept) is finite, and
+    no record of the poisoned step is logged."""
+    from safetensors.torch import load_file
+
+    from kiln.errors import TrainingDiverged
+
+    with pytest.raises(TrainingDiverged, match=r"diverged at step (\d+): loss nan.*step_0*\d+"):
+        train_losses(tiny_run, "optim.lr=1e4", "optim.grad_clip=0", "train.checkpoint_every=1",
+                     "train.keep_checkpoints=2", "schedule.warmup_steps=0")
+    kept = [p for p in (tiny_run / "checkpoints").glob("step_*")]
+    assert kept
+    for ckpt in kept:
+        assert all(torch.isfinite(t).all() for t in load_file(ckpt / "model.safetensors").values())
+    assert all(math.isfinite(loss) for loss in logged_losses(tiny_run).values())
+    assert max(logged_losses(tiny_run)) == checkpoint_step(latest_checkpoint(tiny_run / "checkpoints"))
+
+
+def test_generate_from_non_finite_weights_says_so():
+    from kiln.config import ModelConfig
+    from kiln.errors import TrainingDiverged
+    from kiln.model import Transformer
+    from kiln.model.sampling import generate
+
+    model = Transformer(ModelConfig(vocab_size=50, dim=32, n_layers=1, n_heads=4, n_kv_heads=2,
+                                    max_seq_len=16))
+    with torch.no_grad():
+        model.embed.weight[3] = float("nan")
+    for temperature in (0.0, 1.0):
+        with pytest.raises(TrainingDiverged, match="not finite"):
+            generate(model, [3, 4], 4, temperature=temperature)
+
+
+def test_resume_refuses_data_made_otherwise(tiny_run):
+    """The checkpoints were trained on the data on disk: a resume naming other data
+    settings is refused, and so is data re-made since (other files, same settings), which
+    the loader state's fingerprint of tokens/index.json tells."""
+    train_losses(tiny_run, "train.steps=6")
+    with pytest.raises(CheckpointError, match=r"other settings \(data.max_bytes"):
+        Trainer(tiny_config(tiny_run, "data.max_bytes=300000"))
+    index = json.loads((tiny_run / "tokens/index.json").read_text())
+    index["train"]["documents"] += 1
+    (tiny_run / "tokens/index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="re-made since"):
+        Trainer(tiny_config(tiny_run))
+
+
+def test_the_step_sets_muon_and_adamw_learning_rates_from_the_schedule(tiny_run):
+    """Muon's matrices train at optim.muon_lr and the rest at optim.lr, both times the
+    schedule's multiplier (a trainer that set one lr for all groups would train Muon at
+    AdamW's rate)."""
+    from kiln.train.schedule import lr_multiplier
+
+    trainer = Trainer(tiny_config(tiny_run, "optim.name=muon", "optim.muon_lr=0.02"))
+    trainer.train_step()
+    mult = lr_multiplier(0, trainer.cfg.train.steps, trainer.cfg.schedule)
+    assert 0 < mult < 1
+    lrs = sorted({(bool(g.get("use_muon")), g["lr"]) for g in trainer.optimizer.param_groups})
+    assert lrs[0] == (False, pytest.approx(3e-3 * mult))
+    assert lrs[-1] == (True, pytest.approx(0.02 * mult))

@@ -11,6 +11,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from kiln.config import (
+    DATA_KEYS,
     Config,
     ConfigError,
     config_changes,
@@ -218,10 +219,23 @@ def cmd_run(cfg: Config) -> None:
         _timed(stages, cfg)
         _record_config(cfg)
     wait_for_main(env)  # the data stages may take hours
-    _timed([("train", cmd_train)], cfg)
+    try:
+        _timed([("train", cmd_train)], cfg)
+        if env.is_main:
+            _timed([("eval", cmd_eval), ("generate", cmd_generate), ("export", cmd_export)], cfg)
+    except KilnError:
+        if env.is_main:  # a diverged or failed run is when its report is needed most
+            _report_anyway(cfg)
+        raise
     if env.is_main:
-        _timed([("eval", cmd_eval), ("generate", cmd_generate), ("export", cmd_export),
-                ("report", cmd_report)], cfg)
+        _timed([("report", cmd_report)], cfg)
+
+
+def _report_anyway(cfg: Config) -> None:
+    try:
+        cmd_report(cfg)
+    except Exception as e:  # the stage's own error is the one to show
+        print(f"kiln: no report either ({type(e).__name__}: {e})", file=sys.stderr)
 
 
 # verbs that make the run's data: they record the config they used (train records its own;
@@ -229,8 +243,6 @@ def cmd_run(cfg: Config) -> None:
 _DATA_VERBS = ("prepare", "tokenizer", "tokenize")
 
 
-# the settings the data (documents, tokenizer, shards) is made from
-_DATA_KEYS = ("data.", "prepare.", "tokenizer.", "run.seed")
 
 
 def _refuse_remaking_trained_data(cfg: Config) -> None:
@@ -244,7 +256,7 @@ def _refuse_remaking_trained_data(cfg: Config) -> None:
     old = recorded_config(cfg.run_dir)
     if old is None:
         return
-    changed = config_changes(old, cfg, _DATA_KEYS)
+    changed = config_changes(old, cfg, DATA_KEYS)
     if changed:
         raise ConfigError(
             f"{cfg.run_dir} holds checkpoints trained on data made with other settings "
@@ -285,9 +297,15 @@ VERBS = {
 
 
 def resolve_config(target: str | None, overrides: list[str]) -> Config:
-    """TARGET is a recipe (.toml) or a run directory (its config.toml is reused)."""
+    """TARGET is a recipe (.toml) or a run directory (its config.toml is reused). Without
+    one, the run in run.dir (runs/quickstart unless overridden) if it has been recorded,
+    else the built-in config: `kiln train` after the quickstart continues the quickstart
+    with its own settings, not the built-in ones."""
     if target is None:
-        return load_config(None, overrides)
+        cfg = load_config(None, overrides)
+        if (cfg.run_dir / "config.toml").exists():
+            return resolve_config(str(cfg.run_dir), overrides)
+        return cfg
     path = Path(target)
     if path.is_dir():
         if not (path / "config.toml").exists():
@@ -301,15 +319,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for name, (_, help_text) in VERBS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("target", nargs="?", help="recipe TOML or run directory (default: built-in)")
+        p.add_argument("target", nargs="?", help="recipe TOML or run directory (default: the run in run.dir, "
+                       "runs/quickstart, else the built-in config)")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config value, e.g. --set train.steps=100 (repeatable)")
         if name == "train":
             p.add_argument("--fresh", action="store_true",
                            help="ignore existing checkpoints and start from step 0")
         if name == "report":
-            p.add_argument("--compare", nargs="+", default=[], metavar="RUN_DIR",
-                           help="overlay these runs' curves and figures on the report")
+            # one run per flag: `--compare A RUN` must not take RUN for a second compared run
+            p.add_argument("--compare", action="append", default=[], metavar="RUN_DIR",
+                           help="overlay this run's curves and figures on the report "
+                           "(repeatable)")
     return parser
 
 

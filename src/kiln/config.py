@@ -464,6 +464,10 @@ def recorded_config(run_dir: Path) -> Config | None:
         return None
 
 
+# the settings the data (documents, tokenizer, shards) is made from
+DATA_KEYS = ("data.", "prepare.", "tokenizer.", "run.seed")
+
+
 def config_changes(old: Config, new: Config, prefixes: tuple[str, ...] = ("",)) -> list[str]:
     """'key: old -> new' for every setting under `prefixes` (dotted) that differs."""
     before, after = flat_settings(old), flat_settings(new)

@@ -11,3 +11,8 @@ class CheckpointError(KilnError, RuntimeError):
 
 class RunDataError(KilnError, ValueError):
     """A file an earlier stage wrote (tokenizer, shard index) that is damaged: re-run that stage."""
+
+
+class TrainingDiverged(KilnError, RuntimeError):
+    """The loss, gradient norm or logits stopped being finite (NaN or inf): the weights are
+    poisoned, so training stops before it checkpoints them."""

@@ -28,10 +28,12 @@ def single_rank_losses(tiny_run, tmp_path):
     return losses(ref)
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
-def test_two_ranks_match_one_rank(tiny_run, single_rank_losses, mode):
-    run_ranks(["train", str(tiny_run), "--set", f"train.parallel={mode}"], world_size=2,
-              timeout=300)
+# micro_batch 2: each rank accumulates two micro-batches, with the gradient sync skipped on
+# the first (DDP no_sync, FSDP2 set_requires_gradient_sync)
+@pytest.mark.parametrize("mode, micro", [("ddp", 4), ("fsdp", 4), ("ddp", 2), ("fsdp", 2)])
+def test_two_ranks_match_one_rank(tiny_run, single_rank_losses, mode, micro):
+    run_ranks(["train", str(tiny_run), "--set", f"train.parallel={mode}", "--set",
+               f"train.micro_batch={micro}"], world_size=2, timeout=300)
     two = losses(tiny_run)
     assert len(two) == len(single_rank_losses) == 12
     for a, b in zip(two, single_rank_losses):

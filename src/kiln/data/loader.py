@@ -8,6 +8,8 @@ permutation; rank r takes the r-th contiguous slice of them. So the batches depe
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +40,9 @@ class TokenStream:
             starts.append(starts[-1] + shard["tokens"])
         self.starts = np.asarray(starts, dtype=np.int64)
         self.n_tokens = int(self.starts[-1])
+        # the index's token and byte counts and unigram entropy, per split: re-made data
+        # (other files, even with the same settings) gives another fingerprint
+        self.fingerprint = hashlib.sha256(json.dumps(index, sort_keys=True).encode()).hexdigest()[:16]
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """tokens[start:stop] as int64, crossing shard boundaries where needed."""
@@ -119,6 +124,7 @@ class TokenLoader:
             "seed": self.seed,
             "seq_len": self.seq_len,
             "n_windows": self.n_windows,
+            "data": self.stream.fingerprint,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -129,6 +135,9 @@ class TokenLoader:
                     f"loader state has {key}={state[key]} but this loader has {getattr(self, key)};"
                     " resuming would change the data order"
                 )
+        if state.get("data", self.stream.fingerprint) != self.stream.fingerprint:  # older: none
+            raise ValueError("the loader state was saved on other token shards (tokens/"
+                             "index.json differs): the data was re-made since")
         self.position = int(state["position"])
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from kiln.errors import TrainingDiverged
 from kiln.model.transformer import Transformer
 
 
@@ -41,6 +42,9 @@ def _next_token(
     top_p: float,
     generator: torch.Generator | None,
 ) -> int:
+    if not torch.isfinite(logits).all():  # argmax and multinomial would pick garbage
+        raise TrainingDiverged("the model's logits are not finite: its weights hold NaN or "
+                               "inf (did training diverge?)")
     if temperature == 0.0:
         return int(logits.argmax())
     probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)

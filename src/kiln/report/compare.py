@@ -1,6 +1,6 @@
 """Set a run beside others: overlaid curves and a table of headline figures.
 
-`kiln report RUN --compare OTHER...` (or `build_report(run, compare=[...])`) adds a
+`kiln report RUN --compare OTHER [--compare ...]` (or `build_report(run, compare=[...])`) adds a
 "Comparison" section with ``plots/compare_loss.png`` (train loss and validation bits per
 byte of every run against step) and one table row per run: final train loss, best val bpb,
 parameters, active parameters per token (MoE runs count top_k of their experts) and mean

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,9 @@ def verdict(bpb: float | None, unigram: float | None) -> tuple[str, str]:
     """Sentence and CSS class saying whether the model beats the unigram baseline."""
     if bpb is None:
         return "No bits-per-byte figure to compare.", "muted"
+    if not math.isfinite(bpb):
+        return (f"Bits per byte are {bpb}: the model's outputs are not finite (training "
+                "diverged?).", "bad")
     if unigram is None:
         return f"bpb {bpb:.4f}; no unigram baseline to compare against.", "muted"
     gap = unigram - bpb

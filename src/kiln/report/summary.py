@@ -27,11 +27,29 @@ def _values(records: list[dict[str, Any]], key: str) -> list[float]:
     return [v for v in (as_number(r.get(key)) for r in records) if v is not None]
 
 
+def _late_throughput(train: list[dict[str, Any]]) -> float | None:
+    """Tokens over training time in the records of the second half of the steps: each
+    record's window holds the tokens since the previous record, trained in tokens /
+    tokens_per_s seconds (validation and checkpoints left out). Not the mean of the
+    records' rates, which a short slow window would weigh like a long one."""
+    middle = (train[0]["step"] + train[-1]["step"]) / 2
+    tokens = seconds = 0.0
+    before = 0.0
+    for r in train:
+        now, rate = as_number(r.get("tokens")), as_number(r.get("tokens_per_s"))
+        if now is None:
+            continue
+        if r["step"] >= middle and rate and now > before:
+            tokens, seconds = tokens + now - before, seconds + (now - before) / rate
+        before = now
+    return tokens / seconds if seconds else None
+
+
 def summarize(records: list[dict[str, Any]]) -> Summary:
     """Summarise train and val records; fields without data stay None.
 
-    Throughput is averaged over the second half of the step range, so the
-    slow first steps (compilation, warm caches) do not drag it down.
+    Throughput is taken over the second half of the step range, so the slow first steps
+    (compilation, warm caches) do not drag it down.
     """
     train = records_of_kind(records, "train")
     val = records_of_kind(records, "val")
@@ -45,9 +63,7 @@ def summarize(records: list[dict[str, Any]]) -> Summary:
         out.total_tokens = max(tokens) if tokens else None
         elapsed = _values(train, "elapsed_s")
         out.wall_time_s = max(elapsed) if elapsed else None
-        middle = (train[0]["step"] + train[-1]["step"]) / 2
-        speeds = _values([r for r in train if r["step"] >= middle], "tokens_per_s")
-        out.mean_tokens_per_s = sum(speeds) / len(speeds) if speeds else None
+        out.mean_tokens_per_s = _late_throughput(train)
     # a diverged run logs nan: the best is the best finite figure
     scored = [r for r in val if (v := as_number(r.get("val_bpb"))) is not None and math.isfinite(v)]
     if scored:

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 
 from kiln.atomic import write_json_atomic
-from kiln.config import Config, ConfigError, config_changes, recorded_config
+from kiln.config import DATA_KEYS, Config, ConfigError, config_changes, recorded_config
 from kiln.data.loader import TokenLoader, TokenStream
 from kiln.data.shards import load_index
-from kiln.errors import CheckpointError
+from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.model import Transformer, count_params, flops_per_token
 from kiln.model.balancing import max_violation
 from kiln.optim import build_optimizer
@@ -177,17 +177,34 @@ class Trainer:
                 print(f"step {self.step} >= train.steps = {self.cfg.train.steps}: nothing to "
                       "train; raise train.steps to go on", file=sys.stderr)
 
+    def _stop_if_diverged(self, record: dict[str, Any]) -> None:
+        """A non-finite loss or gradient norm has poisoned the weights (the update already
+        ran): stop before any callback logs or checkpoints them, so the checkpoints on disk
+        stay finite and `keep_checkpoints` never rotates the good ones out."""
+        if math.isfinite(record["loss"]) and math.isfinite(record["grad_norm"]):
+            return
+        last = latest_checkpoint(self.run_dir / "checkpoints")
+        since = (f"the last checkpoint, {last.name}, is from before it: lower optim.lr (or "
+                 "set optim.grad_clip) and run `kiln train` again to resume from there"
+                 if last else "no checkpoint was written yet: lower optim.lr (or set "
+                 "optim.grad_clip) and start again")
+        raise TrainingDiverged(
+            f"training diverged at step {self.step}: loss {record['loss']}, gradient norm "
+            f"{record['grad_norm']}; {since}")
+
     def _refuse_changed_model(self, ckpt: Path) -> None:
-        """A checkpoint continues the function it was trained as. Model settings that keep
-        every tensor's shape (rope_theta, norm_eps, sliding_window, top_k...) would pass the
-        shape check and silently train another model; another optimizer cannot take the
-        checkpoint's optimizer state."""
+        """A checkpoint continues the function it was trained as, on the data it was trained
+        on. Model settings that keep every tensor's shape (rope_theta, norm_eps, top_k...)
+        would pass the shape check and silently train another model; another optimizer
+        cannot take the checkpoint's optimizer state; other data settings describe data
+        that is not on disk."""
         old = recorded_config(self.run_dir)
         if old is None:
             return
         vocab = old.model.vocab_size or self.model_cfg.vocab_size  # 0 (auto) as resolved now
         old = dataclasses.replace(old, model=dataclasses.replace(old.model, vocab_size=vocab))
-        changed = [c for c in config_changes(old, self.cfg, ("model.", "optim.name"))
+        refused = ("model.", "optim.name", *DATA_KEYS)
+        changed = [c for c in config_changes(old, self.cfg, refused)
                    if c.split(":")[0] not in _RESUMABLE_MODEL_KEYS]
         if changed:
             raise CheckpointError(
@@ -281,6 +298,7 @@ class Trainer:
             for cb in self.callbacks:
                 cb.on_step_start(self)
             record = self.train_step()
+            self._stop_if_diverged(record)
             losses.append(record["loss"])
             for cb in self.callbacks:
                 cb.on_step_end(self, record)
