@@ -98,6 +98,41 @@ def test_impossible_combinations_name_the_key(override, key):
         load_config(None, [override])
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model.dim=40", "model.n_heads=8"], r"model\.dim / model\.n_heads must be even"),
+        (["model.local_per_global=3"], r"model\.local_per_global > 0 needs model\.sliding_window"),
+        (["model.n_experts=4", "model.top_k=5"],
+         r"model\.top_k \(5\) must be in \[1, model\.n_experts=4\]"),
+        (["model.n_experts=4", "model.top_k=0"], r"model\.top_k \(0\) must be in"),
+        (["model.n_experts=4", "model.n_layers=2", "model.n_dense_layers=3"],
+         r"model\.n_dense_layers exceeds model\.n_layers"),
+        (["schedule.decay_fraction=0"], r"schedule\.decay_fraction must be in \(0, 1\]"),
+        (["schedule.decay_fraction=1.5"], r"schedule\.decay_fraction must be in \(0, 1\]"),
+        (["optim.muon_momentum=1.0"], r"optim\.muon_\*: need 0 <= muon_momentum < 1"),
+        (["optim.muon_momentum=-0.1"], r"optim\.muon_\*: need 0 <= muon_momentum < 1"),
+        (["optim.muon_ns_steps=0"], r"optim\.muon_\*: .*muon_ns_steps >= 1"),
+        (["optim.muon_lr=-0.01"], r"optim\.muon_\*: .*muon_lr >= 0"),
+        (["optim.muon_weight_decay=-0.1"], r"optim\.muon_\*: .*muon_weight_decay >= 0"),
+    ],
+)
+def test_model_optim_and_schedule_ranges_name_the_key(overrides, message):
+    """Settings that would build a broken model (odd rotary head_dim, local layers with no
+    window, impossible expert counts) or a nonsense optimizer/schedule are refused at load."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_settings_just_inside_the_ranges_load():
+    """The boundaries of the checks above are themselves valid."""
+    load_config(None, ["model.dim=48", "model.n_heads=8", "model.n_kv_heads=4",  # head_dim 6
+                       "model.local_per_global=3", "model.sliding_window=64",
+                       "model.n_experts=4", "model.top_k=4", "model.n_dense_layers=4",
+                       "schedule.decay_fraction=1.0", "optim.muon_momentum=0",
+                       "optim.muon_ns_steps=1", "optim.muon_lr=0", "optim.muon_weight_decay=0"])
+
+
 def test_choice_error_suggests_closest():
     with pytest.raises(ConfigError, match="did you mean 'cosine'"):
         load_config(None, ["schedule.name=cosin"])

@@ -121,6 +121,19 @@ def test_single_window_split_still_yields(tmp_path):
     assert _starts(loader.next_batch()) == [0, 0]
 
 
+def test_split_that_is_a_multiple_of_seq_len_drops_the_last_partial_window(tmp_path):
+    """Each window needs seq_len+1 tokens, so a split of n tokens with n % SEQ == 0 holds one
+    window fewer than n // SEQ: the last SEQ tokens cannot be a window (no target for the
+    final one). Every batch over several epochs, and every eval batch, is a full window."""
+    _make_shards(tmp_path, n_tokens=10 * SEQ, shard_tokens=13)
+    loader = _loader(tmp_path, global_batch=3)
+    seen = [w for _ in range(9) for w in _starts(loader.next_batch())]  # three epochs
+    assert sorted(seen) == sorted(list(range(9)) * 3)
+    assert loader.state_dict()["n_windows"] == 9
+    rows = list(eval_batches(tmp_path, "train", SEQ, 4, 0))
+    assert [_starts(b) for b in rows] == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+
+
 def test_eval_batches_sequential_and_rank_disjoint(shards):
     kw = dict(split="train", seq_len=SEQ, batch_size=3, max_batches=0)
     all_batches = list(eval_batches(shards, **kw))

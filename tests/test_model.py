@@ -159,6 +159,72 @@ def test_attention_trains_through_the_stacked_projection_and_decodes_without_it(
         assert w.grad is not None and w.grad.abs().sum() > 0
 
 
+def _reference_attention(attn: Attention, x: torch.Tensor, theta: float) -> torch.Tensor:
+    """Causal GQA attention written out: RoPE (rotate-half, angles pos * theta^(-2i/d)) on
+    both queries and keys, explicit scores and softmax, in float64."""
+    b, t, _ = x.shape
+    h, kv, d = attn.n_heads, attn.n_kv_heads, attn.head_dim
+    x = x.double()
+    q = (x @ attn.wq.weight.double().T).view(b, t, h, d).transpose(1, 2)
+    k = (x @ attn.wk.weight.double().T).view(b, t, kv, d).transpose(1, 2)
+    v = (x @ attn.wv.weight.double().T).view(b, t, kv, d).transpose(1, 2)
+    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = torch.arange(t, dtype=torch.float64)[:, None] * inv_freq  # (t, d/2)
+    cos, sin = angle.cos(), angle.sin()
+
+    def rope(z):
+        z1, z2 = z[..., : d // 2], z[..., d // 2 :]
+        return torch.cat([z1 * cos - z2 * sin, z2 * cos + z1 * sin], dim=-1)
+
+    q, k = rope(q), rope(k)
+    k, v = k.repeat_interleave(h // kv, dim=1), v.repeat_interleave(h // kv, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, h * d)
+    return y @ attn.wo.weight.double().T
+
+
+def test_attention_matches_a_reference_with_rope_on_queries_and_keys():
+    """The module's output equals attention computed by hand with both q and k rotated, in
+    training (stacked projection) and inference alike."""
+    torch.manual_seed(0)
+    attn = Attention(32, 4, 2)
+    with torch.no_grad():  # weights big enough that positions move the scores visibly
+        for w in (attn.wq.weight, attn.wk.weight):
+            w.mul_(8)
+    cos, sin = rope_tables(8, 24, 10000.0)
+    x = torch.randn(2, 24, 32)
+    expected = _reference_attention(attn, x, 10000.0).float()
+    torch.testing.assert_close(attn(x, cos, sin), expected, atol=1e-4, rtol=1e-4)
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x, cos, sin), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_local_attention_with_rope_sees_relative_positions_only():
+    """With RoPE on q and k a score depends on i - j only, so a sliding-window layer gives the
+    same output for the same last `window` tokens wherever they sit in the sequence. (A
+    rotation of the queries alone would make scores depend on absolute position.)"""
+    torch.manual_seed(0)
+    window, shift = 4, 7
+    attn = Attention(32, 4, 2, window=window)
+    with torch.no_grad():
+        for w in (attn.wq.weight, attn.wk.weight):
+            w.mul_(8)
+    cos, sin = rope_tables(8, 32, 10000.0)
+    content = torch.randn(2, 16, 32)
+    shifted = torch.cat([torch.randn(2, shift, 32), content], dim=1)
+    with torch.no_grad():
+        y = attn(content, cos[:16], sin[:16])
+        y_shifted = attn(shifted, cos[: 16 + shift], sin[: 16 + shift])
+    torch.testing.assert_close(y_shifted[:, shift + window - 1 :], y[:, window - 1 :],
+                               atol=1e-5, rtol=1e-5)
+    # and the order inside the window matters (positions are not simply ignored)
+    swapped = content.clone()
+    swapped[:, [10, 11]] = content[:, [11, 10]]
+    with torch.no_grad():
+        assert not torch.allclose(attn(swapped, cos[:16], sin[:16])[:, 12], y[:, 12], atol=1e-3)
+
+
 @pytest.mark.parametrize("name", ["cosine", "wsd"])
 @pytest.mark.parametrize(("steps", "warmup"), [(4, 3), (1, 0), (2, 0), (5, 0)])
 def test_decaying_schedules_end_at_the_floor_even_with_no_room_to_decay(name, steps, warmup):

@@ -325,3 +325,50 @@ def test_gates_of_underflowing_scores_are_zero_not_nan():
     _, idx, gates = route(logits, torch.zeros(4), top_k=2, route_scale=1.0)
     assert torch.equal(gates[0], torch.zeros(2))
     assert gates[1].sum().item() == pytest.approx(1.0, rel=1e-6)
+
+
+# ---------------------------------------------------------------- training step
+
+
+def _one_step_with_aux(run_dir, micro_batch: int) -> tuple[dict, dict, list]:
+    """One train_step of a tiny MoE model with both aux losses on: the gradients the
+    optimizer saw, the step's record and the balancing biases after it."""
+    from conftest import tiny_config
+
+    from kiln.train.trainer import Trainer
+
+    cfg = tiny_config(run_dir, "model.n_experts=4", "model.top_k=2", "model.expert_hidden=32",
+                      "model.seq_aux_coef=0.3", "model.z_loss_coef=0.03", "optim.grad_clip=0",
+                      "train.global_batch=8", f"train.micro_batch={micro_batch}")
+    trainer = Trainer(cfg, resume=False)
+    assert trainer.accum_steps == 8 // micro_batch
+    grads, step = {}, trainer.optimizer.step
+
+    def recording_step(*args, **kw):
+        grads.update({n: p.grad.clone() for n, p in trainer.raw_model.named_parameters()
+                      if p.grad is not None})
+        return step(*args, **kw)
+
+    trainer.optimizer.step = recording_step
+    record = trainer.train_step()
+    biases = [m.balancer.bias.clone() for m in trainer.raw_model.moe_layers()]
+    return grads, record, biases
+
+
+def test_aux_losses_are_averaged_over_micro_batches_like_the_loss(tiny_run):
+    """Gradient accumulation must not change what a step computes: the LM loss, the per-
+    sequence balance loss and the per-token z-loss are all means, so 2 micro-batches of 4
+    sequences give the gradients of one batch of 8 when each micro-batch's loss + aux is
+    divided by 2. (Routing is per token and the balancing bias moves only after the step,
+    from counts summed over the micro-batches, so nothing else differs.) An aux loss added
+    once per micro-batch would double the router's aux gradient."""
+    g1, r1, b1 = _one_step_with_aux(tiny_run, micro_batch=8)
+    g2, r2, b2 = _one_step_with_aux(tiny_run, micro_batch=4)
+    assert any("router" in n for n in g1) and g1.keys() == g2.keys()
+    for name in g1:
+        torch.testing.assert_close(g2[name], g1[name], rtol=1e-4, atol=1e-6, msg=name)
+    assert r2["loss"] == pytest.approx(r1["loss"], rel=1e-5)
+    assert r2["grad_norm"] == pytest.approx(r1["grad_norm"], rel=1e-4)
+    assert r1["moe_load"] == r2["moe_load"]  # the same routing, counted once per step
+    for a, b in zip(b1, b2, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-7)

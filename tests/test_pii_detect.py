@@ -73,6 +73,27 @@ def test_public_vs_private_ip_policy():
     assert found("11.1.2.3.45", "IP_ADDRESS") == []  # datatrove's bare regex would match inside
 
 
+@pytest.mark.parametrize("local", ["noreply", "no-reply", "DoNotReply", "mailer-daemon",
+                                   "postmaster", "notifications"])
+def test_service_addresses_at_real_domains_are_not_emails(local):
+    """A service mailbox reaches a machine, not a person: not PII even at a real domain,
+    where the same domain with a person's mailbox is."""
+    text = f"From: {local}@github.com\nCc: jane.okafor@github.com\n"
+    assert found(text, "EMAIL") == ["jane.okafor@github.com"]
+
+
+def test_dotted_quad_written_elsewhere_as_a_version_is_not_an_ip():
+    """Once a document calls 185.220.101.47 a version, every other mention of it is that
+    version too, even where the words around it say nothing of versions; the same mention in
+    a document without the version is a public IP."""
+    mention = "The mirror now serves 185.220.101.47 to everyone.\n"
+    assert found(mention, "IP_ADDRESS") == ["185.220.101.47"]
+    assert found("Upgraded to version 185.220.101.47 yesterday.\n" + mention, "IP_ADDRESS") == []
+    assert found(mention + "Rolled back from release 185.220.101.47.\n", "IP_ADDRESS") == []
+    # repeated without any version marker: both mentions stay addresses
+    assert found(mention + "Ping 185.220.101.47 again.\n", "IP_ADDRESS") == ["185.220.101.47"] * 2
+
+
 def test_shannon_entropy_reference_values():
     assert shannon_entropy("aaaa") == 0.0
     assert shannon_entropy("abcd") == pytest.approx(2.0)

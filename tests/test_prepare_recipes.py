@@ -247,6 +247,55 @@ def test_minhash_drops_near_duplicates_through_the_pipeline(tmp_path):
     assert len(_texts(tmp_path / "run")) == 6
 
 
+def _dedup_rows(tmp_path, overrides: list[str]) -> dict:
+    cfg = load_config(None, overrides).prepare
+    run_prepare(cfg, tmp_path / "run", [str(tmp_path / "src")], progress=False)
+    return {r["stage"]: r for r in json.loads((tmp_path / "run/yield.json").read_text())["stages"]}
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_exact_dedup_normalize_setting_reaches_the_stage(tmp_path, normalize):
+    """`prepare.dedup_exact.normalize` decides whether a copy differing only in case and
+    whitespace is a duplicate: it must reach the stage, not just the config."""
+    src = text_corpus(tmp_path)
+    shouted = "  ".join((src / "f4.txt").read_text().upper().split()) + "\n"
+    (src / "f8.txt").write_text(shouted)
+    rows = _dedup_rows(tmp_path, ['prepare.stages=["read", "dedup_exact", "write"]',
+                                  "prepare.tasks=2",
+                                  f"prepare.dedup_exact.normalize={str(normalize).lower()}"])
+    texts = _texts(tmp_path / "run")
+    assert rows["dedup_exact"]["drop_reasons"] == {"duplicate": 3 if normalize else 2}
+    original = (src / "f4.txt").read_text()
+    assert (shouted in texts) + (original in texts) == (1 if normalize else 2)
+    assert len(texts) == (6 if normalize else 7)
+
+
+@pytest.mark.parametrize("options, near_kept, bands", [
+    ([], False, 14),  # defaults (5-grams, 14 buckets x 8 hashes): J ~ 0.87 matches
+    (["prepare.dedup_minhash.num_buckets=1", "prepare.dedup_minhash.hashes_per_bucket=100"],
+     True, 1),  # one band of 100 hashes: P(match | J ~ 0.87) ~ 1e-6
+    (["prepare.dedup_minhash.hashes_per_bucket=100"], True, 14),  # 14 such bands: ~1e-5
+    (["prepare.dedup_minhash.n_grams=40"], True, 14),  # the changed word is in most 40-grams
+])
+def test_minhash_settings_reach_the_stage(tmp_path, options, near_kept, bands):
+    """The `prepare.dedup_minhash.*` settings decide whether a near-duplicate (one middle word
+    changed) is dropped, and how many bucket tasks run; exact copies always go."""
+    src = text_corpus(tmp_path)
+    original = (src / "f4.txt").read_text()
+    words = original.split()
+    words[len(words) // 2] = "zzzzzz"
+    near = " ".join(words)
+    (src / "f8.txt").write_text(near)
+    rows = _dedup_rows(tmp_path, ['prepare.stages=["read", "dedup_minhash", "write"]',
+                                  "prepare.tasks=2", *options])
+    texts = _texts(tmp_path / "run")
+    assert rows["dedup_minhash"]["drop_reasons"] == {"near_duplicate": 2 if near_kept else 3}
+    assert len(texts) == len(set(texts)) == (7 if near_kept else 6)
+    assert (near in texts) + (original in texts) == (2 if near_kept else 1)
+    [bucket_phase] = (tmp_path / "run/logs/prepare/phases").glob("*_minhash_buckets")
+    assert len(list((bucket_phase / "completions").iterdir())) == bands  # one task per band
+
+
 def test_injected_replicas_are_counted_and_found_by_decontamination(tmp_path):
     src = text_corpus(tmp_path)
     bench = tmp_path / "bench.jsonl"
