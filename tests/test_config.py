@@ -183,7 +183,18 @@ def test_any_run_dir_survives_override_and_the_recorded_toml(tmp_path, run_dir):
     ("optim.lr=.5", "as a TOML number: 0.5"),
     ("optim.lr=5.", "as a TOML number: 5.0"),
     ("train.compile=True", "TOML booleans are lowercase: true"),
+    ('train.steps="100"', "as a TOML number: 100)"),  # an int key: not 100.0
 ])
 def test_python_style_values_say_how_toml_writes_them(override, hint):
     with pytest.raises(ConfigError, match=re.escape(hint)):
+        load_config(None, [override])
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("generate.top_p=0", "generate.top_p = 0.0 must be in (0, 1]"),
+    ("generate.temperature=-1", "generate.temperature = -1.0 must be >= 0"),
+    ("generate.top_k=-2", "generate.top_k = -2 must be >= 0"),
+])
+def test_sampling_settings_out_of_range_name_the_key_and_value(override, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(None, [override])

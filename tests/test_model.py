@@ -242,6 +242,8 @@ def test_schedule_warnings_name_what_the_settings_do():
     (only,) = schedule_warnings(10, cosine)
     assert "warmup_steps (20) >= train.steps (10)" in only and "ends at 50%" in only
     assert schedule_warnings(100, cosine) == []
+    (only,) = schedule_warnings(20, cosine)  # warmup as long as the run: peak at the end
+    assert "reaches optim.lr only at the last step" in only and "never reaches" not in only
     wsd = load_config(None, ["schedule.name=wsd", "schedule.warmup_steps=8",
                              "schedule.decay_fraction=0.5"]).schedule
     (only,) = schedule_warnings(10, wsd)

@@ -486,3 +486,18 @@ def test_the_step_sets_muon_and_adamw_learning_rates_from_the_schedule(tiny_run)
     lrs = sorted({(bool(g.get("use_muon")), g["lr"]) for g in trainer.optimizer.param_groups})
     assert lrs[0] == (False, pytest.approx(3e-3 * mult))
     assert lrs[-1] == (True, pytest.approx(0.02 * mult))
+
+
+def test_a_rank_left_on_one_thread_of_many_cores_is_noted(tiny_run, monkeypatch, capsys):
+    threads = torch.get_num_threads()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    torch.set_num_threads(1)
+    try:
+        Trainer(tiny_config(tiny_run))
+        assert "launch with OMP_NUM_THREADS=8" in capsys.readouterr().err
+        torch.set_num_threads(8)
+        Trainer(tiny_config(tiny_run))
+        assert "OMP_NUM_THREADS" not in capsys.readouterr().err
+    finally:
+        torch.set_num_threads(threads)

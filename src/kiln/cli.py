@@ -30,7 +30,8 @@ def _load_model(cfg: Config):
 
     ckpt = latest_checkpoint(cfg.run_dir / "checkpoints")
     if ckpt is None:
-        raise SystemExit(f"no checkpoint in {cfg.run_dir / 'checkpoints'}: run `kiln train` first")
+        raise FileNotFoundError(f"no checkpoint in {cfg.run_dir / 'checkpoints'}: run `kiln train` "
+                                "first")
     model = Transformer(model_config_for_run(cfg, cfg.run_dir / "tokens"))
     load_weights(ckpt, model)
     return model.eval(), ckpt
@@ -56,7 +57,8 @@ def cmd_tokenizer(cfg: Config) -> None:
 
     texts = (doc.text for doc in read_documents(cfg.run_dir))
     tok = train_tokenizer_of_kind(cfg.tokenizer.kind, texts, cfg.tokenizer.vocab_size,
-                                  _tokenizer_path(cfg), min_frequency=cfg.tokenizer.min_frequency)
+                                  _tokenizer_path(cfg), min_frequency=cfg.tokenizer.min_frequency,
+                                  show_progress=sys.stderr.isatty())  # off a terminal: blank lines
     print(f"tokenizer ({cfg.tokenizer.kind}): {tok.get_vocab_size()} tokens -> "
           f"{_tokenizer_path(cfg)}")
     if tok.get_vocab_size() < cfg.tokenizer.vocab_size:

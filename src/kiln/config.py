@@ -133,7 +133,7 @@ class TrainConfig:
     eval_every: int = 100
     eval_batches: int = 20
     checkpoint_every: int = 100
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 2  # the newest N complete checkpoints; 0 keeps them all
 
 
 @dataclass
@@ -245,6 +245,8 @@ def _toml_hint(value: Any, hint: type) -> str:
             number = float(value)
         except ValueError:
             return ""
+        if hint is int and number.is_integer():
+            return f" (as a TOML number: {int(number)})"
         return f" (as a TOML number: {number!r})"
     return ""
 
@@ -410,8 +412,11 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("generate.prompts is empty: give at least one prompt")
     if not all(g.prompts):
         raise ConfigError("generate.prompts: every prompt needs at least one character")
-    if g.temperature < 0 or not 0 < g.top_p <= 1 or g.top_k < 0:
-        raise ConfigError("generate: temperature >= 0, 0 < top_p <= 1 and top_k >= 0 are required")
+    for key, value, ok, rule in (("temperature", g.temperature, g.temperature >= 0, ">= 0 (0 is greedy)"),
+                                 ("top_p", g.top_p, 0 < g.top_p <= 1, "in (0, 1] (1 is off)"),
+                                 ("top_k", g.top_k, g.top_k >= 0, ">= 0 (0 is off)")):
+        if not ok:
+            raise ConfigError(f"generate.{key} = {value} must be {rule}")
     validate_prepare(cfg.prepare)
     return cfg
 

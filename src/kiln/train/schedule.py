@@ -39,9 +39,11 @@ def schedule_warnings(total_steps: int, cfg: ScheduleConfig) -> list[str]:
     """What makes the schedule other than its name says: a warmup as long as the run never
     reaches the peak lr; a wsd warmup that runs into the decay shortens the decay."""
     if cfg.warmup_steps >= total_steps:
+        end = lr_multiplier(total_steps - 1, total_steps, cfg)
+        reach = ("the lr reaches optim.lr only at the last step" if end >= 1 else
+                 f"the lr never reaches optim.lr (it ends at {end:.0%} of it)")
         return [f"schedule.warmup_steps ({cfg.warmup_steps}) >= train.steps ({total_steps}): "
-                f"the lr never reaches optim.lr (it ends at "
-                f"{lr_multiplier(total_steps - 1, total_steps, cfg):.0%} of it) and never decays"]
+                f"{reach} and never decays"]
     if cfg.name == "wsd":
         decay_steps = max(1, round(cfg.decay_fraction * total_steps))
         if cfg.warmup_steps > total_steps - decay_steps:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -118,6 +119,8 @@ class Trainer:
             print(f"note: {share} train.global_batch = {t.global_batch}: each runs "
                   f"micro-batches of {self.micro_batch} (train.micro_batch = {t.micro_batch} is "
                   "the most one runs at once)", file=sys.stderr)
+        if self.env.is_main and self.device.type == "cpu":
+            self._note_threads()
         if self.env.is_main:
             for warning in schedule_warnings(t.steps, cfg.schedule):
                 print(f"warning: {warning}", file=sys.stderr)
@@ -176,6 +179,16 @@ class Trainer:
             if self.step >= self.cfg.train.steps:
                 print(f"step {self.step} >= train.steps = {self.cfg.train.steps}: nothing to "
                       "train; raise train.steps to go on", file=sys.stderr)
+
+    def _note_threads(self) -> None:
+        """torchrun sets OMP_NUM_THREADS=1 for several processes unless told otherwise: on
+        CPU each rank then uses one core however many the machine has."""
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        cores = os.cpu_count() or 1
+        if ranks_here > 1 and torch.get_num_threads() == 1 and cores >= 2 * ranks_here:
+            print(f"note: each of the {ranks_here} ranks on this machine computes on 1 thread "
+                  f"(OMP_NUM_THREADS=1, torchrun's default) of {cores} cores; launch with "
+                  f"OMP_NUM_THREADS={cores // ranks_here} to use them all", file=sys.stderr)
 
     def _stop_if_diverged(self, record: dict[str, Any]) -> None:
         """A non-finite loss or gradient norm has poisoned the weights (the update already
