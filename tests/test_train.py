@@ -501,3 +501,14 @@ def test_a_rank_left_on_one_thread_of_many_cores_is_noted(tiny_run, monkeypatch,
         assert "OMP_NUM_THREADS" not in capsys.readouterr().err
     finally:
         torch.set_num_threads(threads)
+
+
+def test_more_ranks_than_gpus_is_a_clear_error(monkeypatch):
+    from kiln.config import ConfigError
+    from kiln.parallel.distributed import init_distributed
+
+    for key, value in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match="local rank 1 has no GPU of its own: 1 are visible"):
+        init_distributed(torch.device("cuda"))

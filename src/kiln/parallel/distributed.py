@@ -50,6 +50,10 @@ def init_distributed(device: torch.device) -> DistEnv:
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
+            if local >= torch.cuda.device_count():
+                raise ConfigError(f"local rank {local} has no GPU of its own: "
+                                  f"{torch.cuda.device_count()} are visible; start at most that "
+                                  "many processes per node (torchrun --nproc_per_node)")
             torch.cuda.set_device(local)
         dist.init_process_group(backend=backend)
     return DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
