@@ -315,12 +315,29 @@ def test_resume_with_more_steps_states_the_lr_jump(tiny_run, tmp_path, capsys):
 
 
 def test_a_killed_write_left_behind_is_cleared_by_the_next_save(tiny_run):
-    stale = tiny_run / "checkpoints" / ".tmp-step_00000003-99999"
-    stale.mkdir(parents=True)
-    (stale / "model.safetensors").write_bytes(b"half")
+    """Half-written folders of dead writers go (today's `.step_N.tmp-PID`, and an older
+    Kiln's `.tmp-step_N-PID`); a live writer's is left to it."""
+    root = tiny_run / "checkpoints"
+    stale = [root / ".tmp-step_00000003-99999999", root / ".step_00000003.tmp-99999999"]
+    live = root / f".step_00000004.tmp-{os.getppid()}"
+    for folder in (*stale, live):
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"half")
     train_losses(tiny_run, "train.steps=6")
-    assert not stale.exists()
-    assert latest_checkpoint(tiny_run / "checkpoints").name == "step_00000006"
+    assert not any(p.exists() for p in stale) and live.exists()
+    assert latest_checkpoint(root).name == "step_00000006"
+
+
+def test_a_replaced_checkpoint_moved_aside_by_a_killed_writer_comes_back(tiny_run):
+    """A re-saved step moves its old copy aside, then renames the new one in; a writer
+    killed between the two leaves `.step_N.old-PID`: the next save puts it back."""
+    train_losses(tiny_run, "train.keep_checkpoints=0")  # steps 6 and 12
+    root = tiny_run / "checkpoints"
+    (root / "step_00000006").rename(root / ".step_00000006.old-99999999")
+    _, resumed = train_losses(tiny_run, "train.keep_checkpoints=0", "train.steps=15")
+    assert len(resumed) == 3  # from step 12
+    assert (root / "step_00000006" / "trainer.pt").exists()
+    assert not list(root.glob(".step_*"))
 
 
 def test_a_record_after_a_torn_last_line_starts_on_its_own_line(tmp_path):

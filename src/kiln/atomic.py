@@ -28,7 +28,7 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; it replaces `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _recover_killed_swaps(path)
+    recover_killed_swaps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         yield tmp
@@ -58,7 +58,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _recover_killed_swaps(path: Path) -> None:
+def recover_killed_swaps(path: Path) -> None:
     """Clear what a writer killed inside `atomic_dir` or `atomic_path` left beside `path`:
     its half-written `.tmp-PID` file or folder goes; its `.old-PID` folder (the previous complete version, moved
     aside just before the swap) is put back if `path` is missing, else it goes too. Folders
@@ -86,7 +86,7 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _recover_killed_swaps(path)
+    recover_killed_swaps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     old = path.with_name(f".{path.name}.old-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -26,7 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from kiln.atomic import fsync_dir, write_text_atomic
+from kiln.atomic import atomic_dir, fsync_dir, recover_killed_swaps, write_text_atomic
 from kiln.errors import CheckpointError
 from kiln.parallel.distributed import DistEnv, unwrap, wait_for_main
 
@@ -107,25 +107,28 @@ def save_checkpoint(
     optim_state = get_optimizer_state_dict(model, optimizer, options=_FULL)
     final = ckpt_root / f"{_PREFIX}{step:08d}"
     if env.is_main:
-        ckpt_root.mkdir(parents=True, exist_ok=True)
-        tmp = ckpt_root / f".tmp-{final.name}-{os.getpid()}"
-        for stale in ckpt_root.glob(".tmp-*"):  # halves of writes a killed run left behind
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp.mkdir()
-        save_file(weights, str(tmp / "model.safetensors"))
-        torch.save(optim_state, tmp / "optimizer.pt")
-        torch.save({**trainer_state, "rng": torch.get_rng_state()}, tmp / "trainer.pt")
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        if final.exists():  # re-saving a step after a resume: replace the old copy
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        fsync_dir(ckpt_root)
+        _clear_killed_writes(ckpt_root)
+        with atomic_dir(final) as tmp:  # a re-saved step (after a resume) replaces its copy
+            save_file(weights, str(tmp / "model.safetensors"))
+            torch.save(optim_state, tmp / "optimizer.pt")
+            torch.save({**trainer_state, "rng": torch.get_rng_state()}, tmp / "trainer.pt")
         write_text_atomic(ckpt_root / "latest", final.name + "\n")
         _prune(ckpt_root, keep)
     wait_for_main(env)
     return final
+
+
+def _clear_killed_writes(ckpt_root: Path) -> None:
+    """What writes of other steps left when killed (`atomic_dir` clears its own step's):
+    half-written folders go, a folder moved aside for a replacement comes back."""
+    if not ckpt_root.is_dir():
+        return
+    for leftover in ckpt_root.glob(f".{_PREFIX}*"):
+        name, sep, _ = leftover.name[1:].rpartition(".")
+        if sep:
+            recover_killed_swaps(ckpt_root / name)
+    for legacy in ckpt_root.glob(".tmp-*"):  # an older Kiln's half-written checkpoints
+        shutil.rmtree(legacy, ignore_errors=True)
 
 
 def _prune(ckpt_root: Path, keep: int) -> None:
