@@ -63,6 +63,12 @@ def local_device(device: torch.device, env: DistEnv) -> torch.device:
     return torch.device("cuda", env.local_rank) if device.type == "cuda" else device
 
 
+def parallelize(model: nn.Module, kind: str, env: DistEnv, compile: bool = False) -> nn.Module:
+    """The single-device model, made ready to train: in DESIGN's fixed order, (activation
+    checkpointing: none yet), torch.compile when asked, then DDP or FSDP2 over the ranks."""
+    return wrap_model(torch.compile(model) if compile else model, kind, env)
+
+
 def wrap_model(model: nn.Module, kind: str, env: DistEnv) -> nn.Module:
     """DDP replicates the model; FSDP2 shards each block, with the embedding, final norm
     and head (tied weights live there) in the root unit."""

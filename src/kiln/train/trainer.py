@@ -26,7 +26,7 @@ from kiln.parallel.distributed import (
     grad_sync,
     init_distributed,
     local_device,
-    wrap_model,
+    parallelize,
 )
 from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
@@ -133,8 +133,7 @@ class Trainer:
         self.raw_model = raw
         self.figures = {**count_params(raw),
                         "flops_per_token": flops_per_token(self.model_cfg, t.seq_len)}
-        model = torch.compile(raw) if t.compile else raw
-        self.model = wrap_model(model, t.parallel, self.env)
+        self.model = parallelize(raw, t.parallel, self.env, compile=t.compile)
         self.optimizer = build_optimizer(self.model, cfg.optim)
         check_splits(self.token_dir, t.seq_len)  # before training, not at its end
         self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
