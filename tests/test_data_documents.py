@@ -7,7 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kiln.data.documents import SourceReader, prepare_documents, read_documents
+from kiln.data.documents import SourceReader, read_documents
+from kiln.data.pipeline import PrepareConfig, run_prepare
 from kiln.data.sources import stdlib_root
 
 
@@ -132,7 +133,8 @@ def test_prepare_and_read_back(tmp_path):
     (src / "a.txt").write_text("alpha")
     (src / "b.jsonl").write_text('{"text": "beta"}\nnot json\n')
     (src / "c.txt").write_bytes(b"\xe9t\xe9")  # latin-1: not UTF-8
-    summary = prepare_documents([str(src)], tmp_path / "run")
+    cfg = PrepareConfig(stages=["read", "write"])
+    summary = run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
     assert summary["documents"] == 2 and summary["bytes"] == 9
     assert summary["skipped"] == {"bad_json": 1, "non_utf8": 1}
     assert json.loads((tmp_path / "run" / "prepare.json").read_text()) == summary
@@ -141,7 +143,7 @@ def test_prepare_and_read_back(tmp_path):
     assert docs[0].metadata == {"source": str(src / "a.txt"), "bytes": 5}
     # a second run replaces the first instead of being skipped as "completed"
     (src / "a.txt").write_text("changed")
-    assert prepare_documents([str(src)], tmp_path / "run")["bytes"] == 11
+    assert run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)["bytes"] == 11
 
 
 def test_read_documents_without_prepare(tmp_path):

@@ -237,14 +237,21 @@ def test_resume_of_a_completed_run_skips_every_task(tmp_path):
 
 
 def test_minhash_drops_near_duplicates_through_the_pipeline(tmp_path):
+    """2 and 1 tasks keep the same documents; the 1-task re-run of the same run directory starts
+    over, so the 2-task run's stale signatures do not mix in."""
     src = text_corpus(tmp_path)
     base = (src / "f4.txt").read_text()
     (src / "f8.txt").write_text(base.replace("document 4 says", "document 4 said"))  # near dup
-    cfg = PrepareConfig(stages=["read", "dedup_minhash", "write"], tasks=2)
-    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
-    rows = {r["stage"]: r for r in json.loads((tmp_path / "run/yield.json").read_text())["stages"]}
-    assert rows["dedup_minhash"]["drop_reasons"] == {"near_duplicate": 3}  # 2 exact + 1 near
-    assert len(_texts(tmp_path / "run")) == 6
+    outs = []
+    for tasks in (2, 1):
+        cfg = PrepareConfig(stages=["read", "dedup_minhash", "write"], tasks=tasks)
+        run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+        yields = json.loads((tmp_path / "run/yield.json").read_text())
+        rows = {r["stage"]: r for r in yields["stages"]}
+        assert rows["dedup_minhash"]["drop_reasons"] == {"near_duplicate": 3}  # 2 exact + 1 near
+        assert yields["tasks"] == tasks
+        outs.append(_texts(tmp_path / "run"))
+    assert outs[0] == outs[1] and len(outs[0]) == len(set(outs[0])) == 6
 
 
 def _dedup_rows(tmp_path, overrides: list[str]) -> dict:

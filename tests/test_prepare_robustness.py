@@ -5,8 +5,10 @@ import json
 import pytest
 
 from kiln.config import ConfigError
-from kiln.data.documents import SourceReader, prepare_documents, read_documents
+from kiln.data.documents import SourceReader, read_documents
 from kiln.data.pipeline import PrepareConfig, run_prepare
+
+READ_WRITE = PrepareConfig(stages=["read", "write"])
 
 
 def _read(sources):
@@ -21,7 +23,8 @@ def test_lone_surrogate_skips_only_its_line(tmp_path):
     docs, counts = _read([tmp_path / "s.jsonl"])
     assert len(docs) == 51 and docs[1].id == "s.jsonl:3" and docs[-1].text == "good 51"
     assert counts["skipped/invalid_unicode"] == 1 and "skipped/unreadable" not in counts
-    summary = prepare_documents([str(tmp_path / "s.jsonl")], tmp_path / "run")
+    summary = run_prepare(READ_WRITE, tmp_path / "run", [str(tmp_path / "s.jsonl")],
+                          progress=False)
     assert summary["documents"] == 51 and summary["skipped"] == {"invalid_unicode": 1}
 
 
@@ -40,7 +43,7 @@ def test_prepare_of_a_corpus_with_no_documents_fails_with_skip_counts(tmp_path, 
         (src / f"f{i}.txt").write_bytes(content)
     reason = "non_utf8" if content else "empty"
     with pytest.raises(ConfigError, match=rf"data.sources: prepare read no documents.*{reason}=3"):
-        prepare_documents([str(src)], tmp_path / "run")
+        run_prepare(READ_WRITE, tmp_path / "run", [str(src)], progress=False)
     with pytest.raises(FileNotFoundError, match="wrote no documents"):
         list(read_documents(tmp_path / "run"))
 
@@ -117,7 +120,7 @@ def test_a_non_utf8_file_name_is_read_under_an_escaped_id(tmp_path):
     (folder / "good.txt").write_text("good text")
     with open(os.path.join(os.fsencode(folder), b"caf\xe9.txt"), "w") as f:
         f.write("latin-1 named file")
-    summary = prepare_documents([str(folder)], tmp_path / "run")
+    summary = run_prepare(READ_WRITE, tmp_path / "run", [str(folder)], progress=False)
     assert summary["documents"] == 2 and summary["skipped"] == {}
     ids = sorted(d.id for d in read_documents(tmp_path / "run"))
     assert ids == ["names/caf\\xe9.txt", "names/good.txt"]

@@ -225,6 +225,8 @@ def cmd_run(cfg: Config) -> None:
         _timed([("train", cmd_train)], cfg)
         if env.is_main:
             _timed([("eval", cmd_eval), ("generate", cmd_generate), ("export", cmd_export)], cfg)
+    except ConfigError:  # settings refused before anything ran: nothing new to report
+        raise
     except KilnError:
         if env.is_main:  # a diverged or failed run is when its report is needed most
             _report_anyway(cfg)

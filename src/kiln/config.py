@@ -19,11 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.data.prepare_config import PrepareConfig, validate_prepare
-
-
-class ConfigError(ValueError):
-    """A configuration problem, with the offending key in the message."""
-
+from kiln.errors import ConfigError  # re-exported: `from kiln.config import ConfigError` works
 
 MAX_SEQ_LEN = 1 << 20  # positions; far beyond what one device trains on
 

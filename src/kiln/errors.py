@@ -5,6 +5,10 @@ class KilnError(Exception):
     """A problem with the user's run, data or setup that a message can explain."""
 
 
+class ConfigError(KilnError, ValueError):
+    """A configuration problem, with the offending key in the message."""
+
+
 class CheckpointError(KilnError, RuntimeError):
     """A checkpoint that cannot be used: unreadable, or made for another model or data."""
 

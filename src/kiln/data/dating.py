@@ -239,10 +239,6 @@ def _resolve_periods(periods: Iterable[tuple[int, int] | str]) -> list[tuple[int
     return out
 
 
-def period_of(year: int, periods: dict[str, tuple[int, int]] = CHRONOBERG_PERIODS) -> str | None:
-    return next((name for name, (a, b) in periods.items() if a <= year <= b), None)
-
-
 class PeriodFilter(BaseFilter):
     """Keep documents whose metadata["year"] lies in one of the inclusive `periods`.
 

@@ -25,10 +25,8 @@ not: one copy of each). The same run settings always keep the same copy.
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from datatrove.data import Document
@@ -46,8 +44,6 @@ from datatrove.pipeline.dedup import (
 )
 from datatrove.utils.hashing import HashConfig
 from datatrove.utils.word_tokenizers import WordTokenizer
-
-from kiln.atomic import atomic_dir
 
 DEFAULT_HASH = HashConfig(precision=64, hash_fc="sha1")
 
@@ -87,7 +83,6 @@ class Stage:
     name: str
     pipeline: list[PipelineStep]
     tasks: int
-    extra: dict = field(default_factory=dict)
 
 
 def minhash_dedup_stages(
@@ -173,79 +168,3 @@ def exact_dedup_stages(
             tasks,
         ),
     ]
-
-
-def run_stages_locally(stages: list[Stage], logging_dir: Path | str, workers: int = 1) -> dict:
-    """Chain stages with LocalPipelineExecutor `depends` and run them.
-
-    Returns {stage name: {step name: {stat name: total over tasks}}}.
-    """
-    from datatrove.executor import LocalPipelineExecutor
-
-    if not stages:
-        raise ValueError("no stages to run")
-    previous = None
-    for stage in stages:
-        previous = LocalPipelineExecutor(
-            stage.pipeline,
-            tasks=stage.tasks,
-            workers=min(workers, stage.tasks),
-            logging_dir=str(Path(logging_dir) / stage.name),
-            depends=previous,
-            skip_completed=False,
-        )
-    previous.run()  # launches the chain of dependencies first
-    summary = {}
-    for stage in stages:
-        steps = json.loads((Path(logging_dir) / stage.name / "stats.json").read_text())
-        summary[stage.name] = {
-            step["name"]: {
-                key: int(value["total"] if isinstance(value, dict) else value)
-                for key, value in step.get("stats", {}).items()
-                if isinstance(value, int | float) or (isinstance(value, dict) and "total" in value)
-            }
-            for step in steps
-        }
-    return summary
-
-
-def jsonl_io(
-    input_dir: Path | str, output_dir: Path | str, glob: str = "*.jsonl*"
-) -> tuple[Callable[[], PipelineStep], Callable[[], PipelineStep]]:
-    """Reader/writer factories for a folder of JSONL(.gz) files (datatrove's Jsonl reader/writer)."""
-    from datatrove.pipeline.readers import JsonlReader
-    from datatrove.pipeline.writers import JsonlWriter
-
-    def make_reader() -> PipelineStep:
-        return JsonlReader(str(input_dir), glob_pattern=glob, add_file_path=False)
-
-    def make_writer() -> PipelineStep:
-        return JsonlWriter(str(output_dir))
-
-    return make_reader, make_writer
-
-
-def dedup_jsonl(
-    input_dir: Path | str,
-    output_dir: Path | str,
-    work_dir: Path | str,
-    tasks: int = 1,
-    method: str = "minhash",
-    workers: int = 1,
-    glob: str = "*.jsonl*",
-) -> dict:
-    """Deduplicate a folder of JSONL files into output_dir (method "minhash" or "exact").
-
-    work_dir is cleared first (stale signatures from a run with other task counts would mix in);
-    output_dir is replaced atomically. Returns the per-stage stat totals.
-    """
-    if method not in ("minhash", "exact"):
-        raise ValueError(f"method must be 'minhash' or 'exact', got {method!r}")
-    if not any(Path(input_dir).glob(glob)):
-        raise FileNotFoundError(f"no files matching {glob!r} in {input_dir}")
-    shutil.rmtree(work_dir, ignore_errors=True)
-    with atomic_dir(output_dir) as tmp_out:
-        make_reader, make_writer = jsonl_io(input_dir, tmp_out, glob)
-        build = minhash_dedup_stages if method == "minhash" else exact_dedup_stages
-        stages = build(make_reader, make_writer, work_dir, tasks)
-        return run_stages_locally(stages, Path(work_dir) / "logs", workers)

@@ -198,21 +198,9 @@ class SourceReader(PipelineStep):
                 row += 1
 
 
-def prepare_documents(sources: list[str], out_dir: Path | str, max_bytes: int = 0) -> dict:
-    """Read sources into out_dir/documents/*.jsonl.gz (the bare read -> write pipeline).
-
-    Runs through `kiln.data.pipeline.run_prepare`, always from scratch; writes and returns
-    prepare.json (documents, bytes, skip reasons) and writes yield.json.
-    """
-    from kiln.data.pipeline import PrepareConfig, run_prepare
-
-    check_sources(sources)  # before anything is cleared
-    cfg = PrepareConfig(stages=["read", "write"], tasks=1, workers=1)
-    return run_prepare(cfg, out_dir, sources=list(sources), max_bytes=max_bytes, redo=True)
-
-
 def read_documents(out_dir: Path | str) -> Iterator[Document]:
-    """Documents written by `prepare_documents`, in file then line order."""
+    """Documents `kiln prepare` (`kiln.data.pipeline.run_prepare`) wrote under out_dir, in file
+    then line order."""
     from datatrove.pipeline.readers import JsonlReader
 
     docs_dir = Path(out_dir) / "documents"

@@ -35,8 +35,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.atomic import write_json_atomic
 from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline's vocabulary)
@@ -58,17 +60,14 @@ from kiln.data.yield_report import (
     reason_spec,
     write_yield_report,
 )
+from kiln.errors import ConfigError
+
+if TYPE_CHECKING:  # the executors are imported when one is made
+    from datatrove.executor.base import PipelineExecutor
 
 WORK_DIR = "prepare_work"  # intermediate documents and barrier state, under the run directory
 EXECUTION_KEYS = ("executor", "workers", "resume", "slurm_partition", "slurm_time",
                   "cpus_per_task", "mem_per_cpu_gb")  # change how, not what: resume still valid
-
-
-def _config_error(message: str) -> Exception:
-    """kiln.config.ConfigError, imported late: kiln.config imports the prepare config."""
-    from kiln.config import ConfigError
-
-    return ConfigError(message)
 
 
 class StageUnavailableError(ImportError):
@@ -91,7 +90,7 @@ class StageContext:
         """This stage's scratch folder (index files, signatures, thresholds)."""
         return self.run_dir / WORK_DIR / self.name
 
-    def exclusion_writer(self, part: str = ""):
+    def exclusion_writer(self, part: str = "") -> DiskWriter | None:
         """A JsonlWriter for this stage's dropped documents if prepare.keep_rejected, else None."""
         if not self.cfg.keep_rejected:
             return None
@@ -148,7 +147,7 @@ def resolve_factory(name: str) -> Callable[[StageContext], PipelineStep | Sequen
     if name not in STAGES:
         close = difflib.get_close_matches(name, list(STAGES), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise _config_error(f"prepare.stages: unknown stage '{name}'{hint}; known: {sorted(STAGES)}")
+        raise ConfigError(f"prepare.stages: unknown stage '{name}'{hint}; known: {sorted(STAGES)}")
     if name in _FACTORIES:
         return _FACTORIES[name]
     module_name, _, attr = STAGES[name].target.partition(":")
@@ -325,7 +324,8 @@ def _handoff_writer(folder: Path) -> PipelineStep:
 
 
 def make_executor(cfg: PrepareConfig, steps: list[PipelineStep], logging_dir: Path,
-                  skip_completed: bool, tasks: int | None = None, depends=None):
+                  skip_completed: bool, tasks: int | None = None,
+                  depends: PipelineExecutor | None = None) -> PipelineExecutor:
     """The datatrove executor named by prepare.executor, with a clear error if it can't run."""
     tasks = tasks or cfg.tasks
     workers = min(cfg.workers, tasks)
@@ -350,7 +350,7 @@ def make_executor(cfg: PrepareConfig, steps: list[PipelineStep], logging_dir: Pa
 
         return RayPipelineExecutor(steps, workers=workers, cpus_per_task=cfg.cpus_per_task,
                                    mem_per_cpu_gb=cfg.mem_per_cpu_gb, **common)
-    raise _config_error(f"prepare.executor: '{cfg.executor}' is not one of {list(EXECUTORS)}")
+    raise ConfigError(f"prepare.executor: '{cfg.executor}' is not one of {list(EXECUTORS)}")
 
 
 def _same_pipeline(logging_dir: Path, layout: dict) -> bool:
@@ -444,7 +444,7 @@ def run_prepare(
     summary = _summary(run_dir, layout, logging_dir)
     if not summary["documents_out"]:
         yields = json.loads((run_dir / YIELD_FILE).read_text(encoding="utf-8"))
-        raise _config_error(_no_documents_message(yields, summary["sources"], run_dir))
+        raise ConfigError(_no_documents_message(yields, summary["sources"], run_dir))
     return summary
 
 
@@ -458,7 +458,7 @@ def _check_not_empty(run_dir: Path, layout: dict, logging_dir: Path, done: int) 
         return
     yields["tasks"] = layout["tasks"]
     write_json_atomic(run_dir / YIELD_FILE, yields)
-    raise _config_error(_no_documents_message(yields, _sources_read(layout["signature"]), run_dir))
+    raise ConfigError(_no_documents_message(yields, _sources_read(layout["signature"]), run_dir))
 
 
 def _no_documents_message(yields: dict, sources: list, run_dir: Path) -> str:

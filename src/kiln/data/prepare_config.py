@@ -13,6 +13,8 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
+from kiln.errors import ConfigError
+
 EXECUTORS = ("local", "slurm", "ray")
 DEFAULT_STAGES = ["read", "dedup_exact", "quality", "pii", "write"]
 QUICKSTART_STAGES = DEFAULT_STAGES  # + "decontaminate" before "write" when benchmarks are given
@@ -185,40 +187,33 @@ NEEDS_BEFORE = {
 }
 
 
-def _error(message: str) -> Exception:
-    """kiln.config.ConfigError, imported late: kiln.config imports this module."""
-    from kiln.config import ConfigError
-
-    return ConfigError(message)
-
-
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         close = difflib.get_close_matches(value, list(choices), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise _error(f"prepare.{key}: '{value}' is not one of {list(choices)}{hint}")
+        raise ConfigError(f"prepare.{key}: '{value}' is not one of {list(choices)}{hint}")
 
 
 def _check_stage_list(cfg: PrepareConfig) -> None:
     stages = cfg.stages
     if not stages:
-        raise _error("prepare.stages is empty; the shortest pipeline is [\"read\", \"write\"]")
+        raise ConfigError("prepare.stages is empty; the shortest pipeline is [\"read\", \"write\"]")
     for name in stages:
         if name not in STAGES:
             close = difflib.get_close_matches(name, list(STAGES), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise _error(f"prepare.stages: unknown stage '{name}'{hint}; known: {sorted(STAGES)}")
+            raise ConfigError(f"prepare.stages: unknown stage '{name}'{hint}; known: {sorted(STAGES)}")
     if not STAGES[stages[0]].reader:
         readers = sorted(n for n, s in STAGES.items() if s.reader)
-        raise _error(f"prepare.stages must start with a reader stage {readers}, not '{stages[0]}'")
+        raise ConfigError(f"prepare.stages must start with a reader stage {readers}, not '{stages[0]}'")
     if stages[-1] != "write" or stages.count("write") != 1:
-        raise _error("prepare.stages must end with 'write' (and name it once)")
+        raise ConfigError("prepare.stages must end with 'write' (and name it once)")
     dupes = sorted({n for n in stages if stages.count(n) > 1})
     if dupes:
-        raise _error(f"prepare.stages names {dupes} more than once")
+        raise ConfigError(f"prepare.stages names {dupes} more than once")
     for name, before in NEEDS_BEFORE.items():
         if name in stages and not any(b in stages[: stages.index(name)] for b in before):
-            raise _error(f"prepare.stages: '{name}' needs {' or '.join(map(repr, before))} "
+            raise ConfigError(f"prepare.stages: '{name}' needs {' or '.join(map(repr, before))} "
                          "before it")
 
 
@@ -230,61 +225,61 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
     d = cfg.decontaminate
     _choice("decontaminate.mode", d.mode, ("drop", "tag"))
     if "decontaminate" in on and not d.benchmarks:
-        raise _error("prepare.decontaminate.benchmarks is empty: list benchmark JSONL files, "
+        raise ConfigError("prepare.decontaminate.benchmarks is empty: list benchmark JSONL files, "
                      "or remove 'decontaminate' from prepare.stages")
     if d.benchmarks and "decontaminate" not in on:
-        raise _error("prepare.decontaminate.benchmarks is set but 'decontaminate' is not in "
+        raise ConfigError("prepare.decontaminate.benchmarks is set but 'decontaminate' is not in "
                      "prepare.stages: add it before 'write' (or clear the benchmarks)")
     if d.n < 1:
-        raise _error(f"prepare.decontaminate.n must be >= 1, got {d.n}")
+        raise ConfigError(f"prepare.decontaminate.n must be >= 1, got {d.n}")
     if "inject_replicas" in on and not cfg.inject_replicas.benchmark:
-        raise _error("prepare.inject_replicas.benchmark is empty: name the benchmark JSONL")
+        raise ConfigError("prepare.inject_replicas.benchmark is empty: name the benchmark JSONL")
     if cfg.inject_replicas.k < 0:
-        raise _error(f"prepare.inject_replicas.k must be >= 0, got {cfg.inject_replicas.k}")
+        raise ConfigError(f"prepare.inject_replicas.k must be >= 0, got {cfg.inject_replicas.k}")
     m = cfg.dedup_minhash
     for key in ("n_grams", "num_buckets", "hashes_per_bucket"):
         if getattr(m, key) < 1:
-            raise _error(f"prepare.dedup_minhash.{key} must be >= 1, got {getattr(m, key)}")
+            raise ConfigError(f"prepare.dedup_minhash.{key} must be >= 1, got {getattr(m, key)}")
     _check_perplexity(cfg, on)
     b1, b2 = cfg.brain_rot_m1, cfg.brain_rot_m2
     _choice("brain_rot_m1.mode", b1.mode, ("drop", "tag"))
     if "brain_rot_m1" in on and not b1.tokenizer:
-        raise _error("prepare.brain_rot_m1.tokenizer is empty: give a local tokenizer.json for "
+        raise ConfigError("prepare.brain_rot_m1.tokenizer is empty: give a local tokenizer.json for "
                      "token lengths (the paper counts Llama-3 tokens)")
     if not b1.popularity_keys:
-        raise _error("prepare.brain_rot_m1.popularity_keys must name at least one field")
+        raise ConfigError("prepare.brain_rot_m1.popularity_keys must name at least one field")
     _choice("brain_rot_m2.mode", b2.mode, ("drop", "tag"))
     if b2.judge != "heuristic" and not (b2.judge.startswith("kiln:") and len(b2.judge) > 5):
-        raise _error(f"prepare.brain_rot_m2.judge: '{b2.judge}' is neither 'heuristic' nor "
+        raise ConfigError(f"prepare.brain_rot_m2.judge: '{b2.judge}' is neither 'heuristic' nor "
                      "'kiln:RUN_DIR'")
     if not 0.0 <= b2.threshold <= 1.0:
-        raise _error(f"prepare.brain_rot_m2.threshold must be in [0, 1], got {b2.threshold}")
+        raise ConfigError(f"prepare.brain_rot_m2.threshold must be in [0, 1], got {b2.threshold}")
     _check_period(cfg, on)
     a = cfg.arxiv
     if "arxiv_metadata" in on and not a.snapshot:
-        raise _error("prepare.arxiv.snapshot is empty: the arXiv metadata snapshot (JSON lines)")
+        raise ConfigError("prepare.arxiv.snapshot is empty: the arXiv metadata snapshot (JSON lines)")
     if "arxiv_sources" in on and not a.source_dir:
-        raise _error("prepare.arxiv.source_dir is empty: the folder of source archives")
+        raise ConfigError("prepare.arxiv.source_dir is empty: the folder of source archives")
     if not a.categories:
-        raise _error("prepare.arxiv.categories is empty: no paper would be kept")
+        raise ConfigError("prepare.arxiv.categories is empty: no paper would be kept")
 
 
 def _check_perplexity(cfg: PrepareConfig, on: set[str]) -> None:
     p = cfg.perplexity
     _choice("perplexity.mode", p.mode, SELECTION_MODES)
     if "perplexity" in on and not p.run_dir:
-        raise _error("prepare.perplexity.run_dir is empty: name the Kiln run whose checkpoint "
+        raise ConfigError("prepare.perplexity.run_dir is empty: name the Kiln run whose checkpoint "
                      "scores the documents")
     if p.batch_size < 1 or p.max_tokens_per_doc < 0:
-        raise _error("prepare.perplexity: batch_size >= 1 and max_tokens_per_doc >= 0 required")
+        raise ConfigError("prepare.perplexity: batch_size >= 1 and max_tokens_per_doc >= 0 required")
     if "perplexity_select" not in on:
         return
     if p.mode == "drop_extremes":
         if not 0.0 <= p.low_q < p.high_q <= 1.0:
-            raise _error(f"prepare.perplexity.low_q/high_q: need 0 <= low_q < high_q <= 1 for "
+            raise ConfigError(f"prepare.perplexity.low_q/high_q: need 0 <= low_q < high_q <= 1 for "
                          f"mode 'drop_extremes', got {p.low_q}, {p.high_q}")
     elif not 0.0 < p.fraction <= 1.0:
-        raise _error(f"prepare.perplexity.fraction must be in (0, 1] for mode '{p.mode}', "
+        raise ConfigError(f"prepare.perplexity.fraction must be in (0, 1] for mode '{p.mode}', "
                      f"got {p.fraction}")
 
 
@@ -292,7 +287,7 @@ def period_bounds(name: str) -> tuple[int, int]:
     """(start, end) of "START-END" (Chronoberg's bucket names have this form)."""
     m = PERIOD.match(name)
     if not m or int(m.group(1)) > int(m.group(2)):
-        raise _error(f"prepare.period.periods: '{name}' is not a period like '1800-1849'")
+        raise ConfigError(f"prepare.period.periods: '{name}' is not a period like '1800-1849'")
     return int(m.group(1)), int(m.group(2))
 
 
@@ -300,7 +295,7 @@ def _check_period(cfg: PrepareConfig, on: set[str]) -> None:
     for name in cfg.period.periods:
         period_bounds(name)
     if "period" in on and not cfg.period.periods:
-        raise _error("prepare.period.periods is empty: name buckets such as '1800-1849'")
+        raise ConfigError("prepare.period.periods is empty: name buckets such as '1800-1849'")
 
 
 def validate_prepare(cfg: PrepareConfig) -> PrepareConfig:
@@ -308,10 +303,10 @@ def validate_prepare(cfg: PrepareConfig) -> PrepareConfig:
     _check_stage_list(cfg)
     _check_stage_options(cfg)
     if cfg.executor not in EXECUTORS:
-        raise _error(f"prepare.executor: '{cfg.executor}' is not one of {list(EXECUTORS)}")
+        raise ConfigError(f"prepare.executor: '{cfg.executor}' is not one of {list(EXECUTORS)}")
     for key in ("tasks", "workers", "cpus_per_task", "mem_per_cpu_gb"):
         if getattr(cfg, key) < 1:
-            raise _error(f"prepare.{key} must be >= 1, got {getattr(cfg, key)}")
+            raise ConfigError(f"prepare.{key} must be >= 1, got {getattr(cfg, key)}")
     if cfg.executor == "slurm" and not cfg.slurm_partition:
-        raise _error("prepare.executor = 'slurm' needs prepare.slurm_partition")
+        raise ConfigError("prepare.executor = 'slurm' needs prepare.slurm_partition")
     return cfg

@@ -38,7 +38,6 @@ UNATTRIBUTED = "unattributed"
 STEP_REASONS: dict[str, dict[str, Any]] = {
     "ExactDedupFilter": {"keys": {"dropped": "duplicate"}},
     "MinhashDedupFilter": {"keys": {"dropped": "near_duplicate"}},
-    "ExactTextDedup": {"keys": {"duplicate": "duplicate"}},
     "ArxivMetadataFilter": {"prefixes": {"metadata/dropped/": "metadata_"}},
     "ArxivSourceReader": {"prefixes": {"invalid/": "invalid_", "empty_tex/": "empty_tex_"},
                           "keys": {"missing_source": "missing_source"}},

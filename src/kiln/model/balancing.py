@@ -19,16 +19,18 @@ expert since the previous update:
 Both rules are invariant to scaling all counts by a constant, so counting a layer twice
 under activation-checkpoint recomputation leaves the update unchanged.
 
-Counts are summed across data-parallel ranks (``all_reduce``) when a process group is
-initialised, so every rank applies the same update and the bias stays replicated.
+Under data parallelism the trainer passes a reduction (from ``kiln.parallel``) that sums
+the counts over ranks, so every rank applies the same update and the bias stays
+replicated; the model itself stays single-device code.
 Bias and momentum are fp32 *buffers*: no gradient, no weight decay, saved with the model's
 state dict (and identical on every rank, so DDP's buffer broadcast is harmless).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
-import torch.distributed as dist
 from torch import nn
 
 BALANCE_RULES = ("smebu", "sign", "none")
@@ -103,11 +105,12 @@ class ExpertBiasBalancer(nn.Module):
         self.pending_counts += counts.detach().to(self.pending_counts.dtype)
 
     @torch.no_grad()
-    def update(self) -> torch.Tensor:
-        """Apply one bias update from the pending counts; returns the (global) counts used."""
+    def update(self, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+        """Apply one bias update from the pending counts, summed over ranks by `reduce`
+        (None: this process's alone); returns the counts used."""
         counts = self.pending_counts.clone()
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+        if reduce is not None:
+            counts = reduce(counts)
         self.pending_counts.zero_()
         if self.rule == "none" or int(counts.sum()) == 0:
             return counts

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kiln.model.balancing import ExpertBiasBalancer, max_violation
+from kiln.model.balancing import ExpertBiasBalancer
 from kiln.model.layers import SwiGLU, compute_dtype
 
 EXPERT_BACKENDS = ("auto", "grouped_mm", "padded_bmm")
@@ -150,8 +151,8 @@ class MoE(nn.Module):
 
     After each forward in training mode the layer holds, for the trainer:
     ``aux_loss`` (scalar tensor: seq_aux_coef * seq-aux + z_loss_coef * z-loss, add it to
-    the training loss), ``last_counts`` (tokens per expert), and ``load_stats()``. Counts
-    accumulate in the balancer until ``update_bias()`` is called once per optimizer step.
+    the training loss) and ``last_counts`` (tokens per expert). Counts accumulate in the
+    balancer until ``update_bias()`` is called once per optimizer step; it returns them.
     """
 
     def __init__(
@@ -237,13 +238,8 @@ class MoE(nn.Module):
             self.balancer.record(counts)
         return out
 
-    def update_bias(self) -> torch.Tensor:
-        """One balancing step from the counts recorded since the last call (all ranks)."""
-        return self.balancer.update()
-
-    def load_stats(self) -> dict[str, object]:
-        """Expert load fractions and MaxVio of the last forward pass."""
-        n = self.last_counts.double()
-        total = float(n.sum())
-        fractions = (n / total).tolist() if total > 0 else [0.0] * self.n_experts
-        return {"load_fraction": fractions, "max_vio": max_violation(self.last_counts)}
+    def update_bias(self, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+                    ) -> torch.Tensor:
+        """One balancing step from the counts recorded since the last call, summed over
+        ranks by `reduce` (the trainer passes one from kiln.parallel)."""
+        return self.balancer.update(reduce)

@@ -69,7 +69,8 @@ class Block(nn.Module):
         self.attn_post_norm = RMSNorm(cfg.dim, cfg.norm_eps) if cfg.sandwich_norm else None
         self.ffn_post_norm = RMSNorm(cfg.dim, cfg.norm_eps) if cfg.sandwich_norm else None
 
-    def forward(self, x, cos, sin, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: KVCache | None = None) -> torch.Tensor:
         h = self.attn(self.attn_norm(x), cos, sin, cache)
         if self.attn_post_norm is not None:
             h = self.attn_post_norm(h)
@@ -118,7 +119,7 @@ class Transformer(nn.Module):
                 if norm is not None:
                     nn.init.constant_(norm.weight, post_norm_gain(self.cfg))
 
-    def hidden_states(self, tokens: torch.Tensor, caches: list[KVCache] | None = None):
+    def hidden_states(self, tokens: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
         start = caches[0].length if caches else 0
         t = tokens.shape[1]
         if start + t > self.cfg.max_seq_len:

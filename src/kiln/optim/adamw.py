@@ -30,9 +30,11 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
         return build_muon(model, cfg)
     if cfg.name != "adamw":
         raise ValueError(f"optim.name '{cfg.name}' is not implemented")
+    from torch.distributed.tensor import DTensor
+
     # the fused kernel exists for CPU and CUDA and is bitwise-deterministic; DTensor
     # parameters (FSDP2) need the foreach path
-    is_dtensor = any(type(p).__name__ == "DTensor" for p in model.parameters())
+    is_dtensor = any(isinstance(p, DTensor) for p in model.parameters())
     return torch.optim.AdamW(
         param_groups(model, cfg.weight_decay),
         lr=cfg.lr,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.optim.adam import adam
 
+from kiln.config import OptimConfig
 from kiln.optim.routing import route_parameters
 from kiln.train.precision import cpu_has_fast_bf16
 
@@ -96,7 +98,8 @@ def _local(t: Tensor) -> Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def orthogonalize(update: Tensor, like: Tensor, steps: int, coefficients, eps: float,
+def orthogonalize(update: Tensor, like: Tensor, steps: int,
+                  coefficients: tuple[float, float, float], eps: float,
                   dtype: torch.dtype) -> Tensor:
     """Newton-Schulz of the full logical matrix whose local shard is `update`.
 
@@ -119,7 +122,8 @@ def orthogonalize(update: Tensor, like: Tensor, steps: int, coefficients, eps: f
     return distribute_tensor(ortho, mesh, placements, src_data_rank=None).to_local()
 
 
-def orthogonalize_grouped(updates: list[Tensor], steps: int, coefficients, eps: float,
+def orthogonalize_grouped(updates: list[Tensor], steps: int,
+                          coefficients: tuple[float, float, float], eps: float,
                           dtype: torch.dtype, out_dtype: torch.dtype | None = None
                           ) -> list[Tensor]:
     """`newton_schulz` of each update (2-D matrix or 3-D expert stack), run once per shape.
@@ -205,7 +209,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
         super().add_param_group(group)
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -291,7 +295,7 @@ def resolve_ns_dtype(name: str, device: torch.device) -> str:
     return "bf16" if device.type == "cuda" or cpu_has_fast_bf16() else "fp32"
 
 
-def build_muon(model: nn.Module, cfg: Any) -> MuonWithAdamW:
+def build_muon(model: nn.Module, cfg: OptimConfig) -> MuonWithAdamW:
     """Muon + AdamW from an `OptimConfig` (its muon_* fields; defaults follow the paper
     and torch.optim.Muon)."""
     rule = cfg.muon_adjust_lr

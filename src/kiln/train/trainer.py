@@ -23,6 +23,7 @@ from kiln.optim import build_optimizer
 from kiln.parallel.distributed import (
     all_reduce_max,
     all_reduce_mean,
+    all_reduce_sum,
     grad_sync,
     init_distributed,
     local_device,
@@ -274,7 +275,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         moe = self.raw_model.moe_layers()
         # one balancing step per optimizer step, from counts summed over micro-batches and ranks
-        step_counts = [layer.update_bias() for layer in moe]
+        step_counts = [layer.update_bias(lambda c: all_reduce_sum(c, self.env)) for layer in moe]
 
         self.step += 1
         step_tokens = batch.shape[0] * (batch.shape[1] - 1) * self.env.world_size

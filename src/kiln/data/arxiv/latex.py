@@ -49,10 +49,6 @@ class ExtractResult:
         return f"Title: {title or self.title}\nAbstract: {abstract or self.abstract}\nBody: {self.body}"
 
 
-def format_document(title: str, abstract: str, body: str) -> str:
-    return f"Title: {title}\nAbstract: {abstract}\nBody: {body}"
-
-
 def _convert(fragment: str, theorems: dict[str, str], counts: Counter) -> str:
     return LatexConverter(fragment, theorems, counts).text()
 

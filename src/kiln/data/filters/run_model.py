@@ -8,10 +8,16 @@ precedes a document's first token and every document token is predicted.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:  # imported lazily at run time: only a scorer that runs needs them
+    from tokenizers import Tokenizer
+
+    from kiln.model import Transformer
 
 
 def check_run_dir(run_dir: str | Path) -> Path:
@@ -28,7 +34,7 @@ def check_run_dir(run_dir: str | Path) -> Path:
     return run_dir
 
 
-def load_run_model(run_dir: str | Path, device: str = "cpu"):
+def load_run_model(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tokenizer, Path]:
     """(model in eval mode, tokenizer, checkpoint path) of the run's latest checkpoint."""
     from kiln.config import load_config
     from kiln.data.tokenizer import load_tokenizer

@@ -20,7 +20,8 @@ DETECTORS: dict[str, Callable[[str], Iterator[Span]]] = {
 }
 
 
-def _check_types(types: Iterable[str] | None) -> tuple[str, ...]:
+def check_types(types: Iterable[str] | None) -> tuple[str, ...]:
+    """The chosen PII types (None: all six); ValueError naming any unknown one."""
     if types is None:
         return PII_TYPES
     chosen = tuple(types)
@@ -38,7 +39,7 @@ def detect_pii(text: str, types: Iterable[str] | None = None) -> list[Span]:
     """
     if not isinstance(text, str):
         raise TypeError(f"detect_pii expects str, got {type(text).__name__}")
-    chosen = _check_types(types)
+    chosen = check_types(types)
     spans = [span for detector in DETECTORS.values() for span in detector(text)]
     return [s for s in resolve_overlaps(spans) if s.type in chosen]
 

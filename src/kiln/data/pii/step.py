@@ -8,7 +8,7 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.formatters.base import BaseFormatter
 from datatrove.utils.typeshelper import StatHints
 
-from kiln.data.pii.detect import _check_types, redact
+from kiln.data.pii.detect import check_types, redact
 
 
 class PIIRedactor(BaseFormatter):
@@ -23,7 +23,7 @@ class PIIRedactor(BaseFormatter):
 
     def __init__(self, types: Iterable[str] | None = None, metadata_key: str = "pii"):
         super().__init__()
-        self.types = _check_types(types)
+        self.types = check_types(types)
         self.metadata_key = metadata_key
         self._last_counts: dict[str, int] = {}
 
