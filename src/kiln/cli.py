@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from contextlib import nullcontext
@@ -96,20 +95,21 @@ def cmd_tokenize(cfg: Config) -> None:
 
 
 def cmd_train(cfg: Config, resume: bool = True) -> None:
+    from kiln.parallel.distributed import is_main_process
     from kiln.run_dir import training_lock
 
     # rank 0 speaks for the run (the other ranks of a torchrun share its lock)
-    lock = training_lock(cfg.run_dir) if os.environ.get("RANK", "0") == "0" else nullcontext()
+    lock = training_lock(cfg.run_dir) if is_main_process() else nullcontext()
     with lock:
         _train(cfg, resume)
 
 
 def _train(cfg: Config, resume: bool) -> None:
-    from kiln.parallel.distributed import shutdown
+    from kiln.parallel.distributed import is_main_process, shutdown
     from kiln.train.trainer import Trainer
 
     trainer = Trainer(cfg, resume=resume)  # first: a setting it refuses leaves the run alone
-    if not resume and os.environ.get("RANK", "0") == "0":
+    if not resume and is_main_process():
         from kiln.train.checkpoint import archive_checkpoints
 
         moved = archive_checkpoints(cfg.run_dir)  # kept, but out of the new run's way
@@ -353,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.verb in (*_DATA_VERBS, "run"):
                 _refuse_remaking_trained_data(cfg)
             fn(cfg)
-        if args.verb in _DATA_VERBS and os.environ.get("RANK", "0") == "0":
+        from kiln.parallel.distributed import is_main_process
+
+        if args.verb in _DATA_VERBS and is_main_process():
             _record_config(cfg)  # only after success: a failed command leaves the run's as it was
     except ConfigError as e:
         print(f"kiln: config error: {e}", file=sys.stderr)

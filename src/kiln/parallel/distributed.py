@@ -34,6 +34,12 @@ class DistEnv:
         return self.world_size > 1 or self.launched
 
 
+def is_main_process() -> bool:
+    """Rank 0 of a torchrun launch, or a plain process: the one that writes shared files.
+    Readable before the process group exists (from torchrun's RANK)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def init_distributed(device: torch.device) -> DistEnv:
     """Join the process group that torchrun describes in the environment, if any.
 
