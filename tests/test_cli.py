@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import TINY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -144,8 +145,40 @@ def test_no_target_continues_the_recorded_run(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     assert resolve_config(None, []) == load_config(None, [])  # nothing recorded: built-in
-    cfg = tiny_config(Path("runs/quickstart"), "train.steps=77")
+    cfg = tiny_config(Path("runs/quickstart"), "train.steps=77", "model.max_seq_len=4096")
     write_run_metadata(cfg)
-    resolved = resolve_config(None, ["train.eval_every=5"])
+    # train.seq_len 1024 fits the recorded max_seq_len, not the built-in 256
+    resolved = resolve_config(None, ["train.eval_every=5", "train.seq_len=1024"])
     assert resolved.train.steps == 77 and resolved.train.eval_every == 5
     assert resolved.run_dir.resolve() == (tmp_path / "runs/quickstart").resolve()
+
+
+def test_kiln_run_reports_a_run_whose_later_stage_failed(tmp_path, monkeypatch):
+    """A stage after training fails (here generate's config check): the report is still
+    written, and the error still ends the command. Settings refused before training
+    started leave nothing new to report."""
+    from conftest import tiny_config
+
+    import kiln.cli as cli
+    from kiln.config import ConfigError
+
+    reported = []
+    for name in ("cmd_prepare", "cmd_tokenizer", "cmd_tokenize", "cmd_eval", "cmd_export",
+                 "cmd_train"):
+        monkeypatch.setattr(cli, name, lambda cfg: None)
+    monkeypatch.setattr(cli, "_record_config", lambda cfg: None)
+    monkeypatch.setattr(cli, "cmd_report", lambda cfg: reported.append(cfg.run_dir))
+
+    def refuse(cfg):
+        raise ConfigError("generate.prompts: too long (simulated)")
+
+    monkeypatch.setattr(cli, "cmd_generate", refuse)
+    cfg = tiny_config(tmp_path / "run")
+    with pytest.raises(ConfigError, match="simulated"):
+        cli.cmd_run(cfg)
+    assert reported == [cfg.run_dir]
+    reported.clear()
+    monkeypatch.setattr(cli, "cmd_train", refuse)
+    with pytest.raises(ConfigError, match="simulated"):
+        cli.cmd_run(cfg)
+    assert reported == []

@@ -396,6 +396,9 @@ def test_resume_refuses_model_and_optimizer_changes_that_keep_the_shapes(tiny_ru
         with pytest.raises(CheckpointError, match=f"trained with other settings \\({key}"):
             Trainer(tiny_config(tiny_run, change))
     Trainer(tiny_config(tiny_run, "model.attn_kernel=sdpa"))  # the same function: allowed
+    # how the data is made (not what), and what only steers training: allowed
+    Trainer(tiny_config(tiny_run, "prepare.workers=2", "prepare.keep_rejected=true",
+                        "model.z_loss_coef=0.001"))
 
 
 def test_a_data_verb_keeps_a_trained_runs_config(tiny_run, capsys):

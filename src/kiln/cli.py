@@ -10,10 +10,9 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from kiln.config import (
-    DATA_KEYS,
     Config,
     ConfigError,
-    config_changes,
+    data_changes,
     load_config,
     recorded_config,
     run_dir_override,
@@ -223,15 +222,18 @@ def cmd_run(cfg: Config) -> None:
     wait_for_main(env)  # the data stages may take hours
     try:
         _timed([("train", cmd_train)], cfg)
-        if env.is_main:
-            _timed([("eval", cmd_eval), ("generate", cmd_generate), ("export", cmd_export)], cfg)
-    except ConfigError:  # settings refused before anything ran: nothing new to report
+    except ConfigError:  # settings refused before any step ran: nothing new to report
         raise
     except KilnError:
-        if env.is_main:  # a diverged or failed run is when its report is needed most
+        if env.is_main:  # a diverged run is when its report is needed most
             _report_anyway(cfg)
         raise
     if env.is_main:
+        try:
+            _timed([("eval", cmd_eval), ("generate", cmd_generate), ("export", cmd_export)], cfg)
+        except Exception:  # the model is trained: report it whatever failed after
+            _report_anyway(cfg)
+            raise
         _timed([("report", cmd_report)], cfg)
 
 
@@ -260,7 +262,7 @@ def _refuse_remaking_trained_data(cfg: Config) -> None:
     old = recorded_config(cfg.run_dir)
     if old is None:
         return
-    changed = config_changes(old, cfg, DATA_KEYS)
+    changed = data_changes(old, cfg)
     if changed:
         raise ConfigError(
             f"{cfg.run_dir} holds checkpoints trained on data made with other settings "
@@ -306,10 +308,11 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
     else the built-in config: `kiln train` after the quickstart continues the quickstart
     with its own settings, not the built-in ones."""
     if target is None:
-        cfg = load_config(None, overrides)
-        if (cfg.run_dir / "config.toml").exists():
-            return resolve_config(str(cfg.run_dir), overrides)
-        return cfg
+        # run.dir alone first: the other overrides are checked against the recorded config
+        where = load_config(None, [o for o in overrides if o.split("=", 1)[0].strip() == "run.dir"])
+        if (where.run_dir / "config.toml").exists():
+            return resolve_config(str(where.run_dir), overrides)
+        return load_config(None, overrides)
     path = Path(target)
     if path.is_dir():
         if not (path / "config.toml").exists():

@@ -467,6 +467,16 @@ def recorded_config(run_dir: Path) -> Config | None:
 
 # the settings the data (documents, tokenizer, shards) is made from
 DATA_KEYS = ("data.", "prepare.", "tokenizer.", "run.seed")
+# prepare settings that change how the data is made, not what: a resume stays valid
+EXECUTION_KEYS = ("executor", "workers", "resume", "slurm_partition", "slurm_time",
+                  "cpus_per_task", "mem_per_cpu_gb")
+
+
+def data_changes(old: Config, new: Config) -> list[str]:
+    """'key: old -> new' for the settings that change what data is made (not how, nor
+    whether rejected documents are also kept for inspection)."""
+    how = {f"prepare.{k}" for k in (*EXECUTION_KEYS, "keep_rejected")}
+    return [c for c in config_changes(old, new, DATA_KEYS) if c.split(":")[0] not in how]
 
 
 def config_changes(old: Config, new: Config, prefixes: tuple[str, ...] = ("",)) -> list[str]:

@@ -41,6 +41,7 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.atomic import write_json_atomic
+from kiln.config import EXECUTION_KEYS
 from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline's vocabulary)
     ARXIV_STAGES,
     DEFAULT_STAGES,
@@ -66,8 +67,6 @@ if TYPE_CHECKING:  # the executors are imported when one is made
     from datatrove.executor.base import PipelineExecutor
 
 WORK_DIR = "prepare_work"  # intermediate documents and barrier state, under the run directory
-EXECUTION_KEYS = ("executor", "workers", "resume", "slurm_partition", "slurm_time",
-                  "cpus_per_task", "mem_per_cpu_gb")  # change how, not what: resume still valid
 
 
 class StageUnavailableError(ImportError):

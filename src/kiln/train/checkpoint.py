@@ -196,11 +196,24 @@ def load_checkpoint(
             )
             for group, built in zip(optimizer.param_groups, settings, strict=True):
                 group.update(built)
+                _place_steps(optimizer, group)
         state = torch.load(path / "trainer.pt", weights_only=True)
     except (OSError, RuntimeError, KeyError, EOFError) as e:
         raise _unreadable(path, e) from e
     torch.set_rng_state(state.pop("rng"))
     return state
+
+
+def _place_steps(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> None:
+    """torch placed each AdamW `step` by the checkpoint's fused / capturable flags; the
+    group now has the config's, whose kernel expects its steps on the parameter's device
+    (fused, capturable) or on the CPU (the others)."""
+    on_device = bool(group.get("fused") or group.get("capturable"))
+    for p in group["params"]:
+        state = optimizer.state.get(p, {})
+        step = state.get("step")
+        if torch.is_tensor(step):
+            state["step"] = step.to(p.device if on_device else "cpu", torch.float32)
 
 
 def load_weights(path: Path, model: nn.Module) -> None:

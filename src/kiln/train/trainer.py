@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from kiln.atomic import write_json_atomic
-from kiln.config import DATA_KEYS, Config, ConfigError, config_changes, recorded_config
+from kiln.config import Config, ConfigError, config_changes, data_changes, recorded_config
 from kiln.data.loader import TokenLoader, TokenStream
 from kiln.data.shards import load_index
 from kiln.errors import CheckpointError, TrainingDiverged
@@ -79,9 +79,12 @@ def check_splits(token_dir: Path, seq_len: int) -> None:
 
 
 # model settings a resume may change: the kernel that computes the same attention, the
-# longest sequence the model accepts, and settings that only shape the initial weights
-_RESUMABLE_MODEL_KEYS = frozenset({"model.attn_kernel", "model.max_seq_len", "model.init_std",
-                                   "model.post_norm_gain", "model.router_init_std"})
+# longest sequence the model accepts, settings that only shape the initial weights, and the
+# MoE training losses and balancing rule (they steer training, not the function)
+_RESUMABLE_MODEL_KEYS = frozenset({
+    "model.attn_kernel", "model.max_seq_len", "model.init_std", "model.post_norm_gain",
+    "model.router_init_std", "model.seq_aux_coef", "model.z_loss_coef", "model.balance",
+    "model.balance_rate", "model.smebu_beta", "model.smebu_kappa"})
 
 
 def _changed_since_recorded(cfg: Config, step: int) -> list[str]:
@@ -216,9 +219,9 @@ class Trainer:
             return
         vocab = old.model.vocab_size or self.model_cfg.vocab_size  # 0 (auto) as resolved now
         old = dataclasses.replace(old, model=dataclasses.replace(old.model, vocab_size=vocab))
-        refused = ("model.", "optim.name", *DATA_KEYS)
-        changed = [c for c in config_changes(old, self.cfg, refused)
+        changed = [c for c in config_changes(old, self.cfg, ("model.", "optim.name"))
                    if c.split(":")[0] not in _RESUMABLE_MODEL_KEYS]
+        changed += data_changes(old, self.cfg)
         if changed:
             raise CheckpointError(
                 f"cannot resume from {ckpt}: it was trained with other settings "
