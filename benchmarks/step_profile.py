@@ -70,21 +70,22 @@ def profile_step(step, steps: int) -> tuple[OpTimer, float]:
     return timer, (time.perf_counter() - start) / steps
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny model")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default=None,
                         help="default: bf16 where the CPU runs it natively, else fp32")
     parser.add_argument("--steps", type=int, default=3, help="profiled steps (after 3 warmup)")
     parser.add_argument("--top", type=int, default=25, help="rows of the per-shape table")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     s = QUICK if args.quick else FULL
     precision = args.precision or ("bf16" if cpu_has_fast_bf16() else "fp32")
     threads = set_threads()
     keep_freed_memory()
     torch.manual_seed(0)
     model = Transformer(s.model)
-    runner = Runner("kiln", model, lambda x, y: model(x, targets=y), precision, False)
+    runner = Runner("kiln", model, lambda x, y: model(x, targets=y), precision, False,
+                    torch.device("cpu"))
     batch = torch.randint(0, s.model.vocab_size, (s.batch, s.seq_len + 1))
     for _ in range(3):
         runner.step(batch)

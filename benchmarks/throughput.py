@@ -7,7 +7,9 @@ precision (fp32, then bf16 autocast). Each model computes the loss its own way, 
 users train it: Kiln's `model(x, targets=y)` (the fused head + cross-entropy, what
 `Trainer.train_step` runs), HF's full logits upcast to fp32 and `F.cross_entropy`
 (what its `labels=` loss does). The step is `Trainer.train_step`'s: set lr, forward under
-autocast, loss, backward, clip, step, zero_grad, read the loss.
+autocast, loss, backward, clip, step, zero_grad, read the loss. Kiln picks its attention
+kernel per precision (batched bf16 matmuls for bf16 training on CPU), so HF is timed with
+each of its own (`sdpa` and `eager`) and the faster is the peer.
 
 Steps of the two models are timed interleaved in rounds (A B, then B A, ...) so drift
 on a shared machine hits both alike; tokens/s are medians over steps. The peak that
@@ -105,8 +107,12 @@ def spec_peak(device: torch.device, precision: str) -> float | None:
     return next((peaks[precision] for key, peaks in SPEC_PEAKS if key in name), None)
 
 
-def hf_llama(cfg: ModelConfig) -> torch.nn.Module:
-    """The same architecture as Hugging Face's LlamaForCausalLM (SDPA attention, no dropout)."""
+HF_ATTENTION = ("sdpa", "eager")  # HF's attention choices; the peer is the faster one
+
+
+def hf_llama(cfg: ModelConfig, attention: str = "sdpa") -> torch.nn.Module:
+    """The same architecture as Hugging Face's LlamaForCausalLM (no dropout), with one of
+    HF's attention implementations."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     hf_cfg = LlamaConfig(
@@ -127,7 +133,7 @@ def hf_llama(cfg: ModelConfig) -> torch.nn.Module:
         mlp_bias=False,
         attention_dropout=0.0,
         use_cache=False,
-        attn_implementation="sdpa",
+        attn_implementation=attention,
     )
     return LlamaForCausalLM(hf_cfg)
 
@@ -177,14 +183,13 @@ def bench_precision(s: Setting, precision: str, compile_model: bool, batch: torc
                     device: torch.device) -> dict:
     torch.manual_seed(0)
     kiln_model = Transformer(s.model)
-    hf_model = hf_llama(s.model)
-    runners = [
-        Runner("kiln", kiln_model, lambda x, y: kiln_model(x, targets=y), precision,
-               compile_model, device),
-        Runner("hf", hf_model, lambda x, y: F.cross_entropy(
-            hf_model(input_ids=x, use_cache=False).logits.flatten(0, 1).float(), y.flatten()),
-            precision, compile_model, device),
-    ]
+    runners = [Runner("kiln", kiln_model, lambda x, y: kiln_model(x, targets=y), precision,
+                      compile_model, device)]
+    for attention in HF_ATTENTION:  # Kiln picks its attention kernel: HF gets its best too
+        hf_model = hf_llama(s.model, attention)
+        runners.append(Runner(f"hf_{attention}", hf_model, lambda x, y, m=hf_model: F.cross_entropy(
+            m(input_ids=x, use_cache=False).logits.flatten(0, 1).float(), y.flatten()),
+            precision, compile_model, device))
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     # and again after the steps
     floor_before = gemm_floor(s.model, s.batch, s.seq_len, dtype, device=device)
@@ -196,16 +201,18 @@ def bench_precision(s: Setting, precision: str, compile_model: bool, batch: torc
         for _ in range(s.warmup):
             r.step(batch)
         warm[r.name] = time.perf_counter() - start
+    warm["hf"] = max(warm[f"hf_{a}"] for a in HF_ATTENTION)
     for i in range(s.rounds):
         for r in runners if i % 2 == 0 else runners[::-1]:
             for _ in range(s.steps):
                 r.times.append(time_call(lambda r=r: r.step(batch)))
         peaks.append(probe.sample())
     # the faster of the two floors: a lower bound should not inherit a slow spell's drift
-    floor = min(floor_before, gemm_floor(s.model, s.batch, s.seq_len, dtype, device=device),
-                key=lambda f: f.seconds)
+    floor_after = gemm_floor(s.model, s.batch, s.seq_len, dtype, device=device)
+    floor = min(floor_before, floor_after, key=lambda f: f.seconds)
     square = max(matmul_flops(dtype, n, s.matmul_repeats, device) for n in s.matmul_n)
-    gemm_peak = max(floor_before.best_rate, floor.best_rate)  # the step's shapes can beat squares
+    # the best GEMM rate of either floor: the step's shapes can beat squares
+    gemm_peak = max(floor_before.best_rate, floor_after.best_rate)
     tokens = batch.shape[0] * (batch.shape[1] - 1)
     out = {"peak": median(peaks), "best_peak": max(square, gemm_peak, *peaks),
            "peak_range": (min(peaks), max(peaks)), "square_peak": square, "warmup_s": warm,
@@ -215,6 +222,9 @@ def bench_precision(s: Setting, precision: str, compile_model: bool, batch: torc
         out[r.name + "_spread"] = (tokens / max(r.times), tokens / min(r.times))
         if not all(map(lambda v: v == v, r.losses)):
             raise RuntimeError(f"{r.name} produced a NaN loss under {precision}")
+    peer = max(HF_ATTENTION, key=lambda a: out[f"hf_{a}"])
+    out["hf_attention"] = peer
+    out["hf"], out["hf_spread"] = out[f"hf_{peer}"], out[f"hf_{peer}_spread"]
     out["ratio"] = out["kiln"] / out["hf"]
     out["fraction"] = out["kiln"] * flops_per_token(s.model, s.seq_len) / out["peak"]
     out["fraction_vs_best"] = out["kiln"] * flops_per_token(s.model, s.seq_len) / out["best_peak"]
@@ -254,7 +264,8 @@ def main() -> None:
     if device.type == "cuda":  # a 2048^3 product cannot keep a datacenter GPU busy
         s = dataclasses.replace(s, matmul_n=(8192,), matmul_repeats=10)
     threads = set_threads()
-    kept = keep_freed_memory()  # as Trainer does on CPU; process-wide, so both models get it
+    # as Trainer does on CPU; process-wide, so every model gets it
+    kept = keep_freed_memory() if device.type == "cpu" else False
     torch.manual_seed(0)
     batch = torch.randint(0, s.model.vocab_size, (s.batch, s.seq_len + 1)).to(device)
     params = count_params(Transformer(s.model))["params"]
@@ -270,7 +281,8 @@ def main() -> None:
           f"{params / 1e6:.2f}M params; {fpt / 1e6:.1f} MFLOP/token (train)")
     print(f"batch {s.batch} x {s.seq_len} tokens; {s.warmup} warmup steps, "
           f"{s.rounds} interleaved rounds x {s.steps} steps per model; loss: "
-          f"kiln: model(x, targets=y) (fused); hf: cross_entropy(logits.float())")
+          f"kiln: model(x, targets=y) (fused); hf: cross_entropy(logits.float()); hf timed with "
+          f"{' and '.join(HF_ATTENTION)} attention, the faster is the peer")
     auto = resolve_precision("auto", device)  # what train.precision = "auto" picks
     precisions = args.precision.split(",") if args.precision else ["fp32", "bf16"][:1 + (auto == "bf16")]
     if not args.precision and auto == "fp32" and device.type == "cpu":
@@ -294,6 +306,8 @@ def main() -> None:
         lo, hi = r["kiln_spread"]
         hlo, hhi = r["hf_spread"]
         print(f"  {p} per-step range: kiln {lo:.0f}-{hi:.0f} tok/s, hf {hlo:.0f}-{hhi:.0f} tok/s")
+        print(f"  {p} hf by attention: " + ", ".join(
+            f"{a} {r[f'hf_{a}']:.0f} tok/s" for a in HF_ATTENTION) + f" (peer: {r['hf_attention']})")
     print()
     print("GEMM floor (the step's matmuls alone, each in its fastest layout; gemm_floor.py):")
     for p, r in res.items():
@@ -329,6 +343,8 @@ def main() -> None:
         figures |= {"mfu": res[main_p]["mfu"], "hf_mfu": res[main_p]["hf_mfu"]}
     for p, r in res.items():
         figures |= {f"speedup_vs_hf_{p}": r["ratio"], f"peak_fraction_{p}": r["fraction"],
+                    f"peak_fraction_vs_best_{p}": r["fraction_vs_best"],
+                    f"hf_eager_over_sdpa_{p}": r["hf_eager"] / r["hf_sdpa"],
                     f"floor_fraction_{p}": r["floor_fraction"],
                     f"hf_over_floor_{p}": r["floor"] / r["hf"], f"kiln_tokens_per_s_{p}": r["kiln"],
                     f"hf_tokens_per_s_{p}": r["hf"]}

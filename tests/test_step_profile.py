@@ -37,3 +37,12 @@ def test_by_op_sums_shapes_and_sorts_by_time():
     timer.seconds.update({("mm", ((1,),), ()): 1.0, ("mm", ((2,),), ()): 2.0,
                           ("add", ((1,),), ()): 4.0})
     assert list(timer.by_op().items()) == [("add", 4.0), ("mm", 3.0)]
+
+
+def test_the_benchmark_runs_end_to_end(capsys):
+    """The script itself, not only its timer: it builds the trainer's step and prints its
+    RESULT line (a changed Runner signature once broke it while these tests passed)."""
+    from step_profile import main
+
+    main(["--quick", "--steps", "1", "--precision", "fp32"])
+    assert "RESULT" in capsys.readouterr().out

@@ -36,6 +36,7 @@ def test_quick_fp32_bench_reports_consistent_figures():
     batch = torch.randint(0, s.model.vocab_size, (s.batch, s.seq_len + 1))
     r = throughput.bench_precision(s, "fp32", False, batch, torch.device("cpu"))
     assert r["ratio"] == pytest.approx(r["kiln"] / r["hf"])
+    assert r["hf"] == max(r["hf_sdpa"], r["hf_eager"]) == r[f"hf_{r['hf_attention']}"]
     fpt = flops_per_token(s.model, s.seq_len)
     assert r["fraction"] == pytest.approx(r["kiln"] * fpt / r["peak"])
     assert r["best_peak"] >= r["peak"] > 0 and r["fraction_vs_best"] <= r["fraction"]
