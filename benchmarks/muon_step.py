@@ -27,7 +27,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import median, result_line, set_threads, time_call  # noqa: E402
@@ -80,13 +79,17 @@ def make(setting: Setting, optim: OptimConfig, device: torch.device):
 
 
 def train_step(model, opt, batch, precision: str, device: torch.device) -> float:
+    """`Trainer.train_step` on one micro-batch: the fused loss, MoE aux losses and the
+    balancing update included (work common to both optimizers belongs in the ratio)."""
     with autocast(device, precision):
-        logits = model(batch[:, :-1])
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
-    loss.backward()
+        loss = model(batch[:, :-1], targets=batch[:, 1:])
+    aux = model.aux_loss()
+    (loss if aux is None else loss + aux).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     opt.zero_grad(set_to_none=True)
+    for layer in model.moe_layers():
+        layer.update_bias()
     return loss.item()
 
 

@@ -22,3 +22,13 @@ for verb in prepare tokenizer tokenize; do
   .venv/bin/kiln "$verb" recipes/quickstart.toml --set run.dir=.gpu/qs
 done
 du -sh .whl .gpu
+# what the device call will refuse, found here rather than after the machine has started
+size_mb=$(du -sm .whl .gpu | awk '{s += $1} END {print s}')
+[ "$size_mb" -lt 60 ] || { echo "ERROR: .whl + .gpu hold ${size_mb} MB, over the 64 MiB carry"; exit 1; }
+tag="py${PY_TARGET/./}"
+for w in .whl/*.whl; do
+  case "$w" in *-py3-none-any.whl|*-"$tag"-*|*-cp"${PY_TARGET/./}"-*|*-abi3-*) ;;
+    *) echo "ERROR: $w does not install on python $PY_TARGET (re-run with PY_TARGET=$PY_TARGET)"; exit 1;;
+  esac
+done
+echo "ready for python $PY_TARGET: carry [\".whl\", \".gpu\"], run \"bash scripts/gpu_check.sh\""

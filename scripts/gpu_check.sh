@@ -6,7 +6,11 @@
 #   train / eval     the quickstart trained and evaluated on CUDA (bf16 autocast)
 #   fsdp             one-rank torchrun with parallel = fsdp: NCCL init + FSDP2 on CUDA
 #   throughput_b256  the same benchmark with 16x the work per step
-#   compile          ... and torch.compile on both models
+#   compile          ... and torch.compile on both models (at batch 16: compile time grows
+#                    with the work per step)
+# Step limits add up to 420 s, leaving room under the 600 s call for the wheel install and a
+# rerun of the device budget. Training runs in a copy of .gpu/qs, so a rehearsal leaves the
+# carried folder as it was. The runs' records come back in $OUT/runs.tgz.
 # A rehearsal on CPU: DEVICE=cpu QUICK=1 PYTHON=.venv/bin/python bash scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,18 +28,23 @@ step() {  # step NAME LIMIT_S COMMAND...
   local name=$1 limit=$2 t0=$SECONDS
   shift 2
   echo "== $name (limit ${limit}s, at ${t0}s): $*"
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
   echo "   rc=$? in $((SECONDS - t0)) s"
   grep -E "^RESULT|MFU|bits per byte|bits/byte|Error|error:" "$OUT/$name.log" | tail -6
 }
 [ "$DEVICE" = cuda ] && nvidia-smi -L
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', \
 transformers.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
-step throughput_b16 110 "$PY" benchmarks/throughput.py "${quick[@]}" --device "$DEVICE" --precision bf16
-step train 110 "$PY" -m kiln.cli train .gpu/qs --fresh --set train.device="$DEVICE" "${steps[@]}"
-step eval 45 "$PY" -m kiln.cli eval .gpu/qs --set train.device="$DEVICE"
-step fsdp 75 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 -m kiln.cli \
-  train .gpu/qs --fresh --set train.device="$DEVICE" --set train.parallel=fsdp --set train.steps=40
-step throughput_b256 75 "$PY" benchmarks/throughput.py "${quick[@]}" --device "$DEVICE" --precision bf16 --batch 256
-step compile 150 "$PY" benchmarks/throughput.py "${quick[@]}" --device "$DEVICE" --precision bf16 --batch 256 --compile
+RUN=/tmp/kiln_gpu_qs
+rm -rf "$RUN" && cp -r .gpu/qs "$RUN"
+step throughput_b16 90 "$PY" benchmarks/throughput.py "${quick[@]}" --device "$DEVICE" --precision bf16
+step train 60 "$PY" -m kiln.cli train "$RUN" --fresh --set train.device="$DEVICE" "${steps[@]}"
+step eval 30 "$PY" -m kiln.cli eval "$RUN" --set train.device="$DEVICE"
+step fsdp 60 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 -m kiln.cli \
+  train "$RUN" --fresh --set train.device="$DEVICE" --set train.parallel=fsdp --set train.steps=40
+step throughput_b256 60 "$PY" benchmarks/throughput.py "${quick[@]}" --device "$DEVICE" --precision bf16 --batch 256
+step compile 120 "$PY" benchmarks/throughput.py "${quick[@]}" --device "$DEVICE" --precision bf16 --compile
+# the records of both runs (the fsdp run's --fresh moved the first one's into archive/)
+(cd "$RUN" && find . \( -name metrics.jsonl -o -name eval.json -o -name model.json \
+  -o -name env.json -o -name config.toml \) -print0 | tar czf "$OUT/runs.tgz" --null -T -)
 echo "all steps: $((SECONDS - start)) s"

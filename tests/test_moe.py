@@ -376,3 +376,17 @@ def test_aux_losses_are_averaged_over_micro_batches_like_the_loss(tiny_run):
     assert r1["moe_load"] == r2["moe_load"]  # the same routing, counted once per step
     for a, b in zip(b1, b2, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_grouped_mm_probe_answers_the_same_when_first_asked_without_gradients(context):
+    """eval and generate may ask first, under no_grad: a backward-less probe failed there
+    and its cached 'no' sent training to the slower padded path for the whole process."""
+    from kiln.model.moe import grouped_mm_works
+
+    grouped_mm_works.cache_clear()
+    expected = grouped_mm_works("cpu", torch.float32)
+    grouped_mm_works.cache_clear()
+    with context():
+        assert grouped_mm_works("cpu", torch.float32) == expected
+    grouped_mm_works.cache_clear()

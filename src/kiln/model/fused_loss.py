@@ -34,6 +34,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if need_grad:  # the largest multiple of `chunk` rows whose gradient fits GROUP_BYTES
             group = max(chunk, GROUP_BYTES // (vocab * hidden.element_size()) // chunk * chunk)
         group = min(group, n)
+        on_gpu = hidden.device.type == "cuda"
+        if on_gpu:  # no cache to stay within: one softmax pass per group, far fewer launches
+            chunk = group
         logits = torch.empty(group, vocab, dtype=dtype, device=hidden.device)
         rows = min(chunk, n)
         upcast = torch.empty(rows, vocab, device=hidden.device) if dtype != torch.float32 else None
@@ -46,7 +49,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # bf16 block.t() @ h runs at half speed on AMX (measured); making dW^T from two
         # contiguous operands and transposing the small (D x V) result back is faster.
         # fp32 matmuls run at one speed either way, so fp32 skips the transposes.
-        transposed = dtype != torch.float32
+        transposed = dtype != torch.float32 and not on_gpu  # a CPU (AMX) workaround
         for g0 in range(0, n, group):
             g1 = min(g0 + group, n)
             block = logits[: g1 - g0]

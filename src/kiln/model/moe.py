@@ -78,19 +78,26 @@ def router_z_loss(logits: torch.Tensor) -> torch.Tensor:
 
 @functools.cache
 def grouped_mm_works(device_type: str, dtype: torch.dtype) -> bool:
-    """Whether F.grouped_mm runs forward and backward here (probed once per device/dtype)."""
+    """Whether F.grouped_mm runs forward and backward here (probed once per device/dtype;
+    with gradients on even when first asked under no_grad, as eval is, since the answer
+    is cached for training too)."""
     if not hasattr(F, "grouped_mm"):
         return False
     try:
-        x = torch.randn(32, 16, device=device_type, dtype=dtype, requires_grad=True)
-        w = torch.randn(2, 16, 16, device=device_type, dtype=dtype, requires_grad=True)
-        offs = torch.tensor([16, 32], device=device_type, dtype=torch.int32)
-        y = F.grouped_mm(x, w.transpose(-2, -1), offs=offs)
-        y.backward(torch.ones_like(y))
-        ref = torch.cat([x[:16] @ w[0].T, x[16:] @ w[1].T]).float()
-        return bool(torch.allclose(y.float(), ref, rtol=5e-2, atol=5e-2))
+        with torch.inference_mode(False), torch.enable_grad():
+            return _probe_grouped_mm(device_type, dtype)
     except (RuntimeError, NotImplementedError, TypeError):
         return False
+
+
+def _probe_grouped_mm(device_type: str, dtype: torch.dtype) -> bool:
+    x = torch.randn(32, 16, device=device_type, dtype=dtype, requires_grad=True)
+    w = torch.randn(2, 16, 16, device=device_type, dtype=dtype, requires_grad=True)
+    offs = torch.tensor([16, 32], device=device_type, dtype=torch.int32)
+    y = F.grouped_mm(x, w.transpose(-2, -1), offs=offs)
+    y.backward(torch.ones_like(y))
+    ref = torch.cat([x[:16] @ w[0].T, x[16:] @ w[1].T]).float()
+    return bool(torch.allclose(y.float(), ref, rtol=5e-2, atol=5e-2))
 
 
 def _contiguous_grad(t: torch.Tensor) -> torch.Tensor:

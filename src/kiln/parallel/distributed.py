@@ -61,7 +61,10 @@ def init_distributed(device: torch.device) -> DistEnv:
                                   f"{torch.cuda.device_count()} are visible; start at most that "
                                   "many processes per node (torchrun --nproc_per_node)")
             torch.cuda.set_device(local)
-        dist.init_process_group(backend=backend)
+            # NCCL told its device up front, rather than guessing it at the first collective
+            dist.init_process_group(backend=backend, device_id=torch.device("cuda", local))
+        else:
+            dist.init_process_group(backend=backend)
     return DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
 
 
