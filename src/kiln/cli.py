@@ -249,8 +249,6 @@ def _report_anyway(cfg: Config) -> None:
 _DATA_VERBS = ("prepare", "tokenizer", "tokenize")
 
 
-
-
 def _refuse_remaking_trained_data(cfg: Config) -> None:
     """A run with checkpoints keeps the data they were trained on: re-making it with other
     settings would leave the checkpoints (and a resume's loader position) describing data

@@ -23,6 +23,7 @@ from kiln.errors import ConfigError  # re-exported: `from kiln.config import Con
 
 MAX_SEQ_LEN = 1 << 20  # positions; far beyond what one device trains on
 
+
 @dataclass
 class RunConfig:
     dir: str = "runs/quickstart"  # the run directory: everything a run writes lives here

@@ -87,13 +87,12 @@ _RESUMABLE_MODEL_KEYS = frozenset({
     "model.balance_rate", "model.smebu_beta", "model.smebu_kappa"})
 
 
-def _changed_since_recorded(cfg: Config, step: int) -> list[str]:
+def _changed_since_recorded(old: Config | None, cfg: Config, step: int) -> list[str]:
     """Training settings that differ from the run's recorded config (a resume with another lr
     or step count is allowed, but said; model and data changes are refused elsewhere), and
     the jump in the learning rate that follows: a schedule is a function of train.steps, so
     more steps re-stretch a cosine decay (a wsd run extended in its stable phase does not
     jump)."""
-    old = recorded_config(cfg.run_dir)
     if old is None:
         return []
     changed = config_changes(old, cfg, ("optim.", "schedule.", "train."))
@@ -162,7 +161,8 @@ class Trainer:
         self._check_ranks_agree(ckpt)
         if ckpt is None:
             return
-        self._refuse_changed_model(ckpt)
+        recorded = recorded_config(self.run_dir)
+        self._refuse_changed_model(ckpt, recorded)
         state = load_checkpoint(ckpt, self.model, self.optimizer)
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
         self._elapsed_before = state["elapsed_s"]
@@ -175,7 +175,7 @@ class Trainer:
                                   "the run's config, or --fresh") from e
         if self.env.is_main:
             print(f"resumed from {ckpt} at step {self.step}", file=sys.stderr)
-            changed = _changed_since_recorded(self.cfg, self.step)
+            changed = _changed_since_recorded(recorded, self.cfg, self.step)
             if changed:
                 print(f"note: resuming with settings changed since the run's config.toml was "
                       f"recorded: {'; '.join(changed)}", file=sys.stderr)
@@ -208,13 +208,12 @@ class Trainer:
             f"training diverged at step {self.step}: loss {record['loss']}, gradient norm "
             f"{record['grad_norm']}; {since}")
 
-    def _refuse_changed_model(self, ckpt: Path) -> None:
+    def _refuse_changed_model(self, ckpt: Path, old: Config | None) -> None:
         """A checkpoint continues the function it was trained as, on the data it was trained
         on. Model settings that keep every tensor's shape (rope_theta, norm_eps, top_k...)
         would pass the shape check and silently train another model; another optimizer
         cannot take the checkpoint's optimizer state; other data settings describe data
         that is not on disk."""
-        old = recorded_config(self.run_dir)
         if old is None:
             return
         vocab = old.model.vocab_size or self.model_cfg.vocab_size  # 0 (auto) as resolved now
