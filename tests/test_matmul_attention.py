@@ -31,8 +31,16 @@ def _sdpa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
 
 
+@pytest.fixture(params=[ma.BLOCK, 5], ids=["default-block", "block-5"])
+def block(request, monkeypatch):
+    """Run with the default query block and with small blocks, so short test sequences
+    cross several blocks (a ragged last one included)."""
+    monkeypatch.setattr(ma, "BLOCK", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("h, kv", [(4, 4), (8, 2)])
-def test_fp32_matches_sdpa_output_and_gradients(h, kv):
+def test_fp32_matches_sdpa_output_and_gradients(h, kv, block):
     q, k, v, grad = _inputs(2, h, kv, 33, 16, torch.float32)
     got = _run(matmul_attention, q, k, v, grad)
     ref = _run(_sdpa, q, k, v, grad)
@@ -41,7 +49,7 @@ def test_fp32_matches_sdpa_output_and_gradients(h, kv):
 
 
 @pytest.mark.parametrize("window", [1, 5, 16])
-def test_fp32_sliding_window_matches_the_blocked_sdpa_path(window):
+def test_fp32_sliding_window_matches_the_blocked_sdpa_path(window, block):
     q, k, v, grad = _inputs(2, 4, 2, 37, 8, torch.float32)
 
     def blocked(q, k, v):  # the reference path repeats kv heads itself
@@ -54,7 +62,7 @@ def test_fp32_sliding_window_matches_the_blocked_sdpa_path(window):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
 
-def test_sliding_window_hides_keys_older_than_the_window():
+def test_sliding_window_hides_keys_older_than_the_window(block):
     q, k, v, grad = _inputs(1, 2, 1, 20, 8, torch.bfloat16)
     grad = torch.zeros_like(grad)
     grad[:, :, 15] = 1.0  # only query 15: with window 4 it sees keys 12..15
@@ -65,7 +73,7 @@ def test_sliding_window_hides_keys_older_than_the_window():
     assert dv[0, 0, seen].abs().min() > 0
 
 
-def test_bf16_error_against_fp64_is_of_sdpas_size():
+def test_bf16_error_against_fp64_is_of_sdpas_size(block):
     q, k, v, grad = _inputs(4, 8, 4, 128, 64, torch.bfloat16)
     exact = _run(_sdpa, *(x.detach().double().requires_grad_() for x in (q, k, v)), grad.double())
     ours = _run(matmul_attention, q, k, v, grad)
@@ -76,7 +84,7 @@ def test_bf16_error_against_fp64_is_of_sdpas_size():
         assert err_ours < 2.5 * err_sdpa and err_ours < 1e-2, (name, err_ours, err_sdpa)
 
 
-def test_future_keys_get_exactly_zero_weight_and_gradient():
+def test_future_keys_get_exactly_zero_weight_and_gradient(block):
     q, k, v, grad = _inputs(1, 4, 2, 16, 8, torch.bfloat16)
     grad = torch.zeros_like(grad)
     grad[:, :, :10] = 1.0  # only the first 10 query positions matter
@@ -97,6 +105,23 @@ def test_dispatch_takes_the_matmul_path_only_for_small_bf16_cpu_training(monkeyp
         assert not uses_matmul_path(q, "auto")
     assert not uses_matmul_path(q, "sdpa") and uses_matmul_path(q.float(), "matmul")
     monkeypatch.setattr(ma, "MAX_PROBS_BYTES", 2 * 4 * 16 * 16 * 2 - 1)  # one byte short
+    assert not uses_matmul_path(q, "auto")
+
+
+def test_kept_probabilities_are_the_visible_blocks(monkeypatch):
+    monkeypatch.setattr(ma, "BLOCK", 4)
+    # blocks of 4 queries over 10 positions: 4 x 4 + 4 x 8 + 2 x 10 probabilities
+    assert ma.kept_probs(10) == 16 + 32 + 20
+    # window 3: block 2 starts at query 4 and sees keys 2.., block 3 keys 6..
+    assert ma.kept_probs(10, window=3) == 16 + 4 * 6 + 2 * 4
+    monkeypatch.setattr(ma, "BLOCK", 64)
+    assert ma.kept_probs(10) == 100  # one block: the whole square
+    # the limit counts what is kept: 2 x 4 heads x 68 positions fit exactly in bf16
+    q = torch.zeros(2, 4, 68, 8, dtype=torch.bfloat16, requires_grad=True)
+    kept = 64 * 64 + 4 * 68
+    monkeypatch.setattr(ma, "MAX_PROBS_BYTES", 2 * 4 * kept * 2)
+    assert uses_matmul_path(q, "auto") and kept < 68 * 68
+    monkeypatch.setattr(ma, "MAX_PROBS_BYTES", 2 * 4 * kept * 2 - 1)
     assert not uses_matmul_path(q, "auto")
 
 

@@ -204,7 +204,7 @@ class Attention(nn.Module):
         if self.window and decoding:
             k, v = k[:, :, -self.window :], v[:, :, -self.window :]
         gqa = self.n_kv_heads != self.n_heads
-        if cache is None and uses_matmul_path(q, self.kernel):
+        if cache is None and uses_matmul_path(q, self.kernel, self.window):
             y = matmul_attention(q, k, v, self.window)
         elif self.window and not decoding:
             if gqa:  # the banded path has no GQA kernel: share kv heads explicitly

@@ -3,17 +3,19 @@
 PyTorch's CPU flash-attention backward runs at the same speed in bf16 as in fp32 (it
 does not use the AMX / AVX-512 BF16 units) and takes ~9x its forward: 40 ms of a
 (16 x 8 heads x 256 x 64) layer's 44 ms, a quarter of the whole training step. Written
-as five batched bf16 matmuls around PyTorch's fused softmax and softmax-backward
-kernels, the same layer takes 22 ms. The numerics are those of plain ("eager")
-attention under autocast: scores and probabilities rounded to bf16, softmax in fp32
-inside the kernel; errors against an fp64 reference are of the same size as SDPA's
-(tests/test_matmul_attention.py). The probabilities (B x H x T x T, bf16) are kept for
-backward, so `uses_matmul_path` picks this path only while they stay small; otherwise,
-for fp32, and without gradients, attention goes through SDPA. Sliding-window layers use
-the same kernel with a banded mask.
+as batched bf16 matmuls around PyTorch's fused softmax and softmax-backward kernels, the
+same layer takes 22 ms; computed a block of `BLOCK` query positions at a time against
+only the keys the block can see (causal, and inside the window for sliding-window
+layers), it skips the hidden part of the T x T square: 5/8 of the products at T = 256
+and ~17 ms. The numerics are those of plain ("eager") attention under autocast: scores
+and probabilities rounded to bf16, softmax in fp32 inside the kernel; errors against an
+fp64 reference are of the same size as SDPA's (tests/test_matmul_attention.py). The
+probabilities are kept for backward, so `uses_matmul_path` picks this path only while
+they stay small; otherwise, for fp32, and without gradients, attention goes through SDPA.
 
-Heads that share a key/value head are stacked along the query rows, (B*KV, rep*T, D),
-so GQA needs no copies of k and v and their gradients come out already summed.
+Heads that share a key/value head are stacked along the query rows, position-major
+(B*KV, T*rep, D): a block of positions is a contiguous run of rows, GQA needs no copies
+of k and v, and their gradients come out already summed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ import torch
 
 # largest kept probabilities per layer (bytes) for the matmul path
 MAX_PROBS_BYTES = 64 << 20
+# query positions per block: smaller blocks skip more of the hidden square but run
+# smaller, slower matmuls (64 measured fastest at T = 256, D = 64 in bf16)
+BLOCK = 64
 
 
 def _hidden_keys(t: int, window: int, device: torch.device) -> torch.Tensor:
@@ -35,6 +40,12 @@ def _hidden_keys(t: int, window: int, device: torch.device) -> torch.Tensor:
     return hidden
 
 
+def _blocks(t: int, window: int) -> list[tuple[int, int, int]]:
+    """(first query, end query, first visible key) per block; keys end where queries do."""
+    return [(start, min(t, start + BLOCK), max(0, start - window + 1) if window else 0)
+            for start in range(0, t, BLOCK)]
+
+
 class _MatmulAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, window: int):
@@ -42,30 +53,52 @@ class _MatmulAttention(torch.autograd.Function):
         kv = k.shape[1]
         rep = h // kv
         scale = 1.0 / math.sqrt(d)
-        qs = (q * scale).reshape(b * kv, rep * t, d)
+        # rows of head group g: (position, head in group), the scale folded into the copy
+        grouped = q.view(b, kv, rep, t, d).permute(0, 1, 3, 2, 4)
+        if torch.compiler.is_compiling():  # the compiler restrides `out=` (then views fail)
+            qs = (grouped * scale).reshape(b * kv, t * rep, d)
+        else:
+            qs = torch.empty(b, kv, t, rep, d, dtype=q.dtype, device=q.device)
+            qs = torch.mul(grouped, scale, out=qs).view(b * kv, t * rep, d)
         kg, vg = k.reshape(b * kv, t, d), v.reshape(b * kv, t, d)
         hidden = _hidden_keys(t, window, q.device)
-        bias = torch.zeros(t, t, dtype=q.dtype, device=q.device).masked_fill_(hidden, float("-inf"))
-        scores = torch.baddbmm(bias.repeat(rep, 1), qs, kg.transpose(1, 2))
-        probs = torch.softmax(scores, dim=-1)
-        out = torch.bmm(probs, vg)
-        ctx.save_for_backward(qs, kg, vg, probs)
-        ctx.scale = scale
-        return out.view(b, h, t, d)
+        out = torch.empty(b, t, kv, rep, d, dtype=q.dtype, device=q.device)  # (B, T, H, D)
+        blocks = _blocks(t, window)
+        probs = []
+        for start, stop, lo in blocks:
+            bias = torch.zeros(stop - start, stop - lo, dtype=q.dtype, device=q.device)
+            bias.masked_fill_(hidden[start:stop, lo:stop], float("-inf"))
+            scores = torch.baddbmm(bias.repeat_interleave(rep, dim=0),
+                                   qs[:, start * rep : stop * rep], kg[:, lo:stop].transpose(1, 2))
+            p = torch.softmax(scores, dim=-1)
+            block_out = torch.bmm(p, vg[:, lo:stop]).view(b, kv, stop - start, rep, d)
+            out[:, start:stop] = block_out.permute(0, 2, 1, 3, 4)
+            probs.append(p)
+        ctx.save_for_backward(qs, kg, vg, *probs)
+        ctx.scale, ctx.blocks = scale, blocks
+        # (B, H, T, D) over (B, T, H, D) memory: the caller's transpose back is free
+        return out.view(b, t, h, d).transpose(1, 2)
 
     @staticmethod
     def backward(ctx, grad_out):
-        qs, kg, vg, probs = ctx.saved_tensors
+        qs, kg, vg, *probs = ctx.saved_tensors
         b, h, t, d = grad_out.shape
         kv = kg.shape[0] // b
-        go = grad_out.reshape(b * kv, (h // kv) * t, d)
-        grad_v = torch.bmm(probs.transpose(1, 2), go)
-        grad_probs = torch.bmm(go, vg.transpose(1, 2))
-        grad_scores = torch._softmax_backward_data(grad_probs, probs, -1, probs.dtype)
-        grad_q = torch.bmm(grad_scores, kg).mul_(ctx.scale)
-        grad_k = torch.bmm(grad_scores.transpose(1, 2), qs)
-        return (grad_q.view(b, h, t, d), grad_k.view(b, kv, t, d), grad_v.view(b, kv, t, d),
-                None)
+        rep = h // kv
+        go = grad_out.reshape(b, kv, rep, t, d).permute(0, 1, 3, 2, 4).reshape(b * kv, t * rep, d)
+        grad_q = torch.empty(b, t, kv, rep, d, dtype=qs.dtype, device=qs.device)
+        grad_k, grad_v = torch.zeros_like(kg), torch.zeros_like(vg)
+        for (start, stop, lo), p in zip(ctx.blocks, probs):
+            rows = slice(start * rep, stop * rep)
+            g = go[:, rows]
+            grad_v[:, lo:stop].baddbmm_(p.transpose(1, 2), g)
+            grad_p = torch.bmm(g, vg[:, lo:stop].transpose(1, 2))
+            grad_s = torch._softmax_backward_data(grad_p, p, -1, p.dtype)
+            block_q = torch.bmm(grad_s, kg[:, lo:stop]).mul_(ctx.scale)
+            grad_q[:, start:stop] = block_q.view(b, kv, stop - start, rep, d).permute(0, 2, 1, 3, 4)
+            grad_k[:, lo:stop].baddbmm_(grad_s.transpose(1, 2), qs[:, rows])
+        return (grad_q.view(b, t, h, d).transpose(1, 2), grad_k.view(b, kv, t, d),
+                grad_v.view(b, kv, t, d), None)
 
 
 def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -77,7 +110,7 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _MatmulAttention.apply(q, k, v, window)
 
 
-def uses_matmul_path(q: torch.Tensor, kernel: str) -> bool:
+def uses_matmul_path(q: torch.Tensor, kernel: str, window: int = 0) -> bool:
     """Whether attention over these queries takes the matmul path. kernel: 'auto' (bf16
     training on CPU while the probabilities fit MAX_PROBS_BYTES), 'sdpa' or 'matmul'."""
     if kernel == "sdpa":
@@ -86,5 +119,10 @@ def uses_matmul_path(q: torch.Tensor, kernel: str) -> bool:
         return True
     b, h, t, _ = q.shape
     return (q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled()
-            and q.requires_grad and b * h * t * t * q.element_size() <= MAX_PROBS_BYTES)
+            and q.requires_grad and b * h * kept_probs(t, window) * q.element_size() <= MAX_PROBS_BYTES)
+
+
+def kept_probs(t: int, window: int = 0) -> int:
+    """Probabilities per head the matmul path keeps for backward: the visible blocks."""
+    return sum((stop - start) * (stop - lo) for start, stop, lo in _blocks(t, window))
 
