@@ -8,7 +8,7 @@ users train it: Kiln's `model(x, targets=y)` (the fused head + cross-entropy, wh
 `Trainer.train_step` runs), HF's full logits upcast to fp32 and `F.cross_entropy`
 (what its `labels=` loss does). The step is `Trainer.train_step`'s: set lr, forward under
 autocast, loss, backward, clip, step, zero_grad, read the loss. Kiln picks its attention
-kernel per precision (batched bf16 matmuls for bf16 training on CPU), so HF is timed with
+kernel (blocked batched matmuls for training on CPU), so HF is timed with
 each of its own (`sdpa` and `eager`) and the faster is the peer.
 
 Steps of the two models are timed interleaved in rounds (A B, then B A, ...) so drift

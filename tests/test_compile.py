@@ -1,6 +1,7 @@
 """`train.compile = true` runs the model through torch.compile: the compiled step must
-build and give the eager step's loss and gradients (fp32: SDPA; bf16: the matmul
-attention and fused loss, whose eager fast paths write into views the compiler refuses)."""
+build and give the eager step's loss and gradients (fp32: SDPA, as on a GPU; bf16: the
+matmul attention and fused loss, whose eager fast paths write into views the compiler
+refuses)."""
 
 import pytest
 import torch

@@ -96,11 +96,12 @@ def test_future_keys_get_exactly_zero_weight_and_gradient(block):
     assert torch.equal(matmul_attention(q.detach(), k2, v2)[:, :, :12], out[:, :, :12])
 
 
-def test_dispatch_takes_the_matmul_path_only_for_small_bf16_cpu_training(monkeypatch):
+def test_dispatch_takes_the_matmul_path_only_for_small_cpu_training(monkeypatch):
     q = torch.zeros(2, 4, 16, 8, dtype=torch.bfloat16, requires_grad=True)
     assert uses_matmul_path(q, "auto")
     assert not uses_matmul_path(q.detach(), "auto")  # inference: SDPA's forward is faster
-    assert not uses_matmul_path(q.float(), "auto")  # fp32: SDPA is as fast and keeps no T x T
+    assert uses_matmul_path(q.float(), "auto")  # fp32 training: the blocks beat SDPA too
+    assert not uses_matmul_path(q.double(), "auto")  # not a training precision: SDPA
     with torch.no_grad():
         assert not uses_matmul_path(q, "auto")
     assert not uses_matmul_path(q, "sdpa") and uses_matmul_path(q.float(), "matmul")

@@ -63,8 +63,8 @@ class ModelConfig:
     global_rope: bool = True  # False: global layers use no positional encoding (NoPE)
     qk_norm: bool = False  # RMSNorm over head_dim on queries and keys, before RoPE
     attn_gate: bool = False  # elementwise sigmoid(x Wg) gate before the output projection
-    # causal attention kernel: auto = batched bf16 matmuls for bf16 training on CPU while the
-    # probabilities stay small (2x faster than SDPA's CPU backward), SDPA otherwise
+    # causal attention kernel: auto = blocked batched matmuls for bf16 / fp32 training on CPU
+    # while the kept probabilities stay small (faster than SDPA's CPU backward), SDPA otherwise
     attn_kernel: str = "auto"  # auto | sdpa | matmul
     # normalisation options (Trinity)
     sandwich_norm: bool = False  # post-norms on both sub-layer outputs as well as pre-norms
