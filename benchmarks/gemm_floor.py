@@ -12,7 +12,10 @@ The sum is a lower bound on the step time of any implementation that runs those 
 through torch's GEMM library at that precision: `flops / floor / peak` is the highest
 `peak_fraction` reachable, and `hf step / floor` the highest speedup over a reference
 that takes the given time. Isolated GEMMs also run with warm caches, so the bound is
-optimistic (the true floor is higher).
+optimistic (the true floor is higher). An implementation that skips the hidden part of
+the causal square runs fewer FLOPs than counted here: Kiln's blocked matmul attention
+computes 5/8 of the attention products at T = 256, so for it the floor's attention part
+(~10% of the floor in bf16 at the benchmark's shapes) is ~3/8 too high.
 """
 
 from __future__ import annotations
