@@ -226,6 +226,12 @@ def bench_precision(s: Setting, precision: str, compile_model: bool, batch: torc
     out["hf_attention"] = peer
     out["hf"], out["hf_spread"] = out[f"hf_{peer}"], out[f"hf_{peer}_spread"]
     out["ratio"] = out["kiln"] / out["hf"]
+    # the same ratio per round, from steps minutes apart at most: its spread shows how far
+    # the drift of a shared machine moves one run's figure
+    peer_times = next(r.times for r in runners if r.name == f"hf_{peer}")
+    per_round = [median(peer_times[i:i + s.steps]) / median(runners[0].times[i:i + s.steps])
+                 for i in range(0, len(peer_times), s.steps)]
+    out["round_ratios"] = (median(per_round), min(per_round), max(per_round))
     out["fraction"] = out["kiln"] * flops_per_token(s.model, s.seq_len) / out["peak"]
     out["fraction_vs_best"] = out["kiln"] * flops_per_token(s.model, s.seq_len) / out["best_peak"]
     spec = spec_peak(device, precision)
@@ -306,6 +312,8 @@ def main() -> None:
         lo, hi = r["kiln_spread"]
         hlo, hhi = r["hf_spread"]
         print(f"  {p} per-step range: kiln {lo:.0f}-{hi:.0f} tok/s, hf {hlo:.0f}-{hhi:.0f} tok/s")
+        mid, rlo, rhi = r["round_ratios"]
+        print(f"  {p} kiln/hf per round: median {mid:.3f}, range {rlo:.3f}-{rhi:.3f}")
         print(f"  {p} hf by attention: " + ", ".join(
             f"{a} {r[f'hf_{a}']:.0f} tok/s" for a in HF_ATTENTION) + f" (peer: {r['hf_attention']})")
     print()
@@ -347,7 +355,10 @@ def main() -> None:
                     f"hf_eager_over_sdpa_{p}": r["hf_eager"] / r["hf_sdpa"],
                     f"floor_fraction_{p}": r["floor_fraction"],
                     f"hf_over_floor_{p}": r["floor"] / r["hf"], f"kiln_tokens_per_s_{p}": r["kiln"],
-                    f"hf_tokens_per_s_{p}": r["hf"]}
+                    f"hf_tokens_per_s_{p}": r["hf"],
+                    f"round_ratio_median_{p}": r["round_ratios"][0],
+                    f"round_ratio_min_{p}": r["round_ratios"][1],
+                    f"round_ratio_max_{p}": r["round_ratios"][2]}
     print(result_line(**figures, params=params))
 
 

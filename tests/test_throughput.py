@@ -37,6 +37,8 @@ def test_quick_fp32_bench_reports_consistent_figures():
     r = throughput.bench_precision(s, "fp32", False, batch, torch.device("cpu"))
     assert r["ratio"] == pytest.approx(r["kiln"] / r["hf"])
     assert r["hf"] == max(r["hf_sdpa"], r["hf_eager"]) == r[f"hf_{r['hf_attention']}"]
+    # one round of one step: the per-round ratio is the run's ratio, against the same peer
+    assert r["round_ratios"] == pytest.approx((r["ratio"],) * 3)
     fpt = flops_per_token(s.model, s.seq_len)
     assert r["fraction"] == pytest.approx(r["kiln"] * fpt / r["peak"])
     assert r["best_peak"] >= r["peak"] > 0 and r["fraction_vs_best"] <= r["fraction"]
