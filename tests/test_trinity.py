@@ -69,6 +69,33 @@ def test_sliding_window_matches_dense_banded_reference():
                                    atol=1e-5, rtol=1e-5)
 
 
+def test_sliding_window_gradients_match_the_dense_banded_reference(monkeypatch):
+    """Forward and backward against a dense band mask, over a ragged last block; and SDPA
+    only ever sees 4-D inputs (the fused CUDA kernels refuse 5-D ones)."""
+    torch.manual_seed(0)
+    ranks = []
+    real_sdpa = F.scaled_dot_product_attention
+
+    def recording(q, k, v, **kwargs):
+        ranks.append((q.dim(), k.dim(), v.dim()))
+        return real_sdpa(q, k, v, **kwargs)
+
+    for window in (1, 5, 8):
+        q, k, v = (torch.randn(2, 3, 21, 8, dtype=torch.float64, requires_grad=True)
+                   for _ in range(3))
+        grad = torch.randn(2, 3, 21, 8, dtype=torch.float64)
+        lag = torch.arange(21)[:, None] - torch.arange(21)[None, :]
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=(lag >= 0) & (lag < window))
+        expected = [ref.detach(), *torch.autograd.grad(ref, (q, k, v), grad)]
+        monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+        out = sliding_window_attention(q, k, v, window)
+        monkeypatch.setattr(F, "scaled_dot_product_attention", real_sdpa)
+        got = [out.detach(), *torch.autograd.grad(out, (q, k, v), grad)]
+        for a, e in zip(got, expected):
+            torch.testing.assert_close(a, e)
+    assert ranks and all(r == (4, 4, 4) for r in ranks)
+
+
 def test_window_locality_local_vs_global():
     x, cos, sin = attn_inputs(t=16)
     w = 4

@@ -107,28 +107,32 @@ def sliding_window_attention(
 ) -> torch.Tensor:
     """Causal attention to the last `window` positions (key j visible from query i when
     0 <= i - j < window), in O(T * window) memory: the sequence is cut into blocks of
-    `window` queries, each attending to its own block and the previous one through SDPA
-    with a (window, 2 * window) mask — no T x T mask is ever built."""
+    `window` queries. Block 0 attends causally to itself; every later block to the one
+    before it and itself, under one (window, 2 * window) band mask. No T x T mask is ever
+    built, and SDPA sees 4-D inputs only (the blocks become batch rows), which its fused
+    CUDA kernels need: 5-D inputs fall back to the math kernel, which builds the scores."""
     b, h, t, d = q.shape
     if t <= window:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     n = -(-t // window)
     pad = n * window - t  # padded keys sit in every real query's future: masked out
 
-    def blocks(x: torch.Tensor) -> torch.Tensor:
-        return F.pad(x, (0, 0, 0, pad)).view(b, h, n, window, d)
+    def blocks(x: torch.Tensor) -> torch.Tensor:  # (B, n, H, window, D)
+        return F.pad(x, (0, 0, 0, pad)).view(b, h, n, window, d).transpose(1, 2)
 
     qb, kb, vb = blocks(q), blocks(k), blocks(v)
-    kk = torch.cat([torch.cat([torch.zeros_like(kb[:, :, :1]), kb[:, :, :-1]], 2), kb], 3)
-    vv = torch.cat([torch.cat([torch.zeros_like(vb[:, :, :1]), vb[:, :, :-1]], 2), vb], 3)
+    first = F.scaled_dot_product_attention(qb[:, 0], kb[:, 0], vb[:, 0], is_causal=True)
+    rows = b * (n - 1)
+
+    def with_previous(x: torch.Tensor) -> torch.Tensor:  # (B * (n-1), H, 2 * window, D)
+        return torch.cat([x[:, :-1], x[:, 1:]], dim=3).reshape(rows, h, 2 * window, d)
+
     i = torch.arange(window, device=q.device)[:, None]
-    j = torch.arange(2 * window, device=q.device)[None, :]
-    lag = i + window - j  # query position minus key position
-    mask = ((lag >= 0) & (lag < window)).expand(n, window, 2 * window).clone()
-    mask[0, :, :window] = False  # block 0 has no previous block
-    y = F.scaled_dot_product_attention(
-        qb.transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2), attn_mask=mask[None, :, None]
-    )
+    lag = i + window - torch.arange(2 * window, device=q.device)[None, :]  # query - key position
+    rest = F.scaled_dot_product_attention(
+        qb[:, 1:].reshape(rows, h, window, d), with_previous(kb), with_previous(vb),
+        attn_mask=(lag >= 0) & (lag < window))
+    y = torch.cat([first[:, None], rest.view(b, n - 1, h, window, d)], dim=1)
     return y.transpose(1, 2).reshape(b, h, n * window, d)[:, :, :t]
 
 

@@ -61,7 +61,7 @@ class _MatmulAttention(torch.autograd.Function):
         rep = h // kv
         scale = 1.0 / math.sqrt(d)
         # rows of head group g: (position, head in group), the scale folded into the copy
-        grouped = q.view(b, kv, rep, t, d).permute(0, 1, 3, 2, 4)
+        grouped = q.reshape(b, kv, rep, t, d).permute(0, 1, 3, 2, 4)
         if torch.compiler.is_compiling():  # the compiler restrides `out=` (then views fail)
             qs = (grouped * scale).reshape(b * kv, t * rep, d)
         else:
