@@ -30,8 +30,11 @@ import math
 
 import torch
 
-# largest kept probabilities per layer (bytes) for the matmul path
-MAX_PROBS_BYTES = 64 << 20
+# largest kept probabilities per layer (bytes) for the matmul path. Forward + backward
+# per layer (8 heads / 4 kv, d 64), blocks against SDPA: bf16 4 x 1024 63 vs 129 ms (36 MB
+# kept), 2 x 2048 104 vs 211 ms (69 MB); fp32 16 x 512 164 vs 231 ms (75 MB), 1 x 2048
+# 132 vs 135 ms (69 MB), but 2 x 2048 351 vs 270 ms (138 MB): past ~128 MB SDPA wins
+MAX_PROBS_BYTES = 128 << 20
 # query positions per block: smaller blocks skip more of the hidden square but run
 # smaller, slower matmuls (at T = 256, D = 64 in bf16, blocks of 32, 64 and 128 timed
 # alike, 15-20% under the unblocked square; 64 skips 3/8 of it)
