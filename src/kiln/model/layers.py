@@ -58,6 +58,10 @@ class RMSNorm(nn.Module):
         # statistics and gain in fp32 even for bf16 inputs: tiny variances underflow otherwise.
         # Under autocast the output is in the compute dtype: its consumers are matmuls that
         # would each cast it (q, k and v; gate and up), so casting once here saves passes.
+        if torch.compiler.is_compiling():  # plain ops: the compiler fuses them, forward and backward
+            xf = x.float()
+            normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+            return (normed * self.weight.float()).to(compute_dtype(x))
         return _RMSNormFunction.apply(x.float(), self.weight.float(), self.eps, compute_dtype(x))
 
 
