@@ -291,3 +291,33 @@ def test_a_changed_benchmark_reruns_prepare_instead_of_resuming(tmp_path, bench)
     # the benchmark now also holds a clean document's text: resuming would keep it
     write_benchmark(path, [*raw, ("a question", rows[2])], "question", "answer")
     assert run_prepare(cfg, run, [str(src)], progress=False)["documents_out"] == 3
+
+
+def test_prepare_builds_the_index_once(tmp_path, bench, monkeypatch):
+    """The stage validates the benchmarks by building the index; the setup phase saves that
+    one instead of reading every benchmark again, and it matches a fresh build."""
+    from kiln.data.pipeline import PrepareConfig, run_prepare
+    from kiln.data.prepare_config import DecontaminateOptions
+
+    path, raw = bench
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(7)
+    (src / "leak.txt").write_text(sentence(rng, 30) + " " + raw[0][1])
+    (src / "clean.txt").write_text(sentence(rng, 60))
+    builds = []
+    real_build = NGramIndex.build.__func__
+
+    def counting_build(cls, *args, **kwargs):
+        builds.append(args)
+        return real_build(cls, *args, **kwargs)
+
+    monkeypatch.setattr(NGramIndex, "build", classmethod(counting_build))
+    cfg = PrepareConfig(stages=["read", "decontaminate", "write"], tasks=1,
+                        decontaminate=DecontaminateOptions(benchmarks=[str(path)]))
+    assert run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)["documents_out"] == 1
+    assert len(builds) == 1
+    [saved_path] = (tmp_path / "run").rglob("ngram_index.npz")
+    saved, fresh = NGramIndex.load(saved_path), real_build(NGramIndex, [path])
+    assert saved.info == fresh.info and saved.names == fresh.names
+    assert all(np.array_equal(saved.hashes[k], fresh.hashes[k]) for k in fresh.names)

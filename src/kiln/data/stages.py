@@ -91,12 +91,12 @@ def decontaminate_stage(ctx: StageContext) -> StagePlan:
     d = ctx.cfg.decontaminate
     paths = [_need_file("decontaminate.benchmarks", p) for p in d.benchmarks]
     try:  # before any task runs: a benchmark that can catch nothing is refused
-        NGramIndex.build(paths, d.n, d.prompt_fields, d.answer_fields, d.include_prompt)
+        index = NGramIndex.build(paths, d.n, d.prompt_fields, d.answer_fields, d.include_prompt)
     except ValueError as e:
         raise RunDataError(f"prepare.decontaminate.benchmarks: {e}") from e
     index_path = ctx.work_dir / "ngram_index.npz"
     build = BuildDecontaminationIndex(paths, index_path, d.n, d.prompt_fields, d.answer_fields,
-                                      d.include_prompt)
+                                      d.include_prompt, index=index)
     return StagePlan(setup=[Stage("ngram_index", [build], 1)],
                      steps=[DecontaminationFilter(index_path, d.mode, ctx.exclusion_writer())])
 

@@ -285,7 +285,9 @@ class Trainer:
         loss = all_reduce_mean(loss_sum / len(micro_batches), self.env)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
-        record = {"loss": loss.item(), "lr": lr, "grad_norm": float(grad_norm),
+        # one device-to-host read for both figures: each read waits for the GPU to finish
+        loss_value, norm_value = torch.stack([loss.float(), grad_norm.float()]).tolist()
+        record = {"loss": loss_value, "lr": lr, "grad_norm": norm_value,
                   "step_tokens": step_tokens}
         if moe:
             record["moe_max_vio"] = [max_violation(c) for c in step_counts]  # the global step's load

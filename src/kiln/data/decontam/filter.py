@@ -40,8 +40,12 @@ class BuildDecontaminationIndex(PipelineStep):
         prompt_fields: Sequence[str] = DEFAULT_PROMPT_FIELDS,
         answer_fields: Sequence[str] = DEFAULT_ANSWER_FIELDS,
         include_prompt: bool = True,
+        index: NGramIndex | None = None,
     ):
+        """`index`: one already built from these settings (the stage validates the benchmarks
+        by building it), saved instead of built again."""
         super().__init__()
+        self.index = index
         self.benchmarks = dict(benchmarks) if isinstance(benchmarks, Mapping) else list(benchmarks)
         self.output_path = Path(output_path)
         self.n = n
@@ -52,7 +56,7 @@ class BuildDecontaminationIndex(PipelineStep):
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
         if world_size != 1:
             raise ValueError("build the decontamination index with tasks=1 (it writes one file)")
-        index = NGramIndex.build(
+        index = self.index if self.index is not None else NGramIndex.build(
             self.benchmarks, self.n, self.prompt_fields, self.answer_fields, self.include_prompt
         )
         index.save(self.output_path)
