@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kiln.data.loader import TokenLoader, eval_batches
+from kiln.errors import ConfigError, RunDataError
 
 SEQ = 8
 
@@ -107,7 +108,8 @@ def test_load_state_rejects_other_seed(shards):
 def test_argument_errors(shards, tmp_path):
     with pytest.raises(ValueError, match="divisible"):
         _loader(shards, global_batch=3, world_size=2)
-    with pytest.raises(ValueError, match="fewer than one window"):
+    with pytest.raises(ConfigError, match="the train split has 85 tokens, fewer than one window "
+                       "of train.seq_len"):
         _loader(shards, seq_len=1000)
     with pytest.raises(ValueError, match="unknown split"):
         _loader(shards, split="test")
@@ -164,3 +166,16 @@ def test_loader_reads_real_shards(tmp_path):
     assert rows.shape == (n_windows, seq + 1)
     for w, row in enumerate(rows):
         assert row.tolist() == stream[w * seq : w * seq + seq + 1].tolist()
+
+
+def test_a_damaged_shard_is_a_clear_error(shards):
+    """A shard shorter than the index says, or gone: a one-line error (no traceback from
+    the CLI) that says to re-run tokenize."""
+    first, second = sorted(shards.glob("train_*.bin"))[:2]
+    first.write_bytes(first.read_bytes()[:-3])
+    with pytest.raises(RunDataError, match=rf"{first.name} holds 11 tokens, not the 13 .*kiln tokenize"):
+        _loader(shards)
+    second.unlink()
+    first.unlink()
+    with pytest.raises(RunDataError, match=rf"{first.name} is missing"):
+        _loader(shards)

@@ -81,6 +81,16 @@ def test_seeded_sampling_is_reproducible(model):
     assert sample(7) != sample(8)
 
 
+@pytest.mark.parametrize("temperature", [1e-45, 1e-300])
+def test_a_vanishing_temperature_samples_greedily(model, temperature):
+    """logits / 1e-300 overflow to inf, and softmax of infs is NaN: the config allows any
+    temperature > 0, so the sampler must reach the greedy limit instead of failing."""
+    gen = torch.Generator().manual_seed(0)
+    prompt = [3, 14, 15, 9]
+    assert (generate(model, prompt, 12, temperature=temperature, generator=gen)
+            == generate(model, prompt, 12, temperature=0.0))
+
+
 def test_stops_at_eos(model):
     free = generate(model, [4, 5], 15, temperature=0.0)
     eos = free[3]

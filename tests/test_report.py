@@ -178,14 +178,34 @@ def test_number_formats() -> None:
     assert fmt_duration(3 * 3600 + 5 * 60 + 7) == "3h 05m 07s"
 
 
+def _checkpoints(run: Path, *steps: int, latest: int) -> None:
+    """Complete checkpoint folders (trainer.pt is written last) and the `latest` pointer."""
+    for step in steps:
+        (run / "checkpoints" / f"step_{step:08d}").mkdir(parents=True)
+        (run / "checkpoints" / f"step_{step:08d}" / "trainer.pt").write_bytes(b"")
+    (run / "checkpoints" / "latest").write_text(f"step_{latest:08d}\n")
+
+
 def test_eval_from_an_older_checkpoint_says_so(tmp_path: Path) -> None:
     (tmp_path / "eval.json").write_text(json.dumps(
         {"split": "val", "bpb": 2.1, "unigram_bpb": 2.9, "checkpoint": "step_00000040"}))
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "latest").write_text("step_00000060\n")
+    _checkpoints(tmp_path, 40, 60, latest=60)
     page = build_report(tmp_path).read_text(encoding="utf-8")
     assert "step_00000040" in page and "latest checkpoint is step_00000060" in page
     (tmp_path / "checkpoints" / "latest").write_text("step_00000040\n")
+    assert "latest checkpoint is" not in build_report(tmp_path).read_text(encoding="utf-8")
+
+
+def test_staleness_follows_the_checkpoint_the_verbs_use(tmp_path: Path) -> None:
+    """A damaged latest checkpoint moved aside (as the error advises): eval, generate and
+    export fall back to the newest complete one, and so does the report's staleness check."""
+    (tmp_path / "eval.json").write_text(json.dumps(
+        {"split": "val", "bpb": 2.1, "unigram_bpb": 2.9, "checkpoint": "step_00000040"}))
+    _checkpoints(tmp_path, 40, 60, latest=60)
+    ckpts = tmp_path / "checkpoints"
+    (ckpts / "step_00000060").rename(ckpts / "step_00000060.bad")
+    assert "latest checkpoint is" not in build_report(tmp_path).read_text(encoding="utf-8")
+    (ckpts / "step_00000080").mkdir()  # a write killed before trainer.pt: not a checkpoint
     assert "latest checkpoint is" not in build_report(tmp_path).read_text(encoding="utf-8")
 
 
@@ -196,8 +216,7 @@ def test_samples_and_export_from_an_older_checkpoint_say_so(tmp_path: Path) -> N
     (tmp_path / "export" / "kiln_export.json").write_text(
         json.dumps({"format": "hf-llama", "checkpoint": "step_00000040"}))
     (tmp_path / "metrics.jsonl").write_text(json.dumps(_train(1, 4.0)) + "\n")
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "latest").write_text("step_00000300\n")
+    _checkpoints(tmp_path, 40, 300, latest=300)
     page = build_report(tmp_path).read_text(encoding="utf-8")
     assert "These samples are from step_00000040" in page and "`kiln generate`" in page
     assert "The exported weights are from step_00000040" in page and "hf-llama" in page

@@ -121,3 +121,21 @@ def test_moe_section_shows_last_expert_load(tmp_path):
     assert "uniform is 25.0% per expert" in moe
     cells = "".join(f"<td class=\"num\">{v}</td>" for v in ("37.5%", "12.5%", "25.0%", "25.0%"))
     assert "<td>MoE layer 0 (block 2)</td>" + cells in moe
+
+
+def test_run_names_are_plain_text_in_the_legend(tmp_path, monkeypatch):
+    """A folder name is a label, not matplotlib markup: `$` must not start mathtext (which
+    can fail to parse) and a leading `_` must not hide the run from the legend."""
+    from matplotlib.figure import Figure
+
+    saved = []
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (saved.append(self),
+                                                                   real_savefig(self, *a, **k)))
+    a = make_run(tmp_path / "cost$1k_vs_$2k", [4.0, 3.5], [2.0], 10, 10, 1.0)
+    b = make_run(tmp_path / "_ablation", [4.1, 3.6], [2.1], 10, 10, 1.0)
+    build_report(a, compare=[b])
+    [fig] = [f for f in saved if len(f.axes) == 2]  # the comparison's two panels
+    for ax in fig.axes:
+        texts = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert texts == [r"cost\$1k_vs_\$2k", "_ablation"]

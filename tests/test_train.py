@@ -18,7 +18,8 @@ from conftest import tiny_config
 from kiln.errors import CheckpointError
 from kiln.report import read_metrics
 from kiln.train import checkpoint as ckpt_mod
-from kiln.train.checkpoint import checkpoint_step, latest_checkpoint, load_checkpoint
+from kiln.train.checkpoint import load_checkpoint
+from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint
 from kiln.train.trainer import Trainer
 
 

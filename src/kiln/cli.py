@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from kiln.config import (
@@ -21,22 +22,51 @@ from kiln.errors import KilnError
 
 
 def _load_model(cfg: Config):
-    """The latest checkpoint's weights in a fresh single-device model."""
+    """The latest checkpoint's weights in a fresh single-device model, built with the model
+    settings the run was trained with: an override such as `--set model.rope_theta=...`
+    keeps every tensor's shape, so it would load and silently be another model."""
     from kiln.model import Transformer
-    from kiln.train.checkpoint import latest_checkpoint, load_weights
-    from kiln.train.trainer import model_config_for_run
+    from kiln.train.checkpoint import load_weights
+    from kiln.train.checkpoint_dirs import latest_checkpoint
+    from kiln.train.trainer import changed_model_settings, model_config_for_run
 
     ckpt = latest_checkpoint(cfg.run_dir / "checkpoints")
     if ckpt is None:
         raise FileNotFoundError(f"no checkpoint in {cfg.run_dir / 'checkpoints'}: run `kiln train` "
                                 "first")
-    model = Transformer(model_config_for_run(cfg, cfg.run_dir / "tokens"))
+    model_cfg = model_config_for_run(cfg, cfg.run_dir / "tokens")
+    changed = changed_model_settings(recorded_config(cfg.run_dir), replace(cfg, model=model_cfg))
+    if changed:
+        raise ConfigError(f"{cfg.run_dir} was trained with other model settings than these "
+                          f"({'; '.join(changed)}): its checkpoints are that model; drop the "
+                          "[model] overrides, or train these settings in another run.dir")
+    model = Transformer(model_cfg)
     load_weights(ckpt, model)
     return model.eval(), ckpt
 
 
 def _tokenizer_path(cfg: Config) -> Path:
     return cfg.run_dir / "tokenizer" / "tokenizer.json"
+
+
+def _run_tokenizer(cfg: Config):
+    """The run's tokenizer, refused unless it is the one its token shards (and so its model)
+    were made with: a tokenizer.json replaced since `kiln tokenize` maps ids to other text."""
+    from kiln.data.shards import load_index, load_token_bytes
+    from kiln.data.tokenizer import load_tokenizer, token_byte_lengths
+    from kiln.errors import RunDataError
+
+    path, tokens = _tokenizer_path(cfg), cfg.run_dir / "tokens"
+    tok = load_tokenizer(path)
+    trained, saved = load_index(tokens)["vocab_size"], load_token_bytes(tokens)
+    if tok.get_vocab_size() != trained or (
+            saved is not None and not (token_byte_lengths(tok) == saved).all()):
+        raise RunDataError(
+            f"{path} is not the tokenizer the run's token shards were made with ({tokens}: "
+            f"{trained} tokens; it has {tok.get_vocab_size()}"
+            f"{', with other tokens' if tok.get_vocab_size() == trained else ''}): restore the "
+            "run's tokenizer, or re-run `kiln tokenize` and train again")
+    return tok
 
 
 def cmd_prepare(cfg: Config) -> None:
@@ -164,13 +194,13 @@ def cmd_generate(cfg: Config) -> None:
     import torch
 
     from kiln.atomic import write_json_atomic
-    from kiln.data.tokenizer import eos_id, load_tokenizer
+    from kiln.data.tokenizer import eos_id
     from kiln.model.sampling import generate
     from kiln.train.precision import resolve_device
 
     model, ckpt = _load_model(cfg)
     model.to(resolve_device(cfg.train.device))
-    tok = load_tokenizer(_tokenizer_path(cfg))
+    tok = _run_tokenizer(cfg)
     g = cfg.generate
     samples = []
     max_len = model.cfg.max_seq_len
@@ -197,8 +227,11 @@ def cmd_generate(cfg: Config) -> None:
 
 def cmd_export(cfg: Config) -> None:
     from kiln.export import export_model
+    from kiln.train.checkpoint import refuse_non_finite
 
     model, ckpt = _load_model(cfg)
+    _run_tokenizer(cfg)
+    refuse_non_finite(model, ckpt)
     result = export_model(model, _tokenizer_path(cfg), cfg.run_dir / "export", cfg, ckpt.name)
     print(f"export ({result.format}): {ckpt.name} -> {result.path} ({result.note})")
 
@@ -253,7 +286,7 @@ def _refuse_remaking_trained_data(cfg: Config) -> None:
     """A run with checkpoints keeps the data they were trained on: re-making it with other
     settings would leave the checkpoints (and a resume's loader position) describing data
     that is gone. The same settings re-make the same data, so a plain re-run is fine."""
-    from kiln.train.checkpoint import latest_checkpoint
+    from kiln.train.checkpoint_dirs import latest_checkpoint
 
     if latest_checkpoint(cfg.run_dir / "checkpoints") is None:
         return
@@ -274,7 +307,7 @@ def _record_config(cfg: Config) -> None:
     they were trained with: training records its own once it accepts the settings (a
     resume compares against the recorded one, and refuses some changes)."""
     from kiln.run_dir import write_run_metadata
-    from kiln.train.checkpoint import latest_checkpoint
+    from kiln.train.checkpoint_dirs import latest_checkpoint
 
     if latest_checkpoint(cfg.run_dir / "checkpoints") is None:
         write_run_metadata(cfg)

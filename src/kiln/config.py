@@ -452,9 +452,11 @@ def _toml_value(value: Any) -> str:
 
 
 def run_dir_override(run_dir: Path | str) -> str:
-    """`run.dir=...` for any path: a TOML basic string takes JSON's escapes for quotes and
-    backslashes."""
-    return f"run.dir={json.dumps(str(run_dir))}"
+    """`run.dir=...` for any path: a TOML basic string takes JSON's escapes for quotes,
+    backslashes and control characters, but not its surrogate pairs (JSON's `\\ud83d\\udd25`
+    for an emoji), so characters outside ASCII stay as they are."""
+    quoted = json.dumps(str(run_dir), ensure_ascii=False).replace("\x7f", "\\u007f")
+    return f"run.dir={quoted}"
 
 
 def recorded_config(run_dir: Path) -> Config | None:

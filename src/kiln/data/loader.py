@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kiln.data.shards import SPLITS, load_index
+from kiln.data.shards import INDEX, SPLITS, load_index
+from kiln.errors import ConfigError, RunDataError
 
 
 class TokenStream:
@@ -27,15 +28,17 @@ class TokenStream:
         if split not in SPLITS or split not in index:
             raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
         dtype = np.dtype(index["dtype"]).newbyteorder("<")
+        self.split = split
         self.maps, starts = [], [0]
         for shard in index[split]["shards"]:
             if shard["tokens"] == 0:
                 continue
             path = Path(shard_dir) / shard["file"]
-            if path.stat().st_size != shard["tokens"] * dtype.itemsize:
-                raise ValueError(
-                    f"{path} does not hold the {shard['tokens']} tokens index.json says"
-                )
+            size = path.stat().st_size if path.is_file() else None
+            if size != shard["tokens"] * dtype.itemsize:
+                held = "is missing" if size is None else f"holds {size // dtype.itemsize} tokens"
+                raise RunDataError(f"{path} {held}, not the {shard['tokens']} tokens "
+                                   f"{INDEX} says: the shards are damaged; re-run `kiln tokenize`")
             self.maps.append(np.memmap(path, dtype=dtype, mode="r"))
             starts.append(starts[-1] + shard["tokens"])
         self.starts = np.asarray(starts, dtype=np.int64)
@@ -59,9 +62,8 @@ class TokenStream:
 def _windows(stream: TokenStream, seq_len: int) -> int:
     n = (stream.n_tokens - 1) // seq_len
     if n < 1:
-        raise ValueError(
-            f"split has {stream.n_tokens} tokens, fewer than one window of seq_len+1={seq_len + 1}"
-        )
+        raise ConfigError(f"the {stream.split} split has {stream.n_tokens} tokens, fewer than one "
+                          f"window of train.seq_len + 1 = {seq_len + 1}: lower train.seq_len")
     return n
 
 

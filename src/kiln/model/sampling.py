@@ -47,7 +47,10 @@ def _next_token(
                                "inf (did training diverge?)")
     if temperature == 0.0:
         return int(logits.argmax())
-    probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)
+    logits = logits.double()  # a temperature of 1e-300 is 0 in fp32
+    # shifted so the largest is 0 before dividing: a tiny temperature then sends the others
+    # to -inf (greedy in the limit) instead of overflowing them all to inf - inf = NaN
+    probs = filter_logits((logits - logits.max()) / temperature, top_k, top_p).softmax(dim=-1)
     if generator is not None:
         probs = probs.to(generator.device)  # multinomial needs probs on the generator's device
     return int(torch.multinomial(probs, 1, generator=generator))

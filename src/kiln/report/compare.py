@@ -76,12 +76,13 @@ def write_compare_plot(runs: list[RunFigures], path: Path) -> None:
     loss_ax, bpb_ax = fig.subplots(1, 2)
     for i, run in enumerate(runs):
         colour = f"C{i}"
-        loss = series(records_of_kind(run.records, "train"), "loss", run.label)
-        bpb = series(records_of_kind(run.records, "val"), "val_bpb", run.label)
+        label = run.label.replace("$", r"\$")  # a directory name is text, not mathtext
+        loss = series(records_of_kind(run.records, "train"), "loss", label)
+        bpb = series(records_of_kind(run.records, "val"), "val_bpb", label)
         if loss.steps:
-            loss_ax.plot(loss.steps, loss.values, "-", color=colour, linewidth=1.4, label=run.label)
+            loss_ax.plot(loss.steps, loss.values, "-", color=colour, linewidth=1.4, label=label)
         if bpb.steps:
-            bpb_ax.plot(bpb.steps, bpb.values, "o-", color=colour, markersize=4, label=run.label)
+            bpb_ax.plot(bpb.steps, bpb.values, "o-", color=colour, markersize=4, label=label)
     for ax, title, ylabel in ((loss_ax, "Train loss", "loss (nats/token)"),
                               (bpb_ax, "Validation bits per byte", "bits/byte")):
         ax.set_title(title)
@@ -89,8 +90,8 @@ def write_compare_plot(runs: list[RunFigures], path: Path) -> None:
         ax.set_ylabel(ylabel)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, alpha=0.3)
-        if ax.lines:
-            ax.legend()
+        if ax.lines:  # labels given outright: legend() alone hides names starting with "_"
+            ax.legend(ax.lines, [line.get_label() for line in ax.lines])
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.report.metrics_io import read_metrics
+from kiln.train.checkpoint_dirs import latest_checkpoint
 
 
 @dataclass
@@ -65,8 +66,9 @@ def load_metrics(run_dir: Path, name: str = "metrics.jsonl") -> Loaded:
 
 
 def latest_checkpoint_name(run_dir: Path) -> str | None:
-    """What `checkpoints/latest` names (no torch import, never raises)."""
+    """The checkpoint eval, generate and export would use now (never raises)."""
     try:
-        return (Path(run_dir) / "checkpoints" / "latest").read_text().strip() or None
-    except OSError:
+        found = latest_checkpoint(Path(run_dir) / "checkpoints")
+    except (OSError, UnicodeDecodeError):
         return None
+    return found.name if found else None

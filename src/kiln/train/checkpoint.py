@@ -9,7 +9,6 @@ safetensors and the rest is read with `torch.load(weights_only=True)`.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -27,25 +26,11 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from kiln.atomic import atomic_dir, fsync_dir, recover_killed_swaps, write_text_atomic
-from kiln.errors import CheckpointError
+from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.parallel.distributed import DistEnv, unwrap, wait_for_main
+from kiln.train.checkpoint_dirs import PREFIX, all_checkpoints, complete_checkpoints
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
-_PREFIX = "step_"
-_NAME = re.compile(rf"{_PREFIX}(\d+)")
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """The step a checkpoint folder is named for; None for any other name (a folder a user
-    moved aside as `step_00000200.bad` is neither resumed from nor pruned)."""
-    match = _NAME.fullmatch(Path(path).name)
-    return int(match.group(1)) if match else None
-
-
-def _checkpoints(ckpt_root: Path) -> list[Path]:
-    """Checkpoint folders, oldest first."""
-    found = [p for p in ckpt_root.glob(f"{_PREFIX}*") if p.is_dir() and checkpoint_step(p) is not None]
-    return sorted(found, key=checkpoint_step)
 
 
 def _tied(model: nn.Module) -> bool:
@@ -75,8 +60,20 @@ def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> No
     if problems:
         shown = "; ".join(problems[:5]) + (f"; ... ({len(problems)} in all)" if len(problems) > 5 else "")
         raise CheckpointError(f"the checkpoint does not fit this model ({shown}): it was made "
-                              "with another [model] config; use the run's config, or --fresh")
+                              "with another [model] config (use the run's config, or start "
+                              "over with `kiln train --fresh`), or the file was altered")
     set_model_state_dict(model, tensors, options=StateDictOptions(full_state_dict=True))
+
+
+def refuse_non_finite(model: nn.Module, ckpt: Path) -> None:
+    """A diverged model's weights hold NaN or inf: exporting them would ship a model that
+    only outputs NaN."""
+    bad = [k for k, v in unwrap(model).state_dict().items() if not torch.isfinite(v).all()]
+    if bad:
+        raise TrainingDiverged(f"{ckpt} holds non-finite weights ({', '.join(bad[:3])}"
+                               f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}): the run "
+                               "diverged before this checkpoint; move it out of checkpoints/ to use the one "
+                               "before it")
 
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -87,7 +84,7 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _unreadable(path: Path, e: Exception) -> CheckpointError:
-    older = [p.name for p in _complete(path.parent) if p.name < path.name]
+    older = [p.name for p in complete_checkpoints(path.parent) if p.name < path.name]
     hint = (f"move it aside to resume from the previous one, {older[-1]}" if older
             else "no earlier checkpoint is left; --fresh starts over")
     return CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e}); {hint}")
@@ -105,7 +102,7 @@ def save_checkpoint(
     """Write checkpoint `step` (every rank calls this; rank 0 writes)."""
     weights = model_tensors(model)
     optim_state = get_optimizer_state_dict(model, optimizer, options=_FULL)
-    final = ckpt_root / f"{_PREFIX}{step:08d}"
+    final = ckpt_root / f"{PREFIX}{step:08d}"
     if env.is_main:
         _clear_killed_writes(ckpt_root)
         with atomic_dir(final) as tmp:  # a re-saved step (after a resume) replaces its copy
@@ -123,7 +120,7 @@ def _clear_killed_writes(ckpt_root: Path) -> None:
     half-written folders go, a folder moved aside for a replacement comes back."""
     if not ckpt_root.is_dir():
         return
-    for leftover in ckpt_root.glob(f".{_PREFIX}*"):
+    for leftover in ckpt_root.glob(f".{PREFIX}*"):
         name, sep, _ = leftover.name[1:].rpartition(".")
         if sep:
             recover_killed_swaps(ckpt_root / name)
@@ -132,7 +129,7 @@ def _clear_killed_writes(ckpt_root: Path) -> None:
 
 
 def _prune(ckpt_root: Path, keep: int) -> None:
-    done = _checkpoints(ckpt_root)
+    done = all_checkpoints(ckpt_root)
     for old in done[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -159,22 +156,6 @@ def archive_checkpoints(run_dir: Path) -> Path | None:
         os.replace(p, dest / p.name)
     fsync_dir(run_dir)
     return dest
-
-
-def latest_checkpoint(ckpt_root: Path) -> Path | None:
-    """The checkpoint `latest` names, or the newest complete one if the pointer is gone."""
-    pointer = ckpt_root / "latest"
-    if pointer.exists():
-        candidate = ckpt_root / pointer.read_text().strip()
-        if checkpoint_step(candidate) is not None and (candidate / "trainer.pt").exists():
-            return candidate
-    done = _complete(ckpt_root)
-    return done[-1] if done else None
-
-
-def _complete(ckpt_root: Path) -> list[Path]:
-    """Fully written checkpoints (trainer.pt is saved last), oldest first."""
-    return [p for p in _checkpoints(ckpt_root) if (p / "trainer.pt").exists()]
 
 
 def load_checkpoint(

@@ -31,7 +31,8 @@ from kiln.parallel.distributed import (
 )
 from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
-from kiln.train.checkpoint import checkpoint_step, latest_checkpoint, load_checkpoint
+from kiln.train.checkpoint import load_checkpoint
+from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.precision import autocast, resolve_device, resolve_precision
 from kiln.train.schedule import lr_multiplier, schedule_warnings
@@ -85,6 +86,19 @@ _RESUMABLE_MODEL_KEYS = frozenset({
     "model.attn_kernel", "model.max_seq_len", "model.init_std", "model.post_norm_gain",
     "model.router_init_std", "model.seq_aux_coef", "model.z_loss_coef", "model.balance",
     "model.balance_rate", "model.smebu_beta", "model.smebu_kappa"})
+
+
+def changed_model_settings(old: Config | None, cfg: Config) -> list[str]:
+    """'key: old -> new' for the model settings of `cfg` (its vocabulary resolved) that make
+    another function than the one the run recorded in `old` was trained as. Settings that
+    keep every tensor's shape (rope_theta, norm_eps, top_k...) pass the checkpoint's shape
+    check, so only this comparison catches them."""
+    if old is None:
+        return []
+    vocab = old.model.vocab_size or cfg.model.vocab_size  # 0 (auto) as resolved now
+    old = dataclasses.replace(old, model=dataclasses.replace(old.model, vocab_size=vocab))
+    return [c for c in config_changes(old, cfg, ("model.",))
+            if c.split(":")[0] not in _RESUMABLE_MODEL_KEYS]
 
 
 def _changed_since_recorded(old: Config | None, cfg: Config, step: int) -> list[str]:
@@ -210,16 +224,13 @@ class Trainer:
 
     def _refuse_changed_model(self, ckpt: Path, old: Config | None) -> None:
         """A checkpoint continues the function it was trained as, on the data it was trained
-        on. Model settings that keep every tensor's shape (rope_theta, norm_eps, top_k...)
-        would pass the shape check and silently train another model; another optimizer
-        cannot take the checkpoint's optimizer state; other data settings describe data
-        that is not on disk."""
+        on: other model settings would silently train another model (see
+        `changed_model_settings`); another optimizer cannot take the checkpoint's optimizer
+        state; other data settings describe data that is not on disk."""
         if old is None:
             return
-        vocab = old.model.vocab_size or self.model_cfg.vocab_size  # 0 (auto) as resolved now
-        old = dataclasses.replace(old, model=dataclasses.replace(old.model, vocab_size=vocab))
-        changed = [c for c in config_changes(old, self.cfg, ("model.", "optim.name"))
-                   if c.split(":")[0] not in _RESUMABLE_MODEL_KEYS]
+        changed = changed_model_settings(old, self.cfg)
+        changed += config_changes(old, self.cfg, ("optim.name",))
         changed += data_changes(old, self.cfg)
         if changed:
             raise CheckpointError(

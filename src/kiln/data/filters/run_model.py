@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # imported lazily at run time: only a scorer that runs needs 
 
 def check_run_dir(run_dir: str | Path) -> Path:
     """Fail early (before an executor starts) when the run cannot provide a scorer."""
-    from kiln.train.checkpoint import latest_checkpoint
+    from kiln.train.checkpoint_dirs import latest_checkpoint
 
     run_dir = Path(run_dir)
     missing = [p for p in ("config.toml", "tokenizer/tokenizer.json", "tokens/index.json")
@@ -39,7 +39,8 @@ def load_run_model(run_dir: str | Path, device: str = "cpu") -> tuple[Transforme
     from kiln.config import load_config
     from kiln.data.tokenizer import load_tokenizer
     from kiln.model import Transformer
-    from kiln.train.checkpoint import latest_checkpoint, load_weights
+    from kiln.train.checkpoint import load_weights
+    from kiln.train.checkpoint_dirs import latest_checkpoint
     from kiln.train.trainer import model_config_for_run
 
     run_dir = check_run_dir(run_dir)

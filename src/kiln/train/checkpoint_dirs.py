@@ -1,0 +1,40 @@
+"""Which checkpoint folders a run has, from their names and files alone (no torch import:
+the report reads them too)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+PREFIX = "step_"
+_NAME = re.compile(rf"{PREFIX}(\d+)")
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The step a checkpoint folder is named for; None for any other name (a folder a user
+    moved aside as `step_00000200.bad` is neither resumed from nor pruned)."""
+    match = _NAME.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def all_checkpoints(ckpt_root: Path) -> list[Path]:
+    """Checkpoint folders, oldest first."""
+    found = [p for p in Path(ckpt_root).glob(f"{PREFIX}*")
+             if p.is_dir() and checkpoint_step(p) is not None]
+    return sorted(found, key=checkpoint_step)
+
+
+def complete_checkpoints(ckpt_root: Path) -> list[Path]:
+    """Fully written checkpoints (trainer.pt is saved last), oldest first."""
+    return [p for p in all_checkpoints(ckpt_root) if (p / "trainer.pt").exists()]
+
+
+def latest_checkpoint(ckpt_root: Path) -> Path | None:
+    """The checkpoint `latest` names, or the newest complete one if the pointer is gone."""
+    pointer = Path(ckpt_root) / "latest"
+    if pointer.exists():
+        candidate = Path(ckpt_root) / pointer.read_text().strip()
+        if checkpoint_step(candidate) is not None and (candidate / "trainer.pt").exists():
+            return candidate
+    done = complete_checkpoints(ckpt_root)
+    return done[-1] if done else None

@@ -1,0 +1,79 @@
+"""eval, generate and export read a trained run as it was trained: the same model settings,
+the same tokenizer, finite weights. Anything else would load and silently be wrong."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import tiny_config
+from safetensors.torch import load_file, save_file
+
+from kiln.cli import main
+from kiln.data.tokenizer import train_tokenizer
+from kiln.train.checkpoint_dirs import latest_checkpoint
+from kiln.train.trainer import Trainer
+
+
+@pytest.fixture
+def trained(tiny_run):
+    Trainer(tiny_config(tiny_run, "train.steps=6")).fit()
+    return tiny_run
+
+
+def _kiln(capsys, *args: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+def test_model_overrides_that_keep_the_shapes_are_refused(trained, capsys):
+    """rope_theta or norm_eps keep every tensor's shape: the weights would load into another
+    function (eval numbers, samples and an export's config.json would all be wrong)."""
+    for verb, change in (("eval", "model.norm_eps=0.5"), ("generate", "model.rope_theta=100.0"),
+                         ("export", "model.rope_theta=100.0")):
+        code, err = _kiln(capsys, verb, str(trained), "--set", change)
+        key = change.split("=")[0]
+        assert code == 2 and f"trained with other model settings than these ({key}:" in err, err
+        assert "Traceback" not in err
+    assert not (trained / "eval.json").exists() and not (trained / "export").exists()
+    # the same function computed by another kernel: allowed
+    assert main(["eval", str(trained), "--set", "model.attn_kernel=sdpa"]) == 0
+
+
+def _tokenizer_json(run):
+    return run / "tokenizer" / "tokenizer.json"
+
+
+def test_a_replaced_tokenizer_is_refused(trained, capsys):
+    """A tokenizer.json swapped after `kiln tokenize` maps the model's ids to other text:
+    generate would index past the embedding or decode garbage, export would ship it."""
+    original = _tokenizer_json(trained).read_text()
+    texts = [f"completely different text number {i} " * 5 for i in range(200)]
+    train_tokenizer(texts, 300, _tokenizer_json(trained), show_progress=False)
+    for verb in ("generate", "export"):
+        code, err = _kiln(capsys, verb, str(trained))
+        assert code == 1 and "is not the tokenizer the run's token shards were made with" in err
+        assert "512 tokens; it has 300" in err
+    # the same size, two ids swapped between a 1-byte and a longer token
+    spec = json.loads(original)
+    vocab = spec["model"]["vocab"]
+    short = next(t for t, i in vocab.items() if len(t) == 1 and i > 100)
+    long = next(t for t, i in vocab.items() if len(t) > 3)
+    vocab[short], vocab[long] = vocab[long], vocab[short]
+    _tokenizer_json(trained).write_text(json.dumps(spec))
+    code, err = _kiln(capsys, "generate", str(trained))
+    assert code == 1 and "it has 512, with other tokens" in err
+    _tokenizer_json(trained).write_text(original)
+    assert main(["generate", str(trained)]) == 0
+
+
+def test_export_refuses_non_finite_weights(trained, capsys):
+    path = latest_checkpoint(trained / "checkpoints") / "model.safetensors"
+    tensors = load_file(path)
+    name = next(k for k in tensors if k.endswith("w_up.weight"))
+    tensors[name][0, 0] = float("nan")
+    save_file(tensors, path)
+    code, err = _kiln(capsys, "export", str(trained))
+    assert code == 1 and f"holds non-finite weights ({name})" in err
+    assert not (trained / "export").exists()
