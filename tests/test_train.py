@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from kiln.errors import CheckpointError
+from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.report import read_metrics
 from kiln.train import checkpoint as ckpt_mod
 from kiln.train.checkpoint import load_checkpoint
@@ -202,7 +202,9 @@ def test_interrupted_checkpoint_write_leaves_previous_loadable(tiny_run, monkeyp
 
     monkeypatch.setattr(ckpt_mod.torch, "save", crash_midway)
     trainer.step = 9
-    with pytest.raises(OSError, match="simulated"):
+    # one clear error (a full disk fails inside torch.save as OSError or RuntimeError)
+    with pytest.raises(CheckpointError, match="cannot write checkpoint .*step_00000009.*disk full "
+                       r"\(simulated\).*the last checkpoint, step_00000006, is intact"):
         ckpt_mod.save_checkpoint(tiny_run / "checkpoints", 9, trainer.model, trainer.optimizer,
                                  trainer.state_dict(), trainer.env)
     monkeypatch.undo()
@@ -378,14 +380,71 @@ def test_a_split_too_short_to_train_is_refused_with_what_to_do(tmp_path, texts, 
 
 
 def test_a_checkpoint_moved_aside_is_neither_resumed_nor_pruned(tiny_run):
-    train_losses(tiny_run, "train.steps=6", "train.keep_checkpoints=1")
+    train_losses(tiny_run, "train.steps=6", "train.checkpoint_every=3", "train.keep_checkpoints=2")
     ckpts = tiny_run / "checkpoints"
     (ckpts / "step_00000006").rename(ckpts / "step_00000099.bad")
     (ckpts / "latest").write_text("step_00000099.bad\n")
-    assert latest_checkpoint(ckpts) is None
-    train_losses(tiny_run, "train.steps=6", "train.keep_checkpoints=1")
+    assert latest_checkpoint(ckpts).name == "step_00000003"  # the newest complete one
+    train_losses(tiny_run, "train.steps=9", "train.checkpoint_every=3", "train.keep_checkpoints=1")
     assert (ckpts / "step_00000099.bad").is_dir()  # the user's folder is kept
-    assert latest_checkpoint(ckpts).name == "step_00000006"
+    assert sorted(p.name for p in ckpts.glob("step_*")) == ["step_00000009", "step_00000099.bad"]
+    # with no complete checkpoint left, the pointer says a run was here: no silent restart
+    (ckpts / "step_00000009").rename(ckpts / "step_00000009.bad")
+    with pytest.raises(CheckpointError, match="no complete checkpoint is left .* --fresh"):
+        train_losses(tiny_run, "train.steps=9")
+
+
+def test_pruning_counts_only_complete_checkpoints(tiny_run):
+    """Empty or half-copied step_* folders are not checkpoints: counting them would prune
+    every real one (and the next run would then start again from step 0)."""
+    ckpts = tiny_run / "checkpoints"
+    for junk in ("step_00000900", "step_00000901"):
+        (ckpts / junk).mkdir(parents=True)
+    train_losses(tiny_run, "train.steps=9", "train.checkpoint_every=3", "train.keep_checkpoints=2")
+    assert sorted(p.name for p in ckpts.glob("step_*")) == [
+        "step_00000006", "step_00000009", "step_00000900", "step_00000901"]
+    assert latest_checkpoint(ckpts).name == "step_00000009"
+
+
+def test_a_damaged_pickle_in_a_checkpoint_is_refused_without_unsafe_advice(tiny_run):
+    train_losses(tiny_run, "train.steps=6", "train.checkpoint_every=3")
+    path = tiny_run / "checkpoints" / "step_00000006" / "trainer.pt"
+    import zipfile
+
+    data = bytearray(path.read_bytes())
+    member = next(i for i in zipfile.ZipFile(path).infolist() if i.filename.endswith("data.pkl"))
+    start = member.header_offset + 30 + len(member.filename) + len(member.extra)
+    data[start + 20 : start + 40] = b"A" * 20
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="damaged pickle data.*previous one, step_00000003") as e:
+        train_losses(tiny_run, "train.steps=9")
+    assert "weights_only" not in str(e.value)
+
+
+def test_a_checkpoint_of_non_finite_weights_is_refused_on_resume(tiny_run):
+    from safetensors.torch import load_file, save_file
+
+    train_losses(tiny_run, "train.steps=6", "train.checkpoint_every=3")
+    path = tiny_run / "checkpoints" / "step_00000006" / "model.safetensors"
+    tensors = load_file(path)
+    name = sorted(tensors)[0]
+    tensors[name].view(-1)[0] = float("inf")
+    save_file(tensors, path)
+    with pytest.raises(TrainingDiverged, match=f"holds non-finite weights \\({name}\\)"):
+        train_losses(tiny_run, "train.steps=9")
+
+
+def test_an_unwritable_checkpoints_folder_is_refused_before_step_1(tiny_run):
+    import os
+
+    if os.geteuid() == 0:  # root writes anywhere: a file where the folder should be instead
+        (tiny_run / "checkpoints").write_text("not a folder")
+    else:
+        (tiny_run / "checkpoints").mkdir()
+        (tiny_run / "checkpoints").chmod(0o500)
+    with pytest.raises(CheckpointError, match="cannot write checkpoints to"):
+        train_losses(tiny_run, "train.steps=3")
+    assert not (tiny_run / "metrics.jsonl").exists()  # refused before any step
 
 
 def test_resume_refuses_model_and_optimizer_changes_that_keep_the_shapes(tiny_run):
@@ -463,6 +522,21 @@ def test_a_diverged_run_stops_and_keeps_its_finite_checkpoints(tiny_run):
         assert all(torch.isfinite(t).all() for t in load_file(ckpt / "model.safetensors").values())
     assert all(math.isfinite(loss) for loss in logged_losses(tiny_run).values())
     assert max(logged_losses(tiny_run)) == checkpoint_step(latest_checkpoint(tiny_run / "checkpoints"))
+
+
+def test_weights_overflowed_by_an_update_are_never_checkpointed(tiny_run):
+    """lr 1e39 (past fp32's largest number) overflows the weights in the update itself,
+    while the loss and gradient norm of that step are finite: the checkpoint callback checks
+    the weights, and the message names the checkpoint before the last when there is one."""
+    from safetensors.torch import load_file
+
+    train_losses(tiny_run, "train.steps=4", "train.checkpoint_every=2")
+    with pytest.raises(TrainingDiverged, match="step 5: the weights became non-finite.*step_00000004"
+                       ".*if that diverges again at once, move step_00000004 .* from step_00000002"):
+        train_losses(tiny_run, "train.steps=8", "train.checkpoint_every=1", "optim.lr=1e39",
+                     "optim.grad_clip=0", "schedule.warmup_steps=0")
+    for ckpt in (tiny_run / "checkpoints").glob("step_*"):
+        assert all(torch.isfinite(t).all() for t in load_file(ckpt / "model.safetensors").values())
 
 
 def test_generate_from_non_finite_weights_says_so():

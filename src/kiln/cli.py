@@ -231,7 +231,7 @@ def cmd_export(cfg: Config) -> None:
 
     model, ckpt = _load_model(cfg)
     _run_tokenizer(cfg)
-    refuse_non_finite(model, ckpt)
+    refuse_non_finite(model.state_dict(), ckpt)
     result = export_model(model, _tokenizer_path(cfg), cfg.run_dir / "export", cfg, ckpt.name)
     print(f"export ({result.format}): {ckpt.name} -> {result.path} ({result.note})")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from kiln.eval.perplexity import evaluate
-from kiln.train.checkpoint import save_checkpoint
+from kiln.train.checkpoint import check_writable, save_checkpoint, weights_are_finite
 
 if TYPE_CHECKING:
     from kiln.train.trainer import Trainer
@@ -60,11 +60,20 @@ class Validation(Callback):
 
 
 class Checkpointing(Callback):
-    """Exact-resume checkpoints every `checkpoint_every` steps and at the end."""
+    """Exact-resume checkpoints every `checkpoint_every` steps and at the end; never of
+    non-finite weights (an update can overflow them while the loss and gradient norm that
+    led to it were still finite), and into a folder checked writable before step 1."""
+
+    def on_train_start(self, trainer: Trainer) -> None:
+        if trainer.env.is_main:
+            check_writable(trainer.run_dir / "checkpoints")
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         every = trainer.cfg.train.checkpoint_every
         if (every and trainer.step % every == 0) or trainer.step == trainer.cfg.train.steps:
+            if not weights_are_finite(trainer.model, trainer.env):
+                raise trainer.diverged("the weights became non-finite (NaN or inf) in its "
+                                       "update", record)
             save_checkpoint(
                 trainer.run_dir / "checkpoints", trainer.step, trainer.model, trainer.optimizer,
                 trainer.state_dict(), trainer.env, keep=trainer.cfg.train.keep_checkpoints,

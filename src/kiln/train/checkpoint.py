@@ -9,6 +9,7 @@ safetensors and the rest is read with `torch.load(weights_only=True)`.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import time
 from pathlib import Path
@@ -27,8 +28,8 @@ from torch.distributed.checkpoint.state_dict import (
 
 from kiln.atomic import atomic_dir, fsync_dir, recover_killed_swaps, write_text_atomic
 from kiln.errors import CheckpointError, TrainingDiverged
-from kiln.parallel.distributed import DistEnv, unwrap, wait_for_main
-from kiln.train.checkpoint_dirs import PREFIX, all_checkpoints, complete_checkpoints
+from kiln.parallel.distributed import DistEnv, all_reduce_max, unwrap, wait_for_main
+from kiln.train.checkpoint_dirs import PREFIX, complete_checkpoints, latest_checkpoint
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -65,15 +66,23 @@ def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> No
     set_model_state_dict(model, tensors, options=StateDictOptions(full_state_dict=True))
 
 
-def refuse_non_finite(model: nn.Module, ckpt: Path) -> None:
-    """A diverged model's weights hold NaN or inf: exporting them would ship a model that
-    only outputs NaN."""
-    bad = [k for k, v in unwrap(model).state_dict().items() if not torch.isfinite(v).all()]
+def refuse_non_finite(tensors: dict[str, torch.Tensor], ckpt: Path) -> None:
+    """A diverged model's weights hold NaN or inf: resuming from them, or exporting them,
+    gives a model that only outputs NaN."""
+    bad = [k for k, v in tensors.items() if not torch.isfinite(v).all()]
     if bad:
         raise TrainingDiverged(f"{ckpt} holds non-finite weights ({', '.join(bad[:3])}"
                                f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}): the run "
-                               "diverged before this checkpoint; move it out of checkpoints/ to use the one "
-                               "before it")
+                               "diverged before this checkpoint; move it out of checkpoints/ to "
+                               "use the one before it")
+
+
+def weights_are_finite(model: nn.Module, env: DistEnv) -> bool:
+    """Every rank's shard of every weight is finite (all ranks get the same answer)."""
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
+    bad = torch.tensor([float(not all(bool(torch.isfinite(p).all()) for p in local))],
+                       device=local[0].device)  # NCCL reduces device tensors only
+    return not bool(all_reduce_max(bad, env))
 
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -87,7 +96,9 @@ def _unreadable(path: Path, e: Exception) -> CheckpointError:
     older = [p.name for p in complete_checkpoints(path.parent) if p.name < path.name]
     hint = (f"move it aside to resume from the previous one, {older[-1]}" if older
             else "no earlier checkpoint is left; --fresh starts over")
-    return CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e}); {hint}")
+    # torch's own text for a damaged pickle advises weights_only=False: never do that here
+    why = "damaged pickle data" if isinstance(e, pickle.UnpicklingError) else f"{type(e).__name__}: {e}"
+    return CheckpointError(f"checkpoint {path} is unreadable ({why}); {hint}")
 
 
 def save_checkpoint(
@@ -105,14 +116,34 @@ def save_checkpoint(
     final = ckpt_root / f"{PREFIX}{step:08d}"
     if env.is_main:
         _clear_killed_writes(ckpt_root)
-        with atomic_dir(final) as tmp:  # a re-saved step (after a resume) replaces its copy
-            save_file(weights, str(tmp / "model.safetensors"))
-            torch.save(optim_state, tmp / "optimizer.pt")
-            torch.save({**trainer_state, "rng": torch.get_rng_state()}, tmp / "trainer.pt")
-        write_text_atomic(ckpt_root / "latest", final.name + "\n")
-        _prune(ckpt_root, keep)
+        try:
+            with atomic_dir(final) as tmp:  # a re-saved step (after a resume) replaces its copy
+                save_file(weights, str(tmp / "model.safetensors"))
+                torch.save(optim_state, tmp / "optimizer.pt")
+                torch.save({**trainer_state, "rng": torch.get_rng_state()}, tmp / "trainer.pt")
+            write_text_atomic(ckpt_root / "latest", final.name + "\n")
+        except (OSError, RuntimeError) as e:  # a full disk fails inside torch.save as RuntimeError
+            last = latest_checkpoint(ckpt_root)
+            raise CheckpointError(
+                f"cannot write checkpoint {final} ({type(e).__name__}: {e}): is the disk full or "
+                f"read-only? {f'the last checkpoint, {last.name}, is intact' if last else 'no checkpoint was written'}; "
+                "free space and run `kiln train` again to resume") from e
+        _prune(ckpt_root, keep, final)
     wait_for_main(env)
     return final
+
+
+def check_writable(ckpt_root: Path) -> None:
+    """Before step 1: a checkpoints folder that cannot be written would lose every step
+    trained until the first checkpoint."""
+    try:
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+        probe = ckpt_root / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"kiln")
+        probe.unlink()
+    except OSError as e:
+        raise CheckpointError(f"cannot write checkpoints to {ckpt_root} ({e}); make it writable "
+                              "or set run.dir to a folder that is") from e
 
 
 def _clear_killed_writes(ckpt_root: Path) -> None:
@@ -128,9 +159,11 @@ def _clear_killed_writes(ckpt_root: Path) -> None:
         shutil.rmtree(legacy, ignore_errors=True)
 
 
-def _prune(ckpt_root: Path, keep: int) -> None:
-    done = all_checkpoints(ckpt_root)
-    for old in done[:-keep] if keep > 0 else []:
+def _prune(ckpt_root: Path, keep: int, just_written: Path) -> None:
+    """Keep the newest `keep` complete checkpoints and the one just written. Folders that
+    are not complete checkpoints (a copy in progress, a user's) neither count nor go."""
+    done = [p for p in complete_checkpoints(ckpt_root) if p != just_written]
+    for old in done[: max(0, len(done) - (keep - 1))] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -166,7 +199,9 @@ def load_checkpoint(
     The optimizer's state (moments, momentum, step counts) comes from the checkpoint; its
     settings (weight decay, betas, Muon's lr ratio...) stay as `optimizer` was built from
     the config, so a resume with changed settings uses them, as a fresh run would."""
-    load_model_tensors(model, _read_weights(path))
+    tensors = _read_weights(path)
+    refuse_non_finite(tensors, path)
+    load_model_tensors(model, tensors)
     try:
         if optimizer is not None:
             optim_state = torch.load(path / "optimizer.pt", weights_only=True)
@@ -179,7 +214,7 @@ def load_checkpoint(
                 group.update(built)
                 _place_steps(optimizer, group)
         state = torch.load(path / "trainer.pt", weights_only=True)
-    except (OSError, RuntimeError, KeyError, EOFError) as e:
+    except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
         raise _unreadable(path, e) from e
     torch.set_rng_state(state.pop("rng"))
     return state

@@ -32,7 +32,7 @@ from kiln.parallel.distributed import (
 from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
 from kiln.train.checkpoint import load_checkpoint
-from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint
+from kiln.train.checkpoint_dirs import checkpoint_step, complete_checkpoints, latest_checkpoint
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.precision import autocast, resolve_device, resolve_precision
 from kiln.train.schedule import lr_multiplier, schedule_warnings
@@ -173,6 +173,12 @@ class Trainer:
     def _maybe_resume(self) -> None:
         ckpt = latest_checkpoint(self.run_dir / "checkpoints")
         self._check_ranks_agree(ckpt)
+        pointer = self.run_dir / "checkpoints" / "latest"
+        if ckpt is None and pointer.exists():  # starting over would mix two runs' metrics
+            raise CheckpointError(
+                f"{pointer} names {pointer.read_text().strip()!r}, but no complete checkpoint "
+                "is left to resume from: put the checkpoint back, or start over with "
+                "`kiln train --fresh` (which moves the old outputs to archive/)")
         if ckpt is None:
             return
         recorded = recorded_config(self.run_dir)
@@ -213,14 +219,23 @@ class Trainer:
         stay finite and `keep_checkpoints` never rotates the good ones out."""
         if math.isfinite(record["loss"]) and math.isfinite(record["grad_norm"]):
             return
-        last = latest_checkpoint(self.run_dir / "checkpoints")
-        since = (f"the last checkpoint, {last.name}, is from before it: lower optim.lr (or "
-                 "set optim.grad_clip) and run `kiln train` again to resume from there"
-                 if last else "no checkpoint was written yet: lower optim.lr (or set "
-                 "optim.grad_clip) and start again")
-        raise TrainingDiverged(
-            f"training diverged at step {self.step}: loss {record['loss']}, gradient norm "
-            f"{record['grad_norm']}; {since}")
+        raise self.diverged(f"loss {record['loss']}, gradient norm {record['grad_norm']}", record)
+
+    def diverged(self, what: str, record: dict[str, Any]) -> TrainingDiverged:
+        """The error for a run that diverged at this step, saying which checkpoint to go on
+        from. The newest may already hold weights on their way to blowing up (finite, but
+        huge): if resuming from it diverges again at once, an older one is named."""
+        done = complete_checkpoints(self.run_dir / "checkpoints")
+        if not done:
+            since = ("no checkpoint was written yet: lower optim.lr (or set optim.grad_clip) "
+                     "and start again")
+        else:
+            since = (f"the last checkpoint, {done[-1].name}, is from before it: lower optim.lr "
+                     "(or set optim.grad_clip) and run `kiln train` again to resume from there")
+            if len(done) > 1:
+                since += (f"; if that diverges again at once, move {done[-1].name} out of "
+                          f"checkpoints/ to resume from {done[-2].name}")
+        return TrainingDiverged(f"training diverged at step {self.step}: {what}; {since}")
 
     def _refuse_changed_model(self, ckpt: Path, old: Config | None) -> None:
         """A checkpoint continues the function it was trained as, on the data it was trained
