@@ -198,3 +198,28 @@ def test_python_style_values_say_how_toml_writes_them(override, hint):
 def test_sampling_settings_out_of_range_name_the_key_and_value(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(None, [override])
+
+
+def test_any_string_round_trips_through_the_recorded_config(tmp_path):
+    """config.toml must load back whatever strings the run used: control characters (TOML
+    wants them escaped), DEL (which JSON leaves bare), characters outside the BMP."""
+    cfg = Config()
+    cfg.generate.prompts = ["line\r\n", "nul\x00", "del\x7f", "emoji 🔥", "tab\t", 'q"b\\']
+    cfg.run.dir = "runs/🔥 run"
+    path = tmp_path / "config.toml"
+    path.write_text(config_to_toml(cfg), encoding="utf-8")
+    back = load_config(path)
+    assert back.generate.prompts == cfg.generate.prompts and back.run.dir == cfg.run.dir
+
+
+def test_recipe_edge_cases(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_bytes("\ufeff[train]\nsteps = 7\n".encode())  # a BOM from a Windows editor
+    assert load_config(recipe).train.steps == 7
+    assert load_config(None, ["run.dir= /tmp/x "]).run.dir == "/tmp/x"  # a bare word, trimmed
+    for size in (256, 1 << 23, 10**20):
+        with pytest.raises(ConfigError, match="tokenizer.vocab_size must be from 257 .* to 4,194,304"):
+            load_config(None, [f"tokenizer.vocab_size={size}"])
+    assert load_config(None, ["tokenizer.vocab_size=257"]).tokenizer.vocab_size == 257
+    with pytest.raises(ConfigError, match=r"data.sources: '/d\\\\xff' is not valid UTF-8"):
+        load_config(None, ['data.sources=["/d\udcff"]'])

@@ -238,3 +238,51 @@ def test_prepare_json_and_yield_json_count_the_redactions(tmp_path):
     assert {k: n for k, n in from_docs.items() if n} == summary["pii_redactions"]
     rows = json.loads((tmp_path / "run" / "yield.json").read_text())["stages"]
     assert [r.get("redactions") for r in rows if r["stage"] == "pii"] == [summary["pii_redactions"]]
+
+
+def test_a_users_own_folders_in_run_dir_are_never_replaced(tmp_path):
+    """run.dir pointed at a folder of the user's own: prepare would delete its documents/."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("alpha")
+    run = tmp_path / "project"
+    (run / "documents").mkdir(parents=True)
+    (run / "documents" / "thesis.txt").write_text("years of work")
+    with pytest.raises(ConfigError, match="already holds documents/, which `kiln prepare` did not "
+                       "write"):
+        run_prepare(READ_WRITE, run, [str(tmp_path / "src")], progress=False)
+    assert (run / "documents" / "thesis.txt").read_text() == "years of work"
+    # a folder Kiln's prepare wrote is replaced as before
+    other = tmp_path / "run"
+    run_prepare(READ_WRITE, other, [str(tmp_path / "src")], progress=False)
+    (tmp_path / "src" / "b.txt").write_text("beta")
+    assert run_prepare(READ_WRITE, other, [str(tmp_path / "src")], progress=False)["documents"] == 2
+
+
+def test_a_json_list_record_without_text_is_counted_not_the_file_read_raw(tmp_path):
+    records = [{"text": f"r{i}"} for i in range(5)] + [{"title": "x"}, "stray"]
+    (tmp_path / "data.json").write_text(json.dumps(records))
+    docs, counts = _read([tmp_path / "data.json"])
+    assert [d.text for d in docs] == [f"r{i}" for i in range(5)]
+    assert counts["skipped/no_text"] == 2
+    (tmp_path / "package.json").write_text(json.dumps([{"name": "x"}]))  # no record at all: text
+    docs, _ = _read([tmp_path / "package.json"])
+    assert [d.text for d in docs] == ['[{"name": "x"}]']
+
+
+def test_each_file_is_read_once_and_never_from_the_run_dir(tmp_path):
+    """The same folder named twice (`d`, `d/`, a subfolder) gives each file once; a link in
+    the source folder to the run directory does not make prepare read its own outputs."""
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    for name in ("a.txt", "b.txt", "sub/c.txt"):
+        (src / name).write_text(f"text of {name}")
+    run = tmp_path / "run"
+    (src / "runs").symlink_to(run, target_is_directory=True)
+    sources = [str(src), f"{src}/", str(src / "sub"), str(src / "a.txt")]
+    cfg = PrepareConfig(stages=["read", "write"], tasks=2)
+    summary = run_prepare(cfg, run, sources, progress=False)
+    assert _texts(run) == ["text of a.txt", "text of b.txt", "text of sub/c.txt"]
+    assert summary["documents"] == 3
+    (run / "notes.txt").write_text("the run's own file")  # as a tokenizer.json would be
+    cfg = PrepareConfig(stages=["read", "write"], tasks=1)  # another layout: from scratch
+    assert run_prepare(cfg, run, sources, progress=False)["documents"] == 3

@@ -46,27 +46,9 @@ def _load_model(cfg: Config):
 
 
 def _tokenizer_path(cfg: Config) -> Path:
-    return cfg.run_dir / "tokenizer" / "tokenizer.json"
+    from kiln.data.provenance import tokenizer_path
 
-
-def _run_tokenizer(cfg: Config):
-    """The run's tokenizer, refused unless it is the one its token shards (and so its model)
-    were made with: a tokenizer.json replaced since `kiln tokenize` maps ids to other text."""
-    from kiln.data.shards import load_index, load_token_bytes
-    from kiln.data.tokenizer import load_tokenizer, token_byte_lengths
-    from kiln.errors import RunDataError
-
-    path, tokens = _tokenizer_path(cfg), cfg.run_dir / "tokens"
-    tok = load_tokenizer(path)
-    trained, saved = load_index(tokens)["vocab_size"], load_token_bytes(tokens)
-    if tok.get_vocab_size() != trained or (
-            saved is not None and not (token_byte_lengths(tok) == saved).all()):
-        raise RunDataError(
-            f"{path} is not the tokenizer the run's token shards were made with ({tokens}: "
-            f"{trained} tokens; it has {tok.get_vocab_size()}"
-            f"{', with other tokens' if tok.get_vocab_size() == trained else ''}): restore the "
-            "run's tokenizer, or re-run `kiln tokenize` and train again")
-    return tok
+    return tokenizer_path(cfg.run_dir)
 
 
 def cmd_prepare(cfg: Config) -> None:
@@ -97,12 +79,14 @@ def cmd_tokenizer(cfg: Config) -> None:
 
 def cmd_tokenize(cfg: Config) -> None:
     from kiln.data.documents import read_documents
+    from kiln.data.provenance import made_from
     from kiln.data.shards import write_shards
     from kiln.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(_tokenizer_path(cfg))
     index = write_shards(read_documents(cfg.run_dir), tok, cfg.run_dir / "tokens",
-                         val_fraction=cfg.data.val_fraction, seed=cfg.run.seed)
+                         val_fraction=cfg.data.val_fraction, seed=cfg.run.seed,
+                         made_from=made_from(cfg.run_dir))
     from kiln.data.yield_report import add_token_counts
 
     add_token_counts(cfg.run_dir)  # yield.json gains the tokens that came out
@@ -194,13 +178,14 @@ def cmd_generate(cfg: Config) -> None:
     import torch
 
     from kiln.atomic import write_json_atomic
+    from kiln.data.provenance import run_tokenizer
     from kiln.data.tokenizer import eos_id
     from kiln.model.sampling import generate
     from kiln.train.precision import resolve_device
 
     model, ckpt = _load_model(cfg)
     model.to(resolve_device(cfg.train.device))
-    tok = _run_tokenizer(cfg)
+    tok = run_tokenizer(cfg.run_dir)
     g = cfg.generate
     samples = []
     max_len = model.cfg.max_seq_len
@@ -226,11 +211,12 @@ def cmd_generate(cfg: Config) -> None:
 
 
 def cmd_export(cfg: Config) -> None:
+    from kiln.data.provenance import run_tokenizer
     from kiln.export import export_model
     from kiln.train.checkpoint import refuse_non_finite
 
     model, ckpt = _load_model(cfg)
-    _run_tokenizer(cfg)
+    run_tokenizer(cfg.run_dir)
     refuse_non_finite(model.state_dict(), ckpt)
     result = export_model(model, _tokenizer_path(cfg), cfg.run_dir / "export", cfg, ckpt.name)
     print(f"export ({result.format}): {ckpt.name} -> {result.path} ({result.note})")
@@ -372,6 +358,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_KEPT = "what it had finished writing is kept (outputs are written atomically)"
+_AFTER_INTERRUPT = {
+    "prepare": "run it again: datatrove skips the tasks that finished",
+    "tokenizer": "tokenizer.json is written atomically, so the previous one (if any) is intact",
+    "tokenize": "tokens/ is replaced only when complete, so the previous shards (if any) are "
+                "intact; run it again",
+    "train": "the checkpoints are written atomically; `kiln train RUN` resumes from the latest",
+    "run": "what it had finished is kept (checkpoints and outputs are written atomically); "
+           "`kiln run` again goes on (prepare skips finished tasks, train resumes)",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -401,9 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kiln: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"\nkiln: {args.verb} interrupted; what it had finished writing is kept "
-              "(checkpoints, outputs are written atomically); `kiln train RUN` resumes from "
-              "the latest checkpoint", file=sys.stderr)
+        print(f"\nkiln: {args.verb} interrupted; {_AFTER_INTERRUPT.get(args.verb, _KEPT)}",
+              file=sys.stderr)
         return 130
     return 0
 

@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from kiln.data.prepare_config import PrepareConfig, validate_prepare
+from kiln.data.sources import printable_name
 from kiln.errors import ConfigError  # re-exported: `from kiln.config import ConfigError` works
 
 MAX_SEQ_LEN = 1 << 20  # positions; far beyond what one device trains on
+MIN_VOCAB = 257  # 256 byte symbols + end-of-text
+MAX_VOCAB = 1 << 22  # over ten times any vocabulary in use; the BPE trainer allocates for it
 
 
 @dataclass
@@ -273,7 +276,7 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
-        value = raw  # a bare word is a string: --set train.precision=bf16
+        value = raw.strip()  # a bare word is a string: --set train.precision=bf16
     return key.strip().split("."), value
 
 
@@ -356,6 +359,11 @@ def validate(cfg: Config) -> Config:
     for key, value in flat_settings(cfg).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key} must be a finite number, got {value}")
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and not _is_utf8(text):
+                raise ConfigError(f"{key}: {printable_name(text)!r} is not valid UTF-8 (a path with "
+                                  "bytes from another encoding?); the run's config.toml cannot "
+                                  "record it: rename it, or link to it under a UTF-8 name")
     _check_run_dir(cfg)
     if m.dim % m.n_heads:
         raise ConfigError(f"model.dim ({m.dim}) must be divisible by model.n_heads ({m.n_heads})")
@@ -386,8 +394,10 @@ def validate(cfg: Config) -> Config:
             raise ConfigError("model.n_dense_layers exceeds model.n_layers")
     if t.seq_len > m.max_seq_len:
         raise ConfigError(f"train.seq_len ({t.seq_len}) exceeds model.max_seq_len ({m.max_seq_len})")
-    if cfg.tokenizer.vocab_size < 257 + 1:
-        raise ConfigError("tokenizer.vocab_size must exceed 257 (256 bytes + end-of-text)")
+    if not MIN_VOCAB <= cfg.tokenizer.vocab_size <= MAX_VOCAB:
+        raise ConfigError(f"tokenizer.vocab_size must be from {MIN_VOCAB} (256 byte symbols + "
+                          f"end-of-text) to {MAX_VOCAB:,} (the trainer allocates for the whole "
+                          f"vocabulary up front), got {cfg.tokenizer.vocab_size:,}")
     if cfg.tokenizer.kind == "math":
         from kiln.data.math_tokenizer import min_math_vocab
 
@@ -426,7 +436,7 @@ def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] 
         if not path.exists():
             raise ConfigError(f"no recipe or run directory at {path}")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a BOM from Windows editors
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: invalid TOML: {e}") from e
         except UnicodeDecodeError as e:
@@ -439,11 +449,26 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def toml_string(text: str) -> str:
+    """A TOML basic string: JSON's escapes for quotes, backslashes and control characters,
+    but not its surrogate pairs (`\\ud83d\\udd25` for an emoji, which TOML refuses), so
+    characters outside ASCII stay as they are; DEL, which JSON leaves bare, is escaped."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: bytes Python could not decode
+        return False
+    return True
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        return toml_string(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, float):
@@ -452,11 +477,8 @@ def _toml_value(value: Any) -> str:
 
 
 def run_dir_override(run_dir: Path | str) -> str:
-    """`run.dir=...` for any path: a TOML basic string takes JSON's escapes for quotes,
-    backslashes and control characters, but not its surrogate pairs (JSON's `\\ud83d\\udd25`
-    for an emoji), so characters outside ASCII stay as they are."""
-    quoted = json.dumps(str(run_dir), ensure_ascii=False).replace("\x7f", "\\u007f")
-    return f"run.dir={quoted}"
+    """`run.dir=...` for any path."""
+    return f"run.dir={toml_string(str(run_dir))}"
 
 
 def recorded_config(run_dir: Path) -> Config | None:

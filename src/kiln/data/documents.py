@@ -38,10 +38,13 @@ class SourceReader(PipelineStep):
     type = "📖 - READER"
     name = "🔥 Kiln sources"
 
-    def __init__(self, sources: list[str], max_bytes: int = 0, progress: bool = True):
+    def __init__(self, sources: list[str], max_bytes: int = 0, progress: bool = True,
+                 exclude: Path | None = None):
+        """`exclude`: a folder never read (the run directory, see `list_source_files`)."""
         super().__init__()
         check_sources(sources)
         self.sources = list(sources)
+        self.exclude = exclude
         self.max_bytes = max_bytes
         self.progress = progress
         self.counts: Counter[str] = Counter()
@@ -53,7 +56,7 @@ class SourceReader(PipelineStep):
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
         if data:
             yield from data
-        files = list_source_files(self.sources)[rank::world_size]
+        files = list_source_files(self.sources, self.exclude)[rank::world_size]
         kept = 0
         for file in tqdm(files, desc=f"read rank {rank}", unit="file", disable=not self.progress):
             for doc in self._read_file(file):
@@ -160,8 +163,9 @@ class SourceReader(PipelineStep):
         except (ValueError, RecursionError):  # not UTF-8 or not JSON: as text, if it is text
             data = None
         is_record = isinstance(data, dict) and "text" in data
-        is_records = (isinstance(data, list) and bool(data)
-                      and all(isinstance(r, dict) and "text" in r for r in data))
+        # a list with records: an entry without `text` is counted, not the whole file re-read
+        is_records = (isinstance(data, list)
+                      and any(isinstance(r, dict) and "text" in r for r in data))
         if not (is_record or is_records):
             yield from self._read_text(file, raw)
             return

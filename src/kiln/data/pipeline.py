@@ -56,6 +56,7 @@ from kiln.data.yield_report import (
     LAYOUT_FILE,
     YIELD_FILE,
     YieldMeter,
+    add_token_counts,
     compute_yield,
     flow_stats,
     reason_spec,
@@ -361,10 +362,28 @@ def _same_pipeline(logging_dir: Path, layout: dict) -> bool:
     return saved.get("signature") == layout["signature"] and saved.get("phases") == layout["phases"]
 
 
+_OUTPUT_FOLDERS = ("documents", "rejected", WORK_DIR, "logs/prepare")
+
+
+def _refuse_foreign_folders(run_dir: Path) -> None:
+    """prepare replaces its output folders: never ones it did not write (a user's own
+    `documents/` in a folder chosen as run.dir). Kiln's prepare records its pipeline in
+    logs/prepare before it writes any of them."""
+    if (run_dir / "logs" / "prepare" / LAYOUT_FILE).is_file() or (run_dir / "prepare.json").is_file():
+        return
+    foreign = [name for name in _OUTPUT_FOLDERS
+               if (run_dir / name).exists() and any((run_dir / name).iterdir())]
+    if foreign:
+        raise ConfigError(f"run.dir {run_dir} already holds {', '.join(f'{f}/' for f in foreign)}, "
+                          "which `kiln prepare` did not write and would replace: set run.dir "
+                          "to another folder (or move them away)")
+
+
 def _clear_outputs(run_dir: Path) -> None:
+    _refuse_foreign_folders(run_dir)
     for name in ("prepare.json", "yield.json"):
         (run_dir / name).unlink(missing_ok=True)
-    for folder in ("documents", "rejected", WORK_DIR, "logs/prepare"):
+    for folder in _OUTPUT_FOLDERS:
         shutil.rmtree(run_dir / folder, ignore_errors=True)
 
 
@@ -389,6 +408,7 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
     if redactions:
         summary["pii_redactions"] = dict(sorted(redactions.items()))
     write_json_atomic(run_dir / "prepare.json", summary)
+    add_token_counts(run_dir)  # shards made from these same documents (a re-run) still count
     return summary
 
 

@@ -111,8 +111,11 @@ def write_shards(
     shard_tokens: int = 2**24,
     batch_size: int = 256,
     progress: bool = True,
+    made_from: dict | None = None,
 ) -> dict:
     """Tokenize documents (each followed by EOS) into train/val shards; return the index.
+    `made_from` (what the documents and tokenizer were, see `kiln.data.provenance`) is
+    recorded in the index.
 
     A document goes to val when split_hash(seed, id) < val_fraction. If that leaves val empty
     (and val_fraction > 0, >= 2 docs), the train document with the smallest hash moves to val;
@@ -122,12 +125,12 @@ def write_shards(
     """
     with atomic_dir(out_dir) as tmp:
         return _write_split(documents, tokenizer, tmp, val_fraction, seed, shard_tokens,
-                            batch_size, progress)
+                            batch_size, progress, made_from)
 
 
 def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: Path,
                  val_fraction: float, seed: int, shard_tokens: int, batch_size: int,
-                 progress: bool) -> dict:
+                 progress: bool, made_from: dict | None) -> dict:
     vocab = tokenizer.get_vocab_size()
     dtype, eos = token_dtype(vocab), eos_id(tokenizer)
     writers = {s: _ShardWriter(out_dir, s, dtype, shard_tokens, vocab) for s in SPLITS}
@@ -176,6 +179,8 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
     with open(out_dir / TOKEN_BYTES, "wb") as f:
         np.save(f, byte_lengths.astype(np.uint16))
     index["token_bytes"] = TOKEN_BYTES
+    if made_from is not None:
+        index["made_from"] = made_from
     write_json_atomic(out_dir / INDEX, index)
     return index
 

@@ -92,22 +92,33 @@ def check_sources(sources: list[str]) -> None:
             raise FileNotFoundError(f"data source not found: {source!r}")
 
 
-def list_source_files(sources: list[str]) -> list[SourceFile]:
-    """Expand files and folders (recursively) into files; an empty list means the stdlib corpus."""
+def list_source_files(sources: list[str], exclude: Path | None = None) -> list[SourceFile]:
+    """Expand files and folders (recursively) into files; an empty list means the stdlib corpus.
+
+    Each file once, however many sources name it (`d` and `d/`, a folder and its subfolder,
+    links to one file); nothing under `exclude` (the run directory, when it lies inside a
+    source folder or a link in one points at it: prepare must not read its own outputs)."""
     if not sources:
         return stdlib_files()
     check_sources(sources)
-    files = []
+    excluded = os.path.realpath(exclude) if exclude is not None else None
+    files, seen = [], set()
     for source in sources:
         path = Path(source)
         if path.is_dir():
             name = path.resolve().name
-            files += [
+            found = [
                 SourceFile(p, printable_name(f"{name}/{p.relative_to(path).as_posix()}"), why)
                 for p, why in _walk(path, TREE_SKIP_DIRS, keep_hidden=True)
             ]
         else:
-            files.append(SourceFile(path, printable_name(path.name), _not_regular(path)))
+            found = [SourceFile(path, printable_name(path.name), _not_regular(path))]
+        for file in found:
+            real = os.path.realpath(file.path)
+            if real in seen or (excluded and (real + os.sep).startswith(excluded + os.sep)):
+                continue
+            seen.add(real)
+            files.append(file)
     return files
 
 
@@ -123,16 +134,13 @@ def fingerprint_files(sources: list[str], exclude: Path | None = None) -> dict:
 
     digest = hashlib.sha256()
     n_files = n_bytes = 0
-    excluded = exclude.resolve() if exclude is not None else None
     groups = [[s] for s in sources] if sources else [[]]
     for group in groups:
         if group and not Path(group[0]).exists():
             digest.update(f"missing\t{group[0]}\n".encode("utf-8", "surrogateescape"))
             continue
-        for file in list_source_files(group):
+        for file in list_source_files(group, exclude):
             if file.skip:  # never read (hidden, not a regular file): not part of the input
-                continue
-            if excluded is not None and file.path.resolve().is_relative_to(excluded):
                 continue
             try:
                 st = file.path.stat()

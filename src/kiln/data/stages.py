@@ -29,7 +29,8 @@ def _need_file(key: str, path: str) -> str:
 def read_stage(ctx: StageContext) -> PipelineStep:
     from kiln.data.documents import SourceReader
 
-    return SourceReader(ctx.sources, max_bytes=ctx.max_bytes, progress=ctx.progress)
+    return SourceReader(ctx.sources, max_bytes=ctx.max_bytes, progress=ctx.progress,
+                        exclude=ctx.run_dir)
 
 
 def _with_current_bytes(writer, document) -> dict:

@@ -16,10 +16,10 @@ import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from kiln.atomic import atomic_path
+from kiln.config import MIN_VOCAB
 from kiln.errors import RunDataError
 
 EOS_TOKEN = "<|endoftext|>"
-MIN_VOCAB = 257  # 256 byte symbols + EOS
 # The BPE trainer slows down faster than linearly with a piece's length (one 400 KB line of
 # DNA took 35 s, 800 KB over 3 min; in 80-column lines, 0.2 s): while training, pieces are
 # cut to this many bytes, far longer than any merge a corpus makes. The saved tokenizer

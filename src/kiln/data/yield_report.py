@@ -229,18 +229,19 @@ def write_yield_report(run_dir: Path | str, logging_dir: Path | str | None = Non
     roles, merged = flow_stats(logging_dir, layout)
     report = compute_yield({**layout, "steps": roles}, merged)
     report["tasks"] = layout["tasks"]
-    index = run_dir / "tokens" / "index.json"
-    if index.is_file():
-        report["tokenize"] = token_counts(json.loads(index.read_text(encoding="utf-8")))
     write_json_atomic(run_dir / YIELD_FILE, report)
     return report
 
 
 def add_token_counts(run_dir: Path | str) -> dict | None:
-    """After `kiln tokenize`: add the token counts to an existing yield.json; None if absent."""
+    """After `kiln tokenize`, or a prepare that re-made the same documents: add the token
+    counts to an existing yield.json; None if it is absent, or if the shards were made from
+    other documents (their counts would describe data that is gone)."""
+    from kiln.data.provenance import tokens_match_documents
+
     run_dir = Path(run_dir)
     path, index = run_dir / YIELD_FILE, run_dir / "tokens" / "index.json"
-    if not path.is_file() or not index.is_file():
+    if not path.is_file() or not index.is_file() or not tokens_match_documents(run_dir):
         return None
     report = json.loads(path.read_text(encoding="utf-8"))
     report["tokenize"] = token_counts(json.loads(index.read_text(encoding="utf-8")))

@@ -15,6 +15,7 @@ import torch
 from kiln.atomic import write_json_atomic
 from kiln.config import Config, ConfigError, config_changes, data_changes, recorded_config
 from kiln.data.loader import TokenLoader, TokenStream
+from kiln.data.provenance import check_tokens_current
 from kiln.data.shards import load_index
 from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.model import Transformer, count_params, flops_per_token
@@ -152,6 +153,7 @@ class Trainer:
                         "flops_per_token": flops_per_token(self.model_cfg, t.seq_len)}
         self.model = parallelize(raw, t.parallel, self.env, compile=t.compile)
         self.optimizer = build_optimizer(self.model, cfg.optim)
+        check_tokens_current(self.run_dir)  # not made from documents or a tokenizer since replaced
         check_splits(self.token_dir, t.seq_len)  # before training, not at its end
         self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
                                   cfg.run.seed, self.env.rank, self.env.world_size)

@@ -1,0 +1,76 @@
+"""Which documents and tokenizer a run's token shards were made from.
+
+`kiln prepare` and `kiln tokenizer` can be re-run after `kiln tokenize`; the shards would
+then silently describe documents that are gone, or ids another tokenizer maps to other
+text. The index records what the shards were made from, and the verbs that read them
+check it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from kiln.data.shards import load_index, load_token_bytes
+from kiln.data.tokenizer import load_tokenizer, token_byte_lengths
+from kiln.errors import RunDataError
+
+PREPARE_SUMMARY = "prepare.json"  # written last by a finished `kiln prepare`
+
+
+def tokenizer_path(run_dir: Path) -> Path:
+    return Path(run_dir) / "tokenizer" / "tokenizer.json"
+
+
+def documents_fingerprint(run_dir: Path) -> str | None:
+    """The finished prepare's summary (sources, stages, document and byte counts), hashed:
+    re-made documents that differ change it; the same prepare re-run does not."""
+    path = Path(run_dir) / PREPARE_SUMMARY
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
+
+
+def made_from(run_dir: Path) -> dict:
+    """What `kiln tokenize` records in the index it writes."""
+    return {"documents": documents_fingerprint(run_dir)}
+
+
+def tokens_match_documents(run_dir: Path) -> bool:
+    """The shards were made from the documents now in the run (True for an index written
+    before Kiln recorded this)."""
+    index = load_index(Path(run_dir) / "tokens")
+    return "made_from" not in index or index["made_from"].get("documents") == documents_fingerprint(run_dir)
+
+
+def check_tokenizer(run_dir: Path, tok: Tokenizer) -> None:
+    """Refuse a tokenizer other than the one the shards (and so a model trained on them)
+    were made with: compared by vocabulary size and by the bytes each id stands for."""
+    tokens = Path(run_dir) / "tokens"
+    trained, saved = load_index(tokens)["vocab_size"], load_token_bytes(tokens)
+    if tok.get_vocab_size() != trained or (
+            saved is not None and not (token_byte_lengths(tok) == saved).all()):
+        raise RunDataError(
+            f"{tokenizer_path(run_dir)} is not the tokenizer the run's token shards were made "
+            f"with ({tokens}: {trained} tokens; it has {tok.get_vocab_size()}"
+            f"{', with other tokens' if tok.get_vocab_size() == trained else ''}): restore the "
+            "run's tokenizer, or re-run `kiln tokenize` and train again")
+
+
+def run_tokenizer(run_dir: Path) -> Tokenizer:
+    """The run's tokenizer, checked against its token shards."""
+    tok = load_tokenizer(tokenizer_path(run_dir))
+    check_tokenizer(run_dir, tok)
+    return tok
+
+
+def check_tokens_current(run_dir: Path) -> None:
+    """Before training: the shards were made from the run's documents and tokenizer."""
+    tokens = Path(run_dir) / "tokens"
+    if not tokens_match_documents(run_dir):
+        raise RunDataError(
+            f"{tokens} was made from other documents than the run holds now (`kiln prepare` "
+            "ran since `kiln tokenize`): re-run `kiln tokenize` (a run with checkpoints then "
+            "starts over with `kiln train --fresh`)")
+    if tokenizer_path(run_dir).is_file():  # none: nothing the shards could disagree with
+        run_tokenizer(run_dir)

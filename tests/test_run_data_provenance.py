@@ -1,0 +1,62 @@
+"""Token shards remember the documents and tokenizer they were made from: re-running
+`kiln prepare` or `kiln tokenizer` after `kiln tokenize` cannot leave them silently
+describing other data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import tiny_config
+
+from kiln.cli import cmd_prepare, cmd_tokenize, cmd_tokenizer
+from kiln.errors import RunDataError
+from kiln.train.trainer import Trainer
+
+
+@pytest.fixture
+def made(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(40):
+        (src / f"f{i}.txt").write_text(f"document {i}: " + "some words of text here. " * (5 + i))
+    run = tmp_path / "run"
+    cfg = tiny_config(run, f'data.sources=["{src}"]', "data.val_fraction=0.2",
+                      "tokenizer.vocab_size=300", "train.seq_len=16")
+    for verb in (cmd_prepare, cmd_tokenizer, cmd_tokenize):
+        verb(cfg)
+    return cfg, src, run
+
+
+def _yield(run):
+    return json.loads((run / "yield.json").read_text())
+
+
+def test_re_made_documents_make_the_tokens_stale(made):
+    cfg, src, run = made
+    tokenized = _yield(run)["tokenize"]["documents"]
+    assert tokenized == _yield(run)["documents_out"] > 0
+    Trainer(cfg)  # current: accepted
+    cmd_prepare(cfg)  # the same sources again: the same documents, the tokens still count
+    assert _yield(run)["tokenize"]["documents"] == tokenized
+    Trainer(cfg)
+    for f in list(src.glob("f1*.txt")):
+        f.unlink()
+    cmd_prepare(cfg)  # fewer documents
+    assert "tokenize" not in _yield(run)  # the old counts describe documents that are gone
+    with pytest.raises(RunDataError, match="made from other documents .* re-run `kiln tokenize`"):
+        Trainer(cfg)
+    cmd_tokenize(cfg)
+    assert _yield(run)["tokenize"]["documents"] == _yield(run)["documents_out"] < tokenized
+    Trainer(cfg)
+
+
+def test_a_re_trained_tokenizer_makes_the_tokens_stale(made):
+    cfg, _, run = made
+    from dataclasses import replace
+
+    cmd_tokenizer(replace(cfg, tokenizer=replace(cfg.tokenizer, vocab_size=280)))
+    with pytest.raises(RunDataError, match="is not the tokenizer the run's token shards were made"):
+        Trainer(cfg)
+    cmd_tokenize(cfg)
+    Trainer(cfg)
