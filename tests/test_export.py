@@ -119,7 +119,8 @@ def test_cli_export_of_trained_run(tiny_run):
     """`kiln export` on a trained run: real tokenizer, weights from the latest checkpoint."""
     from conftest import tiny_config
 
-    from kiln.cli import _load_model, cmd_export, cmd_train
+    from kiln.cli import cmd_export, cmd_train
+    from kiln.train.trained_run import load_trained_model
 
     cfg = tiny_config(tiny_run)
     cmd_train(cfg)
@@ -129,6 +130,6 @@ def test_cli_export_of_trained_run(tiny_run):
     text = f"def hello():\n    return 1{EOS_TOKEN}"
     ids = transformers.AutoTokenizer.from_pretrained(out)(text, return_tensors="pt").input_ids
     assert ids[0].tolist() == load_tokenizer(out / "tokenizer.json").encode(text).ids
-    model, _ = _load_model(cfg)
+    model, _ = load_trained_model(cfg)
     with torch.no_grad():
         assert (hf(ids).logits - model(ids)).abs().max().item() < 1e-4

@@ -7,7 +7,6 @@ import json
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import replace
 from pathlib import Path
 
 from kiln.config import (
@@ -19,30 +18,6 @@ from kiln.config import (
     run_dir_override,
 )
 from kiln.errors import KilnError
-
-
-def _load_model(cfg: Config):
-    """The latest checkpoint's weights in a fresh single-device model, built with the model
-    settings the run was trained with: an override such as `--set model.rope_theta=...`
-    keeps every tensor's shape, so it would load and silently be another model."""
-    from kiln.model import Transformer
-    from kiln.train.checkpoint import load_weights
-    from kiln.train.checkpoint_dirs import latest_checkpoint
-    from kiln.train.trainer import changed_model_settings, model_config_for_run
-
-    ckpt = latest_checkpoint(cfg.run_dir / "checkpoints")
-    if ckpt is None:
-        raise FileNotFoundError(f"no checkpoint in {cfg.run_dir / 'checkpoints'}: run `kiln train` "
-                                "first")
-    model_cfg = model_config_for_run(cfg, cfg.run_dir / "tokens")
-    changed = changed_model_settings(recorded_config(cfg.run_dir), replace(cfg, model=model_cfg))
-    if changed:
-        raise ConfigError(f"{cfg.run_dir} was trained with other model settings than these "
-                          f"({'; '.join(changed)}): its checkpoints are that model; drop the "
-                          "[model] overrides, or train these settings in another run.dir")
-    model = Transformer(model_cfg)
-    load_weights(ckpt, model)
-    return model.eval(), ckpt
 
 
 def _tokenizer_path(cfg: Config) -> Path:
@@ -145,12 +120,13 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     from kiln.eval.perplexity import evaluate
     from kiln.parallel.distributed import DistEnv, init_distributed, local_device, shutdown
     from kiln.train.precision import resolve_device, resolve_precision
+    from kiln.train.trained_run import load_trained_model
 
     device = resolve_device(cfg.train.device)
     env = init_distributed(device) if distributed else DistEnv()
     device = local_device(device, env)
     try:
-        model, ckpt = _load_model(cfg)
+        model, ckpt = load_trained_model(cfg)
         precision = resolve_precision(cfg.train.precision, device)
         model.to(device)
         e = cfg.eval
@@ -182,8 +158,9 @@ def cmd_generate(cfg: Config) -> None:
     from kiln.data.tokenizer import eos_id
     from kiln.model.sampling import generate
     from kiln.train.precision import resolve_device
+    from kiln.train.trained_run import load_trained_model
 
-    model, ckpt = _load_model(cfg)
+    model, ckpt = load_trained_model(cfg)
     model.to(resolve_device(cfg.train.device))
     tok = run_tokenizer(cfg.run_dir)
     g = cfg.generate
@@ -214,8 +191,9 @@ def cmd_export(cfg: Config) -> None:
     from kiln.data.provenance import run_tokenizer
     from kiln.export import export_model
     from kiln.train.checkpoint import refuse_non_finite
+    from kiln.train.trained_run import load_trained_model
 
-    model, ckpt = _load_model(cfg)
+    model, ckpt = load_trained_model(cfg)
     run_tokenizer(cfg.run_dir)
     refuse_non_finite(model.state_dict(), ckpt)
     result = export_model(model, _tokenizer_path(cfg), cfg.run_dir / "export", cfg, ckpt.name)

@@ -36,19 +36,13 @@ def check_run_dir(run_dir: str | Path) -> Path:
 
 def load_run_model(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tokenizer, Path]:
     """(model in eval mode, tokenizer, checkpoint path) of the run's latest checkpoint."""
-    from kiln.config import load_config
-    from kiln.data.tokenizer import load_tokenizer
-    from kiln.model import Transformer
-    from kiln.train.checkpoint import load_weights
-    from kiln.train.checkpoint_dirs import latest_checkpoint
-    from kiln.train.trainer import model_config_for_run
+    from kiln.config import load_config, run_dir_override
+    from kiln.data.provenance import run_tokenizer
+    from kiln.train.trained_run import load_trained_model
 
     run_dir = check_run_dir(run_dir)
-    cfg = load_config(run_dir / "config.toml", [f'run.dir="{run_dir}"'])
-    ckpt = latest_checkpoint(run_dir / "checkpoints")
-    model = Transformer(model_config_for_run(cfg, run_dir / "tokens"))
-    load_weights(ckpt, model)
-    tok = load_tokenizer(run_dir / "tokenizer" / "tokenizer.json")
+    model, ckpt = load_trained_model(load_config(run_dir / "config.toml", [run_dir_override(run_dir)]))
+    tok = run_tokenizer(run_dir)
     return model.eval().to(device), tok, ckpt
 
 
