@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import result_line  # noqa: E402
 
+from kiln.config import run_dir_override  # noqa: E402
 from kiln.report import read_metrics  # noqa: E402
 from kiln.report.summary import summarize  # noqa: E402
 
@@ -63,7 +64,7 @@ def main() -> None:
     for name in RECIPES:
         run_dir = (args.runs / name).resolve()
         shutil.rmtree(run_dir, ignore_errors=True)
-        overrides = [f'run.dir="{run_dir}"']
+        overrides = [run_dir_override(run_dir)]
         if args.steps:
             overrides.append(f"train.steps={args.steps}")
         start = time.perf_counter()
