@@ -221,5 +221,5 @@ def test_recipe_edge_cases(tmp_path):
         with pytest.raises(ConfigError, match="tokenizer.vocab_size must be from 257 .* to 4,194,304"):
             load_config(None, [f"tokenizer.vocab_size={size}"])
     assert load_config(None, ["tokenizer.vocab_size=257"]).tokenizer.vocab_size == 257
-    with pytest.raises(ConfigError, match=r"data.sources: '/d\\\\xff' is not valid UTF-8"):
+    with pytest.raises(ConfigError, match=r"data.sources: '/d\\xff' is not valid UTF-8"):
         load_config(None, ['data.sources=["/d\udcff"]'])

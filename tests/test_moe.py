@@ -390,3 +390,17 @@ def test_grouped_mm_probe_answers_the_same_when_first_asked_without_gradients(co
     with context():
         assert grouped_mm_works("cpu", torch.float32) == expected
     grouped_mm_works.cache_clear()
+
+
+@pytest.mark.parametrize("dtype, hidden", [(torch.float32, 30), (torch.bfloat16, 36)])
+def test_expert_widths_grouped_mm_cannot_take_fall_back(dtype, hidden):
+    """grouped_mm needs 16-byte row strides; `auto` must not hand it an expert width that
+    is not a multiple of 4 (fp32) or 8 (bf16), however the 16 x 16 probe answered."""
+    moe = make_moe(expert_hidden=hidden)
+    ref = make_moe(expert_hidden=hidden, backend="padded_bmm")
+    ref.load_state_dict(moe.state_dict())
+    x = torch.randn(2, 9, 16, dtype=dtype)
+    assert moe.experts.resolved_backend(x) == "padded_bmm"
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        y, y_ref = moe(x.float()), ref(x.float())
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=0)

@@ -247,10 +247,13 @@ def test_a_users_own_folders_in_run_dir_are_never_replaced(tmp_path):
     run = tmp_path / "project"
     (run / "documents").mkdir(parents=True)
     (run / "documents" / "thesis.txt").write_text("years of work")
-    with pytest.raises(ConfigError, match="already holds documents/, which `kiln prepare` did not "
+    with pytest.raises(ConfigError, match="already holds documents, which `kiln prepare` did not "
                        "write"):
         run_prepare(READ_WRITE, run, [str(tmp_path / "src")], progress=False)
     assert (run / "documents" / "thesis.txt").read_text() == "years of work"
+    (run / "rejected").write_text("a file where prepare puts a folder")
+    with pytest.raises(ConfigError, match="already holds documents, rejected, which"):
+        run_prepare(READ_WRITE, run, [str(tmp_path / "src")], progress=False)
     # a folder Kiln's prepare wrote is replaced as before
     other = tmp_path / "run"
     run_prepare(READ_WRITE, other, [str(tmp_path / "src")], progress=False)

@@ -60,3 +60,17 @@ def test_a_re_trained_tokenizer_makes_the_tokens_stale(made):
         Trainer(cfg)
     cmd_tokenize(cfg)
     Trainer(cfg)
+
+
+def test_shards_brought_into_a_run_without_documents_train(made, tmp_path):
+    """Shards and tokenizer copied into a new run dir (no prepare there): nothing to compare
+    the documents with, so training goes on."""
+    import shutil
+
+    cfg, _, run = made
+    other = tmp_path / "other"
+    other.mkdir()
+    for part in ("tokens", "tokenizer"):
+        shutil.copytree(run / part, other / part)
+    Trainer(tiny_config(other, "data.val_fraction=0.2", "tokenizer.vocab_size=300",
+                        "train.seq_len=16"))

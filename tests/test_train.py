@@ -394,6 +394,19 @@ def test_a_checkpoint_moved_aside_is_neither_resumed_nor_pruned(tiny_run):
         train_losses(tiny_run, "train.steps=9")
 
 
+def test_checkpoints_moved_away_do_not_restart_into_the_old_metrics(tiny_run):
+    """No checkpoint, but an earlier run's metrics.jsonl: step 0 again would append a second
+    run to it and its report would mix the two; --fresh archives them instead."""
+    import shutil
+
+    train_losses(tiny_run, "train.steps=6")
+    shutil.rmtree(tiny_run / "checkpoints")
+    with pytest.raises(CheckpointError, match="metrics.jsonl holds an earlier run's records, but "
+                       "there is no checkpoint to resume from: .* --fresh"):
+        train_losses(tiny_run, "train.steps=6")
+    Trainer(tiny_config(tiny_run, "train.steps=6"), resume=False)  # what --fresh runs
+
+
 def test_pruning_counts_only_complete_checkpoints(tiny_run):
     """Empty or half-copied step_* folders are not checkpoints: counting them would prune
     every real one (and the next run would then start again from step 0)."""

@@ -68,12 +68,30 @@ def test_a_replaced_tokenizer_is_refused(trained, capsys):
     assert main(["generate", str(trained)]) == 0
 
 
-def test_export_refuses_non_finite_weights(trained, capsys):
+def test_shards_re_made_since_training_are_refused(trained, capsys):
+    """Following the advice to re-run `kiln tokenize` with another tokenizer makes the
+    tokenizer and shards agree again, but not with the checkpoint: its loader state holds
+    the fingerprint of the shards it was trained on."""
+    from conftest import tiny_config
+
+    from kiln.cli import cmd_tokenize
+
+    texts = [f"completely different text number {i} " * 5 for i in range(200)]
+    train_tokenizer(texts, 300, _tokenizer_json(trained), show_progress=False)
+    cmd_tokenize(tiny_config(trained))
+    for verb in ("eval", "generate", "export"):
+        code, err = _kiln(capsys, verb, str(trained))
+        assert code == 1 and "was trained on other token shards than" in err, (verb, err)
+    assert not (trained / "eval.json").exists() and not (trained / "export").exists()
+
+
+def test_non_finite_weights_are_refused(trained, capsys):
     path = latest_checkpoint(trained / "checkpoints") / "model.safetensors"
     tensors = load_file(path)
     name = next(k for k in tensors if k.endswith("w_up.weight"))
     tensors[name][0, 0] = float("nan")
     save_file(tensors, path)
-    code, err = _kiln(capsys, "export", str(trained))
-    assert code == 1 and f"holds non-finite weights ({name})" in err
-    assert not (trained / "export").exists()
+    for verb in ("eval", "generate", "export"):
+        code, err = _kiln(capsys, verb, str(trained))
+        assert code == 1 and f"holds non-finite weights ({name})" in err, (verb, err)
+    assert not (trained / "export").exists() and not (trained / "eval.json").exists()

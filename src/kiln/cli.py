@@ -190,12 +190,10 @@ def cmd_generate(cfg: Config) -> None:
 def cmd_export(cfg: Config) -> None:
     from kiln.data.provenance import run_tokenizer
     from kiln.export import export_model
-    from kiln.train.checkpoint import refuse_non_finite
     from kiln.train.trained_run import load_trained_model
 
     model, ckpt = load_trained_model(cfg)
     run_tokenizer(cfg.run_dir)
-    refuse_non_finite(model.state_dict(), ckpt)
     result = export_model(model, _tokenizer_path(cfg), cfg.run_dir / "export", cfg, ckpt.name)
     print(f"export ({result.format}): {ckpt.name} -> {result.path} ({result.note})")
 
@@ -262,8 +260,8 @@ def _refuse_remaking_trained_data(cfg: Config) -> None:
         raise ConfigError(
             f"{cfg.run_dir} holds checkpoints trained on data made with other settings "
             f"({', '.join(changed[:4])}); "
-            "re-making the data would orphan them: use another run.dir, or move "
-            f"{cfg.run_dir / 'checkpoints'} aside first")
+            "re-making the data would orphan them: use another run.dir, or move the trained "
+            f"model's {cfg.run_dir / 'checkpoints'} and metrics.jsonl aside first")
 
 
 def _record_config(cfg: Config) -> None:

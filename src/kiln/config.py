@@ -361,7 +361,7 @@ def validate(cfg: Config) -> Config:
             raise ConfigError(f"{key} must be a finite number, got {value}")
         for text in value if isinstance(value, list) else [value]:
             if isinstance(text, str) and not _is_utf8(text):
-                raise ConfigError(f"{key}: {printable_name(text)!r} is not valid UTF-8 (a path with "
+                raise ConfigError(f"{key}: '{printable_name(text)}' is not valid UTF-8 (a path with "
                                   "bytes from another encoding?); the run's config.toml cannot "
                                   "record it: rename it, or link to it under a UTF-8 name")
     _check_run_dir(cfg)

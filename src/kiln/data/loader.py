@@ -44,8 +44,10 @@ class TokenStream:
         self.starts = np.asarray(starts, dtype=np.int64)
         self.n_tokens = int(self.starts[-1])
         # the index's token and byte counts and unigram entropy, per split: re-made data
-        # (other files, even with the same settings) gives another fingerprint
-        self.fingerprint = hashlib.sha256(json.dumps(index, sort_keys=True).encode()).hexdigest()[:16]
+        # (other files, even with the same settings) gives another fingerprint; what the
+        # shards were made from is left out (indexes before it was recorded match)
+        content = {k: v for k, v in index.items() if k != "made_from"}
+        self.fingerprint = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """tokens[start:stop] as int64, crossing shard boundaries where needed."""

@@ -371,10 +371,10 @@ def _refuse_foreign_folders(run_dir: Path) -> None:
     logs/prepare before it writes any of them."""
     if (run_dir / "logs" / "prepare" / LAYOUT_FILE).is_file() or (run_dir / "prepare.json").is_file():
         return
-    foreign = [name for name in _OUTPUT_FOLDERS
-               if (run_dir / name).exists() and any((run_dir / name).iterdir())]
+    foreign = [name for name in _OUTPUT_FOLDERS if (run_dir / name).is_file()
+               or ((run_dir / name).is_dir() and any((run_dir / name).iterdir()))]
     if foreign:
-        raise ConfigError(f"run.dir {run_dir} already holds {', '.join(f'{f}/' for f in foreign)}, "
+        raise ConfigError(f"run.dir {run_dir} already holds {', '.join(foreign)}, "
                           "which `kiln prepare` did not write and would replace: set run.dir "
                           "to another folder (or move them away)")
 

@@ -38,9 +38,10 @@ def made_from(run_dir: Path) -> dict:
 
 def tokens_match_documents(run_dir: Path) -> bool:
     """The shards were made from the documents now in the run (True for an index written
-    before Kiln recorded this)."""
+    before Kiln recorded this, and for a run with no prepared documents to compare)."""
     index = load_index(Path(run_dir) / "tokens")
-    return "made_from" not in index or index["made_from"].get("documents") == documents_fingerprint(run_dir)
+    now = documents_fingerprint(run_dir)  # None: shards brought into a run without documents
+    return "made_from" not in index or now is None or index["made_from"].get("documents") == now
 
 
 def check_tokenizer(run_dir: Path, tok: Tokenizer) -> None:

@@ -232,6 +232,16 @@ def _place_steps(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> Non
             state["step"] = step.to(p.device if on_device else "cpu", torch.float32)
 
 
+def trained_shards(path: Path) -> str | None:
+    """The fingerprint of the token shards checkpoint `path` was trained on (None: saved
+    before Kiln recorded it)."""
+    try:
+        state = torch.load(path / "trainer.pt", weights_only=True)
+    except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
+        raise _unreadable(path, e) from e
+    return state.get("loader", {}).get("data")
+
+
 def load_weights(path: Path, model: nn.Module) -> None:
     """Weights only (eval, generate, export)."""
     load_model_tensors(model, _read_weights(path))

@@ -4,10 +4,13 @@ perplexity filter read."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from kiln.config import Config, ConfigError, recorded_config
+from kiln.data.loader import TokenStream
+from kiln.errors import RunDataError
 from kiln.model import Transformer
-from kiln.train.checkpoint import load_weights
+from kiln.train.checkpoint import load_weights, refuse_non_finite, trained_shards
 from kiln.train.checkpoint_dirs import latest_checkpoint
 from kiln.train.trainer import changed_model_settings, model_config_for_run
 
@@ -27,6 +30,19 @@ def load_trained_model(cfg: Config):
         raise ConfigError(f"{cfg.run_dir} was trained with other model settings than these "
                           f"({'; '.join(changed)}): its checkpoints are that model; drop the "
                           "[model] overrides, or train these settings in another run.dir")
+    refuse_other_shards(ckpt, cfg.run_dir / "tokens")
     model = Transformer(model_cfg)
     load_weights(ckpt, model)
+    refuse_non_finite(model.state_dict(), ckpt)
     return model.eval(), ckpt
+
+
+def refuse_other_shards(ckpt: Path, tokens: Path) -> None:
+    """The checkpoint records a fingerprint of the token shards it was trained on: shards
+    re-made since (another tokenizer, other documents) would be read with the wrong
+    vocabulary, or evaluated on what was training data."""
+    trained_on = trained_shards(ckpt)
+    if trained_on is not None and trained_on != TokenStream(tokens, "train").fingerprint:
+        raise RunDataError(f"{ckpt} was trained on other token shards than {tokens} holds now "
+                           "(`kiln tokenize` re-made them since): restore the run's shards, or "
+                           "train on these (`kiln train --fresh`)")

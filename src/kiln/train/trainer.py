@@ -175,13 +175,8 @@ class Trainer:
     def _maybe_resume(self) -> None:
         ckpt = latest_checkpoint(self.run_dir / "checkpoints")
         self._check_ranks_agree(ckpt)
-        pointer = self.run_dir / "checkpoints" / "latest"
-        if ckpt is None and pointer.exists():  # starting over would mix two runs' metrics
-            raise CheckpointError(
-                f"{pointer} names {pointer.read_text().strip()!r}, but no complete checkpoint "
-                "is left to resume from: put the checkpoint back, or start over with "
-                "`kiln train --fresh` (which moves the old outputs to archive/)")
         if ckpt is None:
+            self._refuse_mixing_with_earlier_outputs()
             return
         recorded = recorded_config(self.run_dir)
         self._refuse_changed_model(ckpt, recorded)
@@ -204,6 +199,21 @@ class Trainer:
             if self.step >= self.cfg.train.steps:
                 print(f"step {self.step} >= train.steps = {self.cfg.train.steps}: nothing to "
                       "train; raise train.steps to go on", file=sys.stderr)
+
+    def _refuse_mixing_with_earlier_outputs(self) -> None:
+        """No checkpoint to resume from, yet a run trained here (checkpoints moved aside or
+        deleted, or a run killed before its first): starting at step 0 would append a
+        second run's records to its metrics.jsonl, and its report would mix the two."""
+        pointer = self.run_dir / "checkpoints" / "latest"
+        metrics = self.run_dir / "metrics.jsonl"
+        if pointer.exists():
+            found = f"{pointer} names {pointer.read_text().strip()!r}, but no complete checkpoint is left"
+        elif metrics.is_file() and metrics.stat().st_size > 0:
+            found = f"{metrics} holds an earlier run's records, but there is no checkpoint"
+        else:
+            return
+        raise CheckpointError(f"{found} to resume from: put the checkpoints back, or start over "
+                              "with `kiln train --fresh` (which moves the old outputs to archive/)")
 
     def _note_threads(self) -> None:
         """torchrun sets OMP_NUM_THREADS=1 for several processes unless told otherwise: on
