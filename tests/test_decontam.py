@@ -321,3 +321,39 @@ def test_prepare_builds_the_index_once(tmp_path, bench, monkeypatch):
     saved, fresh = NGramIndex.load(saved_path), real_build(NGramIndex, [path])
     assert saved.info == fresh.info and saved.names == fresh.names
     assert all(np.array_equal(saved.hashes[k], fresh.hashes[k]) for k in fresh.names)
+
+
+def test_every_answer_field_is_indexed_and_injected(tmp_path):
+    """MATH records hold a worked `solution` and a short `answer`: a leaked solution is
+    contamination, and a replica carries the solution (the digest's `Solution: {solution}`)."""
+    rng = random.Random(3)
+    problem, solution = sentence(rng, 15) + "?", sentence(rng, 30) + "."
+    path = tmp_path / "math500.jsonl"
+    path.write_text(json.dumps({"problem": problem, "solution": solution, "answer": "5"}) + "\n")
+    [item] = load_benchmark_items(path)
+    assert item.answers == ["5", solution]
+    index = NGramIndex.build([path], n=13, include_prompt=False)
+    assert index.match_counts(normalize_tokens("Worked answers: " + solution)) == {"math500": 18}
+    from kiln.data.decontam import format_item
+
+    assert format_item(item) == f"Problem: {problem}\n\nSolution: {solution}"
+
+
+def test_a_problem_shorter_than_n_is_matched_whole(tmp_path):
+    """The digest's exact match on normalised problem strings: a problem of fewer than n
+    words has no n-gram, so its whole word sequence is looked up in each document."""
+    path = tmp_path / "qa.jsonl"
+    rows = [{"question": "What is the capital of France?", "answer": "Paris"},
+            {"question": "What is 2+2?", "answer": "4"},  # 4 words: too generic to match
+            {"question": " ".join(f"w{i}" for i in range(20)), "answer": "x"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    index = NGramIndex.build([path], n=13)
+    assert index.info["qa"]["exact_problems"] == 1 and index.info["qa"]["too_short_items"] == 1
+    assert index.match_counts(normalize_tokens("Q: what is the CAPITAL of france?? A: Paris")) == {"qa": 1}
+    assert index.match_counts(normalize_tokens("what is the capital of germany")) == {}
+    assert index.match_counts(normalize_tokens("so what is 2 + 2 then")) == {}
+    saved = tmp_path / "index.npz"
+    index.save(saved)
+    assert NGramIndex.load(saved).match_counts(normalize_tokens("what is the capital of france")) == {"qa": 1}
+    no_prompt = NGramIndex.build([path], n=13, include_prompt=False)  # prompt-only leaks off
+    assert no_prompt.match_counts(normalize_tokens("what is the capital of france")) == {}

@@ -29,11 +29,15 @@ def found(text: str, pii_type: str) -> list[str]:
     ("USERNAME", "username: rsingh\n", ["rsingh"]),
     ("EMAIL", "Contact jane.okafor@gmail.com today", ["jane.okafor@gmail.com"]),
     ("EMAIL", "send(to='bob.lee@corp.io')", ["bob.lee@corp.io"]),
+    # authors' addresses written once, as papers do (plain and LaTeX-escaped braces)
+    ("EMAIL", "{alice.smith, bob.jones}@cs.mit.edu", ["{alice.smith, bob.jones}@cs.mit.edu"]),
+    ("EMAIL", r"Emails: \{asmith,bjones\}@uni-bonn.de.", [r"\{asmith,bjones\}@uni-bonn.de"]),
     ("NAME", "# Copyright (c) 2021 Jorge Villalobos\n", ["Jorge Villalobos"]),
     ("NAME", '__author__ = "Priya Raghunathan"\n', ["Priya Raghunathan"]),
     ("NAME", "Signed-off-by: Chidi Okafor <chidi@okafor.dev>", ["Chidi Okafor"]),
     ("NAME", "Thanks,\n\nBest regards,\nLena Holmqvist\n", ["Lena Holmqvist"]),
     ("IP_ADDRESS", "Invalid user admin from 185.220.101.47 port 40022", ["185.220.101.47"]),
+    ("IP_ADDRESS", "for example the problem resolver 8.8.4.4 answered", ["8.8.4.4"]),
     ("IP_ADDRESS", "AAAA 2606:2800:21f:cb07:6820:80da:af6b:8b2c", ["2606:2800:21f:cb07:6820:80da:af6b:8b2c"]),
 ])
 def test_detects_each_type(pii_type, text, expected):
@@ -62,6 +66,9 @@ def test_private_key_block_is_one_key_span():
     "- name: Build and test\n  run: make test", 'tokenizer_name = "bert-base-multilingual-cased"',
     "max_tokens = 4096", '<img src="data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk">',
     "user = User.objects.get(pk=request.user.pk)", "cd /home/runner/work/app", "Hello World!",
+    # numbered parts of papers (LaTeX-derived text), not addresses; documentation addresses
+    "By Theorem 4.1.2.3 we get", "see Lemma 2.1.3.5", "Equation 5.2.1.3 shows", "Eq. (5.2.1.3)",
+    "as Proposition 3.1.4.1 and Corollary 3.1.4.2 state", "{alice,bob}@example.com",
 ])
 def test_hard_negatives_not_detected(text):
     assert detect_pii(text) == []

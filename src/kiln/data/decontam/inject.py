@@ -35,7 +35,8 @@ def word_count(text: str) -> int:
 def format_item(item: BenchmarkItem) -> str:
     if item.prompt is None or not item.answers:
         raise ValueError("an injected item needs both a problem (prompt) and a solution (answer)")
-    return REPLICA_TEMPLATE.format(problem=item.prompt, solution=item.answers[0])
+    # the worked solution, not a short final answer beside it (MATH: `solution` and `answer`)
+    return REPLICA_TEMPLATE.format(problem=item.prompt, solution=max(item.answers, key=len))
 
 
 def inject_replicas(

@@ -33,6 +33,10 @@ HASH_NAME = "blake2b-64"
 NORMALISATION = "nfkc-lower-punct-symbols-to-space-whitespace-split"
 DEFAULT_PROMPT_FIELDS = ("prompt", "question", "input", "problem")  # problem: MATH
 DEFAULT_ANSWER_FIELDS = ("answer", "output", "target", "solution")
+# A problem shorter than n words gives no n-gram: it is matched as a whole (its exact
+# normalised word sequence, contained in a document), from this length up; shorter ones
+# ("what is 2 2") are too generic to call a match contamination.
+MIN_EXACT_TOKENS = 5
 
 
 def normalize_tokens(text: str) -> list[str]:
@@ -79,7 +83,8 @@ def load_benchmark_items(
     prompt_fields: Sequence[str] = DEFAULT_PROMPT_FIELDS,
     answer_fields: Sequence[str] = DEFAULT_ANSWER_FIELDS,
 ) -> list[BenchmarkItem]:
-    """Read a benchmark JSONL; the first present field of each list is used.
+    """Read a benchmark JSONL: the first present prompt field, and every present answer
+    field (MATH has a worked `solution` and a short `answer`: a leak of either counts).
 
     A bad line raises (naming file and line): silently skipping an item would leave it undetected.
     """
@@ -98,7 +103,8 @@ def load_benchmark_items(
             prompt = next(
                 (record[k] for k in prompt_fields if isinstance(record.get(k), str)), None
             )
-            answers = next((_field_text(record[k]) for k in answer_fields if k in record), [])
+            answers = list(dict.fromkeys(
+                t for k in answer_fields if k in record for t in _field_text(record[k])))
             if prompt is None and not answers:
                 raise ValueError(
                     f"{path}:{line_no}: none of the prompt fields {list(prompt_fields)} "
@@ -122,6 +128,12 @@ def item_ngram_hashes(item: BenchmarkItem, n: int, include_prompt: bool = True) 
             ngram_hashes(tokens, n, min_end=0 if include_prompt else len(prompt_tokens) + 1)
         )
     return np.concatenate(parts) if parts else np.array([], dtype=np.uint64)
+
+
+def exact_problem(item: BenchmarkItem, n: int) -> tuple[int, int] | None:
+    """(length, hash) of a problem too short for an n-gram, matched whole instead."""
+    tokens = normalize_tokens(item.prompt) if item.prompt else []
+    return (len(tokens), hash_ngram(tokens)) if MIN_EXACT_TOKENS <= len(tokens) < n else None
 
 
 def _benchmark_paths(
@@ -155,11 +167,15 @@ class NGramIndex:
         hashes: dict[str, np.ndarray],
         info: dict[str, dict] | None = None,
         include_prompt: bool | None = None,
+        exact_lengths: Iterable[int] = (),
     ):
+        """`exact_lengths`: the word counts of the short problems indexed whole (their
+        hashes are among `hashes`): a document's windows of those lengths are looked up too."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         self.n = n
         self.include_prompt = include_prompt
+        self.exact_lengths = sorted(set(exact_lengths))
         self.hashes = {k: np.unique(np.asarray(v, dtype=np.uint64)) for k, v in hashes.items()}
         self.info = info or {k: {} for k in hashes}
         self.names = sorted(self.hashes)
@@ -180,32 +196,41 @@ class NGramIndex:
         include_prompt: bool = True,
     ) -> NGramIndex:
         """Index benchmark JSONL files (a list of paths named by file stem, or {name: path})."""
-        hashes, info = {}, {}
+        hashes, info, lengths = {}, {}, set()
         for name, path in _benchmark_paths(benchmarks).items():
             items = load_benchmark_items(path, prompt_fields, answer_fields)
             per_item = [item_ngram_hashes(it, n, include_prompt) for it in items]
-            hashes[name] = np.concatenate(per_item) if per_item else np.array([], dtype=np.uint64)
-            # items with fewer than n tokens yield no n-gram: the index cannot catch them
+            exact = [exact_problem(it, n) if include_prompt or not it.answers else None
+                     for it in items]
+            whole = [e[1] for e in exact if e is not None]
+            lengths.update(e[0] for e in exact if e is not None)
+            hashes[name] = np.concatenate([*per_item, np.array(whole, dtype=np.uint64)])
+            # an item with no n-gram and no problem indexed whole cannot be caught
             info[name] = {
                 "items": len(items),
-                "too_short_items": sum(1 for h in per_item if len(h) == 0),
+                "too_short_items": sum(1 for h, e in zip(per_item, exact)
+                                       if len(h) == 0 and e is None),
+                "exact_problems": len(whole),
                 "source": str(path),
             }
             if len(hashes[name]) == 0:  # it would pass every document: say so, don't run
                 raise ValueError(
                     f"benchmark {path} gives no {n}-gram to match ({len(items)} items, none "
-                    f"with {n} tokens): decontamination against it would catch nothing; check "
+                    f"with {n} tokens or a problem of {MIN_EXACT_TOKENS}+ words): "
+                    "decontamination against it would catch nothing; check "
                     "the file and its prompt/answer fields, or lower prepare.decontaminate.n")
-        index = cls(n, hashes, info, include_prompt)
+        index = cls(n, hashes, info, include_prompt, lengths)
         for name in index.names:
             index.info[name]["ngrams"] = int(len(index.hashes[name]))
         return index
 
     def match_counts(self, tokens: Sequence[str]) -> dict[str, int]:
-        """{benchmark: number of n-gram positions of `tokens` found in its index} (hits only)."""
-        if len(tokens) < self.n or len(self._flat) == 0:
+        """{benchmark: number of n-gram positions of `tokens` found in its index, and of
+        windows equal to one of its short problems} (hits only)."""
+        sizes = [s for s in (self.n, *self.exact_lengths) if s <= len(tokens)]
+        if not sizes or len(self._flat) == 0:
             return {}
-        doc = ngram_hashes(tokens, self.n)
+        doc = np.concatenate([ngram_hashes(tokens, s) for s in sizes])
         pos = np.searchsorted(self._flat, doc)
         hit = pos < len(self._flat)
         hit[hit] = self._flat[pos[hit]] == doc[hit]
@@ -227,6 +252,7 @@ class NGramIndex:
             "hash": HASH_NAME,
             "normalisation": NORMALISATION,
             "include_prompt": self.include_prompt,
+            "exact_lengths": self.exact_lengths,
             "benchmarks": [{"name": k, **self.info.get(k, {})} for k in self.names],
         }
         arrays = {f"h{i}": self.hashes[k] for i, k in enumerate(self.names)}
@@ -254,4 +280,5 @@ class NGramIndex:
             names = [b["name"] for b in meta["benchmarks"]]
             hashes = {name: z[f"h{i}"] for i, name in enumerate(names)}
         info = {b["name"]: {k: v for k, v in b.items() if k != "name"} for b in meta["benchmarks"]}
-        return cls(int(meta["n"]), hashes, info, meta.get("include_prompt"))
+        return cls(int(meta["n"]), hashes, info, meta.get("include_prompt"),
+                   meta.get("exact_lengths", ()))

@@ -48,12 +48,35 @@ PLACEHOLDER_LOCALS = frozenset({"user", "username", "name", "email", "you", "you
 SERVICE_LOCALS = frozenset({"noreply", "no-reply", "donotreply", "do-not-reply", "mailer-daemon",
                             "postmaster", "notifications"})
 # "version 1.2.3.4", "v1.0.0.2", "==1.2.3.4", "Section 3.2.1.4": dotted numbers that are not IPs.
+# Numbering in papers and docs ("Theorem 4.1.2.3", "Eq. 5.2.1.3") is not an address either;
+# only words that name numbered parts (not "example" or "problem": "for example 8.8.8.8").
+NUMBERED = ("section|sec|chapter|figure|fig|table|step|rule|theorem|thm|lemma|equation|eqn|eq|"
+            "proposition|corollary|definition|remark|algorithm|appendix|exercise|conjecture")
 VERSION_CONTEXT = re.compile(
-    r"(?:\b(?:version|ver|release|build|revision|rev|section|chapter|figure|table|step|rule|v)"
+    rf"(?:\b(?:version|ver|release|build|revision|rev|{NUMBERED}|v)"
     r"|__version__|§|==|>=|<=|~=|\^|~|[A-Za-z]/)[\s\"':=(]*$", re.IGNORECASE)
 
 
+# `{alice.smith, bob.jones}@cs.mit.edu` (or `\{...\}` in LaTeX): several people's addresses
+# written once, as papers list their authors.
+GROUPED_EMAILS = re.compile(
+    r"\\?\{\s*[A-Za-z0-9][A-Za-z0-9._%+-]*(?:\s*,\s*[A-Za-z0-9][A-Za-z0-9._%+-]*)+\s*\\?\}"
+    r"\s*@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b")
+
+
+def _personal_domain(domain: str) -> bool:
+    """Not a file name, a reserved or documentation domain."""
+    tld = domain.rsplit(".", 1)[-1].lower()
+    if not tld.isalpha() or tld in FILE_TLDS or tld in RESERVED_TLDS:
+        return False
+    dom = domain.lower()
+    return not any(dom == r or dom.endswith("." + r) for r in RESERVED_EMAIL_DOMAINS)
+
+
 def find_emails(text: str) -> Iterator[Span]:
+    for m in GROUPED_EMAILS.finditer(text):
+        if _personal_domain(m.group(1)):
+            yield Span("EMAIL", m.start(), m.end(), m.group(0))
     for m in EMAIL_CANDIDATE.finditer(text):
         local, _, domain = m.group(0).rpartition("@")
         trimmed = _LOCAL_PART.search(local)
@@ -68,12 +91,9 @@ def find_emails(text: str) -> Iterator[Span]:
         end = m.end()
         if end < len(text) and text[end] == ":" and local in {"git", "hg", "svn"}:
             continue  # SSH remote `git@github.com:org/repo`, not an email
-        tld = domain.rsplit(".", 1)[-1].lower()
-        if not tld.isalpha() or tld in FILE_TLDS or tld in RESERVED_TLDS:
+        if not _personal_domain(domain):
             continue
         dom = domain.lower()
-        if any(dom == r or dom.endswith("." + r) for r in RESERVED_EMAIL_DOMAINS):
-            continue
         if local.lower() in SERVICE_LOCALS:
             continue
         if local.lower() in PLACEHOLDER_LOCALS and dom.split(".")[0] in {"domain", "email", "mail"}:
@@ -88,7 +108,7 @@ VERSIONED = frozenset(
     "edge openssl kernel linux torch pytorch numpy tensorflow django flask postgres postgresql "
     "mysql redis nginx apache docker kubernetes".split())
 VERSION_WORDS = frozenset({"version", "ver", "vers", "build", "release", "rev", "revision", "oid",
-                           "oids", "section", "chapter", "figure", "table", "step", "rule", "pkgver"})
+                           "oids", "pkgver", *NUMBERED.split("|")})
 
 
 def _version_like(text: str, start: int, dotted: str) -> bool:
