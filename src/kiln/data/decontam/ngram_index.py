@@ -130,10 +130,10 @@ def item_ngram_hashes(item: BenchmarkItem, n: int, include_prompt: bool = True) 
     return np.concatenate(parts) if parts else np.array([], dtype=np.uint64)
 
 
-def exact_problem(item: BenchmarkItem, n: int) -> tuple[int, int] | None:
-    """(length, hash) of a problem too short for an n-gram, matched whole instead."""
+def exact_problem(item: BenchmarkItem, n: int) -> list[str] | None:
+    """The words of a problem too short for an n-gram, matched whole instead."""
     tokens = normalize_tokens(item.prompt) if item.prompt else []
-    return (len(tokens), hash_ngram(tokens)) if MIN_EXACT_TOKENS <= len(tokens) < n else None
+    return tokens if MIN_EXACT_TOKENS <= len(tokens) < n else None
 
 
 def _benchmark_paths(
@@ -167,15 +167,20 @@ class NGramIndex:
         hashes: dict[str, np.ndarray],
         info: dict[str, dict] | None = None,
         include_prompt: bool | None = None,
-        exact_lengths: Iterable[int] = (),
+        exact_edges: Iterable[Sequence] = (),
     ):
-        """`exact_lengths`: the word counts of the short problems indexed whole (their
-        hashes are among `hashes`): a document's windows of those lengths are looked up too."""
+        """`exact_edges`: (length, first word, last word) of each short problem indexed whole
+        (its hash is among `hashes`): a document's windows of that length with those edge
+        words are looked up too (hashing every window of every such length would cost up to
+        nine times the n-grams)."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         self.n = n
         self.include_prompt = include_prompt
-        self.exact_lengths = sorted(set(exact_lengths))
+        self.exact_edges = sorted({(int(length), first, last) for length, first, last in exact_edges})
+        self._by_first: dict[str, list[tuple[int, str]]] = {}
+        for length, first, last in self.exact_edges:
+            self._by_first.setdefault(first, []).append((length, last))
         self.hashes = {k: np.unique(np.asarray(v, dtype=np.uint64)) for k, v in hashes.items()}
         self.info = info or {k: {} for k in hashes}
         self.names = sorted(self.hashes)
@@ -196,14 +201,14 @@ class NGramIndex:
         include_prompt: bool = True,
     ) -> NGramIndex:
         """Index benchmark JSONL files (a list of paths named by file stem, or {name: path})."""
-        hashes, info, lengths = {}, {}, set()
+        hashes, info, edges = {}, {}, set()
         for name, path in _benchmark_paths(benchmarks).items():
             items = load_benchmark_items(path, prompt_fields, answer_fields)
             per_item = [item_ngram_hashes(it, n, include_prompt) for it in items]
             exact = [exact_problem(it, n) if include_prompt or not it.answers else None
                      for it in items]
-            whole = [e[1] for e in exact if e is not None]
-            lengths.update(e[0] for e in exact if e is not None)
+            whole = [hash_ngram(e) for e in exact if e is not None]
+            edges.update((len(e), e[0], e[-1]) for e in exact if e is not None)
             hashes[name] = np.concatenate([*per_item, np.array(whole, dtype=np.uint64)])
             # an item with no n-gram and no problem indexed whole cannot be caught
             info[name] = {
@@ -219,7 +224,7 @@ class NGramIndex:
                     f"with {n} tokens or a problem of {MIN_EXACT_TOKENS}+ words): "
                     "decontamination against it would catch nothing; check "
                     "the file and its prompt/answer fields, or lower prepare.decontaminate.n")
-        index = cls(n, hashes, info, include_prompt, lengths)
+        index = cls(n, hashes, info, include_prompt, sorted(edges))
         for name in index.names:
             index.info[name]["ngrams"] = int(len(index.hashes[name]))
         return index
@@ -227,10 +232,15 @@ class NGramIndex:
     def match_counts(self, tokens: Sequence[str]) -> dict[str, int]:
         """{benchmark: number of n-gram positions of `tokens` found in its index, and of
         windows equal to one of its short problems} (hits only)."""
-        sizes = [s for s in (self.n, *self.exact_lengths) if s <= len(tokens)]
-        if not sizes or len(self._flat) == 0:
+        if len(self._flat) == 0:
             return {}
-        doc = np.concatenate([ngram_hashes(tokens, s) for s in sizes])
+        whole = [hash_ngram(tokens[i : i + length])
+                 for i, first in enumerate(tokens) if first in self._by_first
+                 for length, last in self._by_first[first]
+                 if i + length <= len(tokens) and tokens[i + length - 1] == last]
+        doc = np.concatenate([ngram_hashes(tokens, self.n), np.array(whole, dtype=np.uint64)])
+        if len(doc) == 0:
+            return {}
         pos = np.searchsorted(self._flat, doc)
         hit = pos < len(self._flat)
         hit[hit] = self._flat[pos[hit]] == doc[hit]
@@ -252,7 +262,7 @@ class NGramIndex:
             "hash": HASH_NAME,
             "normalisation": NORMALISATION,
             "include_prompt": self.include_prompt,
-            "exact_lengths": self.exact_lengths,
+            "exact_edges": self.exact_edges,
             "benchmarks": [{"name": k, **self.info.get(k, {})} for k in self.names],
         }
         arrays = {f"h{i}": self.hashes[k] for i, k in enumerate(self.names)}
@@ -281,4 +291,4 @@ class NGramIndex:
             hashes = {name: z[f"h{i}"] for i, name in enumerate(names)}
         info = {b["name"]: {k: v for k, v in b.items() if k != "name"} for b in meta["benchmarks"]}
         return cls(int(meta["n"]), hashes, info, meta.get("include_prompt"),
-                   meta.get("exact_lengths", ()))
+                   meta.get("exact_edges", ()))
