@@ -33,7 +33,7 @@ from kiln.model import ffn_hidden_size
 @dataclasses.dataclass
 class Floor:
     seconds: float  # sum of the fastest time of every GEMM in one step
-    flops: float  # FLOPs of those GEMMs (equals flops_per_token x tokens for dense global attention)
+    flops: float  # FLOPs of the GEMMs timed (equals flops_per_token x tokens for dense global attention)
     parts: dict[str, float]  # seconds per part: attention, projections, mlp, head
     best_rate: float  # FLOP/s of the fastest single GEMM (a peak the square matmul may miss)
     best_call: Callable[[], object]  # that GEMM, ready to time again
@@ -43,9 +43,16 @@ class Floor:
 _rates: list[tuple[float, Callable[[], object], float]] = []  # (FLOP/s, call, FLOPs) per GEMM
 
 
-def _best_time(candidates: list, repeats: int, inner: int) -> float:
+Timed = tuple[float, float]  # (seconds, FLOPs) of GEMMs timed
+
+
+def _add(*parts: Timed) -> Timed:
+    return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+
+def _best_time(candidates: list, repeats: int, inner: int) -> Timed:
     """Fastest median over candidate zero-argument calls computing the same product, whose
-    inner (contracted) dimension is `inner`; records the fastest in `_rates`."""
+    inner (contracted) dimension is `inner`, with its FLOPs; records the fastest in `_rates`."""
     best, best_fn = float("inf"), candidates[0]
     for fn in candidates:
         seconds = median_time(fn, repeats)
@@ -53,16 +60,16 @@ def _best_time(candidates: list, repeats: int, inner: int) -> float:
             best, best_fn = seconds, fn
     flops = 2 * best_fn().numel() * inner
     _rates.append((flops / best, best_fn, flops))
-    return best
+    return best, flops
 
 
 def _linear_times(m: int, k: int, outs: list[int], dtype: torch.dtype, repeats: int,
-                  device: torch.device) -> float:
+                  device: torch.device) -> Timed:
     """Forward + input-gradient + weight-gradient GEMMs of linears sharing input [m, k] with
     output widths `outs`; the faster of separate and fused weights."""
     x = torch.randn(m, k, device=device).to(dtype)
 
-    def gemms(n: int) -> float:
+    def gemms(n: int) -> Timed:
         w = torch.randn(n, k, device=device).to(dtype)  # nn.Linear weight [out, in]
         dy = torch.randn(m, n, device=device).to(dtype)
         dy_t = dy.t().contiguous()
@@ -70,28 +77,28 @@ def _linear_times(m: int, k: int, outs: list[int], dtype: torch.dtype, repeats: 
         fwd = _best_time([lambda: torch.nn.functional.linear(x, w), lambda: x @ w.t()], repeats, k)
         dx = _best_time([lambda: dy @ w], repeats, n)
         dw = _best_time([lambda: dy.t() @ x, lambda: dy_t @ x, lambda: x_t @ dy], repeats, m)
-        return fwd + dx + dw
+        return _add(fwd, dx, dw)
 
-    separate = sum(gemms(n) for n in outs)
-    return min(separate, gemms(sum(outs))) if len(outs) > 1 else separate
+    separate = _add(*(gemms(n) for n in outs))
+    return min(separate, gemms(sum(outs))) if len(outs) > 1 else separate  # the same FLOPs
 
 
 def _attention_times(batch: int, heads: int, t: int, hd: int, dtype: torch.dtype,
-                     repeats: int, device: torch.device) -> float:
+                     repeats: int, device: torch.device) -> Timed:
     """QK^T and PV forward, and their four backward products, over the full T x T square
     (the square `flops_per_token` counts), batched over batch x heads."""
     bh = batch * heads
     q, k, v, do = (torch.randn(bh, t, hd, device=device).to(dtype) for _ in range(4))
     p = torch.randn(bh, t, t, device=device).to(dtype)
     kt = k.transpose(1, 2).contiguous()
-    return sum(_best_time(c, repeats, inner) for c, inner in (
+    return _add(*(_best_time(c, repeats, inner) for c, inner in (
         ([lambda: q @ k.transpose(1, 2), lambda: q @ kt], hd),  # S = Q K^T
         ([lambda: p @ v], t),  # O = P V
         ([lambda: do @ v.transpose(1, 2)], hd),  # dP = dO V^T
         ([lambda: p.transpose(1, 2) @ do], t),  # dV = P^T dO
         ([lambda: p @ k], t),  # dQ = dS K
         ([lambda: p.transpose(1, 2) @ q], t),  # dK = dS^T Q
-    ))
+    )))
 
 
 def gemm_floor(cfg: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
@@ -105,17 +112,15 @@ def gemm_floor(cfg: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
     m, d, hd = batch * seq_len, cfg.dim, cfg.dim // cfg.n_heads
     f, kv = ffn_hidden_size(cfg), cfg.n_kv_heads * hd
     with torch.no_grad():
-        proj = _linear_times(m, d, [cfg.n_heads * hd, kv, kv], dtype, repeats, device)
-        proj += _linear_times(m, cfg.n_heads * hd, [d], dtype, repeats, device)
-        mlp = (_linear_times(m, d, [f, f], dtype, repeats, device)
-               + _linear_times(m, f, [d], dtype, repeats, device))
+        proj = _add(_linear_times(m, d, [cfg.n_heads * hd, kv, kv], dtype, repeats, device),
+                    _linear_times(m, cfg.n_heads * hd, [d], dtype, repeats, device))
+        mlp = _add(_linear_times(m, d, [f, f], dtype, repeats, device),
+                   _linear_times(m, f, [d], dtype, repeats, device))
         attn = _attention_times(batch, cfg.n_heads, seq_len, hd, dtype, repeats, device)
         head = _linear_times(m, d, [cfg.vocab_size], dtype, repeats, device)
-    layer_params = d * (cfg.n_heads * hd + 2 * kv) + cfg.n_heads * hd * d + 3 * d * f
-    flops = 6 * m * (cfg.n_layers * layer_params + d * cfg.vocab_size)
-    flops += cfg.n_layers * 12 * m * seq_len * cfg.n_heads * hd
-    parts = {"attention": cfg.n_layers * attn, "projections": cfg.n_layers * proj,
-             "mlp": cfg.n_layers * mlp, "head": head}
+    per_layer = {"attention": attn, "projections": proj, "mlp": mlp}
+    parts = {name: cfg.n_layers * s for name, (s, _) in per_layer.items()} | {"head": head[0]}
+    flops = cfg.n_layers * sum(f for _, f in per_layer.values()) + head[1]
     rate, call, call_flops = max(_rates, key=lambda r: r[0])
     _rates.clear()  # the other GEMMs' operands (hundreds of MB) need not outlive the call
     return Floor(seconds=sum(parts.values()), flops=flops, parts=parts, best_rate=rate,

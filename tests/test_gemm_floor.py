@@ -20,7 +20,7 @@ def test_floor_flops_equal_flops_per_token(kv, tied):
     cfg = ModelConfig(vocab_size=96, dim=32, n_layers=2, n_heads=4, n_kv_heads=kv,
                       max_seq_len=16, tie_embeddings=tied)
     floor = gemm_floor(cfg, batch=2, seq_len=16, dtype=torch.float32, repeats=1)
-    assert floor.flops == flops_per_token(cfg, 16) * 2 * 16
+    assert floor.flops == flops_per_token(cfg, 16) * 2 * 16  # the sum over the GEMMs it timed
     assert set(floor.parts) == {"attention", "projections", "mlp", "head"}
     assert all(v > 0 for v in floor.parts.values())
     assert floor.seconds == pytest.approx(sum(floor.parts.values()))

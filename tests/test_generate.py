@@ -133,3 +133,36 @@ def test_a_prompts_sample_does_not_depend_on_the_prompts_before_it(tiny_run):
     assert len(tok.encode(completions[1][0]["completion"]).ids) <= 6
     assert completions[0][1] == completions[1][1]
     cmd_generate(tiny_config(tiny_run, f"run.seed={2**45}"))  # any seed training takes
+
+
+def test_sampling_draws_from_the_tempered_filtered_distribution():
+    """Many single-step draws: top_k and top_p keep exactly their candidates, and the draw
+    frequencies follow softmax(logits / temperature) over what is kept (a chi-square bound)."""
+    from kiln.model.sampling import _next_token
+
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0])
+    gen = torch.Generator().manual_seed(0)
+    n = 20_000
+
+    def draws(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+        ids = [_next_token(logits, temperature, top_k, top_p, gen) for _ in range(n)]
+        return torch.bincount(torch.tensor(ids), minlength=len(logits)).double()
+
+    def chi2(counts: torch.Tensor, probs: torch.Tensor) -> float:
+        kept = probs > 0
+        expected = probs[kept] * n
+        return float(((counts[kept] - expected) ** 2 / expected).sum())
+
+    for temperature in (0.5, 2.0):
+        counts = draws(temperature=temperature)
+        probs = (logits.double() / temperature).softmax(-1)
+        assert chi2(counts, probs) < 30, temperature  # 7 dof: p < 1e-4 by chance
+        # the other temperature's distribution is rejected: the temperature is applied
+        assert chi2(counts, (logits.double() / (2.5 - temperature)).softmax(-1)) > 200
+    counts = draws(top_k=3)
+    top3 = torch.cat([logits[:3].double().softmax(-1), torch.zeros(5, dtype=torch.float64)])
+    assert counts[3:].sum() == 0 and chi2(counts, top3) < 20
+    probs = logits.double().softmax(-1)  # nucleus 0.7: the smallest prefix reaching 70% of mass
+    keep = int((probs.cumsum(-1) - probs < 0.7).sum())
+    counts = draws(top_p=0.7)
+    assert counts[keep:].sum() == 0 and (counts[:keep] > 0).all()

@@ -92,7 +92,10 @@ def test_init_scales_residual_projections():
     torch.manual_seed(0)
     m = Transformer(tiny(dim=256, n_heads=4, n_kv_heads=4, n_layers=8, init_std=0.02))
     assert m.layers[0].attn.wq.weight.std().item() == pytest.approx(0.02, rel=0.05)
-    assert m.layers[0].attn.wo.weight.std().item() == pytest.approx(0.02 / 4, rel=0.05)
+    for layer in m.layers:  # every projection back into the residual stream: 0.02 / sqrt(2 * 8)
+        assert layer.attn.wo.weight.std().item() == pytest.approx(0.02 / 4, rel=0.05)
+        assert layer.ffn.w_down.weight.std().item() == pytest.approx(0.02 / 4, rel=0.05)
+        assert layer.ffn.w_up.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert torch.all(m.norm.weight == 1)
 
 

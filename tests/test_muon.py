@@ -113,12 +113,14 @@ def test_first_step_is_scaled_newton_schulz_of_gradient_and_step_two_repeats_it(
 
 
 def test_decoupled_weight_decay_uses_the_unscaled_lr():
-    w = nn.Parameter(torch.randn(16, 16, generator=gen(8)))
+    # a tall matrix: the `original` rule scales the update's lr by sqrt(48 / 16), not the decay's
+    w = nn.Parameter(torch.randn(48, 16, generator=gen(8)))
     w0 = w.detach().clone()
     opt = MuonWithAdamW([muon_group([w], lr=0.05, weight_decay=0.5)])
-    w.grad = torch.randn(16, 16, generator=gen(9))
+    w.grad = torch.randn(48, 16, generator=gen(9))
     opt.step()
-    expect = w0 * (1 - 0.05 * 0.5) - 0.05 * newton_schulz(w.grad, dtype=torch.float32)
+    expect = (w0 * (1 - 0.05 * 0.5)
+              - 0.05 * math.sqrt(3) * newton_schulz(w.grad, dtype=torch.float32))
     torch.testing.assert_close(w.detach(), expect, rtol=0, atol=1e-6)
 
 

@@ -31,12 +31,14 @@ def test_values_and_gradients_match_fp64_reference():
 
 def test_bf16_input_gets_fp32_statistics_and_bf16_output_and_grad():
     torch.manual_seed(0)
-    x = (torch.randn(4, 64) * 1e-3).bfloat16().requires_grad_()  # tiny: bf16 x^2 would lose it
+    x = (torch.randn(4, 64) * 1e-3).bfloat16().requires_grad_()
     norm = RMSNorm(64)
     y = norm(x)
     assert y.dtype == torch.bfloat16
-    ref = F.rms_norm(x.detach().double(), (64,), eps=1e-5)
-    assert ((y.double() - ref).norm() / ref.norm()) < 1e-2
+    # statistics in fp32, one rounding to bf16 at the end: bit for bit what fp32 math gives
+    # (bf16 statistics differ in ~40% of the outputs)
+    ref = F.rms_norm(x.detach().float(), (64,), eps=1e-5).bfloat16()
+    assert torch.equal(y, ref)
     y.float().sum().backward()
     assert x.grad.dtype == torch.bfloat16 and torch.isfinite(x.grad.float()).all()
 

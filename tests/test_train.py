@@ -620,3 +620,24 @@ def test_more_ranks_than_gpus_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(ConfigError, match="local rank 1 has no GPU of its own: 1 are visible"):
         init_distributed(torch.device("cuda"))
+
+
+def test_gradients_are_clipped_to_grad_clip_and_the_log_keeps_the_norm_before(tiny_run):
+    """The optimizer sees the gradient scaled to norm `optim.grad_clip` (same direction);
+    the logged grad_norm is the norm before clipping."""
+    def first_step_grads(clip: float):
+        trainer = Trainer(tiny_config(tiny_run, f"optim.grad_clip={clip}"))
+        seen = []
+        trainer.optimizer.register_step_pre_hook(
+            lambda opt, *_: seen.append([p.grad.clone() for p in trainer.model.parameters()]))
+        record = trainer.train_step()
+        return record["grad_norm"], seen[0]
+
+    norm, raw = first_step_grads(0.0)  # 0: no clipping
+    clip = norm / 10
+    logged, clipped = first_step_grads(clip)
+    assert logged == pytest.approx(norm, rel=1e-6)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in clipped]))
+    assert total.item() == pytest.approx(clip, rel=1e-5)
+    for g, r in zip(clipped, raw, strict=True):
+        torch.testing.assert_close(g, r * (clip / norm), rtol=1e-4, atol=1e-9)
