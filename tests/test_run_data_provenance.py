@@ -40,6 +40,12 @@ def test_re_made_documents_make_the_tokens_stale(made):
     cmd_prepare(cfg)  # the same sources again: the same documents, the tokens still count
     assert _yield(run)["tokenize"]["documents"] == tokenized
     Trainer(cfg)
+    from dataclasses import replace
+
+    other_tasks = replace(cfg, prepare=replace(cfg.prepare, tasks=cfg.prepare.tasks + 1))
+    cmd_prepare(other_tasks)  # made again from scratch in more tasks: the same documents
+    assert _yield(run)["tokenize"]["documents"] == tokenized
+    Trainer(cfg)
     for f in list(src.glob("f1*.txt")):
         f.unlink()
     cmd_prepare(cfg)  # fewer documents

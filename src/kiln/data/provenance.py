@@ -9,6 +9,7 @@ check it.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -26,9 +27,17 @@ def tokenizer_path(run_dir: Path) -> Path:
 
 def documents_fingerprint(run_dir: Path) -> str | None:
     """The finished prepare's summary (sources, stages, document and byte counts), hashed:
-    re-made documents that differ change it; the same prepare re-run does not."""
+    re-made documents that differ change it; the same prepare re-run does not, nor one
+    split into another number of tasks."""
     path = Path(run_dir) / PREPARE_SUMMARY
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RunDataError(f"{path} is damaged ({e}); re-run `kiln prepare`") from e
+    what = {k: v for k, v in summary.items() if k != "tasks"} if isinstance(summary, dict) else summary
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def made_from(run_dir: Path) -> dict:
