@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -77,4 +78,43 @@ def test_a_predecessor_with_our_own_pid_is_recovered(tmp_path):
         assert (target / "a").read_text() == "complete"  # put back before this write
         (tmp / "a").write_text("new")
     assert (target / "a").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens"]
+
+
+def test_a_failed_file_write_leaves_the_old_file(tmp_path):
+    """An error inside the block (a full disk, a bug half-way through) keeps what was there."""
+    from kiln.atomic import atomic_path, write_json_atomic
+
+    path = tmp_path / "index.json"
+    write_json_atomic(path, {"v": 1})
+    with pytest.raises(RuntimeError, match="half-way"):
+        with atomic_path(path) as tmp:
+            tmp.write_text('{"v": 2, "trunc')
+            raise RuntimeError("half-way")
+    assert json.loads(path.read_text()) == {"v": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.json"]  # no temporary left
+
+
+def test_a_failed_folder_swap_puts_the_old_folder_back(tmp_path, monkeypatch):
+    """The old folder is moved aside before the new one takes its name: if that second
+    rename fails, the old one must come back."""
+    import kiln.atomic as atomic
+
+    path = tmp_path / "tokens"
+    with atomic_dir(path) as tmp:
+        (tmp / "a.bin").write_text("old")
+    real_replace, calls = os.replace, []
+
+    def second_rename_fails(src, dst):
+        calls.append((src, dst))
+        if len(calls) == 2:
+            raise OSError("rename failed")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", second_rename_fails)
+    with pytest.raises(OSError, match="rename failed"):
+        with atomic_dir(path) as tmp:
+            (tmp / "a.bin").write_text("new")
+    monkeypatch.undo()
+    assert (path / "a.bin").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens"]

@@ -53,3 +53,15 @@ def test_unwrap_finds_the_model_inside_ddp_around_a_compiled_model():
     ddp_like = nn.Module()
     ddp_like.module = torch.compile(model)
     assert unwrap(ddp_like) is model
+
+
+def test_train_compile_reaches_the_trained_model(tiny_run):
+    """`train.compile = true` must compile what the trainer steps, not only a model a test
+    compiles itself."""
+    from conftest import tiny_config
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    from kiln.train.trainer import Trainer
+
+    assert isinstance(Trainer(tiny_config(tiny_run, "train.compile=true")).model, OptimizedModule)
+    assert not isinstance(Trainer(tiny_config(tiny_run)).model, OptimizedModule)

@@ -345,10 +345,13 @@ def test_a_problem_shorter_than_n_is_matched_whole(tmp_path):
     path = tmp_path / "qa.jsonl"
     rows = [{"question": "What is the capital of France?", "answer": "Paris"},
             {"question": "What is 2+2?", "answer": "4"},  # 4 words: too generic to match
+            {"question": "Name the largest planet.", "answer": "Jupiter"},  # 4 words too
+            {"question": "Who wrote War and Peace?", "answer": "Tolstoy"},  # 5: the shortest
             {"question": " ".join(f"w{i}" for i in range(20)), "answer": "x"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     index = NGramIndex.build([path], n=13)
-    assert index.info["qa"]["exact_problems"] == 1 and index.info["qa"]["too_short_items"] == 1
+    assert index.info["qa"]["exact_problems"] == 2 and index.info["qa"]["too_short_items"] == 2
+    assert index.match_counts(normalize_tokens("asked: who wrote war and peace? we know")) == {"qa": 1}
     assert index.match_counts(normalize_tokens("Q: what is the CAPITAL of france?? A: Paris")) == {"qa": 1}
     assert index.match_counts(normalize_tokens("what is the capital of germany")) == {}
     assert index.match_counts(normalize_tokens("so what is 2 + 2 then")) == {}

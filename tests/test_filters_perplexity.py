@@ -76,6 +76,22 @@ def test_scorer_matches_direct_computation_batched_and_truncated(run_dir):
     assert long.metadata["ppl"] == pytest.approx(direct_ppl(model, tok, long.text, 5)[0], rel=1e-5)
 
 
+def test_default_truncation_is_the_papers_512_tokens_where_the_model_holds_them(run_dir,
+                                                                              monkeypatch):
+    """The fixture's model holds 47 tokens, so 512 never binds there: shrink the paper's
+    limit below the model's room and check the default scorer applies it."""
+    import kiln.data.filters.perplexity as perplexity
+
+    run, model, tok = run_dir
+    monkeypatch.setattr(perplexity, "PAPER_MAX_TOKENS", 6)
+    long = Document(text=" ".join(DOCS), id="long")
+    list(PerplexityScorer(run, batch_size=1).run(iter([long])))
+    assert long.metadata["ppl_tokens"] == 6
+    assert long.metadata["ppl"] == pytest.approx(direct_ppl(model, tok, long.text, 6)[0], rel=1e-5)
+    monkeypatch.undo()
+    assert perplexity.PAPER_MAX_TOKENS == 512  # the paper's truncation
+
+
 def test_scorer_empty_doc_and_bad_arguments(run_dir, tmp_path):
     run, _, _ = run_dir
     empty = Document(text="", id="e")

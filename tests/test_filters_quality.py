@@ -205,3 +205,14 @@ def test_exclusion_writer_factory_is_called_per_filter():
 
     steps = quality_filters("prose", exclusion_writer=factory)
     assert len(names) == len(steps) == 4 and len(set(names)) == 4
+
+
+def test_code_length_bounds_are_50_to_100_000_words():
+    """The code domain's Gopher-style length bounds, pinned at both edges."""
+    [length] = [f for f in quality_filters("code") if isinstance(f, CodeLengthFilter)]
+
+    def kept(n: int):
+        return length.filter(Document(text=" ".join(f"w{i}" for i in range(n)), id="d"))
+
+    assert kept(49) == (False, "gopher_short_doc") and kept(50) is True
+    assert kept(100_000) is True and kept(100_001) == (False, "gopher_long_doc")

@@ -34,3 +34,11 @@ def test_explicit_bf16_without_native_support_is_kept_with_a_warning(monkeypatch
         warnings.simplefilter("error")
         assert precision.resolve_precision("bf16", CPU) == "bf16"
         assert precision.resolve_precision("fp32", CPU) == "fp32"
+
+
+def test_bf16_autocast_runs_matmuls_in_bf16_and_fp32_leaves_them():
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    with precision.autocast(CPU, "bf16"):
+        assert (a @ b).dtype == torch.bfloat16
+    with precision.autocast(CPU, "fp32"):
+        assert (a @ b).dtype == torch.float32

@@ -45,6 +45,59 @@ def test_zero_gate_halves_the_ungated_output():
                                rtol=0, atol=1e-7)
 
 
+def _reference_attention(att: Attention, x, cos, sin):
+    """The digest's attention written out: QK-norm (with its gains) before RoPE, causal
+    softmax over GQA-shared keys, the gate on the heads' output before Wo."""
+    from kiln.model.layers import apply_rope
+
+    b, t, _ = x.shape
+    h, kvh, hd = att.n_heads, att.n_kv_heads, att.head_dim
+
+    def heads(w, n):
+        return (x @ w.weight.T).view(b, t, n, hd)
+
+    def rms(z, norm):
+        return z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight
+
+    q, k, v = heads(att.wq, h), heads(att.wk, kvh), heads(att.wv, kvh)
+    if att.q_norm is not None:
+        q, k = rms(q, att.q_norm), rms(k, att.k_norm)
+    q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+    if att.rope:
+        q, k = apply_rope(q, cos[:t], sin[:t]), apply_rope(k, cos[:t], sin[:t])
+    k, v = k.repeat_interleave(h // kvh, 1), v.repeat_interleave(h // kvh, 1)
+    scores = (q @ k.transpose(-1, -2)) / hd**0.5
+    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, h * hd)
+    if att.wg is not None:
+        y = y * torch.sigmoid(x @ att.wg.weight.T)
+    return y @ att.wo.weight.T
+
+
+@pytest.mark.parametrize("rope", [True, False])
+def test_gated_qk_normed_attention_matches_the_written_out_reference(rope):
+    """Random QK-norm gains and a non-zero gate: QK-norm after RoPE, or the gate after Wo,
+    would give other numbers (a zero gate halves the output either way)."""
+    x, cos, sin = attn_inputs()
+    att = Attention(32, 4, 2, rope=rope, qk_norm=True, gate=True, kernel="sdpa").double()
+    with torch.no_grad():
+        for norm in (att.q_norm, att.k_norm):
+            norm.weight.uniform_(0.5, 1.5)
+    x, cos, sin = x.double(), cos.double(), sin.double()
+    t = x.shape[1]
+    # RMSNorm keeps fp32 statistics by design: fp64 agrees to ~1e-8 (the mutants miss by ~1e-2)
+    torch.testing.assert_close(att(x, cos[:t], sin[:t]), _reference_attention(att, x, cos, sin),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_blocks_put_rope_on_local_layers_only():
+    cfg = trinity_tiny(n_layers=8)
+    assert [Block(cfg, i).attn.rope for i in range(8)] == [True, True, True, False] * 2
+    assert [Block(cfg, i).attn.window for i in range(4)] == [5, 5, 5, 0]
+    cfg = dataclasses.replace(cfg, global_rope=True)
+    assert all(Block(cfg, i).attn.rope for i in range(8))
+
+
 def test_global_nope_layer_ignores_positions_local_rope_layer_does_not():
     x, cos, sin = attn_inputs()
     t = x.shape[1]

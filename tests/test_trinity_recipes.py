@@ -79,3 +79,18 @@ def test_recipe_trains_on_the_tiny_corpus(tiny_run, name):
         n = len(load)
         assert n == cfg.model.n_experts and sum(load) == pytest.approx(1.0)
         assert vio == pytest.approx(max(load) * n - 1.0)  # MaxVio = max/mean - 1
+
+
+@pytest.mark.parametrize("name", ["trinity-nano", "trinity-mini"])
+def test_paper_size_recipes_follow_the_digest(name):
+    """The Nano column of the digest's config table (from the released config.json); Mini
+    shares its routing (128 routed / top-8 / 1 shared) and every architecture switch."""
+    m = recipe(name).model
+    assert (m.local_per_global, m.global_rope, m.qk_norm, m.attn_gate, m.sandwich_norm,
+            m.embed_scale, m.tie_embeddings) == (3, False, True, True, True, True, False)
+    assert (m.n_experts, m.top_k, m.n_shared, m.n_dense_layers) == (128, 8, 1, 2)
+    assert (m.sliding_window, m.route_scale, m.balance) == (2048, 2.826, "sign")
+    if name == "trinity-nano":
+        assert (m.n_layers, m.dim, m.dim // m.n_heads, m.n_heads, m.n_kv_heads) == (56, 1024, 128, 8, 2)
+        assert (m.ffn_hidden, m.expert_hidden) == (3072, 256)
+    assert afmoe_incompatibilities(m) == []
