@@ -73,7 +73,7 @@ class Checkpointing(Callback):
         if (every and trainer.step % every == 0) or trainer.step == trainer.cfg.train.steps:
             if not weights_are_finite(trainer.model, trainer.env):
                 raise trainer.diverged("the weights became non-finite (NaN or inf) in its "
-                                       "update", record)
+                                       "update")
             save_checkpoint(
                 trainer.run_dir / "checkpoints", trainer.step, trainer.model, trainer.optimizer,
                 trainer.state_dict(), trainer.env, keep=trainer.cfg.train.keep_checkpoints,

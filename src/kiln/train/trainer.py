@@ -231,9 +231,9 @@ class Trainer:
         stay finite and `keep_checkpoints` never rotates the good ones out."""
         if math.isfinite(record["loss"]) and math.isfinite(record["grad_norm"]):
             return
-        raise self.diverged(f"loss {record['loss']}, gradient norm {record['grad_norm']}", record)
+        raise self.diverged(f"loss {record['loss']}, gradient norm {record['grad_norm']}")
 
-    def diverged(self, what: str, record: dict[str, Any]) -> TrainingDiverged:
+    def diverged(self, what: str) -> TrainingDiverged:
         """The error for a run that diverged at this step, saying which checkpoint to go on
         from. The newest may already hold weights on their way to blowing up (finite, but
         huge): if resuming from it diverges again at once, an older one is named."""
