@@ -32,12 +32,19 @@ def found(text: str, pii_type: str) -> list[str]:
     # authors' addresses written once, as papers do (plain and LaTeX-escaped braces)
     ("EMAIL", "{alice.smith, bob.jones}@cs.mit.edu", ["{alice.smith, bob.jones}@cs.mit.edu"]),
     ("EMAIL", r"Emails: \{asmith,bjones\}@uni-bonn.de.", [r"\{asmith,bjones\}@uni-bonn.de"]),
+    ("EMAIL", r"$\{$alice, bob$\}$@cs.stanford.edu", [r"$\{$alice, bob$\}$@cs.stanford.edu"]),
+    ("EMAIL", "{alice|bob}@mit.edu", ["{alice|bob}@mit.edu"]),
     ("NAME", "# Copyright (c) 2021 Jorge Villalobos\n", ["Jorge Villalobos"]),
     ("NAME", '__author__ = "Priya Raghunathan"\n', ["Priya Raghunathan"]),
     ("NAME", "Signed-off-by: Chidi Okafor <chidi@okafor.dev>", ["Chidi Okafor"]),
     ("NAME", "Thanks,\n\nBest regards,\nLena Holmqvist\n", ["Lena Holmqvist"]),
     ("IP_ADDRESS", "Invalid user admin from 185.220.101.47 port 40022", ["185.220.101.47"]),
     ("IP_ADDRESS", "for example the problem resolver 8.8.4.4 answered", ["8.8.4.4"]),
+    # a numbering word exempts only the number right after it, not an address further on
+    ("IP_ADDRESS", "The algorithm contacts 45.33.32.156", ["45.33.32.156"]),
+    ("IP_ADDRESS", "Appendix lists 45.33.32.156", ["45.33.32.156"]),
+    ("IP_ADDRESS", "Thm 1: from 45.33.32.156", ["45.33.32.156"]),
+    ("IP_ADDRESS", "timeout after 30 sec 45.33.32.156", ["45.33.32.156"]),
     ("IP_ADDRESS", "AAAA 2606:2800:21f:cb07:6820:80da:af6b:8b2c", ["2606:2800:21f:cb07:6820:80da:af6b:8b2c"]),
 ])
 def test_detects_each_type(pii_type, text, expected):
@@ -69,6 +76,8 @@ def test_private_key_block_is_one_key_span():
     # numbered parts of papers (LaTeX-derived text), not addresses; documentation addresses
     "By Theorem 4.1.2.3 we get", "see Lemma 2.1.3.5", "Equation 5.2.1.3 shows", "Eq. (5.2.1.3)",
     "as Proposition 3.1.4.1 and Corollary 3.1.4.2 state", "{alice,bob}@example.com",
+    "Lemmas 5.1.2.3", "Eqs. 5.2.1.3", "Prop. 4.1.2.3", "Def. 4.1.2.3", "Claim 4.1.2.3",
+    "Observation 4.1.2.3",
 ])
 def test_hard_negatives_not_detected(text):
     assert detect_pii(text) == []

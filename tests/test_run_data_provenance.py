@@ -80,3 +80,20 @@ def test_shards_brought_into_a_run_without_documents_train(made, tmp_path):
         shutil.copytree(run / part, other / part)
     Trainer(tiny_config(other, "data.val_fraction=0.2", "tokenizer.vocab_size=300",
                         "train.seq_len=16"))
+
+
+def test_same_counts_other_text_is_stale_and_another_spelling_is_not(made, monkeypatch):
+    """An edited source with the same byte count re-makes other documents with the same
+    counts: still stale. The same folder named as `src/` or relative is the same input."""
+    from dataclasses import replace
+
+    cfg, src, run = made
+    monkeypatch.chdir(src.parent)
+    for spelling in (f"{src}/", "src"):
+        cmd_prepare(replace(cfg, data=replace(cfg.data, sources=[spelling])))
+        Trainer(cfg)
+    target = src / "f3.txt"
+    target.write_text(target.read_text().replace("words", "wordz"))  # same bytes
+    cmd_prepare(cfg)
+    with pytest.raises(RunDataError, match="made from other documents"):
+        Trainer(cfg)

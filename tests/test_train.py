@@ -394,17 +394,23 @@ def test_a_checkpoint_moved_aside_is_neither_resumed_nor_pruned(tiny_run):
         train_losses(tiny_run, "train.steps=9")
 
 
-def test_checkpoints_moved_away_do_not_restart_into_the_old_metrics(tiny_run):
-    """No checkpoint, but an earlier run's metrics.jsonl: step 0 again would append a second
-    run to it and its report would mix the two; --fresh archives them instead."""
+def test_a_run_stopped_before_its_first_checkpoint_starts_over_with_its_outputs_archived(
+        tiny_run, capsys):
+    """No checkpoint, but an earlier run's metrics.jsonl (stopped before its first
+    checkpoint, or its checkpoints moved away): `kiln train` / `kiln run` again start at
+    step 0, as the Ctrl-C message says, and the old records move to archive/ instead of
+    mixing with the new run's in its report."""
     import shutil
 
-    train_losses(tiny_run, "train.steps=6")
+    _, first = train_losses(tiny_run, "train.steps=6")
+    old_metrics = (tiny_run / "metrics.jsonl").read_text()
     shutil.rmtree(tiny_run / "checkpoints")
-    with pytest.raises(CheckpointError, match="metrics.jsonl holds an earlier run's records, but "
-                       "there is no checkpoint to resume from: .* --fresh"):
-        train_losses(tiny_run, "train.steps=6")
-    Trainer(tiny_config(tiny_run, "train.steps=6"), resume=False)  # what --fresh runs
+    _, again = train_losses(tiny_run, "train.steps=6")
+    assert again == first  # the same run from step 0
+    assert "training starts at step 0, and the earlier outputs move to archive/" in capsys.readouterr().err
+    [archived] = (tiny_run / "archive").iterdir()
+    assert (archived / "metrics.jsonl").read_text() == old_metrics
+    assert sorted(logged_losses(tiny_run)) == list(range(1, 7))  # one run's records, not two
 
 
 def test_pruning_counts_only_complete_checkpoints(tiny_run):
@@ -535,6 +541,17 @@ def test_a_diverged_run_stops_and_keeps_its_finite_checkpoints(tiny_run):
         assert all(torch.isfinite(t).all() for t in load_file(ckpt / "model.safetensors").values())
     assert all(math.isfinite(loss) for loss in logged_losses(tiny_run).values())
     assert max(logged_losses(tiny_run)) == checkpoint_step(latest_checkpoint(tiny_run / "checkpoints"))
+
+
+def test_a_non_finite_validation_loss_stops_training_before_it_is_logged(tiny_run):
+    """lr 1e39 overflows the weights in step 1's update; validation after it sees them
+    first (the checkpoint is written after): it stops instead of logging val_loss NaN."""
+    with pytest.raises(TrainingDiverged, match="step 1: the validation loss is not finite"):
+        train_losses(tiny_run, "train.steps=4", "train.eval_every=1", "train.checkpoint_every=2",
+                     "optim.lr=1e39", "optim.grad_clip=0", "schedule.warmup_steps=0")
+    records = read_metrics(tiny_run / "metrics.jsonl")
+    assert all(math.isfinite(v) for r in records for k, v in r.items()
+               if k in ("loss", "val_loss", "val_bpb"))
 
 
 def test_weights_overflowed_by_an_update_are_never_checkpointed(tiny_run):

@@ -93,17 +93,11 @@ def cmd_train(cfg: Config, resume: bool = True) -> None:
 
 
 def _train(cfg: Config, resume: bool) -> None:
-    from kiln.parallel.distributed import is_main_process, shutdown
+    from kiln.parallel.distributed import shutdown
     from kiln.train.trainer import Trainer
 
-    trainer = Trainer(cfg, resume=resume)  # first: a setting it refuses leaves the run alone
-    if not resume and is_main_process():
-        from kiln.train.checkpoint import archive_checkpoints
-
-        moved = archive_checkpoints(cfg.run_dir)  # kept, but out of the new run's way
-        if moved:
-            print(f"--fresh: the previous model's checkpoints, metrics and outputs moved to "
-                  f"{moved}", file=sys.stderr)
+    # first: a setting it refuses leaves the run alone (--fresh archives when training starts)
+    trainer = Trainer(cfg, resume=resume)
     try:
         trainer.fit()
     finally:

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 
 from kiln.data.shards import load_index, load_token_bytes
 from kiln.data.tokenizer import load_tokenizer, token_byte_lengths
+from kiln.data.yield_report import LAYOUT_FILE
 from kiln.errors import RunDataError
 
 PREPARE_SUMMARY = "prepare.json"  # written last by a finished `kiln prepare`
@@ -26,18 +27,23 @@ def tokenizer_path(run_dir: Path) -> Path:
 
 
 def documents_fingerprint(run_dir: Path) -> str | None:
-    """The finished prepare's summary (sources, stages, document and byte counts), hashed:
-    re-made documents that differ change it; the same prepare re-run does not, nor one
-    split into another number of tasks."""
+    """What the finished prepare made, hashed: its summary (stages, document and byte
+    counts) and the fingerprint of the files it read (names under their source folder,
+    sizes, modification times). Re-made documents that differ change it, even with the
+    same counts (an edited file); the same prepare re-run does not, nor one in another
+    number of tasks, nor the same folder spelled another way (`d`, `d/`, an absolute path)."""
     path = Path(run_dir) / PREPARE_SUMMARY
     if not path.is_file():
         return None
+    layout = Path(run_dir) / "logs" / "prepare" / LAYOUT_FILE
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RunDataError(f"{path} is damaged ({e}); re-run `kiln prepare`") from e
-    what = {k: v for k, v in summary.items() if k != "tasks"} if isinstance(summary, dict) else summary
-    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+        inputs = (json.loads(layout.read_text(encoding="utf-8"))["signature"]["input_files"]
+                  if layout.is_file() else None)
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise RunDataError(f"{path} or {layout} is damaged ({e}); re-run `kiln prepare`") from e
+    what = {k: v for k, v in summary.items() if k not in ("tasks", "sources")}
+    return hashlib.sha256(json.dumps([what, inputs], sort_keys=True).encode()).hexdigest()[:16]
 
 
 def made_from(run_dir: Path) -> dict:

@@ -149,6 +149,7 @@ def fingerprint_files(sources: list[str], exclude: Path | None = None) -> dict:
                 continue
             n_files += 1
             n_bytes += st.st_size
-            line = f"{file.rel}\t{file.path}\t{st.st_size}\t{st.st_mtime_ns}\n"
+            # not the path as spelled (`d`, `d/`, absolute): the same files are the same input
+            line = f"{file.rel}\t{st.st_size}\t{st.st_mtime_ns}\n"
             digest.update(line.encode("utf-8", "surrogateescape"))
     return {"files": n_files, "bytes": n_bytes, "sha256": digest.hexdigest()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from kiln.eval.perplexity import evaluate
-from kiln.train.checkpoint import check_writable, save_checkpoint, weights_are_finite
+from kiln.train.checkpoint import save_checkpoint, weights_are_finite
 
 if TYPE_CHECKING:
     from kiln.train.trainer import Trainer
@@ -52,6 +53,8 @@ class Validation(Callback):
             t.eval_batches,
             trainer.device, trainer.precision, trainer.env,
         )
+        if not math.isfinite(result["loss"]):  # the update just made overflowed the weights
+            raise trainer.diverged("the validation loss is not finite")
         trainer.log({"kind": "val", "step": trainer.step, "tokens": trainer.tokens_seen,
                      "val_loss": result["loss"], "val_bpb": result["bpb"]})
         if trainer.env.is_main:
@@ -62,11 +65,7 @@ class Validation(Callback):
 class Checkpointing(Callback):
     """Exact-resume checkpoints every `checkpoint_every` steps and at the end; never of
     non-finite weights (an update can overflow them while the loss and gradient norm that
-    led to it were still finite), and into a folder checked writable before step 1."""
-
-    def on_train_start(self, trainer: Trainer) -> None:
-        if trainer.env.is_main:
-            check_writable(trainer.run_dir / "checkpoints")
+    led to it were still finite; the trainer checks the folder is writable before step 1)."""
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         every = trainer.cfg.train.checkpoint_every

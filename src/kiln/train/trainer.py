@@ -32,7 +32,7 @@ from kiln.parallel.distributed import (
 )
 from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
-from kiln.train.checkpoint import load_checkpoint
+from kiln.train.checkpoint import archive_checkpoints, check_writable, load_checkpoint
 from kiln.train.checkpoint_dirs import checkpoint_step, complete_checkpoints, latest_checkpoint
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.precision import autocast, resolve_device, resolve_precision
@@ -161,6 +161,9 @@ class Trainer:
         self.step, self.tokens_seen, self._elapsed_before = 0, 0, 0.0
         self._callback_states: dict[str, dict[str, Any]] = {}
         self._start = time.perf_counter()
+        # outputs of an earlier run with no checkpoint to continue from: --fresh, or a run
+        # stopped before its first checkpoint (or whose checkpoints were moved away)
+        self._archive_earlier = not resume
         if resume:
             self._maybe_resume()
 
@@ -201,19 +204,24 @@ class Trainer:
                       "train; raise train.steps to go on", file=sys.stderr)
 
     def _refuse_mixing_with_earlier_outputs(self) -> None:
-        """No checkpoint to resume from, yet a run trained here (checkpoints moved aside or
-        deleted, or a run killed before its first): starting at step 0 would append a
-        second run's records to its metrics.jsonl, and its report would mix the two."""
+        """No checkpoint to resume from, yet a run trained here. A run stopped before its
+        first checkpoint (or whose checkpoints were moved away) starts again at step 0 with
+        its earlier outputs archived, not appended to: its report would mix two runs. A
+        `latest` pointer naming a checkpoint that is gone is refused: those were trained
+        steps, and starting over silently would hide their loss."""
         pointer = self.run_dir / "checkpoints" / "latest"
-        metrics = self.run_dir / "metrics.jsonl"
         if pointer.exists():
-            found = f"{pointer} names {pointer.read_text().strip()!r}, but no complete checkpoint is left"
-        elif metrics.is_file() and metrics.stat().st_size > 0:
-            found = f"{metrics} holds an earlier run's records, but there is no checkpoint"
-        else:
-            return
-        raise CheckpointError(f"{found} to resume from: put the checkpoints back, or start over "
-                              "with `kiln train --fresh` (which moves the old outputs to archive/)")
+            raise CheckpointError(
+                f"{pointer} names {pointer.read_text().strip()!r}, but no complete checkpoint "
+                "is left to resume from: put the checkpoints back, or start over with "
+                "`kiln train --fresh` (which moves the old outputs to archive/)")
+        metrics = self.run_dir / "metrics.jsonl"
+        if metrics.is_file() and metrics.stat().st_size > 0:
+            self._archive_earlier = True
+            if self.env.is_main:
+                print(f"note: {metrics} holds an earlier run's records but there is no "
+                      "checkpoint to resume from: training starts at step 0, and the earlier "
+                      "outputs move to archive/", file=sys.stderr)
 
     def _note_threads(self) -> None:
         """torchrun sets OMP_NUM_THREADS=1 for several processes unless told otherwise: on
@@ -338,6 +346,12 @@ class Trainer:
         if self.step >= self.cfg.train.steps:  # nothing to train: leave the run as it is
             return []
         if self.env.is_main:
+            check_writable(self.run_dir / "checkpoints")  # before anything is written or trained
+            if self._archive_earlier:
+                moved = archive_checkpoints(self.run_dir)  # kept, but out of the new run's way
+                if moved:
+                    print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
+                          file=sys.stderr)
             write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
             write_json_atomic(self.run_dir / "model.json",
                        {**self.figures, "precision": self.precision,

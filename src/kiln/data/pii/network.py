@@ -48,20 +48,21 @@ PLACEHOLDER_LOCALS = frozenset({"user", "username", "name", "email", "you", "you
 SERVICE_LOCALS = frozenset({"noreply", "no-reply", "donotreply", "do-not-reply", "mailer-daemon",
                             "postmaster", "notifications"})
 # "version 1.2.3.4", "v1.0.0.2", "==1.2.3.4", "Section 3.2.1.4": dotted numbers that are not IPs.
-# Numbering in papers and docs ("Theorem 4.1.2.3", "Eq. 5.2.1.3") is not an address either;
-# only words that name numbered parts (not "example" or "problem": "for example 8.8.8.8").
-NUMBERED = ("section|sec|chapter|figure|fig|table|step|rule|theorem|thm|lemma|equation|eqn|eq|"
-            "proposition|corollary|definition|remark|algorithm|appendix|exercise|conjecture")
+# Numbering in papers and docs ("Theorem 4.1.2.3", "Eqs. 5.2.1.3") is not an address either,
+# when the word names it directly (not "the algorithm contacts 45.33.32.156").
+NUMBERED = ("(?:section|chapter|figure|table|step|rule|theorem|lemma|equation|proposition|"
+            "corollary|definition|remark|algorithm|appendix|exercise|conjecture|claim|fact|"
+            "observation)s?|figs?|tabs?|thms?|eqs?|eqns?|props?|cor|defs?|alg|app")  # not "sec": seconds
 VERSION_CONTEXT = re.compile(
-    rf"(?:\b(?:version|ver|release|build|revision|rev|{NUMBERED}|v)"
+    rf"(?:\b(?:version|ver|release|build|revision|rev|{NUMBERED}|v)\.?"
     r"|__version__|§|==|>=|<=|~=|\^|~|[A-Za-z]/)[\s\"':=(]*$", re.IGNORECASE)
 
 
 # `{alice.smith, bob.jones}@cs.mit.edu` (or `\{...\}` in LaTeX): several people's addresses
 # written once, as papers list their authors.
 GROUPED_EMAILS = re.compile(
-    r"\\?\{\s*[A-Za-z0-9][A-Za-z0-9._%+-]*(?:\s*,\s*[A-Za-z0-9][A-Za-z0-9._%+-]*)+\s*\\?\}"
-    r"\s*@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b")
+    r"\$?\\?\{\$?\s*[A-Za-z0-9][A-Za-z0-9._%+-]*(?:\s*[,|;]\s*[A-Za-z0-9][A-Za-z0-9._%+-]*)+"
+    r"\s*\$?\\?\}\$?\s*@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b")
 
 
 def _personal_domain(domain: str) -> bool:
@@ -108,7 +109,7 @@ VERSIONED = frozenset(
     "edge openssl kernel linux torch pytorch numpy tensorflow django flask postgres postgresql "
     "mysql redis nginx apache docker kubernetes".split())
 VERSION_WORDS = frozenset({"version", "ver", "vers", "build", "release", "rev", "revision", "oid",
-                           "oids", "pkgver", *NUMBERED.split("|")})
+                           "oids", "section", "chapter", "figure", "table", "step", "rule", "pkgver"})
 
 
 def _version_like(text: str, start: int, dotted: str) -> bool:
