@@ -360,3 +360,15 @@ def test_a_problem_shorter_than_n_is_matched_whole(tmp_path):
     assert NGramIndex.load(saved).match_counts(normalize_tokens("what is the capital of france")) == {"qa": 1}
     no_prompt = NGramIndex.build([path], n=13, include_prompt=False)  # prompt-only leaks off
     assert no_prompt.match_counts(normalize_tokens("what is the capital of france")) == {}
+
+
+def test_an_answer_object_gives_every_text_it_holds(tmp_path):
+    """TriviaQA keeps its answer as an object: the value and every alias are answers."""
+    path = tmp_path / "trivia.jsonl"
+    path.write_text(json.dumps({"question": "Which planet is known as the red planet?",
+                                "answer": {"value": "Mars", "aliases": ["Mars", "Planet Mars"],
+                                           "matched_wiki_entity_name": "", "type": "WikipediaEntity"}})
+                    + "\n")
+    [item] = load_benchmark_items(path)
+    assert item.answers == ["Mars", "Planet Mars"]  # not its type, nor an empty name
+    assert NGramIndex.build([path], n=3).match_counts(normalize_tokens("the red planet? Planet Mars")) != {}

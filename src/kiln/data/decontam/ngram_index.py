@@ -33,6 +33,7 @@ HASH_NAME = "blake2b-64"
 NORMALISATION = "nfkc-lower-punct-symbols-to-space-whitespace-split"
 DEFAULT_PROMPT_FIELDS = ("prompt", "question", "input", "problem")  # problem: MATH
 DEFAULT_ANSWER_FIELDS = ("answer", "output", "target", "solution")
+ANSWER_OBJECT_KEYS = ("text", "value", "aliases")  # the texts of an answer given as an object
 # A problem shorter than n words gives no n-gram: it is matched as a whole (its exact
 # normalised word sequence, contained in a document), from this length up; shorter ones
 # ("what is 2 2") are too generic to call a match contamination.
@@ -75,6 +76,8 @@ def _field_text(value: object) -> list[str]:
         return [str(value)]
     if isinstance(value, list):
         return [t for v in value for t in _field_text(v)]
+    if isinstance(value, dict):  # TriviaQA {"value", "aliases", "type"...}, SQuAD {"text": [...]}
+        return [t for k in ANSWER_OBJECT_KEYS if k in value for t in _field_text(value[k])]
     return []
 
 
@@ -104,7 +107,7 @@ def load_benchmark_items(
                 (record[k] for k in prompt_fields if isinstance(record.get(k), str)), None
             )
             answers = list(dict.fromkeys(
-                t for k in answer_fields if k in record for t in _field_text(record[k])))
+                t for k in answer_fields if k in record for t in _field_text(record[k]) if t.strip()))
             if prompt is None and not answers:
                 raise ValueError(
                     f"{path}:{line_no}: none of the prompt fields {list(prompt_fields)} "
