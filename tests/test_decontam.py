@@ -372,3 +372,15 @@ def test_an_answer_object_gives_every_text_it_holds(tmp_path):
     [item] = load_benchmark_items(path)
     assert item.answers == ["Mars", "Planet Mars"]  # not its type, nor an empty name
     assert NGramIndex.build([path], n=3).match_counts(normalize_tokens("the red planet? Planet Mars")) != {}
+
+
+def test_squad_answers_are_read():
+    """SQuAD's field is `answers` (an object of texts and offsets)."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp()) / "squad.jsonl"
+    path.write_text(json.dumps({"question": "In what country is Normandy located?",
+                                "answers": {"text": ["France"], "answer_start": [159]}}) + "\n")
+    [item] = load_benchmark_items(path)
+    assert item.answers == ["France"]

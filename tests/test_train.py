@@ -658,3 +658,17 @@ def test_gradients_are_clipped_to_grad_clip_and_the_log_keeps_the_norm_before(ti
     assert total.item() == pytest.approx(clip, rel=1e-5)
     for g, r in zip(clipped, raw, strict=True):
         torch.testing.assert_close(g, r * (clip / norm), rtol=1e-4, atol=1e-9)
+
+
+def test_a_finished_model_without_its_checkpoints_is_not_retrained_silently(tiny_run):
+    """Checkpoints deleted after export to save disk: `kiln run` again (to refresh a report)
+    must not retrain from scratch and archive the model's eval and export."""
+    import shutil
+
+    train_losses(tiny_run, "train.steps=6")
+    shutil.rmtree(tiny_run / "checkpoints")
+    (tiny_run / "eval.json").write_text("{}")
+    with pytest.raises(CheckpointError, match=r"holds a trained model's outputs \(eval.json\) but "
+                       "no checkpoint .* --fresh"):
+        train_losses(tiny_run, "train.steps=6")
+    assert (tiny_run / "eval.json").exists() and not (tiny_run / "archive").exists()

@@ -336,7 +336,8 @@ _AFTER_INTERRUPT = {
                 "intact; run it again",
     "train": "the checkpoints are written atomically; `kiln train RUN` resumes from the latest",
     "run": "what it had finished is kept (checkpoints and outputs are written atomically); "
-           "`kiln run` again goes on (prepare skips finished tasks, train resumes)",
+           "`kiln run` again goes on (prepare skips finished tasks, train resumes from its last "
+           "checkpoint, or starts over with the earlier records archived if it had none)",
 }
 
 

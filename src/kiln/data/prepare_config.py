@@ -48,8 +48,8 @@ class DecontaminateOptions:
     mode: str = "drop"  # drop | tag (keep, with the matched benchmarks in metadata)
     prompt_fields: list[str] = field(default_factory=lambda: ["prompt", "question", "input",
                                                                "problem"])
-    answer_fields: list[str] = field(default_factory=lambda: ["answer", "output", "target",
-                                                               "solution"])
+    answer_fields: list[str] = field(default_factory=lambda: ["answer", "answers", "output",
+                                                               "target", "solution"])
     include_prompt: bool = True  # prompt-only n-grams count too (a leaked problem statement)
 
 

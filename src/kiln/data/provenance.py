@@ -46,17 +46,23 @@ def documents_fingerprint(run_dir: Path) -> str | None:
     return hashlib.sha256(json.dumps([what, inputs], sort_keys=True).encode()).hexdigest()[:16]
 
 
+FINGERPRINT_FORMAT = 2  # 1 hashed prepare.json's bytes alone
+
+
 def made_from(run_dir: Path) -> dict:
     """What `kiln tokenize` records in the index it writes."""
-    return {"documents": documents_fingerprint(run_dir)}
+    return {"documents": documents_fingerprint(run_dir), "format": FINGERPRINT_FORMAT}
 
 
 def tokens_match_documents(run_dir: Path) -> bool:
-    """The shards were made from the documents now in the run (True for an index written
-    before Kiln recorded this, and for a run with no prepared documents to compare)."""
-    index = load_index(Path(run_dir) / "tokens")
+    """The shards were made from the documents now in the run (True where it cannot be
+    told: an index written before Kiln recorded this or with another fingerprint format,
+    and a run with no prepared documents to compare)."""
+    made = load_index(Path(run_dir) / "tokens").get("made_from")
+    if not isinstance(made, dict) or made.get("format") != FINGERPRINT_FORMAT:
+        return True
     now = documents_fingerprint(run_dir)  # None: shards brought into a run without documents
-    return "made_from" not in index or now is None or index["made_from"].get("documents") == now
+    return now is None or made.get("documents") == now
 
 
 def check_tokenizer(run_dir: Path, tok: Tokenizer) -> None:

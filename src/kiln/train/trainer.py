@@ -207,8 +207,9 @@ class Trainer:
         """No checkpoint to resume from, yet a run trained here. A run stopped before its
         first checkpoint (or whose checkpoints were moved away) starts again at step 0 with
         its earlier outputs archived, not appended to: its report would mix two runs. A
-        `latest` pointer naming a checkpoint that is gone is refused: those were trained
-        steps, and starting over silently would hide their loss."""
+        `latest` pointer naming a checkpoint that is gone, or a finished model's outputs
+        (eval, samples, export, report) without its checkpoints, are refused: those were
+        trained steps, and training them again is not a default."""
         pointer = self.run_dir / "checkpoints" / "latest"
         if pointer.exists():
             raise CheckpointError(
@@ -216,12 +217,20 @@ class Trainer:
                 "is left to resume from: put the checkpoints back, or start over with "
                 "`kiln train --fresh` (which moves the old outputs to archive/)")
         metrics = self.run_dir / "metrics.jsonl"
-        if metrics.is_file() and metrics.stat().st_size > 0:
-            self._archive_earlier = True
-            if self.env.is_main:
-                print(f"note: {metrics} holds an earlier run's records but there is no "
-                      "checkpoint to resume from: training starts at step 0, and the earlier "
-                      "outputs move to archive/", file=sys.stderr)
+        if not (metrics.is_file() and metrics.stat().st_size > 0):
+            return
+        made = [name for name in ("eval.json", "samples.json", "export", "report.html")
+                if (self.run_dir / name).exists()]
+        if made:  # a finished model whose checkpoints were deleted: retraining is not a default
+            raise CheckpointError(
+                f"{self.run_dir} holds a trained model's outputs ({', '.join(made)}) but no "
+                "checkpoint to resume from: put the checkpoints back, or train a new model "
+                "with `kiln train --fresh` (which moves the old outputs to archive/)")
+        self._archive_earlier = True
+        if self.env.is_main:
+            print(f"note: {metrics} holds an earlier run's records but there is no checkpoint "
+                  "to resume from: training starts at step 0, and the earlier outputs move to "
+                  "archive/", file=sys.stderr)
 
     def _note_threads(self) -> None:
         """torchrun sets OMP_NUM_THREADS=1 for several processes unless told otherwise: on
@@ -346,12 +355,12 @@ class Trainer:
         if self.step >= self.cfg.train.steps:  # nothing to train: leave the run as it is
             return []
         if self.env.is_main:
-            check_writable(self.run_dir / "checkpoints")  # before anything is written or trained
             if self._archive_earlier:
                 moved = archive_checkpoints(self.run_dir)  # kept, but out of the new run's way
                 if moved:
                     print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
                           file=sys.stderr)
+            check_writable(self.run_dir / "checkpoints")  # before anything is written or trained
             write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
             write_json_atomic(self.run_dir / "model.json",
                        {**self.figures, "precision": self.precision,

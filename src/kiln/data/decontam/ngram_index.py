@@ -32,7 +32,7 @@ INDEX_VERSION = 1
 HASH_NAME = "blake2b-64"
 NORMALISATION = "nfkc-lower-punct-symbols-to-space-whitespace-split"
 DEFAULT_PROMPT_FIELDS = ("prompt", "question", "input", "problem")  # problem: MATH
-DEFAULT_ANSWER_FIELDS = ("answer", "output", "target", "solution")
+DEFAULT_ANSWER_FIELDS = ("answer", "answers", "output", "target", "solution")  # answers: SQuAD
 ANSWER_OBJECT_KEYS = ("text", "value", "aliases")  # the texts of an answer given as an object
 # A problem shorter than n words gives no n-gram: it is matched as a whole (its exact
 # normalised word sequence, contained in a document), from this length up; shorter ones

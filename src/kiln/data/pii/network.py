@@ -50,9 +50,10 @@ SERVICE_LOCALS = frozenset({"noreply", "no-reply", "donotreply", "do-not-reply",
 # "version 1.2.3.4", "v1.0.0.2", "==1.2.3.4", "Section 3.2.1.4": dotted numbers that are not IPs.
 # Numbering in papers and docs ("Theorem 4.1.2.3", "Eqs. 5.2.1.3") is not an address either,
 # when the word names it directly (not "the algorithm contacts 45.33.32.156").
+# Abbreviations that are also words ("sec" seconds, "app", "tab") count only with their period.
 NUMBERED = ("(?:section|chapter|figure|table|step|rule|theorem|lemma|equation|proposition|"
-            "corollary|definition|remark|algorithm|appendix|exercise|conjecture|claim|fact|"
-            "observation)s?|figs?|tabs?|thms?|eqs?|eqns?|props?|cor|defs?|alg|app")  # not "sec": seconds
+            "corollary|definition|remark|algorithm|appendix|exercise|conjecture)s?|figs?|thms?|"
+            r"eqs?|eqns?|props?|cor|defs?|(?:sec|secs|app|tab|alg)(?=\.)")
 VERSION_CONTEXT = re.compile(
     rf"(?:\b(?:version|ver|release|build|revision|rev|{NUMBERED}|v)\.?"
     r"|__version__|§|==|>=|<=|~=|\^|~|[A-Za-z]/)[\s\"':=(]*$", re.IGNORECASE)
