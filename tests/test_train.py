@@ -405,6 +405,7 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_with_its_outputs_
     _, first = train_losses(tiny_run, "train.steps=6")
     old_metrics = (tiny_run / "metrics.jsonl").read_text()
     shutil.rmtree(tiny_run / "checkpoints")
+    (tiny_run / "report.html").write_text("<html>")  # `kiln run` reports a run that diverged early
     _, again = train_losses(tiny_run, "train.steps=6")
     assert again == first  # the same run from step 0
     assert "training starts at step 0, and the earlier outputs move to archive/" in capsys.readouterr().err

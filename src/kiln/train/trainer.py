@@ -208,7 +208,7 @@ class Trainer:
         first checkpoint (or whose checkpoints were moved away) starts again at step 0 with
         its earlier outputs archived, not appended to: its report would mix two runs. A
         `latest` pointer naming a checkpoint that is gone, or a finished model's outputs
-        (eval, samples, export, report) without its checkpoints, are refused: those were
+        (eval, samples, export) without its checkpoints, are refused: those were
         trained steps, and training them again is not a default."""
         pointer = self.run_dir / "checkpoints" / "latest"
         if pointer.exists():
@@ -219,7 +219,8 @@ class Trainer:
         metrics = self.run_dir / "metrics.jsonl"
         if not (metrics.is_file() and metrics.stat().st_size > 0):
             return
-        made = [name for name in ("eval.json", "samples.json", "export", "report.html")
+        # (not report.html alone: `kiln run` writes one for a run that diverged early)
+        made = [name for name in ("eval.json", "samples.json", "export")
                 if (self.run_dir / name).exists()]
         if made:  # a finished model whose checkpoints were deleted: retraining is not a default
             raise CheckpointError(
