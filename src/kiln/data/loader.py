@@ -20,6 +20,14 @@ from kiln.data.shards import INDEX, SPLITS, load_index
 from kiln.errors import ConfigError, RunDataError
 
 
+def shards_fingerprint(index: dict) -> str:
+    """The index's token and byte counts and unigram entropy, per split, hashed: re-made
+    data (other files, even with the same settings) gives another fingerprint. What the
+    shards were made from is left out (indexes from before it was recorded match)."""
+    content = {k: v for k, v in index.items() if k != "made_from"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class TokenStream:
     """The memory-mapped shards of one split, read as a single concatenated array."""
 
@@ -43,11 +51,7 @@ class TokenStream:
             starts.append(starts[-1] + shard["tokens"])
         self.starts = np.asarray(starts, dtype=np.int64)
         self.n_tokens = int(self.starts[-1])
-        # the index's token and byte counts and unigram entropy, per split: re-made data
-        # (other files, even with the same settings) gives another fingerprint; what the
-        # shards were made from is left out (indexes before it was recorded match)
-        content = {k: v for k, v in index.items() if k != "made_from"}
-        self.fingerprint = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+        self.fingerprint = shards_fingerprint(index)
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """tokens[start:stop] as int64, crossing shard boundaries where needed."""

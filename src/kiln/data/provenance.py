@@ -19,9 +19,6 @@ from kiln.data.tokenizer import load_tokenizer, token_byte_lengths
 from kiln.data.yield_report import LAYOUT_FILE
 from kiln.errors import RunDataError
 
-PREPARE_SUMMARY = "prepare.json"  # written last by a finished `kiln prepare`
-
-
 def tokenizer_path(run_dir: Path) -> Path:
     return Path(run_dir) / "tokenizer" / "tokenizer.json"
 
@@ -32,7 +29,7 @@ def documents_fingerprint(run_dir: Path) -> str | None:
     sizes, modification times). Re-made documents that differ change it, even with the
     same counts (an edited file); the same prepare re-run does not, nor one in another
     number of tasks, nor the same folder spelled another way (`d`, `d/`, an absolute path)."""
-    path = Path(run_dir) / PREPARE_SUMMARY
+    path = Path(run_dir) / "prepare.json"  # written last by a finished `kiln prepare`
     if not path.is_file():
         return None
     layout = Path(run_dir) / "logs" / "prepare" / LAYOUT_FILE

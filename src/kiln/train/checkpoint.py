@@ -199,9 +199,7 @@ def load_checkpoint(
     The optimizer's state (moments, momentum, step counts) comes from the checkpoint; its
     settings (weight decay, betas, Muon's lr ratio...) stay as `optimizer` was built from
     the config, so a resume with changed settings uses them, as a fresh run would."""
-    tensors = _read_weights(path)
-    refuse_non_finite(tensors, path)
-    load_model_tensors(model, tensors)
+    load_weights(path, model)
     try:
         if optimizer is not None:
             optim_state = torch.load(path / "optimizer.pt", weights_only=True)
@@ -213,9 +211,9 @@ def load_checkpoint(
             for group, built in zip(optimizer.param_groups, settings, strict=True):
                 group.update(built)
                 _place_steps(optimizer, group)
-        state = torch.load(path / "trainer.pt", weights_only=True)
     except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
         raise _unreadable(path, e) from e
+    state = _read_trainer_state(path)
     torch.set_rng_state(state.pop("rng"))
     return state
 
@@ -232,16 +230,21 @@ def _place_steps(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> Non
             state["step"] = step.to(p.device if on_device else "cpu", torch.float32)
 
 
+def _read_trainer_state(path: Path) -> dict[str, Any]:
+    try:
+        return torch.load(path / "trainer.pt", weights_only=True)
+    except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
+        raise _unreadable(path, e) from e
+
+
 def trained_shards(path: Path) -> str | None:
     """The fingerprint of the token shards checkpoint `path` was trained on (None: saved
     before Kiln recorded it)."""
-    try:
-        state = torch.load(path / "trainer.pt", weights_only=True)
-    except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
-        raise _unreadable(path, e) from e
-    return state.get("loader", {}).get("data")
+    return _read_trainer_state(path).get("loader", {}).get("data")
 
 
 def load_weights(path: Path, model: nn.Module) -> None:
-    """Weights only (eval, generate, export)."""
-    load_model_tensors(model, _read_weights(path))
+    """Weights only (eval, generate, export), refused if not finite."""
+    tensors = _read_weights(path)
+    refuse_non_finite(tensors, path)
+    load_model_tensors(model, tensors)

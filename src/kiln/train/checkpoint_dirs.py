@@ -17,16 +17,11 @@ def checkpoint_step(path: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def all_checkpoints(ckpt_root: Path) -> list[Path]:
-    """Checkpoint folders, oldest first."""
-    found = [p for p in Path(ckpt_root).glob(f"{PREFIX}*")
-             if p.is_dir() and checkpoint_step(p) is not None]
-    return sorted(found, key=checkpoint_step)
-
-
 def complete_checkpoints(ckpt_root: Path) -> list[Path]:
-    """Fully written checkpoints (trainer.pt is saved last), oldest first."""
-    return [p for p in all_checkpoints(ckpt_root) if (p / "trainer.pt").exists()]
+    """Fully written checkpoint folders (trainer.pt is saved last), oldest first."""
+    found = [p for p in Path(ckpt_root).glob(f"{PREFIX}*")
+             if checkpoint_step(p) is not None and (p / "trainer.pt").exists()]
+    return sorted(found, key=checkpoint_step)
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:

@@ -7,10 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from kiln.config import Config, ConfigError, recorded_config
-from kiln.data.loader import TokenStream
+from kiln.data.loader import shards_fingerprint
+from kiln.data.shards import load_index
 from kiln.errors import RunDataError
 from kiln.model import Transformer
-from kiln.train.checkpoint import load_weights, refuse_non_finite, trained_shards
+from kiln.train.checkpoint import load_weights, trained_shards
 from kiln.train.checkpoint_dirs import latest_checkpoint
 from kiln.train.trainer import changed_model_settings, model_config_for_run
 
@@ -33,7 +34,6 @@ def load_trained_model(cfg: Config):
     refuse_other_shards(ckpt, cfg.run_dir / "tokens")
     model = Transformer(model_cfg)
     load_weights(ckpt, model)
-    refuse_non_finite(model.state_dict(), ckpt)
     return model.eval(), ckpt
 
 
@@ -42,7 +42,7 @@ def refuse_other_shards(ckpt: Path, tokens: Path) -> None:
     re-made since (another tokenizer, other documents) would be read with the wrong
     vocabulary, or evaluated on what was training data."""
     trained_on = trained_shards(ckpt)
-    if trained_on is not None and trained_on != TokenStream(tokens, "train").fingerprint:
+    if trained_on is not None and trained_on != shards_fingerprint(load_index(tokens)):
         raise RunDataError(f"{ckpt} was trained on other token shards than {tokens} holds now "
                            "(`kiln tokenize` re-made them since): restore the run's shards, or "
                            "train on these (`kiln train --fresh`)")
