@@ -19,6 +19,7 @@ from kiln.data.tokenizer import load_tokenizer, token_byte_lengths
 from kiln.data.yield_report import LAYOUT_FILE
 from kiln.errors import RunDataError
 
+
 def tokenizer_path(run_dir: Path) -> Path:
     return Path(run_dir) / "tokenizer" / "tokenizer.json"
 
