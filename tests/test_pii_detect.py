@@ -48,6 +48,10 @@ def found(text: str, pii_type: str) -> list[str]:
     ("IP_ADDRESS", "the app 34.120.5.9 crashed", ["34.120.5.9"]),
     ("IP_ADDRESS", "open a new tab 93.184.216.34", ["93.184.216.34"]),
     ("IP_ADDRESS", "Fact: 45.33.32.156 is the server", ["45.33.32.156"]),
+    # the next item of a list is what its previous item is
+    ("IP_ADDRESS", "servers 10.0.0.1 and 45.33.32.156", ["45.33.32.156"]),
+    ("IP_ADDRESS", "hosts 45.33.32.155, 45.33.32.156", ["45.33.32.155", "45.33.32.156"]),
+    ("IP_ADDRESS", "By Lemma 2.1 and 45.33.32.156", ["45.33.32.156"]),
     ("IP_ADDRESS", "AAAA 2606:2800:21f:cb07:6820:80da:af6b:8b2c", ["2606:2800:21f:cb07:6820:80da:af6b:8b2c"]),
 ])
 def test_detects_each_type(pii_type, text, expected):
@@ -81,6 +85,8 @@ def test_private_key_block_is_one_key_span():
     "as Proposition 3.1.4.1 and Corollary 3.1.4.2 state", "{alice,bob}@example.com",
     "Lemmas 5.1.2.3", "Eqs. 5.2.1.3", "Prop. 4.1.2.3", "Def. 4.1.2.3",
     "see Sec. 3.2.1.4", "App. 2.1.1.3", "Figs. 3.1.2.4",
+    "Theorems 4.1.2.3 and 4.1.2.4 show", "Eqs. (5.2.1.3) and (5.2.1.4)",
+    "versions 1.2.3.4, 1.2.3.5, 1.2.3.6", "Sections 3.1.4.1-3.1.4.5",
 ])
 def test_hard_negatives_not_detected(text):
     assert detect_pii(text) == []

@@ -113,11 +113,20 @@ VERSION_WORDS = frozenset({"version", "ver", "vers", "build", "release", "rev", 
                            "oids", "section", "chapter", "figure", "table", "step", "rule", "pkgver"})
 
 
+# "Theorems 4.1.2.3 and 4.1.2.4", "versions 1.2.3.4, 1.2.3.5": the next item of a list.
+LIST_ITEM = re.compile(r"(\d+(?:\.\d+)+)\)?\s*(?:,|;|&|and|or|to|-|\u2013|\u2014)\s*\(?$", re.I)
+
+
 def _version_like(text: str, start: int, dotted: str) -> bool:
-    """A dotted quad right after a version marker, or with one among the 3 words before it, or
-    written elsewhere in the same document as a version."""
+    """A dotted quad right after a version marker, or with one among the 3 words before it,
+    or the next item of a list whose previous item is one, or written elsewhere in the same
+    document as a version."""
     if VERSION_CONTEXT.search(text[max(0, start - 24):start]):
         return True
+    window = max(0, start - 40)
+    item = LIST_ITEM.search(text[window:start])
+    if item and item.group(1).count(".") >= 2:  # a list of dotted numbers: as its previous item
+        return _version_like(text, window + item.start(1), item.group(1))
     line_start = text.rfind("\n", 0, start) + 1
     words = re.findall(r"[A-Za-z§]+", " ".join(text[line_start:start].split()[-3:]))
     if any(w.lower() in VERSION_WORDS or "version" in w.lower() or w.lower() in VERSIONED
