@@ -68,6 +68,7 @@ def test_quickstart_smoke_run(tmp_path):
     fresh = kiln("train", str(run_dir), "--fresh", "--set", "train.steps=2", cwd=tmp_path)
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     (archived,) = (run_dir / "archive").iterdir()
+    assert archived.name.startswith("before-fresh-")
     for name in ("checkpoints", "metrics.jsonl", "eval.json", "samples.json", "export",
                  "report.html"):
         assert (archived / name).exists(), name

@@ -410,6 +410,7 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_with_its_outputs_
     assert again == first  # the same run from step 0
     assert "training starts at step 0, and the earlier outputs move to archive/" in capsys.readouterr().err
     [archived] = (tiny_run / "archive").iterdir()
+    assert archived.name.startswith("before-restart-")  # not a --fresh the user asked for
     assert (archived / "metrics.jsonl").read_text() == old_metrics
     assert sorted(logged_losses(tiny_run)) == list(range(1, 7))  # one run's records, not two
 

@@ -171,19 +171,20 @@ _MODEL_OUTPUTS = ("checkpoints", "metrics.jsonl", "eval.json", "samples.json", "
                   "report.html", "plots")
 
 
-def archive_checkpoints(run_dir: Path) -> Path | None:
+def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     """Move a run's checkpoints, metrics and what was made from them (eval, samples,
-    export, report) aside, for `train --fresh`: nothing is deleted, and the new run's
-    curves and outputs do not mix with the old model's."""
+    export, report) aside to archive/before-{reason}-{time}/, for `train --fresh` or a
+    restart at step 0: nothing is deleted, and the new run's curves and outputs do not mix
+    with the old model's."""
     old = [run_dir / name for name in _MODEL_OUTPUTS if (run_dir / name).exists()]
     if not old:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    dest = run_dir / "archive" / f"before-fresh-{stamp}"
+    dest = run_dir / "archive" / f"before-{reason}-{stamp}"
     n = 1
     while dest.exists():
         n += 1
-        dest = run_dir / "archive" / f"before-fresh-{stamp}-{n}"
+        dest = run_dir / "archive" / f"before-{reason}-{stamp}-{n}"
     dest.mkdir(parents=True)
     for p in old:
         os.replace(p, dest / p.name)

@@ -163,7 +163,7 @@ class Trainer:
         self._start = time.perf_counter()
         # outputs of an earlier run with no checkpoint to continue from: --fresh, or a run
         # stopped before its first checkpoint (or whose checkpoints were moved away)
-        self._archive_earlier = not resume
+        self._archive_earlier = None if resume else "fresh"  # why earlier outputs move aside
         if resume:
             self._maybe_resume()
 
@@ -227,7 +227,7 @@ class Trainer:
                 f"{self.run_dir} holds a trained model's outputs ({', '.join(made)}) but no "
                 "checkpoint to resume from: put the checkpoints back, or train a new model "
                 "with `kiln train --fresh` (which moves the old outputs to archive/)")
-        self._archive_earlier = True
+        self._archive_earlier = "restart"
         if self.env.is_main:
             print(f"note: {metrics} holds an earlier run's records but there is no checkpoint "
                   "to resume from: training starts at step 0, and the earlier outputs move to "
@@ -357,7 +357,7 @@ class Trainer:
             return []
         if self.env.is_main:
             if self._archive_earlier:
-                moved = archive_checkpoints(self.run_dir)  # kept, but out of the new run's way
+                moved = archive_checkpoints(self.run_dir, self._archive_earlier)  # kept, but out of the new run's way
                 if moved:
                     print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
                           file=sys.stderr)
