@@ -69,7 +69,7 @@ def tokens(vocab: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("extra", [(), ("model.tie_embeddings=true",), ("model.n_experts=0",),
-                                   ("model.local_per_global=0",)],
+                                   ("model.local_per_global=0", "model.sliding_window=0")],
                          ids=["moe", "tied", "dense-trinity", "all-global"])
 def test_afmoe_logits_match_kiln(tmp_path, tokenizer_path, extra):
     cfg, model = build(tmp_path, tokenizer_path, *extra)

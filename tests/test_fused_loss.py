@@ -72,3 +72,22 @@ def test_shape_errors_are_clear():
         linear_cross_entropy(torch.randn(0, 8), torch.randn(5, 8), torch.zeros(0, dtype=torch.long))
     with pytest.raises(ValueError, match="targets"):
         linear_cross_entropy(torch.randn(4, 8), torch.randn(5, 8), torch.zeros(3, dtype=torch.long))
+
+
+def test_fp64_inputs_stay_fp64(monkeypatch):
+    """An fp64 model's loss is fp64 throughout (its softmax and dW accumulation too): equal
+    to F.cross_entropy in fp64 to 1e-12, over several groups and chunks."""
+    monkeypatch.setattr(fl, "GROUP_BYTES", 32 * 37 * 8)  # groups of 32 rows: dW accumulates
+    torch.manual_seed(0)
+    h = torch.randn(70, 16, dtype=torch.double, requires_grad=True)
+    w = torch.randn(37, 16, dtype=torch.double, requires_grad=True)
+    y = torch.randint(0, 37, (70,))
+    loss = linear_cross_entropy(h, w, y, chunk=16)
+    assert loss.dtype == torch.double
+    loss.backward()
+    h2, w2 = h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ref = F.cross_entropy(h2 @ w2.T, y, reduction="sum")
+    ref.backward()
+    torch.testing.assert_close(loss, ref, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(h.grad, h2.grad, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(w.grad, w2.grad, atol=1e-12, rtol=1e-12)

@@ -51,17 +51,24 @@ def test_autocast_output_is_the_compute_dtype():
     assert norm(x).dtype == torch.float32
 
 
-def test_fp64_module_runs_backward_at_fp32_precision():
-    # statistics are fp32 by design; an fp64 model must still train, to fp32 accuracy
+def test_fp64_module_keeps_fp64_precision_and_passes_gradcheck():
+    """fp32 statistics are for bf16/fp32 inputs; an fp64 model (gradient checks, reference
+    runs) computes in fp64 throughout."""
     torch.manual_seed(0)
     x, g = torch.randn(3, 5, 32, dtype=torch.double), torch.randn(3, 5, 32, dtype=torch.double)
     w = 1 + 0.3 * torch.randn(32, dtype=torch.double)
     norm = RMSNorm(32, eps=1e-5).double()
-    got = _grads(lambda a, b: torch.func.functional_call(norm, {"weight": b}, (a,)), x, w, g)
+    call = lambda a, b: torch.func.functional_call(norm, {"weight": b}, (a,))  # noqa: E731
+    got = _grads(call, x, w, g)
     exact = _grads(lambda a, b: F.rms_norm(a, (32,), b, 1e-5), x, w, g)
     for a, e in zip(got, exact):
         assert a.dtype == torch.double
-        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(a, e, atol=1e-12, rtol=1e-12)
+    small = (torch.randn(2, 8, dtype=torch.double, requires_grad=True),
+             (1 + 0.3 * torch.randn(8, dtype=torch.double)).requires_grad_())
+    norm8 = RMSNorm(8).double()
+    assert torch.autograd.gradcheck(
+        lambda a, b: torch.func.functional_call(norm8, {"weight": b}, (a,)), small)
 
 
 def test_compiled_plain_path_matches_fp64_reference():

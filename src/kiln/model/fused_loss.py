@@ -39,17 +39,18 @@ class _LinearCrossEntropy(torch.autograd.Function):
             chunk = group
         logits = torch.empty(group, vocab, dtype=dtype, device=hidden.device)
         rows = min(chunk, n)
-        upcast = torch.empty(rows, vocab, device=hidden.device) if dtype != torch.float32 else None
-        log_probs = torch.empty(rows, vocab, device=hidden.device)
-        minus_one = torch.full((rows, 1), -1.0, device=hidden.device)
-        loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        acc = torch.promote_types(dtype, torch.float32)  # the softmax dtype: fp64 stays fp64
+        upcast = torch.empty(rows, vocab, dtype=acc, device=hidden.device) if dtype != acc else None
+        log_probs = torch.empty(rows, vocab, dtype=acc, device=hidden.device)
+        minus_one = torch.full((rows, 1), -1.0, dtype=acc, device=hidden.device)
+        loss = torch.zeros((), dtype=acc, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if need_grad else None
         grad_weight = None
         wt = weight.t()
         # bf16 block.t() @ h runs at half speed on AMX (measured); making dW^T from two
         # contiguous operands and transposing the small (D x V) result back is faster.
         # fp32 matmuls run at one speed either way, so fp32 skips the transposes.
-        transposed = dtype != torch.float32 and not on_gpu  # a CPU (AMX) workaround
+        transposed = dtype.itemsize < 4 and not on_gpu  # a CPU (AMX) workaround for bf16
         for g0 in range(0, n, group):
             g1 = min(g0 + group, n)
             block = logits[: g1 - g0]
@@ -71,7 +72,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 else:
                     partial = block.t() @ hidden[g0:g1]
                 if grad_weight is None:
-                    grad_weight = partial if g1 == n else partial.float()
+                    grad_weight = partial if g1 == n else partial.to(acc)
                 else:
                     grad_weight.add_(partial)
         if transposed and grad_weight is not None:
@@ -95,7 +96,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     """Sum over rows of cross_entropy(hidden @ weight.T, targets) as an fp32 scalar.
 
     hidden (N, D), weight (V, D), targets (N,) class indices. Under autocast the matmuls
-    run in the autocast dtype (as `F.linear` would); the softmax is always fp32. Memory:
+    run in the autocast dtype (as `F.linear` would); the softmax is fp32 (fp64 inputs keep
+    fp64 throughout, loss included). Memory:
     one (chunk x V) fp32 buffer and, when gradients are needed, up to GROUP_BYTES of
     dL/dlogits instead of the (N x V) logits.
     """

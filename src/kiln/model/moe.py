@@ -224,7 +224,8 @@ class MoE(nn.Module):
         b, t, d = x.shape
         x2 = x.reshape(b * t, d)
         with torch.autocast(x.device.type, enabled=False):  # router in fp32
-            logits = F.linear(x2.float(), self.router.weight.float())
+            rdtype = torch.promote_types(x2.dtype, torch.float32)  # fp32, fp64 for fp64
+            logits = F.linear(x2.to(rdtype), self.router.weight.to(rdtype))
             scores, idx, gates = route(logits, self.balancer.bias, self.top_k, self.route_scale)
 
         flat = idx.reshape(-1)
