@@ -97,3 +97,36 @@ def test_same_counts_other_text_is_stale_and_another_spelling_is_not(made, monke
     cmd_prepare(cfg)
     with pytest.raises(RunDataError, match="made from other documents"):
         Trainer(cfg)
+
+
+def test_data_verbs_refuse_to_remake_a_trained_runs_data_from_changed_sources(made, capsys):
+    """A trained run's checkpoints stay usable: `kiln run` / `kiln prepare` with the same
+    settings after a file was added to (or edited in) a source are refused before anything
+    is replaced; the unchanged sources re-make the same data as before."""
+    import os
+
+    from kiln.cli import main
+    from kiln.run_dir import write_run_metadata
+
+    cfg, src, run = made
+    write_run_metadata(cfg)
+    assert main(["train", str(run), "--set", "train.steps=2", "--set", "train.checkpoint_every=2"]) == 0
+    before = {p: p.read_bytes() for p in (run / "tokenizer/tokenizer.json", run / "tokens/index.json",
+                                          run / "prepare.json")}
+    assert main(["prepare", str(run)]) == 0  # the same files: allowed, the same data
+    capsys.readouterr()
+    (src / "new.txt").write_text("a new document about music. " * 20)
+    for verb in ("prepare", "run"):
+        assert main([verb, str(run)]) == 2
+        err = capsys.readouterr().err
+        assert "checkpoints trained on the sources as they were; they changed since" in err
+        assert "read: 40 files" in err and "-> 41 files" in err
+    (src / "new.txt").unlink()
+    edited = src / "f3.txt"
+    stat = edited.stat()
+    edited.write_text(edited.read_text().replace("some", "more"))  # same size, new text
+    os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert main(["prepare", str(run)]) == 2
+    assert "a file edited" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in before} == before  # nothing was replaced
+    assert main(["eval", str(run), "--set", "eval.max_batches=1"]) == 0  # the model still works

@@ -238,10 +238,12 @@ def _report_anyway(cfg: Config) -> None:
 _DATA_VERBS = ("prepare", "tokenizer", "tokenize")
 
 
-def _refuse_remaking_trained_data(cfg: Config) -> None:
+def _refuse_remaking_trained_data(cfg: Config, verb: str) -> None:
     """A run with checkpoints keeps the data they were trained on: re-making it with other
-    settings would leave the checkpoints (and a resume's loader position) describing data
-    that is gone. The same settings re-make the same data, so a plain re-run is fine."""
+    settings, or from sources that changed since (a file added or edited), would leave the
+    checkpoints (and a resume's loader position) describing data that is gone. The same
+    settings on the same files re-make the same data, so a plain re-run is fine."""
+    from kiln.data.pipeline import changed_inputs
     from kiln.train.checkpoint_dirs import latest_checkpoint
 
     if latest_checkpoint(cfg.run_dir / "checkpoints") is None:
@@ -251,11 +253,15 @@ def _refuse_remaking_trained_data(cfg: Config) -> None:
         return
     changed = data_changes(old, cfg)
     if changed:
+        what = f"data made with other settings ({', '.join(changed[:4])})"
+    elif verb in ("prepare", "run"):
+        changed = changed_inputs(cfg.prepare, cfg.run_dir, cfg.data.sources)
+        what = f"the sources as they were; they changed since ({'; '.join(changed[:4])})"
+    if changed:
         raise ConfigError(
-            f"{cfg.run_dir} holds checkpoints trained on data made with other settings "
-            f"({', '.join(changed[:4])}); "
-            "re-making the data would orphan them: use another run.dir, or move the trained "
-            f"model's {cfg.run_dir / 'checkpoints'} and metrics.jsonl aside first")
+            f"{cfg.run_dir} holds checkpoints trained on {what}; re-making the data would "
+            "orphan them: use another run.dir, or move the trained model's "
+            f"{cfg.run_dir / 'checkpoints'} and metrics.jsonl aside first")
 
 
 def _record_config(cfg: Config) -> None:
@@ -354,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd_report(cfg, compare=args.compare)
         else:
             if args.verb in (*_DATA_VERBS, "run"):
-                _refuse_remaking_trained_data(cfg)
+                _refuse_remaking_trained_data(cfg, args.verb)
             fn(cfg)
         from kiln.parallel.distributed import is_main_process
 

@@ -223,6 +223,29 @@ def _input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path) -> d
             for stage, files in inputs.items() if files is not None}
 
 
+def changed_inputs(cfg: PrepareConfig, run_dir: Path | str, sources: Sequence[str]) -> list[str]:
+    """'stage: before -> now' for each input the run's last prepare read that differs now (a
+    file added, removed or edited in a source, a new benchmark file...); [] where nothing
+    changed or no prepare has been recorded to compare with."""
+    try:
+        saved = json.loads((Path(run_dir) / "logs" / "prepare" / LAYOUT_FILE).read_text(
+            encoding="utf-8"))["signature"]["input_files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    now = _input_files(cfg, sources, Path(run_dir))
+
+    def says(fp: dict | None) -> str:
+        return "none" if fp is None else f"{fp['files']:,} files, {fp['bytes']:,} bytes"
+
+    changes = []
+    for stage in sorted(set(saved) | set(now)):
+        before, after = says(saved.get(stage)), says(now.get(stage))
+        if saved.get(stage) != now.get(stage):
+            edited = " (the same count and size: a file edited or touched)" if before == after else ""
+            changes.append(f"{stage}: {before} -> {after}{edited}")
+    return changes
+
+
 def _option_files(cfg: PrepareConfig) -> dict[str, list[str]]:
     """Files that stage options name (benchmarks, a tokenizer, a scoring checkpoint): a new
     version of one re-runs prepare like a changed source does, not a resume of stale output.
