@@ -141,7 +141,7 @@ def test_no_target_continues_the_recorded_run(tmp_path, monkeypatch):
     from conftest import tiny_config
 
     from kiln.cli import resolve_config
-    from kiln.config import load_config
+    from kiln.config import ConfigError, load_config
     from kiln.run_dir import write_run_metadata
 
     monkeypatch.chdir(tmp_path)
@@ -152,6 +152,12 @@ def test_no_target_continues_the_recorded_run(tmp_path, monkeypatch):
     resolved = resolve_config(None, ["train.eval_every=5", "train.seq_len=1024"])
     assert resolved.train.steps == 77 and resolved.train.eval_every == 5
     assert resolved.run_dir.resolve() == (tmp_path / "runs/quickstart").resolve()
+    # a run directory as the target with run.dir naming another is refused, not merged
+    with pytest.raises(ConfigError, match="the target is the run directory runs/quickstart, "
+                       "but --set run.dir=runs/other names another"):
+        resolve_config("runs/quickstart", ["run.dir=runs/other"])
+    same = resolve_config("runs/quickstart", [f"run.dir={tmp_path / 'runs/quickstart'}"])
+    assert same.train.steps == 77  # the same folder spelled another way is fine
 
 
 def test_kiln_run_reports_a_run_whose_later_stage_failed(tmp_path, monkeypatch):

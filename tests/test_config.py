@@ -1,4 +1,5 @@
 import re
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,8 @@ def test_unknown_key_names_key_and_suggestion(tmp_path):
     ("train.weight_decay=0.1", "'optim.weight_decay'"),
     ("model.dimm=3", "'model.dim'"),
     ("prepare.quality.domian=x", "'prepare.quality.domain'"),
+    ("prepare.qualty.domain=x", "'prepare.quality'"),  # a misspelled sub-table
+    ("prepare.dedup_exct.x=1", "'prepare.dedup_exact'"),
 ])
 def test_a_key_in_the_wrong_section_suggests_where_it_lives(override, suggested):
     with pytest.raises(ConfigError, match=f"did you mean {suggested}"):
@@ -240,3 +243,16 @@ def test_recipe_edge_cases(tmp_path):
     assert load_config(None, ["tokenizer.vocab_size=257"]).tokenizer.vocab_size == 257
     with pytest.raises(ConfigError, match=r"data.sources: '/d\\xff' is not valid UTF-8"):
         load_config(None, ['data.sources=["/d\udcff"]'])
+
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.toml")))
+def test_shipped_recipes_load_with_a_schedule_that_does_what_it_says(recipe):
+    """Every recipe loads, and its schedule warns of nothing (a warmup as long as the run
+    would never decay)."""
+    from kiln.train.schedule import schedule_warnings
+
+    cfg = load_config(RECIPES / recipe)
+    assert schedule_warnings(cfg.train.steps, cfg.schedule) == []

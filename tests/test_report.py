@@ -74,7 +74,7 @@ def _full_run(run: Path) -> None:
         "tokens": 40_000, "unigram_bpb": 2.75,
     }))  # fmt: skip
     (run / "samples.json").write_text(json.dumps([
-        {"prompt": "Once upon", "completion": " a time <script>alert(1)</script> & more",
+        {"prompt": "Once upon", "completion": " a time <script>alert(1)</script> & more\x00\x1b\x85",
          "temperature": 0.8, "top_k": 50, "top_p": 0.95},
     ]))  # fmt: skip
 
@@ -161,7 +161,9 @@ def test_sample_text_is_escaped(tmp_path: Path) -> None:
     _full_run(tmp_path)
     page = build_report(tmp_path).read_text(encoding="utf-8")
     assert "<script>" not in page
-    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more\u2400\u241b\\x85" in page
+    # a sampled control token shows as a stand-in: no NUL makes the file "binary"
+    assert not any(ord(c) < 32 and c not in "\t\n\r" or 0x7F <= ord(c) < 0xA0 for c in page)
 
 
 def test_eval_that_loses_to_unigram_says_so(tmp_path: Path) -> None:

@@ -310,6 +310,10 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
     if path.is_dir():
         if not (path / "config.toml").exists():
             raise ConfigError(f"{path} is not a run directory (no config.toml)")
+        moved = [o for o in overrides if o.split("=", 1)[0].strip() == "run.dir"]
+        if moved and load_config(None, moved).run_dir.resolve() != path.resolve():
+            raise ConfigError(f"the target is the run directory {path}, but --set {moved[-1]} "
+                              "names another: give the run directory once, as the target")
         return load_config(path / "config.toml", [run_dir_override(path), *overrides])
     return load_config(path, overrides)
 

@@ -196,7 +196,9 @@ def _suggest_key(full: str) -> str:
     section, _, name = full.rpartition(".")
     if not section:  # a section name: `[trian]`
         return _suggest(name, [f.name for f in dataclasses.fields(Config)])
-    keys = list(flat_settings(Config()))
+    leaves = list(flat_settings(Config()))
+    tables = [".".join(k.split(".")[:i]) for k in leaves for i in range(2, k.count(".") + 1)]
+    keys = list(dict.fromkeys(leaves + tables))  # `prepare.quality` is a key too
     by_name = [k for k in keys if k.rpartition(".")[2] == name and k != full]
     own = [k for k in keys if k.rpartition(".")[0] == section]
     near = [f"{section}.{c}" for c in difflib.get_close_matches(

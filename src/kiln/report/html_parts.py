@@ -24,9 +24,17 @@ img { max-width: 100%; border: 1px solid #eee; margin: .4em 0; }
 """
 
 
+# C0 controls other than tab and newlines (a sampled NUL token makes the file "binary" to
+# grep and is a parse error in HTML) shown as their Unicode control pictures; DEL and C1 as
+# \xNN.
+_CONTROLS = {c: chr(0x2400 + c) for c in range(32) if chr(c) not in "\t\n\r"}
+_CONTROLS |= {c: f"\\x{c:02x}" for c in range(0x7F, 0xA0)}
+
+
 def esc(text: object) -> str:
-    """Escape any value's ``str`` for HTML text or attribute context."""
-    return html.escape(str(text), quote=True)
+    """Escape any value's ``str`` for HTML text or attribute context; control characters
+    become visible stand-ins."""
+    return html.escape(str(text), quote=True).translate(_CONTROLS)
 
 
 def section(title: str, body: str) -> str:
