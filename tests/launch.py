@@ -17,14 +17,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(args: list[str], world_size: int, timeout: float = 300, cwd: Path | None = None):
-    """Run `python -m kiln.cli ARGS` as `world_size` ranks; returns rank 0's output."""
-    return run_python(["-m", "kiln.cli", *args], world_size, timeout, cwd)
+def run_ranks(args: list[str], world_size: int, timeout: float = 300, cwd: Path | None = None,
+              every_rank: bool = False):
+    """Run `python -m kiln.cli ARGS` as `world_size` ranks; returns rank 0's output (every
+    rank's, in a list, with `every_rank`)."""
+    return run_python(["-m", "kiln.cli", *args], world_size, timeout, cwd, every_rank)
 
 
-def run_python(args: list[str], world_size: int, timeout: float = 300, cwd: Path | None = None):
+def run_python(args: list[str], world_size: int, timeout: float = 300, cwd: Path | None = None,
+               every_rank: bool = False):
     """Run `python ARGS` (a script path or `-m module`, then its arguments) as `world_size`
-    gloo ranks with torchrun's environment variables; returns rank 0's output.
+    gloo ranks with torchrun's environment variables; returns rank 0's output (or all).
 
     Every rank is killed if any fails or the timeout passes, so a hung collective fails the
     test instead of hanging CI."""
@@ -60,4 +63,4 @@ def run_python(args: list[str], world_size: int, timeout: float = 300, cwd: Path
     if failed:  # every failed rank's tail: the first to fail holds the cause
         raise RuntimeError("\n".join(f"rank {i} exited {procs[i].returncode}:\n"
                                       f"{outputs[i][-3000:]}" for i in failed))
-    return outputs[0]
+    return outputs if every_rank else outputs[0]

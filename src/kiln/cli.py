@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from contextlib import nullcontext
@@ -13,6 +14,7 @@ from kiln.config import (
     Config,
     ConfigError,
     data_changes,
+    flat_settings,
     load_config,
     recorded_config,
     run_dir_override,
@@ -117,7 +119,7 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     from kiln.train.trained_run import load_trained_model
 
     device = resolve_device(cfg.train.device)
-    env = init_distributed(device) if distributed else DistEnv()
+    env = init_distributed(device, flat_settings(cfg)) if distributed else DistEnv()
     device = local_device(device, env)
     try:
         model, ckpt = load_trained_model(cfg)
@@ -203,7 +205,7 @@ def cmd_run(cfg: Config) -> None:
     from kiln.parallel.distributed import init_distributed, wait_for_main
     from kiln.train.precision import resolve_device
 
-    env = init_distributed(resolve_device(cfg.train.device))
+    env = init_distributed(resolve_device(cfg.train.device), flat_settings(cfg))
     stages = [("prepare", cmd_prepare), ("tokenizer", cmd_tokenizer), ("tokenize", cmd_tokenize)]
     if env.is_main:
         _timed(stages, cfg)
@@ -353,9 +355,16 @@ _AFTER_INTERRUPT = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from kiln.parallel.distributed import is_main_process
+
     try:
         cfg = resolve_config(args.target, args.overrides)
         fn = VERBS[args.verb][0]
+        if args.verb in _RANK_ZERO_VERBS and _launched_ranks() > 1:
+            if not is_main_process():  # one rank does the work: N would race on the same files
+                return 0
+            print(f"note: `kiln {args.verb}` runs on rank 0 alone; the other ranks exit",
+                  file=sys.stderr)
         if args.verb == "train":  # the trainer records its config once it has resumed
             cmd_train(cfg, resume=not args.fresh)
         elif args.verb == "eval":
@@ -366,8 +375,6 @@ def main(argv: list[str] | None = None) -> int:
             if args.verb in (*_DATA_VERBS, "run"):
                 _refuse_remaking_trained_data(cfg, args.verb)
             fn(cfg)
-        from kiln.parallel.distributed import is_main_process
-
         if args.verb in _DATA_VERBS and is_main_process():
             _record_config(cfg)  # only after success: a failed command leaves the run's as it was
     except ConfigError as e:
@@ -383,7 +390,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nkiln: {args.verb} interrupted; {_AFTER_INTERRUPT.get(args.verb, _KEPT)}",
               file=sys.stderr)
         return 130
+    except RuntimeError as e:
+        if not _lost_a_rank(e):
+            raise
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        print(f"kiln: {args.verb} stopped: another rank of this launch failed or was killed "
+              f"({first}); {_AFTER_INTERRUPT.get(args.verb, _KEPT)}", file=sys.stderr)
+        return 1
     return 0
+
+
+# verbs with nothing to share between ranks: under torchrun rank 0 runs them alone
+_RANK_ZERO_VERBS = (*_DATA_VERBS, "generate", "export", "report")
+
+
+def _launched_ranks() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _lost_a_rank(e: RuntimeError) -> bool:
+    """A collective that failed because a peer process went away (gloo: the connection
+    reset; NCCL: the communicator aborted), as opposed to a bug in this rank."""
+    import torch.distributed as dist
+
+    if _launched_ranks() <= 1:
+        return False
+    lost = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+            "NCCL communicator was aborted", "ProcessGroupNCCL")
+    return isinstance(e, dist.DistError) or any(s in str(e) for s in lost)
 
 
 if __name__ == "__main__":

@@ -136,3 +136,79 @@ def test_ranks_resuming_from_different_checkpoints_is_refused(tiny_run, tmp_path
     # the same folder on both ranks resumes
     same = run_function_on_ranks(_resume_on_own_dir, 2, args=([tiny_run, tiny_run],), timeout=120)
     assert same == ["resumed", "resumed"]
+
+
+def _start_with(rank: int, world_size: int, tiny_run, per_rank: list) -> str:
+    from kiln.config import ConfigError
+
+    try:
+        Trainer(tiny_config(tiny_run, "train.parallel=ddp", *per_rank[rank]))
+    except ConfigError as e:
+        return str(e)
+    return "started"
+
+
+def test_ranks_started_with_different_settings_are_refused(tiny_run):
+    """Per-node recipes or a hand launch that disagree (an lr, the seed, DDP on one rank and
+    FSDP on the other) would train drifting replicas, read other data, or hang: every rank
+    refuses at start, naming the keys and each rank's value."""
+    from mp_helpers import run_function_on_ranks
+
+    said = run_function_on_ranks(_start_with, 2, timeout=120, args=(
+        tiny_run, [["optim.lr=0.003"], ["optim.lr=0.03", "train.parallel=fsdp"]]))
+    for msg in said:
+        assert "the ranks were started with different settings" in msg
+        assert "optim.lr: rank 0 0.003, rank 1 0.03" in msg
+        assert "train.parallel: rank 0 'ddp', rank 1 'fsdp'" in msg
+    same = run_function_on_ranks(_start_with, 2, timeout=120, args=(tiny_run, [[], []]))
+    assert same == ["started", "started"]
+
+
+def test_a_killed_rank_stops_the_other_with_one_line(tiny_run):
+    """kill -9 of one rank mid-training: the surviving rank's collective fails; it says so in
+    one line with the resume advice, not a gloo traceback, and the checkpoints stay."""
+    import tempfile
+    import time
+
+    from kiln.train.checkpoint_dirs import latest_checkpoint
+
+    port, procs, logs = free_port(), [], []
+    for rank in range(2):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+               "LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
+        logs.append(tempfile.TemporaryFile())
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "kiln.cli", "train", str(tiny_run), "--set", "train.steps=2000",
+             "--set", "train.checkpoint_every=2", "--set", "train.parallel=ddp"],
+            env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
+    try:
+        deadline = time.monotonic() + 240
+        while latest_checkpoint(tiny_run / "checkpoints") is None:
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            time.sleep(0.1)
+        procs[1].kill()
+        procs[1].wait()
+        assert procs[0].wait(timeout=120) == 1
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    logs[0].seek(0)
+    out = logs[0].read().decode(errors="replace")
+    assert "kiln: train stopped: another rank of this launch failed or was killed" in out
+    assert "`kiln train RUN` resumes from the latest" in out
+    assert "Traceback" not in out
+    assert latest_checkpoint(tiny_run / "checkpoints") is not None
+
+
+def test_verbs_with_nothing_to_share_run_on_rank_zero_alone(tiny_run):
+    """generate / export / report (and the data verbs) under torchrun: rank 0 does the work
+    once, the others exit, instead of every rank writing the same files at once."""
+    Trainer(tiny_config(tiny_run, "train.steps=2", "train.checkpoint_every=2")).fit()
+    for verb in ("generate", "report"):
+        outs = run_ranks([verb, str(tiny_run)], world_size=2, every_rank=True)
+        assert f"`kiln {verb}` runs on rank 0 alone" in outs[0]
+        assert outs[1].strip() == ""  # rank 1 exited without working or printing
+    assert (tiny_run / "samples.json").exists() and (tiny_run / "report.html").exists()

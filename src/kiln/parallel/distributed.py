@@ -10,6 +10,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -40,8 +41,9 @@ def is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def init_distributed(device: torch.device) -> DistEnv:
-    """Join the process group that torchrun describes in the environment, if any.
+def init_distributed(device: torch.device, settings: dict[str, Any] | None = None) -> DistEnv:
+    """Join the process group that torchrun describes in the environment, if any, and check
+    that every rank has the same `settings` (the flattened config).
 
     Under torchrun even one process joins (and is wrapped in DDP / FSDP2), so that
     `torchrun --nproc_per_node=1` exercises the same path as a bigger launch."""
@@ -65,7 +67,30 @@ def init_distributed(device: torch.device) -> DistEnv:
             dist.init_process_group(backend=backend, device_id=torch.device("cuda", local))
         else:
             dist.init_process_group(backend=backend)
-    return DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
+    env = DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
+    if settings is not None and world > 1:
+        _check_same_settings(settings, env)
+    return env
+
+
+def _check_same_settings(settings: dict[str, Any], env: DistEnv) -> None:
+    """Ranks started with other settings (per-node recipes, a hand launch) would train
+    reaches; every rank sees every rank's settings, so all of them refuse alike. `run.dir`
+    may be spelled differently on each node (one shared folder mounted at other paths):
+    that the ranks share it is checked by the checkpoint they find."""
+    settings = {k: v for k, v in settings.items() if k != "run.dir"}
+    slots: list[Any] = [None] * env.world_size
+    dist.all_gather_object(slots, settings)
+    gathered: list[dict[str, Any]] = slots
+    keys = sorted({k for g in gathered for k in g})
+    differ = [k for k in keys if any(g.get(k) != gathered[0].get(k) for g in gathered)]
+    if differ:
+        shown = "; ".join(
+            f"{k}: " + ", ".join(f"rank {r} {g.get(k)!r}" for r, g in enumerate(gathered))
+            for k in differ[:3])
+        raise ConfigError(f"the ranks were started with different settings ({shown}"
+                          f"{'; ...' if len(differ) > 3 else ''}): every rank must load the same "
+                          "recipe with the same --set overrides")
 
 
 def local_device(device: torch.device, env: DistEnv) -> torch.device:

@@ -13,7 +13,14 @@ from typing import Any
 import torch
 
 from kiln.atomic import write_json_atomic
-from kiln.config import Config, ConfigError, config_changes, data_changes, recorded_config
+from kiln.config import (
+    Config,
+    ConfigError,
+    config_changes,
+    data_changes,
+    flat_settings,
+    recorded_config,
+)
 from kiln.data.loader import TokenLoader, TokenStream
 from kiln.data.provenance import check_tokens_current
 from kiln.data.shards import load_index
@@ -125,7 +132,7 @@ class Trainer:
         self.token_dir = self.run_dir / "tokens"
         t = cfg.train
         self.device = resolve_device(t.device)
-        self.env = init_distributed(self.device)
+        self.env = init_distributed(self.device, flat_settings(cfg))
         self.device = local_device(self.device, self.env)
         self.precision = resolve_precision(t.precision, self.device)
         if self.device.type == "cpu" and t.keep_host_memory:
