@@ -674,3 +674,25 @@ def test_a_finished_model_without_its_checkpoints_is_not_retrained_silently(tiny
                        "no checkpoint .* --fresh"):
         train_losses(tiny_run, "train.steps=6")
     assert (tiny_run / "eval.json").exists() and not (tiny_run / "archive").exists()
+
+
+def test_model_json_keeps_how_each_stretch_of_a_resumed_run_trained(tiny_run):
+    """A run resumed on another number of ranks says so in model.json and the report, not
+    only how its last stretch ran; resumed the same way it records nothing extra."""
+    from kiln.report import build_report
+
+    train_losses(tiny_run, "train.steps=4", "train.checkpoint_every=2")
+    model = json.loads((tiny_run / "model.json").read_text())
+    assert "launches" not in model
+    train_losses(tiny_run, "train.steps=6", "train.checkpoint_every=2")  # resumed alike
+    assert "launches" not in json.loads((tiny_run / "model.json").read_text())
+    # as if steps 1-6 had run on 2 DDP ranks (the 2-rank tests train that way for real)
+    (tiny_run / "model.json").write_text(json.dumps({**model, "world_size": 2, "parallel": "ddp"}))
+    train_losses(tiny_run, "train.steps=8", "train.checkpoint_every=2")
+    model = json.loads((tiny_run / "model.json").read_text())
+    assert model["launches"] == [
+        {"from_step": 1, "precision": "fp32", "world_size": 2, "accum_steps": 2, "parallel": "ddp"},
+        {"from_step": 7, "precision": "fp32", "world_size": 1, "accum_steps": 2, "parallel": "none"}]
+    assert model["world_size"] == 1
+    page = build_report(tiny_run).read_text(encoding="utf-8")
+    assert "from step 1: ddp on 2 ranks, fp32; from step 7: 1 process, fp32" in page

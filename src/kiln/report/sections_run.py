@@ -87,7 +87,22 @@ def environment_section(env: Loaded) -> str:
     return section("Environment", key_value_table(rows))
 
 
+def _launches_cell(launches: list) -> str:
+    """'from step 1: fsdp on 2 ranks, bf16; from step 13: 1 process, bf16'."""
+    parts = []
+    for launch in launches:
+        if not isinstance(launch, dict):
+            return fmt_value(launches)
+        ranks = launch.get("world_size")
+        how = (f"{launch.get('parallel')} on {ranks} rank{'' if ranks == 1 else 's'}"
+               if launch.get("parallel") != "none" else "1 process")
+        parts.append(f"from step {launch.get('from_step')}: {how}, {launch.get('precision')}")
+    return "; ".join(parts)
+
+
 def _model_cell(key: str, value: Any) -> str:
+    if key == "launches" and isinstance(value, list):
+        return _launches_cell(value)
     if "flop" in key.lower() and as_number(value) is not None:
         return fmt_flops(value)
     if isinstance(value, int) and not isinstance(value, bool) and "param" in key.lower():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -240,6 +241,20 @@ class Trainer:
                   "to resume from: training starts at step 0, and the earlier outputs move to "
                   "archive/", file=sys.stderr)
 
+    def _launches(self, how: dict[str, Any]) -> list[dict[str, Any]]:
+        """How each stretch of a resumed run trained, from the step it started at: a run
+        resumed on another number of ranks (or precision) says so, not only how it ended."""
+        here = {"from_step": self.step + 1, **how}
+        if self.step == 0:
+            return [here]
+        try:
+            old = json.loads((self.run_dir / "model.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return [here]
+        earlier = old.get("launches") or [{"from_step": 1, **{k: old.get(k) for k in how}}]
+        same = {k: v for k, v in earlier[-1].items() if k != "from_step"} == how
+        return earlier if same else [*earlier, here]
+
     def _note_threads(self) -> None:
         """torchrun sets OMP_NUM_THREADS=1 for several processes unless told otherwise: on
         CPU each rank then uses one core however many the machine has."""
@@ -363,17 +378,19 @@ class Trainer:
         if self.step >= self.cfg.train.steps:  # nothing to train: leave the run as it is
             return []
         if self.env.is_main:
-            if self._archive_earlier:
-                moved = archive_checkpoints(self.run_dir, self._archive_earlier)  # kept, but out of the new run's way
+            if self._archive_earlier:  # kept, but out of the new run's way
+                moved = archive_checkpoints(self.run_dir, self._archive_earlier)
                 if moved:
                     print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
                           file=sys.stderr)
             check_writable(self.run_dir / "checkpoints")  # before anything is written or trained
             write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
-            write_json_atomic(self.run_dir / "model.json",
-                       {**self.figures, "precision": self.precision,
-                        "world_size": self.env.world_size, "accum_steps": self.accum_steps,
-                        "parallel": self.cfg.train.parallel if self.env.distributed else "none"})
+            how = {"precision": self.precision, "world_size": self.env.world_size,
+                   "accum_steps": self.accum_steps,
+                   "parallel": self.cfg.train.parallel if self.env.distributed else "none"}
+            launches = self._launches(how)
+            write_json_atomic(self.run_dir / "model.json", {
+                **self.figures, **how, **({"launches": launches} if len(launches) > 1 else {})})
         for cb in self.callbacks:
             cb.on_train_start(self)
             saved = self._callback_states.get(type(cb).__name__)
