@@ -52,6 +52,14 @@ def found(text: str, pii_type: str) -> list[str]:
     ("IP_ADDRESS", "servers 10.0.0.1 and 45.33.32.156", ["45.33.32.156"]),
     ("IP_ADDRESS", "hosts 45.33.32.155, 45.33.32.156", ["45.33.32.155", "45.33.32.156"]),
     ("IP_ADDRESS", "By Lemma 2.1 and 45.33.32.156", ["45.33.32.156"]),
+    # a host's /32, a reverse-DNS name of a public address, a list of addresses on lines
+    ("IP_ADDRESS", "host 45.33.32.156/32 ok", ["45.33.32.156"]),
+    ("IP_ADDRESS", "PTR 156.32.33.45.in-addr.arpa", ["156.32.33.45"]),
+    ("IP_ADDRESS", "blocked:\n45.33.32.156\n185.220.101.47\n", ["45.33.32.156", "185.220.101.47"]),
+    ("PASSWORD", "self.password = 'Xk3-pq9z'", ["Xk3-pq9z"]),
+    ("USERNAME", "username: quentin_takahashi\n", ["quentin_takahashi"]),  # not `hash` code
+    ("PASSWORD", "db.password=Xk3-pq9", ["Xk3-pq9"]),
+    ("PASSWORD", "sshpass -p Xk3pq9z ssh host", ["Xk3pq9z"]),
     ("IP_ADDRESS", "AAAA 2606:2800:21f:cb07:6820:80da:af6b:8b2c", ["2606:2800:21f:cb07:6820:80da:af6b:8b2c"]),
 ])
 def test_detects_each_type(pii_type, text, expected):
@@ -85,6 +93,15 @@ def test_private_key_block_is_one_key_span():
     "as Proposition 3.1.4.1 and Corollary 3.1.4.2 state", "{alice,bob}@example.com",
     "Lemmas 5.1.2.3", "Eqs. 5.2.1.3", "Prop. 4.1.2.3", "Def. 4.1.2.3",
     "see Sec. 3.2.1.4", "App. 2.1.1.3", "Figs. 3.1.2.4",
+    # code and docs from the stdlib the quickstart trains on
+    "        self.username, self.password = credentials\n",
+    "    self.password = credentials\n",
+    "            user_pass = '%s:%s' % (unquote(user), unquote(password))\n",
+    "Combine with\nthe -n and -p options to control the host\n",
+    "    _multicast_network = IPv4Network('224.0.0.0/4')\n", "route 45.33.32.0/24 via gw\n",
+    "join group 239.1.2.3 now\n", "'1.0.0.127.in-addr.arpa'\n",
+    "          '   @f1(arg)\\n'\n          '   @f2\\n'\n          '   class Foo: pass\\n'\n",
+    "invalid version numbers:\n\n    1\n    2.7.2.2\n    1.3.a4\n    3.2.pl0\n    3.1.1.6\n    2g6\n",
     "Theorems 4.1.2.3 and 4.1.2.4 show", "Eqs. (5.2.1.3) and (5.2.1.4)",
     "versions 1.2.3.4, 1.2.3.5, 1.2.3.6", "Sections 3.1.4.1-3.1.4.5",
 ])

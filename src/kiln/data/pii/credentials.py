@@ -113,8 +113,10 @@ AT_KEYWORDS = frozenset(
 
 # A decorator or annotation: first on its line (after a doctest prompt), then its arguments
 # and a comment at most.
-DECORATOR_LEAD = re.compile(r"[ \t]*(?:(?:>>>|\.\.\.)[ \t]+)?")
-DECORATOR_TAIL = re.compile(r"(?:\([^\n]*\))?[ \t]*(?:(?:#|//)[^\n]*)?(?:\n|$)")
+# also a decorator line quoted inside a string literal (`'   @f2\\n'` in generated docs)
+DECORATOR_LEAD = re.compile(r"[ \t]*(?:[rbuRBU]?[\"'][ \t]*)?(?:(?:>>>|\.\.\.)[ \t]+)?")
+DECORATOR_TAIL = re.compile(
+    r"(?:\([^\n]*\))?[ \t]*(?:(?:#|//)[^\n]*|(?:\\n)?[\"'][ \t]*,?[ \t]*)?(?:\n|$)")
 DOC_TAG_LEAD = re.compile(r"[ \t]*(?:#+|\*+|//+|/\*\*?|\"{3}|'{3})[ \t]*")
 PY_DECORATORS = frozenset(
     "wraps contextmanager asynccontextmanager cached_property lru_cache cache total_ordering "
@@ -150,8 +152,17 @@ def _is_reference(value: str, quoted: bool) -> bool:
     return False
 
 
+# a format string's fields and the punctuation between them: `'%s:%s'`, `'{}:{}'`
+FORMAT_ONLY = re.compile(r"(?:%(?:\([^)]*\))?[-#0 +]*\d*(?:\.\d+)?[sdrfxi]|\{[^{}]*\}|[^\w%{}])*")
+# "the -n and -p options": prose about a flag, not a flag given a value
+FLAG_PROSE = frozenset("option options flag flags switch switches argument arguments parameter "
+                       "parameters and or to is for with the of".split())
+
+
 def _placeholder_password(value: str) -> bool:
     low = value.lower()
+    if FORMAT_ONLY.fullmatch(value) and re.search(r"%|\{", value):
+        return True
     return (low in PLACEHOLDER_PASSWORDS or low in SERVICE_ACCOUNTS
             or PLACEHOLDER_WORD.search(value) is not None or WEAK_PASSWORD.fullmatch(value) is not None)
 
@@ -160,9 +171,10 @@ def _looks_like_code_reference(value: str, key: str, quoted: bool) -> bool:
     """`password = hashed_password` / `user = current_user` in unquoted code."""
     if quoted:
         return False
-    low = value.lower()
-    return any(w in low for w in ("pass", "pwd", "user", "login", "name", "request", "form",
-                                  "input", "param", "arg", "get", "hash")) and "_" in value
+    words = ("pass", "pwd", "user", "login", "name", "request", "form", "input", "param", "arg",
+             "get", "hash")
+    parts = value.lower().split("_")  # whole parts: `hashed_password`, not `quentin_takahashi`
+    return "_" in value and any(p.startswith(w) or p.endswith(w) for p in parts for w in words)
 
 
 def _code_not_literal(m: re.Match[str], text: str, value: str, end: int, quoted: bool) -> bool:
@@ -180,6 +192,11 @@ def _code_not_literal(m: re.Match[str], text: str, value: str, end: int, quoted:
         return True  # a parameter's annotation: `user_id: UserId) ->`
     if "." in value and "_" in value and re.fullmatch(r"[A-Za-z_][\w.]*", value):
         return True  # `tarinfo.uid = statres.st_uid`: attribute access
+    line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+    if re.fullmatch(r"[A-Za-z_]\w*", value) and (
+            re.match(r"(?:self|this|cls)\.", m.group("key"), re.I)
+            or re.search(r"[\w\]][ \t]*,[ \t]*$", line)):
+        return True  # `self.password = credentials`, `self.user, self.password = creds`
     if value.lower() == re.split(r"[_.-]", m.group("key"))[-1].lower():
         return True  # `tarinfo.uid = uid`
     return m.group("key").lower() == "pass" and m.group("op") == ":"
@@ -207,7 +224,8 @@ def find_passwords(text: str) -> Iterator[Span]:
         if m.group("flag").lstrip("-") in {"password", "passwd", "pass", "p"}:
             got = _value(m)
             if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]) \
-                    and len(got[0]) >= 3 and not re.fullmatch(r"[\d:.]+", got[0]):
+                    and len(got[0]) >= 3 and not re.fullmatch(r"[\d:.]+", got[0]) \
+                    and got[0].lower() not in FLAG_PROSE:
                 yield Span("PASSWORD", got[1], got[2], got[0])
     for m in MYSQL_INLINE_PASSWORD.finditer(text):
         got = _value(m)

@@ -117,11 +117,31 @@ VERSION_WORDS = frozenset({"version", "ver", "vers", "build", "release", "rev", 
 LIST_ITEM = re.compile(r"(\d+(?:\.\d+)+)\)?\s*(?:,|;|&|and|or|to|-|\u2013|\u2014)\s*\(?$", re.I)
 
 
+# a version on a line of its own: `1.3.a4`, `3.2.pl0`, `1996.07.12`, `2g6` (not a dotted quad)
+LINE_VERSION = re.compile(r"\d+(?:\.\w+)+|\d+[a-z]+\w*")
+DOTTED_QUAD = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+
+
+def _among_versions_on_lines(text: str, start: int, dotted: str) -> bool:
+    """A dotted quad alone on its line, in a list of lines whose neighbour (the line above or
+    below) is a version that cannot be an address: a docstring's list of version numbers."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", start)
+    line_end = len(text) if line_end < 0 else line_end
+    if text[line_start:line_end].strip(" \t\r\"',") != dotted:
+        return False
+    above = text[:line_start].rstrip().rpartition("\n")[2].strip(" \t\r\"',")
+    below = text[line_end:].lstrip().partition("\n")[0].strip(" \t\r\"',")
+    return any(LINE_VERSION.fullmatch(n) and not DOTTED_QUAD.fullmatch(n) for n in (above, below))
+
+
 def _version_like(text: str, start: int, dotted: str) -> bool:
     """A dotted quad right after a version marker, or with one among the 3 words before it,
     or the next item of a list whose previous item is one, or written elsewhere in the same
     document as a version."""
     if VERSION_CONTEXT.search(text[max(0, start - 24):start]):
+        return True
+    if _among_versions_on_lines(text, start, dotted):
         return True
     window = max(0, start - 40)
     item = LIST_ITEM.search(text[window:start])
@@ -141,9 +161,21 @@ def _version_like(text: str, start: int, dotted: str) -> bool:
                for m in re.finditer(re.escape(dotted), text) if m.start() != start)
 
 
+def _host_ipv4(text: str, m: re.Match) -> bool:
+    """A globally routable host's address: not multicast (which `is_global` lets through),
+    not a network block (`224.0.0.0/4`); a reverse-DNS name (`4.3.2.1.in-addr.arpa`) is
+    judged by the address it spells backwards."""
+    dotted, after = m.group(0), text[m.end():m.end() + 16]
+    if re.match(r"/(?:[0-9]|[12][0-9]|3[01])(?!\d)", after):
+        return False
+    if after.lower().startswith(".in-addr.arpa"):
+        dotted = ".".join(reversed(dotted.split(".")))
+    return is_public_ip(dotted) and not ipaddress.IPv4Address(dotted).is_multicast
+
+
 def find_ips(text: str) -> Iterator[Span]:
     for m in IPV4_CANDIDATE.finditer(text):
-        if is_public_ip(m.group(0)) and not _version_like(text, m.start(), m.group(0)):
+        if _host_ipv4(text, m) and not _version_like(text, m.start(), m.group(0)):
             yield Span("IP_ADDRESS", m.start(), m.end(), m.group(0))
     for m in IPV6_CANDIDATE.finditer(text):
         cand = m.group(0)
