@@ -38,6 +38,8 @@ def found(text: str, pii_type: str) -> list[str]:
     ("NAME", '__author__ = "Priya Raghunathan"\n', ["Priya Raghunathan"]),
     ("NAME", "Signed-off-by: Chidi Okafor <chidi@okafor.dev>", ["Chidi Okafor"]),
     ("NAME", "Thanks,\n\nBest regards,\nLena Holmqvist\n", ["Lena Holmqvist"]),
+    ("NAME", "Alice Johnson and Bob Smith wrote it with Carol White.",
+     ["Alice Johnson", "Bob Smith", "Carol White"]),
     ("IP_ADDRESS", "Invalid user admin from 185.220.101.47 port 40022", ["185.220.101.47"]),
     ("IP_ADDRESS", "for example the problem resolver 8.8.4.4 answered", ["8.8.4.4"]),
     # a numbering word exempts only the number right after it, not an address further on

@@ -33,6 +33,10 @@ scott sean sebastian sergei sergey shreya simon sofia sophia sophie stefan stefa
 steven susan sven takeshi tanaka tatiana thomas tim timothy tobias tom tomas tyler valentina
 vanessa victor victoria vikram vincent vladimir wang wei william wolfgang xavier xin yan yang
 yuki yusuf yuri zhang zoe
+bob bobby carol dave mike joe jim tony nancy betty dorothy sharon cynthia kathleen brenda pamela
+debra stephanie kelly joyce diane gloria teresa doris judith janice kenneth ronald jeffrey gary
+larry jerry walter keith roger terry gerald carl randy howard eugene russell todd shawn phillip
+ralph wayne ernest sylvia lena ingrid astrid greta jens nils
 """.split())
 
 # Trailing words that make a "holder" an organisation rather than a person.
