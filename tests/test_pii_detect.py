@@ -62,6 +62,7 @@ def found(text: str, pii_type: str) -> list[str]:
     ("USERNAME", "username: quentin_takahashi\n", ["quentin_takahashi"]),  # not `hash` code
     ("PASSWORD", "db.password=Xk3-pq9", ["Xk3-pq9"]),
     ("PASSWORD", "sshpass -p Xk3pq9z ssh host", ["Xk3pq9z"]),
+    ("PASSWORD", "the login password: Tr0ub4dor&3 should be changed.", ["Tr0ub4dor&3"]),
     ("IP_ADDRESS", "AAAA 2606:2800:21f:cb07:6820:80da:af6b:8b2c", ["2606:2800:21f:cb07:6820:80da:af6b:8b2c"]),
 ])
 def test_detects_each_type(pii_type, text, expected):

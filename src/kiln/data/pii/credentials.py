@@ -186,7 +186,7 @@ def _code_not_literal(m: re.Match[str], text: str, value: str, end: int, quoted:
     after = text[end:end + 40]
     if m.group("op") == "==" or re.match(r"[ \t]*=(?!=)", after):
         return True
-    if re.match(r"[ \t]+[a-z]+\b(?![^\s=]*=)", after):
+    if re.match(r"[ \t]+[a-z]+\b(?![^\s=]*=)", after) and value.isalpha():
         return True  # a sentence goes on ("- user:  The user name"), not `k=v k2=v2` pairs
     if m.group("op") == ":" and re.match(r"[ \t]*(?:[),]|=[^=])", after):
         return True  # a parameter's annotation: `user_id: UserId) ->`
