@@ -193,9 +193,9 @@ def _code_not_literal(m: re.Match[str], text: str, value: str, end: int, quoted:
     if "." in value and "_" in value and re.fullmatch(r"[A-Za-z_][\w.]*", value):
         return True  # `tarinfo.uid = statres.st_uid`: attribute access
     line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
-    if re.fullmatch(r"[A-Za-z_]\w*", value) and (
+    if re.fullmatch(r"[A-Za-z_]\w*", value) and m.group("op") == "=" and (
             re.match(r"(?:self|this|cls)\.", m.group("key"), re.I)
-            or re.search(r"[\w\]][ \t]*,[ \t]*$", line)):
+            or re.fullmatch(r"[ \t]*(?:[A-Za-z_][\w.]*[ \t]*,[ \t]*)+", line)):
         return True  # `self.password = credentials`, `self.user, self.password = creds`
     if value.lower() == re.split(r"[_.-]", m.group("key"))[-1].lower():
         return True  # `tarinfo.uid = uid`

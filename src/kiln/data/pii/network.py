@@ -114,11 +114,13 @@ VERSION_WORDS = frozenset({"version", "ver", "vers", "build", "release", "rev", 
 
 
 # "Theorems 4.1.2.3 and 4.1.2.4", "versions 1.2.3.4, 1.2.3.5": the next item of a list.
-LIST_ITEM = re.compile(r"(\d+(?:\.\d+)+)\)?\s*(?:,|;|&|and|or|to|-|\u2013|\u2014)\s*\(?$", re.I)
+# ("to" is not a list: "release 2.3.1.4 to 93.184.216.34"; a dash joins a range only unspaced)
+LIST_ITEM = re.compile(r"(\d+(?:\.\d+)+)(?:\)?\s*(?:,|;|&|\band|\bor)\s*\(?|[-\u2013])$", re.I)
 
 
-# a version on a line of its own: `1.3.a4`, `3.2.pl0`, `1996.07.12`, `2g6` (not a dotted quad)
-LINE_VERSION = re.compile(r"\d+(?:\.\w+)+|\d+[a-z]+\w*")
+# a version on a line of its own, with letters no decimal or unit has: `1.3.a4`, `3.2.pl0`,
+# `3.4j`, `2g6`, `1.0b2` (not `2.0.1`, `12.5`, `30s`)
+LINE_VERSION = re.compile(r"\d+(?:\.\d+)*\.?[a-z]{1,3}\d+|\d+(?:\.\d+)+\.?[a-z]{1,3}")
 DOTTED_QUAD = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 
 
@@ -135,22 +137,24 @@ def _among_versions_on_lines(text: str, start: int, dotted: str) -> bool:
     return any(LINE_VERSION.fullmatch(n) and not DOTTED_QUAD.fullmatch(n) for n in (above, below))
 
 
-def _version_like(text: str, start: int, dotted: str) -> bool:
+def _version_like(text: str, start: int, dotted: str, marked: bool = False) -> bool:
     """A dotted quad right after a version marker, or with one among the 3 words before it,
-    or the next item of a list whose previous item is one, or written elsewhere in the same
-    document as a version."""
+    or the next item of a list whose previous item is one (`marked`: by a marker of its own,
+    not the 3-words rule: "release (4.1.0.2) to 93.184.216.34 and 151.101.1.69" lists two
+    addresses), or written elsewhere in the same document as a version."""
     if VERSION_CONTEXT.search(text[max(0, start - 24):start]):
         return True
     if _among_versions_on_lines(text, start, dotted):
         return True
     window = max(0, start - 40)
     item = LIST_ITEM.search(text[window:start])
-    if item and item.group(1).count(".") >= 2:  # a list of dotted numbers: as its previous item
-        return _version_like(text, window + item.start(1), item.group(1))
+    if item and item.group(1).count(".") >= 2 and _version_like(  # as its list's previous item
+            text, window + item.start(1), item.group(1), marked=True):
+        return True
     line_start = text.rfind("\n", 0, start) + 1
     words = re.findall(r"[A-Za-z§]+", " ".join(text[line_start:start].split()[-3:]))
-    if any(w.lower() in VERSION_WORDS or "version" in w.lower() or w.lower() in VERSIONED
-           for w in words):
+    if not marked and any(w.lower() in VERSION_WORDS or "version" in w.lower()
+                          or w.lower() in VERSIONED for w in words):
         return True
     if re.search(r"(?:parse|version|ver)\(\s*[\"']?$", text[max(0, start - 24):start], re.I):
         return True  # `parse("1.2.3.4")`, `LooseVersion('2.7.2.2')`
@@ -166,8 +170,13 @@ def _host_ipv4(text: str, m: re.Match) -> bool:
     not a network block (`224.0.0.0/4`); a reverse-DNS name (`4.3.2.1.in-addr.arpa`) is
     judged by the address it spells backwards."""
     dotted, after = m.group(0), text[m.end():m.end() + 16]
-    if re.match(r"/(?:[0-9]|[12][0-9]|3[01])(?!\d)", after):
-        return False
+    block = re.match(r"/([0-9]|[12][0-9]|3[01])(?!\d)", after)
+    if block:
+        try:  # the block's own address (host bits zero), not a host written with its prefix
+            ipaddress.IPv4Network(f"{dotted}/{block.group(1)}", strict=True)
+            return False
+        except ValueError:
+            pass
     if after.lower().startswith(".in-addr.arpa"):
         dotted = ".".join(reversed(dotted.split(".")))
     return is_public_ip(dotted) and not ipaddress.IPv4Address(dotted).is_multicast
