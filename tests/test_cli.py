@@ -189,3 +189,19 @@ def test_kiln_run_reports_a_run_whose_later_stage_failed(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="simulated"):
         cli.cmd_run(cfg)
     assert reported == []
+
+
+def test_only_a_lost_peer_is_reported_as_one(monkeypatch):
+    """A collective that failed because another rank went away is one line; a failure to
+    join the group here (a port in use) or a bug in this rank keeps its own error."""
+    import torch.distributed as dist
+
+    from kiln.cli import _lost_a_rank
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert _lost_a_rank(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer"))
+    assert _lost_a_rank(dist.DistBackendError("NCCL error: remote process exited"))
+    assert not _lost_a_rank(dist.DistNetworkError("The server socket has failed to listen: EADDRINUSE"))
+    assert not _lost_a_rank(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert not _lost_a_rank(RuntimeError("Connection reset by peer"))

@@ -127,6 +127,7 @@ def test_data_verbs_refuse_to_remake_a_trained_runs_data_from_changed_sources(ma
     edited.write_text(edited.read_text().replace("some", "more"))  # same size, new text
     os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert main(["prepare", str(run)]) == 2
-    assert "a file edited" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "a file edited" in err and "`kiln train RUN` and the later verbs go on" in err
     assert {p: p.read_bytes() for p in before} == before  # nothing was replaced
     assert main(["eval", str(run), "--set", "eval.max_batches=1"]) == 0  # the model still works

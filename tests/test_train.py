@@ -696,3 +696,40 @@ def test_model_json_keeps_how_each_stretch_of_a_resumed_run_trained(tiny_run):
     assert model["world_size"] == 1
     page = build_report(tiny_run).read_text(encoding="utf-8")
     assert "from step 1: ddp on 2 ranks, fp32; from step 7: 1 process, fp32" in page
+    # a launch on 2 ranks stopped before its first checkpoint left no steps: the next
+    # launch from the same step replaces it
+    launches = model["launches"] + [{**model["launches"][0], "from_step": 9}]
+    (tiny_run / "model.json").write_text(json.dumps({**model, "launches": launches,
+                                                    "world_size": 2, "parallel": "ddp"}))
+    train_losses(tiny_run, "train.steps=10", "train.checkpoint_every=2")
+    assert json.loads((tiny_run / "model.json").read_text())["launches"] == model["launches"]
+
+
+def test_a_design_that_trains_wrong_is_refused_for_a_new_model_only(tiny_run, capsys,
+                                                                    monkeypatch):
+    """MoE top_k = 1 (a constant gate: the router learns nothing) is refused when training
+    starts from step 0; a run trained so before Kiln checked resumes with a note, and its
+    checkpoints still evaluate."""
+    from kiln.cli import main
+    from kiln.config import ConfigError
+    from kiln.run_dir import write_run_metadata
+
+    moe = ["model.n_experts=4", "model.top_k=1", "model.n_shared=0", "train.steps=2",
+           "train.checkpoint_every=2"]
+    with pytest.raises(ConfigError, match=r"model\.top_k = 1"):
+        Trainer(tiny_config(tiny_run, *moe))
+    assert not (tiny_run / "checkpoints").exists() or not any((tiny_run / "checkpoints").iterdir())
+    assert main(["run", str(tiny_run), *[a for kv in moe for a in ("--set", kv)]]) == 2
+    assert "model.top_k = 1" in capsys.readouterr().err
+    # as if trained before the check: the design check is skipped to make the checkpoint
+    import kiln.train.trainer as trainer_module
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer_module, "design_problems", lambda m: [])
+        cfg = tiny_config(tiny_run, *moe)
+        write_run_metadata(cfg)
+        Trainer(cfg).fit()
+    capsys.readouterr()
+    Trainer(tiny_config(tiny_run, *moe[:-2], "train.steps=3"))  # resumes, with a note
+    assert "note: model.top_k = 1" in capsys.readouterr().err
+    assert main(["eval", str(tiny_run), "--set", "eval.max_batches=1"]) == 0

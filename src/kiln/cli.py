@@ -14,6 +14,7 @@ from kiln.config import (
     Config,
     ConfigError,
     data_changes,
+    design_problems,
     flat_settings,
     load_config,
     recorded_config,
@@ -260,10 +261,23 @@ def _refuse_remaking_trained_data(cfg: Config, verb: str) -> None:
         changed = changed_inputs(cfg.prepare, cfg.run_dir, cfg.data.sources)
         what = f"the sources as they were; they changed since ({'; '.join(changed[:4])})"
     if changed:
+        touched = ("; if only the files' times changed (a touch, a checkout), `kiln train "
+                   "RUN` and the later verbs go on with the data already made"
+                   if what.startswith("the sources") else "")
         raise ConfigError(
             f"{cfg.run_dir} holds checkpoints trained on {what}; re-making the data would "
             "orphan them: use another run.dir, or move the trained model's "
-            f"{cfg.run_dir / 'checkpoints'} and metrics.jsonl aside first")
+            f"{cfg.run_dir / 'checkpoints'} and metrics.jsonl aside first{touched}")
+
+
+def _refuse_new_model_design(cfg: Config) -> None:
+    """The trainer refuses a design that trains wrong for a new model; `kiln run` asks
+    before its data stages rather than after them."""
+    from kiln.train.checkpoint_dirs import latest_checkpoint
+
+    problems = design_problems(cfg.model)
+    if problems and latest_checkpoint(cfg.run_dir / "checkpoints") is None:
+        raise ConfigError(problems[0])
 
 
 def _record_config(cfg: Config) -> None:
@@ -374,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if args.verb in (*_DATA_VERBS, "run"):
                 _refuse_remaking_trained_data(cfg, args.verb)
+            if args.verb == "run":
+                _refuse_new_model_design(cfg)  # before the data stages, not after them
             fn(cfg)
         if args.verb in _DATA_VERBS and is_main_process():
             _record_config(cfg)  # only after success: a failed command leaves the run's as it was
@@ -413,11 +429,11 @@ def _lost_a_rank(e: RuntimeError) -> bool:
     reset; NCCL: the communicator aborted), as opposed to a bug in this rank."""
     import torch.distributed as dist
 
-    if _launched_ranks() <= 1:
-        return False
+    if _launched_ranks() <= 1 or isinstance(e, (dist.DistNetworkError, dist.DistStoreError)):
+        return False  # joining the group failed here (a port in use, no rendezvous)
     lost = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
             "NCCL communicator was aborted", "ProcessGroupNCCL")
-    return isinstance(e, dist.DistError) or any(s in str(e) for s in lost)
+    return isinstance(e, dist.DistBackendError) or any(s in str(e) for s in lost)
 
 
 if __name__ == "__main__":

@@ -389,15 +389,6 @@ def validate(cfg: Config) -> Config:
                           "muon_lr >= 0 and muon_weight_decay >= 0")
     if m.local_per_global and m.sliding_window <= 0:
         raise ConfigError("model.local_per_global > 0 needs model.sliding_window > 0")
-    if m.sliding_window and not m.local_per_global:
-        raise ConfigError(f"model.sliding_window = {m.sliding_window} has no effect with "
-                          "model.local_per_global = 0 (every layer global): set "
-                          "local_per_global to the number of local layers before each global one")
-    if m.local_per_global >= m.n_layers:
-        raise ConfigError(f"model.local_per_global = {m.local_per_global} with model.n_layers = "
-                          f"{m.n_layers} leaves no global layer (the pattern is {m.local_per_global} "
-                          "sliding-window layers, then one global): use a smaller local_per_global "
-                          "or more layers")
     if m.vocab_size and not MIN_VOCAB <= m.vocab_size <= MAX_VOCAB:
         raise ConfigError(f"model.vocab_size must be 0 (the tokenizer's) or from {MIN_VOCAB} to "
                           f"{MAX_VOCAB:,}, got {m.vocab_size:,}")
@@ -414,11 +405,6 @@ def validate(cfg: Config) -> Config:
     if m.n_experts:
         if not 1 <= m.top_k <= m.n_experts:
             raise ConfigError(f"model.top_k ({m.top_k}) must be in [1, model.n_experts={m.n_experts}]")
-        if m.top_k == 1:
-            raise ConfigError("model.top_k = 1: the gates of a token's chosen experts are "
-                              "normalised to sum to model.route_scale, so a lone expert's gate is "
-                              "constant and the router learns nothing from the loss; use "
-                              "top_k >= 2 (and model.n_experts >= 2)")
         if m.n_dense_layers > m.n_layers:
             raise ConfigError("model.n_dense_layers exceeds model.n_layers")
     if t.seq_len > m.max_seq_len:
@@ -455,6 +441,29 @@ def validate(cfg: Config) -> Config:
             raise ConfigError(f"generate.{key} = {value} must be {rule}")
     validate_prepare(cfg.prepare)
     return cfg
+
+
+def design_problems(m: ModelConfig) -> list[str]:
+    """Model designs that load and run but train something other than they say. A new model
+    is refused them (`kiln train` / `kiln run` with no checkpoint, or `--fresh`); a run
+    trained so before Kiln checked keeps working (its checkpoints still resume, evaluate,
+    generate and export), with a note."""
+    problems = []
+    if m.sliding_window and not m.local_per_global:
+        problems.append(f"model.sliding_window = {m.sliding_window} has no effect with "
+                        "model.local_per_global = 0 (every layer global): set local_per_global "
+                        "to the number of local layers before each global one")
+    if m.local_per_global and m.local_per_global >= m.n_layers:
+        problems.append(f"model.local_per_global = {m.local_per_global} with model.n_layers = "
+                        f"{m.n_layers} leaves no global layer (the pattern is "
+                        f"{m.local_per_global} sliding-window layers, then one global): use a "
+                        "smaller local_per_global or more layers")
+    if m.n_experts and m.top_k == 1:
+        problems.append("model.top_k = 1: the gates of a token's chosen experts are normalised "
+                        "to sum to model.route_scale, so a lone expert's gate is constant and the "
+                        "router learns nothing from the loss; use top_k >= 2 (and "
+                        "model.n_experts >= 2)")
+    return problems
 
 
 def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] = ()) -> Config:

@@ -19,6 +19,7 @@ from kiln.config import (
     ConfigError,
     config_changes,
     data_changes,
+    design_problems,
     flat_settings,
     recorded_config,
 )
@@ -174,6 +175,12 @@ class Trainer:
         self._archive_earlier = None if resume else "fresh"  # why earlier outputs move aside
         if resume:
             self._maybe_resume()
+        for problem in design_problems(self.model_cfg):
+            if self.step == 0:  # a new model: refused; a run trained so goes on as it was
+                raise ConfigError(problem)
+            if self.env.is_main:
+                print(f"note: {problem} (this run was trained so; it resumes as it was)",
+                      file=sys.stderr)
 
     # -- state -------------------------------------------------------------------------
 
@@ -252,6 +259,8 @@ class Trainer:
         except (OSError, ValueError):
             return [here]
         earlier = old.get("launches") or [{"from_step": 1, **{k: old.get(k) for k in how}}]
+        # a launch stopped before its first checkpoint left no steps: this one replaces it
+        earlier = [e for e in earlier if e.get("from_step", 1) < here["from_step"]] or earlier[:1]
         same = {k: v for k, v in earlier[-1].items() if k != "from_step"} == how
         return earlier if same else [*earlier, here]
 
