@@ -255,15 +255,13 @@ def _refuse_remaking_trained_data(cfg: Config, verb: str) -> None:
     if old is None:
         return
     changed = data_changes(old, cfg)
-    if changed:
-        what = f"data made with other settings ({', '.join(changed[:4])})"
-    elif verb in ("prepare", "run"):
+    what, touched = f"data made with other settings ({', '.join(changed[:4])})", ""
+    if not changed and verb in ("prepare", "run"):
         changed = changed_inputs(cfg.prepare, cfg.run_dir, cfg.data.sources)
         what = f"the sources as they were; they changed since ({'; '.join(changed[:4])})"
-    if changed:
         touched = ("; if only the files' times changed (a touch, a checkout), `kiln train "
-                   "RUN` and the later verbs go on with the data already made"
-                   if what.startswith("the sources") else "")
+                   "RUN` and the later verbs go on with the data already made")
+    if changed:
         raise ConfigError(
             f"{cfg.run_dir} holds checkpoints trained on {what}; re-making the data would "
             "orphan them: use another run.dir, or move the trained model's "

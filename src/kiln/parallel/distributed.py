@@ -75,6 +75,7 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
 
 def _check_same_settings(settings: dict[str, Any], env: DistEnv) -> None:
     """Ranks started with other settings (per-node recipes, a hand launch) would train
+    replicas that drift apart, read other data, or hang in a collective one rank never
     reaches; every rank sees every rank's settings, so all of them refuse alike. `run.dir`
     may be spelled differently on each node (one shared folder mounted at other paths):
     that the ranks share it is checked by the checkpoint they find."""
