@@ -71,6 +71,14 @@ def found(text: str, pii_type: str) -> list[str]:
     ("IP_ADDRESS", "release (4.1.0.2) to 93.184.216.34 and 151.101.1.69", ["151.101.1.69"]),
     ("IP_ADDRESS", "hosts:\n93.184.216.34\n2.0.1\n", ["93.184.216.34"]),
     ("IP_ADDRESS", "elapsed\n93.184.216.34\n30s\n", ["93.184.216.34"]),
+    ("IP_ADDRESS", "servers:\n93.184.216.34\n1.5ms\n", ["93.184.216.34"]),
+    ("IP_ADDRESS", "ip addr add 93.184.216.34/31 dev eth0", ["93.184.216.34"]),
+    ("IP_ADDRESS", "ip addr add 93.184.216.64/26 dev eth0", ["93.184.216.64"]),
+    ("PASSWORD", "OK, password = Tr0ub4dor3", ["Tr0ub4dor3"]),
+    ("PASSWORD", "alice, password = Tr0ub4dor3", ["Tr0ub4dor3"]),
+    ("PASSWORD", "mysql -u jdoe99 -p Xk3pq9z mydb", ["Xk3pq9z"]),
+    ("NAME", "Jessica Hill wrote the original patch.", ["Jessica Hill"]),
+    ("NAME", "Please contact Michael Hall about the invoice.", ["Michael Hall"]),
     ("IP_ADDRESS", "AAAA 2606:2800:21f:cb07:6820:80da:af6b:8b2c", ["2606:2800:21f:cb07:6820:80da:af6b:8b2c"]),
 ])
 def test_detects_each_type(pii_type, text, expected):
@@ -116,6 +124,9 @@ def test_private_key_block_is_one_key_span():
     "Theorems 4.1.2.3 and 4.1.2.4 show", "Eqs. (5.2.1.3) and (5.2.1.4)",
     "Russell Square", "Wayne County", "Kelly Criterion", "Tony Awards", "Terry Cloth",
     "Bob Signs the message", "Carol Reading", "Mike Check",
+    "Versions 1.2.3.4, 1.2.3.5 and 1.2.3.6 are affected.", "Python 3.11.4.1, 3.11.4.2 and 3.11.4.3 crash.",
+    "Supported:\n2.7.18\n2.7.2.2\n3.4.1\n", "    username, password = creds\n",
+    "cp -p notes.txt backup/", "git add -p patch", "sort -u names.txt",
     "versions 1.2.3.4, 1.2.3.5, 1.2.3.6", "Sections 3.1.4.1-3.1.4.5",
 ])
 def test_hard_negatives_not_detected(text):

@@ -195,11 +195,23 @@ def _code_not_literal(m: re.Match[str], text: str, value: str, end: int, quoted:
     line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
     if re.fullmatch(r"[A-Za-z_]\w*", value) and m.group("op") == "=" and (
             re.match(r"(?:self|this|cls)\.", m.group("key"), re.I)
-            or re.fullmatch(r"[ \t]*(?:[A-Za-z_][\w.]*[ \t]*,[ \t]*)+", line)):
+            or re.fullmatch(rf"[ \t]*(?:(?:[A-Za-z_]\w*\.[\w.]+|{USER_KEY})[ \t]*,[ \t]*)+", line,
+                            re.IGNORECASE)):
         return True  # `self.password = credentials`, `self.user, self.password = creds`
     if value.lower() == re.split(r"[_.-]", m.group("key"))[-1].lower():
         return True  # `tarinfo.uid = uid`
     return m.group("key").lower() == "pass" and m.group("op") == ":"
+
+
+# commands whose `-p` / `-u` take a password / user (elsewhere `-p` is a port, `--parents`...)
+CREDENTIAL_COMMANDS = re.compile(
+    r"\b(?:mysql\w*|mariadb\w*|sshpass|mongo\w*|login|smbclient|lftp|ftp|htpasswd|rabbitmqctl|"
+    r"influx|cqlsh|sqlcmd|isql|vsql|clickhouse-client|redis-cli)\b", re.IGNORECASE)
+
+
+def _takes_credentials(text: str, flag_at: int) -> bool:
+    line = text[text.rfind("\n", 0, flag_at) + 1:flag_at]
+    return CREDENTIAL_COMMANDS.search(line) is not None
 
 
 def find_passwords(text: str) -> Iterator[Span]:
@@ -222,6 +234,8 @@ def find_passwords(text: str) -> Iterator[Span]:
             yield Span("PASSWORD", s, e, value)
     for m in CLI_FLAG.finditer(text):
         if m.group("flag").lstrip("-") in {"password", "passwd", "pass", "p"}:
+            if m.group("flag") == "-p" and not _takes_credentials(text, m.start()):
+                continue  # `cp -p`, `git add -p`, `mkdir -p`: not a password flag there
             got = _value(m)
             if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]) \
                     and len(got[0]) >= 3 and not re.fullmatch(r"[\d:.]+", got[0]) \
@@ -270,6 +284,8 @@ def find_usernames(text: str) -> Iterator[Span]:
             yield Span("USERNAME", m.start("v"), m.end("v"), m.group("v"))
     for m in CLI_FLAG.finditer(text):
         if m.group("flag").lstrip("-") in {"user", "username", "u", "login", "l"}:
+            if m.group("flag") == "-u" and not _takes_credentials(text, m.start()):
+                continue  # `sort -u`, `git push -u origin`: not a user flag there
             got = _value(m)
             if got and _username_ok(got[0]) and not _is_reference(got[0], True):
                 yield Span("USERNAME", got[1], got[2], got[0])

@@ -60,10 +60,9 @@ folks guys friends maintainers customer user admin support hello hi dear thanks 
 cheers sincerely yours reviewed signed author authors name names file files test tests build
 release notes changelog license new open source project api http https json yaml url id
 default config settings server client module package class function method docs documentation
-county square island street avenue road park bridge river lake bay hall center centre station
-airport college school hospital church valley hill hills mountain beach city town village
-criterion award awards prize can cloth pins check patri signs sends encrypts decrypts encrypted
-decrypted reading writes reads receives wants says chooses computes
+county square island avenue road center centre station airport college school hospital
+mountain village criterion award awards prize can cloth pins check patri signs sends encrypts
+decrypts encrypted decrypted reading writes reads receives wants says chooses computes
 """.split())
 
 TITLES = frozenset("mr mr. mrs mrs. ms ms. dr dr. prof prof. sir".split())

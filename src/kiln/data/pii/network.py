@@ -55,7 +55,7 @@ NUMBERED = ("(?:section|chapter|figure|table|step|rule|theorem|lemma|equation|pr
             "corollary|definition|remark|algorithm|appendix|exercise|conjecture)s?|figs?|thms?|"
             r"eqs?|eqns?|props?|cor|defs?|(?:sec|secs|app|tab|alg)(?=\.)")
 VERSION_CONTEXT = re.compile(
-    rf"(?:\b(?:version|ver|release|build|revision|rev|{NUMBERED}|v)\.?"
+    rf"(?:\b(?:versions?|ver|releases?|builds?|revisions?|rev|{NUMBERED}|v)\.?"
     r"|__version__|§|==|>=|<=|~=|\^|~|[A-Za-z]/)[\s\"':=(]*$", re.IGNORECASE)
 
 
@@ -119,8 +119,9 @@ LIST_ITEM = re.compile(r"(\d+(?:\.\d+)+)(?:\)?\s*(?:,|;|&|\band|\bor)\s*\(?|[-\u
 
 
 # a version on a line of its own, with letters no decimal or unit has: `1.3.a4`, `3.2.pl0`,
-# `3.4j`, `2g6`, `1.0b2` (not `2.0.1`, `12.5`, `30s`)
-LINE_VERSION = re.compile(r"\d+(?:\.\d+)*\.?[a-z]{1,3}\d+|\d+(?:\.\d+)+\.?[a-z]{1,3}")
+# `3.4j`, `2g6`, `1.0b2` (not `12.5`, `30s`, `1.5ms`, `4.2x`)
+LINE_VERSION = re.compile(r"\d+(?:\.\d+)*\.?[a-z]{1,3}\d+|\d+(?:\.\d+)+\.?(?![sxmhgk])[a-z]")
+DOTTED = re.compile(r"\d+(?:\.\d+){1,5}")  # `2.7.18`: a version only among others like it
 DOTTED_QUAD = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 
 
@@ -134,7 +135,9 @@ def _among_versions_on_lines(text: str, start: int, dotted: str) -> bool:
         return False
     above = text[:line_start].rstrip().rpartition("\n")[2].strip(" \t\r\"',")
     below = text[line_end:].lstrip().partition("\n")[0].strip(" \t\r\"',")
-    return any(LINE_VERSION.fullmatch(n) and not DOTTED_QUAD.fullmatch(n) for n in (above, below))
+    if any(LINE_VERSION.fullmatch(n) for n in (above, below)):
+        return True
+    return all(DOTTED.fullmatch(n) and not DOTTED_QUAD.fullmatch(n) for n in (above, below))
 
 
 def _version_like(text: str, start: int, dotted: str, marked: bool = False) -> bool:
@@ -152,9 +155,12 @@ def _version_like(text: str, start: int, dotted: str, marked: bool = False) -> b
             text, window + item.start(1), item.group(1), marked=True):
         return True
     line_start = text.rfind("\n", 0, start) + 1
-    words = re.findall(r"[A-Za-z§]+", " ".join(text[line_start:start].split()[-3:]))
-    if not marked and any(w.lower() in VERSION_WORDS or "version" in w.lower()
-                          or w.lower() in VERSIONED for w in words):
+    # a list's first item needs its marker word right before it ("Python 3.11.4.1, ..."), not
+    # among the 3 words before ("release (4.1.0.2) to 93.184.216.34 and ..." lists addresses)
+    before = text[line_start:start].split()[-1 if marked else -3:]
+    words = re.findall(r"[A-Za-z§]+", " ".join(before))
+    if any(w.lower() in VERSION_WORDS or "version" in w.lower() or w.lower() in VERSIONED
+           for w in words):
         return True
     if re.search(r"(?:parse|version|ver)\(\s*[\"']?$", text[max(0, start - 24):start], re.I):
         return True  # `parse("1.2.3.4")`, `LooseVersion('2.7.2.2')`
@@ -170,8 +176,10 @@ def _host_ipv4(text: str, m: re.Match) -> bool:
     not a network block (`224.0.0.0/4`); a reverse-DNS name (`4.3.2.1.in-addr.arpa`) is
     judged by the address it spells backwards."""
     dotted, after = m.group(0), text[m.end():m.end() + 16]
-    block = re.match(r"/([0-9]|[12][0-9]|3[01])(?!\d)", after)
-    if block:
+    block = re.match(r"/([0-9]|[12][0-9]|30)(?!\d)", after)  # /31, /32: hosts (RFC 3021)
+    host_context = re.search(r"\b(?:addr(?:ess)?\s+add|inet|address)\s*$",
+                             text[max(0, m.start() - 16):m.start()], re.I)
+    if block and not host_context:
         try:  # the block's own address (host bits zero), not a host written with its prefix
             ipaddress.IPv4Network(f"{dotted}/{block.group(1)}", strict=True)
             return False
