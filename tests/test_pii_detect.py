@@ -79,6 +79,16 @@ def found(text: str, pii_type: str) -> list[str]:
     ("PASSWORD", "mysql -u jdoe99 -p Xk3pq9z mydb", ["Xk3pq9z"]),
     ("NAME", "Jessica Hill wrote the original patch.", ["Jessica Hill"]),
     ("NAME", "Please contact Michael Hall about the invoice.", ["Michael Hall"]),
+    ("NAME", "I met Peter Reading at the conference.", ["Peter Reading"]),
+    ("NAME", "Regards,\nEmre Can\n", ["Emre Can"]),
+    ("PASSWORD", "mysql --host=db \\\n  -u appuser \\\n  -p Zr8vQk2mLx \\\n  shop", ["Zr8vQk2mLx"]),
+    ("PASSWORD", "cypher-shell -u neo4j -p Gr4phP4ss", ["Gr4phP4ss"]),
+    ("USERNAME", "python sync_users.py -u kowalski -p Xq7mR2vLp9", ["kowalski"]),
+    ("IP_ADDRESS", "2024-03-01T10:00:01Z,curl/7.81.0,185.199.108.153,GET /api", ["185.199.108.153"]),
+    ("IP_ADDRESS", "kube-probe/1.27.3; 52.14.88.10", ["52.14.88.10"]),
+    ("IP_ADDRESS", "Old releases: 45.33.32.156 (mirror)", ["45.33.32.156"]),
+    ("IP_ADDRESS", "x:\n93.184.216.34\n1.5\n", ["93.184.216.34"]),
+    ("IP_ADDRESS", "y\n93.184.216.34\n1920x1080\n", ["93.184.216.34"]),
     ("IP_ADDRESS", "AAAA 2606:2800:21f:cb07:6820:80da:af6b:8b2c", ["2606:2800:21f:cb07:6820:80da:af6b:8b2c"]),
 ])
 def test_detects_each_type(pii_type, text, expected):
@@ -123,10 +133,12 @@ def test_private_key_block_is_one_key_span():
     "invalid version numbers:\n\n    1\n    2.7.2.2\n    1.3.a4\n    3.2.pl0\n    3.1.1.6\n    2g6\n",
     "Theorems 4.1.2.3 and 4.1.2.4 show", "Eqs. (5.2.1.3) and (5.2.1.4)",
     "Russell Square", "Wayne County", "Kelly Criterion", "Tony Awards", "Terry Cloth",
-    "Bob Signs the message", "Carol Reading", "Mike Check",
+    "Bob Signs the message", "Mike Check", "### Bob Verifies the Signature",
+    "Gary Indiana steel mills", "Wayne Enterprises", "- user: db-user  the database user\n",
     "Versions 1.2.3.4, 1.2.3.5 and 1.2.3.6 are affected.", "Python 3.11.4.1, 3.11.4.2 and 3.11.4.3 crash.",
     "Supported:\n2.7.18\n2.7.2.2\n3.4.1\n", "    username, password = creds\n",
-    "cp -p notes.txt backup/", "git add -p patch", "sort -u names.txt",
+    "cp -p notes.txt backup/", "git add -p patch", "sort -u names.txt", "git push -u origin main",
+    "mkdir -p build/out",
     "versions 1.2.3.4, 1.2.3.5, 1.2.3.6", "Sections 3.1.4.1-3.1.4.5",
 ])
 def test_hard_negatives_not_detected(text):

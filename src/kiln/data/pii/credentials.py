@@ -186,7 +186,8 @@ def _code_not_literal(m: re.Match[str], text: str, value: str, end: int, quoted:
     after = text[end:end + 40]
     if m.group("op") == "==" or re.match(r"[ \t]*=(?!=)", after):
         return True
-    if re.match(r"[ \t]+[a-z]+\b(?![^\s=]*=)", after) and value.isalpha():
+    if re.match(r"[ \t]+[a-z]+\b(?![^\s=]*=)", after) and re.fullmatch(
+            r"[A-Za-z]+(?:[-_][A-Za-z]+)*", value):  # words (`db-user`), not `Tr0ub4dor&3`
         return True  # a sentence goes on ("- user:  The user name"), not `k=v k2=v2` pairs
     if m.group("op") == ":" and re.match(r"[ \t]*(?:[),]|=[^=])", after):
         return True  # a parameter's annotation: `user_id: UserId) ->`
@@ -203,15 +204,26 @@ def _code_not_literal(m: re.Match[str], text: str, value: str, end: int, quoted:
     return m.group("key").lower() == "pass" and m.group("op") == ":"
 
 
-# commands whose `-p` / `-u` take a password / user (elsewhere `-p` is a port, `--parents`...)
-CREDENTIAL_COMMANDS = re.compile(
-    r"\b(?:mysql\w*|mariadb\w*|sshpass|mongo\w*|login|smbclient|lftp|ftp|htpasswd|rabbitmqctl|"
-    r"influx|cqlsh|sqlcmd|isql|vsql|clickhouse-client|redis-cli)\b", re.IGNORECASE)
+# commands whose `-p` / `-u` mean something else (preserve, parents, patch, unique,
+# upstream, unbuffered, UTC); elsewhere they take a password / user (numeric ports are not
+# passwords anyway)
+OTHER_P = re.compile(r"(?:^|[\s;&|(])(?:cp|mkdir|git|install|rsync|scp|tar|mv|ln|read|patch)\s")
+OTHER_U = re.compile(r"(?:^|[\s;&|(])(?:sort|uniq|git|date|diff|pip\d*|pytest)\s"
+                     r"|(?:^|[\s;&|(])python\d*(?:\.\d+)?\s+$")  # `python -u`, not its script's
 
 
-def _takes_credentials(text: str, flag_at: int) -> bool:
-    line = text[text.rfind("\n", 0, flag_at) + 1:flag_at]
-    return CREDENTIAL_COMMANDS.search(line) is not None
+def _command_line(text: str, flag_at: int) -> str:
+    """The command the flag belongs to, up to the flag: its line and the lines it continues
+    (a shell command split with `\\`)."""
+    start = text.rfind("\n", 0, flag_at) + 1
+    while start > 1 and text[:start - 1].rstrip(" \t").endswith("\\"):
+        start = text.rfind("\n", 0, start - 1) + 1
+    return text[start:flag_at]
+
+
+def _other_meaning(text: str, flag_at: int, flag: str) -> bool:
+    pattern = {"-p": OTHER_P, "-u": OTHER_U}.get(flag)
+    return pattern is not None and pattern.search(_command_line(text, flag_at)) is not None
 
 
 def find_passwords(text: str) -> Iterator[Span]:
@@ -234,7 +246,7 @@ def find_passwords(text: str) -> Iterator[Span]:
             yield Span("PASSWORD", s, e, value)
     for m in CLI_FLAG.finditer(text):
         if m.group("flag").lstrip("-") in {"password", "passwd", "pass", "p"}:
-            if m.group("flag") == "-p" and not _takes_credentials(text, m.start()):
+            if _other_meaning(text, m.start(), m.group("flag")):
                 continue  # `cp -p`, `git add -p`, `mkdir -p`: not a password flag there
             got = _value(m)
             if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]) \
@@ -284,7 +296,7 @@ def find_usernames(text: str) -> Iterator[Span]:
             yield Span("USERNAME", m.start("v"), m.end("v"), m.group("v"))
     for m in CLI_FLAG.finditer(text):
         if m.group("flag").lstrip("-") in {"user", "username", "u", "login", "l"}:
-            if m.group("flag") == "-u" and not _takes_credentials(text, m.start()):
+            if _other_meaning(text, m.start(), m.group("flag")):
                 continue  # `sort -u`, `git push -u origin`: not a user flag there
             got = _value(m)
             if got and _username_ok(got[0]) and not _is_reference(got[0], True):

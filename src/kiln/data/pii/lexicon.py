@@ -33,10 +33,10 @@ scott sean sebastian sergei sergey shreya simon sofia sophia sophie stefan stefa
 steven susan sven takeshi tanaka tatiana thomas tim timothy tobias tom tomas tyler valentina
 vanessa victor victoria vikram vincent vladimir wang wei william wolfgang xavier xin yan yang
 yuki yusuf yuri zhang zoe
-bob bobby carol dave mike joe jim tony nancy betty dorothy sharon cynthia kathleen brenda pamela
-debra stephanie kelly joyce diane gloria teresa doris judith janice kenneth ronald jeffrey gary
-larry jerry walter keith roger terry gerald carl randy howard eugene russell todd shawn phillip
-ralph wayne ernest sylvia lena ingrid astrid greta jens nils
+bob bobby carol dave joe jim tony nancy betty dorothy sharon cynthia kathleen brenda pamela
+debra stephanie joyce diane gloria teresa doris judith janice kenneth ronald jeffrey larry jerry
+walter keith roger terry gerald carl randy howard eugene russell todd shawn phillip ralph ernest
+sylvia lena ingrid astrid greta jens nils
 """.split())
 
 # Trailing words that make a "holder" an organisation rather than a person.
@@ -61,8 +61,10 @@ cheers sincerely yours reviewed signed author authors name names file files test
 release notes changelog license new open source project api http https json yaml url id
 default config settings server client module package class function method docs documentation
 county square island avenue road center centre station airport college school hospital
-mountain village criterion award awards prize can cloth pins check patri signs sends encrypts
-decrypts encrypted decrypted reading writes reads receives wants says chooses computes
+mountain village criterion award awards prize cloth pins check patri army enterprises formula
+cake signs sends encrypts decrypts encrypted decrypted writes reads receives wants says chooses
+computes verifies responds audits checks generates publishes commits reveals picks selects
+obtains replies forwards requests proves learns knows gets
 """.split())
 
 TITLES = frozenset("mr mr. mrs mrs. ms ms. dr dr. prof prof. sir".split())

@@ -55,7 +55,7 @@ NUMBERED = ("(?:section|chapter|figure|table|step|rule|theorem|lemma|equation|pr
             "corollary|definition|remark|algorithm|appendix|exercise|conjecture)s?|figs?|thms?|"
             r"eqs?|eqns?|props?|cor|defs?|(?:sec|secs|app|tab|alg)(?=\.)")
 VERSION_CONTEXT = re.compile(
-    rf"(?:\b(?:versions?|ver|releases?|builds?|revisions?|rev|{NUMBERED}|v)\.?"
+    rf"(?:\b(?:versions?|ver|release|build|revision|rev|{NUMBERED}|v)\.?"
     r"|__version__|§|==|>=|<=|~=|\^|~|[A-Za-z]/)[\s\"':=(]*$", re.IGNORECASE)
 
 
@@ -115,13 +115,16 @@ VERSION_WORDS = frozenset({"version", "ver", "vers", "build", "release", "rev", 
 
 # "Theorems 4.1.2.3 and 4.1.2.4", "versions 1.2.3.4, 1.2.3.5": the next item of a list.
 # ("to" is not a list: "release 2.3.1.4 to 93.184.216.34"; a dash joins a range only unspaced)
-LIST_ITEM = re.compile(r"(\d+(?:\.\d+)+)(?:\)?\s*(?:,|;|&|\band|\bor)\s*\(?|[-\u2013])$", re.I)
+# (a comma or semicolon needs a space after it: `curl/7.81.0,185.199.108.153` is a CSV row)
+LIST_ITEM = re.compile(
+    r"(\d+(?:\.\d+)+)(?:\)?(?:\s*[,;]\s+|\s*&\s*|\s+(?:and|or)\s+)\(?|[-\u2013])$", re.I)
 
 
 # a version on a line of its own, with letters no decimal or unit has: `1.3.a4`, `3.2.pl0`,
 # `3.4j`, `2g6`, `1.0b2` (not `12.5`, `30s`, `1.5ms`, `4.2x`)
-LINE_VERSION = re.compile(r"\d+(?:\.\d+)*\.?[a-z]{1,3}\d+|\d+(?:\.\d+)+\.?(?![sxmhgk])[a-z]")
-DOTTED = re.compile(r"\d+(?:\.\d+){1,5}")  # `2.7.18`: a version only among others like it
+LINE_VERSION = re.compile(
+    r"\d+(?:\.\d+)*\.?(?![xh]\d)[a-z]{1,3}\d+|\d+(?:\.\d+)+\.?(?![sxmhgk])[a-z]")
+DOTTED = re.compile(r"\d+(?:\.\d+){2,5}")  # `2.7.18`: a version only among others like it
 DOTTED_QUAD = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 
 
@@ -151,7 +154,7 @@ def _version_like(text: str, start: int, dotted: str, marked: bool = False) -> b
         return True
     window = max(0, start - 40)
     item = LIST_ITEM.search(text[window:start])
-    if item and item.group(1).count(".") >= 2 and _version_like(  # as its list's previous item
+    if item and item.group(1).count(".") == 3 and _version_like(  # as its list's previous quad
             text, window + item.start(1), item.group(1), marked=True):
         return True
     line_start = text.rfind("\n", 0, start) + 1
