@@ -196,7 +196,7 @@ def test_only_a_lost_peer_is_reported_as_one(monkeypatch):
     join the group here (a port in use) or a bug in this rank keeps its own error."""
     import torch.distributed as dist
 
-    from kiln.cli import _lost_a_rank
+    from kiln.parallel.distributed import lost_a_rank as _lost_a_rank
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert _lost_a_rank(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from contextlib import nullcontext
@@ -367,12 +366,12 @@ _AFTER_INTERRUPT = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from kiln.parallel.distributed import is_main_process
+    from kiln.parallel.distributed import is_main_process, launched_ranks, lost_a_rank
 
     try:
         cfg = resolve_config(args.target, args.overrides)
         fn = VERBS[args.verb][0]
-        if args.verb in _RANK_ZERO_VERBS and _launched_ranks() > 1:
+        if args.verb in _RANK_ZERO_VERBS and launched_ranks() > 1:
             if not is_main_process():  # one rank does the work: N would race on the same files
                 return 0
             print(f"note: `kiln {args.verb}` runs on rank 0 alone; the other ranks exit",
@@ -405,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     except RuntimeError as e:
-        if not _lost_a_rank(e):
+        if not lost_a_rank(e):
             raise
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         print(f"kiln: {args.verb} stopped: another rank of this launch failed or was killed "
@@ -416,22 +415,6 @@ def main(argv: list[str] | None = None) -> int:
 
 # verbs with nothing to share between ranks: under torchrun rank 0 runs them alone
 _RANK_ZERO_VERBS = (*_DATA_VERBS, "generate", "export", "report")
-
-
-def _launched_ranks() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def _lost_a_rank(e: RuntimeError) -> bool:
-    """A collective that failed because a peer process went away (gloo: the connection
-    reset; NCCL: the communicator aborted), as opposed to a bug in this rank."""
-    import torch.distributed as dist
-
-    if _launched_ranks() <= 1 or isinstance(e, (dist.DistNetworkError, dist.DistStoreError)):
-        return False  # joining the group failed here (a port in use, no rendezvous)
-    lost = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
-            "NCCL communicator was aborted", "ProcessGroupNCCL")
-    return isinstance(e, dist.DistBackendError) or any(s in str(e) for s in lost)
 
 
 if __name__ == "__main__":

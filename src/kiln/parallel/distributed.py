@@ -41,13 +41,29 @@ def is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+def launched_ranks() -> int:
+    """How many processes this launch has (torchrun's WORLD_SIZE), before any group exists."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def lost_a_rank(e: RuntimeError) -> bool:
+    """A collective that failed because a peer process went away (gloo: the connection
+    reset; NCCL: the communicator aborted), as opposed to a bug in this rank or a failure
+    to join the group here (a port in use, no rendezvous)."""
+    if launched_ranks() <= 1 or isinstance(e, (dist.DistNetworkError, dist.DistStoreError)):
+        return False
+    lost = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+            "NCCL communicator was aborted", "ProcessGroupNCCL")
+    return isinstance(e, dist.DistBackendError) or any(s in str(e) for s in lost)
+
+
 def init_distributed(device: torch.device, settings: dict[str, Any] | None = None) -> DistEnv:
     """Join the process group that torchrun describes in the environment, if any, and check
     that every rank has the same `settings` (the flattened config).
 
     Under torchrun even one process joins (and is wrapped in DDP / FSDP2), so that
     `torchrun --nproc_per_node=1` exercises the same path as a bigger launch."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = launched_ranks()
     launched = "TORCHELASTIC_RUN_ID" in os.environ  # torchrun sets it
     if world <= 1 and not launched:
         return DistEnv()

@@ -180,9 +180,8 @@ def _host_ipv4(text: str, m: re.Match) -> bool:
     judged by the address it spells backwards."""
     dotted, after = m.group(0), text[m.end():m.end() + 16]
     block = re.match(r"/([0-9]|[12][0-9]|30)(?!\d)", after)  # /31, /32: hosts (RFC 3021)
-    host_context = re.search(r"\b(?:addr(?:ess)?\s+add|inet|address)\s*$",
-                             text[max(0, m.start() - 16):m.start()], re.I)
-    if block and not host_context:
+    if block and not re.search(r"\b(?:addr(?:ess)?\s+add|inet|address)\s*$",
+                               text[max(0, m.start() - 16):m.start()], re.I):  # `ip addr add`
         try:  # the block's own address (host bits zero), not a host written with its prefix
             ipaddress.IPv4Network(f"{dotted}/{block.group(1)}", strict=True)
             return False
