@@ -128,6 +128,41 @@ def test_data_verbs_refuse_to_remake_a_trained_runs_data_from_changed_sources(ma
     os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert main(["prepare", str(run)]) == 2
     err = capsys.readouterr().err
-    assert "a file edited" in err and "`kiln train RUN` and the later verbs go on" in err
+    assert "a file edited)" in err and "touched" not in err and "go on" not in err
     assert {p: p.read_bytes() for p in before} == before  # nothing was replaced
+    edited.write_text(edited.read_text().replace("more", "some"))  # the text trained on
+    for file in src.iterdir():  # a fresh checkout: every time new, every byte the same
+        os.utime(file, ns=(file.stat().st_atime_ns, file.stat().st_mtime_ns + 5 * 10**9))
+    assert main(["prepare", str(run)]) == 0
+    assert {p: p.read_bytes() for p in before} == before
     assert main(["eval", str(run), "--set", "eval.max_batches=1"]) == 0  # the model still works
+
+
+def test_a_run_that_recorded_file_times_is_compared_by_times(made, capsys):
+    """Runs prepared before contents were hashed recorded (name, size, time): their sources
+    are compared the way they were recorded, so an untouched source is still the same input
+    and a touched one is named as possibly touched, with the way on."""
+    import json
+    import os
+
+    from kiln.cli import main
+    from kiln.data.sources import fingerprint_files
+    from kiln.run_dir import write_run_metadata
+
+    cfg, src, run = made
+    write_run_metadata(cfg)
+    assert main(["train", str(run), "--set", "train.steps=2", "--set", "train.checkpoint_every=2"]) == 0
+    layout_path = run / "logs" / "prepare" / "kiln_pipeline.json"
+    layout = json.loads(layout_path.read_text())
+    assert layout["signature"]["input_files"]["read"]["by"] == "content"
+    layout["signature"]["input_files"]["read"] = fingerprint_files([str(src)], by="mtime")
+    layout_path.write_text(json.dumps(layout))
+    capsys.readouterr()
+    assert main(["prepare", str(run)]) == 0  # the same times: the same input
+    capsys.readouterr()
+    layout_path.write_text(json.dumps(layout))  # as the earlier Kiln left it
+    touched = src / "f3.txt"
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    assert main(["prepare", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "touched: this run recorded times" in err and "`kiln train RUN` and the later verbs go on" in err

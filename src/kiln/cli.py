@@ -258,8 +258,9 @@ def _refuse_remaking_trained_data(cfg: Config, verb: str) -> None:
     if not changed and verb in ("prepare", "run"):
         changed = changed_inputs(cfg.prepare, cfg.run_dir, cfg.data.sources)
         what = f"the sources as they were; they changed since ({'; '.join(changed[:4])})"
-        touched = ("; if only the files' times changed (a touch, a checkout), `kiln train "
-                   "RUN` and the later verbs go on with the data already made")
+        if any("touched" in c for c in changed):
+            touched = ("; if only the files' times changed (a touch, a checkout), `kiln train "
+                       "RUN` and the later verbs go on with the data already made")
     if changed:
         raise ConfigError(
             f"{cfg.run_dir} holds checkpoints trained on {what}; re-making the data would "

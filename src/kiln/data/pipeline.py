@@ -208,8 +208,9 @@ def _sources_read(sig: dict) -> list[str]:
     return sig["sources"] if inputs is None else inputs or ["<stdlib>"]
 
 
-def _input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path) -> dict:
-    """Fingerprint (files, bytes, hash of names, sizes, mtimes) of what each reader stage reads.
+def _input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path,
+                 by: str = "content") -> dict:
+    """Fingerprint (files, bytes, hash of names, sizes, contents) of what each reader stage reads.
 
     Part of the resume signature: a file added, removed or changed in a source re-runs prepare
     from scratch instead of resuming (or skipping) a run made from other inputs.
@@ -219,8 +220,27 @@ def _input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path) -> d
     arxiv = dataclasses.asdict(cfg.arxiv)
     inputs = {stage: _reader_inputs(stage, sources, arxiv) for stage in cfg.stages}
     inputs |= _option_files(cfg)
-    return {stage: fingerprint_files(files, exclude=run_dir)
-            for stage, files in inputs.items() if files is not None}
+    cache = run_dir / "logs" / HASH_CACHE
+    known = _load_hash_cache(cache)
+    before = dict(known)
+    fingerprints = {stage: fingerprint_files(files, exclude=run_dir, known=known, by=by)
+                    for stage, files in inputs.items() if files is not None}
+    if known != before:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(cache, known)
+    return fingerprints
+
+
+HASH_CACHE = "source_hashes.json"  # real path -> [size, mtime_ns, sha256] of each file read
+
+
+def _load_hash_cache(path: Path) -> dict:
+    """The content hashes of the last fingerprint ({} if none or damaged: they are re-read)."""
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
 
 
 def changed_inputs(cfg: PrepareConfig, run_dir: Path | str, sources: Sequence[str]) -> list[str]:
@@ -232,7 +252,8 @@ def changed_inputs(cfg: PrepareConfig, run_dir: Path | str, sources: Sequence[st
             encoding="utf-8"))["signature"]["input_files"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
-    now = _input_files(cfg, sources, Path(run_dir))
+    legacy = any(isinstance(fp, dict) and "by" not in fp for fp in saved.values())
+    now = _input_files(cfg, sources, Path(run_dir), by="mtime" if legacy else "content")
 
     def says(fp: dict | None) -> str:
         return "none" if fp is None else f"{fp['files']:,} files, {fp['bytes']:,} bytes"
@@ -241,7 +262,9 @@ def changed_inputs(cfg: PrepareConfig, run_dir: Path | str, sources: Sequence[st
     for stage in sorted(set(saved) | set(now)):
         before, after = says(saved.get(stage)), says(now.get(stage))
         if saved.get(stage) != now.get(stage):
-            edited = " (the same count and size: a file edited or touched)" if before == after else ""
+            edited = (" (the same count and size: a file edited" + (
+                " or touched: this run recorded times, not contents)" if legacy else ")")
+                if before == after else "")
             changes.append(f"{stage}: {before} -> {after}{edited}")
     return changes
 

@@ -122,16 +122,24 @@ def list_source_files(sources: list[str], exclude: Path | None = None) -> list[S
     return files
 
 
-def fingerprint_files(sources: list[str], exclude: Path | None = None) -> dict:
-    """What the input files are now: count, bytes and a hash of (id, size, mtime) of each file.
+def fingerprint_files(sources: list[str], exclude: Path | None = None,
+                      known: dict | None = None, by: str = "content") -> dict:
+    """What the input files are now: count, bytes and a hash of (id, size, content) of each file.
 
     `sources` as for `list_source_files` (empty: the stdlib corpus). A path that does not exist
     is recorded as missing rather than raised (the stage that reads it reports that). Files
     under `exclude` (the run directory, if it lies inside a source folder) are left out, so
-    prepare's own outputs never make a finished run look stale.
+    prepare's own outputs never make a finished run look stale. Contents, not modification
+    times: a touch, a fresh checkout or a copy of the same files is the same input. `known`
+    (real path -> [size, mtime_ns, content sha256], updated in place) spares re-reading the
+    files whose size and time are unchanged since it was filled. `by="mtime"` gives the
+    fingerprint runs recorded before contents were hashed (times instead of contents).
     """
     import hashlib
 
+    if by not in ("content", "mtime"):
+        raise ValueError(f"fingerprint by 'content' or 'mtime', not {by!r}")
+    known = {} if known is None else known
     digest = hashlib.sha256()
     n_files = n_bytes = 0
     groups = [[s] for s in sources] if sources else [[]]
@@ -144,12 +152,30 @@ def fingerprint_files(sources: list[str], exclude: Path | None = None) -> dict:
                 continue
             try:
                 st = file.path.stat()
+                what = st.st_mtime_ns if by == "mtime" else _content_hash(file.path, st, known)
             except OSError:
                 digest.update(f"unstatable\t{file.rel}\n".encode("utf-8", "surrogateescape"))
                 continue
             n_files += 1
             n_bytes += st.st_size
             # not the path as spelled (`d`, `d/`, absolute): the same files are the same input
-            line = f"{file.rel}\t{st.st_size}\t{st.st_mtime_ns}\n"
+            line = f"{file.rel}\t{st.st_size}\t{what}\n"
             digest.update(line.encode("utf-8", "surrogateescape"))
-    return {"files": n_files, "bytes": n_bytes, "sha256": digest.hexdigest()}
+    out = {"files": n_files, "bytes": n_bytes, "sha256": digest.hexdigest()}
+    return out if by == "mtime" else {**out, "by": "content"}
+
+
+def _content_hash(path: Path, st: os.stat_result, known: dict) -> str:
+    """sha256 of the file's bytes, from `known` while its size and time are unchanged."""
+    import hashlib
+
+    key = os.path.realpath(path)
+    seen = known.get(key)
+    if isinstance(seen, list) and seen[:2] == [st.st_size, st.st_mtime_ns]:
+        return seen[2]
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    known[key] = [st.st_size, st.st_mtime_ns, digest.hexdigest()]
+    return known[key][2]
