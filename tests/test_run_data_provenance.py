@@ -166,3 +166,26 @@ def test_a_run_that_recorded_file_times_is_compared_by_times(made, capsys):
     assert main(["prepare", str(run)]) == 2
     err = capsys.readouterr().err
     assert "touched: this run recorded times" in err and "`kiln train RUN` and the later verbs go on" in err
+
+
+def test_a_source_spelled_another_way_resumes_and_another_folder_is_refused(made, tmp_path,
+                                                                              monkeypatch, capsys):
+    """`src`, `src/` and the absolute path name one folder: a trained run resumes and
+    re-prepares under any of them; a copy of the folder elsewhere is another setting."""
+    import shutil
+
+    from kiln.cli import main
+    from kiln.run_dir import write_run_metadata
+
+    cfg, src, run = made
+    write_run_metadata(cfg)
+    assert main(["train", str(run), "--set", "train.steps=2", "--set", "train.checkpoint_every=2"]) == 0
+    monkeypatch.chdir(src.parent)
+    for spelling in (f"{src}/", "src", "./src/"):
+        setting = f'data.sources=["{spelling}"]'
+        assert main(["prepare", str(run), "--set", setting]) == 0
+        assert main(["train", str(run), "--set", setting, "--set", "train.steps=3"]) == 0
+    capsys.readouterr()
+    shutil.copytree(src, tmp_path / "copy")
+    assert main(["train", str(run), "--set", 'data.sources=["copy"]', "--set", "train.steps=4"]) == 1
+    assert "data.sources: [" in capsys.readouterr().err

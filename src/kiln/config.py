@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import json
 import math
+import os
 import tomllib
 import types
 import typing
@@ -539,7 +540,19 @@ def data_changes(old: Config, new: Config) -> list[str]:
     """'key: old -> new' for the settings that change what data is made (not how, nor
     whether rejected documents are also kept for inspection)."""
     how = {f"prepare.{k}" for k in (*EXECUTION_KEYS, "keep_rejected")}
-    return [c for c in config_changes(old, new, DATA_KEYS) if c.split(":")[0] not in how]
+    before, after = flat_settings(old), flat_settings(new)
+    return [c for c in config_changes(old, new, DATA_KEYS) if (key := c.split(":")[0]) not in how
+            and not _same_paths(before.get(key), after.get(key))]
+
+
+def _same_paths(a: object, b: object) -> bool:
+    """`d`, `d/`, `./d` and its absolute path name one existing file or folder: the same
+    data setting (what the files hold is compared by the prepare's input fingerprint)."""
+    a, b = ([a], [b]) if isinstance(a, str) and isinstance(b, str) else (a, b)
+    if not (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)):
+        return False
+    return all(isinstance(x, str) and isinstance(y, str) and x and y and os.path.exists(x)
+               and os.path.realpath(x) == os.path.realpath(y) for x, y in zip(a, b))
 
 
 def config_changes(old: Config, new: Config, prefixes: tuple[str, ...] = ("",)) -> list[str]:
