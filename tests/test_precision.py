@@ -42,3 +42,35 @@ def test_bf16_autocast_runs_matmuls_in_bf16_and_fp32_leaves_them():
         assert (a @ b).dtype == torch.bfloat16
     with precision.autocast(CPU, "fp32"):
         assert (a @ b).dtype == torch.float32
+
+
+def test_the_cli_prints_kiln_warnings_as_one_line_and_leaves_others_alone(tiny_run, monkeypatch,
+                                                                          capsys):
+    """`kiln train` with bf16 forced on a CPU without it: one `warning:` line naming the
+    setting, not Python's `file:line: UserWarning` with a source line; a warning from
+    outside Kiln keeps Python's format; after the command the handler is Python's again."""
+    from kiln import cli
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2"})
+    before = warnings.showwarning
+    assert cli.main(["train", str(tiny_run), "--set", "train.precision=bf16",
+                     "--set", "train.steps=1"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "emulated" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: train.precision = 'bf16' on a CPU")
+    assert "UserWarning" not in err and "resolve_precision(" not in err
+    assert warnings.showwarning is before
+
+    def other_library(argv):  # a warning raised outside the kiln package
+        warnings.warn_explicit("from elsewhere", UserWarning, "/elsewhere/lib.py", 7)
+        return 0
+
+    monkeypatch.setattr(cli, "_main", other_library)
+    shown = []
+    monkeypatch.setattr(warnings, "showwarning", lambda *a: shown.append(a[:4]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert cli.main([]) == 0
+    assert [(str(m), c, f, n) for m, c, f, n in shown] == [
+        ("from elsewhere", UserWarning, "/elsewhere/lib.py", 7)]
+    assert capsys.readouterr().err == ""

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 import time
+import warnings
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -366,6 +368,28 @@ _AFTER_INTERRUPT = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning(warnings.showwarning)
+        return _main(argv)
+
+
+def _show_warning(shown: Callable) -> Callable:
+    """Kiln's own warnings read like its other messages (`warning: ...`, once, on rank 0),
+    not as a source location and line; other libraries' keep Python's format."""
+    from kiln.parallel.distributed import is_main_process
+
+    package = Path(__file__).resolve().parent
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if not Path(filename).resolve().is_relative_to(package):
+            shown(message, category, filename, lineno, file, line)
+        elif is_main_process():
+            print(f"warning: {message}", file=file or sys.stderr)
+
+    return show
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     from kiln.parallel.distributed import is_main_process, launched_ranks, lost_a_rank
 

@@ -40,11 +40,13 @@ def resolve_device(name: str) -> torch.device:
 def resolve_precision(name: str, device: torch.device) -> str:
     """'auto' picks bf16 on GPUs that support it and on CPUs with native bf16, else fp32.
     An explicit 'bf16' on a CPU without native bf16 is kept, with a warning: torch then
-    emulates bf16 matmuls, hundreds of times slower than fp32 (measured on an AVX2 EPYC)."""
+    emulates bf16 matmuls (the quickstart trained at 63 tokens/s against fp32's ~4,300 on
+    an AVX2 EPYC)."""
     if name == "bf16" and device.type == "cpu" and not cpu_has_fast_bf16():
-        warnings.warn("precision = 'bf16' on a CPU without AVX-512 BF16 or AMX: bf16 matmuls "
-                      "are emulated here and run hundreds of times slower than fp32; use "
-                      "'auto' or 'fp32'", stacklevel=2)
+        warnings.warn("train.precision = 'bf16' on a CPU without AVX-512 BF16 or AMX: bf16 "
+                      "matmuls are emulated here, tens of times slower than fp32 (the "
+                      "quickstart: 63 against ~4,300 tokens/s); use 'auto' or 'fp32'",
+                      stacklevel=2)
     if name != "auto":
         return name
     if device.type == "cuda":
