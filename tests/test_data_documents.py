@@ -69,6 +69,20 @@ def test_parquet_rows(tmp_path):
     assert counts["skipped/no_text_column"] == 1
 
 
+@pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
+def test_a_parquet_row_of_invalid_utf8_is_one_skipped_row(tmp_path, kind):
+    """Writers outside pyarrow rarely check a string column's UTF-8: the bad row is counted
+    and skipped, and the rows after it in its batch and in later batches are read."""
+    rows = [f"row {i} text".encode() for i in range(2500)]
+    rows[1030] = b"bad \xff row"
+    raw = pa.binary() if kind == pa.string() else pa.large_binary()
+    pq.write_table(pa.table({"text": pa.array(rows, raw).view(kind)}), tmp_path / "p.parquet")
+    docs, counts = _read([tmp_path / "p.parquet"])
+    assert len(docs) == 2499 and counts["skipped/non_utf8"] == 1
+    assert "skipped/unreadable" not in counts
+    assert (docs[1030].id, docs[1030].text) == ("p.parquet:1031", "row 1031 text")
+
+
 def test_bad_files_counted_and_skipped(tmp_path):
     (tmp_path / "latin.py").write_bytes("# caf\xe9\n".encode("latin-1"))
     (tmp_path / "empty.md").write_text("  \n")

@@ -150,6 +150,24 @@ def test_eval_batches_sequential_and_rank_disjoint(shards):
     assert [_starts(b) for b in limited] == [[0, 1, 2], [3, 4, 5]]
 
 
+def test_eval_batches_are_counted_without_reading_and_read_one_at_a_time(shards, monkeypatch):
+    """Evaluation needs every rank's batch count before the first forward; it is known
+    without reading the shards, and batches are read as they are used, not all at once."""
+    from kiln.data import loader
+
+    reads = []
+    stack = loader._stack
+    monkeypatch.setattr(loader, "_stack", lambda *a: reads.append(1) or stack(*a))
+    kw = dict(split="train", seq_len=SEQ, batch_size=3, max_batches=0)
+    ranks = [eval_batches(shards, **kw, rank=r, world_size=3) for r in range(3)]
+    assert [len(b) for b in ranks] == [2, 1, 1] and reads == []
+    assert len(eval_batches(shards, **(kw | {"max_batches": 3}))) == 3
+    first = iter(ranks[0])
+    next(first)
+    assert len(reads) == 1
+    assert [len(list(b)) for b in ranks] == [2, 1, 1]
+
+
 def test_loader_reads_real_shards(tmp_path):
     from datatrove.data import Document
 

@@ -187,7 +187,7 @@ class SourceReader(PipelineStep):
             return
         row = 0
         for batch in table.iter_batches(columns=["text"], batch_size=1024):
-            for text in batch.column(0).to_pylist():
+            for text in _as_bytes(batch.column(0)).to_pylist():
                 if isinstance(text, bytes):  # a binary column of UTF-8 text
                     try:
                         text = text.decode("utf-8")
@@ -200,6 +200,19 @@ class SourceReader(PipelineStep):
                 elif doc := self._make(text, f"{file.rel}:{row}", file.path):
                     yield doc
                 row += 1
+
+
+def _as_bytes(column):
+    """A string column as the bytes it holds (no copy): pyarrow decodes a whole batch at
+    once, so one row of invalid UTF-8 (writers rarely check) would lose the batch and the
+    rest of the file; decoded row by row, it is one `non_utf8` row."""
+    import pyarrow as pa
+
+    if pa.types.is_string(column.type):
+        return column.cast(pa.binary())
+    if pa.types.is_large_string(column.type):
+        return column.cast(pa.large_binary())
+    return column
 
 
 def read_documents(out_dir: Path | str) -> Iterator[Document]:

@@ -157,17 +157,34 @@ def eval_batches(
     max_batches: int,
     rank: int = 0,
     world_size: int = 1,
-) -> Iterator[torch.Tensor]:
+) -> EvalBatches:
     """Sequential windows, unshuffled, for losses that compare across runs.
 
     Batch b holds windows [b*batch_size, (b+1)*batch_size) (the last may be short) and goes to
     rank b % world_size; only the first `max_batches` batches are used (0 = all).
     """
-    stream = TokenStream(shard_dir, split)
-    n_windows = _windows(stream, seq_len)
-    n_batches = -(-n_windows // batch_size)
-    if max_batches:
-        n_batches = min(n_batches, max_batches)
-    for b in range(rank, n_batches, world_size):
-        ids = np.arange(b * batch_size, min((b + 1) * batch_size, n_windows))
-        yield _stack(stream, ids, seq_len)
+    return EvalBatches(TokenStream(shard_dir, split), seq_len, batch_size, max_batches, rank,
+                       world_size)
+
+
+class EvalBatches:
+    """This rank's evaluation batches, read from the memory-mapped shards one at a time as
+    they are iterated; `len()` counts them without reading any (a whole split held as int64
+    batches would take 4-8x the shards' size in memory)."""
+
+    def __init__(self, stream: TokenStream, seq_len: int, batch_size: int, max_batches: int,
+                 rank: int, world_size: int):
+        self.stream, self.seq_len, self.batch_size = stream, seq_len, batch_size
+        self.n_windows = _windows(stream, seq_len)
+        n_batches = -(-self.n_windows // batch_size)
+        if max_batches:
+            n_batches = min(n_batches, max_batches)
+        self.batch_ids = range(rank, n_batches, world_size)
+
+    def __len__(self) -> int:
+        return len(self.batch_ids)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        for b in self.batch_ids:
+            ids = np.arange(b * self.batch_size, min((b + 1) * self.batch_size, self.n_windows))
+            yield _stack(self.stream, ids, self.seq_len)

@@ -40,14 +40,15 @@ def evaluate(
         byte_lengths = torch.from_numpy(byte_lengths).to(device)
     was_training = model.training
     model.eval()
-    batches = list(eval_batches(token_dir, split, seq_len, batch_size, max_batches,
-                                env.rank, env.world_size))
+    batches = eval_batches(token_dir, split, seq_len, batch_size, max_batches, env.rank,
+                           env.world_size)
     # sharded models need every rank in every forward: pad short ranks with ignored batches
     rounds = int(all_reduce_max(torch.tensor(len(batches), device=device), env))
     total = torch.zeros(3, dtype=torch.float64, device=device)  # summed nats, tokens, bytes
+    read = iter(batches)
     for i in range(rounds):
         real = i < len(batches)
-        batch = (batches[i] if real else torch.zeros(1, seq_len + 1, dtype=torch.long)).to(device)
+        batch = (next(read) if real else torch.zeros(1, seq_len + 1, dtype=torch.long)).to(device)
         with autocast(device, precision):
             mean_loss = model(batch[:, :-1], targets=batch[:, 1:])
         if not real:
