@@ -200,12 +200,16 @@ def test_a_damaged_shard_is_a_clear_error(shards):
 
 
 def test_the_shards_fingerprint_leaves_out_what_they_were_made_from(shards):
-    """Indexes written before `made_from` was recorded must keep resuming."""
+    """Indexes written before `made_from` (or the unigram counts) was recorded must keep
+    resuming."""
     from kiln.data.loader import TokenStream
 
     before = TokenStream(shards, "train").fingerprint
     index = json.loads((shards / "index.json").read_text())
     (shards / "index.json").write_text(json.dumps({**index, "made_from": {"documents": "x"}}))
+    assert TokenStream(shards, "train").fingerprint == before
+    # nor does the unigram counts file a later Kiln writes beside the same shards
+    (shards / "index.json").write_text(json.dumps({**index, "unigram_counts": "u.npy"}))
     assert TokenStream(shards, "train").fingerprint == before
     (shards / "index.json").write_text(json.dumps({**index, "unigram_bpb": 1.0}))
     assert TokenStream(shards, "train").fingerprint != before

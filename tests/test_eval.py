@@ -75,3 +75,60 @@ def test_shards_without_a_byte_table_fall_back_to_the_ratio(tiny_run):
     assert got["bytes_counted"].startswith("estimated")
     assert got["bytes"] == pytest.approx(got["tokens"] * index["val"]["bytes"]
                                          / index["val"]["tokens"], abs=0.1)
+
+
+@pytest.mark.parametrize("max_batches", [1, 0])
+def test_the_unigram_baseline_scores_the_same_tokens(tiny_run, max_batches):
+    """The baseline of an eval is the add-one unigram of the train split's counts, summed
+    over exactly the scored targets and divided by their bytes: a part of the split is
+    compared with its own baseline; the whole split's is close to the index's."""
+    import numpy as np
+
+    from kiln.data.loader import TokenStream
+
+    token_dir, seq_len = tiny_run / "tokens", 32
+    index = json.loads((token_dir / "index.json").read_text())
+    train = TokenStream(token_dir, "train")
+    counts = np.bincount(np.asarray(train.read(0, train.n_tokens), dtype=np.int64),
+                         minlength=index["vocab_size"])
+    assert (np.load(token_dir / "unigram_counts.npy") == counts).all()
+    bits_of = -np.log2((counts + 1) / (counts.sum() + len(counts)))
+    byte_len = np.load(token_dir / "token_bytes.npy").astype(np.int64)
+    bits = n_bytes = 0
+    for batch in eval_batches(token_dir, "val", seq_len, 4, max_batches):
+        targets = batch[:, 1:].numpy()
+        bits += bits_of[targets].sum()
+        n_bytes += byte_len[targets].sum()
+    got = evaluate(model_for(tiny_run), token_dir, "val", seq_len, 4, max_batches,
+                   torch.device("cpu"), "fp32")
+    assert got["unigram_bpb_scored"] == pytest.approx(bits / n_bytes, rel=1e-9)
+    if not max_batches:
+        assert got["unigram_bpb_scored"] == pytest.approx(index["unigram_bpb"], rel=0.02)
+
+
+def test_a_partial_eval_is_judged_against_its_own_baseline(tiny_run, capsys):
+    """`kiln eval` with max_batches: the verdict's baseline is the scored tokens' (printed and
+    in the report); shards from before the counts were saved give no verdict on a part."""
+    from kiln.cli import main
+
+    assert main(["train", str(tiny_run), "--set", "train.steps=2"]) == 0
+    assert main(["eval", str(tiny_run), "--set", "eval.max_batches=1"]) == 0
+    out = capsys.readouterr().out
+    got = json.loads((tiny_run / "eval.json").read_text())
+    baseline = got["unigram_bpb_scored"]
+    assert f"the unigram baseline {baseline:.4f} on the same tokens" in out
+    assert main(["report", str(tiny_run)]) == 0
+    html = (tiny_run / "report.html").read_text()
+    assert "unigram baseline bpb (the same tokens)" in html and f"{baseline:.4f}" in html
+    assert "the first batch of the val split" in html
+    index_path = tiny_run / "tokens" / "index.json"
+    index = json.loads(index_path.read_text())
+    del index["unigram_counts"]
+    index_path.write_text(json.dumps(index))
+    capsys.readouterr()
+    assert main(["eval", str(tiny_run), "--set", "eval.max_batches=1"]) == 0
+    out = capsys.readouterr().out
+    assert "not measured on these tokens" in out and "below" not in out
+    assert main(["report", str(tiny_run)]) == 0
+    html = (tiny_run / "report.html").read_text()
+    assert "so the two are not compared" in html and "Beats the unigram" not in html

@@ -243,6 +243,18 @@ def test_eval_on_the_train_split_is_not_judged_against_the_val_baseline(tmp_path
     assert "Evaluated on the train split" in page
 
 
+def test_the_token_table_lists_the_splits_and_nothing_else(tmp_path: Path) -> None:
+    _full_run(tmp_path)
+    index = json.loads((tmp_path / "tokens/index.json").read_text())
+    index["made_from"] = {"documents": "cec8c24d63a67cd6", "format": 2}
+    (tmp_path / "tokens/index.json").write_text(json.dumps(index))
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    shards = page[page.index("Token shards"):]
+    shards = shards[:shards.index("</section>")]
+    assert "<td>train</td>" in shards and "<td>val</td>" in shards
+    assert "made_from" not in shards and "cec8c24d" not in shards
+
+
 def test_an_export_from_before_kiln_recorded_its_checkpoint_is_not_missing(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text(json.dumps(_train(1, 4.0)) + "\n")
     (tmp_path / "export").mkdir()

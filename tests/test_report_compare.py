@@ -103,6 +103,14 @@ def test_cli_report_compare(runs, tmp_path, capsys):
     assert "Comparison" in (trinity / "report.html").read_text()
 
 
+def test_a_run_compared_with_itself_is_refused(runs, capsys):
+    trinity, dense = runs
+    for compare in ([str(trinity)], [str(dense), f"{dense}/"]):
+        args = [x for c in compare for x in ("--compare", c)]
+        assert main(["report", str(trinity), *args]) == 2
+        assert "again: each run once" in capsys.readouterr().err
+
+
 def test_same_named_runs_get_distinct_labels(tmp_path):
     a = make_run(tmp_path / "x" / "run", [4.0], [], 10, 10, 1.0)
     b = make_run(tmp_path / "y" / "run", [3.0], [], 10, 10, 1.0)

@@ -139,11 +139,16 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     result["checkpoint"], result["ranks"] = ckpt.name, env.world_size
     result["batch_size"], result["max_batches"] = e.batch_size, e.max_batches
     write_json_atomic(cfg.run_dir / "eval.json", result)
-    if e.split == "val":
+    baseline = result.get("unigram_bpb_scored")
+    if baseline is not None:  # the baseline on exactly the tokens scored, whatever the split
+        verdict = "below" if result["bpb"] < baseline else "NOT below"
+        against = f"{verdict} the unigram baseline {baseline:.4f} on the same tokens"
+    elif e.split == "val" and not e.max_batches:
         verdict = "below" if result["bpb"] < result["unigram_bpb"] else "NOT below"
         against = f"{verdict} the unigram baseline {result['unigram_bpb']:.4f}"
-    else:  # the baseline is measured on val
-        against = f"the val split's unigram baseline is {result['unigram_bpb']:.4f}"
+    else:  # shards from before the counts were saved: the baseline is the whole val split's
+        against = (f"the whole val split's unigram baseline is {result['unigram_bpb']:.4f}, "
+                   "not measured on these tokens: re-run `kiln tokenize` for one that is")
     print(f"eval ({e.split}): loss {result['loss']:.4f}, perplexity {result['perplexity']:.2f}, "
           f"{result['bpb']:.4f} bits/byte ({against})")
 
@@ -271,13 +276,26 @@ def _refuse_remaking_trained_data(cfg: Config, verb: str) -> None:
 
 
 def _refuse_new_model_design(cfg: Config) -> None:
-    """The trainer refuses a design that trains wrong for a new model; `kiln run` asks
-    before its data stages rather than after them."""
+    """The trainer refuses a design that trains wrong for a new model, or one whose training
+    state cannot fit in memory; `kiln run` asks before its data stages rather than after."""
+    import dataclasses
+
+    from kiln.parallel.distributed import launched_ranks
     from kiln.train.checkpoint_dirs import latest_checkpoint
 
+    if latest_checkpoint(cfg.run_dir / "checkpoints") is not None:
+        return
     problems = design_problems(cfg.model)
-    if problems and latest_checkpoint(cfg.run_dir / "checkpoints") is None:
+    if problems:
         raise ConfigError(problems[0])
+    from kiln.train.memory_fit import check_training_fits
+    from kiln.train.precision import resolve_device
+
+    # the vocabulary is the tokenizer's, not made yet: count the fewest it can have (its
+    # 256 bytes and EOS), so this early check never refuses what the trainer would take
+    smallest = dataclasses.replace(cfg.model, vocab_size=cfg.model.vocab_size or 257)
+    check_training_fits(smallest, cfg.optim.name, resolve_device(cfg.train.device),
+                        cfg.train.parallel, launched_ranks())
 
 
 def _record_config(cfg: Config) -> None:

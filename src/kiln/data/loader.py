@@ -23,8 +23,9 @@ from kiln.errors import ConfigError, RunDataError
 def shards_fingerprint(index: dict) -> str:
     """The index's token and byte counts and unigram entropy, per split, hashed: re-made
     data (other files, even with the same settings) gives another fingerprint. What the
-    shards were made from is left out (indexes from before it was recorded match)."""
-    content = {k: v for k, v in index.items() if k != "made_from"}
+    shards were made from is left out (indexes from before it was recorded match), and so is
+    the name of the unigram counts file (a later Kiln's addition, from the same shards)."""
+    content = {k: v for k, v in index.items() if k not in ("made_from", "unigram_counts")}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
 

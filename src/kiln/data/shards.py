@@ -24,6 +24,7 @@ from kiln.errors import RunDataError
 SPLITS = ("train", "val")
 INDEX = "index.json"
 TOKEN_BYTES = "token_bytes.npy"  # the UTF-8 bytes each token id stands for (bits per byte)
+UNIGRAM_COUNTS = "unigram_counts.npy"  # train count of each token id (the unigram baseline)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -94,12 +95,16 @@ def _batches(docs: Iterable[Document], size: int) -> Iterator[list[Document]]:
         yield batch
 
 
+def unigram_bits(train_counts: np.ndarray) -> np.ndarray:
+    """Bits of each token id under the add-one-smoothed unigram model of train."""
+    return -np.log2((train_counts + 1) / (train_counts.sum() + len(train_counts)))
+
+
 def unigram_bpb(train_counts: np.ndarray, val_counts: np.ndarray, val_bytes: int) -> float | None:
     """Bits per byte of val under the add-one-smoothed unigram model of train: the floor to beat."""
     if val_bytes == 0:
         return None
-    probs = (train_counts + 1) / (train_counts.sum() + len(train_counts))
-    return float(-(val_counts * np.log2(probs)).sum() / val_bytes)
+    return float((val_counts * unigram_bits(train_counts)).sum() / val_bytes)
 
 
 def write_shards(
@@ -179,6 +184,9 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
     with open(out_dir / TOKEN_BYTES, "wb") as f:
         np.save(f, byte_lengths.astype(np.uint16))
     index["token_bytes"] = TOKEN_BYTES
+    with open(out_dir / UNIGRAM_COUNTS, "wb") as f:
+        np.save(f, train.counts)
+    index["unigram_counts"] = UNIGRAM_COUNTS
     if made_from is not None:
         index["made_from"] = made_from
     write_json_atomic(out_dir / INDEX, index)
@@ -199,6 +207,23 @@ def load_index(out_dir: Path | str) -> dict:
     if not isinstance(index, dict) or "vocab_size" not in index:
         raise RunDataError(f"{path} lacks vocab_size; re-run `kiln tokenize`")
     return index
+
+
+def load_unigram_bits(out_dir: Path | str) -> np.ndarray | None:
+    """Bits of each token id under the train split's unigram model (what the baseline scores),
+    or None for shards written before Kiln saved the counts."""
+    index = load_index(out_dir)
+    if "unigram_counts" not in index:
+        return None
+    path = Path(out_dir) / index["unigram_counts"]
+    try:
+        counts = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise RunDataError(f"{path} is missing or damaged ({e}); re-run `kiln tokenize`") from e
+    if counts.shape != (index["vocab_size"],) or counts.dtype.kind not in "iu" or (counts < 0).any():
+        raise RunDataError(f"{path} does not hold {index['vocab_size']} token counts; re-run "
+                           "`kiln tokenize`")
+    return unigram_bits(counts.astype(np.int64))
 
 
 def load_token_bytes(out_dir: Path | str) -> np.ndarray | None:

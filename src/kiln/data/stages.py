@@ -22,7 +22,8 @@ from kiln.data.prepare_config import period_bounds
 
 def _need_file(key: str, path: str) -> str:
     if not Path(path).is_file():
-        raise FileNotFoundError(f"prepare.{key}: file not found: {path}")
+        where = "" if Path(path).is_absolute() else f" (from {Path.cwd()}: {Path(path).absolute()})"
+        raise FileNotFoundError(f"prepare.{key}: file not found: {path}{where}")
     return path
 
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from kiln.data.loader import eval_batches
-from kiln.data.shards import load_index, load_token_bytes
+from kiln.data.shards import load_index, load_token_bytes, load_unigram_bits
 from kiln.parallel.distributed import DistEnv, all_reduce_max, all_reduce_sum
 from kiln.train.precision import autocast
 
@@ -32,19 +32,25 @@ def evaluate(
     stand for (EOS: none); it compares models with different tokenizers, which loss per
     token does not. Shards from before Kiln saved each token's bytes fall back to the
     split's bytes-per-token ratio, which is exact only for a pass over the whole split.
+    `unigram_bpb_scored` is the unigram baseline's bits per byte on exactly the tokens
+    scored (a part of the split, with `max_batches`, is compared with its own baseline).
     """
     env = env or DistEnv()
     info = load_index(token_dir)[split]
     byte_lengths = load_token_bytes(token_dir)
     if byte_lengths is not None:
         byte_lengths = torch.from_numpy(byte_lengths).to(device)
+    baseline = load_unigram_bits(token_dir)
+    if baseline is not None:
+        baseline = torch.from_numpy(baseline).to(device, torch.float64)
     was_training = model.training
     model.eval()
     batches = eval_batches(token_dir, split, seq_len, batch_size, max_batches, env.rank,
                            env.world_size)
     # sharded models need every rank in every forward: pad short ranks with ignored batches
     rounds = int(all_reduce_max(torch.tensor(len(batches), device=device), env))
-    total = torch.zeros(3, dtype=torch.float64, device=device)  # summed nats, tokens, bytes
+    # summed nats, tokens, bytes, and the unigram baseline's bits on the same tokens
+    total = torch.zeros(4, dtype=torch.float64, device=device)
     read = iter(batches)
     for i in range(rounds):
         real = i < len(batches)
@@ -56,16 +62,20 @@ def evaluate(
         targets = batch[:, 1:]
         n = targets.numel()
         n_bytes = byte_lengths[targets].sum() if byte_lengths is not None else torch.zeros(())
+        unigram = baseline[targets].sum() if baseline is not None else torch.zeros(())
         total += torch.stack([mean_loss.double() * n, torch.tensor(n, device=device),
-                              n_bytes.to(device, torch.float64)])
+                              n_bytes.to(device, torch.float64), unigram.to(device, torch.float64)])
     model.train(was_training)
-    nats, tokens, bytes_covered = all_reduce_sum(total, env).tolist()
+    nats, tokens, bytes_covered, unigram_bits = all_reduce_sum(total, env).tolist()
     if tokens == 0:
         raise ValueError(f"split '{split}' has no complete window of {seq_len + 1} tokens")
     loss = nats / tokens
     exact = byte_lengths is not None
     if not exact:
         bytes_covered = tokens * info["bytes"] / info["tokens"]
+    scored_baseline = {}
+    if baseline is not None and exact and bytes_covered:
+        scored_baseline["unigram_bpb_scored"] = unigram_bits / bytes_covered
     return {
         "split": split,
         "loss": loss,
@@ -74,4 +84,5 @@ def evaluate(
         "tokens": int(tokens),
         "bytes": int(bytes_covered) if exact else round(bytes_covered, 1),
         "bytes_counted": "exact" if exact else "estimated from the split's bytes per token",
+        **scored_baseline,
     }

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from kiln.atomic import atomic_path
+from kiln.errors import ConfigError
 from kiln.report.fmt import as_number, fmt_count, fmt_float
 from kiln.report.html_parts import grid_table, image, paragraph, section
 from kiln.report.metrics_io import records_of_kind
@@ -65,6 +66,13 @@ def load_run_figures(run_dir: Path, label: str, required: bool = True) -> RunFig
 def load_comparison(run_dir: Path, others: list[Path]) -> list[RunFigures]:
     """The report's own run first (tolerated when empty), then every --compare run."""
     paths = [Path(run_dir), *map(Path, others)]
+    seen: dict[str, Path] = {}
+    for path in paths:
+        real = str(path.resolve())
+        if real in seen:
+            what = "the report's own run" if seen[real] == paths[0] else f"--compare {seen[real]}"
+            raise ConfigError(f"--compare {path} names {what} again: each run once")
+        seen[real] = path
     labels = _labels(paths)
     return [load_run_figures(p, lab, required=i > 0) for i, (p, lab) in enumerate(zip(paths, labels))]
 

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kiln.report.fmt import as_number, fmt_count, fmt_float, fmt_value
+from kiln.report.fmt import as_number, fmt_bytes, fmt_count, fmt_float, fmt_value
 from kiln.report.html_parts import esc, image, key_value_table, paragraph, section, unavailable
 from kiln.report.run_files import Loaded
 
@@ -58,33 +58,45 @@ def eval_section(evaluation: Loaded, index_unigram: float | None,
     if not evaluation.ok:
         return section("Evaluation", unavailable(evaluation.problem or ""))
     data: dict[str, Any] = evaluation.value
+    split = data.get("split", "val")
+    scored = as_number(data.get("unigram_bpb_scored"))
     unigram = as_number(data.get("unigram_bpb"))
     unigram = index_unigram if unigram is None else unigram
+    partial = bool(data.get("max_batches"))
     rows = [
-        ("split", fmt_value(data.get("split", "—"))),
+        ("split", fmt_value(split)),
         ("checkpoint", fmt_value(data.get("checkpoint", "—"))),
         ("loss", fmt_float(data.get("loss"))),
         ("perplexity", fmt_float(data.get("perplexity"), 2)),
         ("bpb", fmt_float(data.get("bpb"))),
         ("tokens", fmt_count(data.get("tokens"))),
-        ("bytes", fmt_count(data.get("bytes"))
+        ("bytes", fmt_bytes(data.get("bytes"))
          + (f" ({data['bytes_counted']})" if data.get("bytes_counted", "exact") != "exact" else "")),
-        ("unigram baseline bpb (val split)", fmt_float(unigram)),
+        ("unigram baseline bpb (the same tokens)", fmt_float(scored)) if scored is not None
+        else ("unigram baseline bpb (the whole val split)", fmt_float(unigram)),
     ]
-    split = data.get("split", "val")
-    if split == "val":
+    if scored is not None:  # measured on exactly the tokens scored: always comparable
+        text, css = verdict(as_number(data.get("bpb")), scored)
+    elif split == "val" and not partial:
         text, css = verdict(as_number(data.get("bpb")), unigram)
-    else:  # the baseline is the val split's: a train-split figure is not comparable to it
-        text, css = (f"Evaluated on the {split} split; the unigram baseline is the val split's, "
-                     "so the two are not compared.", "muted")
+    else:  # the whole val split's baseline: not comparable to a part, or to the train split
+        what = f"the first {_batches(data['max_batches'])} of" if partial else "the"
+        text, css = (f"Evaluated on {what} {split} split; the unigram baseline is the whole val "
+                     "split's, so the two are not compared (`kiln tokenize` again records "
+                     "what the baseline needs to score the same tokens).", "muted")
     body = key_value_table(rows) + paragraph(text, css)
     body += stale_note(data.get("checkpoint"), latest, "These figures", "kiln eval")
     if "max_batches" in data:  # recorded since Kiln counted exact bytes
         body += paragraph("The validation curve above scores the first train.eval_batches "
-                          "batches of the split; this table scores "
-                          + ("all of it." if not data["max_batches"] else
-                             f"its first {data['max_batches']} batches."), "muted")
+                          "batches of the val split; this table scores "
+                          + (f"all of the {split} split." if not partial else
+                             f"the first {_batches(data['max_batches'])} of the {split} split."),
+                          "muted")
     return section("Evaluation", body)
+
+
+def _batches(n: int) -> str:
+    return "batch" if n == 1 else f"{n} batches"
 
 
 def stale_note(checkpoint: Any, latest: str | None, what: str, verb: str) -> str:

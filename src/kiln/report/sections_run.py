@@ -135,7 +135,8 @@ def tokens_section(index: Loaded) -> str:
     if as_number(data.get("unigram_bpb")) is not None:
         facts.append(("unigram baseline bpb", f"{data['unigram_bpb']:.4f}"))
     rows = []
-    for split, info in data.items():
+    for split in ("train", "val"):  # the index's other tables (made_from) are not splits
+        info = data.get(split)
         if not isinstance(info, dict):
             continue
         tokens, nbytes = as_number(info.get("tokens")), as_number(info.get("bytes"))

@@ -44,6 +44,7 @@ from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
 from kiln.train.checkpoint import archive_checkpoints, check_writable, load_checkpoint
 from kiln.train.checkpoint_dirs import checkpoint_step, complete_checkpoints, latest_checkpoint
 from kiln.train.host_memory import keep_freed_memory
+from kiln.train.memory_fit import check_training_fits
 from kiln.train.precision import autocast, resolve_device, resolve_precision
 from kiln.train.schedule import lr_multiplier, schedule_warnings
 
@@ -156,6 +157,8 @@ class Trainer:
         torch.manual_seed(cfg.run.seed)
         self.model_cfg = model_config_for_run(cfg, self.token_dir)
         self.cfg = dataclasses.replace(cfg, model=self.model_cfg)
+        check_training_fits(self.model_cfg, cfg.optim.name, self.device, t.parallel,
+                            self.env.world_size)
         raw = Transformer(self.model_cfg).to(self.device)
         self.raw_model = raw
         self.figures = {**count_params(raw),

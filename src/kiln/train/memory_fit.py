@@ -1,0 +1,85 @@
+"""Refuse, before any work, a model whose training state cannot fit in memory.
+
+A model that does not fit otherwise fails after the data stages, in the middle of building
+the model (an allocator traceback), or is killed by the kernel with no message at all. The
+check counts only what training certainly holds: fp32 weights and gradients and the
+optimizer's state (AdamW: two moments; Muon: one momentum, at the least), so a refusal is
+never a false alarm; activations and fragmentation come on top.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from kiln.errors import ConfigError
+
+# bytes per parameter: fp32 weight + fp32 gradient + optimizer state (a lower bound)
+STATE_BYTES = {"adamw": 16, "muon": 12}
+GIB = 1 << 30
+
+
+def count_model_params(model_cfg) -> int:
+    """Parameters of the model `model_cfg` builds, counted on the meta device (no memory)."""
+    from kiln.model.transformer import Transformer, count_params
+
+    with torch.device("meta"):
+        return count_params(Transformer(model_cfg))["params"]
+
+
+def host_memory_available() -> int | None:
+    """Bytes this process could still take: the kernel's MemAvailable plus free swap, within
+    the cgroup's limit where one is set; None where it cannot be told."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        free = (int(info["MemAvailable"].split()[0]) + int(info.get("SwapFree", "0 kB").split()[0])) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            limit = Path(limit_file).read_text().strip()
+            used = int(Path(usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 1 << 60:
+            free = min(free, max(0, int(limit) - used))
+        break
+    return free
+
+
+def device_memory_available(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
+        return host_memory_available()
+    return None
+
+
+def check_training_fits(model_cfg, optim_name: str, device: torch.device, parallel: str = "ddp",
+                        world_size: int = 1, available: int | None = None) -> None:
+    """Raise ConfigError when the training state alone exceeds the memory there is.
+
+    Per device: a DDP rank holds all of it, an FSDP rank its 1/world_size share; the ranks
+    of one host share its memory on CPU (torchrun's LOCAL_WORLD_SIZE of them)."""
+    params = count_model_params(model_cfg)
+    per_rank = params * STATE_BYTES.get(optim_name, STATE_BYTES["adamw"])
+    if parallel == "fsdp" and world_size > 1:
+        per_rank //= world_size
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if device.type == "cpu" else 1
+    need = per_rank * ranks_here
+    available = device_memory_available(device) if available is None else available
+    if available is None or need <= available:
+        return
+    where = "this machine's free memory" if device.type == "cpu" else f"{device}'s free memory"
+    sharing = f" ({ranks_here} ranks on this host)" if ranks_here > 1 else ""
+    raise ConfigError(
+        f"the model has {params / 1e9:.2f}B parameters: training it needs at least "
+        f"{need / GIB:.1f} GiB for fp32 weights, gradients and {optim_name} state{sharing}, "
+        f"more than {where} ({available / GIB:.1f} GiB), before any activations; make the "
+        "model smaller ([model] dim, n_layers, ffn_hidden, n_experts, tokenizer.vocab_size), "
+        + ("shard it over more GPUs (train.parallel = 'fsdp'), " if device.type == "cuda" else "")
+        + "or use a larger machine")
