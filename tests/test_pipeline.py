@@ -175,3 +175,44 @@ def test_bare_executor_phases_must_come_as_a_stage_plan(tmp_path, registry):
     register_stage("multi", lambda ctx: [FakeExecutorStage()])
     with pytest.raises(NotImplementedError, match="StagePlan"):
         build_pipeline(PrepareConfig(stages=["read", "multi", "write"]), tmp_path)
+
+
+@pytest.mark.parametrize("workers,console_logs", [(1, False), (2, False), (2, True)])
+def test_datatrove_task_logs_stay_in_their_files_unless_asked(tmp_path, workers, console_logs):
+    """The local executor's task logs (pipeline, statistics) always reach the task log
+    files; on the console only with prepare.console_logs (in a process of its own: worker
+    processes write to the stderr they were started with)."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(6):
+        (src / f"{i}.txt").write_text(f"document {i} " + "words and more words. " * 30)
+    run = tmp_path / "run"
+    sets = [f'run.dir="{run}"', f'data.sources=["{src}"]', 'prepare.stages=["read", "write"]',
+            "prepare.tasks=2", f"prepare.workers={workers}",
+            f"prepare.console_logs={str(console_logs).lower()}"]
+    done = subprocess.run([sys.executable, "-m", "kiln.cli", "prepare",
+                           *[x for s in sets for x in ("--set", s)]],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    logs = "".join(p.read_text() for p in (run / "logs" / "prepare" / "logs").glob("task_*.log"))
+    assert "PIPELINE" in logs and "Stats: Task" in logs
+    for shown in ("PIPELINE", "Stats: Task", "Stats: All 2 tasks"):
+        assert (shown in done.stderr) == console_logs, shown
+    assert ("task logs (pipeline, per-step statistics) go to" in done.stderr) != console_logs
+
+
+def test_the_default_log_sink_is_back_after_a_quiet_prepare(tmp_path, capfd):
+    from loguru import logger
+
+    from kiln.config import load_config
+    from kiln.data.pipeline import run_prepare
+
+    (tmp_path / "a.txt").write_text("some words of text. " * 20)
+    cfg = load_config(None, [f'run.dir="{tmp_path / "run"}"', 'prepare.stages=["read", "write"]'])
+    run_prepare(cfg.prepare, tmp_path / "run", sources=[str(tmp_path / "a.txt")], progress=False)
+    assert "PIPELINE" not in capfd.readouterr().err
+    logger.info("after prepare")
+    assert "after prepare" in capfd.readouterr().err

@@ -108,7 +108,7 @@ def test_full_run_report_has_headlines_and_valid_pngs(tmp_path: Path) -> None:
     assert "2.0000 (step 20)" in page  # best val bpb: 3.0 - 0.05 * 20
     assert "10.2K" in page  # total tokens: 20 * 512
     assert "<td>300</td>" in page  # mean tokens/s over steps 11..20, the last half
-    assert "10.0s" in page  # wall time
+    assert "10.0s" in page  # training time to the last logged step
     assert "21.3M" in page and "1.2 GFLOP" in page
     assert "abc1234" in page and "numpy" in page
     assert "Beats the unigram baseline" in page

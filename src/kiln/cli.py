@@ -35,6 +35,11 @@ def cmd_prepare(cfg: Config) -> None:
     from kiln.data.sources import check_sources
 
     check_sources(cfg.data.sources)  # before anything is cleared
+    p = cfg.prepare
+    if p.executor == "local" and not p.console_logs:
+        print(f"prepare: {' -> '.join(p.stages)} in {p.tasks} task(s); datatrove's task logs "
+              f"(pipeline, per-step statistics) go to {cfg.run_dir / 'logs' / 'prepare'} "
+              "(prepare.console_logs = true shows them here too)", file=sys.stderr)
     stats = run_prepare(cfg.prepare, cfg.run_dir, sources=cfg.data.sources,
                         max_bytes=cfg.data.max_bytes)
     print(f"prepare: {json.dumps(stats)}")

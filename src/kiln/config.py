@@ -533,7 +533,7 @@ def recorded_config(run_dir: Path) -> Config | None:
 DATA_KEYS = ("data.", "prepare.", "tokenizer.", "run.seed")
 # prepare settings that change how the data is made, not what: a resume stays valid
 EXECUTION_KEYS = ("executor", "workers", "resume", "slurm_partition", "slurm_time",
-                  "cpus_per_task", "mem_per_cpu_gb")
+                  "cpus_per_task", "mem_per_cpu_gb", "console_logs")
 
 
 def data_changes(old: Config, new: Config) -> list[str]:

@@ -379,7 +379,10 @@ def make_executor(cfg: PrepareConfig, steps: list[PipelineStep], logging_dir: Pa
     if cfg.executor == "local":
         from datatrove.executor import LocalPipelineExecutor
 
-        return LocalPipelineExecutor(steps, workers=workers, **common)
+        from kiln.data.quiet_executor import QuietLocalExecutor
+
+        local = LocalPipelineExecutor if cfg.console_logs else QuietLocalExecutor
+        return local(steps, workers=workers, **common)
     if cfg.executor == "slurm":
         from datatrove.executor import SlurmPipelineExecutor
 

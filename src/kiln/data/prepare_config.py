@@ -133,6 +133,8 @@ class PrepareConfig:
     workers: int = 1  # local: tasks run at the same time
     resume: bool = True  # skip tasks a previous run of the same pipeline completed
     keep_rejected: bool = False  # filters write dropped documents to rejected/<stage>/
+    # datatrove's task logs on the console too (always in logs/prepare/**/logs/task_*.log)
+    console_logs: bool = False
     slurm_partition: str = ""
     slurm_time: str = "04:00:00"
     cpus_per_task: int = 1  # slurm / ray

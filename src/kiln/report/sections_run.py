@@ -45,7 +45,7 @@ def summary_section(metrics: Loaded, summary: Summary) -> str:
         ("best val bpb", best),
         ("total tokens", fmt_count(s.total_tokens)),
         ("mean tokens/s (last half)", fmt_count(s.mean_tokens_per_s)),
-        ("wall time", fmt_duration(s.wall_time_s)),
+        ("training time (to the last logged step)", fmt_duration(s.wall_time_s)),
     ]
     return section("Summary", key_value_table(rows))
 
