@@ -132,3 +132,13 @@ def test_a_partial_eval_is_judged_against_its_own_baseline(tiny_run, capsys):
     assert main(["report", str(tiny_run)]) == 0
     html = (tiny_run / "report.html").read_text()
     assert "so the two are not compared" in html and "Beats the unigram" not in html
+
+
+def test_periodic_validation_does_not_need_the_unigram_counts(tiny_run):
+    """Training never reads the baseline's counts: a run without the file (deleted, or
+    from a copy) trains through its validations; `kiln eval` names the file to re-make."""
+    from kiln.cli import main
+
+    (tiny_run / "tokens" / "unigram_counts.npy").unlink()
+    assert main(["train", str(tiny_run), "--set", "train.steps=6"]) == 0
+    assert main(["eval", str(tiny_run)]) == 1

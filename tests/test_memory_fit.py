@@ -65,7 +65,7 @@ def test_kiln_run_refuses_a_paper_sized_model_before_the_data_stages(tmp_path, m
     run = tmp_path / "mini"
     assert main(["run", "recipes/trinity-mini.toml", "--set", f'run.dir="{run}"']) == 2
     err = capsys.readouterr().err
-    assert err.startswith("kiln: config error: the model has 24.90B parameters")
+    assert err.startswith("kiln: config error: the model has at least 24.90B parameters")
     assert "more than this machine's free memory (23.0 GiB)" in err
     assert not (run / "documents").exists() and not (run / "prepare.json").exists()
 

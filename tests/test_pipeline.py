@@ -88,18 +88,26 @@ def test_resume_skips_completed_tasks_and_redo_does_not(tmp_path, registry):
     run = tmp_path / "run"
     cfg = _cfg(tasks=2)
     run_prepare(cfg, run, [str(src)], progress=False)
-    # task 1 "crashed": no completion marker, no stats; task 0's input changes meanwhile, behind
-    # the fingerprint's back (same size, same mtime), as a probe of which tasks re-run
+    # task 1 "crashed": no completion marker, no stats; task 0's output file is stamped with
+    # an old time, as a probe of which tasks re-run
     (run / "logs/prepare/completions/00001").unlink()
     (run / "logs/prepare/stats/00001.json").unlink()
-    f0 = src / "f0.txt"  # f0 is file 0 -> task 0
+    out0, out1 = (run / "documents" / f"0000{i}.jsonl.gz" for i in (0, 1))
+    for out in (out0, out1):
+        os.utime(out, ns=(out.stat().st_atime_ns, 10**18))
+    before = dict(_docs(run))
+    run_prepare(cfg, run, [str(src)], progress=False)
+    assert out0.stat().st_mtime_ns == 10**18  # task 0 skipped
+    assert out1.stat().st_mtime_ns != 10**18  # task 1 re-ran
+    assert dict(_docs(run)) == before
+    run_prepare(cfg, run, [str(src)], redo=True, progress=False)
+    assert out0.stat().st_mtime_ns != 10**18
+    # an edit that keeps the size and the time is still a changed input: no resume
+    f0 = src / "f0.txt"  # f0 is file 0 -> task 0; "document 0 spam " was dropped as spam
     st = f0.stat()
-    f0.write_text("document 0 fresh")  # same length as "document 0 spam "
+    f0.write_text("document 0 fresh")  # same length
     os.utime(f0, ns=(st.st_atime_ns, st.st_mtime_ns))
     run_prepare(cfg, run, [str(src)], progress=False)
-    texts = dict(_docs(run))
-    assert "src/f0.txt" not in texts  # task 0 skipped: its (spam) f0 stayed dropped
-    run_prepare(cfg, run, [str(src)], redo=True, progress=False)
     assert dict(_docs(run))["src/f0.txt"] == "document 0 fresh"
     # a changed pipeline never resumes a stale run
     summary = run_prepare(PrepareConfig(stages=["read", "write"], tasks=2), run, [str(src)],

@@ -27,7 +27,11 @@ def test_auto_picks_bf16_only_with_native_bf16(monkeypatch, flags, expected):
 
 def test_explicit_bf16_without_native_support_is_kept_with_a_warning(monkeypatch):
     monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(precision, "_WARNED", [])
     with pytest.warns(UserWarning, match="emulated"):
+        assert precision.resolve_precision("bf16", CPU) == "bf16"
+    with warnings.catch_warnings():  # once a process (`kiln run` trains, then evaluates)
+        warnings.simplefilter("error")
         assert precision.resolve_precision("bf16", CPU) == "bf16"
     monkeypatch.setattr(precision, "cpu_flags", lambda: {"amx_bf16"})
     with warnings.catch_warnings():
@@ -52,6 +56,7 @@ def test_the_cli_prints_kiln_warnings_as_one_line_and_leaves_others_alone(tiny_r
     from kiln import cli
 
     monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(precision, "_WARNED", [])
     before = warnings.showwarning
     assert cli.main(["train", str(tiny_run), "--set", "train.precision=bf16",
                      "--set", "train.steps=1"]) == 0

@@ -289,3 +289,28 @@ def test_each_file_is_read_once_and_never_from_the_run_dir(tmp_path):
     (run / "notes.txt").write_text("the run's own file")  # as a tokenizer.json would be
     cfg = PrepareConfig(stages=["read", "write"], tasks=1)  # another layout: from scratch
     assert run_prepare(cfg, run, sources, progress=False)["documents"] == 3
+
+
+def test_the_content_cache_sees_an_edit_that_keeps_size_and_time(tmp_path):
+    """The per-file hash cache is keyed by size, times and inode: an edit whose mtime is
+    set back (`touch -r`, `cp -p`) is re-read; damaged entries are re-read, not trusted."""
+    import os
+
+    from kiln.data.sources import fingerprint_files
+
+    f = tmp_path / "a.txt"
+    f.write_text("original text")
+    known: dict = {}
+    before = fingerprint_files([str(tmp_path)], known=known)
+    st = f.stat()
+    f.write_text("ORIGINAL text")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    edited = fingerprint_files([str(tmp_path)], known=known)
+    assert edited["sha256"] != before["sha256"] and edited["bytes"] == before["bytes"]
+    f.write_text("original text")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert fingerprint_files([str(tmp_path)], known=known) == before
+    key = next(iter(known))
+    for damaged in ([st.st_size, st.st_mtime_ns], [*known[key][:4], None], "x"):
+        known[key] = damaged
+        assert fingerprint_files([str(tmp_path)], known=known) == before

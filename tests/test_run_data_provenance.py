@@ -158,7 +158,12 @@ def test_a_run_that_recorded_file_times_is_compared_by_times(made, capsys):
     layout["signature"]["input_files"]["read"] = fingerprint_files([str(src)], by="mtime")
     layout_path.write_text(json.dumps(layout))
     capsys.readouterr()
-    assert main(["prepare", str(run)]) == 0  # the same times: the same input
+    docs = {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()}
+    assert main(["prepare", str(run)]) == 0  # the same times: the same input, resumed
+    assert {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()} == docs
+    assert "by" not in json.loads(layout_path.read_text())["signature"]["input_files"]["read"]
+    assert main(["run", str(run), "--set", "train.steps=3"]) == 0  # tokens stay current
+    assert main(["train", str(run), "--set", "train.steps=4"]) == 0
     capsys.readouterr()
     layout_path.write_text(json.dumps(layout))  # as the earlier Kiln left it
     touched = src / "f3.txt"
@@ -181,9 +186,11 @@ def test_a_source_spelled_another_way_resumes_and_another_folder_is_refused(made
     write_run_metadata(cfg)
     assert main(["train", str(run), "--set", "train.steps=2", "--set", "train.checkpoint_every=2"]) == 0
     monkeypatch.chdir(src.parent)
+    docs = {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()}
     for spelling in (f"{src}/", "src", "./src/"):
         setting = f'data.sources=["{spelling}"]'
         assert main(["prepare", str(run), "--set", setting]) == 0
+        assert {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()} == docs
         assert main(["train", str(run), "--set", setting, "--set", "train.steps=3"]) == 0
     capsys.readouterr()
     shutil.copytree(src, tmp_path / "copy")

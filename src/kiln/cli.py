@@ -298,9 +298,12 @@ def _refuse_new_model_design(cfg: Config) -> None:
 
     # the vocabulary is the tokenizer's, not made yet: count the fewest it can have (its
     # 256 bytes and EOS), so this early check never refuses what the trainer would take
-    smallest = dataclasses.replace(cfg.model, vocab_size=cfg.model.vocab_size or 257)
-    check_training_fits(smallest, cfg.optim.name, resolve_device(cfg.train.device),
-                        cfg.train.parallel, launched_ranks())
+    # on a GPU the trainer checks, once each rank has its own device
+    device = resolve_device(cfg.train.device)
+    if device.type == "cpu":
+        smallest = dataclasses.replace(cfg.model, vocab_size=cfg.model.vocab_size or 257)
+        check_training_fits(smallest, cfg.optim.name, device, cfg.train.parallel,
+                            launched_ranks(), vocab_known=bool(cfg.model.vocab_size))
 
 
 def _record_config(cfg: Config) -> None:

@@ -208,10 +208,15 @@ def _as_bytes(column):
     rest of the file; decoded row by row, it is one `non_utf8` row."""
     import pyarrow as pa
 
-    if pa.types.is_string(column.type):
+    if pa.types.is_dictionary(column.type):  # the values, row by row (a take: no decoding)
+        column = column.dictionary_decode()
+    kind = column.type
+    if pa.types.is_string(kind):
         return column.cast(pa.binary())
-    if pa.types.is_large_string(column.type):
+    if pa.types.is_large_string(kind):
         return column.cast(pa.large_binary())
+    if getattr(pa.types, "is_string_view", lambda t: False)(kind):
+        return column.cast(pa.binary_view())
     return column
 
 

@@ -30,6 +30,7 @@ import difflib
 import importlib
 import importlib.util
 import json
+import os
 import shutil
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
-from kiln.atomic import write_json_atomic
+from kiln.atomic import write_json_atomic, write_text_atomic
 from kiln.config import EXECUTION_KEYS
 from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline's vocabulary)
     ARXIV_STAGES,
@@ -227,11 +228,11 @@ def _input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path,
                     for stage, files in inputs.items() if files is not None}
     if known != before:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(cache, known)
+        write_text_atomic(cache, json.dumps(known, separators=(",", ":")))
     return fingerprints
 
 
-HASH_CACHE = "source_hashes.json"  # real path -> [size, mtime_ns, sha256] of each file read
+HASH_CACHE = "source_hashes.json"  # real path -> [size, mtime_ns, ctime_ns, inode, sha256]
 
 
 def _load_hash_cache(path: Path) -> dict:
@@ -403,12 +404,41 @@ def make_executor(cfg: PrepareConfig, steps: list[PipelineStep], logging_dir: Pa
 
 
 def _same_pipeline(logging_dir: Path, layout: dict) -> bool:
-    path = logging_dir / LAYOUT_FILE
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    saved = _saved_layout(logging_dir)
+    if saved is None or not isinstance(saved.get("signature"), dict):
         return False
-    return saved.get("signature") == layout["signature"] and saved.get("phases") == layout["phases"]
+    before, now = dict(saved["signature"]), dict(layout["signature"])
+    before["sources"], now["sources"] = (_real(before.get("sources")), _real(now["sources"]))
+    return before == now and saved.get("phases") == layout["phases"]
+
+
+def _real(sources: object) -> object:
+    """`d`, `d/`, `./d` and a link to d are one source (the files read are fingerprinted)."""
+    if not isinstance(sources, list) or not all(isinstance(x, str) for x in sources):
+        return sources
+    return [os.path.realpath(x) for x in sources]
+
+
+def _saved_layout(logging_dir: Path) -> dict | None:
+    try:
+        saved = json.loads((logging_dir / LAYOUT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def _keep_recorded_times(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path,
+                         logging_dir: Path, layout: dict) -> None:
+    """A run prepared before contents were hashed recorded its inputs by modification time:
+    while they are unchanged by that measure, its record stands (so the prepare resumes and
+    the documents' fingerprint, which the shards and checkpoints were made against, stays)."""
+    saved = _saved_layout(logging_dir)
+    recorded = (saved or {}).get("signature", {}).get("input_files")
+    if not isinstance(recorded, dict) or not recorded or any(
+            not isinstance(fp, dict) or "by" in fp for fp in recorded.values()):
+        return
+    if _input_files(cfg, sources, run_dir, by="mtime") == recorded:
+        layout["signature"]["input_files"] = recorded
 
 
 _OUTPUT_FOLDERS = ("documents", "rejected", WORK_DIR, "logs/prepare")
@@ -485,6 +515,7 @@ def run_prepare(
     run_dir = Path(run_dir)
     phases, layout = build_pipeline(cfg, run_dir, sources, max_bytes, progress)
     logging_dir = run_dir / "logs" / "prepare"
+    _keep_recorded_times(cfg, sources, run_dir, logging_dir, layout)
     resume = cfg.resume and not redo and _same_pipeline(logging_dir, layout)
     if not resume:
         _clear_outputs(run_dir)

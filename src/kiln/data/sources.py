@@ -131,8 +131,8 @@ def fingerprint_files(sources: list[str], exclude: Path | None = None,
     under `exclude` (the run directory, if it lies inside a source folder) are left out, so
     prepare's own outputs never make a finished run look stale. Contents, not modification
     times: a touch, a fresh checkout or a copy of the same files is the same input. `known`
-    (real path -> [size, mtime_ns, content sha256], updated in place) spares re-reading the
-    files whose size and time are unchanged since it was filled. `by="mtime"` gives the
+    (real path -> [size, mtime_ns, ctime_ns, inode, content sha256], updated in place)
+    spares re-reading the files whose size, times and inode are unchanged since it was filled. `by="mtime"` gives the
     fingerprint runs recorded before contents were hashed (times instead of contents).
     """
     import hashlib
@@ -170,12 +170,16 @@ def _content_hash(path: Path, st: os.stat_result, known: dict) -> str:
     import hashlib
 
     key = os.path.realpath(path)
+    # the inode change time moves with any write and with a time set back (`touch -r`,
+    # `cp -p`, `rsync -t`), so an edit that keeps the size and mtime is re-read too
+    stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     seen = known.get(key)
-    if isinstance(seen, list) and seen[:2] == [st.st_size, st.st_mtime_ns]:
-        return seen[2]
+    if (isinstance(seen, list) and len(seen) == 5 and seen[:4] == stamp
+            and isinstance(seen[4], str)):
+        return seen[4]
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
             digest.update(block)
-    known[key] = [st.st_size, st.st_mtime_ns, digest.hexdigest()]
-    return known[key][2]
+    known[key] = [*stamp, digest.hexdigest()]
+    return known[key][4]

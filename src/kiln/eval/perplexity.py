@@ -25,6 +25,7 @@ def evaluate(
     device: torch.device,
     precision: str,
     env: DistEnv | None = None,
+    unigram_baseline: bool = True,
 ) -> dict[str, float]:
     """Mean next-token loss over deterministic windows of `split`.
 
@@ -33,14 +34,15 @@ def evaluate(
     token does not. Shards from before Kiln saved each token's bytes fall back to the
     split's bytes-per-token ratio, which is exact only for a pass over the whole split.
     `unigram_bpb_scored` is the unigram baseline's bits per byte on exactly the tokens
-    scored (a part of the split, with `max_batches`, is compared with its own baseline).
+    scored (a part of the split, with `max_batches`, is compared with its own baseline;
+    `unigram_baseline=False` skips it, as periodic validation does).
     """
     env = env or DistEnv()
     info = load_index(token_dir)[split]
     byte_lengths = load_token_bytes(token_dir)
     if byte_lengths is not None:
         byte_lengths = torch.from_numpy(byte_lengths).to(device)
-    baseline = load_unigram_bits(token_dir)
+    baseline = load_unigram_bits(token_dir) if unigram_baseline else None
     if baseline is not None:
         baseline = torch.from_numpy(baseline).to(device, torch.float64)
     was_training = model.training

@@ -80,7 +80,7 @@ def eval_section(evaluation: Loaded, index_unigram: float | None,
     elif split == "val" and not partial:
         text, css = verdict(as_number(data.get("bpb")), unigram)
     else:  # the whole val split's baseline: not comparable to a part, or to the train split
-        what = f"the first {_batches(data['max_batches'])} of" if partial else "the"
+        what = f"the first {_batches(data['max_batches'])} of the" if partial else "the"
         text, css = (f"Evaluated on {what} {split} split; the unigram baseline is the whole val "
                      "split's, so the two are not compared (`kiln tokenize` again records "
                      "what the baseline needs to score the same tokens).", "muted")

@@ -51,7 +51,7 @@ class Validation(Callback):
         result = evaluate(
             trainer.model, trainer.token_dir, "val", t.seq_len, trainer.cfg.eval.batch_size,
             t.eval_batches,
-            trainer.device, trainer.precision, trainer.env,
+            trainer.device, trainer.precision, trainer.env, unigram_baseline=False,
         )
         if not math.isfinite(result["loss"]):  # the update just made overflowed the weights
             raise trainer.diverged("the validation loss is not finite")

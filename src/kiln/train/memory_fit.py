@@ -60,11 +60,13 @@ def device_memory_available(device: torch.device) -> int | None:
 
 
 def check_training_fits(model_cfg, optim_name: str, device: torch.device, parallel: str = "ddp",
-                        world_size: int = 1, available: int | None = None) -> None:
+                        world_size: int = 1, available: int | None = None,
+                        vocab_known: bool = True) -> None:
     """Raise ConfigError when the training state alone exceeds the memory there is.
 
     Per device: a DDP rank holds all of it, an FSDP rank its 1/world_size share; the ranks
-    of one host share its memory on CPU (torchrun's LOCAL_WORLD_SIZE of them)."""
+    of one host share its memory on CPU (torchrun's LOCAL_WORLD_SIZE of them).
+    `vocab_known=False`: counted with the fewest tokens the tokenizer can have."""
     params = count_model_params(model_cfg)
     per_rank = params * STATE_BYTES.get(optim_name, STATE_BYTES["adamw"])
     if parallel == "fsdp" and world_size > 1:
@@ -77,7 +79,9 @@ def check_training_fits(model_cfg, optim_name: str, device: torch.device, parall
     where = "this machine's free memory" if device.type == "cpu" else f"{device}'s free memory"
     sharing = f" ({ranks_here} ranks on this host)" if ranks_here > 1 else ""
     raise ConfigError(
-        f"the model has {params / 1e9:.2f}B parameters: training it needs at least "
+        f"the model has {'' if vocab_known else 'at least '}{params / 1e9:.2f}B parameters"
+        f"{'' if vocab_known else ' (with a 257-token vocabulary, before the tokenizer)'}: "
+        "training it needs at least "
         f"{need / GIB:.1f} GiB for fp32 weights, gradients and {optim_name} state{sharing}, "
         f"more than {where} ({available / GIB:.1f} GiB), before any activations; make the "
         "model smaller ([model] dim, n_layers, ffn_hidden, n_experts, tokenizer.vocab_size), "

@@ -12,6 +12,7 @@ from kiln.config import ConfigError
 
 # CPU flags that mean bf16 matmuls run natively (AVX-512 BF16 dot products, AMX tiles)
 _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+_WARNED: list[bool] = []  # the emulated-bf16 warning, once a process
 
 
 def cpu_flags() -> set[str]:
@@ -42,7 +43,8 @@ def resolve_precision(name: str, device: torch.device) -> str:
     An explicit 'bf16' on a CPU without native bf16 is kept, with a warning: torch then
     emulates bf16 matmuls (the quickstart trained at 63 tokens/s against fp32's ~4,300 on
     an AVX2 EPYC)."""
-    if name == "bf16" and device.type == "cpu" and not cpu_has_fast_bf16():
+    if name == "bf16" and device.type == "cpu" and not cpu_has_fast_bf16() and not _WARNED:
+        _WARNED.append(True)  # once a process: `kiln run` resolves it for training and eval
         warnings.warn("train.precision = 'bf16' on a CPU without AVX-512 BF16 or AMX: bf16 "
                       "matmuls are emulated here, tens of times slower than fp32 (the "
                       "quickstart: 63 against ~4,300 tokens/s); use 'auto' or 'fp32'",
