@@ -209,7 +209,7 @@ def test_one_and_two_tasks_same_output_with_dedup(tmp_path):
     check_yield_adds_up(ys[0]["stages"])
 
 
-def test_resume_of_a_completed_run_skips_every_task(tmp_path):
+def test_resume_of_a_completed_run_skips_every_task(tmp_path, monkeypatch):
     src = text_corpus(tmp_path)
     run = tmp_path / "run"
     cfg = PrepareConfig(stages=STREAM, tasks=2)
@@ -218,8 +218,12 @@ def test_resume_of_a_completed_run_skips_every_task(tmp_path):
     before = {p: p.read_bytes() for p in stats}
     docs_mtime = {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()}
     yield_before = (run / "yield.json").read_text()
-    # changed behind the input fingerprint's back (same size and mtime): a skipped task never
-    # sees it (a visible change, new size or mtime, would re-run prepare from scratch)
+    # changed behind the input fingerprint's back (blinded here: a real fingerprint sees any
+    # edit and re-runs prepare from scratch): a skipped task never sees it
+    from kiln.data import pipeline
+
+    recorded = pipeline._input_files(cfg, [str(src)], run)
+    monkeypatch.setattr(pipeline, "_input_files", lambda *a, **k: recorded)
     f0 = src / "f0.txt"
     st = f0.stat()
     f0.write_text("changed after the run".ljust(st.st_size, "!"))
