@@ -242,6 +242,16 @@ def test_first_letter_grouping_matches_the_flat_alternation():
     'versions = ["1.2.3.4", "1.2.3.5"]\ndist = parse("1.2.3.4")\n',
     "Tested on Python 3.11.4.1 today\n",
     "_BASE = IPv6Network('ff00::/8'); MASK = 'ffff:ffff:ffff:ffff:ffff:ffff:ffff:fff0'\n",
+    # the twelfth review, on the quickstart's written documents
+    "class DisplayName(Phrase):\n    pass\n", "    display_name = DisplayName()\n",
+    "Months = ' Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec'.split(' ')\n",
+    "label = Label(frame, text='Max Context Lines :')\nw = 'Format Paragraph Max Width'\n",
+    "    'posix_user': {\n        'base': '{userbase}',\n    },\n    'user': 'posix_user',\n",
+    '# HTML5 specs sections "8.2.4.44 Bogus\n# comment state" and "8.2.4.45 Markup declaration open\n',
+    "inet_aton() -- convert IP addr string (123.45.67.89) to 32-bit packed format\n",
+    "# See @XMLRPC3 for more information.\n",
+    "# Copyright 2004-2005 Elemental Security, Inc. All Rights Reserved.\n",
+    "# Copyright 2000, Mojam Media, Inc., all rights reserved.\n",
 ])
 def test_code_and_prose_about_code_are_left_alone(code):
     """Found on the stdlib the quickstart trains on: each of these used to be redacted
@@ -258,6 +268,45 @@ def test_code_and_prose_about_code_are_left_alone(code):
     ("@dagnyholm can you look?\n", [("USERNAME", "dagnyholm")]),
     ("host=db user=dagnyh password=Fjord58x dbname=sales\n",  # pairs are not prose
      [("USERNAME", "dagnyh"), ("PASSWORD", "Fjord58x")]),
+    # whole names, not a code word before or a possessive after, and the ones in source escapes
+    ("# based on IMAP_SSL. Hector Urtubia <urtubia@mrbook.org> Aug 2003\n",
+     [("NAME", "Hector Urtubia"), ("EMAIL", "urtubia@mrbook.org")]),
+    ("Written by Martin v. Löwis.\n", [("NAME", "Martin v. Löwis")]),
+    ('__author__ = "Lars Gust\\u00e4bel (lars@gustaebel.de)"\n',
+     [("NAME", "Lars Gust\\u00e4bel"), ("EMAIL", "lars@gustaebel.de")]),
+    ("# Written by Sam Rushing's friend\n", [("NAME", "Sam Rushing")]),
+    ("# SPDX-FileCopyrightText: 2021 Taneli Hukkinen\n", [("NAME", "Taneli Hukkinen")]),
+    (":copyright: Copyright 2008 by Armin Ronacher.\n", [("NAME", "Armin Ronacher")]),
+    ("servers 93.184.216.34 and 93.184.216.35 are up; version 93.184.216.1\n",
+     [("IP_ADDRESS", "93.184.216.34"), ("IP_ADDRESS", "93.184.216.35")]),
 ])
 def test_what_the_code_rules_must_not_lose(text, found):
+    assert [(s.type, s.text) for s in detect_pii(text)] == found
+
+
+@pytest.mark.parametrize("text", [
+    "Return a Tuple[str, int] e.g., ['7.1.4.34', 1806]\n",
+    "# but reject IPv6 address (ex: 'fe80::5054:ff:fe9' or '123:2:3:4:5:6:7:8').\n",
+    '   >>> s.sendmail("me@my.org", ["one@one.org", "two@two.org"], msg)\n',
+    "Example usage:\n\nimport urllib.request\n\nauth.add_password(realm='PDQ',\n"
+    "                  user='klem',\n                  passwd='geheim$parole')\n",
+    "entries (both in clear text). Eg:\n\n    [pypi]\n    username: fred\n    password: sekrit\n",
+])
+def test_values_the_text_shows_as_examples_are_not_pii(text):
+    """The digest's realness-by-context rule: an address, login, password or email the text
+    introduces as an example is a placeholder."""
+    assert detect_pii(text) == []
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("for example the problem resolver 8.8.4.4 answered", [("IP_ADDRESS", "8.8.4.4")]),
+    ("# example config\n" + "x = 1\n" * 16 + "password = 'Fjord-Kite-58'\n",
+     [("PASSWORD", "Fjord-Kite-58")]),  # the heading is too far above
+    ("e.g. ask Dagny Holm <dagny.holm@fjordmail.no>\n",
+     [("NAME", "Dagny Holm"), ("EMAIL", "dagny.holm@fjordmail.no")]),
+    ("e.g. api_key = 'AKIAZ7Q4TX2LM8RN5KWP'\n", [("KEY", "AKIAZ7Q4TX2LM8RN5KWP")]),
+])
+def test_the_example_rule_stops_where_the_example_does(text, found):
+    """Only the value right after the marker, or under an example heading close above; and
+    never a key or a person's name (an example may cite a real one)."""
     assert [(s.type, s.text) for s in detect_pii(text)] == found

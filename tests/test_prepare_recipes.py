@@ -190,7 +190,7 @@ def _texts(run_dir: Path) -> list[str]:
     return sorted(d.text for d in read_documents(run_dir))
 
 
-STREAM = ["read", "dedup_exact", "quality", "pii", "write"]
+STREAM = ["read", "quality", "pii", "dedup_exact", "write"]
 
 
 def test_one_and_two_tasks_same_output_with_dedup(tmp_path):
@@ -207,6 +207,21 @@ def test_one_and_two_tasks_same_output_with_dedup(tmp_path):
     rows = {r["stage"]: r for r in ys[0]["stages"]}
     assert rows["dedup_exact"]["drop_reasons"] == {"duplicate": 2}
     check_yield_adds_up(ys[0]["stages"])
+
+
+def test_the_default_stages_dedup_the_final_text(tmp_path):
+    """Exact dedup runs on the text as written (the arXiv digest: MD5 of the final text):
+    two files that differ only in a redacted email are one document, not two copies of
+    `Maintainer contact: <EMAIL>`."""
+    src = tmp_path / "src"
+    src.mkdir()
+    body = "A maintained module of the project with several words of useful text. " * 12
+    for i, who in enumerate(("dagny.holm@fjordmail.no", "ivo.brandt@weberpost.de")):
+        (src / f"f{i}.txt").write_text(f"{body}\nMaintainer contact: {who}\n")
+    assert pc.DEFAULT_STAGES.index("pii") < pc.DEFAULT_STAGES.index("dedup_exact")
+    run_prepare(PrepareConfig(stages=pc.DEFAULT_STAGES, tasks=1), tmp_path / "run",
+                [str(src)], progress=False)
+    assert [t.count("<EMAIL>") for t in _texts(tmp_path / "run")] == [1]
 
 
 def test_resume_of_a_completed_run_skips_every_task(tmp_path, monkeypatch):

@@ -314,3 +314,28 @@ def test_the_content_cache_sees_an_edit_that_keeps_size_and_time(tmp_path):
     for damaged in ([st.st_size, st.st_mtime_ns], [*known[key][:4], None], "x"):
         known[key] = damaged
         assert fingerprint_files([str(tmp_path)], known=known) == before
+
+
+def test_the_content_cache_keeps_only_the_files_read_now(tmp_path):
+    """RUN/logs/source_hashes.json holds the files of the current sources: a source dropped
+    from the config leaves the cache, and an unchanged fingerprint re-reads nothing."""
+    import json
+
+    from kiln.data import pipeline
+    from kiln.data.prepare_config import PrepareConfig
+
+    a, b, run = tmp_path / "a", tmp_path / "b", tmp_path / "run"
+    for d, n in ((a, 3), (b, 2)):
+        d.mkdir()
+        for i in range(n):
+            (d / f"{i}.txt").write_text(f"{d.name} {i}")
+    cfg = PrepareConfig(stages=["read", "write"], tasks=1)
+    cache = run / "logs" / pipeline.HASH_CACHE
+    pipeline._input_files(cfg, [str(a), str(b)], run)
+    assert len(json.loads(cache.read_text())) == 5
+    first = pipeline._input_files(cfg, [str(b)], run)
+    kept = json.loads(cache.read_text())
+    assert sorted(kept) == sorted(str(p.resolve()) for p in b.iterdir())
+    cache.write_text(json.dumps({k: [*v[:4], "not read again"] for k, v in kept.items()}))
+    again = pipeline._input_files(cfg, [str(b)], run)  # every entry reused, none re-read
+    assert again != first and "not read again" in cache.read_text()

@@ -128,7 +128,7 @@ def test_data_verbs_refuse_to_remake_a_trained_runs_data_from_changed_sources(ma
     os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert main(["prepare", str(run)]) == 2
     err = capsys.readouterr().err
-    assert "a file edited)" in err and "touched" not in err and "go on" not in err
+    assert "a file edited or renamed)" in err and "touched" not in err and "go on" not in err
     assert {p: p.read_bytes() for p in before} == before  # nothing was replaced
     edited.write_text(edited.read_text().replace("more", "some"))  # the text trained on
     for file in src.iterdir():  # a fresh checkout: every time new, every byte the same
@@ -196,3 +196,26 @@ def test_a_source_spelled_another_way_resumes_and_another_folder_is_refused(made
     shutil.copytree(src, tmp_path / "copy")
     assert main(["train", str(run), "--set", 'data.sources=["copy"]', "--set", "train.steps=4"]) == 1
     assert "data.sources: [" in capsys.readouterr().err
+
+
+def test_a_relative_source_is_recorded_where_it_was_found(made, tmp_path, monkeypatch):
+    """A run started with `data.sources = ["src"]` records the folder that name meant then:
+    `kiln prepare RUN` from another directory re-reads (and resumes on) the same files
+    instead of looking for ./src where it now stands."""
+    from dataclasses import replace
+
+    from kiln.cli import main
+    from kiln.config import recorded_config
+    from kiln.run_dir import write_run_metadata
+
+    cfg, src, run = made
+    monkeypatch.chdir(src.parent)
+    write_run_metadata(replace(cfg, data=replace(cfg.data, sources=["src"])))
+    assert recorded_config(run).data.sources == [str(src)]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    docs = {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()}
+    assert main(["prepare", str(run)]) == 0
+    assert {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()} == docs
+    assert main(["train", str(run), "--set", "train.steps=2"]) == 0

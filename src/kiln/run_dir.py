@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import importlib.metadata
 import os
@@ -57,10 +58,16 @@ def environment(device: str = "") -> dict[str, Any]:
 
 
 def write_run_metadata(cfg: Config, device: str = "") -> None:
-    """config.toml (resolved) and env.json (git hash, library versions) in the run dir."""
+    """config.toml (resolved) and env.json (git hash, library versions) in the run dir.
+
+    data.sources are recorded as absolute paths: `kiln prepare RUN` or `kiln run RUN` from
+    another directory reads the same folders (a relative path names the folder it named in
+    the directory the run was started from; the run directory is found by where it is)."""
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run_dir / "config.toml", config_to_toml(cfg))
+    anchored = dataclasses.replace(
+        cfg, data=dataclasses.replace(cfg.data, sources=[os.path.abspath(s) for s in cfg.data.sources]))
+    write_text_atomic(run_dir / "config.toml", config_to_toml(anchored))
     write_json_atomic(run_dir / "env.json", environment(device))
 
 

@@ -2,17 +2,25 @@
 
 Bad input (non-UTF-8, binary, empty, malformed lines, unreadable files) is counted by reason
 and skipped: a yield report is more useful than a crash halfway through a corpus.
+
+Every field of a record but its text (a JSON record's keys, a parquet row's other columns)
+goes into `doc.metadata`, as datatrove's own readers do: later stages judge by it (Brain Rot
+M1 by `likes`, `retweets`...; dating by `year`, `date`, `title`, an arXiv `id`...).
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import re
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from datetime import date, time
 from pathlib import Path
 
+import orjson
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from tqdm import tqdm
@@ -20,6 +28,15 @@ from tqdm import tqdm
 from kiln.data.sources import SourceFile, check_sources, list_source_files, printable_name
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
+
+# Metadata keys the reader sets itself (the pipeline sums `bytes`; `source` names the file):
+# a record's own field of that name is kept as `record_<name>`.
+KILN_FIELDS = ("source", "bytes")
+
+# A .json file that is not valid JSON but starts with `{` or `[` and has a "text" key this
+# near its start holds records (cut off, or JSON lines saved as .json), not prose or code.
+RECORD_SNIFF_BYTES = 8192
+_TEXT_KEY = re.compile(rb'"text"\s*:')
 
 # Suffixes that are never text; skipped without being read.
 BINARY_SUFFIXES = frozenset(
@@ -33,6 +50,14 @@ class SourceReader(PipelineStep):
 
     Files are sharded across datatrove tasks by index (file i goes to rank i % world_size).
     `counts` mirrors the datatrove stats as a plain dict so callers can write it to JSON.
+
+    Metadata: Kiln's `source` (the file) and `bytes` (of the text), then every other field of
+    the record (JSON) or row (parquet); a nested `metadata` object is merged in, as datatrove
+    merges it (top-level fields win). A record's own `source` / `bytes` is kept as
+    `record_source` / `record_bytes`. A record's `id` keeps its name: it cannot collide (the
+    document id is `file:line`, and the writer nests metadata), and dating reads arXiv ids
+    there. A field JSON cannot hold (bytes, a decimal, an int past 64 bits, a lone surrogate)
+    would stop the writer: it is left out and counted (`fields/dropped_unwritable`).
     """
 
     type = "📖 - READER"
@@ -65,7 +90,8 @@ class SourceReader(PipelineStep):
                 if self.max_bytes and kept >= self.max_bytes:
                     return
 
-    def _make(self, text: str, doc_id: str, path: Path) -> Document | None:
+    def _make(self, text: str, doc_id: str, path: Path,
+              fields: dict | None = None) -> Document | None:
         if not text.strip():
             self._count("skipped/empty")
             return None
@@ -76,8 +102,27 @@ class SourceReader(PipelineStep):
             return None
         self._count("documents")
         self._count("bytes", n_bytes)
-        return Document(text=text, id=doc_id,
-                        metadata={"source": printable_name(str(path)), "bytes": n_bytes})
+        metadata = {"source": printable_name(str(path)), "bytes": n_bytes}
+        if fields:
+            metadata |= self._writable(fields)
+        return Document(text=text, id=doc_id, metadata=metadata)
+
+    def _writable(self, fields: dict) -> dict:
+        """`fields` less those the JSON writer (orjson) would refuse, each counted: one odd
+        field must not stop the pipeline at the write step, nor lose its document."""
+        try:
+            orjson.dumps(fields)
+            return fields
+        except TypeError:  # orjson.JSONEncodeError is a TypeError
+            pass
+        kept = {}
+        for key, value in fields.items():
+            try:
+                orjson.dumps({key: value})
+                kept[key] = value
+            except TypeError:
+                self._count("fields/dropped_unwritable")
+        return kept
 
     def _read_file(self, file: SourceFile) -> Iterator[Document]:
         if file.skip:  # hidden, or not a regular file (a pipe would block forever)
@@ -125,34 +170,40 @@ class SourceReader(PipelineStep):
 
     def _read_jsonl(self, file: SourceFile) -> Iterator[Document]:
         opener = gzip.open if file.path.name.lower().endswith(".gz") else open
-        records = 0
         with opener(file.path, "rb") as f:
-            lines = enumerate(f, start=1)
-            while True:
-                try:
-                    line_no, line = next(lines)
-                except StopIteration:
-                    break
-                except (EOFError, OSError, zlib.error):  # a cut-off or damaged .gz
-                    self._count("skipped/unreadable_rest_of_file")  # keeps what came before
-                    return
-                if not line.strip():
-                    continue
-                records += 1
-                try:
-                    record = json.loads(line.decode("utf-8-sig"))  # BOM-led files too
-                except UnicodeDecodeError:
-                    self._count("skipped/non_utf8")
-                    continue
-                except (ValueError, RecursionError):  # one bad line (also a 5,000-digit
-                    self._count("skipped/bad_json")   # number), not the rest of the file
-                    continue
-                text = self._record_text(record)
-                if text is not None and (doc := self._make(text, f"{file.rel}:{line_no}",
-                                                           file.path)):
-                    yield doc
+            yield from self._read_lines(file, f)
+
+    def _read_lines(self, file: SourceFile, f: Iterable[bytes]) -> Iterator[Document]:
+        """JSON lines, one record each; a bad line is counted, not the rest of the file."""
+        records = 0
+        lines = enumerate(f, start=1)
+        while True:
+            try:
+                line_no, line = next(lines)
+            except StopIteration:
+                break
+            except (EOFError, OSError, zlib.error):  # a cut-off or damaged .gz
+                self._count("skipped/unreadable_rest_of_file")  # keeps what came before
+                return
+            if not line.strip():
+                continue
+            records += 1
+            try:
+                record = json.loads(line.decode("utf-8-sig"))  # BOM-led files too
+            except UnicodeDecodeError:
+                self._count("skipped/non_utf8")
+                continue
+            except (ValueError, RecursionError):  # one bad line (also a 5,000-digit
+                self._count("skipped/bad_json")   # number), not the rest of the file
+                continue
+            yield from self._record_doc(record, f"{file.rel}:{line_no}", file.path)
         if records == 0:
             self._count("skipped/empty")
+
+    def _record_doc(self, record: object, doc_id: str, path: Path) -> Iterator[Document]:
+        text = self._record_text(record)
+        if text is not None and (doc := self._make(text, doc_id, path, record_fields(record))):
+            yield doc
 
     def _read_json(self, file: SourceFile) -> Iterator[Document]:
         """A .json file of records: one object with `text`, or a list of them. Any other
@@ -160,8 +211,9 @@ class SourceReader(PipelineStep):
         raw = file.path.read_bytes()
         try:
             data = json.loads(raw.decode("utf-8-sig"))
-        except (ValueError, RecursionError):  # not UTF-8 or not JSON: as text, if it is text
-            data = None
+        except (ValueError, RecursionError):  # not UTF-8 or not JSON
+            yield from self._read_broken_json(file, raw)
+            return
         is_record = isinstance(data, dict) and "text" in data
         # a list with records: an entry without `text` is counted, not the whole file re-read
         is_records = (isinstance(data, list)
@@ -170,15 +222,26 @@ class SourceReader(PipelineStep):
             yield from self._read_text(file, raw)
             return
         for i, record in enumerate(data if is_records else [data]):
-            text = self._record_text(record)
-            doc_id = f"{file.rel}:{i}" if is_records else file.rel
-            if text is not None and (doc := self._make(text, doc_id, file.path)):
-                yield doc
+            yield from self._record_doc(record, f"{file.rel}:{i}" if is_records else file.rel,
+                                        file.path)
+
+    def _read_broken_json(self, file: SourceFile, raw: bytes) -> Iterator[Document]:
+        """A .json file that does not parse. Records (JSON lines saved as .json, or a cut-off
+        list) are never one document of JSON markup: JSON lines are read as such, anything
+        else with records is counted `bad_json`. Other files (a tsconfig.json with comments)
+        are text, like the rest of a source tree."""
+        head = raw[:RECORD_SNIFF_BYTES].removeprefix(b"\xef\xbb\xbf").lstrip()
+        if not (head.startswith((b"{", b"[")) and _TEXT_KEY.search(head)):
+            yield from self._read_text(file, raw)
+        elif _first_line_is_object(raw):
+            yield from self._read_lines(file, io.BytesIO(raw))
+        else:
+            self._count("skipped/bad_json")
 
     def _read_parquet(self, file: SourceFile) -> Iterator[Document]:
         import pyarrow.parquet as pq
 
-        table = pq.ParquetFile(file.path)
+        table = pq.ParquetFile(file.path)  # an unreadable footer: the file is `unreadable`
         if "text" not in table.schema_arrow.names:
             self._count("skipped/no_text_column")
             return
@@ -186,20 +249,103 @@ class SourceReader(PipelineStep):
             self._count("skipped/empty")
             return
         row = 0
-        for batch in table.iter_batches(columns=["text"], batch_size=1024):
-            for text in _as_bytes(batch.column(0)).to_pylist():
-                if isinstance(text, bytes):  # a binary column of UTF-8 text
-                    try:
-                        text = text.decode("utf-8")
-                    except UnicodeDecodeError:
-                        self._count("skipped/non_utf8")
-                        row += 1
-                        continue
-                if not isinstance(text, str):
-                    self._count("skipped/no_text")
-                elif doc := self._make(text, f"{file.rel}:{row}", file.path):
-                    yield doc
-                row += 1
+        for group in range(table.num_row_groups):
+            yield from self._read_row_group(table, group, file, row)
+            row += table.metadata.row_group(group).num_rows
+
+    def _read_row_group(self, table, group: int, file: SourceFile,
+                        row: int) -> Iterator[Document]:
+        """One row group: damage there (a corrupt page) loses its unread rows, counted as
+        `unreadable_rows`, and not the groups after it."""
+        import pyarrow as pa
+
+        batches = table.iter_batches(batch_size=1024, row_groups=[group])
+        done = 0
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError, ValueError, EOFError):
+                self._count("skipped/unreadable_rows",
+                            table.metadata.row_group(group).num_rows - done)
+                return
+            yield from self._read_batch(batch, file, row + done)
+            done += batch.num_rows
+
+    def _read_batch(self, batch, file: SourceFile, row: int) -> Iterator[Document]:
+        names = [n for n in batch.schema.names if n != "text"]
+        columns = [self._column_values(batch.column(n)) for n in names]
+        rows = zip(*columns) if names else ([] for _ in range(batch.num_rows))
+        texts = _as_bytes(batch.column("text")).to_pylist()
+        for i, (text, values) in enumerate(zip(texts, rows, strict=True)):
+            if isinstance(text, bytes):  # a binary column of UTF-8 text
+                try:
+                    text = text.decode("utf-8")
+                except UnicodeDecodeError:
+                    self._count("skipped/non_utf8")
+                    continue
+            if not isinstance(text, str):
+                self._count("skipped/no_text")
+            elif doc := self._make(text, f"{file.rel}:{row + i}", file.path,
+                                   record_fields(dict(zip(names, values)))):
+                yield doc
+
+    def _column_values(self, column) -> list:
+        """A metadata column as Python values. Dates and times become ISO strings (dating
+        reads a `date` string). Invalid UTF-8 in a string column is replaced (U+FFFD, counted
+        `fields/replaced_non_utf8`): a field is not worth its document, and pyarrow would fail
+        the whole batch. A nested value (a list of strings) holding it becomes None, counted
+        `fields/dropped_non_utf8`."""
+        try:
+            values = column.to_pylist()
+        except UnicodeDecodeError:
+            values = self._decoded_values(column)
+        return [v.isoformat() if isinstance(v, date | time) else v for v in values]
+
+    def _decoded_values(self, column) -> list:
+        raw = _as_bytes(column)
+        if raw is not column:  # a string column, as bytes: decoded row by row
+            return [None if v is None else self._decode(v) for v in raw.to_pylist()]
+        values = []
+        for i in range(len(column)):
+            try:
+                values.append(column[i].as_py())
+            except UnicodeDecodeError:
+                self._count("fields/dropped_non_utf8")
+                values.append(None)
+        return values
+
+    def _decode(self, value: bytes) -> str:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            self._count("fields/replaced_non_utf8")
+            return value.decode("utf-8", "replace")
+
+
+def record_fields(record: dict) -> dict:
+    """A record's metadata: every field but `text`, a nested `metadata` object merged in
+    (top-level fields win, as in datatrove's readers), Kiln's own keys renamed `record_<key>`."""
+    fields = {k: v for k, v in record.items() if k != "text"}
+    if isinstance(fields.get("metadata"), dict):
+        fields = fields.pop("metadata") | fields
+    for key in KILN_FIELDS:
+        if key in fields:
+            new = f"record_{key}"
+            while new in fields:  # a record with `source` and `record_source` keeps both
+                new = f"record_{new}"
+            fields[new] = fields.pop(key)
+    return fields
+
+
+def _first_line_is_object(raw: bytes) -> bool:
+    """Whether the first non-empty line of `raw` is a JSON object on its own (JSON lines)."""
+    line = raw.removeprefix(b"\xef\xbb\xbf").lstrip().split(b"\n", 1)[0]
+    try:
+        return isinstance(json.loads(line.decode("utf-8")), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _as_bytes(column):

@@ -223,12 +223,13 @@ def _input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path,
     inputs |= _option_files(cfg)
     cache = run_dir / "logs" / HASH_CACHE
     known = _load_hash_cache(cache)
-    before = dict(known)
-    fingerprints = {stage: fingerprint_files(files, exclude=run_dir, known=known, by=by)
+    current: dict = {}  # the files read now only: the cache never keeps sources dropped since
+    fingerprints = {stage: fingerprint_files(files, exclude=run_dir, known=known, by=by,
+                                             record=current)
                     for stage, files in inputs.items() if files is not None}
-    if known != before:
+    if by == "content" and current != known:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(cache, json.dumps(known, separators=(",", ":")))
+        write_text_atomic(cache, json.dumps(current, separators=(",", ":")))
     return fingerprints
 
 
@@ -263,7 +264,7 @@ def changed_inputs(cfg: PrepareConfig, run_dir: Path | str, sources: Sequence[st
     for stage in sorted(set(saved) | set(now)):
         before, after = says(saved.get(stage)), says(now.get(stage))
         if saved.get(stage) != now.get(stage):
-            edited = (" (the same count and size: a file edited" + (
+            edited = (" (the same count and size: a file edited or renamed" + (
                 " or touched: this run recorded times, not contents)" if legacy else ")")
                 if before == after else "")
             changes.append(f"{stage}: {before} -> {after}{edited}")

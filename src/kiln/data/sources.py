@@ -123,7 +123,8 @@ def list_source_files(sources: list[str], exclude: Path | None = None) -> list[S
 
 
 def fingerprint_files(sources: list[str], exclude: Path | None = None,
-                      known: dict | None = None, by: str = "content") -> dict:
+                      known: dict | None = None, by: str = "content",
+                      record: dict | None = None) -> dict:
     """What the input files are now: count, bytes and a hash of (id, size, content) of each file.
 
     `sources` as for `list_source_files` (empty: the stdlib corpus). A path that does not exist
@@ -132,14 +133,17 @@ def fingerprint_files(sources: list[str], exclude: Path | None = None,
     prepare's own outputs never make a finished run look stale. Contents, not modification
     times: a touch, a fresh checkout or a copy of the same files is the same input. `known`
     (real path -> [size, mtime_ns, ctime_ns, inode, content sha256], updated in place)
-    spares re-reading the files whose size, times and inode are unchanged since it was filled. `by="mtime"` gives the
-    fingerprint runs recorded before contents were hashed (times instead of contents).
+    spares re-reading the files whose size, times and inode are unchanged since it was filled;
+    `record`, if given, receives the entry of every file hashed now (a cache of these files
+    only). `by="mtime"` gives the fingerprint runs recorded before contents were hashed (times
+    instead of contents).
     """
     import hashlib
 
     if by not in ("content", "mtime"):
         raise ValueError(f"fingerprint by 'content' or 'mtime', not {by!r}")
     known = {} if known is None else known
+    record = known if record is None else record
     digest = hashlib.sha256()
     n_files = n_bytes = 0
     groups = [[s] for s in sources] if sources else [[]]
@@ -152,7 +156,8 @@ def fingerprint_files(sources: list[str], exclude: Path | None = None,
                 continue
             try:
                 st = file.path.stat()
-                what = st.st_mtime_ns if by == "mtime" else _content_hash(file.path, st, known)
+                what = (st.st_mtime_ns if by == "mtime"
+                        else _content_hash(file.path, st, known, record))
             except OSError:
                 digest.update(f"unstatable\t{file.rel}\n".encode("utf-8", "surrogateescape"))
                 continue
@@ -165,8 +170,9 @@ def fingerprint_files(sources: list[str], exclude: Path | None = None,
     return out if by == "mtime" else {**out, "by": "content"}
 
 
-def _content_hash(path: Path, st: os.stat_result, known: dict) -> str:
-    """sha256 of the file's bytes, from `known` while its size and time are unchanged."""
+def _content_hash(path: Path, st: os.stat_result, known: dict, record: dict) -> str:
+    """sha256 of the file's bytes, from `known` while its size and times are unchanged; its
+    entry goes into `record`."""
     import hashlib
 
     key = os.path.realpath(path)
@@ -174,12 +180,12 @@ def _content_hash(path: Path, st: os.stat_result, known: dict) -> str:
     # `cp -p`, `rsync -t`), so an edit that keeps the size and mtime is re-read too
     stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     seen = known.get(key)
-    if (isinstance(seen, list) and len(seen) == 5 and seen[:4] == stamp
+    if not (isinstance(seen, list) and len(seen) == 5 and seen[:4] == stamp
             and isinstance(seen[4], str)):
-        return seen[4]
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    known[key] = [*stamp, digest.hexdigest()]
-    return known[key][4]
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        seen = [*stamp, digest.hexdigest()]
+    record[key] = seen
+    return seen[4]

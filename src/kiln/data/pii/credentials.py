@@ -267,6 +267,12 @@ def find_passwords(text: str) -> Iterator[Span]:
             yield Span("PASSWORD", m.start("pw"), m.end("pw"), pw)
 
 
+def _a_key_elsewhere(text: str, value: str) -> bool:
+    """The value is also a key of the same document (`'posix_user': {...}` and later
+    `'user': 'posix_user'`): a name the code defines, such as an install scheme, not a login."""
+    return re.search(rf"[\"']{re.escape(value)}[\"'][ \t]*:", text) is not None
+
+
 def _username_ok(value: str) -> bool:
     low = value.lower()
     return (re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._\\-]{1,38}[A-Za-z0-9_]|[A-Za-z0-9]{2,3}", value)
@@ -289,7 +295,7 @@ def find_usernames(text: str) -> Iterator[Span]:
             continue
         if _is_reference(value, quoted) or _looks_like_code_reference(value, "", quoted):
             continue
-        if _username_ok(value):
+        if _username_ok(value) and not _a_key_elsewhere(text, value):
             yield Span("USERNAME", s, e, value)
     for m in XML_VALUE.finditer(text):
         if re.search(USER_KEY + "$", m.group("tag"), re.I) and _username_ok(m.group("v")):
@@ -320,5 +326,7 @@ def find_usernames(text: str) -> Iterator[Span]:
             continue  # `# @keyparam`, ` * @param`, XPath `[@attribute='v']`
         if (user.lower() in AT_KEYWORDS or user.split("-")[0].lower() in PY_DECORATORS
                 or user in JAVA_ANNOTATIONS or not _username_ok(user)):
+            continue
+        if user.isupper():  # `See @XMLRPC3`: a reference tag; handles are not written in capitals
             continue
         yield Span("USERNAME", m.start("user"), m.end("user"), user)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
+from kiln.data.pii.context import drop_examples
 from kiln.data.pii.credentials import find_passwords, find_usernames
 from kiln.data.pii.names import find_names
 from kiln.data.pii.network import find_emails, find_ips
@@ -35,13 +36,14 @@ def detect_pii(text: str, types: Iterable[str] | None = None) -> list[Span]:
     """All PII spans in `text` (non-overlapping, sorted by start) for the chosen types.
 
     Overlaps are resolved over all six types before filtering to `types`, so asking for a subset
-    never turns e.g. a password's inner `@host` into an email.
+    never turns e.g. a password's inner `@host` into an email. Values the text shows as
+    examples are not PII (`kiln.data.pii.context`).
     """
     if not isinstance(text, str):
         raise TypeError(f"detect_pii expects str, got {type(text).__name__}")
     chosen = check_types(types)
     spans = [span for detector in DETECTORS.values() for span in detector(text)]
-    return [s for s in resolve_overlaps(spans) if s.type in chosen]
+    return [s for s in drop_examples(text, resolve_overlaps(spans)) if s.type in chosen]
 
 
 def redact(text: str, types: Iterable[str] | None = None) -> tuple[str, dict[str, int]]:

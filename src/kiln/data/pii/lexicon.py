@@ -45,7 +45,8 @@ inc inc. llc ltd ltd. limited corp corp. corporation company co co. foundation a
 contributors project projects team teams gmbh ag sa s.a. bv b.v. plc pty holdings software
 technologies technology labs lab laboratory university institute group systems developers
 organization organisation association society consortium networks microsystems services
-solutions studio studios community partners trust council agency
+solutions studio studios community partners trust council agency media industries
+stichting centrum
 """.split())
 
 # Capitalised words that are never part of a person's name in our contexts.
@@ -65,7 +66,10 @@ mountain village criterion award awards prize cloth pins check patri army enterp
 cake signs sends encrypts decrypts encrypted decrypted writes reads receives wants says chooses
 computes verifies responds audits checks generates publishes commits reveals picks selects
 obtains replies forwards requests proves learns knows gets
+feb mar apr jul aug sep sept oct nov dec by somebody someone anybody nobody
+width height length size context lines line depth level limit count value number
 """.split())
+
 
 TITLES = frozenset("mr mr. mrs mrs. ms ms. dr dr. prof prof. sir".split())
 PARTICLES = frozenset("van von de der den da di del della la le du dos das bin al ten ter".split())

@@ -13,13 +13,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from kiln.data.pii.lexicon import FIRST_NAMES, NOT_NAME_WORDS, ORG_WORDS, PARTICLES, TITLES
+from kiln.data.pii.lexicon import (
+    FIRST_NAMES,
+    NOT_NAME_WORDS,
+    ORG_WORDS,
+    PARTICLES,
+    TITLES,
+)
 from kiln.data.pii.spans import Span
 
 _UP = "A-ZÀ-ÖØ-ÞĀ-Ž"
 _LO = "a-zß-öø-ÿā-ž"
 TOKEN = rf"(?:[{_UP}](?:[{_LO}]+(?:[{_UP}][{_LO}]+)?|\.|['’][{_UP}][{_LO}]+)(?:[-'’][{_UP}]?[{_LO}]+)*)"
-PARTICLE = r"(?:van|von|de|der|den|da|di|del|della|la|le|du|dos|das|bin|al|ten|ter)"
+PARTICLE = r"(?:van|von|de|der|den|da|di|del|della|la|le|du|dos|das|bin|al|ten|ter|v\.)"
 # One to four capitalised tokens, particles allowed inside ("Ludwig van Beethoven").
 NAME_SEQ = rf"{TOKEN}(?:[ \t]+(?:{PARTICLE}[ \t]+)*{TOKEN}){{0,3}}"
 _TITLE = r"(?:(?:Mr|Mrs|Ms|Dr|Prof)\.?[ \t]+)?"
@@ -45,13 +51,14 @@ def _by_first_letter(words: list[str]) -> str:
 
 STRONG_CONTEXTS = [
     # trailers, headers and fields: "Author: X", "Signed-off-by: X", "maintainer = 'X'"
-    rf"(?i:(?<![A-Za-z])(?:{_by_first_letter(FIELD_WORDS)})|^(?:From|To|Cc|Reply-To))"
+    # (the field word is never the start of a call or class: `class DisplayName(Phrase)`)
+    rf"(?i:(?<![A-Za-z])(?:{_by_first_letter(FIELD_WORDS)})|^(?:From|To|Cc|Reply-To))(?!\()"
     rf"(?:__)?[\"']?[ \t]*(?:::?|=>|=|:)?[ \t]*[\[\"'(]?[ \t]*{_TITLE}(?P<name>{NAME_SEQ})",
     rf"(?i:@author|:author:)[ \t]+{_TITLE}(?P<name>{NAME_SEQ})",
     # Maven/NuGet people blocks: <developer> … <name>X</name>
     rf"<(?:developer|contributor)>[^<]*(?:<(?!/(?:developer|contributor))[^<]*)*?<name>[ \t]*(?P<name>{NAME_SEQ})[ \t]*</name>",
     # "Jane Doe <jane@x.org>" and "Jane Doe (jane@x.org)"
-    rf"(?P<name>{NAME_SEQ})[ \t]*[<(][^\s<>()@]+@",
+    rf"(?<![\w.])(?P<name>{NAME_SEQ})[ \t]*[<(][^\s<>()@]+@",
     # signature: closing line, then the name alone on the next line (one [ \t]* before
     # the closing word: two adjacent ones cost O(indent^2) tries on every indented line)
     rf"(?im:^[ \t]*(?:(?:best|kind|warm)[ \t]*)?(?:regards|thanks|thank you|many thanks|cheers|"
@@ -60,11 +67,14 @@ STRONG_CONTEXTS = [
     rf"(?i:\b(?:hi|hello|hey|dear))[ \t]+{_TITLE}(?P<name>{NAME_SEQ})[ \t]*[,!:]",
 ]
 STRONG = [re.compile(p, re.MULTILINE) for p in STRONG_CONTEXTS]
-COPYRIGHT = re.compile(
-    r"(?i:copyright|\(c\)|©)[ \t]*(?:\((?i:c)\)|©)?[ \t]*"
+COPYRIGHT = re.compile(  # also SPDX's "SPDX-FileCopyrightText: 2021 Name"
+    r"(?i:copyright(?:text)?(?::(?=[ \t]*\d))?|\(c\)|©)[ \t]*(?:\((?i:c)\)|©)?[ \t]*"
     r"(?P<years>\d{4}(?:[ \t]*[-–,][ \t]*(?:\d{4}|present))*)?[ \t]*,?[ \t]*(?:by[ \t]+)?"
     rf"(?P<holders>{NAME_SEQ}(?:[ \t]*(?:,|and|&)[ \t]*{NAME_SEQ})*)")
 PROSE = re.compile(rf"(?<![\w.@/])(?P<name>{TOKEN}(?:[ \t]+(?:{PARTICLE}[ \t]+)?{TOKEN}){{1,2}})(?![\w@])")
+
+
+_ESCAPED_LETTERS = re.compile(r"(?:\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2})[^\W\d_]*")
 
 
 def _clean(text: str, start: int, end: int) -> tuple[int, int] | None:
@@ -77,6 +87,12 @@ def _clean(text: str, start: int, end: int) -> tuple[int, int] | None:
     if not words:
         return None
     s, e = words[0][0], words[-1][1]
+    while esc := _ESCAPED_LETTERS.match(text, e):  # "Gust\u00e4bel" in a source literal
+        e = esc.end()
+    if text[e - 2:e] in ("'s", "’s"):  # "Sam Rushing's": the name, not its possessive
+        e -= 2
+    if text[e:e + 1] in ("(", "[", "_") or text[s - 1:s] in (".", "_"):
+        return None  # a call, subscript or attribute (`display_name = DisplayName()`): code
     if any(text[a:b].lower().rstrip(".") in ORG_WORDS for a, b in words):
         return None
     if text[s:e].isupper() and e - s > 3:  # CONSTANT_NAMES / headings
@@ -108,7 +124,8 @@ def find_names(text: str) -> Iterator[Span]:
         base = m.start("holders")
         for part in re.finditer(rf"{NAME_SEQ}", holders):
             got = _clean(text, base + part.start(), base + part.end())
-            if got and len(text[got[0]:got[1]].split()) >= 2:
+            # each holder by itself: "Elemental Security, Inc." is a company in any list
+            if got and len(text[got[0]:got[1]].split()) >= 2 and not _org_follows(text, got[1]):
                 yield Span("NAME", got[0], got[1], text[got[0]:got[1]])
     pos = 0
     while (m := PROSE.search(text, pos)) is not None:

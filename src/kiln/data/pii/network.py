@@ -116,8 +116,10 @@ VERSION_WORDS = frozenset({"version", "ver", "vers", "build", "release", "rev", 
 # "Theorems 4.1.2.3 and 4.1.2.4", "versions 1.2.3.4, 1.2.3.5": the next item of a list.
 # ("to" is not a list: "release 2.3.1.4 to 93.184.216.34"; a dash joins a range only unspaced)
 # (a comma or semicolon needs a space after it: `curl/7.81.0,185.199.108.153` is a CSV row)
+# (items may be quoted: `sections "8.2.4.44" and "8.2.4.45"`)
 LIST_ITEM = re.compile(
-    r"(\d+(?:\.\d+)+)(?:\)?(?:\s*[,;]\s+|\s*&\s*|\s+(?:and|or)\s+)\(?|[-\u2013])$", re.I)
+    r"(\d+(?:\.\d+)+)[\"'”’]?(?:\)?(?:\s*[,;]\s+|\s*&\s*|\s+(?:and|or)\s+)\(?[\"'“‘]?|[-\u2013])$",
+    re.I)
 
 
 # a version on a line of its own, with letters no decimal or unit has: `1.3.a4`, `3.2.pl0`,
@@ -170,8 +172,15 @@ def _version_like(text: str, start: int, dotted: str, marked: bool = False) -> b
     target = re.match(r"\s*([A-Za-z_][\w.]*)\s*[:=]\s*[\[({][^\])};\n]*$", text[line_start:start])
     if target and "version" in target.group(1).lower():
         return True  # `versions = ["1.2.3.4", "1.2.3.5"]`: every item of the list
+    if any(VERSION_CONTEXT.search(text[max(0, m.start() - 24):m.start()])
+           for m in re.finditer(re.escape(dotted), text) if m.start() != start):
+        return True
+    # a sibling of a marked number nearby (`sections "8.2.4.44 Bogus comment state" and
+    # "8.2.4.45 Markup declaration open"`): the same numbering, one item on
+    parent = dotted.rpartition(".")[0]
+    sibling = re.compile(rf"(?<![\d.]){re.escape(parent)}\.\d+(?![\d.])")
     return any(VERSION_CONTEXT.search(text[max(0, m.start() - 24):m.start()])
-               for m in re.finditer(re.escape(dotted), text) if m.start() != start)
+               for m in sibling.finditer(text, max(0, start - 300), start))
 
 
 def _host_ipv4(text: str, m: re.Match) -> bool:
@@ -192,8 +201,16 @@ def _host_ipv4(text: str, m: re.Match) -> bool:
     return is_public_ip(dotted) and not ipaddress.IPv4Address(dotted).is_multicast
 
 
+# Stock addresses of documentation, in the public range but nobody's ("IP addr string
+# (123.45.67.89)"): the paper's realness rule, like the reserved example domains for emails.
+PLACEHOLDER_IPS = frozenset({"123.45.67.89", "12.34.56.78", "1.2.3.4", "11.22.33.44",
+                             "98.76.54.32", "123.123.123.123", "111.111.111.111"})
+
+
 def find_ips(text: str) -> Iterator[Span]:
     for m in IPV4_CANDIDATE.finditer(text):
+        if m.group(0) in PLACEHOLDER_IPS:
+            continue
         if _host_ipv4(text, m) and not _version_like(text, m.start(), m.group(0)):
             yield Span("IP_ADDRESS", m.start(), m.end(), m.group(0))
     for m in IPV6_CANDIDATE.finditer(text):

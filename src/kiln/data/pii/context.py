@@ -1,0 +1,48 @@
+"""The paper's realness-by-context rule: values shown as examples are not anyone's data.
+
+Step 3 of the digest's dataset refinement judges each candidate on its context ("test fixtures,
+examples") as well as its format. An IP address, username, password or email written where the
+text says it is an example (`e.g. '7.1.4.34'`, a doctest line, the lines under "Example usage:")
+is a placeholder. The marker must be right before the value: "for example the problem resolver
+8.8.4.4 answered" tells of a real address. Names and keys are not judged this way: an example may cite a real person, and
+a real key pasted into an example is still a leak.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kiln.data.pii.spans import Span
+
+EXAMPLE_TYPES = frozenset({"IP_ADDRESS", "USERNAME", "PASSWORD", "EMAIL"})
+# right before the span (at most MARKER_REACH words between): "e.g.", "ex:", "for example"...
+EXAMPLE_MARKER = re.compile(
+    r"(?:\be\.\s?g\.|\beg[.:]|\bex:|\bexamples?\b:?|\bfor instance\b|\bsuch as\b|\bsample\b)",
+    re.IGNORECASE)
+MARKER_REACH = 2  # "(ex: 'fe80::1' or '123:2:3:4:5:6:7:8')"; not "for example the resolver X"
+_WORDY = re.compile(r"\w")  # a quote or bracket between marker and value is not a word
+DOCTEST = re.compile(r"[ \t]*(?:#[ \t]*)?(?:>>>|\.\.\.)[ \t]")
+# a line that announces an example block below it: "Example usage:", "... in clear text). Eg:"
+EXAMPLE_HEADING = re.compile(
+    r"(?:\be\.\s?g\.?|\beg|\bexamples?(?:[ \t]+(?:usage|config(?:uration)?|session))?"
+    r"|\bfor example|\bsample[ \t]+(?:usage|config(?:uration)?|output))[ \t]*:+[ \t]*$", re.IGNORECASE)
+HEADING_REACH = 15  # lines: an example block is rarely longer before its values
+
+
+def in_example(text: str, span: Span) -> bool:
+    """A doctest line, an example marker right before the span on its line, or one of the
+    HEADING_REACH lines above announcing an example block ("Example usage:", "Eg:")."""
+    line_start = text.rfind("\n", 0, span.start) + 1
+    if DOCTEST.match(text, line_start):
+        return True
+    markers = list(EXAMPLE_MARKER.finditer(text, line_start, span.start))
+    between = [w for w in text[markers[-1].end():span.start].split() if _WORDY.search(w)] if markers else []
+    if markers and len(between) <= MARKER_REACH:
+        return True
+    above = text[:line_start].split("\n")[-HEADING_REACH - 1:-1]
+    return any(EXAMPLE_HEADING.search(line) for line in above)
+
+
+def drop_examples(text: str, spans: list[Span]) -> list[Span]:
+    """The spans that are not example values (see `in_example`)."""
+    return [s for s in spans if s.type not in EXAMPLE_TYPES or not in_example(text, s)]
