@@ -223,6 +223,7 @@ def bench_precision(s: Setting, precision: str, compile_model: bool, batch: torc
         out[r.name + "_spread"] = (tokens / max(r.times), tokens / min(r.times))
         if not all(map(lambda v: v == v, r.losses)):
             raise RuntimeError(f"{r.name} produced a NaN loss under {precision}")
+        out[r.name + "_losses"] = (r.losses[0], r.losses[-1])
     peer = max(HF_ATTENTION, key=lambda a: out[f"hf_{a}"])
     out["hf_attention"] = peer
     out["hf"], out["hf_spread"] = out[f"hf_{peer}"], out[f"hf_{peer}_spread"]
@@ -315,6 +316,12 @@ def main() -> None:
         print(f"  {p} per-step range: kiln {lo:.0f}-{hi:.0f} tok/s, hf {hlo:.0f}-{hhi:.0f} tok/s")
         mid, rlo, rhi = r["round_ratios"]
         print(f"  {p} kiln/hf per round: median {mid:.3f}, range {rlo:.3f}-{rhi:.3f}")
+        # every step trains on the same batch: a model that learns drives its loss down
+        print(f"  {p} loss, first -> last step (one batch, repeated): " + ", ".join(
+            f"{n} {r[n + '_losses'][0]:.3f} -> {r[n + '_losses'][1]:.3f}"
+            for n in ("kiln", *(f"hf_{a}" for a in HF_ATTENTION))))
+        if r["kiln_losses"][1] > 0.99 * r["kiln_losses"][0]:
+            print(f"  WARNING: {p}: kiln's loss did not fall over the steps: it is not learning")
         print(f"  {p} hf by attention: " + ", ".join(
             f"{a} {r[f'hf_{a}']:.0f} tok/s" for a in HF_ATTENTION) + f" (peer: {r['hf_attention']})")
     print()

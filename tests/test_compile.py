@@ -1,7 +1,7 @@
 """`train.compile = true` runs the model through torch.compile: the compiled step must
 build and give the eager step's loss and gradients (fp32: SDPA, as on a GPU; bf16: the
-matmul attention and fused loss, whose eager fast paths write into views the compiler
-refuses)."""
+matmul attention, whose eager fast path writes into views the compiler refuses; the
+fused loss is plain ops under the compiler)."""
 
 import pytest
 import torch
@@ -65,3 +65,30 @@ def test_train_compile_reaches_the_trained_model(tiny_run):
 
     assert isinstance(Trainer(tiny_config(tiny_run, "train.compile=true")).model, OptimizedModule)
     assert not isinstance(Trainer(tiny_config(tiny_run)).model, OptimizedModule)
+
+
+def test_the_compiled_loss_does_not_run_the_hand_written_function(monkeypatch):
+    """Compiled on CUDA, the fused head + loss Function gave every parameter an all-zero
+    gradient (H200, torch 2.11: `train.compile = true` did not learn; CPU compiled it
+    right). Under the compiler the loss is plain ops, with the fused loss's value and
+    gradients."""
+    from kiln.model import fused_loss
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the compiled loss ran the hand-written autograd Function")
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    hidden = torch.randn(40, 16, requires_grad=True)
+    weight = torch.randn(97, 16, requires_grad=True)
+    targets = torch.randint(0, 97, (40,))
+    eager = fused_loss.linear_cross_entropy(hidden, weight, targets)
+    eager_grads = torch.autograd.grad(eager, (hidden, weight))
+    monkeypatch.setattr(fused_loss._LinearCrossEntropy, "forward", staticmethod(refuse))
+    compiled = torch.compile(fused_loss.linear_cross_entropy, backend="eager", fullgraph=True)
+    loss = compiled(hidden, weight, targets)
+    grads = torch.autograd.grad(loss, (hidden, weight))
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, eager, rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads, eager_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

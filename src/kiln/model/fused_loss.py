@@ -12,6 +12,7 @@ rounding of each product), so the numbers match the plain path to its own precis
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from kiln.model.layers import compute_dtype
 
@@ -99,7 +100,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     run in the autocast dtype (as `F.linear` would); the softmax is fp32 (fp64 inputs keep
     fp64 throughout, loss included). Memory:
     one (chunk x V) fp32 buffer and, when gradients are needed, up to GROUP_BYTES of
-    dL/dlogits instead of the (N x V) logits.
+    dL/dlogits instead of the (N x V) logits. Under torch.compile: plain ops, full logits.
     """
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)} "
@@ -111,6 +112,12 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     device = hidden.device.type
     dtype = compute_dtype(hidden)
     hidden, weight = hidden.to(dtype), weight.to(dtype)
+    if torch.compiler.is_compiling():
+        # Plain ops, which the compiler fuses itself. Compiled on CUDA (torch 2.11, H200),
+        # the Function below gave all-zero gradients to every parameter while its loss was
+        # right: `train.compile = true` did not learn. The logits then exist in full.
+        acc = torch.promote_types(dtype, torch.float32)
+        return F.cross_entropy(F.linear(hidden, weight).to(acc), targets.long(), reduction="sum")
     need_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     with torch.autocast(device, enabled=False):
         return _LinearCrossEntropy.apply(hidden, weight, targets.long(), need_grad,

@@ -1,0 +1,128 @@
+"""The training path on a GPU, end to end: train, SIGKILL at a random step, resume, eval.
+
+Takes a run directory that `kiln prepare/tokenizer/tokenize` already filled (the
+quickstart's, say) and, on CUDA at the training precision `auto` picks (bf16 there):
+
+1. trains a reference run for `--steps` steps, a checkpoint every `--every` steps;
+2. trains the same run again in a copy, SIGKILLs the process after a random logged step,
+   resumes it, and compares every logged loss with the reference: bitwise where the
+   kernels are deterministic, otherwise the largest difference is printed;
+3. runs `kiln eval` and `kiln generate` on the result (both on the GPU).
+
+    python benchmarks/gpu_train_check.py runs/quickstart --steps 300 --every 50
+
+CPU runs of the same protocol are the test suite's (tests/test_train.py); this script is
+the one to run where a GPU is lent. It ends with a `RESULT` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import result_line  # noqa: E402
+
+
+def losses(run: Path) -> dict[int, float]:
+    out = {}
+    path = run / "metrics.jsonl"
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:  # a last line the kill cut short
+            continue
+        if r.get("kind") == "train":
+            out[r["step"]] = r["loss"]
+    return out
+
+
+def records(run: Path, kind: str) -> list[dict]:
+    return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if r.get("kind") == kind]
+
+
+def kiln(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "kiln.cli", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-3000:]}"
+                 f"\n{done.stderr[-3000:]}")
+    return done
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run", type=Path, help="a prepared and tokenized run directory")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--every", type=int, default=50, help="checkpoint every N steps")
+    parser.add_argument("--device", default="cuda", help="train.device (cpu tries the script)")
+    parser.add_argument("--set", action="append", default=[], help="more config overrides")
+    args = parser.parse_args()
+    sets = [f"train.steps={args.steps}", f"train.checkpoint_every={args.every}",
+            f"train.device={args.device}", *args.set]
+    overrides = [a for s in sets for a in ("--set", s)]
+    work = Path(tempfile.mkdtemp(prefix="kiln-gpu-"))
+    reference, killed = work / "reference", work / "killed"
+    for d in (reference, killed):
+        shutil.copytree(args.run, d, ignore=shutil.ignore_patterns(
+            "checkpoints", "metrics.jsonl", "report*", "eval*.json", "export", "samples*"))
+
+    start = time.perf_counter()
+    done = kiln("train", str(reference), "--fresh", *overrides)
+    reference_s = time.perf_counter() - start
+    print(done.stdout[-2500:])
+    expected = losses(reference)
+    train = records(reference, "train")
+    val = records(reference, "val")
+    print(f"reference: {len(expected)} logged steps in {reference_s:.1f} s; first loss "
+          f"{train[0]['loss']:.3f}, last {train[-1]['loss']:.3f}; last val "
+          f"{ {k: v for k, v in val[-1].items() if k != 'kind'} if val else None}")
+
+    kill_after = random.Random().randint(args.every // 10 + 1, args.steps // 10 - 2)
+    cmd = [sys.executable, "-m", "kiln.cli", "train", str(killed), "--fresh", *overrides]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(losses(killed)) >= kill_after:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    at_kill = max(losses(killed), default=0)
+    if at_kill >= args.steps:
+        sys.exit("the run finished before it could be killed; give it more --steps")
+    kiln("train", str(killed), *overrides)
+    resumed = losses(killed)
+    common = sorted(set(expected) & set(resumed))
+    diffs = [abs(expected[s] - resumed[s]) for s in common]
+    bitwise = resumed == expected
+    print(f"killed after logged step {at_kill}, resumed: {len(common)} steps compared, "
+          f"bitwise identical: {bitwise}, largest |difference| {max(diffs):.3g}")
+
+    ev = kiln("eval", str(reference), "--set", f"train.device={args.device}")
+    print(ev.stdout[-800:])
+    gen = kiln("generate", str(reference), "--set", f"train.device={args.device}")
+    print(gen.stdout[:800])
+    tok_s = [r["tokens_per_s"] for r in train if "tokens_per_s" in r]
+    print(result_line(bitwise_resume=int(bitwise), resume_max_diff=max(diffs),
+                      killed_at=at_kill, final_loss=train[-1]["loss"],
+                      tokens_per_s=sorted(tok_s)[len(tok_s) // 2] if tok_s else 0,
+                      train_s=reference_s))
+    if os.environ.get("KEEP_WORK") is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
