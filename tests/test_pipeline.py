@@ -224,3 +224,24 @@ def test_the_default_log_sink_is_back_after_a_quiet_prepare(tmp_path, capfd):
     assert "PIPELINE" not in capfd.readouterr().err
     logger.info("after prepare")
     assert "after prepare" in capfd.readouterr().err
+
+
+def test_reading_prepared_documents_keeps_datatrove_info_off_the_console(tmp_path, capfd):
+    """`kiln tokenizer` and `kiln tokenize` read the documents with datatrove's reader, which
+    logs a line per file at INFO; the console shows Kiln's lines alone, and the default sink
+    is back afterwards."""
+    from loguru import logger
+
+    from kiln.config import load_config
+    from kiln.data.documents import read_documents
+    from kiln.data.pipeline import run_prepare
+
+    (tmp_path / "a.txt").write_text("some words of text. " * 20)
+    cfg = load_config(None, [f'run.dir="{tmp_path / "run"}"', 'prepare.stages=["read", "write"]'])
+    run_prepare(cfg.prepare, tmp_path / "run", sources=[str(tmp_path / "a.txt")], progress=False)
+    capfd.readouterr()
+    texts = [doc.text for doc in read_documents(tmp_path / "run")]
+    assert texts == ["some words of text. " * 20]
+    assert "Reading input file" not in capfd.readouterr().err
+    logger.info("after reading")
+    assert "after reading" in capfd.readouterr().err

@@ -378,5 +378,8 @@ def read_documents(out_dir: Path | str) -> Iterator[Document]:
                                 "fix data.sources and run `kiln prepare` again")
     if not summary.exists() or not docs_dir.is_dir():
         raise FileNotFoundError(f"no prepared documents in {out_dir}; run `kiln prepare` first")
+    from kiln.data.quiet_executor import quiet_console
+
     reader = JsonlReader(str(docs_dir), glob_pattern="*.jsonl.gz", add_file_path=False)
-    yield from reader.run(None, rank=0, world_size=1)
+    with quiet_console():
+        yield from reader.run(None, rank=0, world_size=1)

@@ -10,6 +10,8 @@ the files keep everything. Progress bars (the reader's) are not logs and still s
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from datatrove.executor import LocalPipelineExecutor
 from loguru import logger
@@ -20,15 +22,30 @@ def _console_for_warnings() -> None:
     logger.add(sys.stderr, level="WARNING")
 
 
+def _console_as_datatrove_sets_it() -> None:
+    from datatrove.utils.logging import setup_default_logger
+
+    setup_default_logger()
+
+
+@contextmanager
+def quiet_console() -> Iterator[None]:
+    """datatrove's INFO lines (a reader's "Reading input file ...") off the console while
+    Kiln reads documents outside an executor (`kiln tokenizer`, `kiln tokenize`)."""
+    _console_for_warnings()
+    try:
+        yield
+    finally:
+        _console_as_datatrove_sets_it()
+
+
 class QuietLocalExecutor(LocalPipelineExecutor):
     def run(self):
         _console_for_warnings()
         try:
             return super().run()
         finally:
-            from datatrove.utils.logging import setup_default_logger
-
-            setup_default_logger()
+            _console_as_datatrove_sets_it()
 
     def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
         try:
