@@ -220,3 +220,20 @@ def test_other_non_json_json_is_still_text(tmp_path):
     docs, counts = _read(tmp_path)
     assert [d.text for d in docs] == ["just prose that mentions a \"text\": key", config]
     assert counts == {"documents": 2, "bytes": sum(len(d.text) for d in docs)}
+
+
+def test_prepare_reports_the_record_fields_it_replaced(tmp_path):
+    """A document kept with a field changed is in no drop reason: prepare.json and the read
+    stage's row of yield.json still say how many fields were replaced or left out."""
+    users = [b"ann", b"bad \xff user", b"cy"]
+    table = pa.table({"text": ["first post here", "second post here", "third post here"],
+                      "user": pa.array(users, pa.binary()).view(pa.string())})
+    pq.write_table(table, tmp_path / "p.parquet")
+    run = tmp_path / "run"
+    summary = run_prepare(PrepareConfig(stages=["read", "write"]), run,
+                          sources=[str(tmp_path / "p.parquet")], progress=False)
+    assert summary["documents_out"] == 3
+    assert summary["field_changes"] == {"replaced_non_utf8": 1}
+    read_row = json.loads((run / "yield.json").read_text())["stages"][0]
+    assert read_row["field_changes"] == {"replaced_non_utf8": 1}
+    assert "replaced_non_utf8" not in json.dumps(read_row["drop_reasons"])

@@ -487,6 +487,11 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
         redactions.update(row.get("redactions", {}))
     if redactions:
         summary["pii_redactions"] = dict(sorted(redactions.items()))
+    fields = Counter()
+    for row in yields["stages"]:
+        fields.update(row.get("field_changes", {}))
+    if fields:  # documents kept with a record field replaced or left out
+        summary["field_changes"] = dict(sorted(fields.items()))
     write_json_atomic(run_dir / "prepare.json", summary)
     add_token_counts(run_dir)  # shards made from these same documents (a re-run) still count
     return summary

@@ -126,6 +126,13 @@ def _redactions(counts: Counter) -> Counter[str]:
                     if key.startswith("pii_") and not key.startswith("pii_docs_with_")})
 
 
+def _field_changes(counts: Counter) -> Counter[str]:
+    """{change: records} from a reader's `fields/<change>` stats: record fields replaced or
+    left out while the document itself was kept (it is in no drop reason)."""
+    return Counter({key[len("fields/"):]: int(value) for key, value in counts.items()
+                    if key.startswith("fields/") and len(key) > len("fields/")})
+
+
 def _added(counts: Counter, spec: dict | None) -> int:
     return sum(int(counts.get(key, 0)) for key in (spec or {}).get("added", []))
 
@@ -138,6 +145,7 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
     rows: list[dict[str, Any]] = []
     reasons: Counter[str] = Counter()
     redacted: Counter[str] = Counter()
+    fields: Counter[str] = Counter()
     added = 0
     prev_docs = prev_bytes = None
     for role, step in zip(roles, merged, strict=True):
@@ -146,6 +154,7 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
                 reasons[reason] += n
             added += _added(step["counts"], role.get("reasons"))
             redacted += _redactions(step["counts"])
+            fields += _field_changes(step["counts"])
             continue
         docs_out = int(step["counts"].get("documents", 0))
         bytes_out = int(step["counts"].get("bytes", 0))
@@ -171,8 +180,9 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
             "kept_fraction": docs_out / docs_in if docs_in else None,
             "drop_reasons": dict(reasons.most_common()),
             **({"redactions": dict(sorted(redacted.items()))} if redacted else {}),
+            **({"field_changes": dict(sorted(fields.items()))} if fields else {}),
         })
-        reasons, redacted, added = Counter(), Counter(), 0
+        reasons, redacted, fields, added = Counter(), Counter(), Counter(), 0
         prev_docs, prev_bytes = docs_out, bytes_out
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     return {
