@@ -60,6 +60,14 @@ def test_quickstart_smoke_run(tmp_path):
     same = kiln("tokenize", str(run_dir), cwd=tmp_path)
     assert same.returncode == 0, same.stderr[-2000:]
     assert (run_dir / "tokens/index.json").read_text() == index
+    # `kiln run` again: the tokenizer and shards made from the same inputs are kept
+    made = {p: p.stat().st_mtime_ns for p in [run_dir / "tokenizer/tokenizer.json",
+                                                *(run_dir / "tokens").iterdir()]}
+    rerun = kiln("run", str(REPO / "recipes/quickstart.toml"), *sets, cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "tokenizer: kept" in rerun.stdout and "tokenize: kept" in rerun.stdout
+    assert "nothing to train" in rerun.stderr + rerun.stdout
+    assert {p: p.stat().st_mtime_ns for p in made} == made
     # --fresh moves the old model's checkpoints and outputs aside, but only once the new
     # settings are accepted
     refused = kiln("train", str(run_dir), "--fresh", "--set", "train.device=cuda", cwd=tmp_path)

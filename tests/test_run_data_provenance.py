@@ -219,3 +219,43 @@ def test_a_relative_source_is_recorded_where_it_was_found(made, tmp_path, monkey
     assert main(["prepare", str(run)]) == 0
     assert {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()} == docs
     assert main(["train", str(run), "--set", "train.steps=2"]) == 0
+
+
+# -- what `kiln run` keeps -------------------------------------------------------------------
+
+def _current(cfg):
+    from kiln.data.provenance import tokenizer_is_current, tokens_are_current
+
+    t = cfg.tokenizer
+    return (tokenizer_is_current(cfg.run_dir, t.kind, t.vocab_size, t.min_frequency),
+            tokens_are_current(cfg.run_dir, cfg.data.val_fraction, cfg.run.seed))
+
+
+def test_the_tokenizer_and_shards_are_current_until_an_input_changes(made):
+    """`kiln run` keeps the tokenizer and shards only while re-making them would give the
+    same: each input (documents, tokenizer settings and file, split, a whole shard) counts."""
+    import dataclasses
+
+    cfg, src, run = made
+    assert _current(cfg) == (True, True)
+    for key, value in [("vocab_size", 301), ("min_frequency", 3), ("kind", "math")]:
+        other = dataclasses.replace(cfg, tokenizer=dataclasses.replace(cfg.tokenizer, **{key: value}))
+        assert _current(other) == (False, True), key  # the shards follow the tokenizer file
+    assert _current(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, val_fraction=0.3))) \
+        == (True, False)
+    assert _current(dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, seed=1))) \
+        == (True, False)
+    shard = run / "tokens" / "train_00000.bin"
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:-2])  # a shard cut short
+    assert _current(cfg) == (True, False)
+    shard.write_bytes(whole)
+    tokenizer = run / "tokenizer" / "tokenizer.json"
+    tokenizer.write_text(tokenizer.read_text() + " ")  # another file in its place
+    assert _current(cfg) == (False, False)
+    cmd_tokenizer(cfg)
+    cmd_tokenize(cfg)
+    assert _current(cfg) == (True, True)
+    (src / "f0.txt").write_text("an edited document, other words than before. " * 9)
+    cmd_prepare(cfg)
+    assert _current(cfg) == (False, False)

@@ -48,11 +48,14 @@ def cmd_prepare(cfg: Config) -> None:
 def cmd_tokenizer(cfg: Config) -> None:
     from kiln.data.documents import read_documents
     from kiln.data.math_tokenizer import train_tokenizer_of_kind
+    from kiln.data.provenance import record_tokenizer
 
     texts = (doc.text for doc in read_documents(cfg.run_dir))
     tok = train_tokenizer_of_kind(cfg.tokenizer.kind, texts, cfg.tokenizer.vocab_size,
                                   _tokenizer_path(cfg), min_frequency=cfg.tokenizer.min_frequency,
                                   show_progress=sys.stderr.isatty())  # off a terminal: blank lines
+    record_tokenizer(cfg.run_dir, cfg.tokenizer.kind, cfg.tokenizer.vocab_size,
+                     cfg.tokenizer.min_frequency)
     print(f"tokenizer ({cfg.tokenizer.kind}): {tok.get_vocab_size()} tokens -> "
           f"{_tokenizer_path(cfg)}")
     if tok.get_vocab_size() < cfg.tokenizer.vocab_size:
@@ -63,14 +66,14 @@ def cmd_tokenizer(cfg: Config) -> None:
 
 def cmd_tokenize(cfg: Config) -> None:
     from kiln.data.documents import read_documents
-    from kiln.data.provenance import made_from
+    from kiln.data.provenance import shards_made_from
     from kiln.data.shards import write_shards
     from kiln.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(_tokenizer_path(cfg))
     index = write_shards(read_documents(cfg.run_dir), tok, cfg.run_dir / "tokens",
                          val_fraction=cfg.data.val_fraction, seed=cfg.run.seed,
-                         made_from=made_from(cfg.run_dir))
+                         made_from=shards_made_from(cfg.run_dir))
     from kiln.data.yield_report import add_token_counts
 
     add_token_counts(cfg.run_dir)  # yield.json gains the tokens that came out
@@ -218,7 +221,8 @@ def cmd_run(cfg: Config) -> None:
     from kiln.train.precision import resolve_device
 
     env = init_distributed(resolve_device(cfg.train.device), flat_settings(cfg))
-    stages = [("prepare", cmd_prepare), ("tokenizer", cmd_tokenizer), ("tokenize", cmd_tokenize)]
+    stages = [("prepare", cmd_prepare), ("tokenizer", _tokenizer_unless_current),
+              ("tokenize", _tokenize_unless_current)]
     if env.is_main:
         _timed(stages, cfg)
         _record_config(cfg)
@@ -238,6 +242,34 @@ def cmd_run(cfg: Config) -> None:
             _report_anyway(cfg)
             raise
         _timed([("report", cmd_report)], cfg)
+
+
+def _tokenizer_unless_current(cfg: Config) -> None:
+    """`kiln run` keeps a tokenizer trained on the same documents with the same settings
+    (training it again would make the same one; on a large corpus it takes a while)."""
+    from kiln.data.provenance import tokenizer_is_current
+
+    t = cfg.tokenizer
+    if tokenizer_is_current(cfg.run_dir, t.kind, t.vocab_size, t.min_frequency):
+        print(f"tokenizer: kept {_tokenizer_path(cfg)} (trained on these documents with these "
+              "settings)")
+        return
+    cmd_tokenizer(cfg)
+
+
+def _tokenize_unless_current(cfg: Config) -> None:
+    """`kiln run` keeps whole token shards made from these documents and this tokenizer
+    with the same split."""
+    from kiln.data.provenance import tokens_are_current
+    from kiln.data.shards import load_index
+
+    if tokens_are_current(cfg.run_dir, cfg.data.val_fraction, cfg.run.seed):
+        index = load_index(cfg.run_dir / "tokens")
+        print(f"tokenize: kept {cfg.run_dir / 'tokens'} (train {index['train']['tokens']:,} "
+              f"tokens, val {index['val']['tokens']:,} tokens; made from these documents and "
+              "this tokenizer)")
+        return
+    cmd_tokenize(cfg)
 
 
 def _report_anyway(cfg: Config) -> None:

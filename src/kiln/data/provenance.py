@@ -94,3 +94,66 @@ def check_tokens_current(run_dir: Path) -> None:
             "starts over with `kiln train --fresh`)")
     if tokenizer_path(run_dir).is_file():  # none: nothing the shards could disagree with
         run_tokenizer(run_dir)
+
+
+# -- what `kiln run` may keep: a tokenizer and shards already made from the same inputs ------
+
+TOKENIZER_RECORD = "made_from.json"  # beside tokenizer.json
+
+
+def _file_hash(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def _tokenizer_inputs(run_dir: Path, kind: str, vocab_size: int, min_frequency: int) -> dict:
+    return {"documents": documents_fingerprint(run_dir), "kind": kind, "vocab_size": vocab_size,
+            "min_frequency": min_frequency, "format": FINGERPRINT_FORMAT}
+
+
+def record_tokenizer(run_dir: Path, kind: str, vocab_size: int, min_frequency: int) -> None:
+    """After `kiln tokenizer`: the documents and settings it was trained from, and its hash."""
+    from kiln.atomic import write_json_atomic
+
+    record = {**_tokenizer_inputs(run_dir, kind, vocab_size, min_frequency),
+              "tokenizer": _file_hash(tokenizer_path(run_dir))}
+    write_json_atomic(tokenizer_path(run_dir).parent / TOKENIZER_RECORD, record)
+
+
+def tokenizer_is_current(run_dir: Path, kind: str, vocab_size: int, min_frequency: int) -> bool:
+    """The run's tokenizer was trained, by `kiln tokenizer`, on the documents now in the run
+    with these settings, and is unchanged since: training it again would make the same one."""
+    path = tokenizer_path(run_dir)
+    record = path.parent / TOKENIZER_RECORD
+    inputs = _tokenizer_inputs(run_dir, kind, vocab_size, min_frequency)
+    if inputs["documents"] is None or not path.is_file() or not record.is_file():
+        return False
+    try:
+        return json.loads(record.read_text(encoding="utf-8")) == {
+            **inputs, "tokenizer": _file_hash(path)}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+
+
+def shards_made_from(run_dir: Path) -> dict:
+    """What `kiln tokenize` records in the index: the documents (checked before training)
+    and the tokenizer file (so `kiln run` can tell the shards current)."""
+    return {**made_from(run_dir), "tokenizer": _file_hash(tokenizer_path(run_dir))}
+
+
+def tokens_are_current(run_dir: Path, val_fraction: float, seed: int) -> bool:
+    """The token shards were made from the documents and tokenizer now in the run with this
+    split, and every shard is whole: `kiln tokenize` would write the same ones."""
+    import numpy as np
+
+    tokens = Path(run_dir) / "tokens"
+    if documents_fingerprint(run_dir) is None or not tokenizer_path(run_dir).is_file():
+        return False
+    try:
+        index = load_index(tokens)
+        itemsize = np.dtype(index["dtype"]).itemsize
+        whole = all((tokens / shard["file"]).stat().st_size == shard["tokens"] * itemsize
+                    for split in ("train", "val") for shard in index[split]["shards"])
+    except (OSError, ValueError, TypeError, KeyError, RunDataError):
+        return False
+    return (whole and index.get("val_fraction") == val_fraction and index.get("seed") == seed
+            and index.get("made_from") == shards_made_from(run_dir))
