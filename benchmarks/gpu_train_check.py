@@ -90,12 +90,15 @@ def main() -> None:
           f"{train[0]['loss']:.3f}, last {train[-1]['loss']:.3f}; last val "
           f"{ {k: v for k, v in val[-1].items() if k != 'kind'} if val else None}")
 
-    kill_after = random.Random().randint(args.every // 10 + 1, args.steps // 10 - 2)
+    if args.steps < 2 * args.every + 2:
+        sys.exit("--steps must leave room for a kill after the first checkpoint: "
+                 "at least 2 x --every + 2")
+    kill_at = random.Random().randint(args.every + 1, args.steps - args.every)
     cmd = [sys.executable, "-m", "kiln.cli", "train", str(killed), "--fresh", *overrides]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
-        if len(losses(killed)) >= kill_after:
+        if max(losses(killed), default=0) >= kill_at:
             break
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
@@ -111,9 +114,10 @@ def main() -> None:
     print(f"killed after logged step {at_kill}, resumed: {len(common)} steps compared, "
           f"bitwise identical: {bitwise}, largest |difference| {max(diffs):.3g}")
 
-    ev = kiln("eval", str(reference), "--set", f"train.device={args.device}")
+    more = [a for s in args.set for a in ("--set", s)]
+    ev = kiln("eval", str(reference), "--set", f"train.device={args.device}", *more)
     print(ev.stdout[-800:])
-    gen = kiln("generate", str(reference), "--set", f"train.device={args.device}")
+    gen = kiln("generate", str(reference), "--set", f"train.device={args.device}", *more)
     print(gen.stdout[:800])
     tok_s = [r["tokens_per_s"] for r in train if "tokens_per_s" in r]
     print(result_line(bitwise_resume=int(bitwise), resume_max_diff=max(diffs),

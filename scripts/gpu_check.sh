@@ -42,7 +42,8 @@ RUN=/tmp/kiln_gpu_qs
 rm -rf "$RUN" && cp -r .gpu/qs "$RUN"
 step throughput_b16 90 "$PY" benchmarks/throughput.py "${quick[@]}" --device "$DEVICE" --precision bf16
 resume=(--steps 300 --every 50)
-[ -n "${QUICK:-}" ] && resume=(--steps 60 --every 20)
+[ -n "${QUICK:-}" ] && resume=(--steps 30 --every 10 --set train.log_every=5 --set train.eval_batches=2
+  --set eval.max_batches=4 --set generate.max_new_tokens=8)
 step train_resume 150 "$PY" benchmarks/gpu_train_check.py .gpu/qs --device "$DEVICE" "${resume[@]}"
 step fsdp 60 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 -m kiln.cli \
   train "$RUN" --fresh --set train.device="$DEVICE" --set train.parallel=fsdp --set train.steps=40
