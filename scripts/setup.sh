@@ -5,6 +5,15 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# CPU build pinned here; the package itself accepts any torch 2.x so GPU users keep theirs
-.venv/bin/python -m pip install -q "torch==2.13.0"
+# The CPU build of torch is pinned here; the package itself accepts torch >=2.5,<3, so GPU
+# users keep their own. Where pip's own configuration offers a CPU wheel (a local wheel
+# folder), that one; elsewhere PyPI's Linux wheel is the CUDA build (GBs of CUDA libraries),
+# so the CPU wheel comes from PyTorch's CPU index.
+TORCH="torch==2.13.0"
+if .venv/bin/python -m pip install -q --dry-run --no-deps --ignore-installed --report - "$TORCH" \
+    2>/dev/null | grep -q '"version": *"[^"]*+cpu"'; then
+  .venv/bin/python -m pip install -q "$TORCH"
+else
+  .venv/bin/python -m pip install -q "$TORCH" --index-url https://download.pytorch.org/whl/cpu
+fi
 .venv/bin/python -m pip install -q -e ".[test]"

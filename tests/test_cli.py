@@ -213,3 +213,16 @@ def test_only_a_lost_peer_is_reported_as_one(monkeypatch):
     assert not _lost_a_rank(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert not _lost_a_rank(RuntimeError("Connection reset by peer"))
+
+
+def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
+    """A Ctrl-C in the first second (torch still importing, before the verb's own handler)
+    ends with one line and exit status 130, not a traceback."""
+    import kiln.cli
+
+    def interrupted(shown):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kiln.cli, "_show_warning", interrupted)
+    assert kiln.cli.main(["eval", "nowhere"]) == 130
+    assert capsys.readouterr().err.strip() == "kiln: interrupted while starting; nothing was changed"

@@ -132,6 +132,13 @@ def test_a_prompts_sample_does_not_depend_on_the_prompts_before_it(tiny_run):
         completions.append(json.loads((tiny_run / "samples.json").read_text()))
     assert len(tok.encode(completions[1][0]["completion"]).ids) <= 6
     assert completions[0][1] == completions[1][1]
+    # nor on its place in the list; a repeated prompt draws another sample
+    cmd_generate(tiny_config(tiny_run, 'generate.prompts=["class ", "class "]',
+                             "generate.temperature=1.0", "generate.top_k=0",
+                             "generate.top_p=1.0", "generate.max_new_tokens=12"))
+    alone, repeated = json.loads((tiny_run / "samples.json").read_text())
+    assert alone == completions[0][1]
+    assert repeated["completion"] != alone["completion"]
     cmd_generate(tiny_config(tiny_run, f"run.seed={2**45}"))  # any seed training takes
 
 

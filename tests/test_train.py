@@ -545,6 +545,25 @@ def test_a_diverged_run_stops_and_keeps_its_finite_checkpoints(tiny_run):
     assert max(logged_losses(tiny_run)) == checkpoint_step(latest_checkpoint(tiny_run / "checkpoints"))
 
 
+def test_a_stopped_run_ends_its_progress_line_before_the_error(tiny_run, capsys):
+    """Off a terminal the bar is one line redrawn in place; a run that stops with an error
+    ends that line (and closes the bar), so the one-line error starts its own."""
+    from kiln.train.callbacks import Callback, default_callbacks
+
+    class Fail(Callback):
+        def on_step_end(self, trainer, record):
+            if trainer.step == 3:
+                raise OSError("the disk is full")
+
+    callbacks = default_callbacks()
+    with pytest.raises(OSError, match="disk is full"):
+        train_losses(tiny_run, callbacks=[*callbacks, Fail()])
+    err = capsys.readouterr().err
+    assert "train:" in err and err.endswith("\n")
+    bar = next(cb for cb in callbacks if hasattr(cb, "bar")).bar
+    assert bar.disable  # tqdm sets it when the bar is closed
+
+
 def test_a_non_finite_validation_loss_stops_training_before_it_is_logged(tiny_run):
     """lr 1e39 overflows the weights in step 1's update; validation after it sees them
     first (the checkpoint is written after): it stops instead of logging val_loss NaN."""

@@ -161,6 +161,15 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
           f"{result['bpb']:.4f} bits/byte ({against})")
 
 
+def _prompt_seed(seed: int, prompt: str, repeat: int) -> int:
+    """The seed of a prompt's generator: from the run's seed, the prompt's text and how many
+    identical prompts came before it (a repeated prompt draws another sample)."""
+    import hashlib
+
+    key = f"{seed}\0{repeat}\0{prompt}".encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
+
+
 def cmd_generate(cfg: Config) -> None:
     import torch
 
@@ -177,10 +186,12 @@ def cmd_generate(cfg: Config) -> None:
     g = cfg.generate
     samples = []
     max_len = model.cfg.max_seq_len
-    for i, prompt in enumerate(g.prompts):
-        # one generator per prompt: a sample does not depend on the prompts before it; on
-        # CPU, so samples match across devices
-        rng = torch.Generator().manual_seed((cfg.run.seed * 1_000_003 + i) % 2**63)
+    seen: dict[str, int] = {}
+    for prompt in g.prompts:
+        # one generator per prompt, seeded from its text: its sample depends neither on the
+        # other prompts nor on its place in the list; on CPU, so samples match across devices
+        repeat = seen[prompt] = seen.get(prompt, -1) + 1
+        rng = torch.Generator().manual_seed(_prompt_seed(cfg.run.seed, prompt, repeat))
         ids = tok.encode(prompt).ids
         if len(ids) >= max_len:
             raise ConfigError(f"generate.prompts: {prompt[:40]!r}... is {len(ids)} tokens; the "
@@ -426,9 +437,13 @@ _AFTER_INTERRUPT = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    with warnings.catch_warnings():
-        warnings.showwarning = _show_warning(warnings.showwarning)
-        return _main(argv)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning(warnings.showwarning)
+            return _main(argv)
+    except KeyboardInterrupt:  # while starting (importing torch), before any verb ran
+        print("\nkiln: interrupted while starting; nothing was changed", file=sys.stderr)
+        return 130
 
 
 def _show_warning(shown: Callable) -> Callable:

@@ -28,6 +28,10 @@ class Callback:
 
     def on_train_end(self, trainer: Trainer) -> None: ...
 
+    def on_train_stopped(self, trainer: Trainer) -> None:
+        """The loop stopped with an error (divergence, a failed write, Ctrl-C): release what
+        on_train_start opened; write nothing, the error's own message follows."""
+
     def state_dict(self) -> dict[str, Any]:
         """What the callback carries from step to step, saved in checkpoints (empty: none)."""
         return {}
@@ -122,6 +126,9 @@ class ProgressLog(Callback):
 
     def on_train_end(self, trainer: Trainer) -> None:
         self.bar.close()
+
+    def on_train_stopped(self, trainer: Trainer) -> None:
+        self.bar.close()  # ends the bar's line: the error's one line then starts its own
 
     # a checkpoint between two records carries the open window, so that the next record
     # after a resume averages the same steps an uninterrupted run's would

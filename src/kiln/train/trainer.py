@@ -409,14 +409,19 @@ class Trainer:
             if saved:
                 cb.load_state_dict(saved)
         losses = []
-        while self.step < self.cfg.train.steps:
+        try:
+            while self.step < self.cfg.train.steps:
+                for cb in self.callbacks:
+                    cb.on_step_start(self)
+                record = self.train_step()
+                self._stop_if_diverged(record)
+                losses.append(record["loss"])
+                for cb in self.callbacks:
+                    cb.on_step_end(self, record)
+        except BaseException:
             for cb in self.callbacks:
-                cb.on_step_start(self)
-            record = self.train_step()
-            self._stop_if_diverged(record)
-            losses.append(record["loss"])
-            for cb in self.callbacks:
-                cb.on_step_end(self, record)
+                cb.on_train_stopped(self)
+            raise
         for cb in self.callbacks:
             cb.on_train_end(self)
         return losses
