@@ -13,7 +13,9 @@ TORCH="torch==2.13.0"
 if .venv/bin/python -m pip install -q --dry-run --no-deps --ignore-installed --report - "$TORCH" \
     2>/dev/null | grep -q '"version": *"[^"]*+cpu"'; then
   .venv/bin/python -m pip install -q "$TORCH"
-else
-  .venv/bin/python -m pip install -q "$TORCH" --index-url https://download.pytorch.org/whl/cpu
+elif ! .venv/bin/python -m pip install -q --timeout 30 --retries 1 "$TORCH" \
+    --index-url https://download.pytorch.org/whl/cpu; then
+  echo "setup: PyTorch's CPU index did not answer; $TORCH from pip's configured index" >&2
+  .venv/bin/python -m pip install -q "$TORCH"
 fi
 .venv/bin/python -m pip install -q -e ".[test]"
