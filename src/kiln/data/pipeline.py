@@ -482,16 +482,13 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
         "documents_out": yields["documents_out"],
         "bytes_out": yields["bytes_out"],
     }
-    redactions = Counter()
-    for row in yields["stages"]:
-        redactions.update(row.get("redactions", {}))
-    if redactions:
-        summary["pii_redactions"] = dict(sorted(redactions.items()))
-    fields = Counter()
-    for row in yields["stages"]:
-        fields.update(row.get("field_changes", {}))
-    if fields:  # documents kept with a record field replaced or left out
-        summary["field_changes"] = dict(sorted(fields.items()))
+    # spans redacted, and record fields replaced or left out in documents that were kept
+    for key, row_key in (("pii_redactions", "redactions"), ("field_changes", "field_changes")):
+        total = Counter()
+        for row in yields["stages"]:
+            total.update(row.get(row_key, {}))
+        if total:
+            summary[key] = dict(sorted(total.items()))
     write_json_atomic(run_dir / "prepare.json", summary)
     add_token_counts(run_dir)  # shards made from these same documents (a re-run) still count
     return summary

@@ -146,7 +146,10 @@ def tokens_are_current(run_dir: Path, val_fraction: float, seed: int) -> bool:
     import numpy as np
 
     tokens = Path(run_dir) / "tokens"
-    if documents_fingerprint(run_dir) is None or not tokenizer_path(run_dir).is_file():
+    if not tokenizer_path(run_dir).is_file():
+        return False
+    expected = shards_made_from(run_dir)
+    if expected["documents"] is None:
         return False
     try:
         index = load_index(tokens)
@@ -156,4 +159,4 @@ def tokens_are_current(run_dir: Path, val_fraction: float, seed: int) -> bool:
     except (OSError, ValueError, TypeError, KeyError, RunDataError):
         return False
     return (whole and index.get("val_fraction") == val_fraction and index.get("seed") == seed
-            and index.get("made_from") == shards_made_from(run_dir))
+            and index.get("made_from") == expected)

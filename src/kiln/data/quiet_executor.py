@@ -22,30 +22,24 @@ def _console_for_warnings() -> None:
     logger.add(sys.stderr, level="WARNING")
 
 
-def _console_as_datatrove_sets_it() -> None:
-    from datatrove.utils.logging import setup_default_logger
-
-    setup_default_logger()
-
-
 @contextmanager
 def quiet_console() -> Iterator[None]:
-    """datatrove's INFO lines (a reader's "Reading input file ...") off the console while
-    Kiln reads documents outside an executor (`kiln tokenizer`, `kiln tokenize`)."""
+    """Warnings and errors alone on the console, datatrove's default sink back afterwards:
+    around an executor's run, and around Kiln's own reads of documents (`kiln tokenizer`,
+    `kiln tokenize`), where datatrove's reader logs a line per file."""
     _console_for_warnings()
     try:
         yield
     finally:
-        _console_as_datatrove_sets_it()
+        from datatrove.utils.logging import setup_default_logger
+
+        setup_default_logger()
 
 
 class QuietLocalExecutor(LocalPipelineExecutor):
     def run(self):
-        _console_for_warnings()
-        try:
+        with quiet_console():
             return super().run()
-        finally:
-            _console_as_datatrove_sets_it()
 
     def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
         try:

@@ -18,6 +18,7 @@ import ipaddress
 import re
 from collections.abc import Iterator
 from functools import partial
+from itertools import chain
 
 from datatrove.pipeline.formatters.pii import PIIFormatter, public_ip_validator
 
@@ -172,15 +173,13 @@ def _version_like(text: str, start: int, dotted: str, marked: bool = False) -> b
     target = re.match(r"\s*([A-Za-z_][\w.]*)\s*[:=]\s*[\[({][^\])};\n]*$", text[line_start:start])
     if target and "version" in target.group(1).lower():
         return True  # `versions = ["1.2.3.4", "1.2.3.5"]`: every item of the list
-    if any(VERSION_CONTEXT.search(text[max(0, m.start() - 24):m.start()])
-           for m in re.finditer(re.escape(dotted), text) if m.start() != start):
-        return True
-    # a sibling of a marked number nearby (`sections "8.2.4.44 Bogus comment state" and
-    # "8.2.4.45 Markup declaration open"`): the same numbering, one item on
+    # the same number marked elsewhere, or a sibling of a marked number nearby (`sections
+    # "8.2.4.44 Bogus comment state" and "8.2.4.45 Markup declaration open"`: one item on)
     parent = dotted.rpartition(".")[0]
     sibling = re.compile(rf"(?<![\d.]){re.escape(parent)}\.\d+(?![\d.])")
+    elsewhere = (m for m in re.finditer(re.escape(dotted), text) if m.start() != start)
     return any(VERSION_CONTEXT.search(text[max(0, m.start() - 24):m.start()])
-               for m in sibling.finditer(text, max(0, start - 300), start))
+               for m in chain(elsewhere, sibling.finditer(text, max(0, start - 300), start)))
 
 
 def _host_ipv4(text: str, m: re.Match) -> bool:
