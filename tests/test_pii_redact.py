@@ -1,15 +1,18 @@
-"""Redaction: typed placeholders, per-type counts, idempotence, and quality on the labelled set."""
+"""Redaction: typed placeholders, private fakes for IPs, per-type counts, idempotence, and
+quality on the labelled set."""
 
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import json
 from pathlib import Path
 
 import pytest
 
-from kiln.data.pii import PII_TYPES, detect_pii, redact
+from kiln.data.pii import PII_TYPES, Span, detect_pii, redact, replacement
 from kiln.data.pii.scoring import load_labelled, score
+from kiln.data.pii.spans import FAKE_IPV4, FAKE_IPV6
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pii"
 SAMPLE = """Author: Jane Doe <jane.doe@gmail.com>
@@ -21,19 +24,45 @@ version = "1.2.3.4"; backup 52.14.200.10
 
 def test_redact_replaces_each_type_with_its_placeholder_and_counts():
     out, counts = redact(SAMPLE)
-    assert out == """Author: <NAME> <<EMAIL>>
+    ip1 = replacement(Span("IP_ADDRESS", 0, 11, "52.14.200.9"))
+    ip2 = replacement(Span("IP_ADDRESS", 0, 12, "52.14.200.10"))
+    assert out == f"""Author: <NAME> <<EMAIL>>
 password = "<PASSWORD>"  # user=<USERNAME>
-server <IP_ADDRESS> <KEY> cc @<USERNAME> /home/<USERNAME>/x
-version = "1.2.3.4"; backup <IP_ADDRESS>
+server {ip1} <KEY> cc @<USERNAME> /home/<USERNAME>/x
+version = "1.2.3.4"; backup {ip2}
 """
     assert counts == {"KEY": 1, "USERNAME": 3, "EMAIL": 1, "PASSWORD": 1, "NAME": 1, "IP_ADDRESS": 2}
     # counts agree with the number of placeholders in the output
-    assert all(out.count(f"<{t}>") == n for t, n in counts.items())
+    assert all(out.count(f"<{t}>") == n for t, n in counts.items() if t != "IP_ADDRESS")
+
+
+def test_an_ip_address_becomes_a_private_address_of_its_family_the_same_each_time():
+    """The digest's format-preserving fake (bigcode's random private IPs), made deterministic:
+    one address keeps one fake, so `connect(host)` and a later `ping host` still agree."""
+    public4 = [f"52.14.{a}.{b}" for a in range(0, 250, 7) for b in (1, 9, 77, 200)]
+    public6 = [f"2400:e2f6:{a:x}::{b:x}" for a in range(1, 40) for b in (1, 0x4e9d)]
+    fakes4 = {ip: replacement(Span("IP_ADDRESS", 0, len(ip), ip)) for ip in public4}
+    fakes6 = {ip: replacement(Span("IP_ADDRESS", 0, len(ip), ip)) for ip in public6}
+    for fake in fakes4.values():
+        assert isinstance(ipaddress.ip_address(fake), ipaddress.IPv4Address)
+        assert ipaddress.ip_address(fake).is_private and fake in FAKE_IPV4
+    for fake in fakes6.values():
+        assert isinstance(ipaddress.ip_address(fake), ipaddress.IPv6Address)
+        assert ipaddress.ip_address(fake).is_private and fake in FAKE_IPV6
+    assert len(set(fakes4.values())) > len(FAKE_IPV4) // 2  # spread over the pool, not one value
+    assert len(set(fakes6.values())) > len(FAKE_IPV6) // 2
+    text = "connect('52.14.3.9'); ping 52.14.3.9; dns 2400:e2f6:b6a1::4e9d and 8.8.4.4\n"
+    out, counts = redact(text)
+    fake = replacement(Span("IP_ADDRESS", 0, 9, "52.14.3.9"))
+    assert out.count(fake) >= 2 and "52.14.3.9" not in out and "2400:" not in out
+    assert "8.8.4.4" not in out and counts["IP_ADDRESS"] == 4
+    assert detect_pii(out) == []  # the fakes are never PII themselves
 
 
 def test_redact_subset_of_types_leaves_the_rest():
     out, counts = redact(SAMPLE, types=["EMAIL", "IP_ADDRESS"])
     assert "Jane Doe" in out and "rsingh" in out and "<EMAIL>" in out and "52.14.200.9" not in out
+    assert "<IP_ADDRESS>" not in out and "52.14.200.10" not in out
     assert counts == {"EMAIL": 1, "IP_ADDRESS": 2} | {t: 0 for t in PII_TYPES if t not in
                                                       ("EMAIL", "IP_ADDRESS")}
 

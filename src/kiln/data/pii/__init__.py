@@ -6,8 +6,8 @@ reuse datatrove's PIIFormatter patterns (see `network.py` for why it is wrapped,
 """
 
 from kiln.data.pii.detect import DETECTORS, detect_pii, redact
-from kiln.data.pii.spans import PII_TYPES, Span, placeholder, resolve_overlaps
+from kiln.data.pii.spans import PII_TYPES, Span, placeholder, replacement, resolve_overlaps
 from kiln.data.pii.step import PIIRedactor
 
-__all__ = ["DETECTORS", "PII_TYPES", "PIIRedactor", "Span", "detect_pii", "placeholder", "redact",
+__all__ = ["DETECTORS", "PII_TYPES", "PIIRedactor", "Span", "detect_pii", "placeholder", "redact", "replacement",
            "resolve_overlaps"]

@@ -47,8 +47,10 @@ def detect_pii(text: str, types: Iterable[str] | None = None) -> list[Span]:
 
 
 def redact(text: str, types: Iterable[str] | None = None) -> tuple[str, dict[str, int]]:
-    """Replace PII by typed placeholders (`<EMAIL>` …); return the text and per-type counts.
+    """Replace PII by typed placeholders (`<EMAIL>` …; an IP address by a private one); return
+    the text and per-type counts.
 
-    Idempotent: placeholders are never themselves detected, so redacting twice changes nothing.
+    Idempotent: placeholders and private addresses are never themselves detected, so redacting
+    twice changes nothing.
     """
     return apply_redaction(text, detect_pii(text, types))

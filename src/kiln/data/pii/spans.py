@@ -1,11 +1,14 @@
 """Typed PII spans, deterministic overlap resolution and placeholder redaction.
 
 The six types follow the code-PII taxonomy of arXiv:2512.07814 (Key, Username, Email, Password,
-Name, IP Address); placeholders follow bigcode's `<NAME> <EMAIL> <KEY> <PASSWORD>` style.
+Name, IP Address); placeholders follow bigcode's `<NAME> <EMAIL> <KEY> <PASSWORD>` style, and an
+IP address becomes a private one (bigcode's and the digest's format-preserving fake), so code that
+parses or connects to it still reads as code.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 PII_TYPES: tuple[str, ...] = ("KEY", "USERNAME", "EMAIL", "PASSWORD", "NAME", "IP_ADDRESS")
@@ -16,9 +19,28 @@ TYPE_PRIORITY: dict[str, int] = {t: i for i, t in enumerate(
     ("KEY", "PASSWORD", "EMAIL", "IP_ADDRESS", "USERNAME", "NAME"))}
 
 
+# Private addresses (RFC 1918, RFC 4193): never PII under our policy, so redaction stays idempotent.
+# A pool, not a hash of the address into 10/8: a fake must say next to nothing about the original
+# (16 choices leak at most 4 bits), while one address keeps one fake across a corpus.
+FAKE_IPV4 = tuple(f"{net}.{host}" for net in ("10.0.0", "10.17.3", "172.16.8", "192.168.1")
+                  for host in (12, 37, 104, 201))
+FAKE_IPV6 = tuple(f"fd{a:02x}:{b:x}::{host:x}" for a, b in ((0x12, 0x3a4), (0x7c, 0x51e))
+                  for host in (0x12, 0x37, 0x104, 0x201, 0x3c8, 0x4d0, 0x5ee, 0x7ab))
+
+
 def placeholder(pii_type: str) -> str:
-    """The typed token that replaces a span, e.g. `<EMAIL>`."""
+    """The typed token that replaces a span of a non-IP type, e.g. `<EMAIL>`."""
     return f"<{pii_type}>"
+
+
+def replacement(span: Span) -> str:
+    """What a span becomes: its typed placeholder, or for an IP address a private address of
+    the same family picked by the original's hash (the same address always gets the same fake)."""
+    if span.type != "IP_ADDRESS":
+        return placeholder(span.type)
+    pool = FAKE_IPV6 if ":" in span.text else FAKE_IPV4
+    digest = hashlib.blake2b(span.text.lower().encode(), digest_size=2).digest()
+    return pool[int.from_bytes(digest, "big") % len(pool)]
 
 
 @dataclass(frozen=True, order=True)
@@ -53,7 +75,7 @@ def resolve_overlaps(spans: list[Span]) -> list[Span]:
 
 
 def apply_redaction(text: str, spans: list[Span]) -> tuple[str, dict[str, int]]:
-    """Replace each (non-overlapping) span by its placeholder; return new text and per-type counts."""
+    """Replace each (non-overlapping) span by its `replacement`; return new text and per-type counts."""
     counts = dict.fromkeys(PII_TYPES, 0)
     pieces: list[str] = []
     pos = 0
@@ -63,7 +85,7 @@ def apply_redaction(text: str, spans: list[Span]) -> tuple[str, dict[str, int]]:
         if text[span.start:span.end] != span.text:
             raise ValueError(f"span text mismatch at {span.start}: {span.text!r}")
         pieces.append(text[pos:span.start])
-        pieces.append(placeholder(span.type))
+        pieces.append(replacement(span))
         counts[span.type] += 1
         pos = span.end
     pieces.append(text[pos:])

@@ -12,7 +12,7 @@ from kiln.data.pii.detect import check_types, redact
 
 
 class PIIRedactor(BaseFormatter):
-    """Replace the six PII types of arXiv:2512.07814 by typed placeholders.
+    """Replace the six PII types of arXiv:2512.07814 by typed placeholders (IPs by private ones).
 
     Per document, `doc.metadata["pii"]` gets `{type: count}` for every chosen type (zeros
     included, so the column is present in every row); the step's stats get `pii_<type>` totals
