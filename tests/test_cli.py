@@ -42,8 +42,18 @@ def test_quickstart_smoke_run(tmp_path):
     html = (run_dir / "report.html").read_text()
     assert "plots/loss.png" in html and "bits" in html.lower()
     # each verb also runs alone on the run directory
-    again = kiln("eval", str(run_dir), "--set", "eval.max_batches=2", cwd=tmp_path)
+    inside = kiln("report", ".", cwd=run_dir)  # a made run is read from inside it too
+    assert inside.returncode == 0 and (run_dir / "report.html").stat().st_mtime_ns \
+        >= (run_dir / "eval.json").stat().st_mtime_ns, inside.stderr[-2000:]
+    refused = kiln("prepare", "--set", "run.dir=.", cwd=run_dir / "plots")  # making one is not
+    assert refused.returncode == 2 and "is the current folder" in refused.stderr
+    assert all(p.suffix == ".png" for p in (run_dir / "plots").iterdir())  # nothing made there
+    assert (result["seq_len"], result["precision"]) == (32, "fp32")
+    again = kiln("eval", str(run_dir), "--set", "eval.max_batches=2", "--set", "train.seq_len=16",
+                 cwd=tmp_path)
     assert again.returncode == 0 and "bits/byte" in again.stdout
+    assert "scored with 16-token windows; the model trained on 32" in again.stderr
+    assert json.loads((run_dir / "eval.json").read_text())["seq_len"] == 16
     # a command that fails, or only reads the run, leaves the run's recorded config alone
     recorded = (run_dir / "config.toml").read_text()
     failed = kiln("train", str(run_dir), "--set", "model.dim=128", cwd=tmp_path)

@@ -177,11 +177,24 @@ def test_run_dir_overlapping_a_source_is_refused(tmp_path, monkeypatch, run_dir,
     load_config(None, ['run.dir="runs/y"', f'data.sources=["{source}"]'])  # apart: fine
 
 
-@pytest.mark.parametrize("run_dir", ["", "."])
-def test_run_dir_must_not_be_the_current_folder(tmp_path, monkeypatch, run_dir):
+def test_run_dir_must_not_be_empty(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="run.dir"):
-        load_config(None, [f'run.dir="{run_dir}"'])
+        load_config(None, ['run.dir=""'])
+
+
+@pytest.mark.parametrize("run_dir", [".", "./", "sub/.."])
+def test_a_run_is_not_made_in_the_current_folder(tmp_path, monkeypatch, run_dir):
+    """The data verbs empty parts of the run dir: not the folder the user stands in. A made
+    run may still be read from inside it (`kiln report .`), so the config itself loads."""
+    from kiln.config import check_run_dir_is_its_own
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    cfg = load_config(None, [f'run.dir="{run_dir}"'])
+    with pytest.raises(ConfigError, match="is the current folder"):
+        check_run_dir_is_its_own(cfg)
+    check_run_dir_is_its_own(load_config(None, ['run.dir="runs/x"']))
 
 
 @pytest.mark.parametrize("run_dir", ['runs/we"ird', "runs\\back\\slash", "runs/ünï cödé"])

@@ -173,3 +173,31 @@ def test_sampling_draws_from_the_tempered_filtered_distribution():
     keep = int((probs.cumsum(-1) - probs < 0.7).sum())
     counts = draws(top_p=0.7)
     assert counts[keep:].sum() == 0 and (counts[:keep] > 0).all()
+
+
+def test_an_empty_prompt_samples_a_document_from_its_start(tiny_run, monkeypatch):
+    """`""` is the start of a document: the model sees the EOS that ends the one before,
+    as in training (documents are EOS-separated), and its sample is what follows it."""
+    import json
+
+    from conftest import tiny_config
+
+    import kiln.model.sampling
+    from kiln.cli import cmd_generate
+    from kiln.data.tokenizer import eos_id, load_tokenizer
+    from kiln.train.trainer import Trainer
+
+    Trainer(tiny_config(tiny_run, "train.steps=2")).fit()
+    eos = eos_id(load_tokenizer(tiny_run / "tokenizer" / "tokenizer.json"))
+    seen: list[list[int]] = []
+    real = kiln.model.sampling.generate
+
+    def spy(model, ids, *args, **kwargs):
+        seen.append(list(ids))
+        return real(model, ids, *args, **kwargs)
+
+    monkeypatch.setattr(kiln.model.sampling, "generate", spy)  # cmd_generate imports it per call
+    cmd_generate(tiny_config(tiny_run, 'generate.prompts=["", "def "]', "generate.max_new_tokens=6"))
+    assert seen[0] == [eos] and seen[1] != [eos] and len(seen) == 2
+    samples = json.loads((tiny_run / "samples.json").read_text())
+    assert samples[0]["prompt"] == "" and samples[0]["completion"]

@@ -273,3 +273,19 @@ def test_late_throughput_is_tokens_over_training_time():
                for s, t, r in [(10, 1000, 10.0), (20, 2000, 50.0), (30, 3000, 100.0),
                                (40, 6000, 3000.0)]]
     assert summarize(records).mean_tokens_per_s == pytest.approx(4000 / 11)
+
+
+def test_a_series_of_one_record_is_drawn(tmp_path: Path) -> None:
+    """A run killed after its first log (or train.steps <= log_every) has one point per
+    curve: it must show in the PNG as a marker (a one-point line draws no pixel)."""
+    import matplotlib.image
+
+    from kiln.report.plots import Series, save_plot
+
+    path = tmp_path / "loss.png"
+    save_plot(path, "Train loss", "loss", [Series("loss", [10], [3.5])])
+    pixels = matplotlib.image.imread(path)[..., :3]
+    c0 = (0x1F / 255, 0x77 / 255, 0xB4 / 255)  # matplotlib's first line colour
+    near = (abs(pixels[..., 0] - c0[0]) < 0.05) & (abs(pixels[..., 1] - c0[1]) < 0.05) \
+        & (abs(pixels[..., 2] - c0[2]) < 0.05)
+    assert near.sum() >= 10

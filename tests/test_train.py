@@ -752,3 +752,37 @@ def test_a_design_that_trains_wrong_is_refused_for_a_new_model_only(tiny_run, ca
     Trainer(tiny_config(tiny_run, *moe[:-2], "train.steps=3"))  # resumes, with a note
     assert "note: model.top_k = 1" in capsys.readouterr().err
     assert main(["eval", str(tiny_run), "--set", "eval.max_batches=1"]) == 0
+
+
+def test_records_past_the_resumed_checkpoint_move_to_the_archive(tiny_run):
+    """A run killed after logging steps its last checkpoint does not hold, resumed with
+    other settings (here fewer steps, another log_every), logs its own records for those
+    steps: the abandoned stretch's later records leave metrics.jsonl (to archive/), so the
+    report's last step, loss and lr curve are the resumed run's."""
+    from kiln.train.callbacks import Callback, default_callbacks
+
+    settings = ("train.log_every=1", "train.checkpoint_every=4", "train.eval_every=0")
+
+    class StopAt(Callback):  # "killed" at step 7: steps 5-7 logged, the checkpoint is step 4
+        def on_step_end(self, t, record):
+            if t.step == 7:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_losses(tiny_run, *settings, "train.steps=12",
+                     callbacks=[*default_callbacks(), StopAt()])
+    abandoned = logged_losses(tiny_run)
+    assert sorted(abandoned) == [1, 2, 3, 4, 5, 6, 7]
+    train_losses(tiny_run, "train.log_every=5", "train.checkpoint_every=4", "train.eval_every=0",
+                 "train.steps=6")
+    records = read_metrics(tiny_run / "metrics.jsonl")
+    assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
+    assert max(r["step"] for r in records) == 6  # nothing of the abandoned step 7
+    archived = list((tiny_run / "archive").glob("after-step-4-*/metrics.jsonl"))
+    assert len(archived) == 1
+    moved = [json.loads(line) for line in archived[0].read_text().splitlines()]
+    assert {r["step"]: r["loss"] for r in moved} == {s: abandoned[s] for s in (5, 6, 7)}
+    # an uninterrupted resume with nothing past the checkpoint archives nothing more
+    train_losses(tiny_run, "train.log_every=5", "train.checkpoint_every=4", "train.eval_every=0",
+                 "train.steps=8")
+    assert len(list((tiny_run / "archive").iterdir())) == 1

@@ -14,6 +14,7 @@ from pathlib import Path
 from kiln.config import (
     Config,
     ConfigError,
+    check_run_dir_is_its_own,
     data_changes,
     design_problems,
     flat_settings,
@@ -146,7 +147,12 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     result["unigram_bpb"] = load_index(cfg.run_dir / "tokens")["unigram_bpb"]
     result["checkpoint"], result["ranks"] = ckpt.name, env.world_size
     result["batch_size"], result["max_batches"] = e.batch_size, e.max_batches
+    result["seq_len"], result["precision"] = cfg.train.seq_len, precision
     write_json_atomic(cfg.run_dir / "eval.json", result)
+    trained = recorded_config(cfg.run_dir)
+    if trained is not None and trained.train.seq_len != cfg.train.seq_len:
+        print(f"note: scored with {cfg.train.seq_len}-token windows; the model trained on "
+              f"{trained.train.seq_len} (recorded in eval.json)", file=sys.stderr)
     baseline = result.get("unigram_bpb_scored")
     if baseline is not None:  # the baseline on exactly the tokens scored, whatever the split
         verdict = "below" if result["bpb"] < baseline else "NOT below"
@@ -192,7 +198,8 @@ def cmd_generate(cfg: Config) -> None:
         # other prompts nor on its place in the list; on CPU, so samples match across devices
         repeat = seen[prompt] = seen.get(prompt, -1) + 1
         rng = torch.Generator().manual_seed(_prompt_seed(cfg.run.seed, prompt, repeat))
-        ids = tok.encode(prompt).ids
+        # "" samples a document from its start: the EOS that ends the one before is the context
+        ids = tok.encode(prompt).ids if prompt else [eos_id(tok)]
         if len(ids) >= max_len:
             raise ConfigError(f"generate.prompts: {prompt[:40]!r}... is {len(ids)} tokens; the "
                               f"model's context (model.max_seq_len) is {max_len}")
@@ -205,7 +212,8 @@ def cmd_generate(cfg: Config) -> None:
         completion = tok.decode(out, skip_special_tokens=False)
         samples.append({"prompt": prompt, "completion": completion, "temperature": g.temperature,
                         "top_k": g.top_k, "top_p": g.top_p, "checkpoint": ckpt.name})
-        print(f"--- {prompt!r}\n{prompt}{completion}")
+        print(f"--- {prompt!r}{'' if prompt else ' (a document from its start)'}\n"
+              f"{prompt}{completion}")
     write_json_atomic(cfg.run_dir / "samples.json", samples)
 
 
@@ -482,6 +490,7 @@ def _main(argv: list[str] | None) -> int:
             cmd_report(cfg, compare=args.compare)
         else:
             if args.verb in (*_DATA_VERBS, "run"):
+                check_run_dir_is_its_own(cfg)
                 _refuse_remaking_trained_data(cfg, args.verb)
             if args.verb == "run":
                 _refuse_new_model_design(cfg)  # before the data stages, not after them

@@ -307,12 +307,20 @@ def flat_settings(cfg: Config) -> dict[str, Any]:
     return flat(dataclasses.asdict(cfg), "")
 
 
-def _check_run_dir(cfg: Config) -> None:
-    """The run dir must be a folder of its own: prepare empties parts of it, and a run dir
-    inside a source would be read back as data."""
+def check_run_dir_is_its_own(cfg: Config) -> None:
+    """The verbs that make a run's data (prepare, tokenizer, tokenize, run) need a folder of
+    its own: prepare empties parts of it. The verbs that train on or read a made run
+    (train, eval, generate, export, report) may be run from inside it (`kiln report .`)."""
     if not cfg.run.dir.strip() or Path(cfg.run.dir).resolve() == Path.cwd().resolve():
         raise ConfigError(f"run.dir: '{cfg.run.dir}' is the current folder; name a folder of "
                           "its own (prepare clears parts of it), e.g. runs/my-run")
+
+
+def _check_run_dir(cfg: Config) -> None:
+    """The run dir must be a folder, and a run dir inside a source would be read back as
+    data (and its outputs overwrite the source)."""
+    if not cfg.run.dir.strip():
+        raise ConfigError("run.dir is empty; name a folder, e.g. runs/my-run")
     run = Path(cfg.run.dir).resolve()
     if run.exists() and not run.is_dir():
         raise ConfigError(f"run.dir: '{cfg.run.dir}' is a file, not a folder")
@@ -433,8 +441,6 @@ def validate(cfg: Config) -> Config:
     g = cfg.generate
     if not g.prompts:
         raise ConfigError("generate.prompts is empty: give at least one prompt")
-    if not all(g.prompts):
-        raise ConfigError("generate.prompts: every prompt needs at least one character")
     for key, value, ok, rule in (("temperature", g.temperature, g.temperature >= 0, ">= 0 (0 is greedy)"),
                                  ("top_p", g.top_p, 0 < g.top_p <= 1, "in (0, 1] (1 is off)"),
                                  ("top_k", g.top_k, g.top_k >= 0, ">= 0 (0 is off)")):

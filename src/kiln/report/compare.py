@@ -88,7 +88,9 @@ def write_compare_plot(runs: list[RunFigures], path: Path) -> None:
         loss = series(records_of_kind(run.records, "train"), "loss", label)
         bpb = series(records_of_kind(run.records, "val"), "val_bpb", label)
         if loss.steps:
-            loss_ax.plot(loss.steps, loss.values, "-", color=colour, linewidth=1.4, label=label)
+            style = "o" if len(loss.steps) == 1 else "-"  # one point: a marker, not a void
+            loss_ax.plot(loss.steps, loss.values, style, color=colour, linewidth=1.4,
+                         markersize=4, label=label)
         if bpb.steps:
             bpb_ax.plot(bpb.steps, bpb.values, "o-", color=colour, markersize=4, label=label)
     for ax, title, ylabel in ((loss_ax, "Train loss", "loss (nats/token)"),

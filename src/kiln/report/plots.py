@@ -48,6 +48,20 @@ def max_vio_series(train: list[dict[str, Any]]) -> list[Series]:
     return lines
 
 
+def draw_series(ax: Any, lines: list[Series]) -> None:
+    """Each series as a line, or as markers where asked or where it has one point (a
+    one-point line draws nothing: a run killed after its first record)."""
+    for s in lines:
+        if s.markers or len(s.steps) == 1:
+            ax.plot(s.steps, s.values, "o", markersize=5, label=s.label)
+        else:
+            ax.plot(s.steps, s.values, "-", linewidth=1.4, label=s.label)
+    steps = {step for s in lines for step in s.steps}
+    if len(steps) == 1:  # integer ticks need a span: one step alone gets 9.45, 9.6, ...
+        only = steps.pop()
+        ax.set_xlim(only - 1, only + 1)
+
+
 def save_plot(
     path: Path,
     title: str,
@@ -59,11 +73,7 @@ def save_plot(
     fig = Figure(figsize=(8, 4.2), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    for s in lines:
-        if s.markers:
-            ax.plot(s.steps, s.values, "o", markersize=5, label=s.label)
-        else:
-            ax.plot(s.steps, s.values, "-", linewidth=1.4, label=s.label)
+    draw_series(ax, lines)
     if baseline is not None:
         ax.axhline(baseline[0], linestyle="--", color="gray", linewidth=1.2, label=baseline[1])
     ax.set_title(title)

@@ -75,6 +75,9 @@ def eval_section(evaluation: Loaded, index_unigram: float | None,
         ("unigram baseline bpb (the same tokens)", fmt_float(scored)) if scored is not None
         else ("unigram baseline bpb (the whole val split)", fmt_float(unigram)),
     ]
+    if "seq_len" in data:  # recorded since eval could score other windows than trained on
+        rows.insert(2, ("window (tokens), precision",
+                        f"{fmt_value(data['seq_len'])}, {fmt_value(data.get('precision', '—'))}"))
     if scored is not None:  # measured on exactly the tokens scored: always comparable
         text, css = verdict(as_number(data.get("bpb")), scored)
     elif split == "val" and not partial:

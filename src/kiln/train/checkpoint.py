@@ -8,6 +8,7 @@ safetensors and the rest is read with `torch.load(weights_only=True)`.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
@@ -189,6 +190,37 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     for p in old:
         os.replace(p, dest / p.name)
     fsync_dir(run_dir)
+    return dest
+
+
+def set_aside_records_after(run_dir: Path, step: int) -> Path | None:
+    """A run resumed from its step-`step` checkpoint trains the later steps again: the
+    records the abandoned stretch logged after that step (another schedule, another
+    log_every) move to archive/after-step-{step}-{time}/metrics.jsonl, so metrics.jsonl
+    and the report describe one run. Returns where they went, or None if there were none."""
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        return None
+    kept: list[str] = []
+    later: list[str] = []
+    for line in metrics.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
+        try:
+            record_step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            record_step = None  # a torn or foreign line stays where it is
+        beyond = isinstance(record_step, int) and not isinstance(record_step, bool) \
+            and record_step > step
+        (later if beyond else kept).append(line if line.endswith("\n") else line + "\n")
+    if not later:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    dest = run_dir / "archive" / f"after-step-{step}-{stamp}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = run_dir / "archive" / f"after-step-{step}-{stamp}-{n}"
+    write_text_atomic(dest / "metrics.jsonl", "".join(later))  # kept first: a kill loses none
+    write_text_atomic(metrics, "".join(kept))
     return dest
 
 

@@ -41,7 +41,12 @@ from kiln.parallel.distributed import (
 )
 from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
-from kiln.train.checkpoint import archive_checkpoints, check_writable, load_checkpoint
+from kiln.train.checkpoint import (
+    archive_checkpoints,
+    check_writable,
+    load_checkpoint,
+    set_aside_records_after,
+)
 from kiln.train.checkpoint_dirs import checkpoint_step, complete_checkpoints, latest_checkpoint
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.memory_fit import check_training_fits
@@ -394,6 +399,12 @@ class Trainer:
                 moved = archive_checkpoints(self.run_dir, self._archive_earlier)
                 if moved:
                     print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
+                          file=sys.stderr)
+            elif self.step > 0:
+                moved = set_aside_records_after(self.run_dir, self.step)
+                if moved:
+                    print(f"note: the records an earlier stretch logged after step "
+                          f"{self.step} (past its last checkpoint) moved to {moved}",
                           file=sys.stderr)
             check_writable(self.run_dir / "checkpoints")  # before anything is written or trained
             write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
