@@ -786,3 +786,85 @@ def test_records_past_the_resumed_checkpoint_move_to_the_archive(tiny_run):
     train_losses(tiny_run, "train.log_every=5", "train.checkpoint_every=4", "train.eval_every=0",
                  "train.steps=8")
     assert len(list((tiny_run / "archive").iterdir())) == 1
+
+
+def test_a_full_disk_in_any_writer_is_one_clear_error(tiny_run, monkeypatch):
+    """safetensors reports a full disk as its own error type, metrics.jsonl as OSError, the
+    writability probe is created before its write fails: each is the one-line checkpoint
+    error naming the checkpoint the run resumes from, and the probe does not stay behind."""
+    from safetensors import SafetensorError
+
+    trainer, _ = train_losses(tiny_run, "train.steps=6")
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device")
+
+    monkeypatch.setattr(ckpt_mod, "save_file", full)
+    trainer.step = 9
+    with pytest.raises(CheckpointError, match="cannot write checkpoint .*step_00000009 "
+                       r"\(SafetensorError: .*No space.*the last checkpoint, step_00000006"):
+        ckpt_mod.save_checkpoint(tiny_run / "checkpoints", 9, trainer.model, trainer.optimizer,
+                                 trainer.state_dict(), trainer.env)
+    monkeypatch.undo()
+
+    import kiln.train.trainer as trainer_module
+
+    def no_space(path, record):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trainer_module, "append_jsonl", no_space)
+    with pytest.raises(CheckpointError, match="cannot write .*metrics.jsonl .*No space.*the "
+                       "last checkpoint, step_00000006, is intact"):
+        trainer.log({"kind": "train", "step": 9})
+    monkeypatch.undo()
+
+    real_write = type(tiny_run).write_bytes
+
+    def created_then_full(self, data):
+        real_write(self, b"")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(type(tiny_run), "write_bytes", created_then_full)
+    with pytest.raises(CheckpointError, match="cannot write checkpoints to"):
+        ckpt_mod.check_writable(tiny_run / "checkpoints")
+    monkeypatch.undo()
+    assert not list((tiny_run / "checkpoints").glob(".write-test-*"))
+
+
+@pytest.mark.parametrize("tamper", ["no rng", "no loader", "short rng", "step as text",
+                                    "loader of another shape", "not a dict"])
+def test_an_altered_trainer_state_is_refused_naming_the_previous_checkpoint(tiny_run, tamper):
+    """A trainer.pt that still unpickles but is not what Kiln wrote fails as unreadable, like
+    a truncated one, not as a KeyError or TypeError traceback deep in the resume."""
+    train_losses(tiny_run, "train.steps=6", "train.checkpoint_every=3")
+    path = tiny_run / "checkpoints" / "step_00000006" / "trainer.pt"
+    state = torch.load(path, weights_only=True)
+    if tamper == "no rng":
+        del state["rng"]
+    elif tamper == "no loader":
+        del state["loader"]
+    elif tamper == "short rng":
+        state["rng"] = torch.zeros(3, dtype=torch.uint8)
+    elif tamper == "step as text":
+        state["step"] = "6"
+    elif tamper == "loader of another shape":
+        state["loader"] = {"position": 3}
+    else:
+        state = [state]
+    torch.save(state, path)
+    with pytest.raises(CheckpointError, match="step_00000006 is unreadable.*previous one, "
+                       "step_00000003"):
+        train_losses(tiny_run, "train.steps=9")
+
+
+def test_weights_of_another_dtype_are_refused(tiny_run):
+    from safetensors.torch import load_file, save_file
+
+    train_losses(tiny_run, "train.steps=6")
+    path = latest_checkpoint(tiny_run / "checkpoints") / "model.safetensors"
+    tensors = load_file(path)
+    tensors["norm.weight"] = tensors["norm.weight"].to(torch.int64)
+    save_file(tensors, path)
+    with pytest.raises(CheckpointError, match=r"norm.weight: \(64,\) int64 in the checkpoint, "
+                       r"\(64,\) float32 in the model"):
+        train_losses(tiny_run, "train.steps=9")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
@@ -53,18 +54,27 @@ def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> No
     tensors = dict(tensors)
     if _tied(model) and "embed.weight" in tensors:
         tensors["head.weight"] = tensors["embed.weight"]
-    expected = {k: tuple(v.shape) for k, v in unwrap(model).state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in tensors.items()}
+    own = unwrap(model).state_dict()
+    expected = {k: (tuple(v.shape), v.dtype) for k, v in own.items()}
+    got = {k: (tuple(v.shape), v.dtype) for k, v in tensors.items()}
     problems = [f"missing {k}" for k in expected if k not in got]
     problems += [f"unexpected {k}" for k in got if k not in expected]
-    problems += [f"{k}: {got[k]} in the checkpoint, {shape} in the model"
-                 for k, shape in expected.items() if k in got and got[k] != shape]
+    problems += [f"{k}: {_described(got[k], want)} in the checkpoint, "
+                 f"{_described(want, got[k])} in the model"
+                 for k, want in expected.items() if k in got and got[k] != want]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; ... ({len(problems)} in all)" if len(problems) > 5 else "")
         raise CheckpointError(f"the checkpoint does not fit this model ({shown}): it was made "
                               "with another [model] config (use the run's config, or start "
                               "over with `kiln train --fresh`), or the file was altered")
     set_model_state_dict(model, tensors, options=StateDictOptions(full_state_dict=True))
+
+
+def _described(this: tuple[tuple[int, ...], torch.dtype],
+               other: tuple[tuple[int, ...], torch.dtype]) -> str:
+    """A tensor's shape, and its dtype where that is what differs from `other`'s."""
+    shape, dtype = this
+    return f"{shape}" if dtype == other[1] else f"{shape} {str(dtype).removeprefix('torch.')}"
 
 
 def refuse_non_finite(tensors: dict[str, torch.Tensor], ckpt: Path) -> None:
@@ -90,10 +100,11 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path / "model.safetensors"))
     except Exception as e:  # safetensors raises its own error type for a damaged file
-        raise _unreadable(path, e) from e
+        raise unreadable(path, e) from e
 
 
-def _unreadable(path: Path, e: Exception) -> CheckpointError:
+def unreadable(path: Path, e: Exception) -> CheckpointError:
+    """The error for checkpoint `path` that cannot be loaded, naming the one before it."""
     older = [p.name for p in complete_checkpoints(path.parent) if p.name < path.name]
     hint = (f"move it aside to resume from the previous one, {older[-1]}" if older
             else "no earlier checkpoint is left; --fresh starts over")
@@ -123,25 +134,32 @@ def save_checkpoint(
                 torch.save(optim_state, tmp / "optimizer.pt")
                 torch.save({**trainer_state, "rng": torch.get_rng_state()}, tmp / "trainer.pt")
             write_text_atomic(ckpt_root / "latest", final.name + "\n")
-        except (OSError, RuntimeError) as e:  # a full disk fails inside torch.save as RuntimeError
-            last = latest_checkpoint(ckpt_root)
-            raise CheckpointError(
-                f"cannot write checkpoint {final} ({type(e).__name__}: {e}): is the disk full or "
-                f"read-only? {f'the last checkpoint, {last.name}, is intact' if last else 'no checkpoint was written'}; "
-                "free space and run `kiln train` again to resume") from e
+        except (OSError, RuntimeError, SafetensorError) as e:  # a full disk: any of the three
+            raise cannot_write(ckpt_root, f"checkpoint {final}", e) from e
         _prune(ckpt_root, keep, final)
     wait_for_main(env)
     return final
 
 
+def cannot_write(ckpt_root: Path, what: str, e: Exception) -> CheckpointError:
+    """The error for a run file that could not be written mid-training (a full or read-only
+    disk), saying which checkpoint the run will resume from."""
+    last = latest_checkpoint(ckpt_root)
+    kept = f"the last checkpoint, {last.name}, is intact" if last else "no checkpoint was written"
+    return CheckpointError(f"cannot write {what} ({type(e).__name__}: {e}): is the disk full or "
+                           f"read-only? {kept}; free space and run `kiln train` again to resume")
+
+
 def check_writable(ckpt_root: Path) -> None:
     """Before step 1: a checkpoints folder that cannot be written would lose every step
     trained until the first checkpoint."""
+    probe = ckpt_root / f".write-test-{os.getpid()}"
     try:
         ckpt_root.mkdir(parents=True, exist_ok=True)
-        probe = ckpt_root / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"kiln")
-        probe.unlink()
+        try:
+            probe.write_bytes(b"kiln")
+        finally:  # a full disk creates the file, then fails to write it
+            probe.unlink(missing_ok=True)
     except OSError as e:
         raise CheckpointError(f"cannot write checkpoints to {ckpt_root} ({e}); make it writable "
                               "or set run.dir to a folder that is") from e
@@ -245,9 +263,12 @@ def load_checkpoint(
                 group.update(built)
                 _place_steps(optimizer, group)
     except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
-        raise _unreadable(path, e) from e
+        raise unreadable(path, e) from e
     state = _read_trainer_state(path)
-    torch.set_rng_state(state.pop("rng"))
+    try:
+        torch.set_rng_state(state.pop("rng"))
+    except (RuntimeError, TypeError) as e:  # a state of the wrong size or type
+        raise unreadable(path, e) from e
     return state
 
 
@@ -263,11 +284,26 @@ def _place_steps(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> Non
             state["step"] = step.to(p.device if on_device else "cpu", torch.float32)
 
 
+# what trainer.pt holds, and the types a resume needs them in
+_TRAINER_STATE = {"step": int, "tokens_seen": int, "elapsed_s": (int, float), "loader": dict,
+                  "rng": torch.Tensor}
+
+
 def _read_trainer_state(path: Path) -> dict[str, Any]:
     try:
-        return torch.load(path / "trainer.pt", weights_only=True)
+        state = torch.load(path / "trainer.pt", weights_only=True)
     except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
-        raise _unreadable(path, e) from e
+        raise unreadable(path, e) from e
+    if not isinstance(state, dict):
+        raise unreadable(path, TypeError(f"trainer.pt holds a {type(state).__name__}, not a dict"))
+    for key, kind in _TRAINER_STATE.items():
+        value = state.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            what = "is missing" if key not in state else f"is a {type(value).__name__}"
+            raise unreadable(path, ValueError(f"trainer.pt: {key!r} {what}"))
+    if state["step"] < 0 or state["tokens_seen"] < 0:
+        raise unreadable(path, ValueError("trainer.pt: a negative step or token count"))
+    return state
 
 
 def trained_shards(path: Path) -> str | None:

@@ -43,9 +43,11 @@ from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
 from kiln.train.checkpoint import (
     archive_checkpoints,
+    cannot_write,
     check_writable,
     load_checkpoint,
     set_aside_records_after,
+    unreadable,
 )
 from kiln.train.checkpoint_dirs import checkpoint_step, complete_checkpoints, latest_checkpoint
 from kiln.train.host_memory import keep_freed_memory
@@ -212,6 +214,8 @@ class Trainer:
         self._callback_states = state.get("callbacks", {})  # none in older checkpoints
         try:
             self.loader.load_state_dict(state["loader"])
+        except (KeyError, TypeError, AttributeError) as e:  # not a loader's state: altered
+            raise unreadable(ckpt, e) from e
         except ValueError as e:
             raise CheckpointError(f"cannot resume from {ckpt}: {e}; the token shards, "
                                   "train.seq_len or run.seed changed since it was saved; use "
@@ -344,7 +348,11 @@ class Trainer:
 
     def log(self, record: dict[str, Any]) -> None:
         if self.env.is_main:
-            append_jsonl(self.run_dir / "metrics.jsonl", record)
+            path = self.run_dir / "metrics.jsonl"
+            try:
+                append_jsonl(path, record)
+            except OSError as e:
+                raise cannot_write(self.run_dir / "checkpoints", str(path), e) from e
 
     # -- the step ------------------------------------------------------------------------
 
