@@ -236,3 +236,20 @@ def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(kiln.cli, "_show_warning", interrupted)
     assert kiln.cli.main(["eval", "nowhere"]) == 130
     assert capsys.readouterr().err.strip() == "kiln: interrupted while starting; nothing was changed"
+
+
+def test_a_run_dir_the_user_may_not_write_is_one_line(tmp_path, monkeypatch, capsys):
+    """Permission denied in any verb (the lock file, a temporary sibling, datatrove's
+    cache) is one line naming the path, not a traceback. As root nothing is denied, so the
+    verb's write is made to fail the way the kernel reports it."""
+    from kiln import cli
+
+    def denied(cfg):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "ro" / ".train.lock"))
+
+    monkeypatch.setitem(cli.VERBS, "prepare", (denied, "read raw sources"))
+    code = cli.main(["prepare", "--set", f'run.dir="{tmp_path / "ro"}"'])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert f"kiln: prepare: permission denied on {tmp_path / 'ro' / '.train.lock'}; make it " \
+           "writable" in err

@@ -92,8 +92,7 @@ def test_bare_word_override_is_a_string():
         ("optim.lr=nan", "optim.lr"),
         ("optim.lr=inf", "optim.lr"),
         ("optim.weight_decay=-inf", "optim.weight_decay"),
-        ('generate.prompts=["def ", ""]', "generate.prompts"),
-        ("generate.prompts=[]", "generate.prompts"),
+        ("generate.prompts=[]", "generate.prompts"),  # "" is a document from its start
     ],
 )
 def test_impossible_combinations_name_the_key(override, key):
@@ -282,3 +281,28 @@ def test_designs_that_train_wrong_load_but_are_named(overrides, message):
     assert len(design_problems(cfg.model)) == 1
     assert re.search(message, design_problems(cfg.model)[0])
     assert design_problems(load_config(None, []).model) == []
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("steps=3", "unknown config key 'steps' (did you mean 'train.steps'?)"),
+    ("train.precision=BF16", "(did you mean 'bf16'?)"),
+    ("tokenizer.kind=BPE", "(did you mean 'bpe'?)"),
+    ("run.dir=2024-06-01", 'text is quoted in TOML: run.dir="2024-06-01"'),
+    ("run.dir=2024", 'text is quoted in TOML: run.dir="2024"'),
+    ("run.seed=-5", r"run.seed must be in [0, 2**63), got -5"),
+    (f"run.seed={2**64}", r"run.seed must be in [0, 2**63)"),
+])
+def test_more_config_mistakes_name_the_fix(override, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert message in str(e.value)
+
+
+def test_a_symlink_loop_as_a_path_is_a_config_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    with pytest.raises(ConfigError, match="data.sources entry 'l1' cannot be resolved"):
+        load_config(None, ['data.sources=["l1"]', 'run.dir="runs/x"'])
+    with pytest.raises(ConfigError, match="run.dir 'l1' cannot be resolved"):
+        load_config(None, ['run.dir="l1"'])

@@ -154,6 +154,7 @@ def test_every_file_left_out_is_counted(tmp_path):
     (data / ".hidden.txt").write_text("a hidden note")
     os.mkfifo(data / "pipe.txt")
     (data / "blank.jsonl").write_text("\n\n")
+    (data / "zero.parquet").write_bytes(b"")
     pq.write_table(pa.table({"text": pa.array([], pa.string())}), data / "none.parquet")
     pq.write_table(pa.table({"text": pa.array([b"bytes column"], pa.binary())}), data / "b.parquet")
     (data / "d.ndjson").write_text('{"text": "nd one"}\n{"text": "nd two"}\n')
@@ -166,7 +167,7 @@ def test_every_file_left_out_is_counted(tmp_path):
         "reached through a folder link", "bytes column", "nd one", "nd two", "rec one",
         "rec two", '{"name": "x", "version": "1.0"}', "utf-16 text", "gzipped text"])
     skipped = {k: v for k, v in counts.items() if k.startswith("skipped/")}
-    assert skipped == {"skipped/hidden": 1, "skipped/not_regular": 1, "skipped/empty": 2}
+    assert skipped == {"skipped/hidden": 1, "skipped/not_regular": 1, "skipped/empty": 3}
 
 
 def test_a_truncated_jsonl_gz_keeps_what_came_before_and_says_so(tmp_path):
@@ -339,3 +340,64 @@ def test_the_content_cache_keeps_only_the_files_read_now(tmp_path):
     cache.write_text(json.dumps({k: [*v[:4], "not read again"] for k, v in kept.items()}))
     again = pipeline._input_files(cfg, [str(b)], run)  # every entry reused, none re-read
     assert again != first and "not read again" in cache.read_text()
+
+
+def test_a_folder_that_cannot_be_listed_is_counted_not_lost_in_silence(tmp_path, monkeypatch):
+    """os.walk skips a folder it may not list unless told: its files would vanish from the
+    corpus with no count. (As root, mode 000 lists anyway: the denial is simulated.)"""
+    import os
+
+    data = tmp_path / "data"
+    (data / "secret").mkdir(parents=True)
+    (data / "secret" / "doc3.txt").write_text("behind a closed door")
+    (data / "doc1.txt").write_text("in the open")
+    real_scandir = os.scandir
+
+    def denying(path="."):
+        if os.fspath(path).endswith("secret"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", denying)
+    docs, counts = _read([data])
+    assert [d.text for d in docs] == ["in the open"]
+    assert counts["skipped/unreadable_dir"] == 1
+
+
+def test_damaged_prepared_documents_are_one_clear_error(tmp_path):
+    """A documents/*.jsonl.gz cut short after prepare finished: tokenizer and tokenize read it
+    through read_documents, which names the folder and the verb to re-run."""
+    from kiln.errors import RunDataError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(30):
+        (src / f"{i}.txt").write_text(f"document {i} " + "words and more words " * 400)
+    run = tmp_path / "run"
+    run_prepare(READ_WRITE, run, [str(src)], progress=False)
+    shard = sorted((run / "documents").glob("*.jsonl.gz"))[0]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    with pytest.raises(RunDataError, match="documents.*are damaged.*run `kiln prepare` again"):
+        list(read_documents(run))
+
+
+def test_a_remade_prepare_that_fails_leaves_the_earlier_documents_in_the_archive(tmp_path):
+    """Re-making a finished prepare with a wrong source (nothing readable) must not throw
+    the earlier documents away: they move to archive/before-prepare-*/, whole, and read back."""
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    (good / "a.txt").write_text("alpha")
+    (good / "b.txt").write_text("beta")
+    (bad / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    run = tmp_path / "run"
+    run_prepare(READ_WRITE, run, [str(good)], progress=False)
+    before = json.loads((run / "prepare.json").read_text())
+    with pytest.raises(ConfigError, match="non_utf8=1"):
+        run_prepare(READ_WRITE, run, [str(bad)], progress=False)
+    (kept,) = (run / "archive").glob("before-prepare-*")
+    assert json.loads((kept / "prepare.json").read_text()) == before
+    assert _texts(kept) == ["alpha", "beta"]
+    # a prepare that never finished leaves nothing worth keeping: no second archive
+    run_prepare(READ_WRITE, run, [str(good)], progress=False)
+    assert len(list((run / "archive").iterdir())) == 1 and _texts(run) == ["alpha", "beta"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -109,3 +110,16 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def new_archive_folder(run_dir: Path, label: str) -> Path:
+    """A new, empty run_dir/archive/{label}-{UTC time}[-n]/ for outputs moved aside (never
+    deleted) when a run starts over or re-makes them."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    dest = Path(run_dir) / "archive" / f"{label}-{stamp}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = Path(run_dir) / "archive" / f"{label}-{stamp}-{n}"
+    dest.mkdir(parents=True)
+    return dest

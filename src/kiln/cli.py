@@ -503,6 +503,10 @@ def _main(argv: list[str] | None) -> int:
     except FileNotFoundError as e:  # a missing earlier stage: the message says what to run
         print(f"kiln: {e}", file=sys.stderr)
         return 1
+    except PermissionError as e:  # a run dir (or a file in it) this user may not write
+        print(f"kiln: {args.verb}: permission denied on {e.filename or e}; make it writable (or "
+              f"set run.dir to a folder that is); {_KEPT}", file=sys.stderr)
+        return 1
     except KilnError as e:  # a damaged checkpoint or run file, data that does not fit
         print(f"kiln: {e}", file=sys.stderr)
         return 1

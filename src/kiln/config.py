@@ -187,7 +187,9 @@ _CHOICES = {
 
 
 def _suggest(key: str, valid: typing.Iterable[str]) -> str:
-    close = difflib.get_close_matches(key, list(valid), n=1)
+    valid = list(valid)
+    same_letters = [v for v in valid if isinstance(key, str) and v.lower() == key.lower()]
+    close = same_letters or difflib.get_close_matches(key, valid, n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
@@ -195,9 +197,12 @@ def _suggest_key(full: str) -> str:
     """For an unknown dotted key: the same name in other sections (`train.lr` ->
     `optim.lr`), then the closest name in its own section, then the closest anywhere."""
     section, _, name = full.rpartition(".")
-    if not section:  # a section name: `[trian]`
-        return _suggest(name, [f.name for f in dataclasses.fields(Config)])
     leaves = list(flat_settings(Config()))
+    if not section:  # a section name (`[trian]`), or a setting outside its table (`steps = 3`)
+        placed = [k for k in leaves if k.rpartition(".")[2] == name][:2]
+        if placed:
+            return f" (did you mean {' or '.join(repr(p) for p in placed)}?)"
+        return _suggest(name, [f.name for f in dataclasses.fields(Config)])
     tables = [".".join(k.split(".")[:i]) for k in leaves for i in range(2, k.count(".") + 1)]
     keys = list(dict.fromkeys(leaves + tables))  # `prepare.quality` is a key too
     by_name = [k for k in keys if k.rpartition(".")[2] == name and k != full]
@@ -233,12 +238,15 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         return float(value)
     if hint is int and isinstance(value, bool) or not isinstance(value, hint):
         raise ConfigError(f"{key}: expected {hint.__name__}, got {type(value).__name__} "
-                          f"{value!r}{_toml_hint(value, hint)}")
+                          f"{value!r}{_toml_hint(value, hint, key)}")
     return value
 
 
-def _toml_hint(value: Any, hint: type) -> str:
-    """What TOML wanted when a number or boolean was written the Python way (`.5`, `True`)."""
+def _toml_hint(value: Any, hint: type, key: str) -> str:
+    """What TOML wanted when a number or boolean was written the Python way (`.5`, `True`),
+    or text was written bare and read as a number, date or boolean (`run.dir=2024-06-01`)."""
+    if hint is str and not isinstance(value, str | dict | list):
+        return f' (text is quoted in TOML: {key}="{value}")'
     if not isinstance(value, str):
         return ""
     if hint is bool and value.lower() in ("true", "false"):
@@ -316,16 +324,23 @@ def check_run_dir_is_its_own(cfg: Config) -> None:
                           "its own (prepare clears parts of it), e.g. runs/my-run")
 
 
+def _resolved(key: str, path: str) -> Path:
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as e:  # links that point at each other (Python < 3.13: RuntimeError)
+        raise ConfigError(f"{key} '{path}' cannot be resolved ({e}): a symlink loop?") from e
+
+
 def _check_run_dir(cfg: Config) -> None:
     """The run dir must be a folder, and a run dir inside a source would be read back as
     data (and its outputs overwrite the source)."""
     if not cfg.run.dir.strip():
         raise ConfigError("run.dir is empty; name a folder, e.g. runs/my-run")
-    run = Path(cfg.run.dir).resolve()
+    run = _resolved("run.dir", cfg.run.dir)
     if run.exists() and not run.is_dir():
         raise ConfigError(f"run.dir: '{cfg.run.dir}' is a file, not a folder")
     for source in cfg.data.sources:
-        src = Path(source).resolve()
+        src = _resolved("data.sources entry", source)
         if src == run or src.is_relative_to(run) or run.is_relative_to(src):
             raise ConfigError(f"run.dir '{cfg.run.dir}' and data.sources entry '{source}' "
                               "overlap: the run would overwrite its sources or read its own "
@@ -334,6 +349,8 @@ def _check_run_dir(cfg: Config) -> None:
 
 def validate(cfg: Config) -> Config:
     """Reject impossible combinations, naming the key and the fix."""
+    if not 0 <= cfg.run.seed < 2**63:  # numpy's generators take no negative seed, torch no larger
+        raise ConfigError(f"run.seed must be in [0, 2**63), got {cfg.run.seed}")
     for key, choices in _CHOICES.items():
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)

@@ -26,6 +26,7 @@ from datatrove.pipeline.base import PipelineStep
 from tqdm import tqdm
 
 from kiln.data.sources import SourceFile, check_sources, list_source_files, printable_name
+from kiln.errors import RunDataError
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 
@@ -241,6 +242,9 @@ class SourceReader(PipelineStep):
     def _read_parquet(self, file: SourceFile) -> Iterator[Document]:
         import pyarrow.parquet as pq
 
+        if file.path.stat().st_size == 0:  # no footer to read, but nothing damaged either
+            self._count("skipped/empty")
+            return
         table = pq.ParquetFile(file.path)  # an unreadable footer: the file is `unreadable`
         if "text" not in table.schema_arrow.names:
             self._count("skipped/no_text_column")
@@ -382,4 +386,8 @@ def read_documents(out_dir: Path | str) -> Iterator[Document]:
 
     reader = JsonlReader(str(docs_dir), glob_pattern="*.jsonl.gz", add_file_path=False)
     with quiet_console():
-        yield from reader.run(None, rank=0, world_size=1)
+        try:
+            yield from reader.run(None, rank=0, world_size=1)
+        except (EOFError, OSError, zlib.error, UnicodeDecodeError) as e:  # a cut or altered file
+            raise RunDataError(f"the prepared documents in {docs_dir} are damaged ({type(e).__name__}: "
+                               f"{e}); run `kiln prepare` again") from e

@@ -32,6 +32,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
-from kiln.atomic import write_json_atomic, write_text_atomic
+from kiln.atomic import new_archive_folder, write_json_atomic, write_text_atomic
 from kiln.config import EXECUTION_KEYS
 from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline's vocabulary)
     ARXIV_STAGES,
@@ -460,7 +461,17 @@ def _refuse_foreign_folders(run_dir: Path) -> None:
 
 
 def _clear_outputs(run_dir: Path) -> None:
+    """Out of the new pipeline's way. A finished earlier prepare's documents move to
+    archive/before-prepare-*/ (a re-make with a wrong source or an over-eager filter must not
+    throw hours of work away); an unfinished one's partial outputs go."""
     _refuse_foreign_folders(run_dir)
+    if (run_dir / "prepare.json").is_file() and (run_dir / "documents").is_dir():
+        dest = new_archive_folder(run_dir, "before-prepare")
+        for name in ("prepare.json", "yield.json", "documents", "rejected", "logs/prepare"):
+            if (run_dir / name).exists():
+                os.replace(run_dir / name, dest / Path(name).name)
+        print(f"prepare: the earlier documents (made with other settings or sources) moved to "
+              f"{dest}; delete it once the new ones are right", file=sys.stderr)
     for name in ("prepare.json", "yield.json"):
         (run_dir / name).unlink(missing_ok=True)
     for folder in _OUTPUT_FOLDERS:

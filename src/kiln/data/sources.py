@@ -44,10 +44,16 @@ def _walk(root: Path, skip_dirs: frozenset[str], suffix: str | None = None,
     """(file, why it is skipped or None) under `root`, sorted by relative path. Prunes
     `skip_dirs` and hidden folders; follows folder links once (a link loop is not followed
     again). Hidden files and anything that is not a regular file (a named pipe would block
-    the reader forever) are listed with a reason when `keep_hidden`, else left out."""
+    the reader forever) are listed with a reason when `keep_hidden`, else left out, as are
+    folders that cannot be listed ('unreadable_dir': their files are not silently lost)."""
     found: list[tuple[Path, str | None]] = []
     seen = {os.path.realpath(root)}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+
+    def unlisted(error: OSError) -> None:
+        if keep_hidden and error.filename:
+            found.append((Path(error.filename), "unreadable_dir"))
+
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=unlisted):
         kept = []
         for d in sorted(dirnames):
             real = os.path.realpath(os.path.join(dirpath, d))

@@ -12,7 +12,6 @@ import json
 import os
 import pickle
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,13 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from kiln.atomic import atomic_dir, fsync_dir, recover_killed_swaps, write_text_atomic
+from kiln.atomic import (
+    atomic_dir,
+    fsync_dir,
+    new_archive_folder,
+    recover_killed_swaps,
+    write_text_atomic,
+)
 from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.parallel.distributed import DistEnv, all_reduce_max, unwrap, wait_for_main
 from kiln.train.checkpoint_dirs import PREFIX, complete_checkpoints, latest_checkpoint
@@ -198,13 +203,7 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     old = [run_dir / name for name in _MODEL_OUTPUTS if (run_dir / name).exists()]
     if not old:
         return None
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    dest = run_dir / "archive" / f"before-{reason}-{stamp}"
-    n = 1
-    while dest.exists():
-        n += 1
-        dest = run_dir / "archive" / f"before-{reason}-{stamp}-{n}"
-    dest.mkdir(parents=True)
+    dest = new_archive_folder(run_dir, f"before-{reason}")
     for p in old:
         os.replace(p, dest / p.name)
     fsync_dir(run_dir)
@@ -231,12 +230,7 @@ def set_aside_records_after(run_dir: Path, step: int) -> Path | None:
         (later if beyond else kept).append(line if line.endswith("\n") else line + "\n")
     if not later:
         return None
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    dest = run_dir / "archive" / f"after-step-{step}-{stamp}"
-    n = 1
-    while dest.exists():
-        n += 1
-        dest = run_dir / "archive" / f"after-step-{step}-{stamp}-{n}"
+    dest = new_archive_folder(run_dir, f"after-step-{step}")
     write_text_atomic(dest / "metrics.jsonl", "".join(later))  # kept first: a kill loses none
     write_text_atomic(metrics, "".join(kept))
     return dest
