@@ -59,6 +59,11 @@ def test_quickstart_smoke_run(tmp_path):
     failed = kiln("train", str(run_dir), "--set", "model.dim=128", cwd=tmp_path)
     assert failed.returncode == 1 and "other settings (model.dim: 64 -> 128)" in failed.stderr
     assert "Traceback" not in failed.stderr
+    report_made = (run_dir / "report.html").stat().st_mtime_ns
+    rerun = kiln("run", str(run_dir), "--set", "model.dim=128", cwd=tmp_path)  # before prepare
+    assert rerun.returncode == 1 and "other settings (model.dim: 64 -> 128)" in rerun.stderr
+    assert "prepare:" not in rerun.stdout + rerun.stderr
+    assert (run_dir / "report.html").stat().st_mtime_ns == report_made
     assert (run_dir / "config.toml").read_text() == recorded
     assert "max_batches = 2" not in recorded  # the eval above did not record its override
     # the data a checkpoint was trained on is not re-made with other settings ...

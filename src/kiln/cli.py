@@ -332,14 +332,24 @@ def _refuse_remaking_trained_data(cfg: Config, verb: str) -> None:
 
 
 def _refuse_new_model_design(cfg: Config) -> None:
-    """The trainer refuses a design that trains wrong for a new model, or one whose training
-    state cannot fit in memory; `kiln run` asks before its data stages rather than after."""
+    """The trainer refuses a design that trains wrong for a new model, one whose training
+    state cannot fit in memory, and for a trained one other [model] settings; `kiln run`
+    asks before its data stages rather than after."""
     import dataclasses
 
     from kiln.parallel.distributed import launched_ranks
     from kiln.train.checkpoint_dirs import latest_checkpoint
 
-    if latest_checkpoint(cfg.run_dir / "checkpoints") is not None:
+    ckpt = latest_checkpoint(cfg.run_dir / "checkpoints")
+    if ckpt is not None:  # a trained model goes on as it was: another [model] is refused now
+        from kiln.errors import RunDataError
+        from kiln.train.trainer import model_config_for_run, refuse_changed_model
+
+        try:  # model.vocab_size 0 is the tokenizer's, as the trainer resolves it
+            model = model_config_for_run(cfg, cfg.run_dir / "tokens")
+        except (FileNotFoundError, RunDataError):  # no shards: the data stages make them
+            return
+        refuse_changed_model(ckpt, recorded_config(cfg.run_dir), dataclasses.replace(cfg, model=model))
         return
     problems = design_problems(cfg.model)
     if problems:

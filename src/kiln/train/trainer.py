@@ -136,6 +136,24 @@ def _changed_since_recorded(old: Config | None, cfg: Config, step: int) -> list[
     return changed
 
 
+def refuse_changed_model(ckpt: Path, old: Config | None, cfg: Config) -> None:
+    """A checkpoint continues the function it was trained as, on the data it was trained
+    on: other model settings would silently train another model (see
+    `changed_model_settings`); another optimizer cannot take the checkpoint's optimizer
+    state; other data settings describe data that is not on disk. (`kiln run` asks this
+    before its data stages too.)"""
+    if old is None:
+        return
+    changed = changed_model_settings(old, cfg)
+    changed += config_changes(old, cfg, ("optim.name",))
+    changed += data_changes(old, cfg)
+    if changed:
+        raise CheckpointError(
+            f"cannot resume from {ckpt}: it was trained with other settings "
+            f"({'; '.join(changed)}); use the run's config, start over with --fresh, or "
+            "train the new settings in another run.dir")
+
+
 class Trainer:
     def __init__(self, cfg: Config, callbacks: list[Callback] | None = None, resume: bool = True):
         self.cfg, self.run_dir = cfg, cfg.run_dir
@@ -207,7 +225,7 @@ class Trainer:
             self._refuse_mixing_with_earlier_outputs()
             return
         recorded = recorded_config(self.run_dir)
-        self._refuse_changed_model(ckpt, recorded)
+        refuse_changed_model(ckpt, recorded, self.cfg)
         state = load_checkpoint(ckpt, self.model, self.optimizer)
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
         self._elapsed_before = state["elapsed_s"]
@@ -310,21 +328,6 @@ class Trainer:
                           f"checkpoints/ to resume from {done[-2].name}")
         return TrainingDiverged(f"training diverged at step {self.step}: {what}; {since}")
 
-    def _refuse_changed_model(self, ckpt: Path, old: Config | None) -> None:
-        """A checkpoint continues the function it was trained as, on the data it was trained
-        on: other model settings would silently train another model (see
-        `changed_model_settings`); another optimizer cannot take the checkpoint's optimizer
-        state; other data settings describe data that is not on disk."""
-        if old is None:
-            return
-        changed = changed_model_settings(old, self.cfg)
-        changed += config_changes(old, self.cfg, ("optim.name",))
-        changed += data_changes(old, self.cfg)
-        if changed:
-            raise CheckpointError(
-                f"cannot resume from {ckpt}: it was trained with other settings "
-                f"({'; '.join(changed)}); use the run's config, start over with --fresh, or "
-                "train the new settings in another run.dir")
 
     def _check_ranks_agree(self, ckpt: Path | None) -> None:
         """Every rank must resume from the same checkpoint (on several nodes, the run
