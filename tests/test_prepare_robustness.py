@@ -377,8 +377,17 @@ def test_damaged_prepared_documents_are_one_clear_error(tmp_path):
     run_prepare(READ_WRITE, run, [str(src)], progress=False)
     shard = sorted((run / "documents").glob("*.jsonl.gz"))[0]
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
-    with pytest.raises(RunDataError, match="documents.*are damaged.*run `kiln prepare` again"):
+    with pytest.raises(RunDataError, match="documents.*are damaged.*make them again: `kiln "
+                       r"prepare --set prepare.resume=false`"):
         list(read_documents(run))
+    run_prepare(READ_WRITE, run, [str(src)], progress=False)  # a plain re-run keeps them
+    with pytest.raises(RunDataError):
+        list(read_documents(run))
+    import dataclasses
+
+    run_prepare(dataclasses.replace(READ_WRITE, resume=False), run, [str(src)], progress=False)
+    assert len(list(read_documents(run))) == 30  # what the message says does mend them
+    assert not (run / "archive").exists()  # the same settings: the damaged copy is not kept
 
 
 def test_a_remade_prepare_that_fails_leaves_the_earlier_documents_in_the_archive(tmp_path):
@@ -398,6 +407,6 @@ def test_a_remade_prepare_that_fails_leaves_the_earlier_documents_in_the_archive
     (kept,) = (run / "archive").glob("before-prepare-*")
     assert json.loads((kept / "prepare.json").read_text()) == before
     assert _texts(kept) == ["alpha", "beta"]
-    # a prepare that never finished leaves nothing worth keeping: no second archive
+    # the failed re-make wrote prepare.json but no documents/: nothing of it is archived
     run_prepare(READ_WRITE, run, [str(good)], progress=False)
     assert len(list((run / "archive").iterdir())) == 1 and _texts(run) == ["alpha", "beta"]

@@ -773,8 +773,12 @@ def test_records_past_the_resumed_checkpoint_move_to_the_archive(tiny_run):
                      callbacks=[*default_callbacks(), StopAt()])
     abandoned = logged_losses(tiny_run)
     assert sorted(abandoned) == [1, 2, 3, 4, 5, 6, 7]
+    foreign = b'\xff\x1c not json \r\xc2\x85 kept as it is\n'  # bytes no decoder round-trips
+    with open(tiny_run / "metrics.jsonl", "ab") as f:
+        f.write(foreign)
     train_losses(tiny_run, "train.log_every=5", "train.checkpoint_every=4", "train.eval_every=0",
                  "train.steps=6")
+    assert foreign in (tiny_run / "metrics.jsonl").read_bytes()
     records = read_metrics(tiny_run / "metrics.jsonl")
     assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
     assert max(r["step"] for r in records) == 6  # nothing of the abandoned step 7
@@ -832,7 +836,8 @@ def test_a_full_disk_in_any_writer_is_one_clear_error(tiny_run, monkeypatch):
 
 
 @pytest.mark.parametrize("tamper", ["no rng", "no loader", "short rng", "step as text",
-                                    "loader of another shape", "not a dict"])
+                                    "loader of another shape", "not a dict", "callbacks as a list",
+                                    "a callback state of another shape"])
 def test_an_altered_trainer_state_is_refused_naming_the_previous_checkpoint(tiny_run, tamper):
     """A trainer.pt that still unpickles but is not what Kiln wrote fails as unreadable, like
     a truncated one, not as a KeyError or TypeError traceback deep in the resume."""
@@ -849,6 +854,10 @@ def test_an_altered_trainer_state_is_refused_naming_the_previous_checkpoint(tiny
         state["step"] = "6"
     elif tamper == "loader of another shape":
         state["loader"] = {"position": 3}
+    elif tamper == "callbacks as a list":
+        state["callbacks"] = []
+    elif tamper == "a callback state of another shape":
+        state["callbacks"] = {"ProgressLog": {"x": 1}}
     else:
         state = [state]
     torch.save(state, path)
@@ -868,3 +877,21 @@ def test_weights_of_another_dtype_are_refused(tiny_run):
     with pytest.raises(CheckpointError, match=r"norm.weight: \(64,\) int64 in the checkpoint, "
                        r"\(64,\) float32 in the model"):
         train_losses(tiny_run, "train.steps=9")
+
+
+def test_records_past_the_checkpoint_move_aside_even_with_nothing_left_to_train(tiny_run):
+    """Killed at step 7 with the last checkpoint at 4, then resumed with train.steps = 4:
+    nothing trains, yet the report must end at the checkpoint the run now is."""
+    from kiln.train.callbacks import Callback, default_callbacks
+
+    class StopAt(Callback):
+        def on_step_end(self, t, record):
+            if t.step == 7:
+                raise KeyboardInterrupt
+
+    settings = ("train.log_every=1", "train.checkpoint_every=4", "train.eval_every=0")
+    with pytest.raises(KeyboardInterrupt):
+        train_losses(tiny_run, *settings, "train.steps=12", callbacks=[*default_callbacks(), StopAt()])
+    _, losses = train_losses(tiny_run, *settings, "train.steps=4")
+    assert losses == [] and sorted(logged_losses(tiny_run)) == [1, 2, 3, 4]
+    assert len(list((tiny_run / "archive").glob("after-step-4-*/metrics.jsonl"))) == 1

@@ -116,10 +116,11 @@ def new_archive_folder(run_dir: Path, label: str) -> Path:
     """A new, empty run_dir/archive/{label}-{UTC time}[-n]/ for outputs moved aside (never
     deleted) when a run starts over or re-makes them."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    dest = Path(run_dir) / "archive" / f"{label}-{stamp}"
-    n = 1
-    while dest.exists():
-        n += 1
-        dest = Path(run_dir) / "archive" / f"{label}-{stamp}-{n}"
-    dest.mkdir(parents=True)
-    return dest
+    for n in range(1, 10_000):
+        dest = Path(run_dir) / "archive" / (f"{label}-{stamp}" + (f"-{n}" if n > 1 else ""))
+        try:
+            dest.mkdir(parents=True)  # atomic: two archivers in one second get two folders
+            return dest
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{Path(run_dir) / 'archive'}: no free name for {label}-{stamp}")

@@ -480,8 +480,18 @@ def _show_warning(shown: Callable) -> Callable:
     return show
 
 
+def _permission_advice(e: PermissionError, cfg: Config | None) -> str:
+    """What to do: a path in the run directory is the run's to make writable; another
+    (a source, a recipe) is the user's to open up."""
+    inside = cfg is not None and e.filename is not None and \
+        Path(e.filename).absolute().is_relative_to(cfg.run_dir.absolute())
+    return ("make the run directory writable, or set run.dir to a folder that is" if inside
+            else "check that path's permissions")
+
+
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    cfg = None
     from kiln.parallel.distributed import is_main_process, launched_ranks, lost_a_rank
 
     try:
@@ -514,8 +524,8 @@ def _main(argv: list[str] | None) -> int:
         print(f"kiln: {e}", file=sys.stderr)
         return 1
     except PermissionError as e:  # a run dir (or a file in it) this user may not write
-        print(f"kiln: {args.verb}: permission denied on {e.filename or e}; make it writable (or "
-              f"set run.dir to a folder that is); {_KEPT}", file=sys.stderr)
+        print(f"kiln: {args.verb}: permission denied on {e.filename or e}; "
+              f"{_permission_advice(e, cfg)}; {_KEPT}", file=sys.stderr)
         return 1
     except KilnError as e:  # a damaged checkpoint or run file, data that does not fit
         print(f"kiln: {e}", file=sys.stderr)

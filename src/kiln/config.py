@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import json
 import math
 import os
@@ -246,7 +247,11 @@ def _toml_hint(value: Any, hint: type, key: str) -> str:
     """What TOML wanted when a number or boolean was written the Python way (`.5`, `True`),
     or text was written bare and read as a number, date or boolean (`run.dir=2024-06-01`)."""
     if hint is str and not isinstance(value, str | dict | list):
-        return f' (text is quoted in TOML: {key}="{value}")'
+        if "[" in key or isinstance(value, float):  # a list item; a float's spelling is lost
+            return " (text is quoted in TOML)"
+        spelled = str(value).lower() if isinstance(value, bool) else (
+            value.isoformat() if hasattr(value, "isoformat") else str(value))
+        return f' (text is quoted in TOML: {key}="{spelled}")'
     if not isinstance(value, str):
         return ""
     if hint is bool and value.lower() in ("true", "false"):
@@ -325,10 +330,17 @@ def check_run_dir_is_its_own(cfg: Config) -> None:
 
 
 def _resolved(key: str, path: str) -> Path:
+    """`path` made absolute; links that point at each other are a config error (Python
+    3.11-3.12 raise on them in resolve(), 3.13 returns the path: stat tells on all)."""
     try:
-        return Path(path).resolve()
-    except (RuntimeError, OSError) as e:  # links that point at each other (Python < 3.13: RuntimeError)
-        raise ConfigError(f"{key} '{path}' cannot be resolved ({e}): a symlink loop?") from e
+        resolved = Path(path).resolve()
+        os.stat(path)
+    except RuntimeError as e:
+        raise ConfigError(f"{key} '{path}' is a symlink loop ({e})") from e
+    except OSError as e:  # missing (a run dir not made yet) is fine; the verb reports the rest
+        if e.errno == errno.ELOOP:
+            raise ConfigError(f"{key} '{path}' is a symlink loop ({e})") from e
+    return resolved
 
 
 def _check_run_dir(cfg: Config) -> None:

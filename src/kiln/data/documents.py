@@ -390,4 +390,4 @@ def read_documents(out_dir: Path | str) -> Iterator[Document]:
             yield from reader.run(None, rank=0, world_size=1)
         except (EOFError, OSError, zlib.error, UnicodeDecodeError) as e:  # a cut or altered file
             raise RunDataError(f"the prepared documents in {docs_dir} are damaged ({type(e).__name__}: "
-                               f"{e}); run `kiln prepare` again") from e
+                               f"{e}); make them again: `kiln prepare --set prepare.resume=false`") from e

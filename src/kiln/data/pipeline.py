@@ -460,12 +460,13 @@ def _refuse_foreign_folders(run_dir: Path) -> None:
                           "to another folder (or move them away)")
 
 
-def _clear_outputs(run_dir: Path) -> None:
-    """Out of the new pipeline's way. A finished earlier prepare's documents move to
-    archive/before-prepare-*/ (a re-make with a wrong source or an over-eager filter must not
-    throw hours of work away); an unfinished one's partial outputs go."""
+def _clear_outputs(run_dir: Path, keep_earlier: bool) -> None:
+    """Out of the new pipeline's way. With `keep_earlier` (other settings or sources), a
+    finished earlier prepare's documents move to archive/before-prepare-*/ (a re-make with a
+    wrong source or an over-eager filter must not throw hours of work away); a re-make of
+    the same (prepare.resume = false) and an unfinished one's partial outputs go."""
     _refuse_foreign_folders(run_dir)
-    if (run_dir / "prepare.json").is_file() and (run_dir / "documents").is_dir():
+    if keep_earlier and (run_dir / "prepare.json").is_file() and (run_dir / "documents").is_dir():
         dest = new_archive_folder(run_dir, "before-prepare")
         for name in ("prepare.json", "yield.json", "documents", "rejected", "logs/prepare"):
             if (run_dir / name).exists():
@@ -530,9 +531,10 @@ def run_prepare(
     phases, layout = build_pipeline(cfg, run_dir, sources, max_bytes, progress)
     logging_dir = run_dir / "logs" / "prepare"
     _keep_recorded_times(cfg, sources, run_dir, logging_dir, layout)
-    resume = cfg.resume and not redo and _same_pipeline(logging_dir, layout)
+    same = _same_pipeline(logging_dir, layout)
+    resume = cfg.resume and not redo and same
     if not resume:
-        _clear_outputs(run_dir)
+        _clear_outputs(run_dir, keep_earlier=not same)
     else:
         for name in ("prepare.json", "yield.json"):
             (run_dir / name).unlink(missing_ok=True)

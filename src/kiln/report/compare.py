@@ -23,7 +23,7 @@ from kiln.errors import ConfigError
 from kiln.report.fmt import as_number, fmt_count, fmt_float
 from kiln.report.html_parts import grid_table, image, paragraph, section
 from kiln.report.metrics_io import records_of_kind
-from kiln.report.plots import series
+from kiln.report.plots import series, widen_one_step
 from kiln.report.run_files import load_json, load_metrics
 from kiln.report.summary import Summary, summarize
 
@@ -95,6 +95,7 @@ def write_compare_plot(runs: list[RunFigures], path: Path) -> None:
             bpb_ax.plot(bpb.steps, bpb.values, "o-", color=colour, markersize=4, label=label)
     for ax, title, ylabel in ((loss_ax, "Train loss", "loss (nats/token)"),
                               (bpb_ax, "Validation bits per byte", "bits/byte")):
+        widen_one_step(ax, [int(x) for line in ax.lines for x in line.get_xdata()])
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)

@@ -56,10 +56,13 @@ def draw_series(ax: Any, lines: list[Series]) -> None:
             ax.plot(s.steps, s.values, "o", markersize=5, label=s.label)
         else:
             ax.plot(s.steps, s.values, "-", linewidth=1.4, label=s.label)
-    steps = {step for s in lines for step in s.steps}
-    if len(steps) == 1:  # integer ticks need a span: one step alone gets 9.45, 9.6, ...
-        only = steps.pop()
-        ax.set_xlim(only - 1, only + 1)
+    widen_one_step(ax, [step for s in lines for step in s.steps])
+
+
+def widen_one_step(ax: Any, steps: list[int]) -> None:
+    """Integer step ticks need a span: one step alone would get ticks at 9.45, 9.6, ..."""
+    if len(set(steps)) == 1:
+        ax.set_xlim(steps[0] - 1, steps[0] + 1)
 
 
 def save_plot(

@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from kiln.atomic import (
     atomic_dir,
+    atomic_path,
     fsync_dir,
     new_archive_folder,
     recover_killed_swaps,
@@ -218,21 +219,24 @@ def set_aside_records_after(run_dir: Path, step: int) -> Path | None:
     metrics = run_dir / "metrics.jsonl"
     if not metrics.is_file():
         return None
-    kept: list[str] = []
-    later: list[str] = []
-    for line in metrics.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
+    kept: list[bytes] = []
+    later: list[bytes] = []
+    lines = metrics.read_bytes().split(b"\n")  # bytes, split at newlines only: kept as they are
+    for line in lines[:-1] if lines[-1] == b"" else lines:
         try:
             record_step = json.loads(line).get("step")
         except (ValueError, AttributeError):
             record_step = None  # a torn or foreign line stays where it is
         beyond = isinstance(record_step, int) and not isinstance(record_step, bool) \
             and record_step > step
-        (later if beyond else kept).append(line if line.endswith("\n") else line + "\n")
+        (later if beyond else kept).append(line + b"\n")
     if not later:
         return None
     dest = new_archive_folder(run_dir, f"after-step-{step}")
-    write_text_atomic(dest / "metrics.jsonl", "".join(later))  # kept first: a kill loses none
-    write_text_atomic(metrics, "".join(kept))
+    with atomic_path(dest / "metrics.jsonl") as tmp:  # kept first: a kill loses none
+        tmp.write_bytes(b"".join(later))
+    with atomic_path(metrics) as tmp:
+        tmp.write_bytes(b"".join(kept))
     return dest
 
 
@@ -259,9 +263,10 @@ def load_checkpoint(
     except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
         raise unreadable(path, e) from e
     state = _read_trainer_state(path)
+    missing_state(path, state, ("rng",))
     try:
         torch.set_rng_state(state.pop("rng"))
-    except (RuntimeError, TypeError) as e:  # a state of the wrong size or type
+    except (RuntimeError, TypeError) as e:  # a state of the wrong size
         raise unreadable(path, e) from e
     return state
 
@@ -278,26 +283,34 @@ def _place_steps(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> Non
             state["step"] = step.to(p.device if on_device else "cpu", torch.float32)
 
 
-# what trainer.pt holds, and the types a resume needs them in
-_TRAINER_STATE = {"step": int, "tokens_seen": int, "elapsed_s": (int, float), "loader": dict,
-                  "rng": torch.Tensor}
+# what the trainer's trainer.pt holds (callbacks: optional), and the types they must have
+TRAINER_STATE = {"step": int, "tokens_seen": int, "elapsed_s": (int, float), "loader": dict,
+                 "rng": torch.Tensor, "callbacks": dict}
 
 
 def _read_trainer_state(path: Path) -> dict[str, Any]:
+    """trainer.pt, refused as unreadable where it unpickles but holds another type of
+    thing than Kiln wrote (which keys a caller needs, it checks: `missing_state`)."""
     try:
         state = torch.load(path / "trainer.pt", weights_only=True)
     except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
         raise unreadable(path, e) from e
     if not isinstance(state, dict):
         raise unreadable(path, TypeError(f"trainer.pt holds a {type(state).__name__}, not a dict"))
-    for key, kind in _TRAINER_STATE.items():
+    for key, kind in TRAINER_STATE.items():
         value = state.get(key)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            what = "is missing" if key not in state else f"is a {type(value).__name__}"
-            raise unreadable(path, ValueError(f"trainer.pt: {key!r} {what}"))
-    if state["step"] < 0 or state["tokens_seen"] < 0:
+        if key in state and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise unreadable(path, ValueError(f"trainer.pt: {key!r} is a {type(value).__name__}"))
+    if any(isinstance(state.get(k), int) and state[k] < 0 for k in ("step", "tokens_seen")):
         raise unreadable(path, ValueError("trainer.pt: a negative step or token count"))
     return state
+
+
+def missing_state(path: Path, state: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Refuse a trainer state without `keys` as unreadable, naming the first one missing."""
+    for key in keys:
+        if key not in state:
+            raise unreadable(path, ValueError(f"trainer.pt: {key!r} is missing"))
 
 
 def trained_shards(path: Path) -> str | None:

@@ -46,6 +46,7 @@ from kiln.train.checkpoint import (
     cannot_write,
     check_writable,
     load_checkpoint,
+    missing_state,
     set_aside_records_after,
     unreadable,
 )
@@ -197,6 +198,7 @@ class Trainer:
         self.callbacks = default_callbacks() if callbacks is None else callbacks
         self.step, self.tokens_seen, self._elapsed_before = 0, 0, 0.0
         self._callback_states: dict[str, dict[str, Any]] = {}
+        self._resumed_from: Path | None = None
         self._start = time.perf_counter()
         # outputs of an earlier run with no checkpoint to continue from: --fresh, or a run
         # stopped before its first checkpoint (or whose checkpoints were moved away)
@@ -227,9 +229,11 @@ class Trainer:
         recorded = recorded_config(self.run_dir)
         refuse_changed_model(ckpt, recorded, self.cfg)
         state = load_checkpoint(ckpt, self.model, self.optimizer)
+        missing_state(ckpt, state, ("step", "tokens_seen", "elapsed_s", "loader"))
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
         self._elapsed_before = state["elapsed_s"]
         self._callback_states = state.get("callbacks", {})  # none in older checkpoints
+        self._resumed_from = ckpt
         try:
             self.loader.load_state_dict(state["loader"])
         except (KeyError, TypeError, AttributeError) as e:  # not a loader's state: altered
@@ -403,6 +407,14 @@ class Trainer:
     def fit(self) -> list[float]:
         """Train to `train.steps`; returns the losses of the steps run here."""
         self._start = time.perf_counter()
+        if self.env.is_main and self._resumed_from is not None:  # even with nothing to train
+            try:
+                moved = set_aside_records_after(self.run_dir, self.step)
+            except OSError as e:
+                raise cannot_write(self.run_dir / "checkpoints", "metrics.jsonl", e) from e
+            if moved:
+                print(f"note: the records an earlier stretch logged after step {self.step} "
+                      f"(past its last checkpoint) moved to {moved}", file=sys.stderr)
         if self.step >= self.cfg.train.steps:  # nothing to train: leave the run as it is
             return []
         if self.env.is_main:
@@ -410,12 +422,6 @@ class Trainer:
                 moved = archive_checkpoints(self.run_dir, self._archive_earlier)
                 if moved:
                     print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
-                          file=sys.stderr)
-            elif self.step > 0:
-                moved = set_aside_records_after(self.run_dir, self.step)
-                if moved:
-                    print(f"note: the records an earlier stretch logged after step "
-                          f"{self.step} (past its last checkpoint) moved to {moved}",
                           file=sys.stderr)
             check_writable(self.run_dir / "checkpoints")  # before anything is written or trained
             write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
@@ -429,7 +435,10 @@ class Trainer:
             cb.on_train_start(self)
             saved = self._callback_states.get(type(cb).__name__)
             if saved:
-                cb.load_state_dict(saved)
+                try:
+                    cb.load_state_dict(saved)
+                except (KeyError, TypeError, ValueError, AttributeError) as e:  # altered
+                    raise unreadable(self._resumed_from, e) from e
         losses = []
         try:
             while self.step < self.cfg.train.steps:
