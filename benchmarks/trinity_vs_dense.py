@@ -58,7 +58,9 @@ def figures(run_dir: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=0, help="train steps (0: the recipes')")
-    parser.add_argument("--runs", type=Path, default=ROOT / "runs", help="where the runs go")
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "bench-trinity-vs-dense",
+                        help="where the runs go: its trinity-tiny/ and dense-tiny/ are replaced "
+                        "(default: a folder of its own, not the recipes' runs/trinity-tiny)")
     args = parser.parse_args()
     results, wall = {}, {}
     for name in RECIPES:
