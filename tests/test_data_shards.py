@@ -97,6 +97,20 @@ def test_at_least_one_val_doc(tok, tmp_path):
     assert one["val"]["documents"] == 0 and one["train"]["documents"] == 1
 
 
+def test_at_least_one_train_doc(tok, tmp_path):
+    """A val_fraction that takes every document would leave nothing to train on (and a
+    unigram baseline of no counts): the last val document in stream order goes to train;
+    the others keep their places."""
+    docs = DOCS[:3]
+    index = write_shards(docs, tok, tmp_path / "three", val_fraction=0.999999, progress=False)
+    assert (index["train"]["documents"], index["val"]["documents"]) == (1, 2)
+    assert index["train"]["bytes"] == len(docs[-1].text.encode())
+    enc = [(*tok.encode(d.text).ids, 0) for d in docs]
+    assert _split_docs(_tokens(tmp_path / "three", index, "val"), 0) == enc[:2]
+    one = write_shards(DOCS[:1], tok, tmp_path / "one", val_fraction=0.999999, progress=False)
+    assert one["train"]["documents"] == 1 and one["val"]["documents"] == 0
+
+
 def test_unigram_bpb_matches_reference(tok, tmp_path):
     docs = DOCS[:40]
     index = write_shards(docs, tok, tmp_path, val_fraction=0.25, seed=1, progress=False)

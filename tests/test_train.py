@@ -6,6 +6,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from kiln.errors import CheckpointError, TrainingDiverged
+from kiln.errors import CheckpointError, ConfigError, TrainingDiverged
 from kiln.report import read_metrics
 from kiln.train import checkpoint as ckpt_mod
 from kiln.train.checkpoint import load_checkpoint
@@ -895,3 +896,20 @@ def test_records_past_the_checkpoint_move_aside_even_with_nothing_left_to_train(
     _, losses = train_losses(tiny_run, *settings, "train.steps=4")
     assert losses == [] and sorted(logged_losses(tiny_run)) == [1, 2, 3, 4]
     assert len(list((tiny_run / "archive").glob("after-step-4-*/metrics.jsonl"))) == 1
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("run.seed=1", "run.seed: made with 0, set to 1"),
+    ("data.val_fraction=0.3", "data.val_fraction: made with 0.05, set to 0.3"),
+    ("tokenizer.vocab_size=1024", "tokenizer.vocab_size: made with 512, set to 1024"),
+])
+def test_a_new_model_on_data_made_otherwise_is_refused_before_anything_moves(tiny_run, override,
+                                                                             named):
+    """`kiln train --fresh --set run.seed=1` on shards split with seed 0 would record seed 1:
+    the next `kiln run` would re-split the data under the trained model. Refused, naming the
+    setting, before --fresh archives the trained checkpoints."""
+    train_losses(tiny_run, "train.steps=3", "train.checkpoint_every=3")
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        Trainer(tiny_config(tiny_run, override), resume=False)
+    assert latest_checkpoint(tiny_run / "checkpoints").name == "step_00000003"
+    Trainer(tiny_config(tiny_run), resume=False)  # the data's own settings: a new model is fine

@@ -379,10 +379,13 @@ def _record_config(cfg: Config) -> None:
 
 
 def _timed(stages, cfg: Config) -> None:
+    from kiln.parallel.distributed import is_main_process
+
     for name, fn in stages:
         start = time.perf_counter()
         fn(cfg)
-        print(f"[{name} done in {time.perf_counter() - start:.1f}s]", file=sys.stderr)
+        if is_main_process():  # under torchrun, one line, not one per rank
+            print(f"[{name} done in {time.perf_counter() - start:.1f}s]", file=sys.stderr)
 
 
 VERBS = {

@@ -160,3 +160,26 @@ def tokens_are_current(run_dir: Path, val_fraction: float, seed: int) -> bool:
         return False
     return (whole and index.get("val_fraction") == val_fraction and index.get("seed") == seed
             and index.get("made_from") == expected)
+
+
+def data_settings_differ(run_dir: Path, seed: int, val_fraction: float,
+                         tokenizer: dict[str, object]) -> list[str]:
+    """'key: made with X, set to Y' for the settings the run's shards and tokenizer were made
+    with (tokens/index.json, tokenizer/made_from.json) that differ from these. A new model
+    trained on them would record settings that do not describe its data, and the next
+    `kiln run` would re-make the data under the trained model."""
+    try:
+        index = load_index(Path(run_dir) / "tokens")
+    except (OSError, RunDataError):
+        return []
+    made = {"run.seed": (index.get("seed"), seed),
+            "data.val_fraction": (index.get("val_fraction"), val_fraction)}
+    try:
+        record = json.loads((tokenizer_path(run_dir).parent / TOKENIZER_RECORD).read_text(
+            encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    if isinstance(record, dict):
+        made |= {f"tokenizer.{k}": (record.get(k), v) for k, v in tokenizer.items()}
+    return [f"{key}: made with {was!r}, set to {now!r}" for key, (was, now) in made.items()
+            if was is not None and was != now]

@@ -124,7 +124,9 @@ def write_shards(
 
     A document goes to val when split_hash(seed, id) < val_fraction. If that leaves val empty
     (and val_fraction > 0, >= 2 docs), the train document with the smallest hash moves to val;
-    it is held back in memory for that reason and, if not needed, ends the train stream.
+    it is held back in memory for that reason and, if not needed, ends the train stream. If
+    it leaves train empty (a large val_fraction, few documents), the last val document goes
+    to train instead: each val document is written one document late for that reason.
     The shards are written into a temporary folder that replaces `out_dir` only when all is
     on disk: an interrupted re-tokenize leaves the shards a trained run was made from.
     """
@@ -142,6 +144,7 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
     byte_lengths = token_byte_lengths(tokenizer)
     # (hash, ids, bytes) of the train document with the smallest hash, held back (see above)
     held: tuple[float, np.ndarray, int] | None = None
+    last_val: tuple[np.ndarray, int] | None = None  # written one document late (see above)
 
     bar = tqdm(desc="tokenize", unit="doc", disable=not progress)
     for batch in _batches(documents, batch_size):
@@ -154,7 +157,9 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
                                    f"{int(byte_lengths[ids].sum())} bytes, its text for {n_bytes}")
             h = split_hash(seed, doc.id)
             if h < val_fraction:
-                writers["val"].add(ids, n_bytes)
+                if last_val is not None:
+                    writers["val"].add(*last_val)
+                last_val = (ids, n_bytes)
             elif val_fraction > 0 and (held is None or h < held[0]):
                 if held is not None:
                     writers["train"].add(held[1], held[2])
@@ -163,6 +168,9 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
                 writers["train"].add(ids, n_bytes)
         bar.update(len(batch))
     bar.close()
+    if last_val is not None:  # its place in val, unless train would otherwise be empty
+        train_empty = writers["train"].documents == 0 and held is None
+        writers["train" if train_empty else "val"].add(*last_val)
     if held is not None:
         needs_val = (
             val_fraction > 0 and writers["val"].documents == 0 and writers["train"].documents > 0

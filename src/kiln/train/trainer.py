@@ -24,7 +24,7 @@ from kiln.config import (
     recorded_config,
 )
 from kiln.data.loader import TokenLoader, TokenStream
-from kiln.data.provenance import check_tokens_current
+from kiln.data.provenance import check_tokens_current, data_settings_differ
 from kiln.data.shards import load_index
 from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.model import Transformer, count_params, flops_per_token
@@ -205,6 +205,15 @@ class Trainer:
         self._archive_earlier = None if resume else "fresh"  # why earlier outputs move aside
         if resume:
             self._maybe_resume()
+        if self.step == 0:  # a new model records its settings: they must describe its data
+            t = cfg.tokenizer
+            differ = data_settings_differ(self.run_dir, cfg.run.seed, cfg.data.val_fraction, {
+                "kind": t.kind, "vocab_size": t.vocab_size, "min_frequency": t.min_frequency})
+            if differ:
+                raise ConfigError(
+                    f"the data in {self.run_dir} was made with other settings "
+                    f"({'; '.join(differ)}): train on it with those, or re-make it "
+                    "(`kiln tokenizer` / `kiln tokenize`, or `kiln run`) first")
         for problem in design_problems(self.model_cfg):
             if self.step == 0:  # a new model: refused; a run trained so goes on as it was
                 raise ConfigError(problem)
