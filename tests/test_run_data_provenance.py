@@ -10,7 +10,7 @@ import pytest
 from conftest import tiny_config
 
 from kiln.cli import cmd_prepare, cmd_tokenize, cmd_tokenizer
-from kiln.errors import RunDataError
+from kiln.errors import ConfigError, RunDataError
 from kiln.train.trainer import Trainer
 
 
@@ -61,11 +61,15 @@ def test_a_re_trained_tokenizer_makes_the_tokens_stale(made):
     cfg, _, run = made
     from dataclasses import replace
 
-    cmd_tokenizer(replace(cfg, tokenizer=replace(cfg.tokenizer, vocab_size=280)))
+    smaller = replace(cfg, tokenizer=replace(cfg.tokenizer, vocab_size=280))
+    cmd_tokenizer(smaller)
     with pytest.raises(RunDataError, match="is not the tokenizer the run's token shards were made"):
         Trainer(cfg)
     cmd_tokenize(cfg)
-    Trainer(cfg)
+    Trainer(smaller)  # current again: a model with the tokenizer's settings trains
+    # one whose config names the old vocab_size would record settings its data was not made with
+    with pytest.raises(ConfigError, match=r"tokenizer.vocab_size: made with 280, set to 300"):
+        Trainer(cfg)
 
 
 def test_shards_brought_into_a_run_without_documents_train(made, tmp_path):
