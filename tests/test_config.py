@@ -315,3 +315,16 @@ def test_a_symlink_loop_as_a_path_is_a_config_error(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="run.dir 'l1' is a symlink loop"):
         load_config(None, ['run.dir="l1"'])
     load_config(None, ['run.dir="not/made/yet"'])  # a folder that does not exist is fine
+
+
+def test_the_quote_hint_for_the_command_line_survives_the_shell():
+    """`--set run.dir="2024-06-01"` reaches Kiln without its quotes (the shell eats them):
+    the hint's command-line spelling, split as a shell splits it, must load."""
+    import shlex
+
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["run.dir=2024-06-01"])
+    typed = str(e.value).split("on the command line, where the shell eats bare quotes: ")[1]
+    words = shlex.split(typed.rstrip(")"))
+    assert words[0] == "--set"
+    assert load_config(None, words[1:]).run.dir == "2024-06-01"

@@ -59,6 +59,26 @@ def test_an_ip_address_becomes_a_private_address_of_its_family_the_same_each_tim
     assert detect_pii(out) == []  # the fakes are never PII themselves
 
 
+def test_an_ipv6_address_with_a_dotted_tail_is_replaced_whole_and_once():
+    """`::151.101.1.69` is one address: replacing only `...::151` left `.101.1.69` behind, which
+    next to a fake ending in digits read as a new public IPv4 (not idempotent, and a leak)."""
+    for text in ("route add 2001:470:1f0b::151.101.1.69 via gw",
+                 "server 64:ff9b::93.184.216.34.", "nat64 2001:470::8.8.4.4, done"):
+        once, counts = redact(text)
+        assert counts["IP_ADDRESS"] == 1, (text, once)
+        assert not any(octets in once for octets in (".101.1.69", ".184.216.34", ".8.4.4")), once
+        twice, again = redact(once)
+        assert twice == once and sum(again.values()) == 0, (once, twice)
+    for fake in FAKE_IPV6:  # a fake cannot join a dotted tail into an IPv4 octet
+        assert any(c in "abcdef" for c in fake.rsplit(":", 1)[1]), fake
+
+
+def test_one_address_spelled_two_ways_gets_one_fake():
+    spellings = ("2001:4860:4860::8888", "2001:4860:4860:0:0:0:0:8888", "2001:4860:4860::8888".upper())
+    fakes = {replacement(Span("IP_ADDRESS", 0, len(s), s)) for s in spellings}
+    assert len(fakes) == 1, fakes
+
+
 def test_redact_subset_of_types_leaves_the_rest():
     out, counts = redact(SAMPLE, types=["EMAIL", "IP_ADDRESS"])
     assert "Jane Doe" in out and "rsingh" in out and "<EMAIL>" in out and "52.14.200.9" not in out

@@ -410,3 +410,33 @@ def test_a_remade_prepare_that_fails_leaves_the_earlier_documents_in_the_archive
     # the failed re-make wrote prepare.json but no documents/: nothing of it is archived
     run_prepare(READ_WRITE, run, [str(good)], progress=False)
     assert len(list((run / "archive").iterdir())) == 1 and _texts(run) == ["alpha", "beta"]
+
+
+def test_an_interrupted_resume_still_leaves_the_finished_documents_to_the_archive(tmp_path,
+                                                                               monkeypatch):
+    """`kiln run` resumes prepare each time: one stopped early must not make the finished
+    documents look unfinished, or a later prepare with other settings deletes them."""
+    import kiln.data.pipeline as pipeline
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    (good / "a.txt").write_text("alpha")
+    (good / "b.txt").write_text("beta")
+    (bad / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    run = tmp_path / "run"
+    run_prepare(READ_WRITE, run, [str(good)], progress=False)
+    before = json.loads((run / "prepare.json").read_text())
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "make_executor", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run_prepare(READ_WRITE, run, [str(good)], progress=False)
+    assert json.loads((run / "prepare.json").read_text()) == before
+    with pytest.raises(ConfigError, match="non_utf8=1"):
+        run_prepare(READ_WRITE, run, [str(bad)], progress=False)
+    (kept,) = (run / "archive").glob("before-prepare-*")
+    assert _texts(kept) == ["alpha", "beta"]

@@ -475,7 +475,8 @@ def test_resume_refuses_model_and_optimizer_changes_that_keep_the_shapes(tiny_ru
     train_losses(tiny_run, "train.steps=6")
     for change in ("model.rope_theta=500000.0", "model.norm_eps=0.001", "optim.name=muon"):
         key = change.split("=")[0]
-        with pytest.raises(CheckpointError, match=f"trained with other settings \\({key}"):
+        with pytest.raises(CheckpointError,  # `kiln run` has no --fresh: the verb that has
+                           match=f"trained with other settings \\({key}.*`kiln train --fresh`"):
             Trainer(tiny_config(tiny_run, change))
     Trainer(tiny_config(tiny_run, "model.attn_kernel=sdpa"))  # the same function: allowed
     # how the data is made (not what), and what only steers training: allowed
@@ -862,9 +863,13 @@ def test_an_altered_trainer_state_is_refused_naming_the_previous_checkpoint(tiny
     else:
         state = [state]
     torch.save(state, path)
+    recorded = {name: (tiny_run / name).read_bytes()
+                for name in ("config.toml", "model.json", "metrics.jsonl")}
     with pytest.raises(CheckpointError, match="step_00000006 is unreadable.*previous one, "
                        "step_00000003"):
         train_losses(tiny_run, "train.steps=9")
+    # refused before anything is written: the run still records what trained it (steps = 6)
+    assert {name: (tiny_run / name).read_bytes() for name in recorded} == recorded
 
 
 def test_weights_of_another_dtype_are_refused(tiny_run):

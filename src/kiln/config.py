@@ -251,7 +251,8 @@ def _toml_hint(value: Any, hint: type, key: str) -> str:
             return " (text is quoted in TOML)"
         spelled = str(value).lower() if isinstance(value, bool) else (
             value.isoformat() if hasattr(value, "isoformat") else str(value))
-        return f' (text is quoted in TOML: {key}="{spelled}")'
+        return (f' (text is quoted in TOML: {key}="{spelled}"; on the command line, where the '
+                f"shell eats bare quotes: --set '{key}=\"{spelled}\"')")
     if not isinstance(value, str):
         return ""
     if hint is bool and value.lower() in ("true", "false"):

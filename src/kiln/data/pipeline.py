@@ -535,9 +535,9 @@ def run_prepare(
     resume = cfg.resume and not redo and same
     if not resume:
         _clear_outputs(run_dir, keep_earlier=not same)
-    else:
-        for name in ("prepare.json", "yield.json"):
-            (run_dir / name).unlink(missing_ok=True)
+    # a resume keeps prepare.json: it describes this same pipeline's finished documents (it is
+    # written only when every task finished) and marks them as worth archiving if a later
+    # prepare with other settings replaces them, even when this resume is interrupted
     write_json_atomic(logging_dir / LAYOUT_FILE, layout)
     previous = None
     for phase in phases:

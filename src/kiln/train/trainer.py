@@ -151,8 +151,9 @@ def refuse_changed_model(ckpt: Path, old: Config | None, cfg: Config) -> None:
     if changed:
         raise CheckpointError(
             f"cannot resume from {ckpt}: it was trained with other settings "
-            f"({'; '.join(changed)}); use the run's config, start over with --fresh, or "
-            "train the new settings in another run.dir")
+            f"({'; '.join(changed)}); use the run's config, start over with `kiln train "
+            "--fresh` (the old outputs move to archive/), or train the new settings in another "
+            "run.dir")
 
 
 class Trainer:
@@ -250,7 +251,7 @@ class Trainer:
         except ValueError as e:
             raise CheckpointError(f"cannot resume from {ckpt}: {e}; the token shards, "
                                   "train.seq_len or run.seed changed since it was saved; use "
-                                  "the run's config, or --fresh") from e
+                                  "the run's config, or `kiln train --fresh`") from e
         if self.env.is_main:
             print(f"resumed from {ckpt} at step {self.step}", file=sys.stderr)
             changed = _changed_since_recorded(recorded, self.cfg, self.step)
@@ -413,18 +414,34 @@ class Trainer:
             record["moe_load"] = [(c.double() / max(1, int(c.sum()))).tolist() for c in step_counts]
         return record
 
+    def _set_aside_later_records(self) -> None:
+        """A resumed run's metrics.jsonl ends at its checkpoint: what an earlier stretch logged
+        after it (steps trained again now) moves to archive/, so the report shows one run."""
+        if not (self.env.is_main and self._resumed_from is not None):
+            return
+        try:
+            moved = set_aside_records_after(self.run_dir, self.step)
+        except OSError as e:
+            raise cannot_write(self.run_dir / "checkpoints", "metrics.jsonl", e) from e
+        if moved:
+            print(f"note: the records an earlier stretch logged after step {self.step} "
+                  f"(past its last checkpoint) moved to {moved}", file=sys.stderr)
+
+    def _write_metadata(self) -> None:
+        """config.toml (with git hash and versions) and model.json: what this run trains."""
+        write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
+        how = {"precision": self.precision, "world_size": self.env.world_size,
+               "accum_steps": self.accum_steps,
+               "parallel": self.cfg.train.parallel if self.env.distributed else "none"}
+        launches = self._launches(how)
+        write_json_atomic(self.run_dir / "model.json", {
+            **self.figures, **how, **({"launches": launches} if len(launches) > 1 else {})})
+
     def fit(self) -> list[float]:
         """Train to `train.steps`; returns the losses of the steps run here."""
         self._start = time.perf_counter()
-        if self.env.is_main and self._resumed_from is not None:  # even with nothing to train
-            try:
-                moved = set_aside_records_after(self.run_dir, self.step)
-            except OSError as e:
-                raise cannot_write(self.run_dir / "checkpoints", "metrics.jsonl", e) from e
-            if moved:
-                print(f"note: the records an earlier stretch logged after step {self.step} "
-                      f"(past its last checkpoint) moved to {moved}", file=sys.stderr)
         if self.step >= self.cfg.train.steps:  # nothing to train: leave the run as it is
+            self._set_aside_later_records()
             return []
         if self.env.is_main:
             if self._archive_earlier:  # kept, but out of the new run's way
@@ -433,23 +450,20 @@ class Trainer:
                     print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
                           file=sys.stderr)
             check_writable(self.run_dir / "checkpoints")  # before anything is written or trained
-            write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
-            how = {"precision": self.precision, "world_size": self.env.world_size,
-                   "accum_steps": self.accum_steps,
-                   "parallel": self.cfg.train.parallel if self.env.distributed else "none"}
-            launches = self._launches(how)
-            write_json_atomic(self.run_dir / "model.json", {
-                **self.figures, **how, **({"launches": launches} if len(launches) > 1 else {})})
-        for cb in self.callbacks:
-            cb.on_train_start(self)
-            saved = self._callback_states.get(type(cb).__name__)
-            if saved:
-                try:
-                    cb.load_state_dict(saved)
-                except (KeyError, TypeError, ValueError, AttributeError) as e:  # altered
-                    raise unreadable(self._resumed_from, e) from e
-        losses = []
+        losses, started = [], []
         try:
+            for cb in self.callbacks:
+                cb.on_train_start(self)
+                started.append(cb)
+                saved = self._callback_states.get(type(cb).__name__)
+                if saved:
+                    try:
+                        cb.load_state_dict(saved)
+                    except (KeyError, TypeError, ValueError, AttributeError) as e:  # altered
+                        raise unreadable(self._resumed_from, e) from e
+            if self.env.is_main:  # once the checkpoint has loaded whole: a refused one changes nothing
+                self._set_aside_later_records()
+                self._write_metadata()
             while self.step < self.cfg.train.steps:
                 for cb in self.callbacks:
                     cb.on_step_start(self)
@@ -459,7 +473,7 @@ class Trainer:
                 for cb in self.callbacks:
                     cb.on_step_end(self, record)
         except BaseException:
-            for cb in self.callbacks:
+            for cb in started:
                 cb.on_train_stopped(self)
             raise
         for cb in self.callbacks:

@@ -9,6 +9,7 @@ parses or connects to it still reads as code.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from dataclasses import dataclass
 
 PII_TYPES: tuple[str, ...] = ("KEY", "USERNAME", "EMAIL", "PASSWORD", "NAME", "IP_ADDRESS")
@@ -24,8 +25,10 @@ TYPE_PRIORITY: dict[str, int] = {t: i for i, t in enumerate(
 # (16 choices leak at most 4 bits), while one address keeps one fake across a corpus.
 FAKE_IPV4 = tuple(f"{net}.{host}" for net in ("10.0.0", "10.17.3", "172.16.8", "192.168.1")
                   for host in (12, 37, 104, 201))
+# Each IPv6 fake's last group holds a letter: next to a left-over `.d.d.d` it cannot read as an
+# IPv4 octet.
 FAKE_IPV6 = tuple(f"fd{a:02x}:{b:x}::{host:x}" for a, b in ((0x12, 0x3a4), (0x7c, 0x51e))
-                  for host in (0x12, 0x37, 0x104, 0x201, 0x3c8, 0x4d0, 0x5ee, 0x7ab))
+                  for host in (0x1a, 0x3c, 0x10b, 0x2e1, 0x3c8, 0x4d0, 0x5ee, 0x7ab))
 
 
 def placeholder(pii_type: str) -> str:
@@ -35,11 +38,16 @@ def placeholder(pii_type: str) -> str:
 
 def replacement(span: Span) -> str:
     """What a span becomes: its typed placeholder, or for an IP address a private address of
-    the same family picked by the original's hash (the same address always gets the same fake)."""
+    the same family picked by the original's hash (the same address always gets the same fake,
+    however it is spelled: `2001:db8::1` and `2001:DB8:0:0:0:0:0:1` are one address)."""
     if span.type != "IP_ADDRESS":
         return placeholder(span.type)
     pool = FAKE_IPV6 if ":" in span.text else FAKE_IPV4
-    digest = hashlib.blake2b(span.text.lower().encode(), digest_size=2).digest()
+    try:
+        key = ipaddress.ip_address(span.text).packed
+    except ValueError:  # not parseable alone (a caller's own span): its spelling
+        key = span.text.lower().encode()
+    digest = hashlib.blake2b(key, digest_size=2).digest()
     return pool[int.from_bytes(digest, "big") % len(pool)]
 
 
