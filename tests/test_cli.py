@@ -266,3 +266,18 @@ def test_a_run_dir_the_user_may_not_write_is_one_line(tmp_path, monkeypatch, cap
     assert cli.main(["prepare", "--set", f'run.dir="{tmp_path / "ro"}"']) == 1
     err = capsys.readouterr().err
     assert "theirs.txt; check that path's permissions" in err and "run directory" not in err
+
+
+def test_kiln_run_refuses_a_batch_the_ranks_cannot_share_before_the_data_stages(
+        tmp_path, monkeypatch, capsys):
+    """3 ranks and global_batch 16: one line, and nothing prepared first (on a real corpus
+    the data stages take hours)."""
+    from kiln.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    run = tmp_path / "run"
+    assert main(["run", "recipes/quickstart.toml", "--set", f'run.dir="{run}"',
+                 "--set", "train.global_batch=16"]) == 2
+    err = capsys.readouterr().err
+    assert "train.global_batch (16) must be divisible by the number of ranks (3)" in err
+    assert not (run / "documents").exists() and not (run / "prepare.json").exists()

@@ -536,9 +536,14 @@ def test_a_diverged_run_stops_and_keeps_its_finite_checkpoints(tiny_run):
 
     from kiln.errors import TrainingDiverged
 
-    with pytest.raises(TrainingDiverged, match=r"diverged at step (\d+): loss nan.*step_0*\d+"):
+    # the message names the lr the run dir now records: a plain re-run would diverge again
+    with pytest.raises(TrainingDiverged, match=r"diverged at step (\d+): loss nan.*lower optim.lr "
+                       r"\(`--set optim.lr=...`: 10000 is what config.toml records now\).*step_0*\d+"):
         train_losses(tiny_run, "optim.lr=1e4", "optim.grad_clip=0", "train.checkpoint_every=1",
                      "train.keep_checkpoints=2", "schedule.warmup_steps=0")
+    from kiln.config import load_config
+
+    assert load_config(tiny_run / "config.toml", []).optim.lr == 1e4  # what the message says
     kept = [p for p in (tiny_run / "checkpoints").glob("step_*")]
     assert kept
     for ckpt in kept:
@@ -918,3 +923,36 @@ def test_a_new_model_on_data_made_otherwise_is_refused_before_anything_moves(tin
         Trainer(tiny_config(tiny_run, override), resume=False)
     assert latest_checkpoint(tiny_run / "checkpoints").name == "step_00000003"
     Trainer(tiny_config(tiny_run), resume=False)  # the data's own settings: a new model is fine
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt", "trainer.pt"])
+def test_bytes_flipped_on_disk_are_refused_not_loaded(tiny_run, name):
+    """A flipped byte inside a tensor still parses: without the recorded sha256 the resume
+    (and eval) would go on from other weights or moments without a word."""
+    from kiln.train.checkpoint import CHECKSUMS
+    from kiln.train.trained_run import load_trained_model
+
+    train_losses(tiny_run, "train.steps=6", "train.checkpoint_every=3")
+    ckpt = tiny_run / "checkpoints" / "step_00000006"
+    assert set(json.loads((ckpt / CHECKSUMS).read_text())) == {
+        "model.safetensors", "optimizer.pt", "trainer.pt"}
+    path = ckpt / name
+    data = bytearray(path.read_bytes())
+    data[len(data) * 3 // 4] ^= 0x10  # inside the tensor data: the file still parses
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=f"step_00000006 is unreadable .*{name} is not "
+                       "what was written.*previous one, step_00000003"):
+        train_losses(tiny_run, "train.steps=9")
+    if name == "model.safetensors":  # eval, generate and export read the weights alone
+        with pytest.raises(CheckpointError, match="is not what was written"):
+            load_trained_model(tiny_config(tiny_run))
+
+
+def test_a_checkpoint_without_checksums_still_resumes(tiny_run):
+    """Checkpoints written before Kiln recorded checksums load as they did."""
+    from kiln.train.checkpoint import CHECKSUMS
+
+    train_losses(tiny_run, "train.steps=6", "train.checkpoint_every=3")
+    (tiny_run / "checkpoints" / "step_00000006" / CHECKSUMS).unlink()
+    _, more = train_losses(tiny_run, "train.steps=8")
+    assert len(more) == 2 and all(math.isfinite(x) for x in more)

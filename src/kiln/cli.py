@@ -332,14 +332,17 @@ def _refuse_remaking_trained_data(cfg: Config, verb: str) -> None:
 
 
 def _refuse_new_model_design(cfg: Config) -> None:
-    """The trainer refuses a design that trains wrong for a new model, one whose training
-    state cannot fit in memory, and for a trained one other [model] settings; `kiln run`
-    asks before its data stages rather than after."""
+    """The trainer refuses a global batch the ranks cannot share, a design that trains wrong
+    for a new model, one whose training state cannot fit in memory, and for a trained one
+    other [model] settings; `kiln run` asks before its data stages rather than after."""
     import dataclasses
 
     from kiln.parallel.distributed import launched_ranks
     from kiln.train.checkpoint_dirs import latest_checkpoint
+    from kiln.train.trainer import fit_micro_batch
 
+    # a batch the ranks cannot share is refused before hours of data stages, not after
+    fit_micro_batch(cfg.train.global_batch, cfg.train.micro_batch, launched_ranks())
     ckpt = latest_checkpoint(cfg.run_dir / "checkpoints")
     if ckpt is not None:  # a trained model goes on as it was: another [model] is refused now
         from kiln.errors import RunDataError
@@ -446,7 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 _KEPT = "what it had finished writing is kept (outputs are written atomically)"
 _AFTER_INTERRUPT = {
-    "prepare": "run it again: datatrove skips the tasks that finished",
+    "prepare": "run the same command again (recipe and --set options: the run dir records "
+               "its config.toml only once prepare finishes); datatrove skips the tasks that "
+               "finished",
     "tokenizer": "tokenizer.json is written atomically, so the previous one (if any) is intact",
     "tokenize": "tokens/ is replaced only when complete, so the previous shards (if any) are "
                 "intact; run it again",

@@ -18,6 +18,7 @@ from kiln.data.shards import load_index, load_token_bytes
 from kiln.data.tokenizer import load_tokenizer, token_byte_lengths
 from kiln.data.yield_report import LAYOUT_FILE
 from kiln.errors import RunDataError
+from kiln.hashing import file_sha256
 
 
 def tokenizer_path(run_dir: Path) -> Path:
@@ -102,7 +103,7 @@ TOKENIZER_RECORD = "made_from.json"  # beside tokenizer.json
 
 
 def _file_hash(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    return file_sha256(path)[:16]
 
 
 def _tokenizer_inputs(run_dir: Path, kind: str, vocab_size: int, min_frequency: int) -> dict:

@@ -179,7 +179,7 @@ def fingerprint_files(sources: list[str], exclude: Path | None = None,
 def _content_hash(path: Path, st: os.stat_result, known: dict, record: dict) -> str:
     """sha256 of the file's bytes, from `known` while its size and times are unchanged; its
     entry goes into `record`."""
-    import hashlib
+    from kiln.hashing import file_sha256
 
     key = os.path.realpath(path)
     # the inode change time moves with any write and with a time set back (`touch -r`,
@@ -188,10 +188,6 @@ def _content_hash(path: Path, st: os.stat_result, known: dict, record: dict) -> 
     seen = known.get(key)
     if not (isinstance(seen, list) and len(seen) == 5 and seen[:4] == stamp
             and isinstance(seen[4], str)):
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                digest.update(block)
-        seen = [*stamp, digest.hexdigest()]
+        seen = [*stamp, file_sha256(path)]
     record[key] = seen
     return seen[4]

@@ -7,7 +7,10 @@ changes the model. gloo on CPU, NCCL on GPU.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -83,10 +86,33 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
             dist.init_process_group(backend=backend, device_id=torch.device("cuda", local))
         else:
             dist.init_process_group(backend=backend)
+    if launched:
+        die_with_launcher()
     env = DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
     if settings is not None and world > 1:
         _check_same_settings(settings, env)
     return env
+
+
+def die_with_launcher() -> None:
+    """torchrun starts its workers in sessions of their own: a torchrun killed outright
+    (SIGKILL, the OOM killer) would leave them training on as orphans that write checkpoints
+    nobody waits for, then fail in a collective whose store died with it, in pages of C++
+    frames. On Linux the kernel ends them with it instead (SIGTERM; checkpoints are atomic).
+    Only under torchrun: a hand launch's shell may leave its ranks running on purpose."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl (another libc): keep the old behaviour
+        return
+    if os.getppid() != parent:  # it died before the request took: nothing would send it
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _check_same_settings(settings: dict[str, Any], env: DistEnv) -> None:

@@ -3,7 +3,9 @@
 A checkpoint is written into a temporary folder and renamed into place only when every
 file is on disk, then the `latest` pointer is swapped atomically; a crash mid-write leaves
 the previous checkpoint untouched and loadable. Nothing is ever unpickled: weights are
-safetensors and the rest is read with `torch.load(weights_only=True)`.
+safetensors and the rest is read with `torch.load(weights_only=True)`. Each file's sha256 is
+recorded beside it (checksums.json) and checked before it is read: bytes flipped on disk
+would otherwise load as other weights, or other moments, without a word.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kiln.atomic import (
     write_text_atomic,
 )
 from kiln.errors import CheckpointError, TrainingDiverged
+from kiln.hashing import file_sha256
 from kiln.parallel.distributed import DistEnv, all_reduce_max, unwrap, wait_for_main
 from kiln.train.checkpoint_dirs import PREFIX, complete_checkpoints, latest_checkpoint
 
@@ -102,9 +105,30 @@ def weights_are_finite(model: nn.Module, env: DistEnv) -> bool:
     return not bool(all_reduce_max(bad, env))
 
 
-def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+CHECKSUMS = "checksums.json"  # file name -> sha256, written with the checkpoint
+
+
+def verified(path: Path, name: str) -> Path:
+    """`path / name`, refused as unreadable when its bytes are not those the checkpoint was
+    written with (checkpoints from before Kiln recorded checksums are read unchecked)."""
+    sums = path / CHECKSUMS
+    if not sums.is_file():
+        return path / name
     try:
-        return load_file(str(path / "model.safetensors"))
+        want = json.loads(sums.read_text(encoding="utf-8"))[name]
+        got = file_sha256(path / name)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise unreadable(path, e) from e
+    if got != want:
+        raise unreadable(path, ValueError(f"{name} is not what was written: its sha256 differs "
+                                          f"from the one recorded in {CHECKSUMS}"))
+    return path / name
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    file = verified(path, "model.safetensors")
+    try:
+        return load_file(str(file))
     except Exception as e:  # safetensors raises its own error type for a damaged file
         raise unreadable(path, e) from e
 
@@ -139,6 +163,9 @@ def save_checkpoint(
                 save_file(weights, str(tmp / "model.safetensors"))
                 torch.save(optim_state, tmp / "optimizer.pt")
                 torch.save({**trainer_state, "rng": torch.get_rng_state()}, tmp / "trainer.pt")
+                (tmp / CHECKSUMS).write_text(json.dumps({
+                    name: file_sha256(tmp / name)
+                    for name in ("model.safetensors", "optimizer.pt", "trainer.pt")}, indent=1))
             write_text_atomic(ckpt_root / "latest", final.name + "\n")
         except (OSError, RuntimeError, SafetensorError) as e:  # a full disk: any of the three
             raise cannot_write(ckpt_root, f"checkpoint {final}", e) from e
@@ -249,9 +276,10 @@ def load_checkpoint(
     settings (weight decay, betas, Muon's lr ratio...) stay as `optimizer` was built from
     the config, so a resume with changed settings uses them, as a fresh run would."""
     load_weights(path, model)
+    optim_file = verified(path, "optimizer.pt") if optimizer is not None else None
     try:
         if optimizer is not None:
-            optim_state = torch.load(path / "optimizer.pt", weights_only=True)
+            optim_state = torch.load(optim_file, weights_only=True)
             settings = [{k: v for k, v in g.items() if k != "params"}
                         for g in optimizer.param_groups]
             set_optimizer_state_dict(
@@ -291,8 +319,9 @@ TRAINER_STATE = {"step": int, "tokens_seen": int, "elapsed_s": (int, float), "lo
 def _read_trainer_state(path: Path) -> dict[str, Any]:
     """trainer.pt, refused as unreadable where it unpickles but holds another type of
     thing than Kiln wrote (which keys a caller needs, it checks: `missing_state`)."""
+    file = verified(path, "trainer.pt")
     try:
-        state = torch.load(path / "trainer.pt", weights_only=True)
+        state = torch.load(file, weights_only=True)
     except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
         raise unreadable(path, e) from e
     if not isinstance(state, dict):

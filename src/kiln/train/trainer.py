@@ -331,12 +331,15 @@ class Trainer:
         from. The newest may already hold weights on their way to blowing up (finite, but
         huge): if resuming from it diverges again at once, an older one is named."""
         done = complete_checkpoints(self.run_dir / "checkpoints")
+        # the run dir's config.toml now records these settings, and a run dir trains with its
+        # recorded ones: a plain re-run would diverge the same way
+        lower = (f"lower optim.lr (`--set optim.lr=...`: {self.cfg.optim.lr:g} is what "
+                 "config.toml records now) or set optim.grad_clip")
         if not done:
-            since = ("no checkpoint was written yet: lower optim.lr (or set optim.grad_clip) "
-                     "and start again")
+            since = f"no checkpoint was written yet: {lower}, and start again"
         else:
-            since = (f"the last checkpoint, {done[-1].name}, is from before it: lower optim.lr "
-                     "(or set optim.grad_clip) and run `kiln train` again to resume from there")
+            since = (f"the last checkpoint, {done[-1].name}, is from before it: {lower}, and "
+                     "run `kiln train` again to resume from there")
             if len(done) > 1:
                 since += (f"; if that diverges again at once, move {done[-1].name} out of "
                           f"checkpoints/ to resume from {done[-2].name}")
