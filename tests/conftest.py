@@ -24,6 +24,19 @@ TINY = [
 ]
 
 
+def as_written(ckpt: Path) -> None:
+    """Record checkpoint `ckpt`'s files as they are now (its checksums.json made again): a
+    test that builds a bad checkpoint on purpose (non-finite weights, an altered trainer
+    state, an older Kiln's damaged pickle) reaches the check after the checksum one."""
+    import json
+
+    from kiln.hashing import file_sha256
+    from kiln.train.checkpoint import CHECKSUMS
+
+    sums = json.loads((ckpt / CHECKSUMS).read_text())
+    (ckpt / CHECKSUMS).write_text(json.dumps({name: file_sha256(ckpt / name) for name in sums}))
+
+
 def tiny_config(run_dir: Path, *extra: str) -> Config:
     return load_config(None, [*TINY, f'run.dir="{run_dir}"', *extra])
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import as_written, tiny_config
 
 from kiln.errors import CheckpointError, ConfigError, TrainingDiverged
 from kiln.report import read_metrics
@@ -251,11 +251,17 @@ def test_checkpoint_for_another_model_is_refused_by_name(tiny_run):
         load_checkpoint(path, wider.model)
 
 
-def test_damaged_checkpoint_names_the_previous_one(tiny_run):
+@pytest.mark.parametrize("checksums", [True, False])
+def test_damaged_checkpoint_names_the_previous_one(tiny_run, checksums):
+    """Cut short: the checksum refuses it, and without one (an older checkpoint) safetensors."""
+    from kiln.train.checkpoint import CHECKSUMS
+
     train_losses(tiny_run, "train.steps=12")  # checkpoints at 6 and 12
     latest = latest_checkpoint(tiny_run / "checkpoints")
     with open(latest / "model.safetensors", "r+b") as f:
         f.truncate(100)
+    if not checksums:
+        (latest / CHECKSUMS).unlink()
     with pytest.raises(CheckpointError, match="unreadable.*previous one, step_00000006"):
         Trainer(tiny_config(tiny_run))
 
@@ -438,6 +444,7 @@ def test_a_damaged_pickle_in_a_checkpoint_is_refused_without_unsafe_advice(tiny_
     start = member.header_offset + 30 + len(member.filename) + len(member.extra)
     data[start + 20 : start + 40] = b"A" * 20
     path.write_bytes(bytes(data))
+    as_written(path.parent)  # a pickle written damaged (its checksum matches): torch's error
     with pytest.raises(CheckpointError, match="damaged pickle data.*previous one, step_00000003") as e:
         train_losses(tiny_run, "train.steps=9")
     assert "weights_only" not in str(e.value)
@@ -452,6 +459,7 @@ def test_a_checkpoint_of_non_finite_weights_is_refused_on_resume(tiny_run):
     name = sorted(tensors)[0]
     tensors[name].view(-1)[0] = float("inf")
     save_file(tensors, path)
+    as_written(path.parent)
     with pytest.raises(TrainingDiverged, match=f"holds non-finite weights \\({name}\\)"):
         train_losses(tiny_run, "train.steps=9")
 
@@ -868,6 +876,7 @@ def test_an_altered_trainer_state_is_refused_naming_the_previous_checkpoint(tiny
     else:
         state = [state]
     torch.save(state, path)
+    as_written(path.parent)  # written so: the state's own checks refuse it
     recorded = {name: (tiny_run / name).read_bytes()
                 for name in ("config.toml", "model.json", "metrics.jsonl")}
     with pytest.raises(CheckpointError, match="step_00000006 is unreadable.*previous one, "
@@ -885,6 +894,7 @@ def test_weights_of_another_dtype_are_refused(tiny_run):
     tensors = load_file(path)
     tensors["norm.weight"] = tensors["norm.weight"].to(torch.int64)
     save_file(tensors, path)
+    as_written(path.parent)
     with pytest.raises(CheckpointError, match=r"norm.weight: \(64,\) int64 in the checkpoint, "
                        r"\(64,\) float32 in the model"):
         train_losses(tiny_run, "train.steps=9")

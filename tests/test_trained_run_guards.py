@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import tiny_config
+from conftest import as_written, tiny_config
 from safetensors.torch import load_file, save_file
 
 from kiln.cli import main
@@ -91,6 +91,7 @@ def test_non_finite_weights_are_refused(trained, capsys):
     name = next(k for k in tensors if k.endswith("w_up.weight"))
     tensors[name][0, 0] = float("nan")
     save_file(tensors, path)
+    as_written(path.parent)
     for verb in ("eval", "generate", "export"):
         code, err = _kiln(capsys, verb, str(trained))
         assert code == 1 and f"holds non-finite weights ({name})" in err, (verb, err)
