@@ -190,8 +190,14 @@ def test_a_damaged_shard_is_a_clear_error(shards):
     """A shard shorter than the index says, or gone: a one-line error (no traceback from
     the CLI) that says to re-run tokenize."""
     first, second = sorted(shards.glob("train_*.bin"))[:2]
-    first.write_bytes(first.read_bytes()[:-3])
-    with pytest.raises(RunDataError, match=rf"{first.name} holds 11 tokens, not the 13 .*kiln tokenize"):
+    whole = first.read_bytes()
+    first.write_bytes(whole[:-4])
+    with pytest.raises(RunDataError, match=rf"{first.name} holds 11 tokens, where index.json says "
+                       "13 tokens.*kiln tokenize"):
+        _loader(shards)
+    first.write_bytes(whole + b"\0")  # grown by part of a token: bytes, not a token count
+    with pytest.raises(RunDataError, match=rf"{first.name} holds 27 bytes \(not a whole number "
+                       r"of uint16 tokens\), where index.json says 13 tokens"):
         _loader(shards)
     second.unlink()
     first.unlink()
@@ -213,3 +219,30 @@ def test_the_shards_fingerprint_leaves_out_what_they_were_made_from(shards):
     assert TokenStream(shards, "train").fingerprint == before
     (shards / "index.json").write_text(json.dumps({**index, "unigram_bpb": 1.0}))
     assert TokenStream(shards, "train").fingerprint != before
+
+
+@pytest.mark.parametrize("edit", ["drop a shard", "total", "swap files", "path", "dtype", "eos"])
+def test_an_index_that_disagrees_with_itself_is_refused(shards, edit):
+    """The shards are checked against the index; the index is checked against itself, or an
+    edited one trains on part of the data (an entry dropped) or on other files."""
+    from kiln.data.loader import TokenStream
+
+    path = shards / "index.json"
+    index = json.loads(path.read_text())
+    train = index["train"]
+    if edit == "drop a shard":
+        train["shards"] = train["shards"][:-1]
+    elif edit == "total":
+        train["tokens"] += 5
+    elif edit == "swap files":
+        train["shards"][0]["file"], train["shards"][1]["file"] = (
+            train["shards"][1]["file"], train["shards"][0]["file"])
+    elif edit == "path":
+        train["shards"][0]["file"] = "../elsewhere/train_00000.bin"
+    elif edit == "dtype":
+        index["vocab_size"] = 70000  # ids past uint16
+    else:
+        index["eos_id"] = index["vocab_size"]
+    path.write_text(json.dumps(index))
+    with pytest.raises(RunDataError, match="index.json is not what `kiln tokenize` wrote"):
+        TokenStream(shards, "train")

@@ -966,3 +966,13 @@ def test_a_checkpoint_without_checksums_still_resumes(tiny_run):
     (tiny_run / "checkpoints" / "step_00000006" / CHECKSUMS).unlink()
     _, more = train_losses(tiny_run, "train.steps=8")
     assert len(more) == 2 and all(math.isfinite(x) for x in more)
+
+
+def test_a_train_split_smaller_than_one_batch_is_noted(tiny_run, capsys):
+    """Too few windows for one global batch trains (the loader wraps into the next epoch
+    within the batch), but every step then repeats windows: the run says so."""
+    windows = Trainer(tiny_config(tiny_run)).loader.n_windows
+    assert "fewer than one batch" not in capsys.readouterr().err
+    Trainer(tiny_config(tiny_run, f"train.global_batch={windows + 1}"))
+    assert (f"the train split holds {windows} windows of train.seq_len = 32, fewer than one "
+            f"batch of train.global_batch = {windows + 1}") in capsys.readouterr().err

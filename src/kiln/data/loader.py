@@ -36,7 +36,7 @@ class TokenStream:
         index = load_index(shard_dir)
         if split not in SPLITS or split not in index:
             raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
-        dtype = np.dtype(index["dtype"]).newbyteorder("<")
+        dtype = _check_index(index, split, Path(shard_dir) / INDEX)
         self.split = split
         self.maps, starts = [], [0]
         for shard in index[split]["shards"]:
@@ -45,9 +45,11 @@ class TokenStream:
             path = Path(shard_dir) / shard["file"]
             size = path.stat().st_size if path.is_file() else None
             if size != shard["tokens"] * dtype.itemsize:
-                held = "is missing" if size is None else f"holds {size // dtype.itemsize} tokens"
-                raise RunDataError(f"{path} {held}, not the {shard['tokens']} tokens "
-                                   f"{INDEX} says: the shards are damaged; re-run `kiln tokenize`")
+                held = ("is missing" if size is None else
+                        f"holds {size // dtype.itemsize} tokens" if size % dtype.itemsize == 0
+                        else f"holds {size} bytes (not a whole number of {dtype.name} tokens)")
+                raise RunDataError(f"{path} {held}, where {INDEX} says {shard['tokens']} tokens: "
+                                   "the shards are damaged; re-run `kiln tokenize`")
             self.maps.append(np.memmap(path, dtype=dtype, mode="r"))
             starts.append(starts[-1] + shard["tokens"])
         self.starts = np.asarray(starts, dtype=np.int64)
@@ -64,6 +66,33 @@ class TokenStream:
             parts.append(self.maps[shard][start - base : end - base])
             start, shard = end, shard + 1
         return np.concatenate(parts).astype(np.int64)
+
+
+def _check_index(index: dict, split: str, path: Path) -> np.dtype:
+    """The index `kiln tokenize` writes, consistent with itself (the shards are checked
+    against it): each split's shards are `{split}_00000.bin`, ... in order and sum to its
+    token count, the dtype holds every id of the vocabulary, EOS is one of them. An edited
+    index would otherwise train on part of the data, or on other files, without a word."""
+    try:
+        vocab, table = int(index["vocab_size"]), index[split]
+        dtype = np.dtype(index["dtype"]).newbyteorder("<")
+        shards = table["shards"]
+        problem = None
+        if dtype.kind != "u" or vocab < 1 or np.iinfo(dtype).max < vocab - 1:
+            problem = f"dtype {index['dtype']} cannot hold a vocabulary of {vocab}"
+        elif not 0 <= int(index.get("eos_id", 0)) < vocab:
+            problem = f"eos_id {index.get('eos_id')} is outside the vocabulary of {vocab}"
+        elif [s["file"] for s in shards] != [f"{split}_{i:05d}.bin" for i in range(len(shards))]:
+            problem = f"the {split} shards are not {split}_00000.bin, ... in order"
+        elif sum(int(s["tokens"]) for s in shards) != int(table["tokens"]):
+            problem = (f"the {split} shards hold {sum(int(s['tokens']) for s in shards)} tokens "
+                       f"in all, not the {table['tokens']} it says")
+    except (KeyError, TypeError, ValueError) as e:
+        problem = f"{type(e).__name__}: {e}"
+    if problem:
+        raise RunDataError(f"{path} is not what `kiln tokenize` wrote ({problem}); re-run "
+                           "`kiln tokenize`")
+    return dtype
 
 
 def _windows(stream: TokenStream, seq_len: int) -> int:

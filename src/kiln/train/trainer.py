@@ -196,6 +196,11 @@ class Trainer:
         check_splits(self.token_dir, t.seq_len)  # before training, not at its end
         self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
                                   cfg.run.seed, self.env.rank, self.env.world_size)
+        if self.loader.n_windows < t.global_batch and self.env.is_main:
+            print(f"note: the train split holds {self.loader.n_windows} windows of "
+                  f"train.seq_len = {t.seq_len}, fewer than one batch of train.global_batch = "
+                  f"{t.global_batch}: every step repeats windows within its batch (more data, "
+                  "or a smaller global_batch)", file=sys.stderr)
         self.callbacks = default_callbacks() if callbacks is None else callbacks
         self.step, self.tokens_seen, self._elapsed_before = 0, 0, 0.0
         self._callback_states: dict[str, dict[str, Any]] = {}
