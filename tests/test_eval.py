@@ -135,10 +135,47 @@ def test_a_partial_eval_is_judged_against_its_own_baseline(tiny_run, capsys):
 
 
 def test_periodic_validation_does_not_need_the_unigram_counts(tiny_run):
-    """Training never reads the baseline's counts: a run without the file (deleted, or
+    """Training does not need the baseline's counts: a run without the file (deleted, or
     from a copy) trains through its validations; `kiln eval` names the file to re-make."""
     from kiln.cli import main
 
     (tiny_run / "tokens" / "unigram_counts.npy").unlink()
     assert main(["train", str(tiny_run), "--set", "train.steps=6"]) == 0
     assert main(["eval", str(tiny_run)]) == 1
+
+    records = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r for r in records if r["kind"] == "val"]
+    assert not any("val_unigram_bpb" in r for r in records)  # no counts, no baseline
+
+
+def test_the_validation_curve_is_drawn_against_the_baseline_of_its_own_windows(
+        tiny_run, monkeypatch):
+    """Periodic validation scores the first train.eval_batches batches: its records carry the
+    unigram baseline on those windows (what `kiln eval` with the same max_batches computes),
+    and the report's bits/byte plot draws that one, not the whole split's."""
+    from conftest import tiny_config
+
+    import kiln.report.plots as plots
+    from kiln.train.trainer import Trainer
+
+    cfg = tiny_config(tiny_run, "train.steps=2", "train.eval_every=1")
+    Trainer(cfg).fit()
+    val = [r for r in (json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text()
+                       .splitlines()) if r["kind"] == "val"]
+    same = evaluate(model_for(tiny_run), tiny_run / "tokens", "val", cfg.train.seq_len,
+                    cfg.eval.batch_size, cfg.train.eval_batches, torch.device("cpu"), "fp32")
+    assert [r["val_unigram_bpb"] for r in val] == [pytest.approx(same["unigram_bpb_scored"],
+                                                                 rel=1e-12)] * len(val)
+    whole = json.loads((tiny_run / "tokens" / "index.json").read_text())["unigram_bpb"]
+    assert abs(same["unigram_bpb_scored"] - whole) > 1e-6  # a part: another baseline
+    drawn = {}
+    monkeypatch.setattr(plots, "save_plot", lambda path, title, ylabel, lines, baseline:
+                        drawn.setdefault(path.stem, baseline))
+    records = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
+    plots.write_plots(records, tiny_run / "plots", whole)
+    assert drawn["bpb"][0] == val[-1]["val_unigram_bpb"] and "same windows" in drawn["bpb"][1]
+    for r in records:  # a run from before the records carried it: the whole split's, said so
+        r.pop("val_unigram_bpb", None)
+    drawn.clear()
+    plots.write_plots(records, tiny_run / "plots", whole)
+    assert drawn["bpb"] == (whole, f"unigram baseline {whole:.3f} (the whole val split)")

@@ -112,7 +112,12 @@ def write_plots(
     if loss:
         plans["loss"] = ("Loss", "loss (nats/token)", loss, None)
     if bpb.steps:
-        base = None if unigram_bpb is None else (unigram_bpb, f"unigram baseline {unigram_bpb:.3f}")
+        # the baseline on the curve's own windows (periodic validation scores a part of the
+        # split); runs from before Kiln logged it fall back to the whole split's, said so
+        scored = [u for u in (as_number(r.get("val_unigram_bpb")) for r in val) if u is not None]
+        base = ((scored[-1], f"unigram baseline {scored[-1]:.3f} (the same windows)") if scored
+                else None if unigram_bpb is None
+                else (unigram_bpb, f"unigram baseline {unigram_bpb:.3f} (the whole val split)"))
         plans["bpb"] = ("Validation bits per byte", "bits/byte", [bpb], base)
     if speed.steps:
         plans["throughput"] = ("Throughput", "tokens/s", [speed], None)

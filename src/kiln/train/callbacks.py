@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
+from kiln.data.shards import load_unigram_bits
+from kiln.errors import RunDataError
 from kiln.eval.perplexity import evaluate
 from kiln.train.checkpoint import save_checkpoint, weights_are_finite
 
@@ -43,7 +45,17 @@ class Callback:
 class Validation(Callback):
     """Validation loss and bits per byte every `eval_every` steps and at the end, on the
     first `train.eval_batches` batches of `eval.batch_size` windows (not train.micro_batch,
-    a memory setting that must not change which windows the curve is measured on)."""
+    a memory setting that must not change which windows the curve is measured on). Each
+    record carries the unigram baseline on the same windows (`val_unigram_bpb`): the whole
+    split's can sit far above or below the curve's part of it."""
+
+    baseline = False  # shards from before Kiln saved unigram counts have none
+
+    def on_train_start(self, trainer: Trainer) -> None:
+        try:
+            self.baseline = load_unigram_bits(trainer.token_dir) is not None
+        except RunDataError:  # a damaged counts file costs the baseline, not the training
+            self.baseline = False
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         every = trainer.cfg.train.eval_every
@@ -55,12 +67,14 @@ class Validation(Callback):
         result = evaluate(
             trainer.model, trainer.token_dir, "val", t.seq_len, trainer.cfg.eval.batch_size,
             t.eval_batches,
-            trainer.device, trainer.precision, trainer.env, unigram_baseline=False,
+            trainer.device, trainer.precision, trainer.env, unigram_baseline=self.baseline,
         )
         if not math.isfinite(result["loss"]):  # the update just made overflowed the weights
             raise trainer.diverged("the validation loss is not finite")
         trainer.log({"kind": "val", "step": trainer.step, "tokens": trainer.tokens_seen,
-                     "val_loss": result["loss"], "val_bpb": result["bpb"]})
+                     "val_loss": result["loss"], "val_bpb": result["bpb"],
+                     **({"val_unigram_bpb": result["unigram_bpb_scored"]}
+                        if "unigram_bpb_scored" in result else {})})
         if trainer.env.is_main:
             tqdm.write(f"step {trainer.step}: val loss {result['loss']:.4f}, "
                        f"val bits/byte {result['bpb']:.4f}", file=sys.stderr)
