@@ -69,6 +69,11 @@ def test_an_ipv6_address_with_a_dotted_tail_is_replaced_whole_and_once():
         assert not any(octets in once for octets in (".101.1.69", ".184.216.34", ".8.4.4")), once
         twice, again = redact(once)
         assert twice == once and sum(again.values()) == 0, (once, twice)
+    # tcpdump's `address.port`: the port stays, the address goes
+    line = "IP6 2a03:2880:f10c:83:face:b00c:0:25de.443 > 2001:4860:4860::8888.53: UDP"
+    once, counts = redact(line)
+    assert counts["IP_ADDRESS"] == 2 and "2a03:" not in once and "4860" not in once, once
+    assert ".443 > " in once and once.endswith(".53: UDP") and redact(once)[0] == once
     for fake in FAKE_IPV6:  # a fake cannot join a dotted tail into an IPv4 octet
         assert any(c in "abcdef" for c in fake.rsplit(":", 1)[1]), fake
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from kiln.atomic import write_json_atomic
 from kiln.config import (
@@ -431,9 +432,9 @@ class Trainer:
             moved = set_aside_records_after(self.run_dir, self.step)
         except OSError as e:
             raise cannot_write(self.run_dir / "checkpoints", "metrics.jsonl", e) from e
-        if moved:
-            print(f"note: the records an earlier stretch logged after step {self.step} "
-                  f"(past its last checkpoint) moved to {moved}", file=sys.stderr)
+        if moved:  # through tqdm: the progress bar may be drawn already
+            tqdm.write(f"note: the records an earlier stretch logged after step {self.step} "
+                       f"(past its last checkpoint) moved to {moved}", file=sys.stderr)
 
     def _write_metadata(self) -> None:
         """config.toml (with git hash and versions) and model.json: what this run trains."""

@@ -31,7 +31,8 @@ is_public_ip = partial(public_ip_validator, public_only=True)
 
 IPV6_CANDIDATE = re.compile(
     r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{1,4})?"
-    r"(?![\w:]|\.\d)")  # the dotted tail first: `::151.101.1.69` is one address, not `::151`
+    r"(?![\w:]|\.\d+\.\d)")  # the dotted tail first: `::151.101.1.69` is one address, not
+# `::151`; a `.443` after it is a port (tcpdump's `addr.port`), and the address is kept whole
 
 _LOCAL_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%+-]*$")
 RESERVED_EMAIL_DOMAINS = frozenset({
