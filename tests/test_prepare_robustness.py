@@ -390,9 +390,9 @@ def test_damaged_prepared_documents_are_one_clear_error(tmp_path):
     assert not (run / "archive").exists()  # the same settings: the damaged copy is not kept
 
 
-def test_a_remade_prepare_that_fails_leaves_the_earlier_documents_in_the_archive(tmp_path):
-    """Re-making a finished prepare with a wrong source (nothing readable) must not throw
-    the earlier documents away: they move to archive/before-prepare-*/, whole, and read back."""
+def _prepared_good_and_bad(tmp_path):
+    """A source of two documents prepared into run/, and a source with nothing readable:
+    (good, bad, run, the finished prepare.json)."""
     good, bad = tmp_path / "good", tmp_path / "bad"
     good.mkdir()
     bad.mkdir()
@@ -402,6 +402,13 @@ def test_a_remade_prepare_that_fails_leaves_the_earlier_documents_in_the_archive
     run = tmp_path / "run"
     run_prepare(READ_WRITE, run, [str(good)], progress=False)
     before = json.loads((run / "prepare.json").read_text())
+    return good, bad, run, before
+
+
+def test_a_remade_prepare_that_fails_leaves_the_earlier_documents_in_the_archive(tmp_path):
+    """Re-making a finished prepare with a wrong source (nothing readable) must not throw
+    the earlier documents away: they move to archive/before-prepare-*/, whole, and read back."""
+    good, bad, run, before = _prepared_good_and_bad(tmp_path)
     with pytest.raises(ConfigError, match="non_utf8=1"):
         run_prepare(READ_WRITE, run, [str(bad)], progress=False)
     (kept,) = (run / "archive").glob("before-prepare-*")
@@ -418,15 +425,7 @@ def test_an_interrupted_resume_still_leaves_the_finished_documents_to_the_archiv
     documents look unfinished, or a later prepare with other settings deletes them."""
     import kiln.data.pipeline as pipeline
 
-    good, bad = tmp_path / "good", tmp_path / "bad"
-    good.mkdir()
-    bad.mkdir()
-    (good / "a.txt").write_text("alpha")
-    (good / "b.txt").write_text("beta")
-    (bad / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
-    run = tmp_path / "run"
-    run_prepare(READ_WRITE, run, [str(good)], progress=False)
-    before = json.loads((run / "prepare.json").read_text())
+    good, bad, run, before = _prepared_good_and_bad(tmp_path)
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

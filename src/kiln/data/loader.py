@@ -84,9 +84,8 @@ def _check_index(index: dict, split: str, path: Path) -> np.dtype:
             problem = f"eos_id {index.get('eos_id')} is outside the vocabulary of {vocab}"
         elif [s["file"] for s in shards] != [f"{split}_{i:05d}.bin" for i in range(len(shards))]:
             problem = f"the {split} shards are not {split}_00000.bin, ... in order"
-        elif sum(int(s["tokens"]) for s in shards) != int(table["tokens"]):
-            problem = (f"the {split} shards hold {sum(int(s['tokens']) for s in shards)} tokens "
-                       f"in all, not the {table['tokens']} it says")
+        elif (held := sum(int(s["tokens"]) for s in shards)) != int(table["tokens"]):
+            problem = f"the {split} shards hold {held} tokens in all, not the {table['tokens']} it says"
     except (KeyError, TypeError, ValueError) as e:
         problem = f"{type(e).__name__}: {e}"
     if problem:
