@@ -91,3 +91,21 @@ def test_fp64_inputs_stay_fp64(monkeypatch):
     torch.testing.assert_close(loss, ref, atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(h.grad, h2.grad, atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(w.grad, w2.grad, atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_target_whose_probability_underflows_still_gets_its_exact_loss(dtype):
+    """Logits 150 apart: the target's softmax probability, exp(-150), is 0 in fp32, yet its
+    loss is the finite 150 (from the largest logit and log S, not from log p_y), and
+    the gradient is the plain one."""
+    h = torch.eye(4)[:3] * 10.0  # three rows picking columns of w
+    w = torch.zeros(6, 4)
+    w[0, 0], w[1, 1], w[2, 2] = 15.0, -5.0, 3.0  # logits: row 0 (150, 0, ...), row 1 (0, -50, ...)
+    y = torch.tensor([1, 0, 2])
+    exact = _grads(_reference, h.double(), w.double(), y, 1.0)
+    got = _grads(lambda a, b, c: linear_cross_entropy(a.to(dtype), b.to(dtype), c, chunk=2),
+                 h, w, y, 1.0)
+    assert torch.isfinite(got[0]) and abs(float(got[0]) - float(exact[0])) < 1e-3 * float(exact[0])
+    assert float(got[0]) > 150
+    for g, e in zip(got[1:], exact[1:]):
+        torch.testing.assert_close(g.double(), e, atol=0.02, rtol=0.02)

@@ -157,12 +157,12 @@ def test_bad_input_is_rejected():
 
 def test_sequence_aux_and_z_loss_match_hand_computation():
     logits = torch.tensor([[[2.0, 0.0, -1.0], [0.5, 1.5, -2.0]]])  # B=1, T=2, E=3
-    idx = torch.tensor([[[0, 1], [1, 0]]])  # K=2; expert 2 never chosen
+    # K=2: the top two scores are experts {0, 1} at both positions; expert 2 never counts
     s = [[1 / (1 + math.exp(-v)) for v in row] for row in logits[0].tolist()]
     p = [sum(s[t][i] / sum(s[t]) for t in range(2)) / 2 for i in range(3)]
     f = [3 / (2 * 2) * c for c in (2, 2, 0)]
     want_aux = sum(fi * pi for fi, pi in zip(f, p))
-    got_aux = sequence_aux_loss(torch.sigmoid(logits), idx, 3)
+    got_aux = sequence_aux_loss(torch.sigmoid(logits), 2)
     assert abs(float(got_aux) - want_aux) < 1e-6
     want_z = sum(math.log(sum(math.exp(v) for v in row)) ** 2 for row in logits[0].tolist()) / 2
     assert abs(float(router_z_loss(logits.reshape(2, 3))) - want_z) < 1e-5
@@ -171,17 +171,31 @@ def test_sequence_aux_and_z_loss_match_hand_computation():
     x = torch.randn(2, 4, 16)
     moe(x)
     lg = x.reshape(8, 16) @ moe.router.weight.T
-    sel = select_experts(torch.sigmoid(lg), moe.balancer.bias, 2).reshape(2, 4, 2)
-    want = 1e-2 * sequence_aux_loss(torch.sigmoid(lg).reshape(2, 4, 3), sel, 3) + 1e-3 * router_z_loss(lg)
+    want = 1e-2 * sequence_aux_loss(torch.sigmoid(lg).reshape(2, 4, 3), 2) + 1e-3 * router_z_loss(lg)
     assert moe.aux_loss.requires_grad
     torch.testing.assert_close(moe.aux_loss, want, rtol=1e-6, atol=0)
 
 
 def test_balanced_routing_gives_unit_seq_aux_weights():
     # with perfectly uniform selection every f_i = 1, so the loss is sum_i P_i = 1
-    scores = torch.rand(2, 4, 4)
-    idx = torch.tensor([[0, 1], [2, 3], [1, 0], [3, 2]]).expand(2, 4, 2)
-    assert abs(float(sequence_aux_loss(scores, idx, 4)) - 1.0) < 1e-6
+    top = torch.tensor([[0, 1], [2, 3], [1, 0], [3, 2]])  # each expert in the top 2 twice
+    scores = (0.1 * torch.rand(2, 4, 4)).scatter_add(-1, top.expand(2, 4, 2), torch.full((2, 4, 2), 0.5))
+    assert abs(float(sequence_aux_loss(scores, 2)) - 1.0) < 1e-6
+
+
+def test_seq_aux_loss_counts_the_routers_own_top_k_not_the_biased_pick():
+    # DeepSeek-V3 eq. 18: f_i counts the top-K of the unbiased scores. A bias that sends
+    # every token to expert 2 changes which experts run, not the loss.
+    moe = make_moe(seq_aux_coef=1.0, n_experts=4)
+    x = torch.randn(2, 6, 16)
+    moe(x)
+    plain = moe.aux_loss.detach().clone()
+    moe.balancer.bias[2] = 10.0
+    moe(x)
+    assert int(moe.last_counts[2]) == 12  # the bias did change the pick
+    torch.testing.assert_close(moe.aux_loss, plain, rtol=0, atol=0)
+    lg = x.reshape(12, 16) @ moe.router.weight.T
+    torch.testing.assert_close(plain, sequence_aux_loss(torch.sigmoid(lg).reshape(2, 6, 4), 2))
 
 
 # ---------------------------------------------------------------- balancing rules

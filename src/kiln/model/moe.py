@@ -56,17 +56,21 @@ def route(
     return scores, idx, gates
 
 
-def sequence_aux_loss(scores: torch.Tensor, idx: torch.Tensor, n_experts: int) -> torch.Tensor:
-    """DeepSeek-V3 sequence-wise balance loss sum_i f_i P_i, averaged over sequences.
+def sequence_aux_loss(scores: torch.Tensor, top_k: int) -> torch.Tensor:
+    """DeepSeek-V3 sequence-wise balance loss sum_i f_i P_i (its eqs. 17-20), averaged over
+    sequences.
 
-    scores (B, T, E) sigmoid scores, idx (B, T, K) selected experts.
-    f_i = E / (K T) * #tokens of the sequence selecting i; P_i = mean_t s_i / sum_j s_j.
+    scores (B, T, E) sigmoid scores. f_i = E / (K T) * #tokens of the sequence whose top-K
+    *unbiased* scores hold i (eq. 18 ranks s, not s + b; Megatron-core's aux-loss routing
+    map does the same); P_i = mean_t s_i / sum_j s_j. The balancing bias steers which
+    experts run, but the loss measures the router's own preference, so a bias that already
+    evens the load out does not hide an imbalanced router from it.
     """
-    b, t, k = idx.shape
-    chosen = idx.reshape(b, t * k)
-    counts = torch.zeros(b, n_experts, device=idx.device, dtype=scores.dtype)
+    b, t, n_experts = scores.shape
+    chosen = torch.topk(scores.detach(), top_k, dim=-1, sorted=False).indices.reshape(b, t * top_k)
+    counts = torch.zeros(b, n_experts, device=scores.device, dtype=scores.dtype)
     counts.scatter_add_(1, chosen, torch.ones_like(chosen, dtype=scores.dtype))
-    f = counts * (n_experts / (k * t))
+    f = counts * (n_experts / (top_k * t))
     p = (scores / scores.sum(-1, keepdim=True)).mean(1)
     return (f * p).sum(-1).mean()
 
@@ -241,8 +245,7 @@ class MoE(nn.Module):
         self.last_counts = counts.detach()
         aux = logits.new_zeros(())
         if self.seq_aux_coef > 0:
-            aux = aux + self.seq_aux_coef * sequence_aux_loss(
-                scores.reshape(b, t, -1), idx.reshape(b, t, -1), self.n_experts)
+            aux = aux + self.seq_aux_coef * sequence_aux_loss(scores.reshape(b, t, -1), self.top_k)
         if self.z_loss_coef > 0:
             aux = aux + self.z_loss_coef * router_z_loss(logits)
         self.aux_loss = aux
