@@ -205,6 +205,23 @@ def test_a_damaged_shard_is_a_clear_error(shards):
         _loader(shards)
 
 
+def test_a_token_id_outside_the_vocabulary_is_refused_naming_its_shard(shards):
+    """An id >= vocab_size (a shard overwritten inside, same length) would otherwise be an
+    index error deep in the embedding, or a device-side assert on a GPU."""
+    second = sorted(shards.glob("train_*.bin"))[1]
+    tokens = np.fromfile(second, dtype=np.uint16)
+    tokens[3] = 65535
+    index = json.loads((shards / "index.json").read_text())
+    (shards / "index.json").write_text(json.dumps({**index, "vocab_size": 65535}))
+    tokens.tofile(second)
+    loader = _loader(shards, global_batch=10)  # one batch reads every window
+    with pytest.raises(RunDataError, match=rf"{second.name} holds token id 65535 at token 3, "
+                       "outside the vocabulary of 65535.*kiln tokenize"):
+        loader.next_batch()
+    with pytest.raises(RunDataError, match="outside the vocabulary"):
+        list(eval_batches(shards, "train", SEQ, batch_size=4, max_batches=0))
+
+
 def test_the_shards_fingerprint_leaves_out_what_they_were_made_from(shards):
     """Indexes written before `made_from` (or the unigram counts) was recorded must keep
     resuming."""

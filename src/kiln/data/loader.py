@@ -37,8 +37,8 @@ class TokenStream:
         if split not in SPLITS or split not in index:
             raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
         dtype = _check_index(index, split, Path(shard_dir) / INDEX)
-        self.split = split
-        self.maps, starts = [], [0]
+        self.split, self.vocab_size = split, int(index["vocab_size"])
+        self.maps, self.paths, starts = [], [], [0]
         for shard in index[split]["shards"]:
             if shard["tokens"] == 0:
                 continue
@@ -51,19 +51,30 @@ class TokenStream:
                 raise RunDataError(f"{path} {held}, where {INDEX} says {shard['tokens']} tokens: "
                                    "the shards are damaged; re-run `kiln tokenize`")
             self.maps.append(np.memmap(path, dtype=dtype, mode="r"))
+            self.paths.append(path)
             starts.append(starts[-1] + shard["tokens"])
         self.starts = np.asarray(starts, dtype=np.int64)
         self.n_tokens = int(self.starts[-1])
         self.fingerprint = shards_fingerprint(index)
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        """tokens[start:stop] as int64, crossing shard boundaries where needed."""
+        """tokens[start:stop] as int64, crossing shard boundaries where needed. An id outside
+        the vocabulary (a shard overwritten or damaged inside) is refused here, where its
+        file is known, rather than as an index error inside the embedding (a device-side
+        assert on a GPU); checking the few windows a batch reads costs nothing."""
         parts = []
         shard = int(np.searchsorted(self.starts, start, side="right")) - 1
         while start < stop:
             end = min(stop, int(self.starts[shard + 1]))
             base = int(self.starts[shard])
-            parts.append(self.maps[shard][start - base : end - base])
+            part = self.maps[shard][start - base : end - base]
+            if part.size and int(part.max()) >= self.vocab_size:
+                at = start - base + int(np.argmax(part >= self.vocab_size))
+                raise RunDataError(
+                    f"{self.paths[shard]} holds token id {int(part.max())} at token {at}, outside "
+                    f"the vocabulary of {self.vocab_size}: the shards are damaged; re-run "
+                    "`kiln tokenize`")
+            parts.append(part)
             start, shard = end, shard + 1
         return np.concatenate(parts).astype(np.int64)
 
