@@ -49,6 +49,32 @@ def test_arxiv_from_doc_id_and_metadata():
     assert (md["year"], md["year_method"]) == (1997, "arxiv")
 
 
+def test_a_numbered_file_path_is_not_an_arxiv_id():
+    """Kiln's ids and `source` for files are paths: `books/0001023.txt` once read as the
+    old-style id books/0001023 (January 2000) and outranked the book's own header."""
+    text = "Title: Bleak House\nAuthor: Charles Dickens (1812-1870)\nOriginal publication: 1853\n"
+    for path in ("books/0001023.txt", "data/9501234.txt:7"):
+        md = dated(text, doc_id=path, source=path)
+        assert (md["year"], md["year_method"]) == (1853, "majority_vote")
+    # a record's own fields and an id that is itself an arXiv identifier still count
+    assert dated("x", doc_id="data.jsonl:3", record_source="arxiv.org/abs/hep-th/9901001")["year"] == 1999
+    assert dated("x", doc_id="hep-th/9901001v2")["year"] == 1999
+    assert "year" not in dated("x", doc_id="papers/2303.12345.txt")  # a path, not an id
+
+
+@pytest.mark.parametrize("text", ["I wrote 2500 words of my novel today.",
+                                  "The factory created 1200 jobs last spring.",
+                                  "Title: 1001 Arabian Nights\nA tale."])
+def test_numbers_that_cannot_be_years_date_nothing_without_a_lifetime(text):
+    """With no author lifetime, a count after 'wrote' or in a title is not a year: outside
+    1450..this year it is no candidate, and the document stays undated (so a period filter
+    with keep_undated keeps it)."""
+    md = dated(text)
+    assert "year" not in md and md["year_candidates"] == {}
+    (doc,) = DateDocuments().run(iter([Document(text=text, id="x")]))
+    assert PeriodFilter(["1950-2000"], keep_undated=True).filter(doc) is True
+
+
 def test_metadata_year_and_date_fields_win():
     assert dated("x", doc_id="2101.01234", year=1888)["year"] == 1888
     md = dated("x", date="1923-05-01T00:00:00")
@@ -123,6 +149,8 @@ def test_lifetime_rule():
     assert not in_lifetime(1820, 1700, None)  # digest: unknown death, > 100 years after birth
     assert in_lifetime(1790, 1700, None)
     assert in_lifetime(1500, None, None)
+    assert not in_lifetime(1200, None, None)  # no lifetime: 1450 .. this year
+    assert not in_lifetime(9999, None, None) and not in_lifetime(2990, 1950, None)
 
 
 def test_vote_tie_breaks_by_source_order():

@@ -156,3 +156,20 @@ def test_m2_rejects_bad_judge_and_threshold():
         SemanticQualityFilter(judge=lambda t: 1.0)
     with pytest.raises(ValueError):
         SemanticQualityFilter(threshold=1.5)
+
+
+def test_a_score_from_another_judge_is_judged_again():
+    """Documents from an earlier run carry its judge's m2_junk_score: a filter with another
+    judge must judge them itself, and the same judge reuses its own score."""
+    from datatrove.data import Document
+
+    from kiln.data.filters import HeuristicJudge, SemanticQualityFilter
+
+    text = "SHOCKING!!! You won't believe what happened next. Link in bio, giveaway, RT IF you agree"
+    stale = {"m2_junk_score": 0.0, "m2_reasons": [], "m2_judge": "kiln:/elsewhere:abc"}
+    f = SemanticQualityFilter(HeuristicJudge())
+    doc = Document(text, "x", dict(stale))
+    assert f.filter(doc) == (False, "m2_junk")
+    assert doc.metadata["m2_judge"].startswith("heuristic:")
+    doc.metadata["m2_junk_score"] = 0.0  # the same judge's stored score is reused as it is
+    assert f.filter(doc) is True

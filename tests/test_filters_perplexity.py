@@ -197,3 +197,5 @@ def test_kiln_label_judge_is_softmax_over_label_likelihoods(run_dir):
     assert judge.judge(text).junk_score == pytest.approx(expected, rel=1e-6)
     long = judge.prompt_ids("word " * 200)  # the post is truncated to fit max_seq_len
     assert len(long) + max(map(len, labels)) <= 48
+    # the head and the post are one text to the tokenizer, as in training: no lone space
+    assert prompt == tok.encode("post: the cat sat").ids + tok.encode(" ->").ids

@@ -3,11 +3,18 @@
 Order of evidence (first that gives a year wins; metadata["year_method"] says which):
 1. "metadata": a year field (int or 4-digit string) or a date field starting with YYYY.
 2. "arxiv": the identifier — new style YYMM.NNNN(N) (April 2007 on) -> 20YY; old style
-   archive/YYMMNNN (1991 - March 2007) -> 19YY if YY >= 91 else 20YY.
+   archive/YYMMNNN (1991 - March 2007; one of arXiv's own archive names) -> 19YY if YY >= 91
+   else 20YY. Read from a record's `arxiv_id`, `id`, `url` or own `source` (`record_source`),
+   and from the document id only when that id is itself an arXiv identifier (as the arXiv
+   readers make it): Kiln's ids for files are their paths, and a numbered file
+   (`books/0001023.txt`) is not a paper from January 2000.
 3. "majority_vote": Chronoberg's rule (arXiv:2509.22360, code L-4-r-s/ChronoBerg). Each source
    gives at most one candidate, every candidate must lie in the first author's life
    (birth < year <= death; year - birth <= 100 when the death year is unknown; no check when the
-   birth year is unknown), and the label is the most common candidate. Sources, in tie-break order:
+   birth year is unknown: there Kiln only keeps candidates between 1450 and this year, since
+   the free-text sources would otherwise date "I wrote 2500 words" to 2500 and "created 1200
+   jobs" to 1200; nothing is dated after this year in any case), and the label is the most
+   common candidate. Sources, in tie-break order:
      wikipedia     mode of the 4-digit numbers in the first line of metadata["wikipedia_summary"],
                    else mode of years after published/created/wrote/written in
                    metadata["wikipedia_text"]; mode taken first, then the lifetime check (as the
@@ -27,6 +34,7 @@ recorded as metadata["gutenberg_release_year"] only.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -48,7 +56,16 @@ CHRONOBERG_PERIODS: dict[str, tuple[int, int]] = {
 VOTE_SOURCES = ("wikipedia", "open_library", "original_publication", "title", "text")
 YEAR_FIELDS = ("year",)
 DATE_FIELDS = ("date", "publication_date", "published", "created")
-ARXIV_FIELDS = ("arxiv_id", "id", "source", "url")
+ARXIV_FIELDS = ("arxiv_id", "id", "url", "record_source")
+# the old-style (archive/YYMMNNN) archive names; any other word before a slash is not arXiv
+ARXIV_OLD_ARCHIVES = (
+    "acc-phys", "adap-org", "alg-geom", "ao-sci", "astro-ph", "atom-ph", "bayes-an", "chao-dyn",
+    "chem-ph", "cmp-lg", "comp-gas", "cond-mat", "cs", "dg-ga", "funct-an", "gr-qc", "hep-ex",
+    "hep-lat", "hep-ph", "hep-th", "math", "math-ph", "mtrl-th", "nlin", "nucl-ex", "nucl-th",
+    "patt-sol", "physics", "plasm-ph", "q-alg", "q-bio", "quant-ph", "solv-int", "supr-con",
+)
+# the earliest year a candidate may name when the author's lifetime is unknown (printing)
+EARLIEST_UNBOUNDED_YEAR = 1450
 HEADER_CHARS = 20_000  # Gutenberg headers sit at the top of the file
 
 _FOUR_DIGITS = re.compile(r"(?<!\d)(\d{4})(?!\d)")
@@ -57,8 +74,10 @@ _VERB_YEAR = re.compile(
 )
 _ARXIV_NEW = re.compile(r"(?<![\d.])(\d{2})(\d{2})\.(\d{4,5})(?:v\d+)?(?![\d])")
 _ARXIV_OLD = re.compile(
-    r"(?<![A-Za-z-])([a-z]+(?:-[a-z]+)?)(?:\.[A-Z]{2})?/(\d{2})(\d{2})(\d{3})(?!\d)"
+    rf"(?<![A-Za-z-])({'|'.join(map(re.escape, ARXIV_OLD_ARCHIVES))})(?:\.[A-Z]{{2}})?/"
+    r"(\d{2})(\d{2})(\d{3})(?!\d)"
 )
+_ARXIV_BARE = re.compile(r"(?:arxiv:)?\s*[\w.-]*/?\d{4}\.?\d{3,5}(?:v\d+)?", re.IGNORECASE)
 _HEADER = re.compile(
     r"^[ \t]*(Title|Author|Release Date|Posting Date|Original publication)[ \t]*:[ \t]*(.*)$",
     re.IGNORECASE | re.MULTILINE,
@@ -104,8 +123,12 @@ def parse_gutenberg_header(text: str) -> dict:
 
 
 def in_lifetime(year: int, birth: int | None, death: int | None) -> bool:
+    """Chronoberg's rule (birth < year <= death, or <= birth + 100 with no death year); with
+    no birth year, EARLIEST_UNBOUNDED_YEAR <= year. Never after this year."""
+    if year > datetime.date.today().year:
+        return False
     if birth is None:
-        return True
+        return year >= EARLIEST_UNBOUNDED_YEAR
     if death is None:
         return birth < year and year - birth <= 100
     return birth < year <= death
@@ -185,7 +208,8 @@ def date_document(doc: Document) -> dict:
     for key in DATE_FIELDS:
         if isinstance(md.get(key), str) and (m := re.match(r"\s*(\d{4})(?!\d)", md[key])):
             return {"year": int(m.group(1)), "year_method": "metadata"}
-    for value in [md.get(k) for k in ARXIV_FIELDS if k != "id"] + [doc.id, md.get("id")]:
+    bare_id = [doc.id] if isinstance(doc.id, str) and _ARXIV_BARE.fullmatch(doc.id) else []
+    for value in [md.get(k) for k in ARXIV_FIELDS] + bare_id:
         if isinstance(value, str) and (y := arxiv_year(value)) is not None:
             return {"year": y, "year_method": "arxiv"}
     header = parse_gutenberg_header(doc.text)

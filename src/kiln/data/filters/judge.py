@@ -9,6 +9,7 @@ a label gives `junk_score=None`: it goes to a reject bucket, never silently to "
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,16 @@ class Judge(Protocol):
     def judge(self, text: str) -> Verdict: ...
 
 
+def judge_identity(judge: Judge) -> str:
+    """What a stored score is checked against before it is reused: the judge's `identity`
+    (its kind and whatever changes its scores), else its class name."""
+    return str(getattr(judge, "identity", None) or type(judge).__qualname__)
+
+
+def _template_tag(template: str) -> str:
+    return hashlib.sha256(template.encode()).hexdigest()[:12]
+
+
 def parse_label(reply: str) -> str | None:
     """JUNK / HIGH-QUALITY from a bare-label reply ("junk.", "High quality"); else None."""
     norm = reply.strip().strip(".!\"'`*").strip().upper().replace("_", "-").replace(" ", "-")
@@ -60,6 +71,8 @@ class PromptJudge:
         if "{text}" not in template:
             raise ValueError("the prompt template must contain '{text}'")
         self.generate, self.template = generate, template
+        name = getattr(generate, "__qualname__", type(generate).__qualname__)
+        self.identity = f"prompt:{name}:{_template_tag(template)}"
 
     def judge(self, text: str) -> Verdict:
         reply = self.generate(self.template.format(text=text))
@@ -73,8 +86,10 @@ class KilnLabelJudge:
     """A Kiln checkpoint as a zero-shot labeller: P(JUNK) among the two label continuations.
 
     junk_score = sigmoid(log p(" JUNK" | prompt) - log p(" HIGH-QUALITY" | prompt)), the
-    summed label-token log-likelihoods (the multiple-choice rule of lm-eval). The post is
-    truncated (its tokens, keeping its start) so prompt + label fit max_seq_len.
+    summed label-token log-likelihoods (the multiple-choice rule of lm-eval). The template's
+    head and the post are tokenized as one text, as training saw such text: apart, the
+    head's trailing space became a lone token and the post's first word lost its space. The
+    post is truncated (its tokens, keeping its start) so prompt + label fit max_seq_len.
     """
 
     def __init__(self, run_dir: str | Path, template: str = M2_PROMPT, device: str = "cpu"):
@@ -83,6 +98,7 @@ class KilnLabelJudge:
         if template.count("{text}") != 1:
             raise ValueError("the prompt template must contain '{text}' exactly once")
         self.run_dir, self.template, self.device = check_run_dir(run_dir), template, device
+        self.identity = f"kiln:{Path(self.run_dir).resolve()}:{_template_tag(template)}"
         self._loaded = None
 
     def __getstate__(self) -> dict:
@@ -100,10 +116,10 @@ class KilnLabelJudge:
 
     def prompt_ids(self, text: str) -> list[int]:
         model, tok, head, tail, labels = self._load()
-        room = model.cfg.max_seq_len - len(head) - len(tail) - max(map(len, labels))
-        if room < 1:
+        room = model.cfg.max_seq_len - len(tail) - max(map(len, labels))
+        if room < len(head) + 1:
             raise ValueError(f"prompt template does not fit max_seq_len {model.cfg.max_seq_len}")
-        return head + tok.encode(text).ids[:room] + tail
+        return tok.encode(self.template.split("{text}")[0] + text).ids[:room] + tail
 
     def judge(self, text: str) -> Verdict:
         from kiln.data.filters.run_model import continuation_nll

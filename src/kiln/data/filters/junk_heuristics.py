@@ -85,6 +85,7 @@ class HeuristicJudge:
 
     def __init__(self, style: StyleThresholds | None = None):
         self.style = style or StyleThresholds()
+        self.identity = f"heuristic:{self.style}"  # scores stored under other cues are redone
 
     def judge(self, text: str) -> Verdict:
         low = text.lower()

@@ -1,9 +1,11 @@
 """Brain Rot M2 as a pipeline step: judge each document, store the score, drop or tag junk.
 
 The judge's score and reasons go into `doc.metadata` (`m2_junk_score`, `m2_reasons`,
-`m2_label`); a document that already carries `m2_junk_score` is not judged again unless
-`rescore=True`, so a stricter or looser `threshold` can be applied without re-running the
-(possibly expensive) judge.
+`m2_label`, and `m2_judge`: which judge gave the score); a document that already carries a
+score from the same judge is not judged again unless `rescore=True`, so a stricter or
+looser `threshold` can be applied without re-running the (possibly expensive) judge. A
+score from another judge (documents from an earlier run, judged by the heuristics, now
+filtered with a Kiln model) is judged again, not reused.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
-from kiln.data.filters.judge import Judge
+from kiln.data.filters.judge import Judge, judge_identity
 
 
 class SemanticQualityFilter(BaseFilter):
@@ -43,12 +45,15 @@ class SemanticQualityFilter(BaseFilter):
         if not isinstance(judge, Judge):
             raise TypeError(f"judge must have a judge(text) -> Verdict method, got {type(judge)}")
         self.judge, self.threshold, self.mode, self.rescore = judge, threshold, mode, rescore
+        self.judge_id = judge_identity(judge)
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
-        if self.rescore or "m2_junk_score" not in doc.metadata:
+        md = doc.metadata
+        if self.rescore or "m2_junk_score" not in md or md.get("m2_judge") != self.judge_id:
             verdict = self.judge.judge(doc.text)
-            doc.metadata["m2_junk_score"] = verdict.junk_score
-            doc.metadata["m2_reasons"] = list(verdict.reasons)
+            md["m2_junk_score"] = verdict.junk_score
+            md["m2_reasons"] = list(verdict.reasons)
+            md["m2_judge"] = self.judge_id
             self.stat_update("m2_judged")
         score = doc.metadata["m2_junk_score"]
         if score is None:
