@@ -14,10 +14,10 @@ Offline choices: the hash is sha1 (datatrove's other built-in, the one FineWeb u
 default xxhash is not installed; words are split on whitespace after `simplify_text` (which has
 already removed punctuation), because datatrove's English word tokenizer needs spaCy.
 
-Which copy survives. MinHash: the earliest by (task rank, document index). Tasks take input
-files round-robin (file i -> rank i % tasks), so its outputs for different task counts agree
-when every rank's files precede the next rank's in file order (files <= tasks, or one file per
-task). Exact: datatrove orders a hash's copies by (-priority, document index within its task),
+Which copy survives. MinHash: one per cluster, the root datatrove's union-find leaves it
+(unions go by cluster size, so it need not be the earliest document: pairs (1, 2) then (0, 2)
+remove 0 and 2 and keep 1). The number of texts kept does not depend on that choice; which
+copy is kept can change with the task count. Exact: datatrove orders a hash's copies by (-priority, document index within its task),
 not by task, so among copies in different tasks the one with the lowest index in its own task
 survives, and which copy that is can change with the task count (the set of texts kept does
 not: one copy of each). The same run settings always keep the same copy.
