@@ -17,9 +17,9 @@ already removed punctuation), because datatrove's English word tokenizer needs s
 Which copy survives. MinHash: one per cluster, the root datatrove's union-find leaves it
 (unions go by cluster size, so it need not be the earliest document: pairs (1, 2) then (0, 2)
 remove 0 and 2 and keep 1). The number of texts kept does not depend on that choice; which
-copy is kept can change with the task count. Exact: datatrove orders a hash's copies by (-priority, document index within its task),
-not by task, so among copies in different tasks the one with the lowest index in its own task
-survives, and which copy that is can change with the task count (the set of texts kept does
+copy is kept can change with the task count. Exact: datatrove orders a hash's copies by
+(-priority, document index within its task), not by task, so among copies in different
+tasks the one with the lowest index in its own task survives, and which copy that is can change with the task count (the set of texts kept does
 not: one copy of each). The same run settings always keep the same copy.
 """
 

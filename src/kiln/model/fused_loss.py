@@ -8,8 +8,9 @@ by row, minus the one-hot) and multiplied straight back into dL/dh and dL/dW; ba
 scales the stored gradients. The loss needs no log-softmax: with m the row's largest logit
 the softmax's largest entry is exp(0) / S, so -log p_y = (m - z_y) - log(max_j p_j), exact
 even where p_y itself underflows (a log-softmax and an exp pass cost 4.5 ms per 512 x 8192
-chunk on the AVX-512 CPU, this 2.5 ms). The matmuls are the ones autocast runs (inputs in the compute dtype, one
-rounding of each product), so the numbers match the plain path to its own precision.
+chunk on the AVX-512 CPU, this 2.5 ms). The matmuls are the ones autocast runs (inputs in
+the compute dtype, one rounding of each product), so the numbers match the plain path to
+its own precision.
 """
 
 from __future__ import annotations

@@ -111,20 +111,21 @@ class KilnLabelJudge:
             model, tok, _ = load_run_model(self.run_dir, self.device)
             head, tail = self.template.split("{text}")
             labels = [tok.encode(" " + JUNK).ids, tok.encode(" " + HIGH_QUALITY).ids]
-            self._loaded = (model, tok, tok.encode(head).ids, tok.encode(tail).ids, labels)
+            self._loaded = (model, tok, head, len(tok.encode(head).ids), tok.encode(tail).ids,
+                            labels)
         return self._loaded
 
     def prompt_ids(self, text: str) -> list[int]:
-        model, tok, head, tail, labels = self._load()
+        model, tok, head, head_len, tail, labels = self._load()
         room = model.cfg.max_seq_len - len(tail) - max(map(len, labels))
-        if room < len(head) + 1:
+        if room <= head_len:
             raise ValueError(f"prompt template does not fit max_seq_len {model.cfg.max_seq_len}")
-        return tok.encode(self.template.split("{text}")[0] + text).ids[:room] + tail
+        return tok.encode(head + text).ids[:room] + tail
 
     def judge(self, text: str) -> Verdict:
         from kiln.data.filters.run_model import continuation_nll
 
-        model, _, _, _, labels = self._load()
+        model, *_, labels = self._load()
         prompt = self.prompt_ids(text)
         (junk_nll, _), (hq_nll, _) = continuation_nll(model, [prompt, prompt], labels, self.device)
         d = hq_nll - junk_nll  # log p(junk) - log p(high-quality); stable sigmoid below
