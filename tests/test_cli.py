@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -99,7 +100,7 @@ def test_quickstart_smoke_run(tmp_path):
         assert not (run_dir / name).exists(), name
     assert (archived / "checkpoints/step_00000008").is_dir()
     assert (run_dir / "checkpoints/step_00000002").is_dir()
-    # Ctrl-C: one line saying how to go on, and the last checkpoint kept
+    # Ctrl-C: the step in flight ends and is checkpointed, and one line says how to go on
     proc = subprocess.Popen(
         [sys.executable, "-m", "kiln.cli", "train", str(run_dir), "--set", "train.steps=100000",
          "--set", "train.checkpoint_every=1000000"], cwd=tmp_path, stderr=subprocess.PIPE,
@@ -114,8 +115,9 @@ def test_quickstart_smoke_run(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
-    assert "interrupted" in err and "Traceback" not in err
-    assert (run_dir / "checkpoints/step_00000002").is_dir()
+    stopped = re.search(r"stopped on SIGINT after step (\d+)", err)
+    assert stopped and "Traceback" not in err, err[-2000:]
+    assert (run_dir / f"checkpoints/step_{int(stopped[1]):08d}").is_dir()  # the step it stopped at
 
 
 def test_user_mistakes_are_one_line_errors(tmp_path):

@@ -22,7 +22,7 @@ from kiln.config import (
     recorded_config,
     run_dir_override,
 )
-from kiln.errors import KilnError
+from kiln.errors import KilnError, TrainingInterrupted
 
 
 def _tokenizer_path(cfg: Config) -> Path:
@@ -538,7 +538,14 @@ def _main(argv: list[str] | None) -> int:
     except KilnError as e:  # a damaged checkpoint or run file, data that does not fit
         print(f"kiln: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if isinstance(e, TrainingInterrupted):  # stopped at a step boundary and saved it
+            if is_main_process():
+                again = "`kiln run` again" if args.verb == "run" else \
+                    f"`kiln train {cfg.run_dir}`"
+                print(f"kiln: {args.verb}: training {e}; {again} goes on from there",
+                      file=sys.stderr)
+            return e.exit_code
         print(f"\nkiln: {args.verb} interrupted; {_AFTER_INTERRUPT.get(args.verb, _KEPT)}",
               file=sys.stderr)
         return 130

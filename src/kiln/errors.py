@@ -20,3 +20,14 @@ class RunDataError(KilnError, ValueError):
 class TrainingDiverged(KilnError, RuntimeError):
     """The loss, gradient norm or logits stopped being finite (NaN or inf): the weights are
     poisoned, so training stops before it checkpoints them."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped on Ctrl-C or SIGTERM after saving a checkpoint of `step`
+    (`kiln.train.stop_signals`): a KeyboardInterrupt, so a `kiln run` stops its chain."""
+
+    def __init__(self, step: int, signal_name: str, checkpoints: str) -> None:
+        super().__init__(f"stopped on {signal_name} after step {step}; a checkpoint of that "
+                         f"step is in {checkpoints}")
+        self.step = step
+        self.exit_code = 143 if signal_name == "SIGTERM" else 130

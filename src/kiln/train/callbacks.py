@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from kiln.data.shards import load_unigram_bits
-from kiln.errors import RunDataError
+from kiln.errors import RunDataError, TrainingInterrupted
 from kiln.eval.perplexity import evaluate
 from kiln.train.checkpoint import save_checkpoint, weights_are_finite
+from kiln.train.stop_signals import StopRequests
 
 if TYPE_CHECKING:
     from kiln.train.trainer import Trainer
@@ -81,13 +82,19 @@ class Validation(Callback):
 
 
 class Checkpointing(Callback):
-    """Exact-resume checkpoints every `checkpoint_every` steps and at the end; never of
-    non-finite weights (an update can overflow them while the loss and gradient norm that
-    led to it were still finite; the trainer checks the folder is writable before step 1)."""
+    """Exact-resume checkpoints every `checkpoint_every` steps, at the end, and at the step
+    where Ctrl-C or SIGTERM stopped training (`stop_signals`); never of non-finite weights
+    (an update can overflow them while the loss and gradient norm that led to it were still
+    finite; the trainer checks the folder is writable before step 1)."""
+
+    def on_train_start(self, trainer: Trainer) -> None:
+        self.stops = StopRequests().install()
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         every = trainer.cfg.train.checkpoint_every
-        if (every and trainer.step % every == 0) or trainer.step == trainer.cfg.train.steps:
+        stop = self.stops.agreed(trainer.env, trainer.device)
+        if stop or (every and trainer.step % every == 0) or \
+                trainer.step == trainer.cfg.train.steps:
             if not weights_are_finite(trainer.model, trainer.env):
                 raise trainer.diverged("the weights became non-finite (NaN or inf) in its "
                                        "update")
@@ -95,6 +102,14 @@ class Checkpointing(Callback):
                 trainer.run_dir / "checkpoints", trainer.step, trainer.model, trainer.optimizer,
                 trainer.state_dict(), trainer.env, keep=trainer.cfg.train.keep_checkpoints,
             )
+        if stop and trainer.step < trainer.cfg.train.steps:
+            raise TrainingInterrupted(trainer.step, stop, str(trainer.run_dir / "checkpoints"))
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        self.stops.restore()
+
+    def on_train_stopped(self, trainer: Trainer) -> None:
+        self.stops.restore()
 
 
 class ProgressLog(Callback):

@@ -1,0 +1,87 @@
+"""Ctrl-C and SIGTERM end training at a step boundary with a checkpoint, not mid-step.
+
+The first SIGINT or SIGTERM only sets a flag: the step in flight finishes, the checkpoint
+callback saves that step and training stops with `TrainingInterrupted`, so nothing trained
+since the last periodic checkpoint is lost (a scheduler's SIGTERM before preemption is the
+same case). A second Ctrl-C stops at once, as Python's default would. Under torchrun in a
+terminal each rank gets Ctrl-C twice (from the terminal and forwarded by torchrun), so a
+second SIGINT within `REPEAT_WINDOW_S` of the first counts as the same press.
+
+Ranks may see the signal at different steps (or only one rank may get it): `agreed` sums
+the flags across ranks every step, so all of them stop after the same step and the
+checkpoint's collectives line up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from kiln.parallel.distributed import DistEnv, all_reduce_sum, is_main_process
+
+REPEAT_WINDOW_S = 1.0
+_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class StopRequests:
+    """Handlers for SIGINT and SIGTERM that ask training to stop after the current step."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.signal: int | None = None
+        self._first_at = 0.0
+        self._clock = clock
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> StopRequests:
+        """Take over SIGINT and SIGTERM, unless ignored (only the main thread may)."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in _EXIT_CODES:
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup`, a background job
+                    self._previous[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def handle(self, signum: int, frame: object = None) -> None:
+        now = self._clock()
+        if self.signal is None:
+            self.signal, self._first_at = signum, now
+            _say(f"\n{signal.Signals(signum).name}: training stops after this step and saves a "
+                 "checkpoint (Ctrl-C again to stop at once)\n")
+        elif signum == signal.SIGINT and now - self._first_at > REPEAT_WINDOW_S:
+            self.restore()
+            raise KeyboardInterrupt
+        # a repeated SIGTERM (torchrun's shutdown) or the forwarded copy of Ctrl-C: stopping
+
+    def agreed(self, env: DistEnv, device: torch.device) -> str | None:
+        """The signal's name when any rank was asked to stop, the same on every rank."""
+        if not env.distributed:
+            return None if self.signal is None else signal.Signals(self.signal).name
+        code = float(_EXIT_CODES.get(self.signal, 0)) if self.signal is not None else 0.0
+        # SIGTERM's code is the larger: a rank told to terminate outranks a Ctrl-C elsewhere
+        flags = torch.tensor([code > 0, code == 143], dtype=torch.float32, device=device)
+        total = all_reduce_sum(flags, env).tolist()
+        if not total[0]:
+            return None
+        return "SIGTERM" if total[1] else "SIGINT"
+
+
+def _say(text: str) -> None:
+    """Write from inside a signal handler: os.write does not re-enter a buffered stream the
+    interrupted code may be in the middle of writing to (the progress bar's)."""
+    if not is_main_process():
+        return
+    try:
+        os.write(sys.stderr.fileno(), text.encode())
+    except (OSError, ValueError, AttributeError):  # stderr replaced by one without a descriptor
+        pass

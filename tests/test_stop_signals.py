@@ -1,0 +1,144 @@
+"""Ctrl-C / SIGTERM stop training after the step in flight, with a checkpoint of that step."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from launch import free_port
+from test_train import logged_losses, train_losses
+
+from kiln.errors import TrainingInterrupted
+from kiln.train.callbacks import Callback, default_callbacks
+from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint
+from kiln.train.stop_signals import REPEAT_WINDOW_S, StopRequests
+
+
+@pytest.fixture(autouse=True)
+def signals_as_in_a_terminal():
+    """A suite started in the background inherits an ignored SIGINT, which Kiln leaves
+    ignored; these tests need the disposition a terminal gives."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGINT, before[0])
+    signal.signal(signal.SIGTERM, before[1])
+
+
+def _terminal_signals() -> None:  # for a child process: what a terminal's shell gives it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class SignalAt(Callback):
+    """Sends this process `sig` while step `step` runs (before the checkpoint callback)."""
+
+    def __init__(self, step: int, sig: int = signal.SIGINT) -> None:
+        self.step, self.sig = step, sig
+
+    def on_step_end(self, trainer, record) -> None:
+        if trainer.step == self.step:
+            os.kill(os.getpid(), self.sig)
+
+
+def test_a_second_ctrl_c_stops_at_once_but_a_forwarded_copy_does_not():
+    now = [100.0]
+    stops = StopRequests(clock=lambda: now[0])
+    stops.handle(signal.SIGINT)
+    assert stops.signal == signal.SIGINT
+    now[0] += REPEAT_WINDOW_S / 2  # torchrun forwarding the terminal's Ctrl-C to its ranks
+    stops.handle(signal.SIGINT)
+    stops.handle(signal.SIGTERM)  # torchrun's shutdown
+    now[0] += REPEAT_WINDOW_S * 2
+    with pytest.raises(KeyboardInterrupt):
+        stops.handle(signal.SIGINT)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_saves_the_step_it_stopped_at_and_resume_is_bitwise(tiny_run, tmp_path, sig,
+                                                                     code):
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run, other)
+    _, straight = train_losses(tiny_run, "train.checkpoint_every=1000")
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train_losses(other, "train.checkpoint_every=1000",
+                     callbacks=[SignalAt(4, sig), *default_callbacks()])
+    assert stopped.value.step == 4 and stopped.value.exit_code == code
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert checkpoint_step(latest_checkpoint(other / "checkpoints")) == 4  # none was due
+
+    _, resumed = train_losses(other, "train.checkpoint_every=1000")
+    assert resumed == straight[4:]  # bitwise: nothing trained before the signal was lost
+    assert logged_losses(other) == logged_losses(tiny_run)
+
+
+def test_an_ignored_sigint_stays_ignored():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stops = StopRequests().install()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) == stops.handle
+    stops.restore()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_ctrl_c_on_the_last_step_ends_the_run_normally(tiny_run):
+    trainer, losses = train_losses(tiny_run, callbacks=[SignalAt(12), *default_callbacks()])
+    assert len(losses) == 12 and checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 12
+
+
+def _wait_for_records(run_dir, proc, count: int) -> None:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (run_dir / "metrics.jsonl").exists() and len(logged_losses(run_dir)) >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the run ended or hung before it could be signalled")
+
+
+def test_kiln_train_on_ctrl_c_says_where_it_stopped(tiny_run):
+    cmd = [sys.executable, "-m", "kiln.cli", "train", str(tiny_run), "--set",
+           "train.steps=2000", "--set", "train.checkpoint_every=1000", "--set",
+           "train.eval_every=0"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_terminal_signals)
+    _wait_for_records(tiny_run, proc, 3)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err[-2000:]
+    saved = checkpoint_step(latest_checkpoint(tiny_run / "checkpoints"))
+    assert 3 <= saved < 1000 and max(logged_losses(tiny_run)) == saved
+    assert f"stopped on SIGINT after step {saved}" in err
+    assert "training stops after this step" in err
+    assert f"`kiln train {tiny_run}` goes on from there" in err
+
+
+def test_torchrun_ranks_stop_together_on_ctrl_c(tiny_run):
+    """torchrun forwards the signal to both ranks; they agree on one step and save it."""
+    torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+    cmd = [torchrun, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "kiln.cli",
+           "train", str(tiny_run), "--set", "train.steps=2000", "--set",
+           "train.checkpoint_every=1000", "--set", "train.eval_every=0"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_terminal_signals)
+    try:
+        _wait_for_records(tiny_run, proc, 3)
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    saved = checkpoint_step(latest_checkpoint(tiny_run / "checkpoints"))
+    assert 3 <= saved < 1000, err[-3000:]
+    assert f"stopped on SIGINT after step {saved}" in err, err[-3000:]
+    # the checkpoint is whole: both ranks reached the same step's save
+    _, resumed = train_losses(tiny_run, "train.steps=" + str(saved + 2))
+    assert len(resumed) == 2
