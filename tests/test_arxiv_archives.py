@@ -123,3 +123,52 @@ def test_formats_gzip_single_file_plain_and_tar():
 def test_latin1_fallback():
     contents = read_source_archive("\\documentclass{article} caf\u00e9".encode("latin-1"), "a.tex")
     assert contents.files["a.tex"].endswith("caf\u00e9") and contents.non_utf8 == 1
+
+
+def break_header(raw: bytes, offset: int) -> bytes:
+    """The tar with the header at `offset` made unreadable (its checksum no longer matches)."""
+    bad = bytearray(raw)
+    bad[offset + 148 : offset + 156] = b"garbage!"
+    return bytes(bad)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_bad_header_after_first_member_refuses_archive(compress):
+    raw = make_tar([(member("main.tex"), DOC), (member("sec.tex"), b"\\section{Late}")])
+    second = 512 + 512  # header + one data block of main.tex
+    raw = break_header(raw, second)
+    with pytest.raises(ArchiveRefused, match="unreadable tar header") as err:
+        read_source_archive(gzip.compress(raw) if compress else raw)
+    assert err.value.reason == "corrupt"
+
+
+@pytest.mark.parametrize("end", ["record_padding", "two_zero_blocks", "no_end_blocks"])
+def test_normal_tar_endings_not_flagged(end):
+    raw = make_tar([(member("main.tex"), DOC), (member("sec.tex"), b"\\section{Late}")])
+    members_end = 4 * 512
+    assert len(raw) == 10240 and not raw[members_end:].strip(b"\0")
+    raw = {"record_padding": raw, "two_zero_blocks": raw[: members_end + 1024],
+           "no_end_blocks": raw[:members_end]}[end]
+    assert set(read_source_archive(raw).files) == {"main.tex", "sec.tex"}
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_empty_tar_is_empty_not_corrupt(compress):
+    contents = read_source_archive(make_tar([], compress=compress))
+    assert contents.kind == ("tar.gz" if compress else "tar")
+    assert contents.files == {} and contents.members == 0
+
+
+def test_one_invalid_byte_keeps_the_rest_utf8():
+    text = "\\documentclass{article} caf\u00e9, na\u00efve, M\u00fcller, \u2013 "
+    raw = text.encode("utf-8") + b"it\x92s"  # one stray cp1252 apostrophe
+    contents = read_source_archive(raw, "a.tex")
+    assert contents.files["a.tex"] == text + "it\u2019s"
+    assert contents.repaired_utf8 == 1 and contents.non_utf8 == 0
+
+
+def test_legacy_file_read_as_cp1252():
+    raw = b"\\documentclass{article} \x93caf\xe9\x94 \x81"  # cp1252 quotes; 0x81 undefined there
+    contents = read_source_archive(raw, "a.tex")
+    assert contents.files["a.tex"].endswith("\u201ccaf\u00e9\u201d \x81")
+    assert contents.non_utf8 == 1 and contents.repaired_utf8 == 0

@@ -13,7 +13,9 @@ from datatrove.executor import LocalPipelineExecutor
 from datatrove.pipeline.readers import JsonlReader
 from datatrove.pipeline.writers import JsonlWriter
 
+from kiln.config import ConfigError
 from kiln.data.arxiv import (
+    ArchiveLimits,
     ArxivMetadataFilter,
     ArxivSourceReader,
     LatexToText,
@@ -47,6 +49,11 @@ def record(**over) -> dict:
         ({"versions": [{"created": "Mon, 2 Jan 1995 10:00:00 GMT"}]}, None),
         ({"comments": "This paper has been Withdrawn by the author"}, "withdrawn"),
         ({"id": None}, "bad_record"),
+        ({"categories": 5}, "bad_categories"),
+        ({"categories": ["hep-th", 5]}, "bad_categories"),
+        ({"categories": ["hep-th"]}, None),
+        ({"versions": {"v1": {"created": "2021"}}}, "bad_versions"),
+        ({"abstract": ["not", "text"]}, "bad_abstract"),
     ],
 )
 def test_metadata_filter_table(over, reason):
@@ -67,9 +74,88 @@ def test_ids_map_to_archive_files(tmp_path):
         archive_stem("../../etc/passwd")
 
 
+def counts_of(step) -> dict[str, int]:
+    return {key: int(value.total) for key, value in step.stats.stats.items()}
+
+
+def test_malformed_metadata_records_counted_not_fatal(tmp_path):
+    snapshot = tmp_path / "meta.jsonl"
+    rows = [record(categories=5), record(versions={"v1": {}}), record(id="2101.00002")]
+    lines = [json.dumps(r) for r in rows] + ['{"id": "2101.00003", "n": ' + "9" * 5000 + "}"]
+    snapshot.write_text("\n".join(lines) + "\n")
+    step = ArxivMetadataFilter(str(snapshot))
+    assert [d.id for d in step.run()] == ["2101.00002"]
+    counts = counts_of(step)
+    assert counts["metadata/dropped/bad_categories"] == 1
+    assert counts["metadata/dropped/bad_versions"] == 1
+    assert counts["metadata/dropped/bad_json"] == 1
+
+
+def test_truncated_metadata_snapshot_fails_naming_the_file(tmp_path):
+    snapshot = tmp_path / "meta.jsonl.gz"
+    rows = [json.dumps(record(id=f"2101.{i:05d}", abstract=f"{WORDS20} {i}")) for i in range(2000)]
+    data = gzip.compress("\n".join(rows).encode())
+    snapshot.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ConfigError, match=rf"prepare.arxiv.snapshot: {snapshot}.*cut off"):
+        list(ArxivMetadataFilter(str(snapshot)).run())
+
+
+def test_folder_mode_restores_old_style_ids(tmp_path):
+    (tmp_path / "9901").mkdir()
+    (tmp_path / "9901" / "hep-th9901001.gz").write_bytes(gzip.compress((PAPER % 1).encode()))
+    (tmp_path / "math-ph0101001.tar.gz").write_bytes(tar_gz({"m.tex": PAPER % 2}))
+    (tmp_path / "2101.00001.gz").write_bytes(gzip.compress((PAPER % 3).encode()))
+    docs = list(ArxivSourceReader(str(tmp_path)).run())
+    assert sorted(d.id for d in docs) == ["2101.00001", "hep-th/9901001", "math-ph/0101001"]
+    assert all(d.metadata["arxiv_id"] == d.id for d in docs)
+    assert archive_stem("math-ph/0101001")[1] == "math-ph0101001"  # the inverse mapping
+
+
+def test_oversized_file_refused_before_it_is_read(tmp_path, monkeypatch):
+    big = tmp_path / "2101.00001.gz"
+    big.write_bytes(gzip.compress((PAPER % 1).encode()) + b"\0" * 10_000)
+    read = []
+    real_open = Path.open
+
+    class SpyFile:
+        def __init__(self, f):
+            self.f = f
+
+        def read(self, *args):
+            read.append(len(out := self.f.read(*args)))
+            return out
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(Path, "open", lambda self, *a, **k: SpyFile(real_open(self, *a, **k)))
+    step = ArxivSourceReader(str(tmp_path), ArchiveLimits(max_total_bytes=1000))
+    assert list(step.run()) == []
+    assert counts_of(step)["invalid/too_large"] == 1
+    assert sum(read) <= 1001  # never the whole 10 kB file
+
+
+def test_empty_and_memberless_archives_counted_as_empty(tmp_path):
+    (tmp_path / "2101.00001.tar").write_bytes(tarfile_bytes({}))
+    (tmp_path / "2101.00002.tar.gz").write_bytes(tar_gz({}))
+    (tmp_path / "2101.00003.tar.gz").write_bytes(tar_gz({"README": "x"}))
+    step = ArxivSourceReader(str(tmp_path))
+    assert list(step.run()) == []
+    counts = counts_of(step)
+    assert counts["empty_tex/empty_archive"] == 2 and counts["empty_tex/no_tex_file"] == 1
+    assert not any(k.startswith("invalid/") for k in counts)
+
+
 def tar_gz(files: dict[str, str]) -> bytes:
+    return tarfile_bytes(files, "w:gz")
+
+
+def tarfile_bytes(files: dict[str, str], mode: str = "w") -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buf, mode=mode) as tar:
         for name, text in files.items():
             data = text.encode()
             info = tarfile.TarInfo(name)

@@ -189,6 +189,11 @@ NEEDS_BEFORE = {
     "perplexity_select": ("perplexity",),
     "period": ("dating", "arxiv_metadata"),
 }
+# stage -> the stage that must come after it: arxiv_sources yields raw LaTeX archives (in
+# metadata), not document text, until `latex` converts them
+NEEDS_AFTER = {
+    "arxiv_sources": "latex",
+}
 
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
@@ -219,6 +224,9 @@ def _check_stage_list(cfg: PrepareConfig) -> None:
         if name in stages and not any(b in stages[: stages.index(name)] for b in before):
             raise ConfigError(f"prepare.stages: '{name}' needs {' or '.join(map(repr, before))} "
                          "before it")
+    for name, after in NEEDS_AFTER.items():
+        if name in stages and after not in stages[stages.index(name) + 1:]:
+            raise ConfigError(f"prepare.stages: '{name}' needs '{after}' after it")
 
 
 def _check_stage_options(cfg: PrepareConfig) -> None:

@@ -6,15 +6,21 @@ so a single gzipped .tex is accepted (the digest's reference rejects it by tryin
 
 Refused with a reason, the rest still read:
 - members: absolute path, ``..`` traversal, symlink, hard link, device/fifo, over `max_member_bytes`;
-- whole archive: corrupt bytes, decompressed size over `max_total_bytes`, or a decompression ratio
-  over `max_ratio` (zip bomb). Decompression stops after limit+1 output bytes, whatever the
-  headers claim.
+- whole archive: corrupt bytes (a tar with anything but zero padding after the last header it
+  could read: later members would be lost), decompressed size over `max_total_bytes`, or a
+  decompression ratio over `max_ratio` (zip bomb). Decompression stops after limit+1 output
+  bytes, whatever the headers claim.
+
+Text is UTF-8; a mostly-UTF-8 file keeps its UTF-8 and reads each invalid byte as cp1252, and only
+a file that is not UTF-8 at all is read as cp1252 (old submissions), so one stray byte does not
+garble every accent of the file.
 """
 
 from __future__ import annotations
 
 import io
 import posixpath
+import re
 import tarfile
 import zlib
 from collections import Counter
@@ -23,6 +29,17 @@ from dataclasses import dataclass, field
 TEX_SUFFIXES = (".tex", ".ltx", ".latex")
 MACRO_SUFFIXES = (".sty", ".cls", ".def")
 CHUNK = 1 << 16
+ESCAPED_BYTE = re.compile("[\udc80-\udcff]")  # an invalid byte, after "surrogateescape"
+NON_ASCII = re.compile("[^\x00-\x7f]")
+
+
+def _cp1252_table(base: int) -> dict[int, str]:
+    """Code point base+b -> byte b read as cp1252 (Latin-1 for the 5 bytes cp1252 leaves undefined)."""
+    return {base + b: bytes([b]).decode("cp1252", "ignore") or chr(b) for b in range(0x80, 0x100)}
+
+
+LATIN1_TO_CP1252 = _cp1252_table(0)
+ESCAPED_TO_CP1252 = _cp1252_table(0xDC00)
 
 
 @dataclass(frozen=True)
@@ -51,7 +68,9 @@ class ArchiveContents:
     files: dict[str, str] = field(default_factory=dict)
     refused: Counter = field(default_factory=Counter)
     kind: str = ""
-    non_utf8: int = 0
+    members: int = 0  # tar members seen, 0 for an empty tar
+    non_utf8: int = 0  # files read as cp1252
+    repaired_utf8: int = 0  # UTF-8 files with a few invalid bytes, each read as cp1252
 
 
 def gunzip_limited(raw: bytes, limits: ArchiveLimits) -> bytes:
@@ -102,16 +121,27 @@ def member_problem(member: tarfile.TarInfo, limits: ArchiveLimits) -> str | None
     return None
 
 
-def decode_tex(raw: bytes) -> tuple[str, bool]:
-    """UTF-8, else Latin-1 (common in old submissions); True when the fallback was used."""
-    try:
-        return raw.decode("utf-8"), False
-    except UnicodeDecodeError:
-        return raw.decode("latin-1"), True
+def decode_tex(raw: bytes) -> tuple[str, str]:
+    """Text and how it was read: "utf8"; "utf8_repaired" when it has more valid non-ASCII UTF-8
+    characters than invalid bytes (each invalid byte alone is read as cp1252); else "cp1252", a
+    legacy 8-bit file (common in old submissions)."""
+    text = raw.decode("utf-8", "surrogateescape")
+    bad = sum(1 for _ in ESCAPED_BYTE.finditer(text))
+    if not bad:
+        return text, "utf8"
+    if sum(1 for _ in NON_ASCII.finditer(text)) - bad > bad:
+        return text.translate(ESCAPED_TO_CP1252), "utf8_repaired"
+    return raw.decode("latin-1").translate(LATIN1_TO_CP1252), "cp1252"
+
+
+def _add_text(out: ArchiveContents, name: str, raw: bytes) -> None:
+    out.files[name], how = decode_tex(raw)
+    out.non_utf8 += how == "cp1252"
+    out.repaired_utf8 += how == "utf8_repaired"
 
 
 def _is_tar(payload: bytes) -> bool:
-    if payload[257:262] == b"ustar":
+    if payload[257:262] == b"ustar" or _is_empty_tar(payload):
         return True
     if len(payload) < 512:
         return False
@@ -122,6 +152,19 @@ def _is_tar(payload: bytes) -> bool:
         return False
 
 
+def _is_empty_tar(payload: bytes) -> bool:
+    """Only end-of-archive blocks: a valid tar with no member (not corrupt binary data)."""
+    return len(payload) >= 2 * tarfile.BLOCKSIZE and len(payload) % tarfile.BLOCKSIZE == 0 and (
+        payload.count(0) == len(payload))
+
+
+def _check_tar_end(payload: bytes, offset: int) -> None:
+    """tarfile stops at an unreadable header as if the archive ended there: only zero padding may
+    follow the last member, else the paper would silently lose its later files."""
+    if payload.count(0, offset) != len(payload) - offset:
+        raise ArchiveRefused("corrupt", f"unreadable tar header at byte {offset}")
+
+
 def _read_tar(payload: bytes, limits: ArchiveLimits, out: ArchiveContents) -> None:
     total = 0
     try:
@@ -129,6 +172,7 @@ def _read_tar(payload: bytes, limits: ArchiveLimits, out: ArchiveContents) -> No
             for n, member in enumerate(tar):
                 if n >= limits.max_members:
                     raise ArchiveRefused("too_many_members", str(n))
+                out.members += 1
                 if member.isdir():
                     continue
                 if problem := member_problem(member, limits):
@@ -144,14 +188,14 @@ def _read_tar(payload: bytes, limits: ArchiveLimits, out: ArchiveContents) -> No
                 raw = f.read(limits.max_member_bytes + 1) if f else b""
                 if len(raw) != member.size:
                     raise ArchiveRefused("corrupt", f"member {name!r} truncated")
-                out.files[name], fallback = decode_tex(raw)
-                out.non_utf8 += fallback
+                _add_text(out, name, raw)
+            _check_tar_end(payload, tar.offset)
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise ArchiveRefused("corrupt", str(exc)) from exc
 
 
-def _looks_like_latex(text: str) -> bool:
-    return "\\documentclass" in text or "\\documentstyle" in text or "\\begin{document}" in text
+def _looks_like_latex(raw: bytes) -> bool:
+    return b"\\documentclass" in raw or b"\\documentstyle" in raw or b"\\begin{document}" in raw
 
 
 def read_source_archive(
@@ -180,11 +224,9 @@ def read_source_archive(
         raise ArchiveRefused("corrupt", "binary data")
     if len(payload) > limits.max_member_bytes:
         raise ArchiveRefused("member_too_large", f"{len(payload)} bytes")
-    text, fallback = decode_tex(payload)
-    if _looks_like_latex(text):
+    if _looks_like_latex(payload):
         stem = name.rsplit("/", 1)[-1]
         for ext in (".gz", ".tgz", ".tar"):
             stem = stem.removesuffix(ext)
-        out.files[stem if stem.endswith(TEX_SUFFIXES) else stem + ".tex"] = text
-        out.non_utf8 += fallback
+        _add_text(out, stem if stem.endswith(TEX_SUFFIXES) else stem + ".tex", payload)
     return out

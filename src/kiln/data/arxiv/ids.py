@@ -3,7 +3,8 @@
 Mapping (the layout of arXiv's bulk source dumps, flattened or not):
 
 - new-style ``2101.00001`` (optionally ``v2``): stem ``2101.00001``
-- old-style ``hep-th/9901001``: stem ``hep-th9901001`` (the slash is dropped, as arXiv does)
+- old-style ``hep-th/9901001``: stem ``hep-th9901001`` (the slash is dropped, as arXiv does;
+  `id_from_stem` puts it back)
 
 The archive is looked up as ``<folder>/<yymm>/<stem><ext>`` and then ``<folder>/<stem><ext>``,
 for ext in ``""``, ``.tar``, ``.tar.gz``, ``.tgz``, ``.gz``, ``.tex`` (first hit wins); ``yymm`` is the
@@ -15,8 +16,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from kiln.data.dating import ARXIV_OLD_ARCHIVES
+
 NEW_STYLE = re.compile(r"^(\d{4})\.(\d{4,5})(v\d+)?$")
 OLD_STYLE = re.compile(r"^([a-z][a-z\-]*(?:\.[A-Z]{2})?)/(\d{7})(v\d+)?$")
+OLD_STYLE_STEM = re.compile(rf"^({'|'.join(map(re.escape, ARXIV_OLD_ARCHIVES))})(\d{{7}}(?:v\d+)?)$")
 ARCHIVE_EXTENSIONS = ("", ".tar", ".tar.gz", ".tgz", ".gz", ".tex")
 
 
@@ -28,6 +32,17 @@ def archive_stem(arxiv_id: str) -> tuple[str, str]:
     if m := OLD_STYLE.match(arxiv_id):
         return m.group(2)[:4], f"{m.group(1).split('.')[0]}{m.group(2)}"
     raise ValueError(f"not an arXiv id: {arxiv_id!r}")
+
+
+def id_from_stem(stem: str) -> str:
+    """The arXiv id a file stem names: ``hep-th9901001`` -> ``hep-th/9901001`` (one of arXiv's
+    old archive names only); other stems as is.
+
+    The stem loses an old-style id's subject class (``math.CO/0501001`` is stored as
+    ``math0501001``); the canonical id has none either (``math/0501001``).
+    """
+    m = OLD_STYLE_STEM.match(stem)
+    return f"{m.group(1)}/{m.group(2)}" if m else stem
 
 
 def find_source_archive(folder: Path | str, arxiv_id: str) -> Path | None:

@@ -3,7 +3,10 @@
 Rules (arXiv-to-Model digest, step 1): a category in `categories` (an entry ``math`` matches the
 archive ``math`` and its sub-categories ``math.CO``..., never ``math-ph``); first-version year >=
 `min_year`; abstract >= `min_abstract_words` whitespace words; ``withdrawn`` not in `comments`.
-Drops are counted by reason; malformed lines are counted, never fatal.
+Drops are counted by reason; malformed lines and records (a field of the wrong type:
+``bad_<field>``) are counted, never fatal. A snapshot cut off or damaged mid-file fails the run
+naming the file: it is sorted by id, so keeping what came before would silently drop the newest
+papers.
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from collections.abc import Iterable
+import zlib
+from collections.abc import Iterable, Iterator
 
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from kiln.data.arxiv.ids import id_year
+from kiln.errors import ConfigError
 
 DEFAULT_CATEGORIES = ("math", "cs", "hep-th", "hep-ph", "quant-ph", "stat.ML", "stat.TH")
 YEAR = re.compile(r"\b(19\d\d|20\d\d)\b")
+TEXT_FIELDS = ("title", "abstract", "comments")  # a string, null or absent
 
 
 def category_matches(categories: str | list[str], wanted: Iterable[str]) -> bool:
@@ -40,6 +46,17 @@ def first_version_year(record: dict) -> int | None:
     return id_year(str(record.get("id", "")))
 
 
+def malformed_field(record: dict) -> str | None:
+    """The first field whose type the rules cannot read (a bad record, not a filtered paper)."""
+    cats = record.get("categories")
+    if cats is not None and not isinstance(cats, str) and not (
+            isinstance(cats, list) and all(isinstance(c, str) for c in cats)):
+        return "categories"
+    if not isinstance(record.get("versions") or [], list):
+        return "versions"
+    return next((k for k in TEXT_FIELDS if not isinstance(record.get(k) or "", str)), None)
+
+
 def metadata_drop_reason(
     record: dict,
     categories: Iterable[str] = DEFAULT_CATEGORIES,
@@ -49,6 +66,8 @@ def metadata_drop_reason(
     """None if the record is kept, else the first failing rule's name."""
     if not isinstance(record, dict) or not isinstance(record.get("id"), str):
         return "bad_record"
+    if bad := malformed_field(record):
+        return f"bad_{bad}"
     if not category_matches(record.get("categories") or "", categories):
         return "category"
     if "withdrawn" in str(record.get("comments") or "").lower():
@@ -89,29 +108,41 @@ class ArxivMetadataFilter(PipelineStep):
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
         if data:
             yield from data
-        opener = gzip.open if self.snapshot.endswith(".gz") else open
         kept = 0
-        with opener(self.snapshot, "rb") as f:
-            for i, line in enumerate(f):
-                if i % world_size != rank or not line.strip():
-                    continue
-                self.stat_update("metadata/read")
-                try:
-                    record = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    self.stat_update("metadata/dropped/bad_json")
-                    continue
-                reason = metadata_drop_reason(
-                    record, self.categories, self.min_year, self.min_abstract_words
-                )
-                if reason:
-                    self.stat_update(f"metadata/dropped/{reason}")
-                    continue
-                self.stat_update("metadata/kept")
-                yield self._document(record)
-                kept += 1
-                if self.limit and kept >= self.limit:
-                    return
+        for i, line in enumerate(self._lines()):
+            if i % world_size != rank or not line.strip():
+                continue
+            self.stat_update("metadata/read")
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):  # also non-UTF-8, a 5,000-digit number
+                self.stat_update("metadata/dropped/bad_json")
+                continue
+            reason = metadata_drop_reason(
+                record, self.categories, self.min_year, self.min_abstract_words
+            )
+            if reason:
+                self.stat_update(f"metadata/dropped/{reason}")
+                continue
+            self.stat_update("metadata/kept")
+            yield self._document(record)
+            kept += 1
+            if self.limit and kept >= self.limit:
+                return
+
+    def _lines(self) -> Iterator[bytes]:
+        """The snapshot's lines; a cut-off or damaged file is a ConfigError naming it."""
+        opener = gzip.open if self.snapshot.endswith(".gz") else open
+        n = 0
+        try:
+            with opener(self.snapshot, "rb") as f:
+                for line in f:
+                    n += 1
+                    yield line
+        except (EOFError, OSError, zlib.error) as exc:
+            raise ConfigError(
+                f"prepare.arxiv.snapshot: {self.snapshot} is cut off or damaged after line {n} "
+                f"({type(exc).__name__}: {exc}); download it again") from exc
 
     def _document(self, record: dict) -> Document:
         cats = record.get("categories") or ""

@@ -3,7 +3,8 @@
 Each yielded Document carries ``metadata["latex_files"]`` (path -> text, in memory) for
 `LatexToText`. Refused archives and members are counted by reason; one broken archive never stops
 the rest. Stat keys: ``archives/ok``, ``invalid/<reason>``, ``empty_tex/<reason>``,
-``refused_member/<reason>``, ``missing_source``.
+``refused_member/<reason>``, ``missing_source``, and per file ``cp1252_fallback`` (a legacy 8-bit
+file) and ``utf8_repaired`` (UTF-8 with a few invalid bytes).
 """
 
 from __future__ import annotations
@@ -16,18 +17,20 @@ from datatrove.pipeline.base import PipelineStep
 
 from kiln.data.arxiv.archives import (
     TEX_SUFFIXES,
+    ArchiveContents,
     ArchiveLimits,
     ArchiveRefused,
     read_source_archive,
 )
-from kiln.data.arxiv.ids import find_source_archive
+from kiln.data.arxiv.ids import find_source_archive, id_from_stem
 
 
 class ArxivSourceReader(PipelineStep):
     """Look up and safely read each paper's source archive from a local folder.
 
     With input Documents (ids), each is looked up via `find_source_archive`. Without input, every
-    file under `source_dir` is read (sorted; file i goes to rank i % world_size), id = file stem.
+    file under `source_dir` is read (sorted; file i goes to rank i % world_size), id = file stem,
+    with the slash of an old-style id put back (``hep-th9901001.gz`` -> ``hep-th/9901001``).
     """
 
     type = "📖 - READER"
@@ -56,14 +59,14 @@ class ArxivSourceReader(PipelineStep):
         files = sorted(p for p in Path(self.source_dir).rglob("*") if p.is_file())
         for path in files[rank::world_size]:
             stem = path.name.split(".tar")[0].removesuffix(".tgz").removesuffix(".gz")
-            stem = stem.removesuffix(".tex")
-            doc = Document(text="", id=stem, metadata={"arxiv_id": stem})
+            arxiv_id = id_from_stem(stem.removesuffix(".tex"))
+            doc = Document(text="", id=arxiv_id, metadata={"arxiv_id": arxiv_id})
             yield from self._read(path, doc)
 
     def _read(self, path: Path, doc: Document) -> Iterator[Document]:
         self.stat_update("archives/read")
         try:
-            raw = path.read_bytes()
+            raw = self._read_bytes(path)
             contents = read_source_archive(raw, path.name, self.limits)
         except ArchiveRefused as exc:
             self.stat_update(f"invalid/{exc.reason}")
@@ -74,10 +77,26 @@ class ArxivSourceReader(PipelineStep):
         for reason, n in contents.refused.items():
             self.stat_update(f"refused_member/{reason}", value=n)
         if contents.non_utf8:
-            self.stat_update("latin1_fallback", value=contents.non_utf8)
+            self.stat_update("cp1252_fallback", value=contents.non_utf8)
+        if contents.repaired_utf8:
+            self.stat_update("utf8_repaired", value=contents.repaired_utf8)
         if not any(name.lower().endswith(TEX_SUFFIXES) for name in contents.files):
-            self.stat_update("empty_tex/no_tex_file" if contents.kind.startswith("tar") else "empty_tex/not_latex")
+            self.stat_update(f"empty_tex/{_no_tex_reason(contents)}")
             return
         self.stat_update("archives/ok")
         doc.metadata.update(source=str(path), archive_kind=contents.kind, latex_files=contents.files)
         yield doc
+
+    def _read_bytes(self, path: Path) -> bytes:
+        """The file, refused by its size on disk before it is read (and never past the limit)."""
+        limit = self.limits.max_total_bytes
+        if (size := path.stat().st_size) > limit:
+            raise ArchiveRefused("too_large", f"{size} bytes on disk")
+        with path.open("rb") as f:
+            return f.read(limit + 1)  # a file that grew since is refused by read_source_archive
+
+
+def _no_tex_reason(contents: ArchiveContents) -> str:
+    if not contents.kind.startswith("tar"):
+        return "not_latex"
+    return "no_tex_file" if contents.members else "empty_archive"
