@@ -65,8 +65,11 @@ def test_kiln_run_refuses_a_paper_sized_model_before_the_data_stages(tmp_path, m
     run = tmp_path / "mini"
     assert main(["run", "recipes/trinity-mini.toml", "--set", f'run.dir="{run}"']) == 2
     err = capsys.readouterr().err
-    assert err.startswith("kiln: config error: the model has at least 24.90B parameters")
+    # the figure a user recognises (the planned vocabulary's), and the floor that decided
+    assert err.startswith("kiln: config error: the model has 25.72B parameters with the "
+                          "planned 200,192-token vocabulary (24.90B with the smallest")
     assert "more than this machine's free memory (23.0 GiB)" in err
+    assert "vocab_size" not in err.split("make the model smaller")[1]  # shrinking it cannot help
     assert not (run / "documents").exists() and not (run / "prepare.json").exists()
 
 

@@ -12,6 +12,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from kiln.config import (
+    MIN_VOCAB,
     Config,
     ConfigError,
     check_run_dir_is_its_own,
@@ -365,9 +366,10 @@ def _refuse_new_model_design(cfg: Config) -> None:
     # on a GPU the trainer checks, once each rank has its own device
     device = resolve_device(cfg.train.device)
     if device.type == "cpu":
-        smallest = dataclasses.replace(cfg.model, vocab_size=cfg.model.vocab_size or 257)
+        smallest = dataclasses.replace(cfg.model, vocab_size=cfg.model.vocab_size or MIN_VOCAB)
         check_training_fits(smallest, cfg.optim.name, device, cfg.train.parallel,
-                            launched_ranks(), vocab_known=bool(cfg.model.vocab_size))
+                            launched_ranks(),
+                            planned_vocab=None if cfg.model.vocab_size else cfg.tokenizer.vocab_size)
 
 
 def _record_config(cfg: Config) -> None:

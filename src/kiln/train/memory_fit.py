@@ -9,6 +9,7 @@ never a false alarm; activations and fragmentation come on top.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -61,12 +62,14 @@ def device_memory_available(device: torch.device) -> int | None:
 
 def check_training_fits(model_cfg, optim_name: str, device: torch.device, parallel: str = "ddp",
                         world_size: int = 1, available: int | None = None,
-                        vocab_known: bool = True) -> None:
+                        planned_vocab: int | None = None) -> None:
     """Raise ConfigError when the training state alone exceeds the memory there is.
 
     Per device: a DDP rank holds all of it, an FSDP rank its 1/world_size share; the ranks
     of one host share its memory on CPU (torchrun's LOCAL_WORLD_SIZE of them).
-    `vocab_known=False`: counted with the fewest tokens the tokenizer can have."""
+    `planned_vocab`: the vocabulary is the tokenizer's, not trained yet (it may learn fewer
+    tokens than asked): `model_cfg` carries the fewest it can have, which decides, and the
+    message also gives the count with the planned size."""
     params = count_model_params(model_cfg)
     per_rank = params * STATE_BYTES.get(optim_name, STATE_BYTES["adamw"])
     if parallel == "fsdp" and world_size > 1:
@@ -78,12 +81,18 @@ def check_training_fits(model_cfg, optim_name: str, device: torch.device, parall
         return
     where = "this machine's free memory" if device.type == "cpu" else f"{device}'s free memory"
     sharing = f" ({ranks_here} ranks on this host)" if ranks_here > 1 else ""
+    if planned_vocab:
+        planned = count_model_params(dataclasses.replace(model_cfg, vocab_size=planned_vocab))
+        size = (f"{planned / 1e9:.2f}B parameters with the planned {planned_vocab:,}-token "
+                f"vocabulary ({params / 1e9:.2f}B with the smallest a tokenizer can have)")
+        shrink = "[model] dim, n_layers, ffn_hidden, n_experts"  # the vocabulary is not it
+    else:
+        size = f"{params / 1e9:.2f}B parameters"
+        shrink = "[model] dim, n_layers, ffn_hidden, n_experts, vocab_size"
     raise ConfigError(
-        f"the model has {'' if vocab_known else 'at least '}{params / 1e9:.2f}B parameters"
-        f"{'' if vocab_known else ' (with a 257-token vocabulary, before the tokenizer)'}: "
-        "training it needs at least "
+        f"the model has {size}: training it needs at least "
         f"{need / GIB:.1f} GiB for fp32 weights, gradients and {optim_name} state{sharing}, "
         f"more than {where} ({available / GIB:.1f} GiB), before any activations; make the "
-        "model smaller ([model] dim, n_layers, ffn_hidden, n_experts, tokenizer.vocab_size), "
+        f"model smaller ({shrink}), "
         + ("shard it over more GPUs (train.parallel = 'fsdp'), " if device.type == "cuda" else "")
         + "or use a larger machine")
