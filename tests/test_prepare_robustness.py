@@ -7,6 +7,7 @@ import pytest
 from kiln.config import ConfigError
 from kiln.data.documents import SourceReader, read_documents
 from kiln.data.pipeline import PrepareConfig, run_prepare
+from kiln.errors import NoDocumentsError
 
 READ_WRITE = PrepareConfig(stages=["read", "write"])
 
@@ -42,7 +43,7 @@ def test_prepare_of_a_corpus_with_no_documents_fails_with_skip_counts(tmp_path, 
     for i in range(3):
         (src / f"f{i}.txt").write_bytes(content)
     reason = "non_utf8" if content else "empty"
-    with pytest.raises(ConfigError, match=rf"data.sources: prepare read no documents.*{reason}=3"):
+    with pytest.raises(NoDocumentsError, match=rf"data.sources: prepare read no documents.*{reason}=3"):
         run_prepare(READ_WRITE, tmp_path / "run", [str(src)], progress=False)
     with pytest.raises(FileNotFoundError, match="wrote no documents"):
         list(read_documents(tmp_path / "run"))
@@ -58,7 +59,7 @@ def test_prepare_that_drops_every_document_fails_naming_the_stage(tmp_path):
     assert summary["documents_out"] == 1  # one survives: no error
     (src / "b.txt").unlink()
     (src / "a.txt").write_text("")
-    with pytest.raises(ConfigError, match="empty=1"):
+    with pytest.raises(NoDocumentsError, match="empty=1"):
         run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
 
 
@@ -409,7 +410,7 @@ def test_a_remade_prepare_that_fails_leaves_the_earlier_documents_in_the_archive
     """Re-making a finished prepare with a wrong source (nothing readable) must not throw
     the earlier documents away: they move to archive/before-prepare-*/, whole, and read back."""
     good, bad, run, before = _prepared_good_and_bad(tmp_path)
-    with pytest.raises(ConfigError, match="non_utf8=1"):
+    with pytest.raises(NoDocumentsError, match="non_utf8=1"):
         run_prepare(READ_WRITE, run, [str(bad)], progress=False)
     (kept,) = (run / "archive").glob("before-prepare-*")
     assert json.loads((kept / "prepare.json").read_text()) == before
@@ -435,7 +436,36 @@ def test_an_interrupted_resume_still_leaves_the_finished_documents_to_the_archiv
         with pytest.raises(KeyboardInterrupt):
             run_prepare(READ_WRITE, run, [str(good)], progress=False)
     assert json.loads((run / "prepare.json").read_text()) == before
-    with pytest.raises(ConfigError, match="non_utf8=1"):
+    with pytest.raises(NoDocumentsError, match="non_utf8=1"):
         run_prepare(READ_WRITE, run, [str(bad)], progress=False)
     (kept,) = (run / "archive").glob("before-prepare-*")
     assert _texts(kept) == ["alpha", "beta"]
+
+
+def test_a_prepare_that_keeps_little_warns_and_one_that_keeps_nothing_is_no_config_error(
+        tmp_path, capsys):
+    """Exit 0 with a warning naming the stage and reason when under a tenth survives; the
+    reader skipping more than it reads is named too. Keeping nothing is an error of the data,
+    not labelled a config error."""
+    from kiln.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(20):
+        (src / f"same{i:02d}.txt").write_text("the same words in every file\n")
+    for i in range(25):
+        (src / f"latin{i:02d}.txt").write_bytes(b"caf\xe9\n")
+    sets = ["--set", f'run.dir="{tmp_path / "run"}"', "--set", f'data.sources=["{src}"]',
+            "--set", 'prepare.stages=["read", "dedup_exact", "write"]', "--set", "prepare.tasks=1"]
+    assert main(["prepare", *sets]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the reader skipped 25 inputs and read 20 documents" in err
+    assert "non_utf8=25" in err
+    assert "warning: prepare kept 1 of the 20 documents it read (5.0%), dropped by dedup_exact:" \
+        in err
+
+    for path in src.glob("same*"):
+        path.unlink()
+    assert main(["prepare", *sets]) == 1
+    err = capsys.readouterr().err
+    assert "prepare read no documents" in err and "config error" not in err

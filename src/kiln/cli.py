@@ -45,6 +45,40 @@ def cmd_prepare(cfg: Config) -> None:
     stats = run_prepare(cfg.prepare, cfg.run_dir, sources=cfg.data.sources,
                         max_bytes=cfg.data.max_bytes)
     print(f"prepare: {json.dumps(stats)}")
+    for line in yield_warnings(cfg.run_dir, stats):
+        print(f"warning: {line}", file=sys.stderr)
+
+
+# a reader skipping more inputs than it reads, or stages keeping under a tenth of what was
+# read, is most often a wrong source or setting rather than the data's own quality
+LOW_KEPT_FRACTION = 0.1
+
+
+def yield_warnings(run_dir: Path, summary: dict) -> list[str]:
+    """What a finished prepare lost that a user should look at before training on the rest."""
+    if summary.get("status") == "submitted":  # a Slurm chain: nothing has run yet
+        return []
+    out = []
+    read, skipped = summary["documents"], summary["skipped"]
+    if sum(skipped.values()) > read:
+        out.append(f"the reader skipped {sum(skipped.values()):,} inputs and read {read:,} "
+                   f"documents from {summary['sources']} (skipped by reason: "
+                   + ", ".join(f"{k}={v:,}" for k, v in skipped.items())
+                   + "): check data.sources")
+    if read and summary["documents_out"] < LOW_KEPT_FRACTION * read:
+        try:
+            stages = json.loads((run_dir / "yield.json").read_text(encoding="utf-8"))["stages"]
+        except (OSError, ValueError, KeyError):
+            stages = []
+        drops = "; ".join(
+            f"{r['stage']}: " + ", ".join(f"{k}={v:,}" for k, v in
+                                          sorted(r["drop_reasons"].items(), key=lambda kv: -kv[1]))
+            for r in stages[1:] if r.get("documents_dropped") and r.get("drop_reasons"))
+        out.append(f"prepare kept {summary['documents_out']:,} of the {read:,} documents it "
+                   f"read ({summary['documents_out'] / read:.1%})"
+                   + (f", dropped by {drops}" if drops else "")
+                   + f"; see {run_dir / 'yield.json'} and the [prepare.<stage>] settings")
+    return out
 
 
 def cmd_tokenizer(cfg: Config) -> None:

@@ -17,6 +17,11 @@ class RunDataError(KilnError, ValueError):
     """A file an earlier stage wrote (tokenizer, shard index) that is damaged: re-run that stage."""
 
 
+class NoDocumentsError(KilnError, ValueError):
+    """Prepare left no documents: every input was skipped or every document dropped (the
+    message gives the counts by reason). The data, not a setting, is usually the cause."""
+
+
 class TrainingDiverged(KilnError, RuntimeError):
     """The loss, gradient norm or logits stopped being finite (NaN or inf): the weights are
     poisoned, so training stops before it checkpoints them."""

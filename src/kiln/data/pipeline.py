@@ -64,7 +64,7 @@ from kiln.data.yield_report import (
     reason_spec,
     write_yield_report,
 )
-from kiln.errors import ConfigError
+from kiln.errors import ConfigError, NoDocumentsError
 
 if TYPE_CHECKING:  # the executors are imported when one is made
     from datatrove.executor.base import PipelineExecutor
@@ -524,7 +524,7 @@ def run_prepare(
     `max_bytes` caps each task's reader. Local and Ray phases run one after the other, each
     checked complete before the next starts; Slurm phases are submitted as a chain of dependent
     job arrays: the summary says so, and `kiln.data.yield_report.write_yield_report(run_dir)`
-    gives the yield once they finish. A run that leaves no documents raises ConfigError naming
+    gives the yield once they finish. A run that leaves no documents raises NoDocumentsError naming
     the reader's skip counts by reason (or the stages' drops); prepare.json and yield.json stay.
     """
     run_dir = Path(run_dir)
@@ -559,13 +559,13 @@ def run_prepare(
     summary = _summary(run_dir, layout, logging_dir)
     if not summary["documents_out"]:
         yields = json.loads((run_dir / YIELD_FILE).read_text(encoding="utf-8"))
-        raise ConfigError(_no_documents_message(yields, summary["sources"], run_dir))
+        raise NoDocumentsError(_no_documents_message(yields, summary["sources"], run_dir))
     return summary
 
 
 def _check_not_empty(run_dir: Path, layout: dict, logging_dir: Path, done: int) -> None:
     """After the first `done` phases: if no document flows on (a barrier would crash on an empty
-    folder), write the partial yield.json and raise ConfigError saying why."""
+    folder), write the partial yield.json and raise NoDocumentsError saying why."""
     partial = {**layout, "phases": layout["phases"][:done]}
     roles, merged = flow_stats(logging_dir, partial)
     yields = compute_yield({**partial, "steps": roles}, merged)
@@ -573,7 +573,7 @@ def _check_not_empty(run_dir: Path, layout: dict, logging_dir: Path, done: int) 
         return
     yields["tasks"] = layout["tasks"]
     write_json_atomic(run_dir / YIELD_FILE, yields)
-    raise ConfigError(_no_documents_message(yields, _sources_read(layout["signature"]), run_dir))
+    raise NoDocumentsError(_no_documents_message(yields, _sources_read(layout["signature"]), run_dir))
 
 
 def _no_documents_message(yields: dict, sources: list, run_dir: Path) -> str:
