@@ -384,3 +384,42 @@ def test_squad_answers_are_read():
                                 "answers": {"text": ["France"], "answer_start": [159]}}) + "\n")
     [item] = load_benchmark_items(path)
     assert item.answers == ["France"]
+
+
+def test_format_characters_inside_words_do_not_hide_a_leak(tmp_path, bench):
+    """Soft hyphens, zero-width spaces, joiners and a BOM are invisible: a benchmark answer
+    with them inside its words is the same leak (and casefold: Straße is STRASSE)."""
+    path, raw = bench
+    index = NGramIndex.build([path], n=13)
+    hidden = "".join(["\ufeff", *[w[:2] + "\u00ad" + w[2:] + "\u200b" + " "
+                                  for w in raw[0][1].split()]])
+    hidden = hidden.replace("a", "a\u2060", 3).replace("b", "b\u200c", 2).replace("c", "\u200dc", 2)
+    assert index.match_counts(normalize_tokens(hidden)) == {"mathx": 18}
+    assert normalize_tokens("Straße") == normalize_tokens("STRASSE") == ["strasse"]
+
+
+def test_a_blank_prompt_field_does_not_hide_the_problem(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_text(json.dumps({"input": " ", "problem": "what is the sum of six and seven",
+                                "solution": "thirteen"}) + "\n")
+    [item] = load_benchmark_items(path)
+    assert item.prompt == "what is the sum of six and seven"
+
+
+def test_an_index_of_another_normalisation_is_rebuilt(tmp_path, bench, monkeypatch):
+    """A prepare run under a new normalisation does not resume the old index and filtering."""
+    from kiln.data.decontam import ngram_index
+    from kiln.data.pipeline import PrepareConfig, run_prepare
+    from kiln.data.prepare_config import DecontaminateOptions
+
+    path, raw = bench
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "clean.txt").write_text(sentence(random.Random(8), 60))
+    cfg = PrepareConfig(stages=["read", "decontaminate", "write"], tasks=1,
+                        decontaminate=DecontaminateOptions(benchmarks=[str(path)]))
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    monkeypatch.setattr(ngram_index, "NORMALISATION", "a-newer-one")
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    [saved] = (tmp_path / "run").rglob("ngram_index.npz")
+    assert NGramIndex.load(saved).names == ["mathx"]  # refused if it were the old one

@@ -296,6 +296,10 @@ def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
                run_dir: Path | None = None) -> dict:
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in EXECUTION_KEYS}
     signature = {**options, "sources": list(sources), "max_bytes": max_bytes}
+    if "decontaminate" in cfg.stages:  # another normalisation: rebuild the index, re-filter
+        from kiln.data.decontam.ngram_index import NORMALISATION
+
+        signature["decontaminate_normalisation"] = NORMALISATION
     if run_dir is not None:
         signature["input_files"] = _input_files(cfg, sources, run_dir)
     return signature
