@@ -423,3 +423,20 @@ def test_an_index_of_another_normalisation_is_rebuilt(tmp_path, bench, monkeypat
     run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
     [saved] = (tmp_path / "run").rglob("ngram_index.npz")
     assert NGramIndex.load(saved).names == ["mathx"]  # refused if it were the old one
+
+
+def test_keep_size_with_a_task_that_has_no_documents(tmp_path, bench):
+    """More tasks than input files: the task with nothing to read does not fail on a zero
+    budget; its replicas make up its shard, so every replica is placed exactly once."""
+    path, _ = bench
+    rng = random.Random(9)
+    step = InjectReplicas(path, k=3, seed=2, manifest_dir=tmp_path / "m", keep_size=True)
+    shards = [[Document(text=sentence(rng, 40), id=f"r{r}-{i}") for i in range(10)]
+              for r in range(2)] + [[]]
+    outs = [list(step.run(iter(s) if s else None, rank=r, world_size=3))
+            for r, s in enumerate(shards)]
+    ids = sorted(d.id for o in outs for d in o if d.id.startswith("replica-"))
+    assert ids == sorted(f"replica-{i}-{j}" for i in range(5) for j in range(3))
+    for shard, out in zip(shards[:2], outs[:2], strict=True):  # the sizes of real shards kept
+        assert sum(len(d.text.split()) for d in out) <= sum(len(d.text.split()) for d in shard)
+    assert all(d.id.startswith("replica-") for d in outs[2]) and outs[2]

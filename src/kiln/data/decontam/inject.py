@@ -113,7 +113,9 @@ class InjectReplicas(PipelineStep):
     Replica j of the k * |items| goes to rank j % world_size; each rank seeds with seed * 100003 + rank,
     holds its shard in memory (positions need the shard length) and writes
     `manifest_dir/injection-<rank>.json`. keep_size=True keeps each shard's total token count
-    (web docs at the end of the shard make room), as in the paper's fixed-budget mixing.
+    (web docs at the end of the shard make room), as in the paper's fixed-budget mixing; a task
+    with no documents (more tasks than input files) has no size to keep, and its replicas make
+    up its shard, so every replica is still placed once.
     """
 
     type = "🦠 - DECONT"
@@ -140,7 +142,8 @@ class InjectReplicas(PipelineStep):
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
         shard = list(data) if data else []
-        budget = sum(self.count_tokens(d.text) for d in shard) if self.keep_size else None
+        keep = self.keep_size and bool(shard)
+        budget = sum(self.count_tokens(d.text) for d in shard) if keep else None
         mine = range(rank, self.k * len(self.items), world_size)
         docs, manifest = inject_replicas(
             shard,
@@ -151,7 +154,7 @@ class InjectReplicas(PipelineStep):
             count_tokens=self.count_tokens,
             replica_ids=mine,
         )
-        manifest.update(rank=rank, world_size=world_size, base_seed=self.seed)
+        manifest.update(rank=rank, world_size=world_size, base_seed=self.seed, size_kept=keep)
         write_json_atomic(self.manifest_dir / f"injection-{rank:05d}.json", manifest)
         self.stat_update("replicas", value=manifest["replicas"])
         self.stat_update("web_docs_dropped", value=manifest["web_docs_dropped"])
