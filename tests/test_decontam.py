@@ -440,3 +440,35 @@ def test_keep_size_with_a_task_that_has_no_documents(tmp_path, bench):
     for shard, out in zip(shards[:2], outs[:2], strict=True):  # the sizes of real shards kept
         assert sum(len(d.text.split()) for d in out) <= sum(len(d.text.split()) for d in shard)
     assert all(d.id.startswith("replica-") for d in outs[2]) and outs[2]
+
+
+@pytest.mark.parametrize("mode", ["drop", "tag"])
+def test_benchmark_counts_reach_yield_and_report(tmp_path, bench, mode, capsys):
+    """Per benchmark: items indexed, items too short to ever match, documents removed or
+    tagged, in yield.json and the report; a notable share of uncatchable items is warned of."""
+    from kiln.data.pipeline import PrepareConfig, run_prepare
+    from kiln.data.prepare_config import DecontaminateOptions
+    from kiln.report import build_report
+
+    path, raw = bench
+    write_benchmark(path, [*raw, ("two words", "three words here")], "question", "answer")
+    rng = random.Random(10)
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(2):
+        (src / f"leak{i}.txt").write_text(sentence(rng, 30) + " " + raw[i][1])
+    (src / "clean.txt").write_text(sentence(rng, 60))
+    cfg = PrepareConfig(stages=["read", "decontaminate", "write"], tasks=2,
+                        decontaminate=DecontaminateOptions(benchmarks=[str(path)], mode=mode))
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    assert "'mathx': 1 of 6 items (17%) have fewer than 13 words" in capsys.readouterr().err
+    rows = {r["stage"]: r for r in json.loads((tmp_path / "run" / "yield.json").read_text())["stages"]}
+    action = "documents_removed" if mode == "drop" else "documents_tagged"
+    assert rows["decontaminate"]["benchmarks"] == {
+        "mathx": {"items": 6, "too_short_items": 1, action: 2}}
+    assert rows["decontaminate"].get("documents_tagged") == (2 if mode == "tag" else None)
+    summary = json.loads((tmp_path / "run" / "prepare.json").read_text())
+    assert summary["benchmarks"] == rows["decontaminate"]["benchmarks"]
+    html = build_report(tmp_path / "run").read_text()
+    table = html[html.index("too short to match"):]
+    assert "<td>mathx</td><td class=\"num\">6</td><td class=\"num\">1</td>" in table

@@ -9,6 +9,7 @@ selection) return a `StagePlan` whose `barrier` the runner turns into executor p
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from datatrove.data import Document, DocumentsPipeline
@@ -96,11 +97,16 @@ def decontaminate_stage(ctx: StageContext) -> StagePlan:
         index = NGramIndex.build(paths, d.n, d.prompt_fields, d.answer_fields, d.include_prompt)
     except ValueError as e:
         raise RunDataError(f"prepare.decontaminate.benchmarks: {e}") from e
+    for line in index.uncatchable_warnings():
+        print(f"prepare.decontaminate: warning: {line}", file=sys.stderr)
     index_path = ctx.work_dir / "ngram_index.npz"
     build = BuildDecontaminationIndex(paths, index_path, d.n, d.prompt_fields, d.answer_fields,
                                       d.include_prompt, index=index)
+    record = {"mode": d.mode, "n": d.n, "benchmarks": {
+        name: {k: index.info[name][k] for k in ("items", "too_short_items")} for name in index.names}}
     return StagePlan(setup=[Stage("ngram_index", [build], 1)],
-                     steps=[DecontaminationFilter(index_path, d.mode, ctx.exclusion_writer())])
+                     steps=[DecontaminationFilter(index_path, d.mode, ctx.exclusion_writer())],
+                     record=record)
 
 
 def inject_replicas_stage(ctx: StageContext) -> PipelineStep:

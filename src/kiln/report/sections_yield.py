@@ -31,6 +31,23 @@ def _bytes(value: Any) -> str:
     return "—" if as_number(value) is None else fmt_bytes(value)
 
 
+BENCHMARK_HEADERS = ["benchmark", "items indexed", "too short to match", "docs removed",
+                     "docs tagged"]
+
+
+def _benchmark_table(stages: list) -> str:
+    """Per benchmark of a decontamination stage: items it can and cannot catch, documents hit."""
+    rows = [[name, fmt_count(b.get("items")), fmt_count(b.get("too_short_items")),
+             fmt_count(b.get("documents_removed")), fmt_count(b.get("documents_tagged"))]
+            for s in stages if isinstance(s, dict) and isinstance(s.get("benchmarks"), dict)
+            for name, b in s["benchmarks"].items() if isinstance(b, dict)]
+    if not rows:
+        return ""
+    note = paragraph("Items too short to match (fewer words than the n-gram size, and no "
+                     "problem long enough to match whole) can never be caught.")
+    return note + grid_table(BENCHMARK_HEADERS, rows)
+
+
 def yield_section(yields: Loaded, index: Loaded) -> str:
     """One row per stage of yield.json, then a tokenize row from tokens/index.json if present.
 
@@ -73,4 +90,4 @@ def yield_section(yields: Loaded, index: Loaded) -> str:
         f"documents kept ({'—' if kept is None else f'{100 * kept:.1f}%'}), "
         f"{data.get('tasks', '?')} task(s). Bytes in of reader stages are not measured."
     )
-    return section("Data yield", note + grid_table(HEADERS, rows))
+    return section("Data yield", note + grid_table(HEADERS, rows) + _benchmark_table(stages))

@@ -41,6 +41,8 @@ ANSWER_OBJECT_KEYS = ("text", "value", "aliases")  # the texts of an answer give
 # normalised word sequence, contained in a document), from this length up; shorter ones
 # ("what is 2 2") are too generic to call a match contamination.
 MIN_EXACT_TOKENS = 5
+# from this share of a benchmark's items that no document could ever match, prepare warns
+UNCATCHABLE_WARN_SHARE = 0.05
 
 
 def normalize_tokens(text: str) -> list[str]:
@@ -238,6 +240,19 @@ class NGramIndex:
         for name in index.names:
             index.info[name]["ngrams"] = int(len(index.hashes[name]))
         return index
+
+    def uncatchable_warnings(self) -> list[str]:
+        """One line per benchmark with a notable share of items too short to ever match: a
+        run decontaminated against it is not clean of them."""
+        lines = []
+        for name in self.names:
+            items, short = self.info[name].get("items", 0), self.info[name].get("too_short_items", 0)
+            if items and short / items >= UNCATCHABLE_WARN_SHARE:
+                lines.append(
+                    f"benchmark {name!r}: {short} of {items} items ({100 * short / items:.0f}%) "
+                    f"have fewer than {self.n} words (and no problem of {MIN_EXACT_TOKENS}+ "
+                    "words to match whole): no document can be caught for them")
+        return lines
 
     def match_counts(self, tokens: Sequence[str]) -> dict[str, int]:
         """{benchmark: number of n-gram positions of `tokens` found in its index, and of
