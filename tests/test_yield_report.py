@@ -136,3 +136,16 @@ def test_report_without_or_with_broken_yield(tmp_path):
     assert "Data yield" not in build_report(tmp_path).read_text()  # older runs: no section
     (tmp_path / "yield.json").write_text("{broken")
     assert "yield.json unreadable" in build_report(tmp_path).read_text()
+
+
+def test_report_leaves_out_token_counts_of_other_documents(run):
+    """Shards made before a re-prepare: yield.json has no token counts for them, and the
+    report does not take them from the stale tokens/index.json either."""
+    from kiln.data.provenance import FINGERPRINT_FORMAT
+
+    index = {"train": {"documents": 7, "bytes": 70, "tokens": 21}, "vocab_size": 300,
+             "made_from": {"documents": "other", "format": FINGERPRINT_FORMAT}}
+    (run / "tokens").mkdir()
+    (run / "tokens" / "index.json").write_text(json.dumps(index))
+    assert add_token_counts(run) is None
+    assert "<td>tokenize</td>" not in build_report(run).read_text()

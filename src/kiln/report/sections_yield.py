@@ -48,8 +48,10 @@ def _benchmark_table(stages: list) -> str:
     return note + grid_table(BENCHMARK_HEADERS, rows)
 
 
-def yield_section(yields: Loaded, index: Loaded) -> str:
-    """One row per stage of yield.json, then a tokenize row from tokens/index.json if present.
+def yield_section(yields: Loaded) -> str:
+    """One row per stage of yield.json, then a tokenize row if it records one: `kiln tokenize`
+    adds it, and only while the shards were made from these documents (tokens/index.json
+    outlives a re-prepare, and its counts would describe documents that are gone).
 
     Runs prepared before the stage pipeline existed have no yield.json: the section is left
     out rather than shown as missing; an unreadable one is reported.
@@ -73,10 +75,6 @@ def yield_section(yields: Loaded, index: Loaded) -> str:
             "—", _reasons(s.get("drop_reasons")),
         ])
     tokenize = data.get("tokenize")
-    if index.ok:  # the shards are the truth once tokenized, even if yield.json predates them
-        from kiln.data.yield_report import token_counts
-
-        tokenize = token_counts(index.value)
     if isinstance(tokenize, dict) and stages:
         docs_in = stages[-1].get("documents_out") if isinstance(stages[-1], dict) else None
         rows.append([
