@@ -117,7 +117,7 @@ def _reasons(counts: Counter, spec: dict | None = None) -> dict[str, int]:
             if key.startswith(prefix) and len(key) > len(prefix):
                 found[label + key[len(prefix):]] += int(value)
                 break
-    return dict(found.most_common())
+    return {reason: n for reason, n in found.most_common() if n}  # none dropped: no reason
 
 
 def _redactions(counts: Counter) -> Counter[str]:
