@@ -191,6 +191,18 @@ NEEDS_BEFORE = {
 }
 
 
+# stages whose options live in another stage's table (the others: the table of their name)
+OPTION_TABLES = {"perplexity_select": "perplexity", "arxiv_metadata": "arxiv",
+                 "arxiv_sources": "arxiv"}
+
+
+def stage_options(settings: dict) -> dict[str, dict]:
+    """{stage: its options table} for the stages `settings` runs (a prepare signature, or
+    `dataclasses.asdict` of a PrepareConfig); stages without options are left out."""
+    tables = {stage: OPTION_TABLES.get(stage, stage) for stage in settings.get("stages", [])}
+    return {stage: settings[t] for stage, t in tables.items() if isinstance(settings.get(t), dict)}
+
+
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         close = difflib.get_close_matches(value, list(choices), n=1)
