@@ -472,3 +472,57 @@ def test_benchmark_counts_reach_yield_and_report(tmp_path, bench, mode, capsys):
     html = build_report(tmp_path / "run").read_text()
     table = html[html.index("too short to match"):]
     assert "<td>mathx</td><td class=\"num\">6</td><td class=\"num\">1</td>" in table
+
+
+def test_inject_options_without_the_stage_are_a_config_error():
+    from kiln.data.prepare_config import InjectOptions, PrepareConfig, validate_prepare
+    from kiln.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="prepare.inject_replicas.seed is set but "
+                                          "'inject_replicas' is not in prepare.stages"):
+        validate_prepare(PrepareConfig(inject_replicas=InjectOptions(seed=3)))
+    validate_prepare(PrepareConfig())  # the defaults are no setting
+
+
+@pytest.mark.parametrize("after, mode, refused", [
+    ("dedup_exact", "drop", True), ("dedup_minhash", "drop", True),
+    ("decontaminate", "drop", True), ("decontaminate", "tag", False)])
+def test_a_stage_that_would_remove_the_replicas_is_refused_after_injection(after, mode, refused):
+    from dataclasses import replace
+
+    from kiln.data.prepare_config import (
+        DecontaminateOptions,
+        InjectOptions,
+        PrepareConfig,
+        validate_prepare,
+    )
+    from kiln.errors import ConfigError
+
+    cfg = PrepareConfig(stages=["read", "inject_replicas", after, "write"],
+                        inject_replicas=InjectOptions(benchmark="b.jsonl"),
+                        decontaminate=DecontaminateOptions(
+                            benchmarks=["b.jsonl"] if after == "decontaminate" else [], mode=mode))
+    if refused:
+        with pytest.raises(ConfigError, match=f"'{after}' after 'inject_replicas' would remove"):
+            validate_prepare(cfg)
+    else:
+        validate_prepare(cfg)
+    validate_prepare(replace(cfg, stages=["read", after, "inject_replicas", "write"]))
+
+
+def test_an_item_without_a_solution_cannot_be_injected(tmp_path):
+    """A clear error naming the file, the line and the fields looked at, not a traceback."""
+    from kiln.data.pipeline import PrepareConfig, build_pipeline
+    from kiln.data.prepare_config import InjectOptions
+    from kiln.errors import RunDataError
+
+    path = tmp_path / "b.jsonl"
+    path.write_text(json.dumps({"problem": "p one", "solution": "s"}) + "\n\n"
+                    + json.dumps({"problem": "p two"}) + "\n")
+    with pytest.raises(ValueError, match=r"b.jsonl:3: an injected item needs a solution, "
+                                         r"and none of the fields \['answer'"):
+        InjectReplicas(path, k=1, seed=0, manifest_dir=tmp_path / "m")
+    cfg = PrepareConfig(stages=["read", "inject_replicas", "write"],
+                        inject_replicas=InjectOptions(benchmark=str(path)))
+    with pytest.raises(RunDataError, match="prepare.inject_replicas.benchmark: .*b.jsonl:3"):
+        build_pipeline(cfg, tmp_path / "run", [str(tmp_path)])

@@ -111,10 +111,14 @@ def decontaminate_stage(ctx: StageContext) -> StagePlan:
 
 def inject_replicas_stage(ctx: StageContext) -> PipelineStep:
     from kiln.data.decontam import InjectReplicas
+    from kiln.errors import RunDataError
 
     o = ctx.cfg.inject_replicas
-    return InjectReplicas(_need_file("inject_replicas.benchmark", o.benchmark), o.k, o.seed,
-                          ctx.run_dir / "injection", keep_size=o.keep_size)
+    try:  # an item it cannot inject is refused before any task runs, naming its line
+        return InjectReplicas(_need_file("inject_replicas.benchmark", o.benchmark), o.k, o.seed,
+                              ctx.run_dir / "injection", keep_size=o.keep_size)
+    except ValueError as e:
+        raise RunDataError(f"prepare.inject_replicas.benchmark: {e}") from e
 
 
 def _unused_writer() -> None:

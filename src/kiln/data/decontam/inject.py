@@ -134,8 +134,13 @@ class InjectReplicas(PipelineStep):
     ):
         super().__init__()
         self.items = load_benchmark_items(benchmark_path, prompt_fields, answer_fields)
-        for item in self.items:
-            format_item(item)  # fail now, not inside a worker
+        for item in self.items:  # fail now, not inside a worker
+            if item.prompt is None or not item.answers:
+                missing = (("problem", prompt_fields) if item.prompt is None
+                           else ("solution", answer_fields))
+                raise ValueError(f"{benchmark_path}:{item.line}: an injected item needs a "
+                                 f"{missing[0]}, and none of the fields {list(missing[1])} "
+                                 "holds one")
         self.k, self.seed, self.keep_size = k, seed, keep_size
         self.manifest_dir = Path(manifest_dir)
         self.count_tokens = count_tokens

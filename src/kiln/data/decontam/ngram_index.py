@@ -75,6 +75,7 @@ class BenchmarkItem:
 
     prompt: str | None
     answers: list[str] = field(default_factory=list)
+    line: int = field(default=0, compare=False)  # in its JSONL file, for error messages
 
 
 def _field_text(value: object) -> list[str]:
@@ -122,7 +123,7 @@ def load_benchmark_items(
                     f"{path}:{line_no}: none of the prompt fields {list(prompt_fields)} "
                     f"or answer fields {list(answer_fields)} holds text"
                 )
-            items.append(BenchmarkItem(prompt=prompt, answers=answers))
+            items.append(BenchmarkItem(prompt=prompt, answers=answers, line=line_no))
     return items
 
 
