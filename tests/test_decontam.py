@@ -384,3 +384,145 @@ def test_squad_answers_are_read():
                                 "answers": {"text": ["France"], "answer_start": [159]}}) + "\n")
     [item] = load_benchmark_items(path)
     assert item.answers == ["France"]
+
+
+def test_format_characters_inside_words_do_not_hide_a_leak(tmp_path, bench):
+    """Soft hyphens, zero-width spaces, joiners and a BOM are invisible: a benchmark answer
+    with them inside its words is the same leak (and casefold: Straße is STRASSE)."""
+    path, raw = bench
+    index = NGramIndex.build([path], n=13)
+    hidden = "".join(["\ufeff", *[w[:2] + "\u00ad" + w[2:] + "\u200b" + " "
+                                  for w in raw[0][1].split()]])
+    hidden = hidden.replace("a", "a\u2060", 3).replace("b", "b\u200c", 2).replace("c", "\u200dc", 2)
+    assert index.match_counts(normalize_tokens(hidden)) == {"mathx": 18}
+    assert normalize_tokens("Straße") == normalize_tokens("STRASSE") == ["strasse"]
+
+
+def test_a_blank_prompt_field_does_not_hide_the_problem(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_text(json.dumps({"input": " ", "problem": "what is the sum of six and seven",
+                                "solution": "thirteen"}) + "\n")
+    [item] = load_benchmark_items(path)
+    assert item.prompt == "what is the sum of six and seven"
+
+
+def test_an_index_of_another_normalisation_is_rebuilt(tmp_path, bench, monkeypatch):
+    """A prepare run under a new normalisation does not resume the old index and filtering."""
+    from kiln.data.decontam import ngram_index
+    from kiln.data.pipeline import PrepareConfig, run_prepare
+    from kiln.data.prepare_config import DecontaminateOptions
+
+    path, raw = bench
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "clean.txt").write_text(sentence(random.Random(8), 60))
+    cfg = PrepareConfig(stages=["read", "decontaminate", "write"], tasks=1,
+                        decontaminate=DecontaminateOptions(benchmarks=[str(path)]))
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    monkeypatch.setattr(ngram_index, "NORMALISATION", "a-newer-one")
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    [saved] = (tmp_path / "run").rglob("ngram_index.npz")
+    assert NGramIndex.load(saved).names == ["mathx"]  # refused if it were the old one
+
+
+def test_keep_size_with_a_task_that_has_no_documents(tmp_path, bench):
+    """More tasks than input files: the task with nothing to read does not fail on a zero
+    budget; its replicas make up its shard, so every replica is placed exactly once."""
+    path, _ = bench
+    rng = random.Random(9)
+    step = InjectReplicas(path, k=3, seed=2, manifest_dir=tmp_path / "m", keep_size=True)
+    shards = [[Document(text=sentence(rng, 40), id=f"r{r}-{i}") for i in range(10)]
+              for r in range(2)] + [[]]
+    outs = [list(step.run(iter(s) if s else None, rank=r, world_size=3))
+            for r, s in enumerate(shards)]
+    ids = sorted(d.id for o in outs for d in o if d.id.startswith("replica-"))
+    assert ids == sorted(f"replica-{i}-{j}" for i in range(5) for j in range(3))
+    for shard, out in zip(shards[:2], outs[:2], strict=True):  # the sizes of real shards kept
+        assert sum(len(d.text.split()) for d in out) <= sum(len(d.text.split()) for d in shard)
+    assert all(d.id.startswith("replica-") for d in outs[2]) and outs[2]
+
+
+@pytest.mark.parametrize("mode", ["drop", "tag"])
+def test_benchmark_counts_reach_yield_and_report(tmp_path, bench, mode, capsys):
+    """Per benchmark: items indexed, items too short to ever match, documents removed or
+    tagged, in yield.json and the report; a notable share of uncatchable items is warned of."""
+    from kiln.data.pipeline import PrepareConfig, run_prepare
+    from kiln.data.prepare_config import DecontaminateOptions
+    from kiln.report import build_report
+
+    path, raw = bench
+    write_benchmark(path, [*raw, ("two words", "three words here")], "question", "answer")
+    rng = random.Random(10)
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(2):
+        (src / f"leak{i}.txt").write_text(sentence(rng, 30) + " " + raw[i][1])
+    (src / "clean.txt").write_text(sentence(rng, 60))
+    cfg = PrepareConfig(stages=["read", "decontaminate", "write"], tasks=2,
+                        decontaminate=DecontaminateOptions(benchmarks=[str(path)], mode=mode))
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    assert "'mathx': 1 of 6 items (17%) have fewer than 13 words" in capsys.readouterr().err
+    rows = {r["stage"]: r for r in json.loads((tmp_path / "run" / "yield.json").read_text())["stages"]}
+    action = "documents_removed" if mode == "drop" else "documents_tagged"
+    assert rows["decontaminate"]["benchmarks"] == {
+        "mathx": {"items": 6, "too_short_items": 1, action: 2}}
+    assert rows["decontaminate"].get("documents_tagged") == (2 if mode == "tag" else None)
+    summary = json.loads((tmp_path / "run" / "prepare.json").read_text())
+    assert summary["benchmarks"] == rows["decontaminate"]["benchmarks"]
+    html = build_report(tmp_path / "run").read_text()
+    table = html[html.index("too short to match"):]
+    assert "<td>mathx</td><td class=\"num\">6</td><td class=\"num\">1</td>" in table
+
+
+def test_inject_options_without_the_stage_are_a_config_error():
+    from kiln.data.prepare_config import InjectOptions, PrepareConfig, validate_prepare
+    from kiln.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="prepare.inject_replicas.seed is set but "
+                                          "'inject_replicas' is not in prepare.stages"):
+        validate_prepare(PrepareConfig(inject_replicas=InjectOptions(seed=3)))
+    validate_prepare(PrepareConfig())  # the defaults are no setting
+
+
+@pytest.mark.parametrize("after, mode, refused", [
+    ("dedup_exact", "drop", True), ("dedup_minhash", "drop", True),
+    ("decontaminate", "drop", True), ("decontaminate", "tag", False)])
+def test_a_stage_that_would_remove_the_replicas_is_refused_after_injection(after, mode, refused):
+    from dataclasses import replace
+
+    from kiln.data.prepare_config import (
+        DecontaminateOptions,
+        InjectOptions,
+        PrepareConfig,
+        validate_prepare,
+    )
+    from kiln.errors import ConfigError
+
+    cfg = PrepareConfig(stages=["read", "inject_replicas", after, "write"],
+                        inject_replicas=InjectOptions(benchmark="b.jsonl"),
+                        decontaminate=DecontaminateOptions(
+                            benchmarks=["b.jsonl"] if after == "decontaminate" else [], mode=mode))
+    if refused:
+        with pytest.raises(ConfigError, match=f"'{after}' after 'inject_replicas' would remove"):
+            validate_prepare(cfg)
+    else:
+        validate_prepare(cfg)
+    validate_prepare(replace(cfg, stages=["read", after, "inject_replicas", "write"]))
+
+
+def test_an_item_without_a_solution_cannot_be_injected(tmp_path):
+    """A clear error naming the file, the line and the fields looked at, not a traceback."""
+    from kiln.data.pipeline import PrepareConfig, build_pipeline
+    from kiln.data.prepare_config import InjectOptions
+    from kiln.errors import RunDataError
+
+    path = tmp_path / "b.jsonl"
+    path.write_text(json.dumps({"problem": "p one", "solution": "s"}) + "\n\n"
+                    + json.dumps({"problem": "p two"}) + "\n")
+    with pytest.raises(ValueError, match=r"b.jsonl:3: an injected item needs a solution, "
+                                         r"and none of the fields \['answer'"):
+        InjectReplicas(path, k=1, seed=0, manifest_dir=tmp_path / "m")
+    cfg = PrepareConfig(stages=["read", "inject_replicas", "write"],
+                        inject_replicas=InjectOptions(benchmark=str(path)))
+    with pytest.raises(RunDataError, match="prepare.inject_replicas.benchmark: .*b.jsonl:3"):
+        build_pipeline(cfg, tmp_path / "run", [str(tmp_path)])

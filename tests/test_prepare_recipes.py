@@ -332,14 +332,16 @@ def test_injected_replicas_are_counted_and_found_by_decontamination(tmp_path):
     cfg = load_config(None, [
         'prepare.stages=["read", "inject_replicas", "decontaminate", "write"]', "prepare.tasks=2",
         f'prepare.inject_replicas.benchmark="{bench}"', "prepare.inject_replicas.k=2",
-        f'prepare.decontaminate.benchmarks=["{bench}"]']).prepare
+        f'prepare.decontaminate.benchmarks=["{bench}"]', 'prepare.decontaminate.mode="tag"',
+    ]).prepare  # mode "drop" would remove the replicas: refused after inject_replicas
     run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
     rows = json.loads((tmp_path / "run/yield.json").read_text())["stages"]
     check_yield_adds_up(rows)
     by = {r["stage"]: r for r in rows}
     assert by["inject_replicas"]["documents_added"] == 6
-    assert by["decontaminate"]["drop_reasons"] == {"contaminated": 6}
-    assert len(_texts(tmp_path / "run")) == 9
+    assert by["decontaminate"]["documents_tagged"] == 6
+    assert by["decontaminate"]["benchmarks"]["bench"]["documents_tagged"] == 6
+    assert len(_texts(tmp_path / "run")) == 15
 
 
 class FakeScorer(PipelineStep):

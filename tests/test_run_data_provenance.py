@@ -263,3 +263,32 @@ def test_the_tokenizer_and_shards_are_current_until_an_input_changes(made):
     (src / "f0.txt").write_text("an edited document, other words than before. " * 9)
     cmd_prepare(cfg)
     assert _current(cfg) == (False, False)
+
+
+def test_a_changed_stage_option_changes_the_documents_fingerprint(tmp_path):
+    """Another injection seed places the replicas elsewhere with the same counts: shards
+    made before it describe other documents."""
+    from dataclasses import replace
+
+    from kiln.data.pipeline import PrepareConfig, run_prepare
+    from kiln.data.prepare_config import InjectOptions
+    from kiln.data.provenance import documents_fingerprint
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(6):
+        (src / f"d{i}.txt").write_text(f"web document number {i} " * 5)
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"problem": "what is six and seven", "solution": "thirteen"}) + "\n")
+    cfg = PrepareConfig(stages=["read", "inject_replicas", "write"], tasks=1,
+                        inject_replicas=InjectOptions(benchmark=str(bench), k=3, seed=0))
+    run = tmp_path / "run"
+
+    def fingerprint(c: PrepareConfig) -> str | None:
+        run_prepare(c, run, [str(src)], progress=False)
+        return documents_fingerprint(run)
+
+    seed0 = fingerprint(cfg)
+    seed1 = fingerprint(replace(cfg, inject_replicas=replace(cfg.inject_replicas, seed=1)))
+    assert seed0 != seed1
+    assert fingerprint(cfg) == seed0

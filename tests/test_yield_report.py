@@ -1,6 +1,7 @@
 """yield.json: per-stage documents/bytes in and out add up, reasons are attributed, report shows it."""
 
 import json
+from collections import Counter
 
 import pytest
 from datatrove.pipeline.filters.base_filter import BaseFilter
@@ -136,3 +137,51 @@ def test_report_without_or_with_broken_yield(tmp_path):
     assert "Data yield" not in build_report(tmp_path).read_text()  # older runs: no section
     (tmp_path / "yield.json").write_text("{broken")
     assert "yield.json unreadable" in build_report(tmp_path).read_text()
+
+
+def test_report_leaves_out_token_counts_of_other_documents(run):
+    """Shards made before a re-prepare: yield.json has no token counts for them, and the
+    report does not take them from the stale tokens/index.json either."""
+    from kiln.data.provenance import FINGERPRINT_FORMAT
+
+    index = {"train": {"documents": 7, "bytes": 70, "tokens": 21}, "vocab_size": 300,
+             "made_from": {"documents": "other", "format": FINGERPRINT_FORMAT}}
+    (run / "tokens").mkdir()
+    (run / "tokens" / "index.json").write_text(json.dumps(index))
+    assert add_token_counts(run) is None
+    assert "<td>tokenize</td>" not in build_report(run).read_text()
+
+
+def test_report_shows_added_documents_and_only_reasons_that_dropped_some():
+    """Injected replicas are added, not kept: the inject row reads 100% kept with 19 added
+    (not "82 of 63 kept, 130%"), and a reason that dropped nothing is not listed."""
+    from kiln.report.run_files import Loaded
+    from kiln.report.sections_yield import yield_section
+
+    stages = [{"stage": "read", "documents_in": 63, "documents_out": 63, "documents_added": 0,
+               "drop_reasons": {}},
+              {"stage": "inject_replicas", "documents_in": 63, "documents_out": 82,
+               "documents_added": 19, "drop_reasons": {"replaced_by_replicas": 0}},
+              {"stage": "write", "documents_in": 82, "documents_out": 82, "documents_added": 0,
+               "drop_reasons": {}}]
+    html = yield_section(Loaded("yield.json", {"stages": stages, "documents_in": 63,
+                                               "documents_out": 82, "kept_fraction": 82 / 63}))
+    assert "replaced_by_replicas" not in html and "130" not in html
+    assert "<td>inject_replicas</td><td class=\"num\">63</td><td class=\"num\">19</td>" in html
+    assert "63 documents in, 19 added by stages, 82 out" in html
+    inject_row = html[html.index("<td>inject_replicas</td>"):].split("</tr>")[0]
+    assert "100.0" in inject_row
+
+
+def test_a_reason_that_dropped_nothing_is_left_out_of_yield():
+    layout = {"readers": ["read"], "steps": [
+        {"stage": "read", "meter": False}, {"stage": "read", "meter": True},
+        {"stage": "inject", "meter": False,
+         "reasons": {"prefixes": {}, "keys": {"web_docs_dropped": "replaced_by_replicas"},
+                     "added": ["replicas"]}},
+        {"stage": "inject", "meter": True}]}
+    merged = [{"counts": Counter()}, {"counts": Counter(documents=3, bytes=30)},
+              {"counts": Counter(replicas=2, web_docs_dropped=0)},
+              {"counts": Counter(documents=5, bytes=50)}]
+    rows = compute_yield(layout, merged)["stages"]
+    assert rows[1]["drop_reasons"] == {} and rows[1]["documents_added"] == 2

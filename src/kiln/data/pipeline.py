@@ -126,11 +126,14 @@ class StagePlan:
       first. `make_reader()` reads the input of the stage back; `phases` run over it in order;
       `steps` then apply the decision to the re-read documents, in the stream.
     - `steps`: streaming steps (used when there is no barrier).
+    - `record`: what the stage's yield row notes beside the counts (the benchmarks indexed),
+      known when it is built; kept in the layout for the yield record.
     """
 
     steps: list[PipelineStep] = field(default_factory=list)
     setup: list = field(default_factory=list)
     barrier: Barrier | None = None
+    record: dict = field(default_factory=dict)
 
 
 def register_stage(name: str, target: str | Callable, reader: bool = False) -> None:
@@ -296,6 +299,10 @@ def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
                run_dir: Path | None = None) -> dict:
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in EXECUTION_KEYS}
     signature = {**options, "sources": list(sources), "max_bytes": max_bytes}
+    if "decontaminate" in cfg.stages:  # another normalisation: rebuild the index, re-filter
+        from kiln.data.decontam.ngram_index import NORMALISATION
+
+        signature["decontaminate_normalisation"] = NORMALISATION
     if run_dir is not None:
         signature["input_files"] = _input_files(cfg, sources, run_dir)
     return signature
@@ -319,9 +326,12 @@ def build_pipeline(
     phases: list[Phase] = []
     steps: list[PipelineStep] = []
     roles: list[dict] = []
+    records: dict[str, dict] = {}
     for name in cfg.stages:
         ctx = StageContext(name, cfg, run_dir, list(sources), max_bytes, progress)
         plan = _as_plan(name, resolve_factory(name)(ctx))
+        if plan.record:
+            records[name] = plan.record
         for i, p in enumerate(plan.setup):
             setup.append(Phase(f"setup_{name}_{i}_{p.name}", [_check_step(name, s) for s in p.pipeline],
                                p.tasks))
@@ -359,6 +369,7 @@ def build_pipeline(
                     "steps": p.roles if p.flow else [{"step": str(s)} for s in p.pipeline]}
                    for p in ordered],
         "readers": [cfg.stages[0]],
+        "records": records,
         "tasks": cfg.tasks,
         "signature": _signature(cfg, sources, max_bytes, run_dir),
     }
@@ -501,6 +512,9 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
             total.update(row.get(row_key, {}))
         if total:
             summary[key] = dict(sorted(total.items()))
+    benchmarks = {name: b for row in yields["stages"] for name, b in row.get("benchmarks", {}).items()}
+    if benchmarks:  # decontamination: items indexed, too short to match, documents hit
+        summary["benchmarks"] = benchmarks
     write_json_atomic(run_dir / "prepare.json", summary)
     add_token_counts(run_dir)  # shards made from these same documents (a re-run) still count
     return summary

@@ -9,6 +9,7 @@ impossible combinations naming the key, before any work is done.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass, field
@@ -196,6 +197,18 @@ NEEDS_AFTER = {
 }
 
 
+# stages whose options live in another stage's table (the others: the table of their name)
+OPTION_TABLES = {"perplexity_select": "perplexity", "arxiv_metadata": "arxiv",
+                 "arxiv_sources": "arxiv"}
+
+
+def stage_options(settings: dict) -> dict[str, dict]:
+    """{stage: its options table} for the stages `settings` runs (a prepare signature, or
+    `dataclasses.asdict` of a PrepareConfig); stages without options are left out."""
+    tables = {stage: OPTION_TABLES.get(stage, stage) for stage in settings.get("stages", [])}
+    return {stage: settings[t] for stage, t in tables.items() if isinstance(settings.get(t), dict)}
+
+
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         close = difflib.get_close_matches(value, list(choices), n=1)
@@ -244,10 +257,7 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
                      "prepare.stages: add it before 'write' (or clear the benchmarks)")
     if d.n < 1:
         raise ConfigError(f"prepare.decontaminate.n must be >= 1, got {d.n}")
-    if "inject_replicas" in on and not cfg.inject_replicas.benchmark:
-        raise ConfigError("prepare.inject_replicas.benchmark is empty: name the benchmark JSONL")
-    if cfg.inject_replicas.k < 0:
-        raise ConfigError(f"prepare.inject_replicas.k must be >= 0, got {cfg.inject_replicas.k}")
+    _check_inject(cfg, on)
     m = cfg.dedup_minhash
     for key in ("n_grams", "num_buckets", "hashes_per_bucket"):
         if getattr(m, key) < 1:
@@ -274,6 +284,34 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
         raise ConfigError("prepare.arxiv.source_dir is empty: the folder of source archives")
     if not a.categories:
         raise ConfigError("prepare.arxiv.categories is empty: no paper would be kept")
+
+
+# stages that would remove injected replicas (all but one copy, or every one) after they are
+# put in: the study would not train on the k replicas it reports
+UNDO_INJECTION = ("dedup_exact", "dedup_minhash", "decontaminate")
+
+
+def _check_inject(cfg: PrepareConfig, on: set[str]) -> None:
+    o = cfg.inject_replicas
+    if "inject_replicas" not in on:
+        changed = [f.name for f in dataclasses.fields(o)
+                   if getattr(o, f.name) != getattr(InjectOptions(), f.name)]
+        if changed:
+            raise ConfigError(f"prepare.inject_replicas.{changed[0]} is set but 'inject_replicas' "
+                              "is not in prepare.stages: add it before 'write' (or remove the "
+                              "setting)")
+        return
+    if not o.benchmark:
+        raise ConfigError("prepare.inject_replicas.benchmark is empty: name the benchmark JSONL")
+    if o.k < 0:
+        raise ConfigError(f"prepare.inject_replicas.k must be >= 0, got {o.k}")
+    after = cfg.stages[cfg.stages.index("inject_replicas") + 1:]
+    undo = [s for s in after if s in UNDO_INJECTION
+            and not (s == "decontaminate" and cfg.decontaminate.mode == "tag")]
+    if undo:
+        raise ConfigError(f"prepare.stages: '{undo[0]}' after 'inject_replicas' would remove the "
+                          "injected replicas: put 'inject_replicas' after it (a decontaminate "
+                          "stage may follow in mode 'tag', to check that they are found)")
 
 
 def _check_perplexity(cfg: PrepareConfig, on: set[str]) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from kiln.data.prepare_config import stage_options
 from kiln.data.shards import load_index, load_token_bytes
 from kiln.data.tokenizer import load_tokenizer, token_byte_lengths
 from kiln.data.yield_report import LAYOUT_FILE
@@ -27,25 +28,31 @@ def tokenizer_path(run_dir: Path) -> Path:
 
 def documents_fingerprint(run_dir: Path) -> str | None:
     """What the finished prepare made, hashed: its summary (stages, document and byte
-    counts) and the fingerprint of the files it read (names under their source folder,
-    sizes, modification times). Re-made documents that differ change it, even with the
-    same counts (an edited file); the same prepare re-run does not, nor one in another
-    number of tasks, nor the same folder spelled another way (`d`, `d/`, an absolute path)."""
+    counts), the options of its stages (an injection seed, a filter threshold: other
+    documents, or another order, with the same counts) and the fingerprint of the files it
+    read (names under their source folder, sizes, contents). Re-made documents that differ
+    change it, even with the same counts (an edited file); the same prepare re-run does not,
+    nor one in another number of tasks, nor the same folder spelled another way (`d`, `d/`,
+    an absolute path)."""
     path = Path(run_dir) / "prepare.json"  # written last by a finished `kiln prepare`
     if not path.is_file():
         return None
     layout = Path(run_dir) / "logs" / "prepare" / LAYOUT_FILE
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
-        inputs = (json.loads(layout.read_text(encoding="utf-8"))["signature"]["input_files"]
-                  if layout.is_file() else None)
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        signature = (json.loads(layout.read_text(encoding="utf-8"))["signature"]
+                     if layout.is_file() else {})
+        inputs = signature["input_files"] if signature else None
+        options = [stage_options(signature), signature.get("decontaminate_normalisation")]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise RunDataError(f"{path} or {layout} is damaged ({e}); re-run `kiln prepare`") from e
     what = {k: v for k, v in summary.items() if k not in ("tasks", "sources")}
-    return hashlib.sha256(json.dumps([what, inputs], sort_keys=True).encode()).hexdigest()[:16]
+    made = json.dumps([what, inputs, options], sort_keys=True)
+    return hashlib.sha256(made.encode()).hexdigest()[:16]
 
 
-FINGERPRINT_FORMAT = 2  # 1 hashed prepare.json's bytes alone
+# 1 hashed prepare.json's bytes alone; 2 left out the stages' options
+FINGERPRINT_FORMAT = 3
 
 
 def made_from(run_dir: Path) -> dict:

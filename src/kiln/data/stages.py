@@ -9,6 +9,7 @@ selection) return a `StagePlan` whose `barrier` the runner turns into executor p
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from datatrove.data import Document, DocumentsPipeline
@@ -96,19 +97,28 @@ def decontaminate_stage(ctx: StageContext) -> StagePlan:
         index = NGramIndex.build(paths, d.n, d.prompt_fields, d.answer_fields, d.include_prompt)
     except ValueError as e:
         raise RunDataError(f"prepare.decontaminate.benchmarks: {e}") from e
+    for line in index.uncatchable_warnings():
+        print(f"prepare.decontaminate: warning: {line}", file=sys.stderr)
     index_path = ctx.work_dir / "ngram_index.npz"
     build = BuildDecontaminationIndex(paths, index_path, d.n, d.prompt_fields, d.answer_fields,
                                       d.include_prompt, index=index)
+    record = {"mode": d.mode, "n": d.n, "benchmarks": {
+        name: {k: index.info[name][k] for k in ("items", "too_short_items")} for name in index.names}}
     return StagePlan(setup=[Stage("ngram_index", [build], 1)],
-                     steps=[DecontaminationFilter(index_path, d.mode, ctx.exclusion_writer())])
+                     steps=[DecontaminationFilter(index_path, d.mode, ctx.exclusion_writer())],
+                     record=record)
 
 
 def inject_replicas_stage(ctx: StageContext) -> PipelineStep:
     from kiln.data.decontam import InjectReplicas
+    from kiln.errors import RunDataError
 
     o = ctx.cfg.inject_replicas
-    return InjectReplicas(_need_file("inject_replicas.benchmark", o.benchmark), o.k, o.seed,
-                          ctx.run_dir / "injection", keep_size=o.keep_size)
+    try:  # an item it cannot inject is refused before any task runs, naming its line
+        return InjectReplicas(_need_file("inject_replicas.benchmark", o.benchmark), o.k, o.seed,
+                              ctx.run_dir / "injection", keep_size=o.keep_size)
+    except ValueError as e:
+        raise RunDataError(f"prepare.inject_replicas.benchmark: {e}") from e
 
 
 def _unused_writer() -> None:

@@ -117,7 +117,7 @@ def _reasons(counts: Counter, spec: dict | None = None) -> dict[str, int]:
             if key.startswith(prefix) and len(key) > len(prefix):
                 found[label + key[len(prefix):]] += int(value)
                 break
-    return dict(found.most_common())
+    return {reason: n for reason, n in found.most_common() if n}  # none dropped: no reason
 
 
 def _redactions(counts: Counter) -> Counter[str]:
@@ -137,6 +137,18 @@ def _added(counts: Counter, spec: dict | None) -> int:
     return sum(int(counts.get(key, 0)) for key in (spec or {}).get("added", []))
 
 
+def _benchmarks(record: dict | None, counts: Counter) -> dict[str, Any]:
+    """A decontamination stage's benchmarks: items indexed, items too short to ever match
+    (from the layout's record), and documents removed or tagged for each (from its stats)."""
+    if not record or "benchmarks" not in record:
+        return {}
+    action = "documents_tagged" if record.get("mode") == "tag" else "documents_removed"
+    found = {name: {**info, action: int(counts.get(f"contaminated/{name}", 0))}
+             for name, info in record["benchmarks"].items()}
+    tagged = {"documents_tagged": int(counts.get("tagged", 0))} if record.get("mode") == "tag" else {}
+    return {"benchmarks": found, **tagged}
+
+
 def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
     """Rows of documents/bytes in and out per stage, from the layout and merged counters."""
     roles = layout["steps"]
@@ -147,9 +159,11 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
     redacted: Counter[str] = Counter()
     fields: Counter[str] = Counter()
     added = 0
+    stage_counts: Counter[str] = Counter()  # the stage's own stats, for its record
     prev_docs = prev_bytes = None
     for role, step in zip(roles, merged, strict=True):
         if role["meter"] is False:
+            stage_counts += step["counts"]
             for reason, n in _reasons(step["counts"], role.get("reasons")).items():
                 reasons[reason] += n
             added += _added(step["counts"], role.get("reasons"))
@@ -181,8 +195,10 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
             "drop_reasons": dict(reasons.most_common()),
             **({"redactions": dict(sorted(redacted.items()))} if redacted else {}),
             **({"field_changes": dict(sorted(fields.items()))} if fields else {}),
+            **_benchmarks(layout.get("records", {}).get(stage), stage_counts),
         })
         reasons, redacted, fields, added = Counter(), Counter(), Counter(), 0
+        stage_counts = Counter()
         prev_docs, prev_bytes = docs_out, bytes_out
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     return {

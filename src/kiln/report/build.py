@@ -72,7 +72,7 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
         model_section(load_json(run_dir, "model.json")),
         tokens_section(index),
         data_section(load_json(run_dir, "prepare.json")),
-        yield_section(load_json(run_dir, "yield.json"), index),
+        yield_section(load_json(run_dir, "yield.json")),
         environment_section(load_json(run_dir, "env.json")),
         config_section(config),
     ]

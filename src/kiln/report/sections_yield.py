@@ -9,16 +9,22 @@ from kiln.report.html_parts import grid_table, paragraph, section, unavailable
 from kiln.report.run_files import Loaded
 
 TOP_REASONS = 3
-HEADERS = ["stage", "docs in", "docs out", "bytes in", "bytes out", "kept %", "tokens out",
-           "top drop reasons"]
+HEADERS = ["stage", "docs in", "docs added", "docs out", "bytes in", "bytes out", "kept %",
+           "tokens out", "top drop reasons"]
 
 
-def _kept(docs_in: Any, docs_out: Any) -> str:
+def _kept(docs_in: Any, docs_out: Any, added: Any = 0) -> str:
+    """The share of the documents that came in that went out: a stage's own additions
+    (injected replicas) are not documents it kept."""
     n_in, n_out = as_number(docs_in), as_number(docs_out)
-    return f"{100 * n_out / n_in:.1f}" if n_in and n_out is not None else "—"
+    if not n_in or n_out is None:
+        return "—"
+    return f"{100 * (n_out - (as_number(added) or 0)) / n_in:.1f}"
 
 
 def _reasons(reasons: Any) -> str:
+    if isinstance(reasons, dict):  # a reason that dropped nothing is no reason
+        reasons = {k: v for k, v in reasons.items() if as_number(v)}
     if not isinstance(reasons, dict) or not reasons:
         return "—"
     top = sorted(reasons.items(), key=lambda kv: -(as_number(kv[1]) or 0))[:TOP_REASONS]
@@ -31,8 +37,27 @@ def _bytes(value: Any) -> str:
     return "—" if as_number(value) is None else fmt_bytes(value)
 
 
-def yield_section(yields: Loaded, index: Loaded) -> str:
-    """One row per stage of yield.json, then a tokenize row from tokens/index.json if present.
+BENCHMARK_HEADERS = ["benchmark", "items indexed", "too short to match", "docs removed",
+                     "docs tagged"]
+
+
+def _benchmark_table(stages: list) -> str:
+    """Per benchmark of a decontamination stage: items it can and cannot catch, documents hit."""
+    rows = [[name, fmt_count(b.get("items")), fmt_count(b.get("too_short_items")),
+             fmt_count(b.get("documents_removed")), fmt_count(b.get("documents_tagged"))]
+            for s in stages if isinstance(s, dict) and isinstance(s.get("benchmarks"), dict)
+            for name, b in s["benchmarks"].items() if isinstance(b, dict)]
+    if not rows:
+        return ""
+    note = paragraph("Items too short to match (fewer words than the n-gram size, and no "
+                     "problem long enough to match whole) can never be caught.")
+    return note + grid_table(BENCHMARK_HEADERS, rows)
+
+
+def yield_section(yields: Loaded) -> str:
+    """One row per stage of yield.json, then a tokenize row if it records one: `kiln tokenize`
+    adds it, and only while the shards were made from these documents (tokens/index.json
+    outlives a re-prepare, and its counts would describe documents that are gone).
 
     Runs prepared before the stage pipeline existed have no yield.json: the section is left
     out rather than shown as missing; an unreadable one is reported.
@@ -49,28 +74,28 @@ def yield_section(yields: Loaded, index: Loaded) -> str:
     for s in stages:
         if not isinstance(s, dict):
             continue
+        added = s.get("documents_added")
         rows.append([
             str(s.get("stage", "?")), fmt_count(s.get("documents_in")),
-            fmt_count(s.get("documents_out")), _bytes(s.get("bytes_in")),
-            _bytes(s.get("bytes_out")), _kept(s.get("documents_in"), s.get("documents_out")),
-            "—", _reasons(s.get("drop_reasons")),
+            fmt_count(added) if as_number(added) else "—", fmt_count(s.get("documents_out")),
+            _bytes(s.get("bytes_in")), _bytes(s.get("bytes_out")),
+            _kept(s.get("documents_in"), s.get("documents_out"), added), "—",
+            _reasons(s.get("drop_reasons")),
         ])
     tokenize = data.get("tokenize")
-    if index.ok:  # the shards are the truth once tokenized, even if yield.json predates them
-        from kiln.data.yield_report import token_counts
-
-        tokenize = token_counts(index.value)
     if isinstance(tokenize, dict) and stages:
         docs_in = stages[-1].get("documents_out") if isinstance(stages[-1], dict) else None
         rows.append([
-            "tokenize", fmt_count(docs_in), fmt_count(tokenize.get("documents")),
+            "tokenize", fmt_count(docs_in), "—", fmt_count(tokenize.get("documents")),
             _bytes(stages[-1].get("bytes_out")), _bytes(tokenize.get("bytes")),
             _kept(docs_in, tokenize.get("documents")), fmt_count(tokenize.get("tokens")), "—",
         ])
     kept = as_number(data.get("kept_fraction"))
-    note = paragraph(
-        f"{fmt_count(data.get('documents_out'))} of {fmt_count(data.get('documents_in'))} "
-        f"documents kept ({'—' if kept is None else f'{100 * kept:.1f}%'}), "
-        f"{data.get('tasks', '?')} task(s). Bytes in of reader stages are not measured."
-    )
-    return section("Data yield", note + grid_table(HEADERS, rows))
+    added = sum(as_number(s.get("documents_added")) or 0 for s in stages if isinstance(s, dict))
+    docs_in, docs_out = fmt_count(data.get("documents_in")), fmt_count(data.get("documents_out"))
+    flow = (f"{docs_in} documents in, {fmt_count(added)} added by stages, {docs_out} out"
+            if added else
+            f"{docs_out} of {docs_in} documents kept ({'—' if kept is None else f'{100 * kept:.1f}%'})")
+    note = paragraph(f"{flow}, {data.get('tasks', '?')} task(s). Bytes in of reader stages are "
+                     "not measured.")
+    return section("Data yield", note + grid_table(HEADERS, rows) + _benchmark_table(stages))

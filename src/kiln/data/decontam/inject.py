@@ -113,7 +113,9 @@ class InjectReplicas(PipelineStep):
     Replica j of the k * |items| goes to rank j % world_size; each rank seeds with seed * 100003 + rank,
     holds its shard in memory (positions need the shard length) and writes
     `manifest_dir/injection-<rank>.json`. keep_size=True keeps each shard's total token count
-    (web docs at the end of the shard make room), as in the paper's fixed-budget mixing.
+    (web docs at the end of the shard make room), as in the paper's fixed-budget mixing; a task
+    with no documents (more tasks than input files) has no size to keep, and its replicas make
+    up its shard, so every replica is still placed once.
     """
 
     type = "🦠 - DECONT"
@@ -132,15 +134,21 @@ class InjectReplicas(PipelineStep):
     ):
         super().__init__()
         self.items = load_benchmark_items(benchmark_path, prompt_fields, answer_fields)
-        for item in self.items:
-            format_item(item)  # fail now, not inside a worker
+        for item in self.items:  # fail now, not inside a worker
+            if item.prompt is None or not item.answers:
+                missing = (("problem", prompt_fields) if item.prompt is None
+                           else ("solution", answer_fields))
+                raise ValueError(f"{benchmark_path}:{item.line}: an injected item needs a "
+                                 f"{missing[0]}, and none of the fields {list(missing[1])} "
+                                 "holds one")
         self.k, self.seed, self.keep_size = k, seed, keep_size
         self.manifest_dir = Path(manifest_dir)
         self.count_tokens = count_tokens
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
         shard = list(data) if data else []
-        budget = sum(self.count_tokens(d.text) for d in shard) if self.keep_size else None
+        keep = self.keep_size and bool(shard)
+        budget = sum(self.count_tokens(d.text) for d in shard) if keep else None
         mine = range(rank, self.k * len(self.items), world_size)
         docs, manifest = inject_replicas(
             shard,
@@ -151,7 +159,7 @@ class InjectReplicas(PipelineStep):
             count_tokens=self.count_tokens,
             replica_ids=mine,
         )
-        manifest.update(rank=rank, world_size=world_size, base_seed=self.seed)
+        manifest.update(rank=rank, world_size=world_size, base_seed=self.seed, size_kept=keep)
         write_json_atomic(self.manifest_dir / f"injection-{rank:05d}.json", manifest)
         self.stat_update("replicas", value=manifest["replicas"])
         self.stat_update("web_docs_dropped", value=manifest["web_docs_dropped"])

@@ -1,8 +1,10 @@
 """Hashed word n-gram index of benchmark items, for decontaminating a training corpus.
 
 Normalisation (shared by the index and the filter, so both see the same tokens):
-NFKC, lowercase, every Unicode punctuation (P*) or symbol (S*) character replaced by a space,
-then split on whitespace. "x^2+1=y, isn't it?" -> ["x", "2", "1", "y", "isn", "t", "it"].
+NFKC, casefold, invisible format characters (Cf: soft hyphen, zero-width space and joiners,
+word joiner, BOM) removed, so one inside a word cannot hide it, every Unicode punctuation (P*)
+or symbol (S*) character replaced by a space, then split on whitespace.
+"x^2+1=y, isn't it?" -> ["x", "2", "1", "y", "isn", "t", "it"].
 Each n-gram is the tokens joined by one space, hashed with blake2b (8-byte digest, little-endian)
 -> a stable 64-bit value: the same on every machine and Python version, no extra dependency.
 
@@ -30,7 +32,8 @@ from kiln.atomic import atomic_path
 INDEX_FORMAT = "kiln-ngram-index"
 INDEX_VERSION = 1
 HASH_NAME = "blake2b-64"
-NORMALISATION = "nfkc-lower-punct-symbols-to-space-whitespace-split"
+# names the normalisation below: an index saved under another one is refused (and rebuilt)
+NORMALISATION = "nfkc-casefold-drop-cf-punct-symbols-to-space-whitespace-split"
 DEFAULT_PROMPT_FIELDS = ("prompt", "question", "input", "problem")  # problem: MATH
 DEFAULT_ANSWER_FIELDS = ("answer", "answers", "output", "target", "solution")  # answers: SQuAD
 ANSWER_OBJECT_KEYS = ("text", "value", "aliases")  # the texts of an answer given as an object
@@ -38,13 +41,20 @@ ANSWER_OBJECT_KEYS = ("text", "value", "aliases")  # the texts of an answer give
 # normalised word sequence, contained in a document), from this length up; shorter ones
 # ("what is 2 2") are too generic to call a match contamination.
 MIN_EXACT_TOKENS = 5
+# from this share of a benchmark's items that no document could ever match, prepare warns
+UNCATCHABLE_WARN_SHARE = 0.05
 
 
 def normalize_tokens(text: str) -> list[str]:
-    """Lowercased words of `text` with punctuation and symbols treated as spaces."""
-    text = unicodedata.normalize("NFKC", text).lower()
-    chars = [" " if unicodedata.category(c)[0] in "PS" else c for c in text]
-    return "".join(chars).split()
+    """Case-folded words of `text`, format characters dropped, punctuation and symbols
+    treated as spaces."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(map(_normal_char, text)).split()
+
+
+def _normal_char(c: str) -> str:
+    category = unicodedata.category(c)
+    return "" if category == "Cf" else " " if category[0] in "PS" else c
 
 
 def hash_ngram(tokens: Sequence[str]) -> int:
@@ -65,6 +75,7 @@ class BenchmarkItem:
 
     prompt: str | None
     answers: list[str] = field(default_factory=list)
+    line: int = field(default=0, compare=False)  # in its JSONL file, for error messages
 
 
 def _field_text(value: object) -> list[str]:
@@ -86,7 +97,7 @@ def load_benchmark_items(
     prompt_fields: Sequence[str] = DEFAULT_PROMPT_FIELDS,
     answer_fields: Sequence[str] = DEFAULT_ANSWER_FIELDS,
 ) -> list[BenchmarkItem]:
-    """Read a benchmark JSONL: the first present prompt field, and every present answer
+    """Read a benchmark JSONL: the first non-blank prompt field, and every present answer
     field (MATH has a worked `solution` and a short `answer`: a leak of either counts).
 
     A bad line raises (naming file and line): silently skipping an item would leave it undetected.
@@ -103,9 +114,8 @@ def load_benchmark_items(
                 raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
             if not isinstance(record, dict):
                 raise ValueError(f"{path}:{line_no}: expected a JSON object")
-            prompt = next(
-                (record[k] for k in prompt_fields if isinstance(record.get(k), str)), None
-            )
+            prompt = next((record[k] for k in prompt_fields  # a blank one ("input": "") is absent
+                           if isinstance(record.get(k), str) and record[k].strip()), None)
             answers = list(dict.fromkeys(
                 t for k in answer_fields if k in record for t in _field_text(record[k]) if t.strip()))
             if prompt is None and not answers:
@@ -113,7 +123,7 @@ def load_benchmark_items(
                     f"{path}:{line_no}: none of the prompt fields {list(prompt_fields)} "
                     f"or answer fields {list(answer_fields)} holds text"
                 )
-            items.append(BenchmarkItem(prompt=prompt, answers=answers))
+            items.append(BenchmarkItem(prompt=prompt, answers=answers, line=line_no))
     return items
 
 
@@ -231,6 +241,19 @@ class NGramIndex:
         for name in index.names:
             index.info[name]["ngrams"] = int(len(index.hashes[name]))
         return index
+
+    def uncatchable_warnings(self) -> list[str]:
+        """One line per benchmark with a notable share of items too short to ever match: a
+        run decontaminated against it is not clean of them."""
+        lines = []
+        for name in self.names:
+            items, short = self.info[name].get("items", 0), self.info[name].get("too_short_items", 0)
+            if items and short / items >= UNCATCHABLE_WARN_SHARE:
+                lines.append(
+                    f"benchmark {name!r}: {short} of {items} items ({100 * short / items:.0f}%) "
+                    f"have fewer than {self.n} words (and no problem of {MIN_EXACT_TOKENS}+ "
+                    "words to match whole): no document can be caught for them")
+        return lines
 
     def match_counts(self, tokens: Sequence[str]) -> dict[str, int]:
         """{benchmark: number of n-gram positions of `tokens` found in its index, and of
