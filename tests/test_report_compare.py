@@ -147,3 +147,28 @@ def test_run_names_are_plain_text_in_the_legend(tmp_path, monkeypatch):
     for ax in fig.axes:
         texts = [t.get_text() for t in ax.get_legend().get_texts()]
         assert texts == [r"cost\$1k_vs_\$2k", "_ablation"]
+
+
+def _index(run: Path, tokenizer: str, documents: str, val_fraction: float = 0.05) -> None:
+    (run / "tokens").mkdir(exist_ok=True)
+    (run / "tokens/index.json").write_text(json.dumps({
+        "val_fraction": val_fraction, "seed": 0,
+        "made_from": {"documents": documents, "format": 3, "tokenizer": tokenizer}}))
+
+
+def test_runs_with_other_tokenizers_or_val_data_are_compared_with_a_warning(runs, capsys):
+    """Loss per token of another tokenizer, or bpb on other text, is not the same axis."""
+    trinity, dense = runs
+    _index(trinity, "tok-a", "docs-a")
+    _index(dense, "tok-a", "docs-a")
+    assert main(["report", str(trinity), "--compare", str(dense)]) == 0
+    assert "warning" not in capsys.readouterr().err  # same data: nothing to say
+    assert "Note:" not in (trinity / "report.html").read_text()
+
+    _index(dense, "tok-b", "docs-a", val_fraction=0.1)
+    assert main(["report", str(trinity), "--compare", str(dense)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --compare: the runs' tokenizers differ" in err and "(trinity vs dense)" in err
+    assert "validation data differ" in err
+    html = (trinity / "report.html").read_text()
+    assert html.count("Note: the runs&#x27;") + html.count("Note: the runs'") == 2

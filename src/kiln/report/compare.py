@@ -6,10 +6,15 @@ byte of every run against step) and one table row per run: final train loss, bes
 parameters, active parameters per token (MoE runs count top_k of their experts) and mean
 tokens/s. The runs named with --compare must be run directories with a ``metrics.jsonl``;
 a missing one is an error, since the user asked for it by name.
+
+Loss is nats per token of each run's own tokenizer, and bits per byte are measured on each
+run's own validation split: the section says so (and `kiln report` warns) when the runs'
+token shards record other tokenizers or other validation data (`tokens/index.json`).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,8 @@ class RunFigures:
     summary: Summary
     params: float | None = None
     params_active: float | None = None
+    tokenizer: str | None = None  # the tokenizer file's hash its shards record
+    val_data: tuple | None = None  # (documents fingerprint, val_fraction, seed)
 
 
 def _labels(paths: list[Path]) -> list[str]:
@@ -59,8 +66,32 @@ def load_run_figures(run_dir: Path, label: str, required: bool = True) -> RunFig
     records = metrics.value if metrics.ok else []
     model = load_json(run_dir, "model.json")
     counts = model.value if model.ok else {}
+    index = load_json(run_dir, "tokens/index.json")
+    made = index.value.get("made_from") if index.ok else None
+    made = made if isinstance(made, dict) else {}
+    val_data = (made.get("documents"), index.value.get("val_fraction"),
+                index.value.get("seed")) if made.get("documents") else None
     return RunFigures(label, records, summarize(records) if records else Summary(),
-                      as_number(counts.get("params")), as_number(counts.get("params_active")))
+                      as_number(counts.get("params")), as_number(counts.get("params_active")),
+                      made.get("tokenizer"), val_data)
+
+
+def comparability_warnings(runs: list[RunFigures]) -> list[str]:
+    """What makes the overlaid curves compare less than they seem (runs that do not record
+    their data are left out of the check)."""
+    out = []
+    for attr, what in (("tokenizer", "tokenizers differ: train loss is nats per token of "
+                                     "each run's own tokenizer, so only bits per byte compare"),
+                       ("val_data", "validation data differ (other documents or another "
+                                    "split): val bits per byte are measured on other text")):
+        groups: dict[object, list[str]] = {}
+        for run in runs:
+            if getattr(run, attr) is not None:
+                groups.setdefault(getattr(run, attr), []).append(run.label)
+        if len(groups) > 1:
+            sides = " vs ".join(", ".join(labels) for labels in groups.values())
+            out.append(f"the runs' {what} ({sides})")
+    return out
 
 
 def load_comparison(run_dir: Path, others: list[Path]) -> list[RunFigures]:
@@ -119,6 +150,9 @@ def compare_section(runs: list[RunFigures], plots_dir: Path) -> str:
     write_compare_plot(runs, plots_dir / f"{COMPARE_PLOT}.png")
     note = paragraph("tokens/s: mean over the second half of each run's steps; active params: "
                      "per token (routed experts count top_k of n_experts).", "muted")
-    body = (image(f"plots/{COMPARE_PLOT}.png", "train loss and val bits/byte of every run")
+    notes = comparability_warnings(runs)
+    for note_text in notes:  # on the console too: the plot alone would hide it
+        warnings.warn(f"--compare: {note_text}", stacklevel=2)
+    body = ("".join(paragraph(f"Note: {w}.", "missing") for w in notes) + image(f"plots/{COMPARE_PLOT}.png", "train loss and val bits/byte of every run")
             + grid_table(COLUMNS, comparison_rows(runs)) + note)
     return section("Comparison", body)
