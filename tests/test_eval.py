@@ -134,6 +134,21 @@ def test_a_partial_eval_is_judged_against_its_own_baseline(tiny_run, capsys):
     assert "so the two are not compared" in html and "Beats the unigram" not in html
 
 
+def test_an_eval_of_the_train_split_goes_beside_the_held_out_one(tiny_run, capsys):
+    """eval.json is the held-out score the report shows: a one-off look at the train split
+    must not replace it."""
+    from kiln.cli import main
+
+    assert main(["train", str(tiny_run), "--set", "train.steps=2"]) == 0
+    assert main(["eval", str(tiny_run), "--set", "eval.max_batches=1"]) == 0
+    held_out = (tiny_run / "eval.json").read_text()
+    assert main(["eval", str(tiny_run), "--set", "eval.max_batches=1", "--set",
+                 "eval.split=train"]) == 0
+    assert (tiny_run / "eval.json").read_text() == held_out
+    train = json.loads((tiny_run / "eval-train.json").read_text())
+    assert train["split"] == "train" and train["bpb"] != json.loads(held_out)["bpb"]
+
+
 def test_periodic_validation_does_not_need_the_unigram_counts(tiny_run):
     """Training does not need the baseline's counts: a run without the file (deleted, or
     from a copy) trains through its validations; `kiln eval` names the file to re-make."""

@@ -183,11 +183,13 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     result["checkpoint"], result["ranks"] = ckpt.name, env.world_size
     result["batch_size"], result["max_batches"] = e.batch_size, e.max_batches
     result["seq_len"], result["precision"] = cfg.train.seq_len, precision
-    write_json_atomic(cfg.run_dir / "eval.json", result)
+    # eval.json is the held-out score the report shows; a look at the train split goes beside it
+    name = "eval.json" if e.split == "val" else f"eval-{e.split}.json"
+    write_json_atomic(cfg.run_dir / name, result)
     trained = recorded_config(cfg.run_dir)
     if trained is not None and trained.train.seq_len != cfg.train.seq_len:
         print(f"note: scored with {cfg.train.seq_len}-token windows; the model trained on "
-              f"{trained.train.seq_len} (recorded in eval.json)", file=sys.stderr)
+              f"{trained.train.seq_len} (recorded in {name})", file=sys.stderr)
     baseline = result.get("unigram_bpb_scored")
     if baseline is not None:  # the baseline on exactly the tokens scored, whatever the split
         verdict = "below" if result["bpb"] < baseline else "NOT below"
