@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from datatrove.data import Document
 
-from kiln.data.arxiv import latex_to_text, leaked_markup
+from kiln.data.arxiv import LatexToText, latex_to_text, leaked_markup
 from kiln.data.arxiv.latex_convert import LatexConverter
 from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
-from kiln.data.arxiv.latex_source import find_main_file, strip_comments
+from kiln.data.arxiv.latex_source import (
+    LatexRefused,
+    find_main_file,
+    resolve_includes,
+    strip_comments,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "latex"
 
@@ -138,3 +145,95 @@ def test_fixture_paper_full_output():
 def test_leaked_markup_metric():
     assert leaked_markup("ok $\\alpha{x}$ \\[\\beta\\] \\begin{align}{a}\\end{align} fine") == (0, 2)
     assert leaked_markup("bad \\foo {x}\n```\n\\code{}\n```\nok") == (2, 4)
+
+
+def test_percent_in_url_verb_and_verbatim_is_not_a_comment():
+    # `\url{..%20..}` used to eat its closing brace and, with it, the rest of the paper.
+    assert strip_comments("\\url{http://x.org/a%20b} rest % c\nnext") == "\\url{http://x.org/a%20b} rest next"
+    assert strip_comments("\\href{http://y/%7Ez}{t} \\verb|5%| \\verb*+%+ \\\\% c\nz") == (
+        "\\href{http://y/%7Ez}{t} \\verb|5%| \\verb*+%+ \\\\z")
+    assert strip_comments("\\begin{lstlisting}\na % b\n\\end{lstlisting}% c\nz") == (
+        "\\begin{lstlisting}\na % b\n\\end{lstlisting}z")
+    assert strip_comments("\\verb|a % b\nc") == "\\verb|a c"  # unclosed on its line: a comment
+    tex = ("See \\url{http://x.org/a%20b} and \\href{http://y.org/%7Ez}{the page}. \\verb|50%| ok"
+           "\\begin{verbatim}\nx = 1 % kept\n\\end{verbatim}End.")
+    assert body(tex) == "See and the page. `50%` ok\n\n```\nx = 1 % kept\n```\n\nEnd."
+
+
+def test_strip_comments_stays_linear_on_unclosed_literals():
+    start = time.perf_counter()
+    for bad in ("\\verb!a\n" * 40_000 + "!", "\\url{" * 40_000, "\\begin{verbatim}%" * 20_000, "\\\\" * 100_000):
+        strip_comments(bad + "%")
+    assert time.perf_counter() - start < 2.0
+
+
+def test_comment_before_blank_line_keeps_paragraph_break():
+    assert strip_comments("text % c\n\nNext") == "text \n\nNext"
+    assert strip_comments("a % c\n  b\n% whole line\nc") == "a b\nc"  # no blank line: joined
+    assert body("First % c\n\nSecond % d\n   \nThird % e\n  same") == "First\n\nSecond\n\nThird same"
+
+
+def test_main_file_is_the_input_shell_not_a_longer_standalone():
+    doc = "\\documentclass{article}\\begin{document}%s\\end{document}"
+    files = {"main.tex": doc % "\\input{sec1}\\input{sec2}", "sec1.tex": "A" * 300,
+             "sec2.tex": "B" * 300, "supplement.tex": doc % ("S" * 400)}
+    assert find_main_file(files) == "main.tex"
+    result = latex_to_text(files)
+    assert result.main == "main.tex" and "A" * 300 in result.body and "S" not in result.body
+    # A candidate that another candidate includes is not the root, however long.
+    files = {"a.tex": doc % "\\include{b}", "b.tex": doc % ("long " * 100)}
+    assert find_main_file(files) == "a.tex"
+
+
+def test_input_fan_out_is_refused_within_budget():
+    doc = "\\documentclass{article}\\begin{document}%s\\end{document}"
+
+    def fan_out(levels: int) -> dict[str, str]:  # each file inputs the next 10 times
+        files = {f"f{i}.tex": f"\\input{{f{i + 1}}}" * 10 for i in range(1, levels)}
+        files.update({"main.tex": doc % ("\\input{f1}" * 10), f"f{levels}.tex": "x" * 60})
+        return files
+
+    for levels in (5, 9):  # 6 MB (past the 4 Mi floor) and 6 GB (was a MemoryError) if expanded
+        with pytest.raises(LatexRefused) as refused:
+            latex_to_text(fan_out(levels))
+        assert refused.value.reason == "include_budget"
+    step = LatexToText()
+    assert list(step.run([Document(text="", id="bomb", metadata={"latex_files": fan_out(9)})])) == []
+    assert step.stats["refused/include_budget"].total == 1
+    counts: Counter = Counter()
+    shared = {"main.tex": doc % ("\\input{s}" * 5), "s.tex": "word " * 100}  # a file input a few times
+    assert resolve_includes(shared, "main.tex", counts).count("word") == 500
+    with pytest.raises(LatexRefused):
+        resolve_includes(shared, "main.tex", Counter(), budget=1000)
+
+
+def test_macro_budget_is_checked_during_a_pass():
+    counts: Counter = Counter()
+    _, macros, _ = collect_definitions("\\newcommand{\\a}[1]{" + "#1" * 1000 + "}", counts)
+    text = ("\\a{" + "x" * 1000 + "}") * 30  # one pass would write 30 MB
+    out = expand_macros(text, macros, counts)
+    assert len(out) <= 4 * len(text) + 100_000 and counts["macros_budget_exhausted"] == 1
+
+
+def test_macros_not_expanded_after_line_break_or_in_literal_spans():
+    pre = "\\newcommand{\\x}{XX}"
+    assert body("a\\\\x b \\\\\\x \\verb|\\x| \\x", pre) == "a x b XX `\\x` XX"  # \\\\ is a line break
+    out = body("\\begin{verbatim}\n\\x \\newcommand{\\y}{Y}\n\\end{verbatim}\\y", pre)
+    assert out.startswith("```\n\\x \\newcommand{\\y}{Y}\n```")
+
+
+def test_local_sty_is_found_next_to_the_main_file():
+    files = {"paper/main.tex": "\\documentclass{article}\\usepackage{mine,top}\\begin{document}$\\R \\C$"
+                               "\\end{document}",
+             "paper/mine.sty": "\\newcommand{\\R}{\\mathbb{R}}", "top.sty": "\\newcommand{\\C}{\\mathbb{C}}"}
+    assert latex_to_text(files).body == "$\\mathbb{R} \\mathbb{C}$"
+
+
+def test_unclosed_inline_math_openers_are_linear():
+    start = time.perf_counter()
+    out = LatexConverter("a " + "\\(" * 16000 + " b").text()
+    assert out == "a b" and time.perf_counter() - start < 1.0  # was ~6 s: each \( scanned to the end
+
+
+def test_hyperref_keeps_only_its_text():
+    assert body("see \\hyperref[sec:intro]{the introduction} now") == "see the introduction now"

@@ -2,13 +2,14 @@
 
 Order: choose the main file, resolve \\input/\\include/\\subfile inside the archive (comments
 stripped per file), split preamble/body, collect macro definitions (local .sty files named by
-\\usepackage, then preamble, then body; later wins) and remove them, expand macros, pull title
-and abstract, convert the body (`latex_convert`). Title/abstract from arXiv metadata win over
-the source's.
+\\usepackage, next to the main file or else at the root; then preamble, then body; later wins)
+and remove them, expand macros, pull title and abstract, convert the body (`latex_convert`).
+Title/abstract from arXiv metadata win over the source's.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from datatrove.pipeline.base import PipelineStep
 from kiln.data.arxiv.latex_convert import LatexConverter
 from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
 from kiln.data.arxiv.latex_source import (
+    LatexRefused,
     find_main_file,
+    normalise_include,
     read_bracket,
     read_group,
     resolve_includes,
@@ -73,8 +76,20 @@ def _abstract_source(text: str) -> str | None:
     return None
 
 
+def _local_package(files: dict[str, str], main: str, package: str) -> str | None:
+    """The archive's `package`.sty as TeX finds it: next to the main file, else at the root."""
+    for base_dir in dict.fromkeys((posixpath.dirname(main), "")):
+        path = normalise_include(base_dir, f"{package.strip()}.sty")
+        if path is not None and path in files:
+            return path
+    return None
+
+
 def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResult:
-    """Extract one paper from its sources (archive path -> text); nothing outside `files` is read."""
+    """Extract one paper from its sources (archive path -> text); nothing outside `files` is read.
+
+    Raises `LatexRefused` for a document that cannot be extracted within budget.
+    """
     main = main or find_main_file(files)
     if main is None or main not in files:
         return ExtractResult(main=None)
@@ -83,7 +98,7 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
     macro_sources = []
     for m in USEPACKAGE.finditer(preamble):
         for package in m.group(1).split(","):
-            if (sty := f"{package.strip()}.sty") in files:
+            if (sty := _local_package(files, main, package)) is not None:
                 macro_sources.append(strip_comments(files[sty]))
     macros: dict = {}
     theorems: dict[str, str] = {}
@@ -108,7 +123,9 @@ class LatexToText(PipelineStep):
     """Documents with ``metadata["latex_files"]`` -> the training text in `doc.text`.
 
     Stats: ``converted``, ``empty_tex/no_main``, ``empty_tex/no_text`` (empty body),
-    ``error/<exception>`` (document dropped, run continues) and the extraction counters
+    ``refused/<reason>`` (`LatexRefused`: e.g. ``include_budget``, an \\input fan-out),
+    ``error/<exception>`` (document dropped, run continues; MemoryError included, as a last
+    line of defence behind the budgets) and the extraction counters
     (``includes_refused``, ``macros_expanded``...). Papers with empty body are dropped.
     """
 
@@ -123,7 +140,10 @@ class LatexToText(PipelineStep):
                 continue
             try:
                 result = latex_to_text(files)
-            except (RecursionError, ValueError, IndexError, KeyError, TypeError) as exc:
+            except LatexRefused as exc:
+                self.stat_update(f"refused/{exc.reason}")
+                continue
+            except (RecursionError, ValueError, IndexError, KeyError, TypeError, MemoryError) as exc:
                 self.stat_update(f"error/{type(exc).__name__}")
                 continue
             for key, n in result.counts.items():

@@ -8,6 +8,7 @@ groups run to the end) instead of failing. See `latex_rules` for what happens to
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 
@@ -68,6 +69,7 @@ class LatexConverter:
             self.end.append(m.end())
         self.n = len(self.kind)
         self.code: list[str] = []
+        self.closers: dict[str, list[int]] = {}  # \) or \] -> its token indices, for `_find_symbol`
         self._match_braces()
         self._match_environments()
 
@@ -193,6 +195,14 @@ class LatexConverter:
                 return None  # TeX forbids a paragraph break inside $...$
         return None
 
+    def _find_symbol(self, i: int, j: int, value: str) -> int | None:
+        """First `value` symbol token in [i, j): a bisect, so unclosed \\( runs stay linear."""
+        if value not in self.closers:
+            self.closers[value] = [k for k in range(self.n) if self.kind[k] == SYMBOL and self.val[k] == value]
+        at = self.closers[value]
+        k = bisect.bisect_left(at, i)
+        return at[k] if k < len(at) and at[k] < j else None
+
     def _dollar(self, i: int, j: int, out: list[str]) -> int:
         close = self._find(i + 1, j, DOLLAR, self.val[i])
         if close is None:
@@ -213,7 +223,7 @@ class LatexConverter:
             out.append("\n")
             return self._skip_args(i + 1, "[")
         if c in "([":
-            close = self._find(i + 1, j, SYMBOL, "\\)" if c == "(" else "\\]")
+            close = self._find_symbol(i + 1, j, "\\)" if c == "(" else "\\]")
             if close is None:
                 self.counts["unclosed_math"] += 1
                 return i + 1

@@ -2,9 +2,12 @@
 and expand them in text and math, with #1..#9 arguments and \\newcommand's optional default.
 
 Not TeX: expansion is textual, in whole-document passes (a macro used inside another's body is
-expanded by the next pass), at most `MAX_PASSES` passes and a growth budget, so a recursive
-``\\def\\a{\\a x}`` stops. Skipped (counted): delimited \\def parameters, bodies that define
-macros or use \\csname/\\expandafter, and redefinitions of structural names (\\begin, \\section...).
+expanded by the next pass), at most `MAX_PASSES` passes and a growth budget checked as each pass
+writes, so a recursive ``\\def\\a{\\a x}`` or a body repeating a long argument stops early.
+Literal spans (\\verb, \\url, verbatim environments) are neither scanned for definitions nor
+expanded, and `\\\\x` is a line break then x, not \\x. Skipped (counted): delimited \\def
+parameters, bodies that define macros or use \\csname/\\expandafter, and redefinitions of
+structural names (\\begin, \\section...).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from kiln.data.arxiv.latex_source import read_bracket, read_group, skip_blanks
+from kiln.data.arxiv.latex_source import LiteralSpans, read_bracket, read_group, skip_blanks
 
 DEFINER = re.compile(
     r"\\(?:(re)?newcommand|providecommand|DeclareRobustCommand|([gex]?def)|"
@@ -120,9 +123,13 @@ def collect_definitions(text: str, counts: Counter) -> tuple[str, dict[str, Macr
     theorems: dict[str, str] = {}
     if "\\" not in text:
         return text, macros, theorems
-    out, pos = [], 0
+    out, pos, spans = [], 0, None
     for m in DEFINER.finditer(text):
         if m.start() < pos:
+            continue
+        if spans is None:
+            spans = LiteralSpans(text)
+        if m.start() in spans:
             continue
         out.append(text[pos : m.start()])
         pos = _parse_definition(text, m, macros, theorems, counts)
@@ -147,23 +154,46 @@ def _read_arg(text: str, pos: int) -> tuple[str, int] | None:
     return c, pos + 1
 
 
-def _substitute(body: str, args: list[str]) -> str:
-    """Replace #1..#9 by the arguments and ## by #."""
+class _OverBudget(Exception):
+    """A pass would write more than its budget; raised from inside a substitution."""
+
+
+def _substitute(body: str, args: list[str], room: int) -> str:
+    """Replace #1..#9 by the arguments and ## by #; raise `_OverBudget` past `room` characters."""
+    if "#" not in body:
+        if len(body) > room:
+            raise _OverBudget
+        return body
+    size = len(body)
 
     def param(p: re.Match) -> str:
+        nonlocal size
         if p.group(1) is None:
             return "#"
         k = int(p.group(1))
-        return args[k - 1] if k <= len(args) else ""
+        arg = args[k - 1] if k <= len(args) else ""
+        size += len(arg)
+        if size > room:
+            raise _OverBudget
+        return arg
 
-    return PARAM.sub(param, body) if "#" in body else body
+    return PARAM.sub(param, body)
 
 
-def _expand_once(text: str, pattern: re.Pattern, macros: dict[str, Macro], counts: Counter) -> str:
-    out, pos = [], 0
+def _expand_once(
+    text: str, pattern: re.Pattern, macros: dict[str, Macro], counts: Counter, budget: int
+) -> tuple[str, int] | None:
+    """One pass over `text`: (new text, macros expanded), or None once the output would pass
+    `budget` characters (checked as it is written: one pass can multiply the text)."""
+    out, pos, size, n, spans = [], 0, 0, 0, None
     for m in pattern.finditer(text):
-        if m.start() < pos:
-            continue  # inside arguments already consumed; the next pass sees them
+        start = m.start()
+        if m.group(1) is None or start < pos:
+            continue  # a `\\` pair, or inside arguments already consumed (the next pass sees them)
+        if spans is None:
+            spans = LiteralSpans(text)
+        if start in spans:
+            continue
         macro = macros[m.group(1)]
         args: list[str] = []
         end = m.end()
@@ -181,28 +211,55 @@ def _expand_once(text: str, pattern: re.Pattern, macros: dict[str, Macro], count
         if len(args) < macro.n_args:
             counts["macros_missing_args"] += 1
             continue
-        out.append(text[pos : m.start()])
-        out.append(_substitute(macro.body, args))
+        out.append(text[pos:start])
+        size += start - pos
+        try:
+            expanded = _substitute(macro.body, args, budget - size)
+        except _OverBudget:
+            return None
+        out.append(expanded)
+        size += len(expanded)
         pos = end
-        counts["macros_expanded"] += 1
+        n += 1
     out.append(text[pos:])
-    return "".join(out)
+    counts["macros_expanded"] += n
+    return "".join(out), n
+
+
+def _pattern(names: list[str]) -> re.Pattern:
+    """`\\name` for one of `names` (group 1), or a `\\\\` pair (no group) so that `\\\\x` reads as
+    a line break then x. Longest names first, and no letter after, so `\\ab` is not `\\a`."""
+    names = sorted(names, key=len, reverse=True)
+    return re.compile(r"\\(?:\\|(" + "|".join(re.escape(n) for n in names) + r")(?![a-zA-Z@]))")
+
+
+def _has_use(text: str, pattern: re.Pattern) -> bool:
+    """Whether `text` uses a macro outside literal spans."""
+    spans = None
+    for m in pattern.finditer(text):
+        if m.group(1) is not None:
+            if spans is None:
+                spans = LiteralSpans(text)
+            if m.start() not in spans:
+                return True
+    return False
 
 
 def expand_macros(text: str, macros: dict[str, Macro], counts: Counter) -> str:
-    """Expand user macros until none is left, `MAX_PASSES` passes, or the text grows 4x + 100 kB."""
+    """Expand user macros until none is left, `MAX_PASSES` passes, or the text would grow past
+    4x + 100 kB (then the last complete pass is returned)."""
     if not macros or "\\" not in text:
         return text
-    names = sorted(macros, key=len, reverse=True)
-    pattern = re.compile(r"\\(" + "|".join(re.escape(n) for n in names) + r")(?![a-zA-Z@])")
+    pattern = _pattern(list(macros))
     budget = 4 * len(text) + 100_000
     for _ in range(MAX_PASSES):
-        if not pattern.search(text):
-            return text
-        text = _expand_once(text, pattern, macros, counts)
-        if len(text) > budget:
+        done = _expand_once(text, pattern, macros, counts, budget)
+        if done is None:
             counts["macros_budget_exhausted"] += 1
             return text
-    if pattern.search(text):
+        if not done[1]:
+            return text  # none left, or only literal (\\verb...) or argument-less uses
+        text = done[0]
+    if _has_use(text, pattern):
         counts["macros_budget_exhausted"] += 1
     return text

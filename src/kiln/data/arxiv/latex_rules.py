@@ -6,9 +6,9 @@
   bibliography, pictures/TikZ, algorithms, comments; \\cite*, \\ref* (dropped, not replaced by a
   placeholder, as in the digest), \\label, \\footnote (mostly affiliations/acknowledgements, and
   inline insertion breaks sentences), \\url, \\includegraphics, spacing and layout commands.
-- Kept: text of formatting macros (\\emph, \\textbf, \\href's text...), lists as "- item",
-  sections as Markdown headings, theorem-like environments as "Theorem. ...", verbatim/listings
-  as ``` fences (their markup is content, and the leak metric skips fences).
+- Kept: text of formatting macros (\\emph, \\textbf, \\href's and \\hyperref's text...), lists
+  as "- item", sections as Markdown headings, theorem-like environments as "Theorem. ...",
+  verbatim/listings as ``` fences (their markup is content, and the leak metric skips fences).
 Argument shapes for macros not listed come from pylatexenc's macro database.
 """
 
@@ -81,7 +81,7 @@ DROP.update({
     "setcounter": "{{", "addtocounter": "{{", "addcontentsline": "{{{", "renewcommand": "*{[[{",
     "newcommand": "*{[[{", "providecommand": "*{[[{", "newcolumntype": "{[{",
     "definecolor": "{{{", "colorlet": "{{", "rule": "[{{", "raisebox": "{[[", "resizebox": "*{{",
-    "scalebox": "{[", "let": "", "DeclareMathOperator": "*{{", "bibitem": "[{", "href": "{",
+    "scalebox": "{[", "let": "", "DeclareMathOperator": "*{{", "bibitem": "[{", "href": "{", "hyperref": "[",
     "textcolor": "[{", "colorbox": "[{", "foreignlanguage": "[{", "parbox": "[[[{",
     "makebox": "[[", "framebox": "[[", "selectlanguage": "{", "multicolumn": "{{",
     "multirow": "[{[{",

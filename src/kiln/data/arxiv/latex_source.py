@@ -7,25 +7,125 @@ archive root (``\\input{../../x}``) are refused and counted; nothing outside the
 
 from __future__ import annotations
 
+import bisect
 import posixpath
 import re
 from collections import Counter
+from collections.abc import Iterator
 
-# A % preceded by an even number of backslashes starts a comment; TeX also drops the newline
-# and the next line's leading blanks. `50\%` is an escaped percent sign and survives.
-COMMENT = re.compile(r"(?<!\\)((?:\\\\)*)%[^\n]*(?:\n[ \t]*)?")
+# Spans whose content TeX reads literally, so a % inside is not a comment and a macro is not
+# expanded: \verb<d>..<d> (one line, ASCII non-letter delimiter), \url{..} and \href's URL (the url
+# package re-reads catcodes; brace-free argument), verbatim-like environments up to their exact
+# \end{name}. Runs of `\\` (line breaks) and `\%` (a percent sign) are matched and skipped, so a
+# command or % counts only after an even run of backslashes. Each regex starts with one literal
+# or character set, which lets the search skip plain text fast.
+LITERAL_ENVS = (
+    "verbatim", "verbatim*", "Verbatim", "Verbatim*", "BVerbatim", "LVerbatim", "lstlisting",
+    "minted", "alltt", "comment", "filecontents", "filecontents*",
+)
+_COMMAND = (
+    r"(?P<cmd>(?P<verb>verb\*?)(?=[!-)+-@\[-`{-~])|(?:url|nolinkurl|href)\s*\{[^{}]*\}"
+    r"|begin\s*\{(?P<env>" + "|".join(re.escape(e) for e in LITERAL_ENVS) + r")\})"
+)
+LITERAL = re.compile(r"\\(?:\\(?:\\\\)*|" + _COMMAND + ")")
+LITERAL_OR_COMMENT = re.compile(r"[%\\](?:(?<=%)(?P<pct>)|(?<=\\)(?:%|\\(?:\\\\)*|" + _COMMAND + "))")
+LINE_BLANKS = re.compile(r"[ \t]*")
 DOCCLASS = re.compile(r"\\document(?:class|style)\s*(?:\[[^\]]*\])?\s*\{\s*([^}]*)\}")
 INCLUDE = re.compile(r"\\(input|include|subfile)(?![a-zA-Z@])\s*(?:\{([^{}]*)\}|([^\s{}\\%]+))")
 BEGIN_DOC = "\\begin{document}"
 END_DOC = "\\end{document}"
 MAX_INCLUDE_DEPTH = 20
+# Include expansion budget, in characters: INCLUDE_GROWTH x the archive's text, at least
+# MIN_INCLUDE_BUDGET, at most MAX_INCLUDE_BUDGET. A paper includes each file about once (nested
+# files are counted once per level), so only a fan-out (a file \input many times, each input
+# \input-ing more) reaches it; one such 673-byte archive expanded to 109 MB in 8 s.
+INCLUDE_GROWTH = 4
+MIN_INCLUDE_BUDGET = 4 * 1024 * 1024
+MAX_INCLUDE_BUDGET = 64 * 1024 * 1024
+
+
+class LatexRefused(Exception):
+    """The whole document is refused; `reason` is the stat key (``refused/<reason>``)."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+def _comment_end(text: str, start: int) -> int:
+    """End of the comment at `start`: TeX drops its line end and the next line's indent, but a
+    blank next line still ends the paragraph, so then the line end is kept."""
+    eol = text.find("\n", start)
+    if eol < 0:
+        return len(text)
+    after = LINE_BLANKS.match(text, eol + 1).end()
+    return eol if text.startswith(("\n", "\r\n"), after) else after
+
+
+def _spans(text: str, pattern: re.Pattern) -> Iterator[tuple[int, int, bool]]:
+    """(start, end, is_comment) of the comments and literal spans of `text`, left to right.
+
+    An unclosed \\verb or environment is not a span (TeX would stop with an error). Linear
+    time: the next delimiter / ``\\end{env}`` found (or found missing) is remembered, so no
+    stretch of text is searched twice for the same one.
+    """
+    pos, found = 0, {}
+    while (m := pattern.search(text, pos)) is not None:
+        start, pos = m.span()
+        if m.lastgroup is None:  # `\\` pairs or `\%`
+            continue
+        if m.lastgroup == "pct":
+            pos = _comment_end(text, start)
+            yield start, pos, True
+        elif m.group("verb"):
+            close = _find_after(text, text[pos], pos + 1, found)
+            if close >= 0 and text.find("\n", pos + 1, close) < 0:
+                pos = close + 1
+                yield start, pos, False
+        elif env := m.group("env"):
+            close = _find_after(text, f"\\end{{{env}}}", pos, found)
+            if close >= 0:
+                pos = close + len(env) + 6
+                yield start, pos, False
+        else:
+            yield start, pos, False
+
+
+def _find_after(text: str, needle: str, pos: int, found: dict[str, int]) -> int:
+    """text.find(needle, pos), remembered: searches come with growing `pos`, so an answer at or
+    after `pos` (or -1, none) still holds."""
+    at = found.get(needle, -2)
+    if at == -1 or at >= pos:
+        return at
+    found[needle] = at = text.find(needle, pos)
+    return at
+
+
+class LiteralSpans:
+    """Where a text has \\verb, \\url and verbatim-like spans (their content is not LaTeX)."""
+
+    def __init__(self, text: str):
+        spans = [(s, e) for s, e, _ in _spans(text, LITERAL)] if "\\" in text else []
+        self.starts = [s for s, _ in spans]
+        self.ends = [e for _, e in spans]
+
+    def __contains__(self, pos: int) -> bool:
+        k = bisect.bisect_right(self.starts, pos) - 1
+        return k >= 0 and pos < self.ends[k]
 
 
 def strip_comments(text: str) -> str:
-    """Remove % comments the way TeX does (the next line is joined without its indent)."""
+    """Remove % comments the way TeX does (the next line is joined without its indent, a blank
+    next line still breaks the paragraph); a % inside a literal span (\\url, \\verb...) stays."""
     if "%" not in text:
         return text
-    return COMMENT.sub(r"\1", text)
+    out, pos = [], 0
+    for start, end, comment in _spans(text, LITERAL_OR_COMMENT):
+        if comment:
+            out.append(text[pos:start])
+            pos = end
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def find_main_file(files: dict[str, str]) -> str | None:
@@ -33,22 +133,67 @@ def find_main_file(files: dict[str, str]) -> str | None:
 
     Candidates contain ``\\documentclass`` (or LaTeX 2.09 ``\\documentstyle``) or
     ``\\begin{document}``. Tie-break, in order: has both; is not a `subfiles`/`standalone`
-    child; the longest text; then the first name in sorted order.
+    child; is not included by another candidate; the longest text with its includes resolved
+    (a main file that is only ``\\input`` lines beats a longer standalone supplement); then the
+    first name in sorted order.
     """
-    best: tuple | None = None
+    texts: dict[str, str] = {}
+
+    def text_of(name: str) -> str:
+        if name not in texts:
+            texts[name] = strip_comments(files[name])
+        return texts[name]
+
+    ranks: dict[str, tuple[bool, bool]] = {}
     for name in sorted(files):
         if not name.lower().endswith((".tex", ".ltx", ".latex")):
             continue
-        text = strip_comments(files[name])
+        text = text_of(name)
         cls = DOCCLASS.search(text)
         has_begin = BEGIN_DOC in text
         if not cls and not has_begin:
             continue
         child = bool(cls) and cls.group(1).strip() in ("subfiles", "standalone")
-        key = (bool(cls) and has_begin, not child, len(text))
+        ranks[name] = (bool(cls) and has_begin, not child)
+    targets: dict[tuple[str, str], list[str]] = {}
+    reach = {name: _reachable(files, name, text_of, targets) for name in ranks}
+    included = {other for name, found in reach.items() for other in found if other != name}
+    best: tuple | None = None
+    for name in ranks:  # sorted: a tie keeps the first name
+        key = (*ranks[name], name not in included, sum(len(text_of(f)) for f in reach[name]))
         if best is None or key > best[0]:
             best = (key, name)
     return best[1] if best else None
+
+
+def _includes(text: str) -> Iterator[re.Match]:
+    """The \\input/\\include/\\subfile commands of `text`, outside literal spans (\\verb...)."""
+    spans = None
+    for m in INCLUDE.finditer(text):
+        if spans is None:
+            spans = LiteralSpans(text)
+        if m.start() not in spans:
+            yield m
+
+
+def _reachable(files: dict[str, str], main: str, text_of, targets: dict) -> set[str]:
+    """`main` and the archive files it includes, transitively (resolved from main's folder)."""
+    base_dir = posixpath.dirname(main)
+    seen, todo = {main}, [main]
+    while todo:
+        name = todo.pop()
+        if (base_dir, name) not in targets:
+            found = []
+            for m in _includes(text_of(name)):
+                path = normalise_include(base_dir, m.group(2) if m.group(2) is not None else m.group(3))
+                if path is not None and (target := _lookup(files, path)) is not None:
+                    found.append(target)
+            targets[base_dir, name] = found
+        for target in targets[base_dir, name]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
 
 
 def normalise_include(base_dir: str, target: str) -> str | None:
@@ -77,14 +222,24 @@ def _subfile_body(text: str) -> str:
     return text[start + len(BEGIN_DOC) : end if end >= 0 else len(text)]
 
 
-def resolve_includes(files: dict[str, str], main: str, counts: Counter) -> str:
+def include_budget(files: dict[str, str]) -> int:
+    """Characters that include expansion may produce for this archive (see INCLUDE_GROWTH)."""
+    total = sum(len(text) for text in files.values())
+    return min(MAX_INCLUDE_BUDGET, max(MIN_INCLUDE_BUDGET, INCLUDE_GROWTH * total))
+
+
+def resolve_includes(files: dict[str, str], main: str, counts: Counter, budget: int | None = None) -> str:
     """The main file with \\input/\\include/\\subfile replaced by the (comment-free) targets.
 
     Counts ``includes_resolved``, ``includes_refused`` (outside the archive),
     ``includes_missing`` (not in the archive: figures' .pstex_t, .bbl...), ``includes_cycle``.
+    Raises `LatexRefused("include_budget")` once the inserted text passes `budget` characters
+    (default `include_budget(files)`), before a fan-out of includes can exhaust memory.
     """
     base_dir = posixpath.dirname(main)
     cache: dict[str, str] = {}
+    limit = include_budget(files) if budget is None else budget
+    used = 0
 
     def expand(name: str, stack: tuple[str, ...]) -> str:
         if name not in cache:
@@ -94,6 +249,7 @@ def resolve_includes(files: dict[str, str], main: str, counts: Counter) -> str:
             return text
 
         def replace(m: re.Match) -> str:
+            nonlocal used
             kind, target = m.group(1), m.group(2) if m.group(2) is not None else m.group(3)
             path = normalise_include(base_dir, target)
             if path is None:
@@ -108,9 +264,18 @@ def resolve_includes(files: dict[str, str], main: str, counts: Counter) -> str:
                 return ""
             counts["includes_resolved"] += 1
             body = expand(found, (*stack, found))
+            used += len(body)
+            if used > limit:
+                raise LatexRefused("include_budget", f"includes expand past {limit} characters")
             return _subfile_body(body) if kind == "subfile" else f"\n{body}\n"
 
-        return INCLUDE.sub(replace, text)
+        out, pos = [], 0
+        for m in _includes(text):
+            out.append(text[pos : m.start()])
+            out.append(replace(m))
+            pos = m.end()
+        out.append(text[pos:])
+        return "".join(out)
 
     return expand(main, (main,))
 
