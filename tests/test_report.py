@@ -289,3 +289,13 @@ def test_a_series_of_one_record_is_drawn(tmp_path: Path) -> None:
     near = (abs(pixels[..., 0] - c0[0]) < 0.05) & (abs(pixels[..., 1] - c0[1]) < 0.05) \
         & (abs(pixels[..., 2] - c0[2]) < 0.05)
     assert near.sum() >= 10
+
+
+def test_steps_logged_past_the_latest_checkpoint_are_noted(tmp_path: Path) -> None:
+    """A killed run logged steps it never saved: the summary says a resume trains them again."""
+    _write_jsonl(tmp_path / "metrics.jsonl", [_train(s, 5.0 - 0.1 * s) for s in range(1, 76)])
+    _checkpoints(tmp_path, 40, 60, latest=60)
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "logged steps up to 75, but its latest checkpoint is step_00000060 (step 60)" in page
+    _write_jsonl(tmp_path / "metrics.jsonl", [_train(s, 5.0 - 0.1 * s) for s in range(1, 61)])
+    assert "logged steps up to" not in build_report(tmp_path).read_text(encoding="utf-8")

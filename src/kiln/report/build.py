@@ -61,7 +61,7 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
     moe = moe_section(records, plots, config)
     latest = latest_checkpoint_name(run_dir)
     sections = [
-        summary_section(metrics, summary),
+        summary_section(metrics, summary, latest),
         *extra,
         plots_section(metrics, plots),
         *([moe] if moe else []),

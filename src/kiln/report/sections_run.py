@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kiln.report.fmt import (
@@ -17,6 +18,7 @@ from kiln.report.fmt import (
 from kiln.report.html_parts import grid_table, key_value_table, paragraph, pre, section, unavailable
 from kiln.report.run_files import Loaded
 from kiln.report.summary import Summary
+from kiln.train.checkpoint_dirs import checkpoint_step
 
 try:  # tomllib is stdlib from Python 3.11; on 3.10 the config is shown verbatim only
     import tomllib
@@ -33,11 +35,20 @@ CONFIG_HEADLINES = [
 ENV_HEADLINES = ["git_hash", "python", "torch", "platform", "device"]
 
 
-def summary_section(metrics: Loaded, summary: Summary) -> str:
-    """The headline figures of the run, first thing on the page."""
+def summary_section(metrics: Loaded, summary: Summary, latest: str | None = None) -> str:
+    """The headline figures of the run, first thing on the page; with a note when the run
+    logged steps past its latest checkpoint (`latest`), which a resume trains again."""
     if not metrics.ok:
         return section("Summary", unavailable(metrics.problem or ""))
     s = summary
+    saved = checkpoint_step(Path(latest)) if latest else None
+    past = ""
+    if s.last_step is not None and (saved or 0) < s.last_step:
+        where = (f"its latest checkpoint is {latest} (step {saved})" if saved
+                 else "it has no checkpoint")
+        past = paragraph(f"The run logged steps up to {s.last_step}, but {where}: it stopped "
+                         "(was killed?) before saving the later steps, so a resume trains "
+                         "them again and moves their records to archive/.", "missing")
     best = "—" if s.best_val_bpb is None else f"{s.best_val_bpb:.4f} (step {s.best_val_step})"
     rows = [
         ("last step", "—" if s.last_step is None else str(s.last_step)),
@@ -47,7 +58,7 @@ def summary_section(metrics: Loaded, summary: Summary) -> str:
         ("mean tokens/s (last half)", fmt_count(s.mean_tokens_per_s)),
         ("training time (to the last logged step)", fmt_duration(s.wall_time_s)),
     ]
-    return section("Summary", key_value_table(rows))
+    return section("Summary", past + key_value_table(rows))
 
 
 def config_section(config: Loaded) -> str:
