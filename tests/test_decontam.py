@@ -526,3 +526,24 @@ def test_an_item_without_a_solution_cannot_be_injected(tmp_path):
                         inject_replicas=InjectOptions(benchmark=str(path)))
     with pytest.raises(RunDataError, match="prepare.inject_replicas.benchmark: .*b.jsonl:3"):
         build_pipeline(cfg, tmp_path / "run", [str(tmp_path)])
+
+
+def test_benchmark_files_of_the_same_name_are_told_apart_by_their_folders(tmp_path):
+    """Every suite ships a `test.jsonl`: both can be listed (TOML's list cannot name them)."""
+    from kiln.data.decontam.ngram_index import NGramIndex, benchmark_names
+
+    paths = []
+    for suite in ("gsm8k", "math"):
+        (tmp_path / suite).mkdir()
+        path = tmp_path / suite / "test.jsonl"
+        path.write_text(json.dumps({"question": f"a {suite} question long enough to make "
+                                                "several thirteen word n grams for the index "
+                                                "to hold and match later on", "answer": "7"})
+                        + "\n")
+        paths.append(path)
+    assert list(benchmark_names(paths)) == ["gsm8k/test", "math/test"]
+    assert list(benchmark_names([paths[0], tmp_path / "other.jsonl"])) == ["test", "other"]
+    index = NGramIndex.build(paths, n=13)
+    assert sorted(index.names) == ["gsm8k/test", "math/test"]
+    with pytest.raises(ValueError, match="listed twice"):
+        benchmark_names([paths[0], tmp_path / "gsm8k" / ".." / "gsm8k" / "test.jsonl"])

@@ -46,7 +46,7 @@ class PIIOptions:
 
 @dataclass
 class DecontaminateOptions:
-    benchmarks: list[str] = field(default_factory=list)  # benchmark JSONL files (name = stem)
+    benchmarks: list[str] = field(default_factory=list)  # JSONL files (name = stem; same stems: with folders)
     n: int = 13  # words per n-gram
     mode: str = "drop"  # drop | tag (keep, with the matched benchmarks in metadata)
     prompt_fields: list[str] = field(default_factory=lambda: ["prompt", "question", "input",

@@ -149,20 +149,38 @@ def exact_problem(item: BenchmarkItem, n: int) -> list[str] | None:
     return tokens if MIN_EXACT_TOKENS <= len(tokens) < n else None
 
 
+def benchmark_names(paths: list[Path]) -> dict[str, Path]:
+    """{name: path}: a file's name without `.jsonl`; files of the same name (each suite's
+    `test.jsonl`) are told apart by as many of their folders as it takes (`gsm8k/test`,
+    `math/test`)."""
+    if len(set(map(_resolved, paths))) < len(paths):
+        twice = next(p for p in paths if [_resolved(q) for q in paths].count(_resolved(p)) > 1)
+        raise ValueError(f"the benchmark file {twice} is listed twice")
+
+    def name(p: Path, depth: int) -> str:
+        parts = p.absolute().parts
+        return "/".join([*parts[-depth:-1], p.name.removesuffix(".jsonl")])
+
+    depths = [1] * len(paths)
+    while True:
+        names = [name(p, d) for p, d in zip(paths, depths)]
+        clashes = {n for n in names if names.count(n) > 1}
+        if not clashes:
+            return dict(zip(names, paths))
+        depths = [d + 1 if n in clashes else d for n, d in zip(names, depths)]
+
+
+def _resolved(p: Path) -> str:
+    return str(p.resolve())
+
+
 def _benchmark_paths(
     benchmarks: Mapping[str, Path | str] | Iterable[Path | str],
 ) -> dict[str, Path]:
     if isinstance(benchmarks, Mapping):
         named = {str(k): Path(v) for k, v in benchmarks.items()}
     else:
-        named = {}
-        for p in map(Path, benchmarks):
-            name = p.name.removesuffix(".jsonl")
-            if name in named:
-                raise ValueError(
-                    f"two benchmark files are both named {name!r}; pass a dict of names"
-                )
-            named[name] = p
+        named = benchmark_names(list(map(Path, benchmarks)))
     if not named:
         raise ValueError("no benchmark files given")
     missing = [str(p) for p in named.values() if not p.is_file()]
