@@ -328,3 +328,12 @@ def test_the_quote_hint_for_the_command_line_survives_the_shell():
     words = shlex.split(typed.rstrip(")"))
     assert words[0] == "--set"
     assert load_config(None, words[1:]).run.dir == "2024-06-01"
+
+
+def test_a_list_given_as_one_value_shows_the_list_syntax():
+    """`--set data.sources=dir/` names the key and the form that works, which itself loads."""
+    with pytest.raises(ConfigError, match=r"data.sources: expected a list.*--set "
+                                          r"'data.sources=\[\"dir/\"\]'") as refused:
+        load_config(None, ["data.sources=dir/"])
+    suggested = str(refused.value).split("--set '")[1].rstrip(")'")
+    assert load_config(None, [suggested]).data.sources == ["dir/"]

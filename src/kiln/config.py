@@ -222,7 +222,10 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     if origin is list:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r}")
+            example = f"{key}={json.dumps([value])}" if isinstance(value, str) else \
+                f"{key}=[...]"
+            raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r} "
+                              f"(on the command line: --set '{example}')")
         return [_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin in (typing.Union, types.UnionType):
         for arm in typing.get_args(hint):
