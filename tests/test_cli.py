@@ -283,3 +283,16 @@ def test_kiln_run_refuses_a_batch_the_ranks_cannot_share_before_the_data_stages(
     err = capsys.readouterr().err
     assert "train.global_batch (16) must be divisible by the number of ranks (3)" in err
     assert not (run / "documents").exists() and not (run / "prepare.json").exists()
+
+
+def test_every_missing_data_stage_is_named_at_once(tmp_path, capsys):
+    from kiln.cli import main
+
+    run = tmp_path / "empty"
+    assert main(["train", "--set", f'run.dir="{run}"']) == 1
+    err = capsys.readouterr().err
+    assert "run `kiln tokenize` first" in err  # the stage's own line, then all of them
+    assert "lacks the output of 3 stages: run `kiln prepare`, then `kiln tokenizer`, then " \
+        "`kiln tokenize`" in err
+    assert main(["tokenizer", "--set", f'run.dir="{run}"']) == 1
+    assert "lacks the output" not in capsys.readouterr().err  # one stage: its line says it

@@ -535,6 +535,27 @@ def _permission_advice(e: PermissionError, cfg: Config | None) -> str:
             else "check that path's permissions")
 
 
+# the data stages in order, and the file each one finishes with
+_DATA_OUTPUTS = (("prepare", "prepare.json"), ("tokenizer", "tokenizer/tokenizer.json"),
+                 ("tokenize", "tokens/index.json"))
+
+
+def _all_missing_stages(cfg: Config | None, verb: str) -> str:
+    """When more than one earlier data stage has not run, name them all at once (each
+    stage's own error names only the one just before it)."""
+    if cfg is None or verb not in ("tokenizer", "tokenize", "train", "eval", "generate",
+                                   "export"):
+        return ""
+    order = [v for v, _ in _DATA_OUTPUTS]
+    needed = _DATA_OUTPUTS[:order.index(verb)] if verb in order else _DATA_OUTPUTS
+    missing = [v for v, f in needed if not (cfg.run_dir / f).is_file()]
+    if len(missing) < 2:
+        return ""
+    steps = ", then ".join(f"`kiln {v}`" for v in missing)
+    return f"\n  {cfg.run_dir} lacks the output of {len(missing)} stages: run {steps} " \
+        "(or `kiln run` with the recipe, which does them all)"
+
+
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     cfg = None
@@ -567,7 +588,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"kiln: config error: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:  # a missing earlier stage: the message says what to run
-        print(f"kiln: {e}", file=sys.stderr)
+        print(f"kiln: {e}{_all_missing_stages(cfg, args.verb)}", file=sys.stderr)
         return 1
     except PermissionError as e:  # a run dir (or a file in it) this user may not write
         print(f"kiln: {args.verb}: permission denied on {e.filename or e}; "
