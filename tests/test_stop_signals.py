@@ -88,9 +88,14 @@ def test_an_ignored_sigint_stays_ignored():
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
-def test_ctrl_c_on_the_last_step_ends_the_run_normally(tiny_run):
-    trainer, losses = train_losses(tiny_run, callbacks=[SignalAt(12), *default_callbacks()])
-    assert len(losses) == 12 and checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 12
+def test_ctrl_c_on_the_last_step_saves_it_and_still_stops(tiny_run):
+    """The run is complete, but the user asked to stop: `kiln run` must not go on to eval."""
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train_losses(tiny_run, callbacks=[SignalAt(12), *default_callbacks()])
+    assert stopped.value.step == 12
+    assert checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 12
+    _, more = train_losses(tiny_run)
+    assert more == []  # nothing left to train
 
 
 def _wait_for_records(run_dir, proc, count: int) -> None:

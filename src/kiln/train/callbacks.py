@@ -102,7 +102,7 @@ class Checkpointing(Callback):
                 trainer.run_dir / "checkpoints", trainer.step, trainer.model, trainer.optimizer,
                 trainer.state_dict(), trainer.env, keep=trainer.cfg.train.keep_checkpoints,
             )
-        if stop and trainer.step < trainer.cfg.train.steps:
+        if stop:  # even after the last step: the user asked `kiln run` to stop
             raise TrainingInterrupted(trainer.step, stop, str(trainer.run_dir / "checkpoints"))
 
     def on_train_end(self, trainer: Trainer) -> None:

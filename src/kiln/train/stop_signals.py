@@ -3,7 +3,8 @@
 The first SIGINT or SIGTERM only sets a flag: the step in flight finishes, the checkpoint
 callback saves that step and training stops with `TrainingInterrupted`, so nothing trained
 since the last periodic checkpoint is lost (a scheduler's SIGTERM before preemption is the
-same case). A second Ctrl-C stops at once, as Python's default would. Under torchrun in a
+same case); on the last step the run is complete and saved, and still stops there (a `kiln
+run` does not go on to eval and export). A second Ctrl-C stops at once, as Python's default would. Under torchrun in a
 terminal each rank gets Ctrl-C twice (from the terminal and forwarded by torchrun), so a
 second SIGINT within `REPEAT_WINDOW_S` of the first counts as the same press.
 
@@ -27,7 +28,7 @@ import torch
 from kiln.parallel.distributed import DistEnv, all_reduce_sum, is_main_process
 
 REPEAT_WINDOW_S = 1.0
-_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class StopRequests:
@@ -42,7 +43,7 @@ class StopRequests:
     def install(self) -> StopRequests:
         """Take over SIGINT and SIGTERM, unless ignored (only the main thread may)."""
         if threading.current_thread() is threading.main_thread():
-            for sig in _EXIT_CODES:
+            for sig in _STOP_SIGNALS:
                 if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup`, a background job
                     self._previous[sig] = signal.signal(sig, self.handle)
         return self
@@ -67,13 +68,13 @@ class StopRequests:
         """The signal's name when any rank was asked to stop, the same on every rank."""
         if not env.distributed:
             return None if self.signal is None else signal.Signals(self.signal).name
-        code = float(_EXIT_CODES.get(self.signal, 0)) if self.signal is not None else 0.0
-        # SIGTERM's code is the larger: a rank told to terminate outranks a Ctrl-C elsewhere
-        flags = torch.tensor([code > 0, code == 143], dtype=torch.float32, device=device)
-        total = all_reduce_sum(flags, env).tolist()
-        if not total[0]:
+        # (asked to stop, asked by SIGTERM): a rank told to terminate outranks a Ctrl-C elsewhere
+        flags = torch.tensor([self.signal is not None, self.signal == signal.SIGTERM],
+                             dtype=torch.float32, device=device)
+        asked, terminate = all_reduce_sum(flags, env).tolist()
+        if not asked:
             return None
-        return "SIGTERM" if total[1] else "SIGINT"
+        return "SIGTERM" if terminate else "SIGINT"
 
 
 def _say(text: str) -> None:
