@@ -296,3 +296,18 @@ def test_every_missing_data_stage_is_named_at_once(tmp_path, capsys):
         "`kiln tokenize`" in err
     assert main(["tokenizer", "--set", f'run.dir="{run}"']) == 1
     assert "lacks the output" not in capsys.readouterr().err  # one stage: its line says it
+
+
+def test_a_refused_recipe_is_said_once_under_torchrun(monkeypatch, capsys, tmp_path):
+    """Every rank of a node loads the same recipe and refuses it alike: its local rank 0
+    says so, the others exit with the same status in silence (torchrun would show the line
+    once per rank). Another node's first rank still speaks (its disk may differ)."""
+    from kiln.cli import main
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    for rank, local, said in (("0", "0", True), ("1", "1", False), ("2", "0", True)):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("LOCAL_RANK", local)
+        assert main(["train", "--set", "train.lrr=1"]) == 2
+        err = capsys.readouterr().err
+        assert ("kiln: config error: unknown config key 'train.lrr'" in err) == said, (rank, err)

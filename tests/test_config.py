@@ -285,6 +285,10 @@ def test_designs_that_train_wrong_load_but_are_named(overrides, message):
 
 @pytest.mark.parametrize(("override", "message"), [
     ("steps=3", "unknown config key 'steps' (did you mean 'train.steps'?)"),
+    # an underscore typed for the dot: the dotted key first, not a leaf of the same name
+    ("run_dir=x", "unknown config key 'run_dir' (did you mean 'run.dir' or "
+                  "'prepare.perplexity.run_dir'?)"),
+    ("train_steps=3", "unknown config key 'train_steps' (did you mean 'train.steps'?)"),
     ("train.precision=BF16", "(did you mean 'bf16'?)"),
     ("tokenizer.kind=BPE", "(did you mean 'bpe'?)"),
     ("run.dir=2024-06-01", 'text is quoted in TOML: run.dir="2024-06-01"'),

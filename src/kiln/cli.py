@@ -559,7 +559,12 @@ def _all_missing_stages(cfg: Config | None, verb: str) -> str:
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     cfg = None
-    from kiln.parallel.distributed import is_main_process, launched_ranks, lost_a_rank
+    from kiln.parallel.distributed import (
+        first_on_its_node,
+        is_main_process,
+        launched_ranks,
+        lost_a_rank,
+    )
 
     try:
         cfg = resolve_config(args.target, args.overrides)
@@ -585,7 +590,10 @@ def _main(argv: list[str] | None) -> int:
         if args.verb in _DATA_VERBS and is_main_process():
             _record_config(cfg)  # only after success: a failed command leaves the run's as it was
     except ConfigError as e:
-        print(f"kiln: config error: {e}", file=sys.stderr)
+        # a recipe or --set refused while loading is refused alike by every rank of a node:
+        # said once per node (a node whose recipe differs still says why it stopped)
+        if cfg is not None or first_on_its_node():
+            print(f"kiln: config error: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:  # a missing earlier stage: the message says what to run
         print(f"kiln: {e}{_all_missing_stages(cfg, args.verb)}", file=sys.stderr)

@@ -200,7 +200,11 @@ def _suggest_key(full: str) -> str:
     section, _, name = full.rpartition(".")
     leaves = list(flat_settings(Config()))
     if not section:  # a section name (`[trian]`), or a setting outside its table (`steps = 3`)
-        placed = [k for k in leaves if k.rpartition(".")[2] == name][:2]
+        # `run_dir` for `run.dir`: an underscore typed for the dot comes first
+        dotted = [d for i in range(len(name)) if name[i] == "_"
+                  for d in [f"{name[:i]}.{name[i + 1:]}"] if d in leaves]
+        placed = list(dict.fromkeys(dotted + [k for k in leaves
+                                              if k.rpartition(".")[2] == name]))[:2]
         if placed:
             return f" (did you mean {' or '.join(repr(p) for p in placed)}?)"
         return _suggest(name, [f.name for f in dataclasses.fields(Config)])

@@ -44,6 +44,13 @@ def is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+def first_on_its_node() -> bool:
+    """Local rank 0 of a torchrun launch, or a plain process: one per machine, to say what
+    every rank of a machine hits alike (a recipe that may differ from one node's disk to
+    the next)."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
 def launched_ranks() -> int:
     """How many processes this launch has (torchrun's WORLD_SIZE), before any group exists."""
     return int(os.environ.get("WORLD_SIZE", "1"))
