@@ -260,6 +260,7 @@ def test_url_forms_and_inline_code_are_literal_spans():
     assert strip_comments("\\lstinline[a%b]|x|") == "\\lstinline[a"  # % in the options is a comment
     # TikZ's \path is not the url package's: its options and coordinates are ordinary LaTeX.
     assert strip_comments("\\path[draw] (0,0) -- (1,1); % c\nz") == "\\path[draw] (0,0) -- (1,1); z"
+    assert strip_comments("$\\path_1 + \\path'$ % c\nz") == "$\\path_1 + \\path'$ z"  # a user's \path
     assert strip_comments("\\urlstyle{same} \\pathname|x % c\nz") == "\\urlstyle{same} \\pathname|x z"
 
 

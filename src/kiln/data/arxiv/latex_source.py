@@ -33,6 +33,9 @@ VERB_DELIMITERS = "!\"#$%&'()+,-./0123456789:;<=>?@[\\]^_`{|}~"  # ASCII, not a 
 # met in definitions (``{\url}``, ``\def\url#1``, ``\let\url=``, ``\let\url\relax``), and
 # TikZ has its own ``\path[options] (coord)``; a { starts the brace form instead.
 URL_DELIMITERS = "".join(c for c in VERB_DELIMITERS if c not in "{}[]()\\#=%")
+# \path is also a common user macro in math (``$\path_1$``, ``$\path'$``): only the delimiters
+# seen with the url package's \path count.
+PATH_DELIMITERS = '|!"'
 CODE_DELIMITERS = "".join(c for c in VERB_DELIMITERS if c not in "{}\\#")
 _COMMAND = (
     r"(?P<cmd>(?P<verb>verb\*?)(?=[" + re.escape(VERB_DELIMITERS) + r"])"
@@ -187,7 +190,8 @@ def _command_span(scan: _Scanner, m: re.Match) -> tuple[Span | None, int]:
         if text.startswith("{", at):
             end = scan.balanced(at)
             return (Span(start, end, name, at + 1, end - 1) if end >= 0 else None), pos
-        if name != "href" and pos < len(text) and text[pos] in URL_DELIMITERS:
+        delimiters = "" if name == "href" else PATH_DELIMITERS if name == "path" else URL_DELIMITERS
+        if pos < len(text) and text[pos] in delimiters:
             end = scan.delimited(pos, text[pos])
             return (Span(start, end, name, pos + 1, end - 1) if end >= 0 else None), pos
         return None, pos
