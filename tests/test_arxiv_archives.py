@@ -66,9 +66,9 @@ def test_total_over_limit_refused():
     assert err.value.reason == "too_large"
 
 
-def test_gzip_bomb_stopped_after_limit_plus_one_bytes(monkeypatch):
-    bomb = gzip.compress(b"\0" * (20 << 20), compresslevel=9)  # 20 MiB of zeros, ~20 kB
-    produced = []
+def _spy_on_decompression(monkeypatch) -> list[int]:
+    """Bytes each zlib decompress call of `archives` produced, in order."""
+    produced: list[int] = []
     real = archives.zlib.decompressobj
 
     class Spy:
@@ -84,6 +84,12 @@ def test_gzip_bomb_stopped_after_limit_plus_one_bytes(monkeypatch):
             return getattr(self.inner, name)
 
     monkeypatch.setattr(archives.zlib, "decompressobj", Spy)
+    return produced
+
+
+def test_gzip_bomb_stopped_after_limit_plus_one_bytes(monkeypatch):
+    bomb = gzip.compress(b"\0" * (20 << 20), compresslevel=9)  # 20 MiB of zeros, ~20 kB
+    produced = _spy_on_decompression(monkeypatch)
     limits = ArchiveLimits(max_ratio=50, ratio_floor_bytes=1 << 20)
     with pytest.raises(ArchiveRefused) as err:
         read_source_archive(bomb, limits=limits)
@@ -172,3 +178,24 @@ def test_legacy_file_read_as_cp1252():
     contents = read_source_archive(raw, "a.tex")
     assert contents.files["a.tex"].endswith("\u201ccaf\u00e9\u201d \x81")
     assert contents.non_utf8 == 1 and contents.repaired_utf8 == 0
+
+
+def test_single_gzipped_file_stops_at_the_member_limit(monkeypatch):
+    # A gzipped .tex is one file: it gets a tar member's limit while it is decompressed, not the
+    # archive's (200 MiB by default, and the ratio rule is off here) with the check after.
+    limits = ArchiveLimits(max_member_bytes=64 << 10, max_ratio=1e9)
+    bomb = gzip.compress(DOC + b"\n" + b"A" * (4 << 20), compresslevel=9)  # 4 MiB, ~4 kB
+    produced = _spy_on_decompression(monkeypatch)
+    with pytest.raises(ArchiveRefused) as err:
+        read_source_archive(bomb, "2101.00001.gz", limits)
+    assert err.value.reason == "member_too_large"
+    assert sum(produced) == limits.max_member_bytes + 1  # never the 4 MiB
+    # Up to the limit it is read (sizes around the first tar block too); one byte more is not.
+    for size in (100, 512, 513, 64 << 10):
+        text = DOC + b"C" * (size - len(DOC))
+        assert read_source_archive(gzip.compress(text), "y.gz", limits).files == {"y.tex": text.decode()}
+    with pytest.raises(ArchiveRefused, match="member_too_large"):
+        read_source_archive(gzip.compress(DOC + b"C" * ((64 << 10) + 1 - len(DOC))), "y.gz", limits)
+    # A tar.gz larger than one member's limit is still a tar, read whole.
+    members = [(member(f"f{i}.tex"), DOC + b"B" * (40 << 10)) for i in range(3)]
+    assert len(read_source_archive(make_tar(members, compress=True), limits=limits).files) == 3

@@ -237,3 +237,57 @@ def test_unclosed_inline_math_openers_are_linear():
 
 def test_hyperref_keeps_only_its_text():
     assert body("see \\hyperref[sec:intro]{the introduction} now") == "see the introduction now"
+
+
+def test_url_forms_and_inline_code_are_literal_spans():
+    # Nested braces (the url package allows balanced ones) and the \verb-like delimiter form.
+    assert strip_comments("\\url{http://x.org/{a}%20b} r % c\nz") == "\\url{http://x.org/{a}%20b} r z"
+    assert strip_comments("\\url|http://x.org/%7E| r % c\nz") == "\\url|http://x.org/%7E| r z"
+    assert strip_comments("\\nolinkurl{a{b}%c} \\href{http://y/{p}%7E}{t%} u") == "\\nolinkurl{a{b}%c} \\href{http://y/{p}%7E}{t"
+    assert strip_comments("\\path{C:/{a}%b} \\path|/tmp/%x| % c\nz") == "\\path{C:/{a}%b} \\path|/tmp/%x| z"
+    # \lstinline: delimiter or brace form (closed by the first }), optional [options] first.
+    assert strip_comments("\\lstinline|a%b| \\lstinline!x % y! % c\nz") == "\\lstinline|a%b| \\lstinline!x % y! z"
+    assert strip_comments("\\lstinline[language=C]{p % 2} \\lstinline{q%} % c\nz") == (
+        "\\lstinline[language=C]{p % 2} \\lstinline{q%} z")
+    # \mintinline{lang}: delimiter form or balanced braces, optional [options] first.
+    assert strip_comments("\\mintinline{python}{d = {1: 2} % x} \\mintinline[s=t]{c}|a % b| % c\nz") == (
+        "\\mintinline{python}{d = {1: 2} % x} \\mintinline[s=t]{c}|a % b| z")
+    # Unclosed on its line, as an unclosed \verb: not a span, so the % is a comment.
+    for opener in ("\\lstinline|a ", "\\lstinline{a ", "\\mintinline{c}|a ", "\\mintinline{c}{a ", "\\path|a ",
+                   "\\url|a ", "\\lstinline[x]|a "):
+        assert strip_comments(opener + "% b\nc") == opener + "c", opener
+    assert strip_comments("\\url{a % b\nc") == "\\url{a c"  # never closed
+    assert strip_comments("\\lstinline[a%b]|x|") == "\\lstinline[a"  # % in the options is a comment
+    # TikZ's \path is not the url package's: its options and coordinates are ordinary LaTeX.
+    assert strip_comments("\\path[draw] (0,0) -- (1,1); % c\nz") == "\\path[draw] (0,0) -- (1,1); z"
+    assert strip_comments("$\\path_1 + \\path'$ % c\nz") == "$\\path_1 + \\path'$ z"  # a user's \path
+    assert strip_comments("\\urlstyle{same} \\pathname|x % c\nz") == "\\urlstyle{same} \\pathname|x z"
+
+
+def test_inline_code_and_url_forms_render_as_their_text():
+    tex = ("code \\lstinline|a % b| and \\lstinline[language=C]{x--y} and \\mintinline{python}{d = {1: 2}} "
+           "in \\path{/tmp/x_y~z} at \\nolinkurl{a~b@c.org} see \\url|http://x.org/%7E| and "
+           "\\url{http://x.org/{a}%20b} and \\href{http://y/{p}%7E}{the page}. end")
+    assert body(tex) == ("code `a % b` and `x--y` and `d = {1: 2}` in `/tmp/x_y~z` at a~b@c.org see and "
+                         "and the page. end")
+    pre = "\\newcommand{\\x}{XX}"  # no macro expansion inside the spans
+    assert body("\\lstinline|\\x| \\mintinline{tex}{\\x{}} \\path{\\x} \\x", pre) == "`\\x` `\\x{}` `\\x` XX"
+    # A brace inside inline code does not unbalance the groups around it.
+    assert body("a\\footnote{\\verb|{| \\lstinline!}!} kept") == "a kept"
+
+
+def test_unclosed_url_and_inline_code_openers_are_linear():
+    # 100,000 openers that never close (or close on a later line): each used to be a rescan of the
+    # rest of the line or text; now each costs a few microseconds (without the remembered searches, minutes).
+    openers = ("\\url{", "\\url|", "\\href{", "\\path|", "\\lstinline|", "\\lstinline{", "\\lstinline[",
+               "\\lstinline[a]|", "\\mintinline{c}{", "\\mintinline{c}|", "\\mintinline[")
+    for opener in openers:
+        for sep in ("", "\n"):
+            bad = (opener + "x" + sep) * 100_000 + "%"
+            start = time.perf_counter()
+            strip_comments(bad)
+            assert time.perf_counter() - start < 1.5, (opener, sep)
+            if opener.count("{") == opener.count("}"):  # 100,000 nested groups: a RecursionError
+                start = time.perf_counter()
+                LatexConverter(bad[: 20_000 * (len(opener) + 1 + len(sep))]).text()
+                assert time.perf_counter() - start < 1.5, (opener, sep)

@@ -111,6 +111,29 @@ def test_folder_mode_restores_old_style_ids(tmp_path):
     assert archive_stem("math-ph/0101001")[1] == "math-ph0101001"  # the inverse mapping
 
 
+
+def test_old_style_archive_name_from_the_parent_folder(tmp_path):
+    # <folder>/hep-th/9901002.gz (as in arxiv.org/e-print/hep-th/9901002): the number alone is no id; the
+    # folder, when it is one of arXiv's old archive names, gives it back its archive.
+    for rel, data in {"hep-th/9901002.gz": gzip.compress((PAPER % 1).encode()),
+                      "math/0501003v2.tar.gz": tar_gz({"m.tex": PAPER % 2}),
+                      "9901/hep-th9901001.gz": gzip.compress((PAPER % 3).encode()),
+                      "papers/9901004.gz": gzip.compress((PAPER % 4).encode())}.items():
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    docs = list(ArxivSourceReader(str(tmp_path)).run())
+    assert sorted(d.id for d in docs) == ["9901004", "hep-th/9901001", "hep-th/9901002", "math/0501003v2"]
+    # Lookups by id find that layout too (a subject class maps to its archive's folder), after
+    # the <yymm>/<stem> and flat layouts.
+    assert find_source_archive(tmp_path, "hep-th/9901002") == tmp_path / "hep-th/9901002.gz"
+    assert find_source_archive(tmp_path, "hep-th/9901001v3") == tmp_path / "9901/hep-th9901001.gz"
+    (tmp_path / "math/0501003.gz").write_bytes(b"x")
+    assert find_source_archive(tmp_path, "math.CO/0501003") == tmp_path / "math/0501003.gz"
+    (tmp_path / "0501").mkdir()
+    (tmp_path / "0501/math0501003.gz").write_bytes(b"x")
+    assert find_source_archive(tmp_path, "math/0501003") == tmp_path / "0501/math0501003.gz"
+    assert find_source_archive(tmp_path, "hep-ph/9901002") is None
+
 def test_oversized_file_refused_before_it_is_read(tmp_path, monkeypatch):
     big = tmp_path / "2101.00001.gz"
     big.write_bytes(gzip.compress((PAPER % 1).encode()) + b"\0" * 10_000)

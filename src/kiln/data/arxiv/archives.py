@@ -8,8 +8,9 @@ Refused with a reason, the rest still read:
 - members: absolute path, ``..`` traversal, symlink, hard link, device/fifo, over `max_member_bytes`;
 - whole archive: corrupt bytes (a tar with anything but zero padding after the last header it
   could read: later members would be lost), decompressed size over `max_total_bytes`, or a
-  decompression ratio over `max_ratio` (zip bomb). Decompression stops after limit+1 output
-  bytes, whatever the headers claim.
+  decompression ratio over `max_ratio` (zip bomb); a single gzipped file over `max_member_bytes`
+  (``member_too_large``, as a tar member). Decompression stops after limit+1 output bytes,
+  whatever the headers claim.
 
 Text is UTF-8; a mostly-UTF-8 file keeps its UTF-8 and reads each invalid byte as cp1252, and only
 a file that is not UTF-8 at all is read as cp1252 (old submissions), so one stray byte does not
@@ -74,8 +75,20 @@ class ArchiveContents:
 
 
 def gunzip_limited(raw: bytes, limits: ArchiveLimits) -> bytes:
-    """Decompress (possibly multi-member) gzip, reading at most limit+1 bytes of output."""
-    budget = min(limits.max_total_bytes, max(int(limits.max_ratio * len(raw)), limits.ratio_floor_bytes))
+    """Decompress (possibly multi-member) gzip, reading at most limit+1 bytes of output.
+
+    The limit is the archive's (`max_total_bytes`, or less by the ratio rule) while the payload
+    may be a tar. Once its first block shows it is not one, the payload is a single file, so the
+    limit becomes `max_member_bytes`, as for a tar member: a gzipped .tex bomb stops at 5 MB
+    (refused as ``member_too_large``) instead of being inflated to 200 MiB and refused after.
+    """
+    total = min(limits.max_total_bytes, max(int(limits.max_ratio * len(raw)), limits.ratio_floor_bytes))
+    if total < limits.max_total_bytes:
+        reason, detail = "bomb_ratio", f"> {limits.max_ratio:g}x {len(raw)} bytes"
+    else:
+        reason, detail = "too_large", f"> {limits.max_total_bytes} bytes"
+    limit = min(total, tarfile.BLOCKSIZE)  # until the first block tells a tar from a single file
+    probing = True
     out = bytearray()
     data = raw
     try:
@@ -87,13 +100,18 @@ def gunzip_limited(raw: bytes, limits: ArchiveLimits) -> bytes:
                 pos += len(chunk)
                 if not chunk and not d.unconsumed_tail:
                     raise ArchiveRefused("corrupt", "truncated gzip stream")
-                out += d.decompress(d.unconsumed_tail + chunk, budget + 1 - len(out))
-                while d.unconsumed_tail and len(out) <= budget:
-                    out += d.decompress(d.unconsumed_tail, budget + 1 - len(out))
-                if len(out) > budget:
-                    if budget < limits.max_total_bytes:
-                        raise ArchiveRefused("bomb_ratio", f"> {limits.max_ratio:g}x {len(raw)} bytes")
-                    raise ArchiveRefused("too_large", f"> {limits.max_total_bytes} bytes")
+                out += d.decompress(d.unconsumed_tail + chunk, limit + 1 - len(out))
+                while True:
+                    while d.unconsumed_tail and len(out) <= limit:
+                        out += d.decompress(d.unconsumed_tail, limit + 1 - len(out))
+                    if len(out) <= limit:
+                        break
+                    if not probing or limit == total:
+                        raise ArchiveRefused(reason, detail)
+                    probing, limit = False, total
+                    if not _may_be_tar(bytes(out[: tarfile.BLOCKSIZE])) and limits.max_member_bytes < total:
+                        limit = limits.max_member_bytes
+                        reason, detail = "member_too_large", f"> {limit} bytes (one gzipped file)"
             data = d.unused_data + data[pos:]
             data = data.lstrip(b"\x00")  # zero padding after the last member is legal
     except zlib.error as exc:
@@ -150,6 +168,12 @@ def _is_tar(payload: bytes) -> bool:
         return True
     except tarfile.HeaderError:
         return False
+
+
+def _may_be_tar(block: bytes) -> bool:
+    """Whether a payload whose first 512 bytes are `block` can be a tar: a tar header, or zeros
+    (an empty tar's end blocks)."""
+    return block.count(0) == len(block) or _is_tar(block)
 
 
 def _is_empty_tar(payload: bytes) -> bool:

@@ -21,6 +21,8 @@ from kiln.data.arxiv.latex_rules import (
     HEADING_ENVS,
     HEADINGS,
     LIST_ENVS,
+    LITERAL_CODE,
+    LITERAL_TEXT,
     MATH_ENVS,
     RUN_IN_HEADINGS,
     THEOREMS,
@@ -29,6 +31,7 @@ from kiln.data.arxiv.latex_rules import (
     macro_args,
     symbol_text,
 )
+from kiln.data.arxiv.latex_source import LiteralSpans, Span
 
 TOKEN = re.compile(r"(\\[a-zA-Z@]+\*?)|(\\.|\\\Z)|(\$\$?)|([{}])|([\[\]])|([~&])|([^\\{}\[\]$~&]+)", re.S)
 WORD, SYMBOL, DOLLAR, BRACE, BRACKET, TIE, TEXT = range(1, 8)
@@ -68,6 +71,9 @@ class LatexConverter:
             self.start.append(m.start())
             self.end.append(m.end())
         self.n = len(self.kind)
+        # \verb, \url, inline code...: rendered from their raw text, their braces not LaTeX's.
+        spans = LiteralSpans(source).spans if "\\" in source else []
+        self.literal = {span.start: span for span in spans if span.kind != "env"}
         self.code: list[str] = []
         self.closers: dict[str, list[int]] = {}  # \) or \] -> its token indices, for `_find_symbol`
         self._match_braces()
@@ -77,8 +83,14 @@ class LatexConverter:
     def _match_braces(self) -> None:
         self.match: dict[int, int] = {}
         stack: list[int] = []
+        inline = sorted(self.literal.values())
+        at = 0  # the first inline span not ending before the token
         for i, (k, v) in enumerate(zip(self.kind, self.val)):
             if k == BRACE:
+                while at < len(inline) and inline[at].end <= self.start[i]:
+                    at += 1
+                if at < len(inline) and inline[at].start <= self.start[i]:
+                    continue  # `\verb|{|`, `\lstinline{a{}`: not a group
                 if v == "{":
                     stack.append(i)
                 elif stack:
@@ -273,8 +285,10 @@ class LatexConverter:
             else:
                 out.append(f"\n\n{title[0]}{'' if title[0][-1:] in '.?!:' else '.'} ")
             return title[1]
-        if base == "verb":
-            return self._verb(i, out)
+        if (span := self.literal.get(self.start[i])) is not None:
+            return self._literal(i, span, out)
+        if base == "verb":  # unclosed on its line: TeX would stop; its text is kept
+            return i + 1
         if base in DROP:
             return self._skip_args(i + 1, DROP[base])
         if base == "item":
@@ -307,20 +321,20 @@ class LatexConverter:
         shape = macro_args(base)
         return self._skip_args(i + 1, shape[: len(shape) - len(shape.lstrip("*["))])
 
-    def _verb(self, i: int, out: list[str]) -> int:
-        pos = self.end[i]
-        if pos >= len(self.src):
-            return i + 1
-        delim = self.src[pos]
-        close = self.src.find(delim, pos + 1)
-        if close < 0 or "\n" in self.src[pos + 1 : close]:
-            return i + 1
-        out.append("`" + self.src[pos + 1 : close] + "`")
+    def _literal(self, i: int, span: Span, out: list[str]) -> int:
+        """A literal span at token i, as `latex_rules` says: inline code (\\verb, \\lstinline,
+        \\mintinline, \\path) in backticks, \\nolinkurl's text as is, \\url and \\href's URL
+        dropped (the link text after \\href{URL} is an ordinary group). Returns the token after it."""
+        inner = self.src[span.inner_start : span.inner_end]
+        if span.kind in LITERAL_CODE:
+            out.append(f"`{inner}`")
+        elif span.kind in LITERAL_TEXT:
+            out.append(inner)
         k = i + 1
-        while k < self.n and self.end[k] <= close + 1:
+        while k < self.n and self.end[k] <= span.end:
             k += 1
-        if k < self.n and self.start[k] <= close:  # a text run straddling the closing delimiter
-            out.append(_fix_text(self.src[close + 1 : self.end[k]]))
+        if k < self.n and self.start[k] < span.end:  # a text run straddling the closing delimiter
+            out.append(_fix_text(self.src[span.end : self.end[k]]))
             k += 1
         return k
 

@@ -4,10 +4,10 @@ and expand them in text and math, with #1..#9 arguments and \\newcommand's optio
 Not TeX: expansion is textual, in whole-document passes (a macro used inside another's body is
 expanded by the next pass), at most `MAX_PASSES` passes and a growth budget checked as each pass
 writes, so a recursive ``\\def\\a{\\a x}`` or a body repeating a long argument stops early.
-Literal spans (\\verb, \\url, verbatim environments) are neither scanned for definitions nor
-expanded, and `\\\\x` is a line break then x, not \\x. Skipped (counted): delimited \\def
-parameters, bodies that define macros or use \\csname/\\expandafter, and redefinitions of
-structural names (\\begin, \\section...).
+Literal spans (\\verb, \\url, \\lstinline..., verbatim environments) are neither scanned for
+definitions nor expanded, and `\\\\x` is a line break then x, not \\x. Skipped (counted):
+delimited \\def parameters, bodies that define macros or use \\csname/\\expandafter, and
+redefinitions of structural names (\\begin, \\section...).
 """
 
 from __future__ import annotations

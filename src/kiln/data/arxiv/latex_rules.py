@@ -5,10 +5,13 @@
 - Dropped whole: figures, tables and tabulars (cells linearise into noise without their grid),
   bibliography, pictures/TikZ, algorithms, comments; \\cite*, \\ref* (dropped, not replaced by a
   placeholder, as in the digest), \\label, \\footnote (mostly affiliations/acknowledgements, and
-  inline insertion breaks sentences), \\url, \\includegraphics, spacing and layout commands.
+  inline insertion breaks sentences), \\url (either form) and \\href's URL, \\includegraphics,
+  spacing and layout commands.
 - Kept: text of formatting macros (\\emph, \\textbf, \\href's and \\hyperref's text...), lists
   as "- item", sections as Markdown headings, theorem-like environments as "Theorem. ...",
-  verbatim/listings as ``` fences (their markup is content, and the leak metric skips fences).
+  verbatim/listings as ``` fences (their markup is content, and the leak metric skips fences),
+  inline code (\\verb, \\lstinline, \\mintinline, \\path) in backticks and \\nolinkurl's text,
+  both exactly as written (no ~, -- or macro is interpreted in them).
 Argument shapes for macros not listed come from pylatexenc's macro database.
 """
 
@@ -38,6 +41,9 @@ DROP_ENVS = frozenset(
         "acks-hidden", "references", "sidewaystable", "sidewaysfigure", "tabu", "frontmatter",
     ) for star in ("", "*")
 )
+# Literal spans (`latex_source.LiteralSpans`) kept: inline code in backticks, text as is.
+LITERAL_CODE = frozenset({"verb", "lstinline", "mintinline", "path"})
+LITERAL_TEXT = frozenset({"nolinkurl"})
 CODE_ENVS = frozenset({"verbatim", "verbatim*", "Verbatim", "lstlisting", "minted", "alltt", "code"})
 LIST_ENVS = frozenset({"itemize", "enumerate", "description", "list", "compactitem", "compactenum"})
 THEOREMS = {

@@ -22,7 +22,7 @@ from kiln.data.arxiv.archives import (
     ArchiveRefused,
     read_source_archive,
 )
-from kiln.data.arxiv.ids import find_source_archive, id_from_stem
+from kiln.data.arxiv.ids import find_source_archive, id_from_path
 
 
 class ArxivSourceReader(PipelineStep):
@@ -30,7 +30,8 @@ class ArxivSourceReader(PipelineStep):
 
     With input Documents (ids), each is looked up via `find_source_archive`. Without input, every
     file under `source_dir` is read (sorted; file i goes to rank i % world_size), id = file stem,
-    with the slash of an old-style id put back (``hep-th9901001.gz`` -> ``hep-th/9901001``).
+    with the slash of an old-style id put back (``hep-th9901001.gz`` -> ``hep-th/9901001``, and
+    ``hep-th/9901001.gz`` -> ``hep-th/9901001``: see `id_from_path`).
     """
 
     type = "📖 - READER"
@@ -58,8 +59,7 @@ class ArxivSourceReader(PipelineStep):
             return
         files = sorted(p for p in Path(self.source_dir).rglob("*") if p.is_file())
         for path in files[rank::world_size]:
-            stem = path.name.split(".tar")[0].removesuffix(".tgz").removesuffix(".gz")
-            arxiv_id = id_from_stem(stem.removesuffix(".tex"))
+            arxiv_id = id_from_path(path)
             doc = Document(text="", id=arxiv_id, metadata={"arxiv_id": arxiv_id})
             yield from self._read(path, doc)
 
