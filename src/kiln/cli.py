@@ -43,7 +43,7 @@ def cmd_prepare(cfg: Config) -> None:
               f"(pipeline, per-step statistics) go to {cfg.run_dir / 'logs' / 'prepare'} "
               "(prepare.console_logs = true shows them here too)", file=sys.stderr)
     stats = run_prepare(cfg.prepare, cfg.run_dir, sources=cfg.data.sources,
-                        max_bytes=cfg.data.max_bytes)
+                        max_bytes=cfg.data.max_bytes, text_field=cfg.data.text_field)
     print(f"prepare: {json.dumps(stats)}")
     for line in yield_warnings(cfg.run_dir, stats):
         print(f"warning: {line}", file=sys.stderr)

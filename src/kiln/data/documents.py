@@ -3,8 +3,9 @@
 Bad input (non-UTF-8, binary, empty, malformed lines, unreadable files) is counted by reason
 and skipped: a yield report is more useful than a crash halfway through a corpus.
 
-Every field of a record but its text (a JSON record's keys, a parquet row's other columns)
-goes into `doc.metadata`, as datatrove's own readers do: later stages judge by it (Brain Rot
+The text is the record's `text` field (a parquet file's `text` column), or the one named by
+`data.text_field` (`content`, `raw_content` in many datasets). Every field of a record but its
+text (a JSON record's keys, a parquet row's other columns) goes into `doc.metadata`, as datatrove's own readers do: later stages judge by it (Brain Rot
 M1 by `likes`, `retweets`...; dating by `year`, `date`, `title`, an arXiv `id`...).
 """
 
@@ -34,10 +35,18 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 # a record's own field of that name is kept as `record_<name>`.
 KILN_FIELDS = ("source", "bytes")
 
-# A .json file that is not valid JSON but starts with `{` or `[` and has a "text" key this
-# near its start holds records (cut off, or JSON lines saved as .json), not prose or code.
+# A .json file that is not valid JSON but starts with `{` or `[` and has the text field as a
+# key this near its start holds records (cut off, or JSON lines saved as .json), not prose or
+# code.
 RECORD_SNIFF_BYTES = 8192
-_TEXT_KEY = re.compile(rb'"text"\s*:')
+DEFAULT_TEXT_FIELD = "text"
+
+
+def text_key_pattern(text_field: str) -> re.Pattern[bytes]:
+    """The text field as a JSON key (`"content":`), as raw bytes: spelled as the file may
+    spell it, its quotes and backslashes escaped, other characters as they are in UTF-8."""
+    key = json.dumps(text_field, ensure_ascii=False).encode("utf-8", "backslashreplace")
+    return re.compile(re.escape(key) + rb"\s*:")
 
 # Suffixes that are never text; skipped without being read.
 BINARY_SUFFIXES = frozenset(
@@ -52,6 +61,7 @@ class SourceReader(PipelineStep):
     Files are sharded across datatrove tasks by index (file i goes to rank i % world_size).
     `counts` mirrors the datatrove stats as a plain dict so callers can write it to JSON.
 
+    `text_field` names the record field / parquet column read as the text (`data.text_field`).
     Metadata: Kiln's `source` (the file) and `bytes` (of the text), then every other field of
     the record (JSON) or row (parquet); a nested `metadata` object is merged in, as datatrove
     merges it (top-level fields win). A record's own `source` / `bytes` is kept as
@@ -65,14 +75,18 @@ class SourceReader(PipelineStep):
     name = "🔥 Kiln sources"
 
     def __init__(self, sources: list[str], max_bytes: int = 0, progress: bool = True,
-                 exclude: Path | None = None):
+                 exclude: Path | None = None, text_field: str = DEFAULT_TEXT_FIELD):
         """`exclude`: a folder never read (the run directory, see `list_source_files`)."""
         super().__init__()
         check_sources(sources)
+        if not isinstance(text_field, str) or not text_field.strip():
+            raise ValueError(f"the text field must be a non-empty name, not {text_field!r}")
         self.sources = list(sources)
         self.exclude = exclude
         self.max_bytes = max_bytes
         self.progress = progress
+        self.text_field = text_field
+        self._text_key = text_key_pattern(text_field)
         self.counts: Counter[str] = Counter()
 
     def _count(self, label: str, value: int = 1) -> None:
@@ -163,7 +177,7 @@ class SourceReader(PipelineStep):
             yield doc
 
     def _record_text(self, record: object) -> str | None:
-        text = record.get("text") if isinstance(record, dict) else None
+        text = record.get(self.text_field) if isinstance(record, dict) else None
         if not isinstance(text, str):
             self._count("skipped/no_text")
             return None
@@ -203,22 +217,25 @@ class SourceReader(PipelineStep):
 
     def _record_doc(self, record: object, doc_id: str, path: Path) -> Iterator[Document]:
         text = self._record_text(record)
-        if text is not None and (doc := self._make(text, doc_id, path, record_fields(record))):
+        if text is not None and (doc := self._make(text, doc_id, path,
+                                                   record_fields(record, self.text_field))):
             yield doc
 
     def _read_json(self, file: SourceFile) -> Iterator[Document]:
-        """A .json file of records: one object with `text`, or a list of them. Any other
-        JSON (a package.json in a source tree) is a text file like the rest of the tree."""
+        """A .json file of records: one object with the text field, or a list of them. Any
+        other JSON (a package.json in a source tree) is a text file like the rest of the tree."""
         raw = file.path.read_bytes()
         try:
             data = json.loads(raw.decode("utf-8-sig"))
         except (ValueError, RecursionError):  # not UTF-8 or not JSON
             yield from self._read_broken_json(file, raw)
             return
-        is_record = isinstance(data, dict) and "text" in data
-        # a list with records: an entry without `text` is counted, not the whole file re-read
+        key = self.text_field
+        is_record = isinstance(data, dict) and key in data
+        # a list with records: an entry without the text field is counted, not the whole
+        # file re-read
         is_records = (isinstance(data, list)
-                      and any(isinstance(r, dict) and "text" in r for r in data))
+                      and any(isinstance(r, dict) and key in r for r in data))
         if not (is_record or is_records):
             yield from self._read_text(file, raw)
             return
@@ -232,7 +249,7 @@ class SourceReader(PipelineStep):
         else with records is counted `bad_json`. Other files (a tsconfig.json with comments)
         are text, like the rest of a source tree."""
         head = raw[:RECORD_SNIFF_BYTES].removeprefix(b"\xef\xbb\xbf").lstrip()
-        if not (head.startswith((b"{", b"[")) and _TEXT_KEY.search(head)):
+        if not (head.startswith((b"{", b"[")) and self._text_key.search(head)):
             yield from self._read_text(file, raw)
         elif _first_line_is_object(raw):
             yield from self._read_lines(file, io.BytesIO(raw))
@@ -246,7 +263,7 @@ class SourceReader(PipelineStep):
             self._count("skipped/empty")
             return
         table = pq.ParquetFile(file.path)  # an unreadable footer: the file is `unreadable`
-        if "text" not in table.schema_arrow.names:
+        if self.text_field not in table.schema_arrow.names:
             self._count("skipped/no_text_column")
             return
         if table.metadata.num_rows == 0:
@@ -278,10 +295,10 @@ class SourceReader(PipelineStep):
             done += batch.num_rows
 
     def _read_batch(self, batch, file: SourceFile, row: int) -> Iterator[Document]:
-        names = [n for n in batch.schema.names if n != "text"]
+        names = [n for n in batch.schema.names if n != self.text_field]
         columns = [self._column_values(batch.column(n)) for n in names]
         rows = zip(*columns) if names else ([] for _ in range(batch.num_rows))
-        texts = _as_bytes(batch.column("text")).to_pylist()
+        texts = _as_bytes(batch.column(self.text_field)).to_pylist()
         for i, (text, values) in enumerate(zip(texts, rows, strict=True)):
             if isinstance(text, bytes):  # a binary column of UTF-8 text
                 try:
@@ -292,7 +309,7 @@ class SourceReader(PipelineStep):
             if not isinstance(text, str):
                 self._count("skipped/no_text")
             elif doc := self._make(text, f"{file.rel}:{row + i}", file.path,
-                                   record_fields(dict(zip(names, values)))):
+                                   record_fields(dict(zip(names, values)), self.text_field)):
                 yield doc
 
     def _column_values(self, column) -> list:
@@ -328,10 +345,10 @@ class SourceReader(PipelineStep):
             return value.decode("utf-8", "replace")
 
 
-def record_fields(record: dict) -> dict:
-    """A record's metadata: every field but `text`, a nested `metadata` object merged in
+def record_fields(record: dict, text_field: str = DEFAULT_TEXT_FIELD) -> dict:
+    """A record's metadata: every field but its text, a nested `metadata` object merged in
     (top-level fields win, as in datatrove's readers), Kiln's own keys renamed `record_<key>`."""
-    fields = {k: v for k, v in record.items() if k != "text"}
+    fields = {k: v for k, v in record.items() if k != text_field}
     if isinstance(fields.get("metadata"), dict):
         fields = fields.pop("metadata") | fields
     for key in KILN_FIELDS:

@@ -44,6 +44,7 @@ from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.atomic import new_archive_folder, write_json_atomic, write_text_atomic
 from kiln.config import EXECUTION_KEYS
+from kiln.data.documents import DEFAULT_TEXT_FIELD
 from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline's vocabulary)
     ARXIV_STAGES,
     DEFAULT_STAGES,
@@ -78,7 +79,8 @@ class StageUnavailableError(ImportError):
 
 @dataclass
 class StageContext:
-    """What a stage factory may use: the config, the run directory and the sources."""
+    """What a stage factory may use: the config, the run directory, the sources and how
+    their records are read (`text_field`: data.text_field)."""
 
     name: str
     cfg: PrepareConfig
@@ -86,6 +88,7 @@ class StageContext:
     sources: list[str]
     max_bytes: int = 0
     progress: bool = True
+    text_field: str = DEFAULT_TEXT_FIELD
 
     @property
     def work_dir(self) -> Path:
@@ -296,9 +299,15 @@ def _option_files(cfg: PrepareConfig) -> dict[str, list[str]]:
 
 
 def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
-               run_dir: Path | None = None) -> dict:
+               run_dir: Path | None = None, text_field: str = DEFAULT_TEXT_FIELD) -> dict:
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in EXECUTION_KEYS}
     signature = {**options, "sources": list(sources), "max_bytes": max_bytes}
+    # another field reads other documents from the same files: a resume would mix them, and
+    # the documents' fingerprint (kiln.data.provenance) must change. Recorded only when not
+    # the default, so runs prepared before the setting existed keep resuming and their shards
+    # stay current.
+    if "read" in cfg.stages and text_field != DEFAULT_TEXT_FIELD:
+        signature["text_field"] = text_field
     if "decontaminate" in cfg.stages:  # another normalisation: rebuild the index, re-filter
         from kiln.data.decontam.ngram_index import NORMALISATION
 
@@ -314,11 +323,13 @@ def build_pipeline(
     sources: Sequence[str] = (),
     max_bytes: int = 0,
     progress: bool = True,
+    text_field: str = DEFAULT_TEXT_FIELD,
 ) -> tuple[list[Phase], dict]:
     """The executor phases of the configured stages (each stage followed by a YieldMeter), in
     run order, and their layout (stage of every step, phases, signature) for yield and resume.
 
     Nothing is run or written; factories check their inputs here (missing files fail now).
+    `text_field`: the record field / parquet column the `read` stage takes the text from.
     """
     validate_prepare(cfg)
     run_dir = Path(run_dir)
@@ -328,7 +339,7 @@ def build_pipeline(
     roles: list[dict] = []
     records: dict[str, dict] = {}
     for name in cfg.stages:
-        ctx = StageContext(name, cfg, run_dir, list(sources), max_bytes, progress)
+        ctx = StageContext(name, cfg, run_dir, list(sources), max_bytes, progress, text_field)
         plan = _as_plan(name, resolve_factory(name)(ctx))
         if plan.record:
             records[name] = plan.record
@@ -371,7 +382,7 @@ def build_pipeline(
         "readers": [cfg.stages[0]],
         "records": records,
         "tasks": cfg.tasks,
-        "signature": _signature(cfg, sources, max_bytes, run_dir),
+        "signature": _signature(cfg, sources, max_bytes, run_dir, text_field),
     }
     layout["steps"] = [r for p in layout["phases"] if p["flow"] for r in p["steps"]]
     return ordered, layout
@@ -532,17 +543,19 @@ def run_prepare(
     max_bytes: int = 0,
     redo: bool = False,
     progress: bool = True,
+    text_field: str = DEFAULT_TEXT_FIELD,
 ) -> dict:
     """Build and run the prepare pipeline; write prepare.json and yield.json; return the summary.
 
-    `max_bytes` caps each task's reader. Local and Ray phases run one after the other, each
+    `max_bytes` caps each task's reader; `text_field` is the record field / parquet column
+    read as the text (data.text_field; a change re-reads, not resumes). Local and Ray phases run one after the other, each
     checked complete before the next starts; Slurm phases are submitted as a chain of dependent
     job arrays: the summary says so, and `kiln.data.yield_report.write_yield_report(run_dir)`
     gives the yield once they finish. A run that leaves no documents raises NoDocumentsError naming
     the reader's skip counts by reason (or the stages' drops); prepare.json and yield.json stay.
     """
     run_dir = Path(run_dir)
-    phases, layout = build_pipeline(cfg, run_dir, sources, max_bytes, progress)
+    phases, layout = build_pipeline(cfg, run_dir, sources, max_bytes, progress, text_field)
     logging_dir = run_dir / "logs" / "prepare"
     _keep_recorded_times(cfg, sources, run_dir, logging_dir, layout)
     same = _same_pipeline(logging_dir, layout)
