@@ -58,6 +58,8 @@ def yield_warnings(run_dir: Path, summary: dict) -> list[str]:
     """What a finished prepare lost that a user should look at before training on the rest."""
     if summary.get("status") == "submitted":  # a Slurm chain: nothing has run yet
         return []
+    from kiln.data.skip_examples import describe
+
     out = []
     read, skipped = summary["documents"], summary["skipped"]
     if sum(skipped.values()) > read:
@@ -78,6 +80,7 @@ def yield_warnings(run_dir: Path, summary: dict) -> list[str]:
                    f"read ({summary['documents_out'] / read:.1%})"
                    + (f", dropped by {drops}" if drops else "")
                    + f"; see {run_dir / 'yield.json'} and the [prepare.<stage>] settings")
+    out += describe(summary.get("skipped_examples", {}), skipped)  # which files, and where
     return out
 
 

@@ -26,6 +26,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from tqdm import tqdm
 
+from kiln.data.skip_examples import SkipExamples, write_task_examples
 from kiln.data.sources import SourceFile, check_sources, list_source_files, printable_name
 from kiln.errors import RunDataError
 
@@ -69,13 +70,19 @@ class SourceReader(PipelineStep):
     document id is `file:line`, and the writer nests metadata), and dating reads arXiv ids
     there. A field JSON cannot hold (bytes, a decimal, an int past 64 bits, a lone surrogate)
     would stop the writer: it is left out and counted (`fields/dropped_unwritable`).
+
+    Every skip is also noted, for the first few files of each reason, with the file and the
+    line (jsonl), row (parquet) or entry (a .json list) where it happened (`examples`); with
+    `examples_dir`, each task writes its own there (kiln.data.skip_examples), for prepare to
+    name them.
     """
 
     type = "📖 - READER"
     name = "🔥 Kiln sources"
 
     def __init__(self, sources: list[str], max_bytes: int = 0, progress: bool = True,
-                 exclude: Path | None = None, text_field: str = DEFAULT_TEXT_FIELD):
+                 exclude: Path | None = None, text_field: str = DEFAULT_TEXT_FIELD,
+                 examples_dir: Path | None = None):
         """`exclude`: a folder never read (the run directory, see `list_source_files`)."""
         super().__init__()
         check_sources(sources)
@@ -87,18 +94,35 @@ class SourceReader(PipelineStep):
         self.progress = progress
         self.text_field = text_field
         self._text_key = text_key_pattern(text_field)
+        self.examples_dir = examples_dir
+        self.examples = SkipExamples()
+        self._file: tuple[int, str] = (0, "")  # the file being read: listing order, name
+        self._where: tuple[str, int] | None = None  # the line / row / entry in it
         self.counts: Counter[str] = Counter()
 
-    def _count(self, label: str, value: int = 1) -> None:
+    def _count(self, label: str, value: int = 1) -> dict | None:
+        """Count `label`; a skip is noted in `examples` too (its example, if one is kept)."""
         self.counts[label] += value
         self.stat_update(label, value=value)
+        if label.startswith("skipped/"):
+            return self.examples.add(label[len("skipped/"):], *self._file, value, self._where)
+        return None
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
         if data:
             yield from data
+        self.examples = SkipExamples()  # this task's (one instance may run several in turn)
+        yield from self._read_files(rank, world_size)
+        if self.examples_dir is not None:
+            write_task_examples(self.examples_dir, rank, self.examples)
+
+    def _read_files(self, rank: int, world_size: int) -> Iterator[Document]:
         files = list_source_files(self.sources, self.exclude)[rank::world_size]
         kept = 0
-        for file in tqdm(files, desc=f"read rank {rank}", unit="file", disable=not self.progress):
+        for i, file in enumerate(tqdm(files, desc=f"read rank {rank}", unit="file",
+                                      disable=not self.progress)):
+            # its place in the whole listing: examples merge across tasks in that order
+            self._file, self._where = (rank + i * world_size, printable_name(str(file.path))), None
             for doc in self._read_file(file):
                 yield doc
                 kept += doc.metadata["bytes"]
@@ -158,6 +182,7 @@ class SourceReader(PipelineStep):
             else:
                 yield from self._read_text(file, file.path.read_bytes())
         except (OSError, EOFError, ValueError, zlib.error):  # ArrowInvalid is a ValueError
+            self._where = None  # the file, not the line it had reached
             self._count("skipped/unreadable")
 
     def _read_text(self, file: SourceFile, raw: bytes) -> Iterator[Document]:
@@ -198,8 +223,10 @@ class SourceReader(PipelineStep):
             except StopIteration:
                 break
             except (EOFError, OSError, zlib.error):  # a cut-off or damaged .gz
+                self._where = ("line", self._where[1] + 1 if self._where else 1)
                 self._count("skipped/unreadable_rest_of_file")  # keeps what came before
                 return
+            self._where = ("line", line_no)
             if not line.strip():
                 continue
             records += 1
@@ -213,6 +240,7 @@ class SourceReader(PipelineStep):
                 continue
             yield from self._record_doc(record, f"{file.rel}:{line_no}", file.path)
         if records == 0:
+            self._where = None
             self._count("skipped/empty")
 
     def _record_doc(self, record: object, doc_id: str, path: Path) -> Iterator[Document]:
@@ -240,6 +268,7 @@ class SourceReader(PipelineStep):
             yield from self._read_text(file, raw)
             return
         for i, record in enumerate(data if is_records else [data]):
+            self._where = ("record", i) if is_records else None
             yield from self._record_doc(record, f"{file.rel}:{i}" if is_records else file.rel,
                                         file.path)
 
@@ -288,6 +317,7 @@ class SourceReader(PipelineStep):
             except StopIteration:
                 return
             except (pa.ArrowException, OSError, ValueError, EOFError):
+                self._where = ("row", row + done)  # the first row lost
                 self._count("skipped/unreadable_rows",
                             table.metadata.row_group(group).num_rows - done)
                 return
@@ -300,6 +330,7 @@ class SourceReader(PipelineStep):
         rows = zip(*columns) if names else ([] for _ in range(batch.num_rows))
         texts = _as_bytes(batch.column(self.text_field)).to_pylist()
         for i, (text, values) in enumerate(zip(texts, rows, strict=True)):
+            self._where = ("row", row + i)
             if isinstance(text, bytes):  # a binary column of UTF-8 text
                 try:
                     text = text.decode("utf-8")

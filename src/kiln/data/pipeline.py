@@ -55,6 +55,7 @@ from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline
     StageSpec,
     validate_prepare,
 )
+from kiln.data.skip_examples import EXAMPLES_DIR, describe, merge_examples
 from kiln.data.yield_report import (
     LAYOUT_FILE,
     YIELD_FILE,
@@ -89,6 +90,12 @@ class StageContext:
     max_bytes: int = 0
     progress: bool = True
     text_field: str = DEFAULT_TEXT_FIELD
+
+    @property
+    def examples_dir(self) -> Path:
+        """Where the reader's tasks note what they skipped: in the first phase's logging
+        folder (the reader is always in that phase), kept and cleared with its stats."""
+        return self.run_dir / "logs" / "prepare" / EXAMPLES_DIR
 
     @property
     def work_dir(self) -> Path:
@@ -526,9 +533,19 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
     benchmarks = {name: b for row in yields["stages"] for name, b in row.get("benchmarks", {}).items()}
     if benchmarks:  # decontamination: items indexed, too short to match, documents hit
         summary["benchmarks"] = benchmarks
+    if examples := _skip_examples(layout, logging_dir):  # the first files of each skip reason
+        summary["skipped_examples"] = examples
     write_json_atomic(run_dir / "prepare.json", summary)
     add_token_counts(run_dir)  # shards made from these same documents (a re-run) still count
     return summary
+
+
+def _skip_examples(layout: dict, logging_dir: Path) -> dict:
+    """The files the `read` stage skipped, a few per reason, merged over its tasks ({} for
+    the other readers, which note none)."""
+    if layout["readers"] != ["read"]:
+        return {}
+    return merge_examples(logging_dir / EXAMPLES_DIR, layout["tasks"])
 
 
 def _finished(logging_dir: Path, phase: Phase) -> bool:
@@ -586,7 +603,8 @@ def run_prepare(
     summary = _summary(run_dir, layout, logging_dir)
     if not summary["documents_out"]:
         yields = json.loads((run_dir / YIELD_FILE).read_text(encoding="utf-8"))
-        raise NoDocumentsError(_no_documents_message(yields, summary["sources"], run_dir))
+        raise NoDocumentsError(_no_documents_message(yields, summary["sources"], run_dir,
+                                                      summary.get("skipped_examples", {})))
     return summary
 
 
@@ -600,19 +618,23 @@ def _check_not_empty(run_dir: Path, layout: dict, logging_dir: Path, done: int) 
         return
     yields["tasks"] = layout["tasks"]
     write_json_atomic(run_dir / YIELD_FILE, yields)
-    raise NoDocumentsError(_no_documents_message(yields, _sources_read(layout["signature"]), run_dir))
+    raise NoDocumentsError(_no_documents_message(yields, _sources_read(layout["signature"]),
+                                                  run_dir, _skip_examples(layout, logging_dir)))
 
 
-def _no_documents_message(yields: dict, sources: list, run_dir: Path) -> str:
-    """Why prepare produced nothing: the reader's skips by reason, or the stages' drops."""
+def _no_documents_message(yields: dict, sources: list, run_dir: Path,
+                          examples: dict | None = None) -> str:
+    """Why prepare produced nothing: the reader's skips by reason, with the first files of
+    each (`examples`, kiln.data.skip_examples), or the stages' drops."""
     def reasons(counts: dict) -> str:
         return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "none counted"
 
     first = yields["stages"][0]
     if not first["documents_out"]:
         key = "data.sources" if first["stage"] == "read" else "prepare.arxiv"
+        named = "".join(f"\n  {line}" for line in describe(examples or {}, first["drop_reasons"]))
         return (f"{key}: prepare read no documents from {sources} (skipped by reason: "
-                f"{reasons(first['drop_reasons'])}); see {run_dir / YIELD_FILE}")
+                f"{reasons(first['drop_reasons'])}); see {run_dir / YIELD_FILE}{named}")
     drops = "; ".join(f"{r['stage']}: {reasons(r['drop_reasons'])}" for r in yields["stages"]
                       if r.get("documents_dropped"))
     return (f"prepare.stages: all {first['documents_out']} documents read from {sources} were "

@@ -48,7 +48,9 @@ def documents_fingerprint(run_dir: Path) -> str | None:
             options.append({"text_field": signature["text_field"]})
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise RunDataError(f"{path} or {layout} is damaged ({e}); re-run `kiln prepare`") from e
-    what = {k: v for k, v in summary.items() if k not in ("tasks", "sources")}
+    # the skipped files are named as the sources were spelled (`d/x`, `./d/x`): not what
+    # was made, like the sources themselves
+    what = {k: v for k, v in summary.items() if k not in ("tasks", "sources", "skipped_examples")}
     made = json.dumps([what, inputs, options], sort_keys=True)
     return hashlib.sha256(made.encode()).hexdigest()[:16]
 
