@@ -49,7 +49,7 @@ def test_the_reader_notes_files_and_lines_by_reason(tmp_path):
     assert found["bad_json"] == {"files": 1, "examples": [
         {"file": str(src / "d.jsonl"), "order": 1, "count": 2, "line": 3}]}
     assert found["no_text"]["examples"] == [
-        {"file": str(src / "d.jsonl"), "order": 1, "count": 1, "line": 5}]
+        {"file": str(src / "d.jsonl"), "order": 1, "count": 1, "line": 5, "fields": ["title"]}]
     assert found["hidden"]["examples"] == [{"file": str(src / ".hidden.txt"), "order": 0,
                                             "count": 1}]
     non_utf8 = found["non_utf8"]
@@ -63,8 +63,9 @@ def test_parquet_rows_and_json_entries_are_located(tmp_path):
     (tmp_path / "l.json").write_text(json.dumps([{"text": "x"}, {"text": ""}, {"y": 1}]))
     found = _examples(tmp_path)
     assert found["no_text"]["examples"] == [
-        {"file": str(tmp_path / "l.json"), "order": 0, "count": 1, "record": 2},
-        {"file": str(tmp_path / "p.parquet"), "order": 1, "count": 2, "row": 1}]
+        {"file": str(tmp_path / "l.json"), "order": 0, "count": 1, "record": 2, "fields": ["y"]},
+        {"file": str(tmp_path / "p.parquet"), "order": 1, "count": 2, "row": 1,
+         "not_string": 2, "fields": ["text"]}]  # the column is there: its rows are null
     assert found["empty"]["examples"] == [
         {"file": str(tmp_path / "l.json"), "order": 0, "count": 1, "record": 1}]
 
@@ -95,7 +96,8 @@ def test_kiln_prepare_names_the_skipped_files_in_prepare_json_and_warnings(
     assert summary["skipped_examples"] == {
         "bad_json": {"files": 1, "examples": [{"file": "src/d.jsonl", "count": 2, "line": 3}]},
         "hidden": {"files": 1, "examples": [{"file": "src/.hidden.txt", "count": 1}]},
-        "no_text": {"files": 1, "examples": [{"file": "src/d.jsonl", "count": 1, "line": 5}]},
+        "no_text": {"files": 1, "examples": [{"file": "src/d.jsonl", "count": 1, "line": 5,
+                                              "fields": ["title"]}]},
         "non_utf8": {"files": 8, "examples": [{"file": f"src/latin{i}.txt", "count": 1}
                                               for i in range(MAX_EXAMPLES)]},
     }
@@ -138,3 +140,74 @@ def test_where_the_sources_were_spelled_does_not_change_the_documents_fingerprin
              ["bad_json"]["examples"][0]["file"] for r in ("a", "b")]
     assert named == [str(src / "d.jsonl"), "src/d.jsonl"]
     assert documents_fingerprint(tmp_path / "a") == documents_fingerprint(tmp_path / "b")
+
+
+# --- records without the text field: the fields they have -----------------------------------
+
+def _cli_prepare(tmp_path, src, *extra):
+    sets = ["--set", f'run.dir="{tmp_path / "run"}"', "--set", f'data.sources=["{src}"]',
+            "--set", 'prepare.stages=["read", "write"]']
+    for kv in extra:
+        sets += ["--set", kv]
+    return main(["prepare", *sets])
+
+
+def test_kiln_prepare_says_which_fields_records_without_text_have(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(
+        json.dumps({"id": i, "content": f"article {i}", "url": f"u{i}"}) + "\n"
+        for i in range(1200)))
+    pq.write_table(pa.table({"body": ["x"], "lang": ["en"]}), src / "p.parquet")
+    (src / "ok.txt").write_text("one plain document to read")
+    assert _cli_prepare(tmp_path, src) == 0
+    err = capsys.readouterr().err
+    assert (f'warning: {src / "a.jsonl"}: 1,200 records have no "text" field (fields seen: '
+            "content, id, url); to read 'content': --set data.text_field=content\n") in err
+    assert (f'warning: {src / "p.parquet"}: no "text" column (columns: body, lang); to read '
+            "'body': --set data.text_field=body\n") in err
+    examples = json.loads((tmp_path / "run" / "prepare.json").read_text())["skipped_examples"]
+    assert examples["no_text"]["examples"][0]["fields"] == ["id", "content", "url"]
+    assert examples["no_text_column"]["examples"][0]["fields"] == ["body", "lang"]
+
+
+def test_the_hint_names_the_configured_field_and_suggests_text(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text(json.dumps({"text": "here", "meta": 1}) + "\n")
+    with pytest.raises(NoDocumentsError) as e:
+        run_prepare(READ_WRITE, tmp_path / "run", [str(src)], progress=False,
+                    text_field="content")
+    assert (f'\n  {src / "a.jsonl"}: 1 record has no "content" field (fields seen: meta, '
+            "text); to read 'text': --set data.text_field=text") in str(e.value)
+
+
+def test_no_hint_where_the_field_is_there_but_null_or_no_field_looks_likely(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text(json.dumps({"text": None, "n": 1}) + "\n"
+                                 + json.dumps({"text": "fine"}) + "\n")
+    pq.write_table(pa.table({"text": ["row", None]}), src / "p.parquet")
+    (src / "b.jsonl").write_text(json.dumps({"q": "?", "a": "!"}) + "\n" + "[1, 2]\n")
+    assert _cli_prepare(tmp_path, src) == 0
+    err = capsys.readouterr().err
+    assert f'warning: {src / "a.jsonl"}:' not in err  # its "text" is null: no field to set
+    assert f'warning: {src / "p.parquet"}:' not in err
+    assert (f'warning: {src / "b.jsonl"}: 2 records have no "text" field (fields seen: a, q); '
+            "set data.text_field to the one that holds the text\n") in err
+    assert "skipped no_text (4 in 3 files)" in err
+
+
+def test_field_names_are_bounded_per_file(tmp_path):
+    from kiln.data.skip_examples import FIELD_SAMPLE_RECORDS, MAX_FIELDS, MAX_NAME_CHARS
+
+    path = tmp_path / "wide.jsonl"
+    records = [{f"late{i}": 1} for i in range(FIELD_SAMPLE_RECORDS + 50)]
+    records[0] = {"k" * 500: 1, **{f"f{j:02d}": j for j in range(40)}}
+    records[FIELD_SAMPLE_RECORDS + 10] = {"never_seen": 1}  # past the sample
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (example,) = _examples(path)["no_text"]["examples"]
+    assert example["count"] == len(records)
+    assert len(example["fields"]) == MAX_FIELDS
+    assert example["fields"][0] == "k" * (MAX_NAME_CHARS - 3) + "..."
+    assert "never_seen" not in example["fields"]

@@ -26,7 +26,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from tqdm import tqdm
 
-from kiln.data.skip_examples import SkipExamples, write_task_examples
+from kiln.data.skip_examples import SkipExamples, note_fields, write_task_examples
 from kiln.data.sources import SourceFile, check_sources, list_source_files, printable_name
 from kiln.errors import RunDataError
 
@@ -204,7 +204,10 @@ class SourceReader(PipelineStep):
     def _record_text(self, record: object) -> str | None:
         text = record.get(self.text_field) if isinstance(record, dict) else None
         if not isinstance(text, str):
-            self._count("skipped/no_text")
+            # the fields it has instead: the user may only need to set data.text_field
+            is_object = isinstance(record, dict)
+            note_fields(self._count("skipped/no_text"), record if is_object else (),
+                        has_field=is_object and self.text_field in record)
             return None
         return text
 
@@ -293,7 +296,8 @@ class SourceReader(PipelineStep):
             return
         table = pq.ParquetFile(file.path)  # an unreadable footer: the file is `unreadable`
         if self.text_field not in table.schema_arrow.names:
-            self._count("skipped/no_text_column")
+            note_fields(self._count("skipped/no_text_column"), table.schema_arrow.names,
+                        has_field=False)
             return
         if table.metadata.num_rows == 0:
             self._count("skipped/empty")
@@ -337,8 +341,8 @@ class SourceReader(PipelineStep):
                 except UnicodeDecodeError:
                     self._count("skipped/non_utf8")
                     continue
-            if not isinstance(text, str):
-                self._count("skipped/no_text")
+            if not isinstance(text, str):  # a null: the column is there
+                note_fields(self._count("skipped/no_text"), batch.schema.names, has_field=True)
             elif doc := self._make(text, f"{file.rel}:{row + i}", file.path,
                                    record_fields(dict(zip(names, values)), self.text_field)):
                 yield doc

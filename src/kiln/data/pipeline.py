@@ -604,7 +604,8 @@ def run_prepare(
     if not summary["documents_out"]:
         yields = json.loads((run_dir / YIELD_FILE).read_text(encoding="utf-8"))
         raise NoDocumentsError(_no_documents_message(yields, summary["sources"], run_dir,
-                                                      summary.get("skipped_examples", {})))
+                                                      summary.get("skipped_examples", {}),
+                                                      text_field))
     return summary
 
 
@@ -618,21 +619,25 @@ def _check_not_empty(run_dir: Path, layout: dict, logging_dir: Path, done: int) 
         return
     yields["tasks"] = layout["tasks"]
     write_json_atomic(run_dir / YIELD_FILE, yields)
-    raise NoDocumentsError(_no_documents_message(yields, _sources_read(layout["signature"]),
-                                                  run_dir, _skip_examples(layout, logging_dir)))
+    raise NoDocumentsError(_no_documents_message(
+        yields, _sources_read(layout["signature"]), run_dir, _skip_examples(layout, logging_dir),
+        layout["signature"].get("text_field", DEFAULT_TEXT_FIELD)))
 
 
 def _no_documents_message(yields: dict, sources: list, run_dir: Path,
-                          examples: dict | None = None) -> str:
+                          examples: dict | None = None,
+                          text_field: str = DEFAULT_TEXT_FIELD) -> str:
     """Why prepare produced nothing: the reader's skips by reason, with the first files of
-    each (`examples`, kiln.data.skip_examples), or the stages' drops."""
+    each (`examples`, kiln.data.skip_examples) and the fields of records that lacked
+    `text_field`, or the stages' drops."""
     def reasons(counts: dict) -> str:
         return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "none counted"
 
     first = yields["stages"][0]
     if not first["documents_out"]:
         key = "data.sources" if first["stage"] == "read" else "prepare.arxiv"
-        named = "".join(f"\n  {line}" for line in describe(examples or {}, first["drop_reasons"]))
+        named = "".join(f"\n  {line}" for line in
+                        describe(examples or {}, first["drop_reasons"], text_field))
         return (f"{key}: prepare read no documents from {sources} (skipped by reason: "
                 f"{reasons(first['drop_reasons'])}); see {run_dir / YIELD_FILE}{named}")
     drops = "; ".join(f"{r['stage']}: {reasons(r['drop_reasons'])}" for r in yields["stages"]
