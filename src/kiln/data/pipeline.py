@@ -565,11 +565,13 @@ def run_prepare(
     """Build and run the prepare pipeline; write prepare.json and yield.json; return the summary.
 
     `max_bytes` caps each task's reader; `text_field` is the record field / parquet column
-    read as the text (data.text_field; a change re-reads, not resumes). Local and Ray phases run one after the other, each
-    checked complete before the next starts; Slurm phases are submitted as a chain of dependent
-    job arrays: the summary says so, and `kiln.data.yield_report.write_yield_report(run_dir)`
-    gives the yield once they finish. A run that leaves no documents raises NoDocumentsError naming
-    the reader's skip counts by reason (or the stages' drops); prepare.json and yield.json stay.
+    read as the text (data.text_field; a change re-reads, not resumes). Local and Ray phases
+    run one after the other, each checked complete before the next starts; Slurm phases are
+    submitted as a chain of dependent job arrays: the summary says so, and
+    `kiln.data.yield_report.write_yield_report(run_dir)` gives the yield once they finish. A
+    run that leaves no documents raises NoDocumentsError naming the reader's skip counts by
+    reason, with the first files of each (or the stages' drops); prepare.json and yield.json
+    stay.
     """
     run_dir = Path(run_dir)
     phases, layout = build_pipeline(cfg, run_dir, sources, max_bytes, progress, text_field)
