@@ -43,9 +43,9 @@ def cmd_prepare(cfg: Config) -> None:
               f"(pipeline, per-step statistics) go to {cfg.run_dir / 'logs' / 'prepare'} "
               "(prepare.console_logs = true shows them here too)", file=sys.stderr)
     stats = run_prepare(cfg.prepare, cfg.run_dir, sources=cfg.data.sources,
-                        max_bytes=cfg.data.max_bytes)
+                        max_bytes=cfg.data.max_bytes, text_field=cfg.data.text_field)
     print(f"prepare: {json.dumps(stats)}")
-    for line in yield_warnings(cfg.run_dir, stats):
+    for line in yield_warnings(cfg.run_dir, stats, cfg.data.text_field):
         print(f"warning: {line}", file=sys.stderr)
 
 
@@ -54,10 +54,13 @@ def cmd_prepare(cfg: Config) -> None:
 LOW_KEPT_FRACTION = 0.1
 
 
-def yield_warnings(run_dir: Path, summary: dict) -> list[str]:
-    """What a finished prepare lost that a user should look at before training on the rest."""
+def yield_warnings(run_dir: Path, summary: dict, text_field: str = "text") -> list[str]:
+    """What a finished prepare lost that a user should look at before training on the rest
+    (`text_field`: data.text_field, named where records lacked it)."""
     if summary.get("status") == "submitted":  # a Slurm chain: nothing has run yet
         return []
+    from kiln.data.skip_examples import describe
+
     out = []
     read, skipped = summary["documents"], summary["skipped"]
     if sum(skipped.values()) > read:
@@ -78,6 +81,8 @@ def yield_warnings(run_dir: Path, summary: dict) -> list[str]:
                    f"read ({summary['documents_out'] / read:.1%})"
                    + (f", dropped by {drops}" if drops else "")
                    + f"; see {run_dir / 'yield.json'} and the [prepare.<stage>] settings")
+    # which files, and where; the fields of records without the text field
+    out += describe(summary.get("skipped_examples", {}), skipped, text_field)
     return out
 
 

@@ -40,6 +40,9 @@ class DataConfig:
     sources: list[str] = field(default_factory=list)  # empty: the Python standard library
     max_bytes: int = 0  # each prepare task stops reading after this many bytes (0 = everything)
     val_fraction: float = 0.02  # fraction of documents held out for validation
+    # the field of a .jsonl / .json record, or the column of a .parquet file, that holds the
+    # document's text (`content`, `raw_content`...); the other fields go to metadata
+    text_field: str = "text"
 
 
 @dataclass
@@ -467,6 +470,9 @@ def validate(cfg: Config) -> Config:
             raise ConfigError(f"tokenizer.vocab_size ({cfg.tokenizer.vocab_size}) is too small for "
                               f"tokenizer.kind = 'math': it must hold the 256 byte symbols, EOS "
                               f"and the LaTeX seed tokens, {smallest} in all")
+    if not cfg.data.text_field.strip():
+        raise ConfigError("data.text_field is empty: name the record field (and parquet "
+                          "column) that holds the text, e.g. data.text_field = \"content\"")
     if not 0.0 < cfg.data.val_fraction < 1.0:  # validation, eval and bits/byte need a val split
         raise ConfigError(f"data.val_fraction must be in (0, 1), got {cfg.data.val_fraction}")
     if cfg.schedule.warmup_steps < 0:

@@ -3,8 +3,9 @@
 Bad input (non-UTF-8, binary, empty, malformed lines, unreadable files) is counted by reason
 and skipped: a yield report is more useful than a crash halfway through a corpus.
 
-Every field of a record but its text (a JSON record's keys, a parquet row's other columns)
-goes into `doc.metadata`, as datatrove's own readers do: later stages judge by it (Brain Rot
+The text is the record's `text` field (a parquet file's `text` column), or the one named by
+`data.text_field` (`content`, `raw_content` in many datasets). Every field of a record but its
+text (a JSON record's keys, a parquet row's other columns) goes into `doc.metadata`, as datatrove's own readers do: later stages judge by it (Brain Rot
 M1 by `likes`, `retweets`...; dating by `year`, `date`, `title`, an arXiv `id`...).
 """
 
@@ -25,6 +26,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from tqdm import tqdm
 
+from kiln.data.skip_examples import SkipExamples, note_fields, write_task_examples
 from kiln.data.sources import SourceFile, check_sources, list_source_files, printable_name
 from kiln.errors import RunDataError
 
@@ -34,10 +36,18 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 # a record's own field of that name is kept as `record_<name>`.
 KILN_FIELDS = ("source", "bytes")
 
-# A .json file that is not valid JSON but starts with `{` or `[` and has a "text" key this
-# near its start holds records (cut off, or JSON lines saved as .json), not prose or code.
+# A .json file that is not valid JSON but starts with `{` or `[` and has the text field as a
+# key this near its start holds records (cut off, or JSON lines saved as .json), not prose or
+# code.
 RECORD_SNIFF_BYTES = 8192
-_TEXT_KEY = re.compile(rb'"text"\s*:')
+DEFAULT_TEXT_FIELD = "text"
+
+
+def text_key_pattern(text_field: str) -> re.Pattern[bytes]:
+    """The text field as a JSON key (`"content":`), as raw bytes: spelled as the file may
+    spell it, its quotes and backslashes escaped, other characters as they are in UTF-8."""
+    key = json.dumps(text_field, ensure_ascii=False).encode("utf-8", "backslashreplace")
+    return re.compile(re.escape(key) + rb"\s*:")
 
 # Suffixes that are never text; skipped without being read.
 BINARY_SUFFIXES = frozenset(
@@ -52,6 +62,7 @@ class SourceReader(PipelineStep):
     Files are sharded across datatrove tasks by index (file i goes to rank i % world_size).
     `counts` mirrors the datatrove stats as a plain dict so callers can write it to JSON.
 
+    `text_field` names the record field / parquet column read as the text (`data.text_field`).
     Metadata: Kiln's `source` (the file) and `bytes` (of the text), then every other field of
     the record (JSON) or row (parquet); a nested `metadata` object is merged in, as datatrove
     merges it (top-level fields win). A record's own `source` / `bytes` is kept as
@@ -59,32 +70,59 @@ class SourceReader(PipelineStep):
     document id is `file:line`, and the writer nests metadata), and dating reads arXiv ids
     there. A field JSON cannot hold (bytes, a decimal, an int past 64 bits, a lone surrogate)
     would stop the writer: it is left out and counted (`fields/dropped_unwritable`).
+
+    Every skip is also noted, for the first few files of each reason, with the file and the
+    line (jsonl), row (parquet) or entry (a .json list) where it happened (`examples`); with
+    `examples_dir`, each task writes its own there (kiln.data.skip_examples), for prepare to
+    name them.
     """
 
     type = "📖 - READER"
     name = "🔥 Kiln sources"
 
     def __init__(self, sources: list[str], max_bytes: int = 0, progress: bool = True,
-                 exclude: Path | None = None):
+                 exclude: Path | None = None, text_field: str = DEFAULT_TEXT_FIELD,
+                 examples_dir: Path | None = None):
         """`exclude`: a folder never read (the run directory, see `list_source_files`)."""
         super().__init__()
         check_sources(sources)
+        if not isinstance(text_field, str) or not text_field.strip():
+            raise ValueError(f"the text field must be a non-empty name, not {text_field!r}")
         self.sources = list(sources)
         self.exclude = exclude
         self.max_bytes = max_bytes
         self.progress = progress
+        self.text_field = text_field
+        self._text_key = text_key_pattern(text_field)
+        self.examples_dir = examples_dir
+        self.examples = SkipExamples()
+        self._file: tuple[int, str] = (0, "")  # the file being read: listing order, name
+        self._where: tuple[str, int] | None = None  # the line / row / entry in it
         self.counts: Counter[str] = Counter()
 
-    def _count(self, label: str, value: int = 1) -> None:
+    def _count(self, label: str, value: int = 1) -> dict | None:
+        """Count `label`; a skip is noted in `examples` too (its example, if one is kept)."""
         self.counts[label] += value
         self.stat_update(label, value=value)
+        if label.startswith("skipped/"):
+            return self.examples.add(label[len("skipped/"):], *self._file, value, self._where)
+        return None
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
         if data:
             yield from data
+        self.examples = SkipExamples()  # this task's (one instance may run several in turn)
+        yield from self._read_files(rank, world_size)
+        if self.examples_dir is not None:
+            write_task_examples(self.examples_dir, rank, self.examples)
+
+    def _read_files(self, rank: int, world_size: int) -> Iterator[Document]:
         files = list_source_files(self.sources, self.exclude)[rank::world_size]
         kept = 0
-        for file in tqdm(files, desc=f"read rank {rank}", unit="file", disable=not self.progress):
+        for i, file in enumerate(tqdm(files, desc=f"read rank {rank}", unit="file",
+                                      disable=not self.progress)):
+            # its place in the whole listing: examples merge across tasks in that order
+            self._file, self._where = (rank + i * world_size, printable_name(str(file.path))), None
             for doc in self._read_file(file):
                 yield doc
                 kept += doc.metadata["bytes"]
@@ -144,6 +182,7 @@ class SourceReader(PipelineStep):
             else:
                 yield from self._read_text(file, file.path.read_bytes())
         except (OSError, EOFError, ValueError, zlib.error):  # ArrowInvalid is a ValueError
+            self._where = None  # the file, not the line it had reached
             self._count("skipped/unreadable")
 
     def _read_text(self, file: SourceFile, raw: bytes) -> Iterator[Document]:
@@ -163,9 +202,12 @@ class SourceReader(PipelineStep):
             yield doc
 
     def _record_text(self, record: object) -> str | None:
-        text = record.get("text") if isinstance(record, dict) else None
+        text = record.get(self.text_field) if isinstance(record, dict) else None
         if not isinstance(text, str):
-            self._count("skipped/no_text")
+            # the fields it has instead: the user may only need to set data.text_field
+            is_object = isinstance(record, dict)
+            note_fields(self._count("skipped/no_text"), record if is_object else (),
+                        has_field=is_object and self.text_field in record)
             return None
         return text
 
@@ -184,8 +226,10 @@ class SourceReader(PipelineStep):
             except StopIteration:
                 break
             except (EOFError, OSError, zlib.error):  # a cut-off or damaged .gz
+                self._where = ("line", self._where[1] + 1 if self._where else 1)
                 self._count("skipped/unreadable_rest_of_file")  # keeps what came before
                 return
+            self._where = ("line", line_no)
             if not line.strip():
                 continue
             records += 1
@@ -199,30 +243,35 @@ class SourceReader(PipelineStep):
                 continue
             yield from self._record_doc(record, f"{file.rel}:{line_no}", file.path)
         if records == 0:
+            self._where = None
             self._count("skipped/empty")
 
     def _record_doc(self, record: object, doc_id: str, path: Path) -> Iterator[Document]:
         text = self._record_text(record)
-        if text is not None and (doc := self._make(text, doc_id, path, record_fields(record))):
+        if text is not None and (doc := self._make(text, doc_id, path,
+                                                   record_fields(record, self.text_field))):
             yield doc
 
     def _read_json(self, file: SourceFile) -> Iterator[Document]:
-        """A .json file of records: one object with `text`, or a list of them. Any other
-        JSON (a package.json in a source tree) is a text file like the rest of the tree."""
+        """A .json file of records: one object with the text field, or a list of them. Any
+        other JSON (a package.json in a source tree) is a text file like the rest of the tree."""
         raw = file.path.read_bytes()
         try:
             data = json.loads(raw.decode("utf-8-sig"))
         except (ValueError, RecursionError):  # not UTF-8 or not JSON
             yield from self._read_broken_json(file, raw)
             return
-        is_record = isinstance(data, dict) and "text" in data
-        # a list with records: an entry without `text` is counted, not the whole file re-read
+        key = self.text_field
+        is_record = isinstance(data, dict) and key in data
+        # a list with records: an entry without the text field is counted, not the whole
+        # file re-read
         is_records = (isinstance(data, list)
-                      and any(isinstance(r, dict) and "text" in r for r in data))
+                      and any(isinstance(r, dict) and key in r for r in data))
         if not (is_record or is_records):
             yield from self._read_text(file, raw)
             return
         for i, record in enumerate(data if is_records else [data]):
+            self._where = ("record", i) if is_records else None
             yield from self._record_doc(record, f"{file.rel}:{i}" if is_records else file.rel,
                                         file.path)
 
@@ -232,7 +281,7 @@ class SourceReader(PipelineStep):
         else with records is counted `bad_json`. Other files (a tsconfig.json with comments)
         are text, like the rest of a source tree."""
         head = raw[:RECORD_SNIFF_BYTES].removeprefix(b"\xef\xbb\xbf").lstrip()
-        if not (head.startswith((b"{", b"[")) and _TEXT_KEY.search(head)):
+        if not (head.startswith((b"{", b"[")) and self._text_key.search(head)):
             yield from self._read_text(file, raw)
         elif _first_line_is_object(raw):
             yield from self._read_lines(file, io.BytesIO(raw))
@@ -246,8 +295,9 @@ class SourceReader(PipelineStep):
             self._count("skipped/empty")
             return
         table = pq.ParquetFile(file.path)  # an unreadable footer: the file is `unreadable`
-        if "text" not in table.schema_arrow.names:
-            self._count("skipped/no_text_column")
+        if self.text_field not in table.schema_arrow.names:
+            note_fields(self._count("skipped/no_text_column"), table.schema_arrow.names,
+                        has_field=False)
             return
         if table.metadata.num_rows == 0:
             self._count("skipped/empty")
@@ -271,6 +321,7 @@ class SourceReader(PipelineStep):
             except StopIteration:
                 return
             except (pa.ArrowException, OSError, ValueError, EOFError):
+                self._where = ("row", row + done)  # the first row lost
                 self._count("skipped/unreadable_rows",
                             table.metadata.row_group(group).num_rows - done)
                 return
@@ -278,21 +329,22 @@ class SourceReader(PipelineStep):
             done += batch.num_rows
 
     def _read_batch(self, batch, file: SourceFile, row: int) -> Iterator[Document]:
-        names = [n for n in batch.schema.names if n != "text"]
+        names = [n for n in batch.schema.names if n != self.text_field]
         columns = [self._column_values(batch.column(n)) for n in names]
         rows = zip(*columns) if names else ([] for _ in range(batch.num_rows))
-        texts = _as_bytes(batch.column("text")).to_pylist()
+        texts = _as_bytes(batch.column(self.text_field)).to_pylist()
         for i, (text, values) in enumerate(zip(texts, rows, strict=True)):
+            self._where = ("row", row + i)
             if isinstance(text, bytes):  # a binary column of UTF-8 text
                 try:
                     text = text.decode("utf-8")
                 except UnicodeDecodeError:
                     self._count("skipped/non_utf8")
                     continue
-            if not isinstance(text, str):
-                self._count("skipped/no_text")
+            if not isinstance(text, str):  # a null: the column is there
+                note_fields(self._count("skipped/no_text"), batch.schema.names, has_field=True)
             elif doc := self._make(text, f"{file.rel}:{row + i}", file.path,
-                                   record_fields(dict(zip(names, values)))):
+                                   record_fields(dict(zip(names, values)), self.text_field)):
                 yield doc
 
     def _column_values(self, column) -> list:
@@ -328,10 +380,10 @@ class SourceReader(PipelineStep):
             return value.decode("utf-8", "replace")
 
 
-def record_fields(record: dict) -> dict:
-    """A record's metadata: every field but `text`, a nested `metadata` object merged in
+def record_fields(record: dict, text_field: str = DEFAULT_TEXT_FIELD) -> dict:
+    """A record's metadata: every field but its text, a nested `metadata` object merged in
     (top-level fields win, as in datatrove's readers), Kiln's own keys renamed `record_<key>`."""
-    fields = {k: v for k, v in record.items() if k != "text"}
+    fields = {k: v for k, v in record.items() if k != text_field}
     if isinstance(fields.get("metadata"), dict):
         fields = fields.pop("metadata") | fields
     for key in KILN_FIELDS:

@@ -44,6 +44,7 @@ from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.atomic import new_archive_folder, write_json_atomic, write_text_atomic
 from kiln.config import EXECUTION_KEYS
+from kiln.data.documents import DEFAULT_TEXT_FIELD
 from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline's vocabulary)
     ARXIV_STAGES,
     DEFAULT_STAGES,
@@ -54,6 +55,7 @@ from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline
     StageSpec,
     validate_prepare,
 )
+from kiln.data.skip_examples import EXAMPLES_DIR, describe, merge_examples
 from kiln.data.yield_report import (
     LAYOUT_FILE,
     YIELD_FILE,
@@ -78,7 +80,8 @@ class StageUnavailableError(ImportError):
 
 @dataclass
 class StageContext:
-    """What a stage factory may use: the config, the run directory and the sources."""
+    """What a stage factory may use: the config, the run directory, the sources and how
+    their records are read (`text_field`: data.text_field)."""
 
     name: str
     cfg: PrepareConfig
@@ -86,6 +89,13 @@ class StageContext:
     sources: list[str]
     max_bytes: int = 0
     progress: bool = True
+    text_field: str = DEFAULT_TEXT_FIELD
+
+    @property
+    def examples_dir(self) -> Path:
+        """Where the reader's tasks note what they skipped: in the first phase's logging
+        folder (the reader is always in that phase), kept and cleared with its stats."""
+        return self.run_dir / "logs" / "prepare" / EXAMPLES_DIR
 
     @property
     def work_dir(self) -> Path:
@@ -296,9 +306,15 @@ def _option_files(cfg: PrepareConfig) -> dict[str, list[str]]:
 
 
 def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
-               run_dir: Path | None = None) -> dict:
+               run_dir: Path | None = None, text_field: str = DEFAULT_TEXT_FIELD) -> dict:
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in EXECUTION_KEYS}
     signature = {**options, "sources": list(sources), "max_bytes": max_bytes}
+    # another field reads other documents from the same files: a resume would mix them, and
+    # the documents' fingerprint (kiln.data.provenance) must change. Recorded only when not
+    # the default, so runs prepared before the setting existed keep resuming and their shards
+    # stay current.
+    if "read" in cfg.stages and text_field != DEFAULT_TEXT_FIELD:
+        signature["text_field"] = text_field
     if "decontaminate" in cfg.stages:  # another normalisation: rebuild the index, re-filter
         from kiln.data.decontam.ngram_index import NORMALISATION
 
@@ -314,11 +330,13 @@ def build_pipeline(
     sources: Sequence[str] = (),
     max_bytes: int = 0,
     progress: bool = True,
+    text_field: str = DEFAULT_TEXT_FIELD,
 ) -> tuple[list[Phase], dict]:
     """The executor phases of the configured stages (each stage followed by a YieldMeter), in
     run order, and their layout (stage of every step, phases, signature) for yield and resume.
 
     Nothing is run or written; factories check their inputs here (missing files fail now).
+    `text_field`: the record field / parquet column the `read` stage takes the text from.
     """
     validate_prepare(cfg)
     run_dir = Path(run_dir)
@@ -328,7 +346,7 @@ def build_pipeline(
     roles: list[dict] = []
     records: dict[str, dict] = {}
     for name in cfg.stages:
-        ctx = StageContext(name, cfg, run_dir, list(sources), max_bytes, progress)
+        ctx = StageContext(name, cfg, run_dir, list(sources), max_bytes, progress, text_field)
         plan = _as_plan(name, resolve_factory(name)(ctx))
         if plan.record:
             records[name] = plan.record
@@ -371,7 +389,7 @@ def build_pipeline(
         "readers": [cfg.stages[0]],
         "records": records,
         "tasks": cfg.tasks,
-        "signature": _signature(cfg, sources, max_bytes, run_dir),
+        "signature": _signature(cfg, sources, max_bytes, run_dir, text_field),
     }
     layout["steps"] = [r for p in layout["phases"] if p["flow"] for r in p["steps"]]
     return ordered, layout
@@ -515,9 +533,19 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
     benchmarks = {name: b for row in yields["stages"] for name, b in row.get("benchmarks", {}).items()}
     if benchmarks:  # decontamination: items indexed, too short to match, documents hit
         summary["benchmarks"] = benchmarks
+    if examples := _skip_examples(layout, logging_dir):  # the first files of each skip reason
+        summary["skipped_examples"] = examples
     write_json_atomic(run_dir / "prepare.json", summary)
     add_token_counts(run_dir)  # shards made from these same documents (a re-run) still count
     return summary
+
+
+def _skip_examples(layout: dict, logging_dir: Path) -> dict:
+    """The files the `read` stage skipped, a few per reason, merged over its tasks ({} for
+    the other readers, which note none)."""
+    if layout["readers"] != ["read"]:
+        return {}
+    return merge_examples(logging_dir / EXAMPLES_DIR, layout["tasks"])
 
 
 def _finished(logging_dir: Path, phase: Phase) -> bool:
@@ -532,17 +560,21 @@ def run_prepare(
     max_bytes: int = 0,
     redo: bool = False,
     progress: bool = True,
+    text_field: str = DEFAULT_TEXT_FIELD,
 ) -> dict:
     """Build and run the prepare pipeline; write prepare.json and yield.json; return the summary.
 
-    `max_bytes` caps each task's reader. Local and Ray phases run one after the other, each
-    checked complete before the next starts; Slurm phases are submitted as a chain of dependent
-    job arrays: the summary says so, and `kiln.data.yield_report.write_yield_report(run_dir)`
-    gives the yield once they finish. A run that leaves no documents raises NoDocumentsError naming
-    the reader's skip counts by reason (or the stages' drops); prepare.json and yield.json stay.
+    `max_bytes` caps each task's reader; `text_field` is the record field / parquet column
+    read as the text (data.text_field; a change re-reads, not resumes). Local and Ray phases
+    run one after the other, each checked complete before the next starts; Slurm phases are
+    submitted as a chain of dependent job arrays: the summary says so, and
+    `kiln.data.yield_report.write_yield_report(run_dir)` gives the yield once they finish. A
+    run that leaves no documents raises NoDocumentsError naming the reader's skip counts by
+    reason, with the first files of each (or the stages' drops); prepare.json and yield.json
+    stay.
     """
     run_dir = Path(run_dir)
-    phases, layout = build_pipeline(cfg, run_dir, sources, max_bytes, progress)
+    phases, layout = build_pipeline(cfg, run_dir, sources, max_bytes, progress, text_field)
     logging_dir = run_dir / "logs" / "prepare"
     _keep_recorded_times(cfg, sources, run_dir, logging_dir, layout)
     same = _same_pipeline(logging_dir, layout)
@@ -573,7 +605,9 @@ def run_prepare(
     summary = _summary(run_dir, layout, logging_dir)
     if not summary["documents_out"]:
         yields = json.loads((run_dir / YIELD_FILE).read_text(encoding="utf-8"))
-        raise NoDocumentsError(_no_documents_message(yields, summary["sources"], run_dir))
+        raise NoDocumentsError(_no_documents_message(yields, summary["sources"], run_dir,
+                                                      summary.get("skipped_examples", {}),
+                                                      text_field))
     return summary
 
 
@@ -587,19 +621,27 @@ def _check_not_empty(run_dir: Path, layout: dict, logging_dir: Path, done: int) 
         return
     yields["tasks"] = layout["tasks"]
     write_json_atomic(run_dir / YIELD_FILE, yields)
-    raise NoDocumentsError(_no_documents_message(yields, _sources_read(layout["signature"]), run_dir))
+    raise NoDocumentsError(_no_documents_message(
+        yields, _sources_read(layout["signature"]), run_dir, _skip_examples(layout, logging_dir),
+        layout["signature"].get("text_field", DEFAULT_TEXT_FIELD)))
 
 
-def _no_documents_message(yields: dict, sources: list, run_dir: Path) -> str:
-    """Why prepare produced nothing: the reader's skips by reason, or the stages' drops."""
+def _no_documents_message(yields: dict, sources: list, run_dir: Path,
+                          examples: dict | None = None,
+                          text_field: str = DEFAULT_TEXT_FIELD) -> str:
+    """Why prepare produced nothing: the reader's skips by reason, with the first files of
+    each (`examples`, kiln.data.skip_examples) and the fields of records that lacked
+    `text_field`, or the stages' drops."""
     def reasons(counts: dict) -> str:
         return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "none counted"
 
     first = yields["stages"][0]
     if not first["documents_out"]:
         key = "data.sources" if first["stage"] == "read" else "prepare.arxiv"
+        named = "".join(f"\n  {line}" for line in
+                        describe(examples or {}, first["drop_reasons"], text_field))
         return (f"{key}: prepare read no documents from {sources} (skipped by reason: "
-                f"{reasons(first['drop_reasons'])}); see {run_dir / YIELD_FILE}")
+                f"{reasons(first['drop_reasons'])}); see {run_dir / YIELD_FILE}{named}")
     drops = "; ".join(f"{r['stage']}: {reasons(r['drop_reasons'])}" for r in yields["stages"]
                       if r.get("documents_dropped"))
     return (f"prepare.stages: all {first['documents_out']} documents read from {sources} were "

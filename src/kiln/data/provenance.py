@@ -44,9 +44,13 @@ def documents_fingerprint(run_dir: Path) -> str | None:
                      if layout.is_file() else {})
         inputs = signature["input_files"] if signature else None
         options = [stage_options(signature), signature.get("decontaminate_normalisation")]
+        if "text_field" in signature:  # recorded only when not "text": older runs' stand
+            options.append({"text_field": signature["text_field"]})
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise RunDataError(f"{path} or {layout} is damaged ({e}); re-run `kiln prepare`") from e
-    what = {k: v for k, v in summary.items() if k not in ("tasks", "sources")}
+    # the skipped files are named as the sources were spelled (`d/x`, `./d/x`): not what
+    # was made, like the sources themselves
+    what = {k: v for k, v in summary.items() if k not in ("tasks", "sources", "skipped_examples")}
     made = json.dumps([what, inputs, options], sort_keys=True)
     return hashlib.sha256(made.encode()).hexdigest()[:16]
 

@@ -32,7 +32,8 @@ def read_stage(ctx: StageContext) -> PipelineStep:
     from kiln.data.documents import SourceReader
 
     return SourceReader(ctx.sources, max_bytes=ctx.max_bytes, progress=ctx.progress,
-                        exclude=ctx.run_dir)
+                        exclude=ctx.run_dir, text_field=ctx.text_field,
+                        examples_dir=ctx.examples_dir)
 
 
 def _with_current_bytes(writer, document) -> dict:

@@ -1,0 +1,174 @@
+"""Which inputs `kiln prepare`'s reader skipped: a few files (and the line or row) per reason.
+
+A count (`skipped/non_utf8 = 1,200`) says that something is wrong, not where: the user needs
+a file to open. For records without the text field (`no_text`) and parquet files without the
+column (`no_text_column`), it also keeps the field or column names they do have: most often
+the text is there under another name (`content`), and `data.text_field` reads it.
+
+Memory and output stay bounded however much is skipped: per task and reason, the first
+`MAX_EXAMPLES` files (each with how many it lost and where first), and per such file at most
+`MAX_FIELDS` names, from its first `FIELD_SAMPLE_RECORDS` records without the field. Each task writes its examples to `logs/prepare/skipped_examples/
+NNNNN.json` (its datatrove stats beside hold numbers only); `merge_examples` joins them by the
+files' order in the source listing, so the examples named are the first files in that order
+whatever the task count, as the merged counts are the same whatever it is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+MAX_EXAMPLES = 5  # files named per reason
+MAX_FIELDS = 20  # field / column names kept per file
+FIELD_SAMPLE_RECORDS = 100  # records of a file whose field names are looked at
+MAX_NAME_CHARS = 60  # a longer field name is cut (a JSON key can be any string)
+FIELD_REASONS = ("no_text", "no_text_column")  # the text field / column is not there
+# where datasets often keep their text; one seen is suggested as data.text_field
+LIKELY_TEXT_FIELDS = ("text", "content", "raw_content", "contents", "body", "document",
+                      "article", "passage", "story")
+EXAMPLES_DIR = "skipped_examples"  # under the reader's logging folder (logs/prepare)
+
+
+class SkipExamples:
+    """One task's examples: reason -> {"files": files with that reason, "examples": [...]}.
+
+    An example is {"file", "order" (the file's index in the whole source listing), "count",
+    and the first "line" / "row" / "record" where a line-level skip happened}; for
+    `FIELD_REASONS`, `note_fields` adds "fields" (the names seen) and "not_string" (records
+    whose text field was there but null, a number or a list). Files must be added in listing
+    order, as the reader reads them.
+    """
+
+    def __init__(self) -> None:
+        self.reasons: dict[str, dict] = {}
+        self._last: dict[str, int] = {}  # reason -> order of the last file counted
+
+    def add(self, reason: str, order: int, file: str, value: int = 1,
+            where: tuple[str, int] | None = None) -> dict | None:
+        """Count `value` skips of `reason` in `file`; the file's example if it is kept."""
+        entry = self.reasons.setdefault(reason, {"files": 0, "examples": []})
+        if self._last.get(reason) != order:
+            self._last[reason] = order
+            entry["files"] += 1
+        examples = entry["examples"]
+        if examples and examples[-1]["order"] == order:
+            examples[-1]["count"] += value
+            return examples[-1]
+        if len(examples) >= MAX_EXAMPLES:
+            return None
+        example = {"file": file, "order": order, "count": value}
+        if where is not None:
+            example[where[0]] = where[1]
+        examples.append(example)
+        return example
+
+    def to_json(self) -> dict:
+        return {reason: {"files": e["files"], "examples": [
+            {k: v for k, v in x.items() if k != "sampled"} for x in e["examples"]]}
+            for reason, e in sorted(self.reasons.items())}
+
+
+def shown_name(name: str) -> str:
+    """A field name as short, valid UTF-8 text (a lone surrogate is escaped)."""
+    name = name.encode("utf-8", "backslashreplace").decode("utf-8")
+    return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS - 3] + "..."
+
+
+def note_fields(example: dict | None, names: Iterable[str], has_field: bool) -> None:
+    """Note a skipped record's field names (or a parquet file's columns) in its file's
+    `example` (None: the file is not among those named); `has_field`: the text field was
+    there, but not a string."""
+    if example is None:
+        return
+    if has_field:
+        example["not_string"] = example.get("not_string", 0) + 1
+    sampled = example.get("sampled", 0)
+    if sampled >= FIELD_SAMPLE_RECORDS:  # the first records say it; the rest cost nothing
+        return
+    example["sampled"] = sampled + 1
+    fields = example.setdefault("fields", [])
+    for name in names:
+        if len(fields) >= MAX_FIELDS:
+            break
+        if (shown := shown_name(str(name))) not in fields:
+            fields.append(shown)
+
+
+def write_task_examples(folder: Path, rank: int, examples: SkipExamples) -> None:
+    from kiln.atomic import write_json_atomic
+
+    write_json_atomic(Path(folder) / f"{rank:05d}.json", examples.to_json())
+
+
+def merge_examples(folder: Path | str, tasks: int) -> dict:
+    """The tasks' examples as one: per reason, files summed and the first `MAX_EXAMPLES`
+    files in listing order (each task kept its first ones, so these are among them). A task
+    with no file (a run resumed from before Kiln wrote them) adds nothing."""
+    merged: dict[str, dict] = {}
+    for rank in range(tasks):
+        try:
+            found = json.loads((Path(folder) / f"{rank:05d}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(found, dict):
+            continue
+        for reason, entry in found.items():
+            into = merged.setdefault(reason, {"files": 0, "examples": []})
+            into["files"] += int(entry.get("files", 0))
+            into["examples"] += list(entry.get("examples", []))
+    out = {}
+    for reason in sorted(merged):
+        examples = sorted(merged[reason]["examples"], key=lambda e: e.get("order", 0))
+        out[reason] = {"files": merged[reason]["files"], "examples": [
+            {k: v for k, v in e.items() if k != "order"}
+            for e in examples[:MAX_EXAMPLES]]}
+    return out
+
+
+def where(example: dict) -> str:
+    """`data/a.jsonl:3` for a line, `p.parquet (row 12)` for a row, the file alone else."""
+    if "line" in example:
+        return f"{example['file']}:{example['line']}"
+    for key in ("row", "record"):
+        if key in example:
+            return f"{example['file']} ({key} {example[key]})"
+    return example["file"]
+
+
+def field_hint(reason: str, example: dict, text_field: str) -> str | None:
+    """For a file skipped for lacking the text field: the fields it has, and the setting
+    that reads one; None if its records had the field (null or not a string)."""
+    missing = example["count"] - example.get("not_string", 0)
+    if reason not in FIELD_REASONS or missing <= 0:
+        return None
+    fields = sorted(example.get("fields", []))
+    if not fields:
+        return (f'{example["file"]}: {missing:,} records have no "{text_field}" field, nor any '
+                'other (are they JSON objects?)')
+    names = ", ".join(fields) + (", ..." if len(fields) >= MAX_FIELDS else "")
+    if reason == "no_text_column":
+        what = f'{example["file"]}: no "{text_field}" column (columns: {names})'
+    else:
+        what = (f'{example["file"]}: {missing:,} record{"s" if missing != 1 else ""} '
+                f'{"have" if missing != 1 else "has"} no "{text_field}" field (fields seen: {names})')
+    likely = [f for f in LIKELY_TEXT_FIELDS if f in fields and f != text_field]
+    if likely:
+        return f"{what}; to read {likely[0]!r}: --set data.text_field={likely[0]}"
+    return f"{what}; set data.text_field to the one that holds the text"
+
+
+def describe(examples: dict, counts: dict[str, int], text_field: str = "text") -> list[str]:
+    """One short line per reason: how many (`counts`, the reader's skip counts), in how
+    many files, and the first few of them with what each lost; then, for each file named
+    that lacks the text field (`text_field`), the fields it has instead."""
+    lines, hints = [], []
+    for reason, entry in examples.items():
+        hints += [h for e in entry["examples"] if (h := field_hint(reason, e, text_field))]
+        files, shown = entry["files"], entry["examples"]
+        named = ", ".join(where(e) + (f" ({e['count']:,})" if e["count"] > 1 else "")
+                          for e in shown)
+        more = f" and {files - len(shown):,} more" if files > len(shown) else ""
+        lines.append(f"skipped {reason} ({counts.get(reason, 0):,} in {files:,} "
+                     f"file{'s' if files != 1 else ''}): {named}{more}")
+    return lines + hints
