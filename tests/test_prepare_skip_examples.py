@@ -101,8 +101,11 @@ def test_kiln_prepare_names_the_skipped_files_in_prepare_json_and_warnings(
         "non_utf8": {"files": 8, "examples": [{"file": f"src/latin{i}.txt", "count": 1}
                                               for i in range(MAX_EXAMPLES)]},
     }
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "warning: skipped bad_json (2 in 1 file): src/d.jsonl:3 (2)\n" in err
+    # a dot-file loses no text: named in a note, and the stdout summary leaves the lists out
+    assert "note: skipped hidden (1 in 1 file): src/.hidden.txt\n" in err
+    assert "warning: skipped hidden" not in err and "skipped_examples" not in out
     assert ("warning: skipped non_utf8 (8 in 8 files): src/latin0.txt, src/latin1.txt, "
             "src/latin2.txt, src/latin3.txt, src/latin4.txt and 3 more\n") in err
 

@@ -44,9 +44,12 @@ def cmd_prepare(cfg: Config) -> None:
               "(prepare.console_logs = true shows them here too)", file=sys.stderr)
     stats = run_prepare(cfg.prepare, cfg.run_dir, sources=cfg.data.sources,
                         max_bytes=cfg.data.max_bytes, text_field=cfg.data.text_field)
-    print(f"prepare: {json.dumps(stats)}")
+    # the files behind each skip are in prepare.json and said below, line by line
+    print(f"prepare: {json.dumps({k: v for k, v in stats.items() if k != 'skipped_examples'})}")
     for line in yield_warnings(cfg.run_dir, stats, cfg.data.text_field):
         print(f"warning: {line}", file=sys.stderr)
+    for line in skip_notes(stats):
+        print(f"note: {line}", file=sys.stderr)
 
 
 # a reader skipping more inputs than it reads, or stages keeping under a tenth of what was
@@ -82,8 +85,22 @@ def yield_warnings(run_dir: Path, summary: dict, text_field: str = "text") -> li
                    + (f", dropped by {drops}" if drops else "")
                    + f"; see {run_dir / 'yield.json'} and the [prepare.<stage>] settings")
     # which files, and where; the fields of records without the text field
-    out += describe(summary.get("skipped_examples", {}), skipped, text_field)
+    lost = {r: e for r, e in summary.get("skipped_examples", {}).items() if r not in LOSSLESS_SKIPS}
+    out += describe(lost, skipped, text_field)
     return out
+
+
+# skips that lose no text (an empty file, a dot-file): named in a note, not a warning
+LOSSLESS_SKIPS = ("empty", "hidden")
+
+
+def skip_notes(summary: dict) -> list[str]:
+    """The files a finished prepare skipped without losing text, named for the record."""
+    from kiln.data.skip_examples import describe
+
+    examples = summary.get("skipped_examples", {})
+    return describe({r: e for r, e in examples.items() if r in LOSSLESS_SKIPS},
+                    summary.get("skipped", {}))
 
 
 def cmd_tokenizer(cfg: Config) -> None:
