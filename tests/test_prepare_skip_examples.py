@@ -158,15 +158,17 @@ def _cli_prepare(tmp_path, src, *extra):
 def test_kiln_prepare_says_which_fields_records_without_text_have(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()
-    (src / "a.jsonl").write_text("".join(
-        json.dumps({"id": i, "content": f"article {i}", "url": f"u{i}"}) + "\n"
-        for i in range(1200)))
+    for shard, records in (("a", range(1200)), ("b", range(3))):  # shards of one dataset
+        (src / f"{shard}.jsonl").write_text("".join(
+            json.dumps({"id": i, "content": f"article {i}", "url": f"u{i}"}) + "\n"
+            for i in records))
     pq.write_table(pa.table({"body": ["x"], "lang": ["en"]}), src / "p.parquet")
     (src / "ok.txt").write_text("one plain document to read")
     assert _cli_prepare(tmp_path, src) == 0
     err = capsys.readouterr().err
-    assert (f'warning: {src / "a.jsonl"}: 1,200 records have no "text" field (fields seen: '
-            "content, id, url); to read 'content': --set data.text_field=content\n") in err
+    assert (f'warning: {src / "a.jsonl"}, {src / "b.jsonl"}: 1,203 records have no "text" '
+            "field (fields seen: content, id, url); to read 'content': "
+            "--set data.text_field=content\n") in err  # one hint for files with the same fields
     assert (f'warning: {src / "p.parquet"}: no "text" column (columns: body, lang); to read '
             "'body': --set data.text_field=body\n") in err
     examples = json.loads((tmp_path / "run" / "prepare.json").read_text())["skipped_examples"]

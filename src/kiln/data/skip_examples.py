@@ -162,9 +162,17 @@ def describe(examples: dict, counts: dict[str, int], text_field: str = "text") -
     """One short line per reason: how many (`counts`, the reader's skip counts), in how
     many files, and the first few of them with what each lost; then, for each file named
     that lacks the text field (`text_field`), the fields it has instead."""
-    lines, hints = [], []
+    lines = []
+    # files with the same fields (a dataset's shards) share one hint, naming them all
+    alike: dict[tuple, list[dict]] = {}
     for reason, entry in examples.items():
-        hints += [h for e in entry["examples"] if (h := field_hint(reason, e, text_field))]
+        for e in entry["examples"]:
+            alike.setdefault((reason, tuple(sorted(e.get("fields", [])))), []).append(e)
+    hints = [h for (reason, _), group in alike.items() if (h := field_hint(reason, {
+        "file": ", ".join(e["file"] for e in group), "count": sum(e["count"] for e in group),
+        "not_string": sum(e.get("not_string", 0) for e in group),
+        "fields": group[0].get("fields", [])}, text_field))]
+    for reason, entry in examples.items():
         files, shown = entry["files"], entry["examples"]
         named = ", ".join(where(e) + (f" ({e['count']:,})" if e["count"] > 1 else "")
                           for e in shown)
