@@ -43,6 +43,22 @@ def test_bf16_input_gets_fp32_statistics_and_bf16_output_and_grad():
     assert x.grad.dtype == torch.bfloat16 and torch.isfinite(x.grad.float()).all()
 
 
+def test_bf16_gradients_match_fp64_reference_with_a_non_unit_gain():
+    """A bf16 upstream gradient takes the backward's own fp32 copy (the branch every bf16
+    training step runs); with a gain other than 1 both gradients must still be those of
+    F.rms_norm in fp64, to bf16 rounding (dropping the gain from dx is a ~30% error)."""
+    torch.manual_seed(0)
+    x = (torch.randn(6, 64) * 2).bfloat16()
+    g = torch.randn(6, 64).bfloat16()
+    w = 1 + 0.3 * torch.randn(64)
+    norm = RMSNorm(64)
+    got = _grads(lambda a, b: torch.func.functional_call(norm, {"weight": b}, (a,)), x, w, g)
+    assert got[0].dtype == got[1].dtype == torch.bfloat16 and got[2].dtype == torch.float32
+    exact = _grads(lambda a, b: F.rms_norm(a, (64,), b, 1e-5), x.double(), w.double(), g.double())
+    for a, e in zip(got, exact):
+        torch.testing.assert_close(a.double(), e, atol=1e-2, rtol=1e-2)
+
+
 def test_autocast_output_is_the_compute_dtype():
     norm = RMSNorm(16)
     x = torch.randn(2, 16)
