@@ -196,11 +196,18 @@ def test_attention_matches_a_reference_with_rope_on_queries_and_keys():
         for w in (attn.wq.weight, attn.wk.weight):
             w.mul_(8)
     cos, sin = rope_tables(8, 24, 10000.0)
-    x = torch.randn(2, 24, 32)
+    x = torch.randn(2, 24, 32, requires_grad=True)
     expected = _reference_attention(attn, x, 10000.0).float()
-    torch.testing.assert_close(attn(x, cos, sin), expected, atol=1e-4, rtol=1e-4)
+    got = attn(x, cos, sin)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
     with torch.no_grad():
         torch.testing.assert_close(attn(x, cos, sin), expected, atol=1e-4, rtol=1e-4)
+    # and the training path's gradients (input and every projection) are the reference's
+    inputs = (x, attn.wq.weight, attn.wk.weight, attn.wv.weight, attn.wo.weight)
+    upstream = torch.randn(2, 24, 32, dtype=torch.float64)
+    want = torch.autograd.grad(_reference_attention(attn, x, 10000.0), inputs, upstream)
+    for g, w in zip(torch.autograd.grad(got, inputs, upstream.float()), want, strict=True):
+        torch.testing.assert_close(g, w.float(), atol=1e-4, rtol=1e-4)
 
 
 def test_local_attention_with_rope_sees_relative_positions_only():
