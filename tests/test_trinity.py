@@ -179,6 +179,21 @@ def test_post_norm_gain_sets_branch_rms_and_zero_is_identity(gain):
         expected = gain * (ms / (ms + cfg.norm_eps)).sqrt()
         torch.testing.assert_close(rms, expected, atol=1e-6, rtol=1e-5)
         assert rms.min() > 0.99 * gain
+        # the block itself adds each branch through its own post-norm: with the other
+        # branch's gain at 0, out - x is the live branch normalised to RMS `gain`
+        for live, off, branch in ((block.attn_post_norm, block.ffn_post_norm,
+                                   lambda z: block.attn(block.attn_norm(z), cos[:t], sin[:t])),
+                                  (block.ffn_post_norm, block.attn_post_norm,
+                                   lambda z: block.ffn(block.ffn_norm(z)))):
+            torch.nn.init.constant_(live.weight, gain)
+            torch.nn.init.zeros_(off.weight)
+            with torch.no_grad():
+                added = block(x, cos[:t], sin[:t]) - x
+                b = branch(x)
+            ms = b.pow(2).mean(-1, keepdim=True)
+            assert (ms.sqrt() - gain).abs().min() > 0.05  # the raw branch is of another size
+            torch.testing.assert_close(added, gain * b * torch.rsqrt(ms + cfg.norm_eps),
+                                       atol=1e-5, rtol=1e-5)
 
 
 def test_depth_scaled_post_norm_init():
