@@ -57,6 +57,37 @@ def test_free_memory_is_read_from_the_kernel():
     assert free is not None and 0 < free < 1 << 50
 
 
+@pytest.mark.parametrize(("cgroup", "expected"), [
+    ({}, (1000 + 24) * 1024),  # no cgroup files: MemAvailable plus free swap
+    ({"/sys/fs/cgroup/memory.max": "max\n", "/sys/fs/cgroup/memory.current": "5\n"},
+     (1000 + 24) * 1024),  # cgroup v2 without a limit
+    ({"/sys/fs/cgroup/memory.max": "600000\n", "/sys/fs/cgroup/memory.current": "100000\n"},
+     500000),  # the limit less what the cgroup uses, below the host's figure
+    ({"/sys/fs/cgroup/memory.max": "2000000\n", "/sys/fs/cgroup/memory.current": "1\n"},
+     (1000 + 24) * 1024),  # a limit above the host's figure does not raise it
+    ({"/sys/fs/cgroup/memory.max": "100\n", "/sys/fs/cgroup/memory.current": "300\n"}, 0),
+    ({"/sys/fs/cgroup/memory/memory.limit_in_bytes": "700000\n",
+      "/sys/fs/cgroup/memory/memory.usage_in_bytes": "50000\n"}, 650000),  # cgroup v1
+    ({"/sys/fs/cgroup/memory/memory.limit_in_bytes": str(1 << 62),
+      "/sys/fs/cgroup/memory/memory.usage_in_bytes": "50000"}, (1000 + 24) * 1024),  # v1 "none"
+])
+def test_free_memory_figure_from_meminfo_and_the_cgroup_limit(monkeypatch, cgroup, expected):
+    """The figure from given kernel files: MemAvailable + SwapFree (kB), capped by the
+    cgroup's limit less its usage."""
+    from pathlib import Path
+
+    files = {"/proc/meminfo": "MemTotal:  9999 kB\nMemFree:  7 kB\nMemAvailable:  1000 kB\n"
+                              "SwapTotal:  50 kB\nSwapFree:  24 kB\n", **cgroup}
+
+    def read_text(self, *args, **kwargs):
+        if str(self) not in files:
+            raise FileNotFoundError(str(self))
+        return files[str(self)]
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert memory_fit.host_memory_available() == expected
+
+
 def test_kiln_run_refuses_a_paper_sized_model_before_the_data_stages(tmp_path, monkeypatch, capsys):
     """trinity-mini on a 23 GiB machine: one line with the numbers, nothing prepared."""
     from kiln.cli import main
