@@ -131,13 +131,19 @@ def test_shared_expert_is_always_applied():
 
 
 def test_bf16_autocast_close_to_fp32():
-    moe = make_moe()
+    moe = make_moe(seq_aux_coef=1e-2, z_loss_coef=1e-3)
     x = torch.randn(2, 9, 16)
     y32 = moe(x)
+    counts32, aux32 = moe.last_counts.clone(), moe.aux_loss.detach().clone()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y16 = moe(x)
     assert y16.dtype == torch.float32  # output in the residual stream's dtype
     torch.testing.assert_close(y16, y32, rtol=0.05, atol=0.05)
+    assert not torch.equal(y16, y32)  # the experts did run in bf16
+    # the router stays in fp32 under autocast: the same picks and, to the bit, the same aux
+    assert torch.equal(moe.last_counts, counts32)
+    assert moe.aux_loss.dtype == torch.float32
+    torch.testing.assert_close(moe.aux_loss.detach(), aux32, rtol=0, atol=0)
 
 
 def test_bad_input_is_rejected():
