@@ -271,6 +271,10 @@ def test_shipped_recipes_load_with_a_schedule_that_does_what_it_says(recipe):
     (["model.sliding_window=64"], r"model\.sliding_window = 64 has no effect"),
     (["model.local_per_global=4", "model.sliding_window=8"],
      r"model\.local_per_global = 4 with model\.n_layers = 4 leaves no global layer"),
+    (["model.local_per_global=1", "model.sliding_window=256"],
+     r"model\.sliding_window = 256 is not below model\.max_seq_len = 256: .*attend to the whole"),
+    (["model.local_per_global=1", "model.sliding_window=1000"],
+     r"model\.sliding_window = 1000 is not below model\.max_seq_len"),
 ])
 def test_designs_that_train_wrong_load_but_are_named(overrides, message):
     """A recorded run trained with one of these (before Kiln checked) still loads, for eval,

@@ -508,6 +508,14 @@ def design_problems(m: ModelConfig) -> list[str]:
                         f"{m.n_layers} leaves no global layer (the pattern is "
                         f"{m.local_per_global} sliding-window layers, then one global): use a "
                         "smaller local_per_global or more layers")
+    if m.local_per_global and m.sliding_window >= m.max_seq_len:
+        # a query at position i sees keys i - W + 1 .. i; with W >= max_seq_len that is every
+        # earlier key of any sequence the model takes, so the "local" layers are global ones
+        # (with RoPE) and the ablation would compare global against global
+        problems.append(f"model.sliding_window = {m.sliding_window} is not below model.max_seq_len "
+                        f"= {m.max_seq_len}: every position is inside the window, so the local "
+                        "layers attend to the whole sequence; use a window below max_seq_len "
+                        "(Trinity: max_seq_len / 2), or local_per_global = 0 for all-global layers")
     if m.n_experts and m.top_k == 1:
         problems.append("model.top_k = 1: the gates of a token's chosen experts are normalised "
                         "to sum to model.route_scale, so a lone expert's gate is constant and the "
