@@ -122,11 +122,12 @@ def test_impossible_combinations_name_the_key(override, key):
          r"model\.n_dense_layers exceeds model\.n_layers"),
         (["schedule.decay_fraction=0"], r"schedule\.decay_fraction must be in \(0, 1\]"),
         (["schedule.decay_fraction=1.5"], r"schedule\.decay_fraction must be in \(0, 1\]"),
-        (["optim.muon_momentum=1.0"], r"optim\.muon_\*: need 0 <= muon_momentum < 1"),
-        (["optim.muon_momentum=-0.1"], r"optim\.muon_\*: need 0 <= muon_momentum < 1"),
-        (["optim.muon_ns_steps=0"], r"optim\.muon_\*: .*muon_ns_steps >= 1"),
-        (["optim.muon_lr=-0.01"], r"optim\.muon_\*: .*muon_lr >= 0"),
-        (["optim.muon_weight_decay=-0.1"], r"optim\.muon_\*: .*muon_weight_decay >= 0"),
+        # each names the one key that is wrong and its value, not the four muon_* rules
+        (["optim.muon_momentum=1.0"], r"^optim\.muon_momentum = 1\.0 must be in \[0, 1\)$"),
+        (["optim.muon_momentum=-0.1"], r"^optim\.muon_momentum = -0\.1 must be in \[0, 1\)$"),
+        (["optim.muon_ns_steps=0"], r"^optim\.muon_ns_steps = 0 must be >= 1$"),
+        (["optim.muon_lr=-0.01"], r"^optim\.muon_lr = -0\.01 must be >= 0 \(0 picks 0\.02"),
+        (["optim.muon_weight_decay=-0.1"], r"^optim\.muon_weight_decay = -0\.1 must be >= 0$"),
     ],
 )
 def test_model_optim_and_schedule_ranges_name_the_key(overrides, message):

@@ -433,9 +433,14 @@ def validate(cfg: Config) -> Config:
                           f"{o.beta2}")
     if o.eps <= 0:
         raise ConfigError(f"optim.eps must be > 0, got {o.eps}")
-    if not 0 <= o.muon_momentum < 1 or o.muon_ns_steps < 1 or o.muon_lr < 0 or o.muon_weight_decay < 0:
-        raise ConfigError("optim.muon_*: need 0 <= muon_momentum < 1, muon_ns_steps >= 1, "
-                          "muon_lr >= 0 and muon_weight_decay >= 0")
+    for key, value, ok, rule in (  # one key per message, with its value, as [model]'s
+            ("muon_momentum", o.muon_momentum, 0 <= o.muon_momentum < 1, "in [0, 1)"),
+            ("muon_ns_steps", o.muon_ns_steps, o.muon_ns_steps >= 1, ">= 1"),
+            ("muon_lr", o.muon_lr, o.muon_lr >= 0,
+             ">= 0 (0 picks 0.02 for muon_adjust_lr = 'original', optim.lr for 'match_rms_adamw')"),
+            ("muon_weight_decay", o.muon_weight_decay, o.muon_weight_decay >= 0, ">= 0")):
+        if not ok:
+            raise ConfigError(f"optim.{key} = {value} must be {rule}")
     if m.local_per_global and m.sliding_window <= 0:
         raise ConfigError("model.local_per_global > 0 needs model.sliding_window > 0")
     if m.vocab_size and not MIN_VOCAB <= m.vocab_size <= MAX_VOCAB:
