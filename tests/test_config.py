@@ -122,11 +122,12 @@ def test_impossible_combinations_name_the_key(override, key):
          r"model\.n_dense_layers exceeds model\.n_layers"),
         (["schedule.decay_fraction=0"], r"schedule\.decay_fraction must be in \(0, 1\]"),
         (["schedule.decay_fraction=1.5"], r"schedule\.decay_fraction must be in \(0, 1\]"),
-        (["optim.muon_momentum=1.0"], r"optim\.muon_\*: need 0 <= muon_momentum < 1"),
-        (["optim.muon_momentum=-0.1"], r"optim\.muon_\*: need 0 <= muon_momentum < 1"),
-        (["optim.muon_ns_steps=0"], r"optim\.muon_\*: .*muon_ns_steps >= 1"),
-        (["optim.muon_lr=-0.01"], r"optim\.muon_\*: .*muon_lr >= 0"),
-        (["optim.muon_weight_decay=-0.1"], r"optim\.muon_\*: .*muon_weight_decay >= 0"),
+        # each names the one key that is wrong and its value, not the four muon_* rules
+        (["optim.muon_momentum=1.0"], r"^optim\.muon_momentum = 1\.0 must be in \[0, 1\)$"),
+        (["optim.muon_momentum=-0.1"], r"^optim\.muon_momentum = -0\.1 must be in \[0, 1\)$"),
+        (["optim.muon_ns_steps=0"], r"^optim\.muon_ns_steps = 0 must be >= 1$"),
+        (["optim.muon_lr=-0.01"], r"^optim\.muon_lr = -0\.01 must be >= 0 \(0 picks 0\.02"),
+        (["optim.muon_weight_decay=-0.1"], r"^optim\.muon_weight_decay = -0\.1 must be >= 0$"),
     ],
 )
 def test_model_optim_and_schedule_ranges_name_the_key(overrides, message):
@@ -271,6 +272,10 @@ def test_shipped_recipes_load_with_a_schedule_that_does_what_it_says(recipe):
     (["model.sliding_window=64"], r"model\.sliding_window = 64 has no effect"),
     (["model.local_per_global=4", "model.sliding_window=8"],
      r"model\.local_per_global = 4 with model\.n_layers = 4 leaves no global layer"),
+    (["model.local_per_global=1", "model.sliding_window=256"],
+     r"model\.sliding_window = 256 is not below model\.max_seq_len = 256: .*attend to the whole"),
+    (["model.local_per_global=1", "model.sliding_window=1000"],
+     r"model\.sliding_window = 1000 is not below model\.max_seq_len"),
 ])
 def test_designs_that_train_wrong_load_but_are_named(overrides, message):
     """A recorded run trained with one of these (before Kiln checked) still loads, for eval,

@@ -69,8 +69,13 @@ def tokens(vocab: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("extra", [(), ("model.tie_embeddings=true",), ("model.n_experts=0",),
-                                   ("model.local_per_global=0", "model.sliding_window=0")],
-                         ids=["moe", "tied", "dense-trinity", "all-global"])
+                                   ("model.local_per_global=0", "model.sliding_window=0"),
+                                   # rows of 24 and 136 bytes: transformers' default grouped_mm
+                                   # experts refuse them, so the export asks for its eager loop
+                                   ("model.expert_hidden=6",),
+                                   ("model.dim=34", "model.n_heads=1", "model.n_kv_heads=1")],
+                         ids=["moe", "tied", "dense-trinity", "all-global", "unaligned-experts",
+                              "unaligned-dim"])
 def test_afmoe_logits_match_kiln(tmp_path, tokenizer_path, extra):
     cfg, model = build(tmp_path, tokenizer_path, *extra)
     result = export_model(model, tokenizer_path, tmp_path / "hf", cfg)

@@ -290,6 +290,24 @@ def test_resume_with_changed_training_settings_says_so(tiny_run, capsys):
     assert "settings changed" not in capsys.readouterr().err
 
 
+def test_resume_with_changed_moe_losses_says_so(tiny_run, capsys):
+    """The MoE losses and balancing may change on resume (Trinity Large added its z-loss
+    mid-run); like another lr, the change is said, not applied silently, and an init-only
+    setting is said to do nothing."""
+    moe = ("train.steps=4", "model.n_experts=4", "model.top_k=2", "model.expert_hidden=16")
+    train_losses(tiny_run, *moe)
+    capsys.readouterr()
+    Trainer(tiny_config(tiny_run, *moe, "model.z_loss_coef=1e-4", "model.balance_rate=1e-3",
+                        "model.router_init_std=0.0"))
+    err = capsys.readouterr().err
+    assert "resumed from" in err and "model.z_loss_coef: 0.0 -> 0.0001" in err
+    assert "model.balance_rate: 0.0005 -> 0.001" in err
+    assert ("model.router_init_std: 0.02 -> 0.0 (initial weights only: no effect on a "
+            "resumed model)") in err
+    Trainer(tiny_config(tiny_run, *moe))  # the recorded settings: nothing to say
+    assert "settings changed" not in capsys.readouterr().err
+
+
 def test_resume_with_more_steps_states_the_lr_jump(tiny_run, tmp_path, capsys):
     """A cosine schedule stretched to more steps raises the lr at the resume step; the note
     gives both values. A wsd run extended in its stable phase keeps its lr: no jump said."""

@@ -433,9 +433,14 @@ def validate(cfg: Config) -> Config:
                           f"{o.beta2}")
     if o.eps <= 0:
         raise ConfigError(f"optim.eps must be > 0, got {o.eps}")
-    if not 0 <= o.muon_momentum < 1 or o.muon_ns_steps < 1 or o.muon_lr < 0 or o.muon_weight_decay < 0:
-        raise ConfigError("optim.muon_*: need 0 <= muon_momentum < 1, muon_ns_steps >= 1, "
-                          "muon_lr >= 0 and muon_weight_decay >= 0")
+    for key, value, ok, rule in (  # one key per message, with its value, as [model]'s
+            ("muon_momentum", o.muon_momentum, 0 <= o.muon_momentum < 1, "in [0, 1)"),
+            ("muon_ns_steps", o.muon_ns_steps, o.muon_ns_steps >= 1, ">= 1"),
+            ("muon_lr", o.muon_lr, o.muon_lr >= 0,
+             ">= 0 (0 picks 0.02 for muon_adjust_lr = 'original', optim.lr for 'match_rms_adamw')"),
+            ("muon_weight_decay", o.muon_weight_decay, o.muon_weight_decay >= 0, ">= 0")):
+        if not ok:
+            raise ConfigError(f"optim.{key} = {value} must be {rule}")
     if m.local_per_global and m.sliding_window <= 0:
         raise ConfigError("model.local_per_global > 0 needs model.sliding_window > 0")
     if m.vocab_size and not MIN_VOCAB <= m.vocab_size <= MAX_VOCAB:
@@ -508,6 +513,14 @@ def design_problems(m: ModelConfig) -> list[str]:
                         f"{m.n_layers} leaves no global layer (the pattern is "
                         f"{m.local_per_global} sliding-window layers, then one global): use a "
                         "smaller local_per_global or more layers")
+    if m.local_per_global and m.sliding_window >= m.max_seq_len:
+        # a query at position i sees keys i - W + 1 .. i; with W >= max_seq_len that is every
+        # earlier key of any sequence the model takes, so the "local" layers are global ones
+        # (with RoPE) and the ablation would compare global against global
+        problems.append(f"model.sliding_window = {m.sliding_window} is not below model.max_seq_len "
+                        f"= {m.max_seq_len}: every position is inside the window, so the local "
+                        "layers attend to the whole sequence; use a window below max_seq_len "
+                        "(Trinity: max_seq_len / 2), or local_per_global = 0 for all-global layers")
     if m.n_experts and m.top_k == 1:
         problems.append("model.top_k = 1: the gates of a token's chosen experts are normalised "
                         "to sum to model.route_scale, so a lone expert's gate is constant and the "

@@ -128,13 +128,28 @@ def afmoe_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     return out
 
 
+def grouped_mm_aligned(cfg: ModelConfig) -> bool:
+    """Whether transformers' default afmoe experts kernel can run this model's experts.
+
+    transformers 5 runs afmoe experts through `F.grouped_mm` unless told otherwise, and that
+    kernel wants every operand row a multiple of 16 bytes: `dim` and `expert_hidden`
+    multiples of 8 in bf16 (4 in fp32). Kiln's own experts fall back to padded matmuls
+    there; transformers does not, and fails on the first forward ("strides should be
+    multiple of 16 bytes"). A multiple of 8 holds in every dtype a user may load it in."""
+    return all(n % 8 == 0 for n in (cfg.dim, expert_hidden_size(cfg)))
+
+
 def afmoe_config(model: Transformer, eos: int) -> dict[str, Any]:
     """config.json for AfmoeForCausalLM (transformers 5 `rope_parameters` and the older
-    top-level `rope_theta`, `dtype` and `torch_dtype`, as the Llama export writes)."""
+    top-level `rope_theta`, `dtype` and `torch_dtype`, as the Llama export writes).
+    Experts whose rows `grouped_mm` cannot take are written with transformers' per-expert
+    loop (`experts_implementation = "eager"`, see `grouped_mm_aligned`)."""
     cfg = model.cfg
     dtype = str(model.embed.weight.dtype).removeprefix("torch.")
     moe = any(is_moe_layer(cfg, i) for i in range(cfg.n_layers))
+    experts = {} if not moe or grouped_mm_aligned(cfg) else {"experts_implementation": "eager"}
     return {
+        **experts,
         "architectures": ["AfmoeForCausalLM"],
         "model_type": "afmoe",
         "vocab_size": cfg.vocab_size,

@@ -106,6 +106,8 @@ _RESUMABLE_MODEL_KEYS = frozenset({
     "model.attn_kernel", "model.max_seq_len", "model.init_std", "model.post_norm_gain",
     "model.router_init_std", "model.seq_aux_coef", "model.z_loss_coef", "model.balance",
     "model.balance_rate", "model.smebu_beta", "model.smebu_kappa"})
+# of those, the ones read only when the weights are first made: a resume keeps its weights
+_INIT_ONLY_MODEL_KEYS = frozenset({"model.init_std", "model.post_norm_gain", "model.router_init_std"})
 
 
 def changed_model_settings(old: Config | None, cfg: Config) -> list[str]:
@@ -123,13 +125,22 @@ def changed_model_settings(old: Config | None, cfg: Config) -> list[str]:
 
 def _changed_since_recorded(old: Config | None, cfg: Config, step: int) -> list[str]:
     """Training settings that differ from the run's recorded config (a resume with another lr
-    or step count is allowed, but said; model and data changes are refused elsewhere), and
+    or step count, or MoE loss and balancing settings, is allowed, but said; other model and
+    data changes are refused elsewhere), and
     the jump in the learning rate that follows: a schedule is a function of train.steps, so
     more steps re-stretch a cosine decay (a wsd run extended in its stable phase does not
     jump)."""
     if old is None:
         return []
     changed = config_changes(old, cfg, ("optim.", "schedule.", "train."))
+    # the [model] keys a resume may change (the MoE losses and balancing: Trinity Large
+    # added its z-loss mid-run) are said too, not applied silently; init-only ones do nothing
+    for change in config_changes(old, cfg, ("model.",)):
+        key = change.split(":")[0]
+        if key in _INIT_ONLY_MODEL_KEYS:
+            changed.append(f"{change} (initial weights only: no effect on a resumed model)")
+        elif key in _RESUMABLE_MODEL_KEYS:
+            changed.append(change)
     lr_before = old.optim.lr * lr_multiplier(step, old.train.steps, old.schedule)
     lr_now = cfg.optim.lr * lr_multiplier(step, cfg.train.steps, cfg.schedule)
     if changed and step < cfg.train.steps and not math.isclose(lr_before, lr_now, rel_tol=1e-3):
