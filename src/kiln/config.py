@@ -359,6 +359,11 @@ def _check_run_dir(cfg: Config) -> None:
     run = _resolved("run.dir", cfg.run.dir)
     if run.exists() and not run.is_dir():
         raise ConfigError(f"run.dir: '{cfg.run.dir}' is a file, not a folder")
+    # a folder to be made under a file would fail deep in the first verb that writes
+    above = next((p for p in run.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ConfigError(f"run.dir: '{cfg.run.dir}' lies under '{above}', which is a file, "
+                          "not a folder; set run.dir to a path under a folder")
     for source in cfg.data.sources:
         src = _resolved("data.sources entry", source)
         if src == run or src.is_relative_to(run) or run.is_relative_to(src):
