@@ -42,3 +42,23 @@ def test_a_missing_relative_source_names_the_folder_it_was_looked_for_in(
                  "--set", f'data.sources=["{missing}"]']) == 1
     assert capsys.readouterr().err.strip() == \
         f"kiln: data.sources: '{missing}' does not exist"
+
+
+def test_prepare_from_another_folder_resumes_the_same_sources(tmp_path, monkeypatch, capsys):
+    """A recipe's relative source, prepared from its folder, then `kiln prepare RUN` from
+    another folder (config.toml records the source absolute): the same sources and settings,
+    so prepare resumes; it used to compare 'data' read against the new current folder, call
+    them other sources and move the finished documents to archive/ to re-make them."""
+    (tmp_path / "proj/data").mkdir(parents=True)
+    (tmp_path / "proj/data/a.txt").write_text("A sentence of plain prose for the reader.\n")
+    (tmp_path / "elsewhere").mkdir()
+    run = tmp_path / "run"
+    monkeypatch.chdir(tmp_path / "proj")
+    assert main(["prepare", "--set", f'run.dir="{run}"', "--set", 'data.sources=["data"]',
+                 "--set", 'prepare.stages=["read", "write"]', "--set", "prepare.tasks=1",
+                 "--set", "prepare.workers=1"]) == 0
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["prepare", str(run)]) == 0
+    assert "moved to" not in capsys.readouterr().err
+    assert not (run / "archive").exists()

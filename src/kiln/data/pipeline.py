@@ -298,7 +298,10 @@ def _option_files(cfg: PrepareConfig) -> dict[str, list[str]]:
 def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
                run_dir: Path | None = None) -> dict:
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in EXECUTION_KEYS}
-    signature = {**options, "sources": list(sources), "max_bytes": max_bytes}
+    # absolute, as config.toml records them: `kiln prepare RUN` from another folder compares
+    # the folders the recipe named, not the same words read against another current folder
+    signature = {**options, "sources": [os.path.abspath(s) for s in sources],
+                 "max_bytes": max_bytes}
     if "decontaminate" in cfg.stages:  # another normalisation: rebuild the index, re-filter
         from kiln.data.decontam.ngram_index import NORMALISATION
 
