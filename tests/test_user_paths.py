@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_filters_quality import PROSE
 
 from kiln.cli import main
 from kiln.config import ConfigError, load_config
@@ -62,3 +63,46 @@ def test_prepare_from_another_folder_resumes_the_same_sources(tmp_path, monkeypa
     assert main(["prepare", str(run)]) == 0
     assert "moved to" not in capsys.readouterr().err
     assert not (run / "archive").exists()
+
+
+def _wrapped(paragraph: str, width: int = 60) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(paragraph, width))
+
+
+MORE_PROSE = (
+    "The museum keeps a small library of field notes written by the first excavators in the "
+    "early years of the project.\n"
+    "School groups visit in the spring, when the paths are dry and the wild flowers cover the "
+    "lower terraces of the site.\n"
+    "A new survey of the eastern bank is planned for next year, and volunteers from the nearby "
+    "town have offered their help.")
+
+
+@pytest.mark.parametrize("hard_wrapped", [True, False])
+def test_prose_filters_that_cut_most_of_the_kept_text_are_warned_about(
+        tmp_path, monkeypatch, capsys, hard_wrapped):
+    """Hard-wrapped prose (a paragraph over many lines): C4's line rules keep the document
+    but delete every line without terminal punctuation. Nothing said so: no document was
+    dropped, so no drop count or kept fraction showed it; the same text one paragraph a
+    line keeps its text and is not warned about."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    prose = PROSE + "\n" + MORE_PROSE  # one sentence a line: C4 keeps every line
+    text = "\n".join(_wrapped(line) for line in prose.splitlines()) if hard_wrapped else prose
+    (tmp_path / "data/book.txt").write_text(text + "\n")
+    # run.dir absolute: fsspec caches datatrove's folders by their path as given, so a
+    # relative one would name the previous test's folder in this same process
+    assert main(["prepare", "--set", f'run.dir="{tmp_path / "run"}"',
+                 "--set", 'data.sources=["data"]',
+                 "--set", 'prepare.stages=["read", "quality", "write"]',
+                 "--set", 'prepare.quality.domain="prose"', "--set", "prepare.tasks=1",
+                 "--set", "prepare.workers=1"]) == 0
+    err = capsys.readouterr().err
+    warned = [line for line in err.splitlines() if "C4's line rules" in line]
+    if hard_wrapped:
+        assert len(warned) == 1 and warned[0].startswith("warning: quality: C4's line rules")
+        assert "of the text of the documents they kept" in warned[0]
+    else:
+        assert warned == []

@@ -33,6 +33,7 @@ def _tokenizer_path(cfg: Config) -> Path:
 
 
 def cmd_prepare(cfg: Config) -> None:
+    from kiln.data.edit_warnings import edit_warnings
     from kiln.data.pipeline import run_prepare
     from kiln.data.sources import check_sources
 
@@ -46,6 +47,8 @@ def cmd_prepare(cfg: Config) -> None:
                         max_bytes=cfg.data.max_bytes)
     print(f"prepare: {json.dumps(stats)}")
     for line in yield_warnings(cfg.run_dir, stats):
+        print(f"warning: {line}", file=sys.stderr)
+    for line in edit_warnings(cfg.run_dir):  # documents kept, but most of their text cut
         print(f"warning: {line}", file=sys.stderr)
 
 
