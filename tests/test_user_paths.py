@@ -106,3 +106,24 @@ def test_prose_filters_that_cut_most_of_the_kept_text_are_warned_about(
         assert "of the text of the documents they kept" in warned[0]
     else:
         assert warned == []
+
+
+@pytest.mark.parametrize("override, suggested", [
+    ("data.sources=[my_corpus/]", """--set 'data.sources=["my_corpus/"]'"""),
+    ("data.sources=[a, 'b']", """--set 'data.sources=["a", "b"]'"""),
+    ("data.sources=mine", """--set 'data.sources=["mine"]'"""),
+    ("data.sources=[", "--set 'data.sources=[...]'"),
+])
+def test_a_list_written_with_bare_words_gets_the_list_it_meant(override, suggested):
+    """`--set data.sources=[my_corpus/]` (the shell's own quoting forgotten) was told to
+    write `["[my_corpus/]"]`: one source named with a bracket."""
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert str(e.value).endswith(f"(on the command line: {suggested})")
+
+
+@pytest.mark.parametrize("override", ["=3", "train..steps=3", ".steps=3"])
+def test_an_override_with_an_empty_key_part_is_malformed(override):
+    """It was `unknown config key ''` (or 'train..steps')."""
+    with pytest.raises(ConfigError, match="must look like section.key=value"):
+        load_config(None, [override])
