@@ -114,7 +114,7 @@ def test_clean_prose_paragraph_is_kept_unchanged(domain):
 def test_prose_drops_repetitive_boilerplate_and_short_with_reasons():
     prose = quality_filters("prose")
     assert first_drop(prose, REPETITIVE) == ("GopherRepetitionFilter", "dup_line_frac")
-    assert first_drop(prose, BOILERPLATE) == ("C4QualityFilter", "too_few_sentences")
+    assert first_drop(prose, BOILERPLATE) == ("MeasuredC4QualityFilter", "too_few_sentences")
     # a one-line document already fails Gopher's top-2-gram share; the word-count rule names it
     assert first_drop(prose, SHORT) is not None
     assert get_filter_result(only(prose, GopherQualityFilter).filter(Document(SHORT, "s"))) == (

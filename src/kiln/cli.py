@@ -33,6 +33,7 @@ def _tokenizer_path(cfg: Config) -> Path:
 
 
 def cmd_prepare(cfg: Config) -> None:
+    from kiln.data.edit_warnings import edit_warnings
     from kiln.data.pipeline import run_prepare
     from kiln.data.sources import check_sources
 
@@ -47,6 +48,8 @@ def cmd_prepare(cfg: Config) -> None:
     # the files behind each skip are in prepare.json and said below, line by line
     print(f"prepare: {json.dumps({k: v for k, v in stats.items() if k != 'skipped_examples'})}")
     for line in yield_warnings(cfg.run_dir, stats, cfg.data.text_field):
+        print(f"warning: {line}", file=sys.stderr)
+    for line in edit_warnings(cfg.run_dir):  # documents kept, but most of their text cut
         print(f"warning: {line}", file=sys.stderr)
     for line in skip_notes(stats):
         print(f"note: {line}", file=sys.stderr)

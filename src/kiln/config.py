@@ -223,14 +223,25 @@ def _suggest_key(full: str) -> str:
     return f" (did you mean {' or '.join(repr(p) for p in picks)}?)" if picks else ""
 
 
+def _as_list(text: str) -> list[str]:
+    """The list a string was meant to be, for the suggestion: `[my_corpus/]` or `[a, b]` is
+    a list written with bare words (TOML could not read it, so it stayed a string), not one
+    item that starts with a bracket."""
+    inner = text.strip()
+    if not inner.startswith("["):
+        return [text]
+    items = (item.strip().strip("'\"").strip() for item in inner[1:].removesuffix("]").split(","))
+    return [item for item in items if item]
+
+
 def _coerce(value: Any, hint: Any, key: str) -> Any:
     """Check `value` against a type hint; ints widen to floats, nothing else is guessed."""
     origin = typing.get_origin(hint)
     if origin is list:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
-            example = f"{key}={json.dumps([value])}" if isinstance(value, str) else \
-                f"{key}=[...]"
+            items = _as_list(value) if isinstance(value, str) else []
+            example = f"{key}={json.dumps(items)}" if items else f"{key}=[...]"
             raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r} "
                               f"(on the command line: --set '{example}')")
         return [_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
@@ -300,6 +311,8 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"override '{text}' must look like section.key=value")
     key, raw = text.split("=", 1)
+    if not all(part.strip() for part in key.split(".")):  # `=3`, `train..steps=3`
+        raise ConfigError(f"override '{text}' must look like section.key=value")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -362,6 +375,11 @@ def _check_run_dir(cfg: Config) -> None:
     run = _resolved("run.dir", cfg.run.dir)
     if run.exists() and not run.is_dir():
         raise ConfigError(f"run.dir: '{cfg.run.dir}' is a file, not a folder")
+    # a folder to be made under a file would fail deep in the first verb that writes
+    above = next((p for p in run.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ConfigError(f"run.dir: '{cfg.run.dir}' lies under '{above}', which is a file, "
+                          "not a folder; set run.dir to a path under a folder")
     for source in cfg.data.sources:
         src = _resolved("data.sources entry", source)
         if src == run or src.is_relative_to(run) or run.is_relative_to(src):

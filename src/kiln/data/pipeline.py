@@ -308,7 +308,10 @@ def _option_files(cfg: PrepareConfig) -> dict[str, list[str]]:
 def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
                run_dir: Path | None = None, text_field: str = DEFAULT_TEXT_FIELD) -> dict:
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in EXECUTION_KEYS}
-    signature = {**options, "sources": list(sources), "max_bytes": max_bytes}
+    # absolute, as config.toml records them: `kiln prepare RUN` from another folder compares
+    # the folders the recipe named, not the same words read against another current folder
+    signature = {**options, "sources": [os.path.abspath(s) for s in sources],
+                 "max_bytes": max_bytes}
     # another field reads other documents from the same files: a resume would mix them, and
     # the documents' fingerprint (kiln.data.provenance) must change. Recorded only when not
     # the default, so runs prepared before the setting existed keep resuming and their shards

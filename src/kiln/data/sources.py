@@ -92,10 +92,15 @@ def stdlib_files() -> list[SourceFile]:
 
 
 def check_sources(sources: list[str]) -> None:
-    """Fail early, naming the path, if a source does not exist."""
+    """Fail early, naming the path, if a source does not exist. A relative one is read from
+    the current folder, not the recipe's: the message says which folder that was, since a
+    recipe run from elsewhere is the usual cause."""
     for source in sources:
         if not Path(source).exists():
-            raise FileNotFoundError(f"data source not found: {source!r}")
+            where = "" if Path(source).is_absolute() else \
+                f" (relative to the current folder {os.getcwd()}, not to the recipe's; " \
+                "run kiln from the folder it is relative to, or give an absolute path)"
+            raise FileNotFoundError(f"data.sources: {source!r} does not exist{where}")
 
 
 def list_source_files(sources: list[str], exclude: Path | None = None) -> list[SourceFile]:

@@ -149,6 +149,15 @@ def _benchmarks(record: dict | None, counts: Counter) -> dict[str, Any]:
     return {"benchmarks": found, **tagged}
 
 
+def _edited(counts: Counter) -> dict[str, Any]:
+    """The bytes of the documents a text-editing filter kept, before and after its edits
+    (`MeasuredC4QualityFilter`'s line removals): {} where no step measured any."""
+    if "edited_bytes_in" not in counts:
+        return {}
+    return {"edited": {"bytes_in": int(counts["edited_bytes_in"]),
+                       "bytes_out": int(counts.get("edited_bytes_out", 0))}}
+
+
 def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
     """Rows of documents/bytes in and out per stage, from the layout and merged counters."""
     roles = layout["steps"]
@@ -195,6 +204,7 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
             "drop_reasons": dict(reasons.most_common()),
             **({"redactions": dict(sorted(redacted.items()))} if redacted else {}),
             **({"field_changes": dict(sorted(fields.items()))} if fields else {}),
+            **_edited(stage_counts),
             **_benchmarks(layout.get("records", {}).get(stage), stage_counts),
         })
         reasons, redacted, fields, added = Counter(), Counter(), Counter(), 0

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from datatrove.data import Document
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters import (
     C4QualityFilter,
@@ -62,11 +63,26 @@ def _check_offline() -> None:
         ) from e
 
 
+class MeasuredC4QualityFilter(C4QualityFilter):
+    """C4QualityFilter that also counts the UTF-8 bytes of the documents it keeps before and
+    after its line removals (`edited_bytes_in` / `edited_bytes_out`): on hard-wrapped text
+    (a paragraph over many lines, each without terminal punctuation) it keeps the document
+    but deletes most of it, which no drop count shows (`yield.json` `edited`)."""
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        before = len(doc.text.encode("utf-8"))
+        result = super().filter(doc)
+        if result is True:
+            self.stat_update("edited_bytes_in", value=before)
+            self.stat_update("edited_bytes_out", value=len(doc.text.encode("utf-8")))
+        return result
+
+
 def _prose(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
         GopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
         GopherQualityFilter(exclusion_writer=ex("gopher_quality")),
-        C4QualityFilter(exclusion_writer=ex("c4_quality")),
+        MeasuredC4QualityFilter(exclusion_writer=ex("c4_quality")),
         FineWebQualityFilter(exclusion_writer=ex("fineweb_quality")),
     ]
 

@@ -1,0 +1,129 @@
+"""A researcher's first steps with their own data: the mistakes they make on the way are
+one `kiln: ...` line that names the key or path and what to do, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_filters_quality import PROSE
+
+from kiln.cli import main
+from kiln.config import ConfigError, load_config
+
+
+def test_a_run_dir_under_a_file_is_a_config_error(tmp_path, monkeypatch, capsys):
+    """`run.dir = "notes.txt/run"` used to crash with NotADirectoryError deep in prepare."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ConfigError, match="lies under .*notes.txt', which is a file"):
+        load_config(None, ['run.dir="notes.txt/run/deeper"'])
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/a.txt").write_text("some text\n")
+    assert main(["prepare", "--set", 'run.dir="notes.txt/run"',
+                 "--set", 'data.sources=["data"]']) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "which is a file, not a folder" in err
+    load_config(None, ['run.dir="runs/new/deeper"'])  # folders not made yet are fine
+
+
+def test_a_missing_relative_source_names_the_folder_it_was_looked_for_in(
+        tmp_path, monkeypatch, capsys):
+    """A recipe run from another folder: its relative source is looked for in the current
+    folder, and the message says so (it used to say only `data source not found: 'data'`)."""
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["prepare", "--set", f'run.dir="{tmp_path / "run"}"',
+                 "--set", 'data.sources=["data"]']) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kiln: data.sources: 'data' does not exist")
+    assert f"relative to the current folder {Path.cwd()}" in err and "\n" not in err
+    missing = tmp_path / "nowhere"
+    assert main(["prepare", "--set", f'run.dir="{tmp_path / "run"}"',
+                 "--set", f'data.sources=["{missing}"]']) == 1
+    assert capsys.readouterr().err.strip() == \
+        f"kiln: data.sources: '{missing}' does not exist"
+
+
+def test_prepare_from_another_folder_resumes_the_same_sources(tmp_path, monkeypatch, capsys):
+    """A recipe's relative source, prepared from its folder, then `kiln prepare RUN` from
+    another folder (config.toml records the source absolute): the same sources and settings,
+    so prepare resumes; it used to compare 'data' read against the new current folder, call
+    them other sources and move the finished documents to archive/ to re-make them."""
+    (tmp_path / "proj/data").mkdir(parents=True)
+    (tmp_path / "proj/data/a.txt").write_text("A sentence of plain prose for the reader.\n")
+    (tmp_path / "elsewhere").mkdir()
+    run = tmp_path / "run"
+    monkeypatch.chdir(tmp_path / "proj")
+    assert main(["prepare", "--set", f'run.dir="{run}"', "--set", 'data.sources=["data"]',
+                 "--set", 'prepare.stages=["read", "write"]', "--set", "prepare.tasks=1",
+                 "--set", "prepare.workers=1"]) == 0
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["prepare", str(run)]) == 0
+    assert "moved to" not in capsys.readouterr().err
+    assert not (run / "archive").exists()
+
+
+def _wrapped(paragraph: str, width: int = 60) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(paragraph, width))
+
+
+MORE_PROSE = (
+    "The museum keeps a small library of field notes written by the first excavators in the "
+    "early years of the project.\n"
+    "School groups visit in the spring, when the paths are dry and the wild flowers cover the "
+    "lower terraces of the site.\n"
+    "A new survey of the eastern bank is planned for next year, and volunteers from the nearby "
+    "town have offered their help.")
+
+
+@pytest.mark.parametrize("hard_wrapped", [True, False])
+def test_prose_filters_that_cut_most_of_the_kept_text_are_warned_about(
+        tmp_path, monkeypatch, capsys, hard_wrapped):
+    """Hard-wrapped prose (a paragraph over many lines): C4's line rules keep the document
+    but delete every line without terminal punctuation. Nothing said so: no document was
+    dropped, so no drop count or kept fraction showed it; the same text one paragraph a
+    line keeps its text and is not warned about."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    prose = PROSE + "\n" + MORE_PROSE  # one sentence a line: C4 keeps every line
+    text = "\n".join(_wrapped(line) for line in prose.splitlines()) if hard_wrapped else prose
+    (tmp_path / "data/book.txt").write_text(text + "\n")
+    # run.dir absolute: fsspec caches datatrove's folders by their path as given, so a
+    # relative one would name the previous test's folder in this same process
+    assert main(["prepare", "--set", f'run.dir="{tmp_path / "run"}"',
+                 "--set", 'data.sources=["data"]',
+                 "--set", 'prepare.stages=["read", "quality", "write"]',
+                 "--set", 'prepare.quality.domain="prose"', "--set", "prepare.tasks=1",
+                 "--set", "prepare.workers=1"]) == 0
+    err = capsys.readouterr().err
+    warned = [line for line in err.splitlines() if "C4's line rules" in line]
+    if hard_wrapped:
+        assert len(warned) == 1 and warned[0].startswith("warning: quality: C4's line rules")
+        assert "of the text of the documents they kept" in warned[0]
+    else:
+        assert warned == []
+
+
+@pytest.mark.parametrize("override, suggested", [
+    ("data.sources=[my_corpus/]", """--set 'data.sources=["my_corpus/"]'"""),
+    ("data.sources=[a, 'b']", """--set 'data.sources=["a", "b"]'"""),
+    ("data.sources=mine", """--set 'data.sources=["mine"]'"""),
+    ("data.sources=[", "--set 'data.sources=[...]'"),
+])
+def test_a_list_written_with_bare_words_gets_the_list_it_meant(override, suggested):
+    """`--set data.sources=[my_corpus/]` (the shell's own quoting forgotten) was told to
+    write `["[my_corpus/]"]`: one source named with a bracket."""
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert str(e.value).endswith(f"(on the command line: {suggested})")
+
+
+@pytest.mark.parametrize("override", ["=3", "train..steps=3", ".steps=3"])
+def test_an_override_with_an_empty_key_part_is_malformed(override):
+    """It was `unknown config key ''` (or 'train..steps')."""
+    with pytest.raises(ConfigError, match="must look like section.key=value"):
+        load_config(None, [override])
