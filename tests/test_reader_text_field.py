@@ -8,6 +8,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_reader_fields_and_damage import _fields, _jsonl
 
 from kiln.cli import main
 from kiln.config import ConfigError, load_config
@@ -21,15 +22,6 @@ READ_WRITE = PrepareConfig(stages=["read", "write"])
 def _read(*sources, text_field="content"):
     reader = SourceReader([str(s) for s in sources], progress=False, text_field=text_field)
     return list(reader.run()), dict(reader.counts)
-
-
-def _jsonl(path, records):
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
-
-
-def _fields(doc):
-    return {k: v for k, v in doc.metadata.items() if k not in ("source", "bytes")}
 
 
 # --- config ----------------------------------------------------------------------------------

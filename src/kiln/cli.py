@@ -65,6 +65,7 @@ def yield_warnings(run_dir: Path, summary: dict, text_field: str = "text") -> li
     (`text_field`: data.text_field, named where records lacked it)."""
     if summary.get("status") == "submitted":  # a Slurm chain: nothing has run yet
         return []
+    from kiln.data.edit_warnings import yield_stages
     from kiln.data.skip_examples import describe
 
     out = []
@@ -75,10 +76,7 @@ def yield_warnings(run_dir: Path, summary: dict, text_field: str = "text") -> li
                    + ", ".join(f"{k}={v:,}" for k, v in skipped.items())
                    + "): check data.sources")
     if read and summary["documents_out"] < LOW_KEPT_FRACTION * read:
-        try:
-            stages = json.loads((run_dir / "yield.json").read_text(encoding="utf-8"))["stages"]
-        except (OSError, ValueError, KeyError):
-            stages = []
+        stages = yield_stages(run_dir)
         drops = "; ".join(
             f"{r['stage']}: " + ", ".join(f"{k}={v:,}" for k, v in
                                           sorted(r["drop_reasons"].items(), key=lambda kv: -kv[1]))

@@ -15,14 +15,20 @@ from pathlib import Path
 MOST_REMOVED = 0.5
 
 
-def edit_warnings(run_dir: Path) -> list[str]:
-    """One line per stage of `yield.json` whose edits removed most of the kept text."""
+def yield_stages(run_dir: Path) -> list:
+    """The stage rows of the run's `yield.json`; [] where it is missing or unreadable (the
+    warnings read from it are advice, never a reason to fail a finished prepare)."""
     try:
         stages = json.loads((Path(run_dir) / "yield.json").read_text(encoding="utf-8"))["stages"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
+    return stages if isinstance(stages, list) else []
+
+
+def edit_warnings(run_dir: Path) -> list[str]:
+    """One line per stage of `yield.json` whose edits removed most of the kept text."""
     out = []
-    for row in stages:
+    for row in yield_stages(run_dir):
         edited = row.get("edited") if isinstance(row, dict) else None
         if not isinstance(edited, dict) or not edited.get("bytes_in"):
             continue
