@@ -346,3 +346,44 @@ def test_a_list_given_as_one_value_shows_the_list_syntax():
         load_config(None, ["data.sources=dir/"])
     suggested = str(refused.value).split("--set '")[1].rstrip(")'")
     assert load_config(None, [suggested]).data.sources == ["dir/"]
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    # other trainers' names: spelling alone gave 'model.n_heads', 'prepare.inject_replicas.
+    # keep_size' and 'prepare.pii.types' for these, and nothing for the rest
+    ("model.n_embd=3", "'model.n_embd' (did you mean 'model.dim'?)"),
+    ("model.hidden_size=3", "'model.hidden_size' (did you mean 'model.dim'?)"),
+    ("train.dtype=bf16", "'train.dtype' (did you mean 'train.precision'?)"),
+    ("optim.learning_rate=1e-3", "'optim.learning_rate' (did you mean 'optim.lr'?)"),
+    ("model.num_attention_heads=4", "(did you mean 'model.n_heads'?)"),
+    ("model.intermediate_size=64", "(did you mean 'model.ffn_hidden'?)"),
+    ("train.batch_size=8", "(did you mean 'train.global_batch' or 'train.micro_batch'?)"),
+    ("batch_size=8", "'batch_size' (did you mean 'train.global_batch' or 'train.micro_batch'?)"),
+    ("N_EMBD=3", "(did you mean 'model.dim'?)"),
+    # the section typed decides the order
+    ("model.block_size=64", "(did you mean 'model.max_seq_len' or 'train.seq_len'?)"),
+    ("train.seq_length=64", "(did you mean 'train.seq_len' or 'model.max_seq_len'?)"),
+    ("train.gradient_accumulation_steps=4", "(did you mean 'train.global_batch' or "
+     "'train.micro_batch'? Kiln accumulates global_batch / (micro_batch x ranks) micro-batches"),
+    ("schedule.min_lr=1e-5", "(did you mean 'schedule.min_lr_ratio'? a fraction of optim.lr"),
+    ("model.dropout=0.1", "'model.dropout' (Kiln's decoder has no dropout)"),
+    ("model.bias=true", "(Kiln's linear layers have no biases)"),
+    ("train.world_size=2", "(the number of processes is torchrun's: torchrun --nproc_per_node=N"),
+])
+def test_other_trainers_names_point_to_kilns(override, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert message in str(e.value)
+
+
+def test_every_alias_points_to_a_real_key_and_shadows_none():
+    """A renamed Kiln key would leave an alias pointing nowhere; an alias equal to a Kiln
+    name would hide that key's own suggestions (batch_size is eval's, but never train's)."""
+    from kiln.config import flat_settings
+    from kiln.config_aliases import ALIASES, NOTES
+
+    leaves = set(flat_settings(Config()))
+    assert {t for targets in ALIASES.values() for t in targets} <= leaves
+    names = {k.rpartition(".")[2] for k in leaves}
+    assert (set(ALIASES) | set(NOTES)) & names == {"batch_size"}
+    assert all(k == k.lower() and "-" not in k for k in [*ALIASES, *NOTES])

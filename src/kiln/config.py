@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kiln.config_aliases import alias_hint
 from kiln.data.prepare_config import PrepareConfig, validate_prepare
 from kiln.data.sources import printable_name
 from kiln.errors import ConfigError  # re-exported: `from kiln.config import ConfigError` works
@@ -202,6 +203,9 @@ def _suggest_key(full: str) -> str:
     `optim.lr`), then the closest name in its own section, then the closest anywhere."""
     section, _, name = full.rpartition(".")
     leaves = list(flat_settings(Config()))
+    foreign = alias_hint(name, section, set(leaves))  # `n_embd`, `max_steps`, `dropout`...
+    if foreign:
+        return f" ({foreign})"
     if not section:  # a section name (`[trian]`), or a setting outside its table (`steps = 3`)
         # `run_dir` for `run.dir`: an underscore typed for the dot comes first
         dotted = [d for i in range(len(name)) if name[i] == "_"
