@@ -132,8 +132,6 @@ def test_prose_filters_that_cut_most_of_the_kept_text_are_warned_about(
     prose = PROSE + "\n" + MORE_PROSE  # one sentence a line: C4 keeps every line
     text = "\n".join(_wrapped(line) for line in prose.splitlines()) if hard_wrapped else prose
     (tmp_path / "data/book.txt").write_text(text + "\n")
-    # run.dir absolute: fsspec caches datatrove's folders by their path as given, so a
-    # relative one would name the previous test's folder in this same process
     assert main(["prepare", "--set", f'run.dir="{tmp_path / "run"}"',
                  "--set", 'data.sources=["data"]',
                  "--set", 'prepare.stages=["read", "quality", "write"]',
