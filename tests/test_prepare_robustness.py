@@ -269,9 +269,15 @@ def test_a_json_list_record_without_text_is_counted_not_the_file_read_raw(tmp_pa
     docs, counts = _read([tmp_path / "data.json"])
     assert [d.text for d in docs] == [f"r{i}" for i in range(5)]
     assert counts["skipped/no_text"] == 2
-    (tmp_path / "package.json").write_text(json.dumps([{"name": "x"}]))  # no record at all: text
-    docs, _ = _read([tmp_path / "package.json"])
-    assert [d.text for d in docs] == ['[{"name": "x"}]']
+    # a list of objects none of which has the field is records too (it used to be read as
+    # one document of JSON, unnamed): counted, as in JSON lines, not ingested as markup
+    (tmp_path / "titles.json").write_text(json.dumps([{"name": "x"}, {"name": "y"}]))
+    docs, counts = _read([tmp_path / "titles.json"])
+    assert docs == [] and counts == {"skipped/no_text": 2}
+    # a list that is not all objects has no record at all: text
+    (tmp_path / "words.json").write_text(json.dumps(["x", {"name": "y"}]))
+    docs, _ = _read([tmp_path / "words.json"])
+    assert [d.text for d in docs] == ['["x", {"name": "y"}]']
 
 
 def test_each_file_is_read_once_and_never_from_the_run_dir(tmp_path):

@@ -216,3 +216,27 @@ def test_field_names_are_bounded_per_file(tmp_path):
     assert len(example["fields"]) == MAX_FIELDS
     assert example["fields"][0] == "k" * (MAX_NAME_CHARS - 3) + "..."
     assert "never_seen" not in example["fields"]
+
+
+# --- formats not read as text ----------------------------------------------------------------
+
+def test_csv_and_html_are_counted_and_named_with_what_is_read(tmp_path, capsys):
+    """A table or a web page read as raw text is one document of delimiters or markup: they
+    used to be read so, unnamed. Markdown is text, and is read."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "t.csv").write_text("text,n\nhello,1\n")
+    (src / "t.TSV").write_text("text\tn\nhello\t1\n")
+    (src / "page.html").write_text("<html><body><p>hi</p></body></html>")
+    (src / "notes.md").write_text("# Notes\n\nSome prose in markdown.\n")
+    assert _cli_prepare(tmp_path, src) == 0
+    summary = json.loads((tmp_path / "run" / "prepare.json").read_text())
+    assert summary["documents"] == 1 and summary["skipped"] == {"csv": 2, "html": 1}
+    err = capsys.readouterr().err
+    assert f"warning: skipped csv (2 in 2 files): {src / 't.TSV'}, {src / 't.csv'}\n" in err
+    assert f"warning: skipped html (1 in 1 file): {src / 'page.html'}\n" in err
+    (hint,) = [line for line in err.splitlines() if "files are not read" in line]
+    assert 'save it as .jsonl or .parquet with a "text" column' in hint
+    assert "HTML files are not read" in hint and "extract the text first" in hint
+    assert hint.endswith("the read stage reads text files (.txt, .md, source code; .txt.gz), "
+                         "JSON lines (.jsonl, .ndjson; .gz too), .json records and .parquet")

@@ -133,6 +133,42 @@ def test_kiln_prepare_reads_the_field_set_on_the_command_line(tmp_path, capsys):
     assert 'text_field = "content"' in (run / "config.toml").read_text()
 
 
+def test_a_json_list_of_records_without_the_field_gets_the_jsonl_hint(tmp_path, capsys):
+    """A .json list of objects, none with `text`, used to be read as one document of JSON
+    markup, with no word: it is records, each counted `no_text` with the fields it has and
+    the setting that reads one, as JSON lines are."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.json").write_text(json.dumps([{"content": f"body {i}", "id": i} for i in range(3)]))
+    (src / "ok.txt").write_text("one plain document to read")
+    run = tmp_path / "run"
+    sets = ["--set", f'run.dir="{run}"', "--set", f'data.sources=["{src}"]',
+            "--set", 'prepare.stages=["read", "write"]']
+    assert main(["prepare", *sets]) == 0
+    assert [d.text for d in read_documents(run)] == ["one plain document to read"]
+    assert json.loads((run / "prepare.json").read_text())["skipped"] == {"no_text": 3}
+    err = capsys.readouterr().err
+    assert f"warning: skipped no_text (3 in 1 file): {src / 'a.json'} (record 0) (3)\n" in err
+    assert (f'warning: {src / "a.json"}: 3 records have no "text" field (fields seen: content, '
+            "id); to read 'content': --set data.text_field=content\n") in err
+    assert main(["prepare", *sets, "--set", "data.text_field=content"]) == 0
+    assert sorted(d.text for d in read_documents(run)) == [
+        "body 0", "body 1", "body 2", "one plain document to read"]
+
+
+def test_json_that_is_not_a_list_of_records_is_still_text(tmp_path):
+    """A config object, a list of strings or numbers, a list that mixes objects with other
+    values, an empty list: not records, read as text as before (a source tree's JSON)."""
+    files = {"config.json": {"name": "x", "version": "1.0"}, "words.json": ["alpha", "beta"],
+             "mixed.json": [{"content": "c"}, 3], "none.json": []}
+    for name, data in files.items():
+        (tmp_path / name).write_text(json.dumps(data))
+    docs, counts = _read(tmp_path, text_field="text")
+    assert {d.id.split("/")[-1]: d.text for d in docs} == {
+        name: json.dumps(data) for name, data in files.items()}
+    assert not any(k.startswith("skipped/") for k in counts)
+
+
 def test_a_changed_field_re_reads_instead_of_resuming(tmp_path):
     src = _both_fields(tmp_path / "src")
     run = tmp_path / "run"

@@ -10,6 +10,7 @@ from test_filters_quality import PROSE
 
 from kiln.cli import main
 from kiln.config import ConfigError, load_config
+from kiln.data.documents import read_documents
 
 
 def test_a_run_dir_under_a_file_is_a_config_error(tmp_path, monkeypatch, capsys):
@@ -65,6 +66,45 @@ def test_prepare_from_another_folder_resumes_the_same_sources(tmp_path, monkeypa
     assert not (run / "archive").exists()
 
 
+def test_a_source_folder_without_files_is_named_with_what_is_read(tmp_path, capsys):
+    """A folder holding nothing the reader looks at (an empty mount, only a .git) used to
+    end in `skipped by reason: none counted`, as if every file had been skipped."""
+    empty = tmp_path / "empty"
+    for folder in (".git", "__pycache__"):
+        (empty / folder).mkdir(parents=True)
+        (empty / folder / "x.txt").write_text("not searched")
+    sets = ["--set", f'run.dir="{tmp_path / "run"}"', "--set", 'prepare.stages=["read", "write"]']
+    assert main(["prepare", *sets, "--set", f'data.sources=["{empty}"]']) == 1
+    err = capsys.readouterr().err
+    assert "none counted" not in err
+    assert (f"prepare read no documents from ['{empty}'] (no file found in '{empty}': "
+            "hidden folders, __pycache__ and node_modules are not searched; the read stage "
+            "reads text files (.txt, .md, source code") in err
+    # beside a source that has documents: a warning, not an error
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/a.txt").write_text("some text\n")
+    assert main(["prepare", *sets, "--set",
+                 f'data.sources=["{empty}", "{tmp_path / "data"}"]']) == 0
+    assert f"warning: data.sources: no file found in '{empty}': hidden" in capsys.readouterr().err
+
+
+def test_two_prepares_in_one_process_with_a_relative_run_dir(tmp_path, monkeypatch):
+    """fsspec caches datatrove's folders by the path as given: the second prepare of a
+    relative run.dir, from another folder, found the first one's folders (its task marked
+    done there) and failed, `did not complete every task`."""
+    sets = ["--set", 'run.dir="run"', "--set", 'data.sources=["data"]',
+            "--set", 'prepare.stages=["read", "write"]', "--set", "prepare.tasks=1",
+            "--set", "prepare.workers=1"]
+    for name in ("a", "b"):
+        (tmp_path / name / "data").mkdir(parents=True)
+        (tmp_path / name / "data/x.txt").write_text(f"the text of {name}\n")
+        monkeypatch.chdir(tmp_path / name)
+        assert main(["prepare", *sets]) == 0
+    for name in ("a", "b"):  # and each is read back from its own folder
+        monkeypatch.chdir(tmp_path / name)
+        assert [d.text for d in read_documents("run")] == [f"the text of {name}\n"]
+
+
 def _wrapped(paragraph: str, width: int = 60) -> str:
     import textwrap
 
@@ -92,8 +132,6 @@ def test_prose_filters_that_cut_most_of_the_kept_text_are_warned_about(
     prose = PROSE + "\n" + MORE_PROSE  # one sentence a line: C4 keeps every line
     text = "\n".join(_wrapped(line) for line in prose.splitlines()) if hard_wrapped else prose
     (tmp_path / "data/book.txt").write_text(text + "\n")
-    # run.dir absolute: fsspec caches datatrove's folders by their path as given, so a
-    # relative one would name the previous test's folder in this same process
     assert main(["prepare", "--set", f'run.dir="{tmp_path / "run"}"',
                  "--set", 'data.sources=["data"]',
                  "--set", 'prepare.stages=["read", "quality", "write"]',

@@ -85,6 +85,12 @@ def yield_warnings(run_dir: Path, summary: dict, text_field: str = "text") -> li
                    f"read ({summary['documents_out'] / read:.1%})"
                    + (f", dropped by {drops}" if drops else "")
                    + f"; see {run_dir / 'yield.json'} and the [prepare.<stage>] settings")
+    if summary["stages"][:1] == ["read"]:  # a source that held nothing, beside others that did
+        from kiln.data.sources import no_files_message, sources_without_files
+
+        named = [s for s in summary["sources"] if s != "<stdlib>"]
+        if empty := sources_without_files(named, run_dir):
+            out.append(f"data.sources: {no_files_message(empty)}")
     # which files, and where; the fields of records without the text field
     lost = {r: e for r, e in summary.get("skipped_examples", {}).items() if r not in LOSSLESS_SKIPS}
     out += describe(lost, skipped, text_field)

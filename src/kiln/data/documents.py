@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import re
 import zlib
 from collections import Counter
@@ -27,7 +28,13 @@ from datatrove.pipeline.base import PipelineStep
 from tqdm import tqdm
 
 from kiln.data.skip_examples import SkipExamples, note_fields, write_task_examples
-from kiln.data.sources import SourceFile, check_sources, list_source_files, printable_name
+from kiln.data.sources import (
+    NOT_READ_SUFFIXES,
+    SourceFile,
+    check_sources,
+    list_source_files,
+    printable_name,
+)
 from kiln.errors import RunDataError
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
@@ -58,6 +65,9 @@ BINARY_SUFFIXES = frozenset(
 
 class SourceReader(PipelineStep):
     """Read txt / jsonl(.gz) / parquet / source-code files (or the stdlib corpus) into Documents.
+
+    CSV and HTML files are counted as skipped (`csv`, `html`), not read: as raw text they
+    would be a table's delimiters or a page's markup (`NOT_READ_SUFFIXES`).
 
     Files are sharded across datatrove tasks by index (file i goes to rank i % world_size).
     `counts` mirrors the datatrove stats as a plain dict so callers can write it to JSON.
@@ -179,6 +189,8 @@ class SourceReader(PipelineStep):
                 yield from self._read_text(file, gzip.decompress(file.path.read_bytes()))
             elif file.path.suffix.lower() in BINARY_SUFFIXES:
                 self._count("skipped/binary")
+            elif reason := NOT_READ_SUFFIXES.get(file.path.suffix.lower()):
+                self._count(f"skipped/{reason}")  # markup or a table: not text as it is
             else:
                 yield from self._read_text(file, file.path.read_bytes())
         except (OSError, EOFError, ValueError, zlib.error):  # ArrowInvalid is a ValueError
@@ -253,8 +265,11 @@ class SourceReader(PipelineStep):
             yield doc
 
     def _read_json(self, file: SourceFile) -> Iterator[Document]:
-        """A .json file of records: one object with the text field, or a list of them. Any
-        other JSON (a package.json in a source tree) is a text file like the rest of the tree."""
+        """A .json file of records: one object with the text field, or a list of them (a
+        list of objects is records even if none has the field: each is counted `no_text`,
+        with the fields it has, as in JSON lines, not the dataset read as one document of
+        markup). Any other JSON (a package.json, a list of strings) is a text file like the
+        rest of a source tree."""
         raw = file.path.read_bytes()
         try:
             data = json.loads(raw.decode("utf-8-sig"))
@@ -265,8 +280,9 @@ class SourceReader(PipelineStep):
         is_record = isinstance(data, dict) and key in data
         # a list with records: an entry without the text field is counted, not the whole
         # file re-read
-        is_records = (isinstance(data, list)
-                      and any(isinstance(r, dict) and key in r for r in data))
+        is_records = isinstance(data, list) and (
+            any(isinstance(r, dict) and key in r for r in data)
+            or (bool(data) and all(isinstance(r, dict) for r in data)))
         if not (is_record or is_records):
             yield from self._read_text(file, raw)
             return
@@ -427,7 +443,7 @@ def read_documents(out_dir: Path | str) -> Iterator[Document]:
     then line order."""
     from datatrove.pipeline.readers import JsonlReader
 
-    docs_dir = Path(out_dir) / "documents"
+    docs_dir = Path(os.path.abspath(out_dir)) / "documents"  # fsspec caches by the path given
     summary = Path(out_dir) / "prepare.json"
     if summary.exists() and not docs_dir.is_dir():
         raise FileNotFoundError(f"`kiln prepare` wrote no documents in {out_dir} (see {summary}); "

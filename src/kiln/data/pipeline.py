@@ -56,6 +56,7 @@ from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline
     validate_prepare,
 )
 from kiln.data.skip_examples import EXAMPLES_DIR, describe, merge_examples
+from kiln.data.sources import no_files_message, sources_without_files
 from kiln.data.yield_report import (
     LAYOUT_FILE,
     YIELD_FILE,
@@ -327,6 +328,13 @@ def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
     return signature
 
 
+def absolute_run_dir(run_dir: Path | str) -> Path:
+    """The run directory as an absolute path, before any datatrove folder is made from it:
+    fsspec caches those folders by the path as given, so a relative one made again after
+    an `os.chdir` (a second prepare in one process) would be the first folder."""
+    return Path(os.path.abspath(run_dir))
+
+
 def build_pipeline(
     cfg: PrepareConfig,
     run_dir: Path | str,
@@ -342,7 +350,7 @@ def build_pipeline(
     `text_field`: the record field / parquet column the `read` stage takes the text from.
     """
     validate_prepare(cfg)
-    run_dir = Path(run_dir)
+    run_dir = absolute_run_dir(run_dir)
     setup: list[Phase] = []
     phases: list[Phase] = []
     steps: list[PipelineStep] = []
@@ -576,7 +584,7 @@ def run_prepare(
     reason, with the first files of each (or the stages' drops); prepare.json and yield.json
     stay.
     """
-    run_dir = Path(run_dir)
+    run_dir = absolute_run_dir(run_dir)
     phases, layout = build_pipeline(cfg, run_dir, sources, max_bytes, progress, text_field)
     logging_dir = run_dir / "logs" / "prepare"
     _keep_recorded_times(cfg, sources, run_dir, logging_dir, layout)
@@ -643,8 +651,14 @@ def _no_documents_message(yields: dict, sources: list, run_dir: Path,
         key = "data.sources" if first["stage"] == "read" else "prepare.arxiv"
         named = "".join(f"\n  {line}" for line in
                         describe(examples or {}, first["drop_reasons"], text_field))
-        return (f"{key}: prepare read no documents from {sources} (skipped by reason: "
-                f"{reasons(first['drop_reasons'])}); see {run_dir / YIELD_FILE}{named}")
+        # a folder with no file in it is not a reader that skipped everything: say which
+        empty = sources_without_files([s for s in sources if s != "<stdlib>"], run_dir) \
+            if first["stage"] == "read" else []
+        why = [f"skipped by reason: {reasons(first['drop_reasons'])}"] \
+            if first["drop_reasons"] or not empty else []
+        why += [no_files_message(empty)] if empty else []
+        return (f"{key}: prepare read no documents from {sources} ({'; '.join(why)}); "
+                f"see {run_dir / YIELD_FILE}{named}")
     drops = "; ".join(f"{r['stage']}: {reasons(r['drop_reasons'])}" for r in yields["stages"]
                       if r.get("documents_dropped"))
     return (f"prepare.stages: all {first['documents_out']} documents read from {sources} were "

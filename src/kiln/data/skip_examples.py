@@ -3,7 +3,8 @@
 A count (`skipped/non_utf8 = 1,200`) says that something is wrong, not where: the user needs
 a file to open. For records without the text field (`no_text`) and parquet files without the
 column (`no_text_column`), it also keeps the field or column names they do have: most often
-the text is there under another name (`content`), and `data.text_field` reads it.
+the text is there under another name (`content`), and `data.text_field` reads it. For a
+format not read (`csv`, `html`), the warning says how to make it readable.
 
 Memory and output stay bounded however much is skipped: per task and reason, the first
 `MAX_EXAMPLES` files (each with how many it lost and where first), and per such file at most
@@ -19,6 +20,8 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from kiln.data.sources import READ_FORMATS
+
 MAX_EXAMPLES = 5  # files named per reason
 MAX_FIELDS = 20  # field / column names kept per file
 FIELD_SAMPLE_RECORDS = 100  # records of a file whose field names are looked at
@@ -28,6 +31,14 @@ FIELD_REASONS = ("no_text", "no_text_column")  # the text field / column is not 
 LIKELY_TEXT_FIELDS = ("text", "content", "raw_content", "contents", "body", "document",
                       "article", "passage", "story")
 EXAMPLES_DIR = "skipped_examples"  # under the reader's logging folder (logs/prepare)
+# formats counted as skipped rather than read as text (kiln.data.sources.NOT_READ_SUFFIXES):
+# what makes them readable
+FORMAT_HINTS = {
+    "csv": ('CSV / TSV files are not read (as text, a table is one document of delimiters): '
+            'save it as .jsonl or .parquet with a "{field}" column'),
+    "html": ("HTML files are not read (as text, a page is its markup): extract the text "
+             "first (trafilatura, for one) into .txt or .jsonl"),
+}
 
 
 class SkipExamples:
@@ -179,4 +190,7 @@ def describe(examples: dict, counts: dict[str, int], text_field: str = "text") -
         more = f" and {files - len(shown):,} more" if files > len(shown) else ""
         lines.append(f"skipped {reason} ({counts.get(reason, 0):,} in {files:,} "
                      f"file{'s' if files != 1 else ''}): {named}{more}")
+    formats = [FORMAT_HINTS[r].format(field=text_field) for r in examples if r in FORMAT_HINTS]
+    if formats:
+        hints.append("; ".join(formats) + f"; the read stage reads {READ_FORMATS}")
     return lines + hints

@@ -17,6 +17,15 @@ STDLIB_SKIP_DIRS = frozenset(
 # Walking a user's tree never descends into these (caches, VCS metadata, virtual environments).
 TREE_SKIP_DIRS = frozenset({"__pycache__", "node_modules", ".git", ".hg", ".svn", ".venv"})
 
+# What the `read` stage reads (kiln.data.documents decides by suffix), as messages say it.
+READ_FORMATS = ("text files (.txt, .md, source code; .txt.gz), JSON lines (.jsonl, .ndjson; "
+                ".gz too), .json records and .parquet")
+
+# Read as text, these would be one document of markup or delimiters, not the text a user
+# means: they are counted as skipped under these reasons, and the warning says what to do.
+NOT_READ_SUFFIXES = {".csv": "csv", ".tsv": "csv", ".html": "html", ".htm": "html",
+                     ".xhtml": "html"}
+
 
 @dataclass(frozen=True)
 class SourceFile:
@@ -131,6 +140,20 @@ def list_source_files(sources: list[str], exclude: Path | None = None) -> list[S
             seen.add(real)
             files.append(file)
     return files
+
+
+def sources_without_files(sources: list[str], exclude: Path | None = None) -> list[str]:
+    """The sources in which no file is found (an empty folder, one holding only hidden or
+    skipped folders, a path gone since): named, so 'no documents' does not read as a
+    reader that skipped everything."""
+    return [s for s in sources if not Path(s).exists() or not list_source_files([s], exclude)]
+
+
+def no_files_message(empty: list[str]) -> str:
+    """Why nothing came from `empty` (sources without a file), and what is read."""
+    skipped = " and ".join(sorted(d for d in TREE_SKIP_DIRS if not d.startswith(".")))
+    return (f"no file found in {', '.join(repr(s) for s in empty)}: hidden folders, "
+            f"{skipped} are not searched; the read stage reads {READ_FORMATS}")
 
 
 def fingerprint_files(sources: list[str], exclude: Path | None = None,
