@@ -311,3 +311,12 @@ def test_a_refused_recipe_is_said_once_under_torchrun(monkeypatch, capsys, tmp_p
         assert main(["train", "--set", "train.lrr=1"]) == 2
         err = capsys.readouterr().err
         assert ("kiln: config error: unknown config key 'train.lrr'" in err) == said, (rank, err)
+
+
+def test_python_dash_m_kiln_is_the_kiln_command(tmp_path):
+    """`python -m kiln` (and so `torchrun -m kiln`) runs the CLI, exit codes included."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-m", "kiln", "train", "--set", "model.n_embd=3"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "unknown config key 'model.n_embd' (did you mean 'model.dim'?)" in out.stderr

@@ -100,7 +100,7 @@ NOTES: dict[str, str] = {
     **dict.fromkeys(("world_size", "num_gpus", "n_gpus", "gpus", "nproc_per_node",
                      "num_processes", "devices"),
                     "the number of processes is torchrun's: torchrun --nproc_per_node=N "
-                    "-m kiln.cli train RUN"),
+                    "-m kiln train RUN"),
     "fp16": "Kiln trains in bf16 or fp32",
     **dict.fromkeys(("dropout", "attention_dropout", "hidden_dropout", "attn_dropout",
                      "resid_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop",
