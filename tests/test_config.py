@@ -1,4 +1,5 @@
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -144,7 +145,7 @@ def test_settings_just_inside_the_ranges_load():
                        "model.n_experts=4", "model.top_k=4", "model.n_dense_layers=4",
                        "model.vocab_size=257", "model.smebu_beta=0",
                        "model.route_scale=1e-3", "model.router_init_std=0",
-                       "schedule.decay_fraction=1.0", "optim.muon_momentum=0",
+                       "schedule.decay_fraction=1.0", "optim.name=muon", "optim.muon_momentum=0",
                        "optim.muon_ns_steps=1", "optim.muon_lr=0", "optim.muon_weight_decay=0"])
 
 
@@ -258,12 +259,16 @@ RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 @pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.toml")))
 def test_shipped_recipes_load_with_a_schedule_that_does_what_it_says(recipe):
-    """Every recipe loads, and its schedule warns of nothing (a warmup as long as the run
-    would never decay)."""
+    """Every recipe loads with no setting left unused, a schedule that warns of nothing (a
+    warmup as long as the run would never decay) and no design problem or note."""
+    from kiln.config import design_notes, design_problems
     from kiln.train.schedule import schedule_warnings
 
-    cfg = load_config(RECIPES / recipe)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no setting it gives goes unused
+        cfg = load_config(RECIPES / recipe)
     assert schedule_warnings(cfg.train.steps, cfg.schedule) == []
+    assert design_problems(cfg.model) == [] and design_notes(cfg.model) == []
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -276,6 +281,10 @@ def test_shipped_recipes_load_with_a_schedule_that_does_what_it_says(recipe):
      r"model\.sliding_window = 256 is not below model\.max_seq_len = 256: .*attend to the whole"),
     (["model.local_per_global=1", "model.sliding_window=1000"],
      r"model\.sliding_window = 1000 is not below model\.max_seq_len"),
+    (["model.n_experts=4", "model.n_dense_layers=4"],
+     r"^model\.n_dense_layers = 4 with model\.n_layers = 4 leaves no MoE layer .*: "
+     r"model\.n_experts = 4 does nothing and the model is dense; use n_dense_layers below "
+     r"n_layers .*, or n_experts = 0 for a dense model$"),
 ])
 def test_designs_that_train_wrong_load_but_are_named(overrides, message):
     """A recorded run trained with one of these (before Kiln checked) still loads, for eval,
@@ -286,6 +295,58 @@ def test_designs_that_train_wrong_load_but_are_named(overrides, message):
     assert len(design_problems(cfg.model)) == 1
     assert re.search(message, design_problems(cfg.model)[0])
     assert design_problems(load_config(None, []).model) == []
+
+
+def test_moe_with_one_moe_layer_is_no_design_problem():
+    """n_dense_layers = n_layers - 1 leaves the last layer MoE: a design, not a mistake."""
+    from kiln.config import design_problems
+    from kiln.model.transformer import is_moe_layer
+
+    cfg = load_config(None, ["model.n_experts=4", "model.n_dense_layers=3"])
+    assert [is_moe_layer(cfg.model, i) for i in range(4)] == [False, False, False, True]
+    assert design_problems(cfg.model) == []
+
+
+@pytest.mark.parametrize("n_layers, local_per_global, global_layers, said", [
+    (10, 3, [3, 7], "so layers 3 and 7 are global and the last layers 8-9 are local; for a "
+                    "global last layer use n_layers = 8 or 12"),
+    (5, 3, [3], "so layer 3 is global and the last layer 4 is local; for a global last layer "
+                "use n_layers = 4 or 8"),
+    (26, 5, [5, 11, 17, 23], "so layers 5, 11, ..., 23 are global and the last layers 24-25 are "
+                             "local; for a global last layer use n_layers = 24 or 30"),  # Gemma 3 1B
+])
+def test_a_cut_short_local_global_pattern_is_noted_with_the_layers_the_model_builds(
+        n_layers, local_per_global, global_layers, said):
+    """local_per_global + 1 not dividing n_layers: the model repeats the pattern from layer
+    0 and ends part-way through one, on local layers. It trains (a published design may do
+    so), so it is a note naming the global layers, not an error."""
+    import torch
+
+    from kiln.config import design_notes, design_problems
+    from kiln.model import Transformer
+
+    cfg = load_config(None, [f"model.n_layers={n_layers}", f"model.local_per_global={local_per_global}",
+                             "model.sliding_window=16", "model.dim=16", "model.n_heads=2",
+                             "model.n_kv_heads=1", "model.vocab_size=300"])
+    with torch.device("meta"):
+        layers = Transformer(cfg.model).layers
+    assert [i for i, block in enumerate(layers) if not block.attn.window] == global_layers
+    assert design_problems(cfg.model) == []
+    assert design_notes(cfg.model) == [
+        f"model.n_layers = {n_layers} is not a multiple of model.local_per_global + 1 = "
+        f"{local_per_global + 1}: the pattern ({local_per_global} sliding-window layers, then "
+        f"one global) is cut short, {said}"]
+
+
+@pytest.mark.parametrize("overrides", [
+    [], ["model.n_layers=8", "model.local_per_global=3", "model.sliding_window=16"],
+    ["model.n_layers=4", "model.local_per_global=1", "model.sliding_window=16"],
+    ["model.n_layers=4", "model.local_per_global=4", "model.sliding_window=16"],  # a problem
+])
+def test_whole_local_global_patterns_are_not_noted(overrides):
+    from kiln.config import design_notes
+
+    assert design_notes(load_config(None, overrides).model) == []
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -788,6 +788,21 @@ def test_a_design_that_trains_wrong_is_refused_for_a_new_model_only(tiny_run, ca
     assert main(["eval", str(tiny_run), "--set", "eval.max_batches=1"]) == 0
 
 
+def test_a_cut_short_local_global_pattern_is_noted_once_when_the_model_is_made(tiny_run, capsys):
+    """3 layers at 1 local : 1 global end on a local layer: training starts with a note
+    naming the layers (not an error: it trains what it says); a resume does not repeat it."""
+    settings = ("model.n_layers=3", "model.local_per_global=1", "model.sliding_window=8",
+                "train.steps=2", "train.checkpoint_every=2", "train.eval_every=0")
+    capsys.readouterr()
+    Trainer(tiny_config(tiny_run, *settings)).fit()
+    err = capsys.readouterr().err
+    assert err.count("note: model.n_layers = 3 is not a multiple of model.local_per_global + 1 "
+                     "= 2: the pattern (1 sliding-window layer, then one global) is cut short, "
+                     "so layer 1 is global and the last layer 2 is local") == 1
+    Trainer(tiny_config(tiny_run, *settings[:-3], "train.steps=3"))  # resumes at step 2
+    assert "cut short" not in capsys.readouterr().err
+
+
 def test_records_past_the_resumed_checkpoint_move_to_the_archive(tiny_run):
     """A run killed after logging steps its last checkpoint does not hold, resumed with
     other settings (here fewer steps, another log_every), logs its own records for those

@@ -490,7 +490,8 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
         if moved and load_config(None, moved).run_dir.resolve() != path.resolve():
             raise ConfigError(f"the target is the run directory {path}, but --set {moved[-1]} "
                               "names another: give the run directory once, as the target")
-        return load_config(path / "config.toml", [run_dir_override(path), *overrides])
+        return load_config(path / "config.toml", [run_dir_override(path), *overrides],
+                           recorded=True)
     return load_config(path, overrides)
 
 

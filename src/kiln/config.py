@@ -16,6 +16,7 @@ import os
 import tomllib
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from kiln.config_aliases import alias_hint
 from kiln.data.prepare_config import PrepareConfig, validate_prepare
 from kiln.data.sources import printable_name
 from kiln.errors import ConfigError  # re-exported: `from kiln.config import ConfigError` works
+from kiln.inert_settings import inert_settings
 
 MAX_SEQ_LEN = 1 << 20  # positions; far beyond what one device trains on
 MIN_VOCAB = 257  # 256 byte symbols + end-of-text
@@ -339,13 +341,15 @@ def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> di
 
 def flat_settings(cfg: Config) -> dict[str, Any]:
     """Every setting by dotted key (`prepare.quality.domain`), nested sections included."""
-    def flat(obj: dict[str, Any], prefix: str) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in obj.items():
-            out |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value}
-        return out
+    return _flat(dataclasses.asdict(cfg))
 
-    return flat(dataclasses.asdict(cfg), "")
+
+def _flat(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested dict (settings, or a raw TOML table) by dotted key."""
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        out |= _flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value}
+    return out
 
 
 def check_run_dir_is_its_own(cfg: Config) -> None:
@@ -543,6 +547,13 @@ def design_problems(m: ModelConfig) -> list[str]:
                         f"= {m.max_seq_len}: every position is inside the window, so the local "
                         "layers attend to the whole sequence; use a window below max_seq_len "
                         "(Trinity: max_seq_len / 2), or local_per_global = 0 for all-global layers")
+    if m.n_experts and m.n_dense_layers >= m.n_layers:
+        # is_moe_layer: layer i is MoE when i >= n_dense_layers, so none is
+        problems.append(f"model.n_dense_layers = {m.n_dense_layers} with model.n_layers = "
+                        f"{m.n_layers} leaves no MoE layer (the first n_dense_layers layers "
+                        f"are dense, the rest MoE): model.n_experts = {m.n_experts} does "
+                        "nothing and the model is dense; use n_dense_layers below n_layers "
+                        "(Trinity Nano: 2 of 56), or n_experts = 0 for a dense model")
     if m.n_experts and m.top_k == 1:
         problems.append("model.top_k = 1: the gates of a token's chosen experts are normalised "
                         "to sum to model.route_scale, so a lone expert's gate is constant and the "
@@ -551,21 +562,59 @@ def design_problems(m: ModelConfig) -> list[str]:
     return problems
 
 
-def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] = ()) -> Config:
-    """Load a TOML file (or the defaults), apply `--set` overrides, type-check and validate."""
+def design_notes(m: ModelConfig) -> list[str]:
+    """Designs that train what they say but perhaps not what was meant: said once, when a
+    new model starts (a published model may choose them: Gemma 3 1B's 26 layers at 5 local
+    : 1 global end on two local layers)."""
+    period = m.local_per_global + 1
+    if not m.local_per_global or m.local_per_global >= m.n_layers or m.n_layers % period == 0:
+        return []  # all global, no global layer (a design problem), or whole repetitions
+    tail, full = m.n_layers % period, m.n_layers - m.n_layers % period
+    # model.transformer.is_local_layer: layer i is global when (i + 1) % period == 0
+    glob = list(range(period - 1, m.n_layers, period))
+    listed = (f"layer {glob[0]} is" if len(glob) == 1 else
+              f"layers {glob[0]} and {glob[1]} are" if len(glob) == 2 else
+              f"layers {glob[0]}, {glob[1]}, ..., {glob[-1]} are")
+    last = f"layer {m.n_layers - 1} is" if tail == 1 else f"layers {full}-{m.n_layers - 1} are"
+    return [f"model.n_layers = {m.n_layers} is not a multiple of model.local_per_global + 1 = "
+            f"{period}: the pattern ({m.local_per_global} sliding-window "
+            f"layer{'s' if m.local_per_global > 1 else ''}, then one "
+            f"global) is cut short, so {listed} global and the last {last} local; for a "
+            f"global last layer use n_layers = {full} or {full + period}"]
+
+
+# config_to_toml's first line: a file that starts so lists every setting, not those a user gave
+RECORD_HEADER = "# Kiln's resolved config: every setting, defaults included"
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] = (),
+                recorded: bool = False) -> Config:
+    """Load a TOML file (or the defaults), apply `--set` overrides, type-check and validate.
+    Settings given (in the file or an override) that the rest of the config leaves unused
+    are warned of. `recorded`: the file is a config.toml Kiln wrote (a run's, an export's;
+    before RECORD_HEADER marked them), which lists every key, so only the overrides count
+    as given."""
+    overrides = list(overrides)
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
         if not path.exists():
             raise ConfigError(f"no recipe or run directory at {path}")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a BOM from Windows editors
+            text = path.read_text(encoding="utf-8-sig")  # a BOM from Windows editors
+            data = tomllib.loads(text)
+            recorded = recorded or text.startswith(RECORD_HEADER)
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: invalid TOML: {e}") from e
         except UnicodeDecodeError as e:
             raise ConfigError(f"{path} is not a TOML recipe (not UTF-8 text: {e.reason})") from e
+    given = set() if recorded else set(_flat(data))
     data = apply_overrides(data, overrides)
-    return validate(_build(Config, data, ""))
+    given |= set(_flat(apply_overrides({}, overrides)))  # cannot fail where the above did not
+    cfg = validate(_build(Config, data, ""))
+    for line in inert_settings(cfg, given):
+        warnings.warn(line, stacklevel=2)  # the CLI prints `warning: ...` once, on rank 0
+    return cfg
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
@@ -608,7 +657,8 @@ def recorded_config(run_dir: Path) -> Config | None:
     """The config a run recorded (its config.toml), or None: none yet, or one recorded by an
     older Kiln with settings since refused."""
     try:
-        return load_config(Path(run_dir) / "config.toml", [run_dir_override(run_dir)])
+        return load_config(Path(run_dir) / "config.toml", [run_dir_override(run_dir)],
+                           recorded=True)
     except ConfigError:
         return None
 
@@ -648,7 +698,7 @@ def config_changes(old: Config, new: Config, prefixes: tuple[str, ...] = ("",)) 
 
 def config_to_toml(cfg: Config) -> str:
     """Serialise the resolved config; `load_config` of the result gives the same config."""
-    lines: list[str] = []
+    lines: list[str] = [RECORD_HEADER]
 
     def table(name: str, values: dict[str, Any]) -> None:
         lines.append(f"[{name}]")

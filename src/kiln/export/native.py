@@ -65,7 +65,7 @@ def load_native(path: Path | str) -> Transformer:
     if meta.get("format") != NATIVE_FORMAT:
         raise ValueError(f"{path}: format {meta.get('format')!r} is not {NATIVE_FORMAT!r}")
     try:
-        cfg = load_config(path / "config.toml").model
+        cfg = load_config(path / "config.toml", recorded=True).model
     except ConfigError as e:
         raise ValueError(f"{path / 'config.toml'}: {e}") from e
     model = Transformer(cfg)

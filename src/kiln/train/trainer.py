@@ -20,6 +20,7 @@ from kiln.config import (
     ConfigError,
     config_changes,
     data_changes,
+    design_notes,
     design_problems,
     flat_settings,
     recorded_config,
@@ -238,6 +239,9 @@ class Trainer:
             if self.env.is_main:
                 print(f"note: {problem} (this run was trained so; it resumes as it was)",
                       file=sys.stderr)
+        if self.step == 0 and self.env.is_main:  # said once, when the model is made
+            for line in design_notes(self.model_cfg):
+                print(f"note: {line}", file=sys.stderr)
 
     # -- state -------------------------------------------------------------------------
 

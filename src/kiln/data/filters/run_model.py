@@ -41,7 +41,8 @@ def load_run_model(run_dir: str | Path, device: str = "cpu") -> tuple[Transforme
     from kiln.train.trained_run import load_trained_model
 
     run_dir = check_run_dir(run_dir)
-    model, ckpt = load_trained_model(load_config(run_dir / "config.toml", [run_dir_override(run_dir)]))
+    model, ckpt = load_trained_model(load_config(run_dir / "config.toml", [run_dir_override(run_dir)],
+                                                 recorded=True))
     tok = run_tokenizer(run_dir)
     return model.eval().to(device), tok, ckpt
 

@@ -1,0 +1,48 @@
+"""Settings a user gave that another setting leaves unused: Muon's with AdamW, the experts'
+in a dense model. They load (a recipe ablated with `--set optim.name=adamw` or
+`--set model.n_experts=0` keeps its Muon or MoE keys, and an override cannot delete them),
+with a warning, since the user more likely meant the optimizer or the experts they tuned.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kiln.config import Config
+
+# [model] keys that only MoE layers read (model.transformer.Block builds MoE from them)
+MOE_KEYS = ("n_dense_layers", "top_k", "n_shared", "expert_hidden", "route_scale", "balance",
+            "balance_rate", "smebu_beta", "smebu_kappa", "seq_aux_coef", "z_loss_coef",
+            "router_init_std")
+
+
+def inert_settings(cfg: Config, given: set[str]) -> list[str]:
+    """One line per group of `given` dotted keys (set in the recipe or by `--set`) that
+    `cfg` leaves unused, naming each with its value and the setting that switches it on."""
+    lines = []
+    if cfg.optim.name != "muon":
+        muon = [k for k in vars(cfg.optim) if k.startswith("muon_") and f"optim.{k}" in given]
+        if muon:
+            lines.append(f"{_named('optim', cfg.optim, muon)} with optim.name = "
+                         f"'{cfg.optim.name}' (only Muon reads optim.muon_*): set optim.name = "
+                         "\"muon\" to train the hidden matrices with Muon, or drop "
+                         f"{_them(muon)}")
+    if not cfg.model.n_experts:
+        moe = [k for k in MOE_KEYS if f"model.{k}" in given]
+        if moe:
+            lines.append(f"{_named('model', cfg.model, moe)} with model.n_experts = 0 (a "
+                         "dense model: every layer has a SwiGLU, no experts): set "
+                         "model.n_experts to the number of routed experts for a mixture of "
+                         f"experts, or drop {_them(moe)}")
+    return lines
+
+
+def _named(section: str, values: object, keys: list[str]) -> str:
+    named = [f"{section}.{k} = {getattr(values, k)!r}" for k in keys]
+    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+    return f"{listed} {'has' if len(named) == 1 else 'have'} no effect"
+
+
+def _them(keys: list[str]) -> str:
+    return "it" if len(keys) == 1 else "them"

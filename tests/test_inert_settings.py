@@ -1,0 +1,98 @@
+"""Settings a user gives that another setting leaves unused (Muon's under AdamW, the
+experts' in a dense model) load with one warning naming them; Kiln's own full records do
+not warn."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from kiln.config import config_to_toml, load_config, run_dir_override
+
+MUON_UNUSED = (r"^optim\.muon_lr = 0\.02 has no effect with optim\.name = 'adamw' \(only Muon "
+               r"reads optim\.muon_\*\): set optim\.name = \"muon\" to train the hidden "
+               r"matrices with Muon, or drop it$")
+
+
+def quiet(path=None, overrides=(), **kwargs):
+    """load_config, failing on any warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return load_config(path, overrides, **kwargs)
+
+
+def test_muon_settings_under_adamw_are_named_with_their_values():
+    with pytest.warns(UserWarning, match=MUON_UNUSED):
+        load_config(None, ["optim.muon_lr=0.02"])
+    with pytest.warns(UserWarning, match=r"^optim\.muon_momentum = 0\.9 and "
+                      r"optim\.muon_adjust_lr = 'match_rms_adamw' have no effect with "
+                      r"optim\.name = 'adamw' .*, or drop them$"):
+        load_config(None, ["optim.muon_adjust_lr=match_rms_adamw", "optim.muon_momentum=0.9"])
+
+
+def test_a_muon_setting_given_at_its_default_is_named_too(tmp_path):
+    """What the user wrote counts, not whether it differs from the default: a recipe that
+    tunes muon_lr = 0.0 (auto) and forgets optim.name meant Muon."""
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[optim]\nlr = 1e-3\nmuon_lr = 0.0\n")
+    with pytest.warns(UserWarning, match=r"^optim\.muon_lr = 0\.0 has no effect with "
+                      r"optim\.name = 'adamw'"):
+        load_config(recipe)
+
+
+def test_muon_settings_with_muon_and_the_defaults_are_quiet():
+    quiet(None, ["optim.name=muon", "optim.muon_lr=0.02", "optim.muon_momentum=0.9"])
+    quiet(None, ["optim.lr=1e-3", "model.dim=64"])
+
+
+def test_moe_settings_in_a_dense_model_are_named():
+    with pytest.warns(UserWarning, match=r"^model\.n_dense_layers = 2 and model\.top_k = 8 have "
+                      r"no effect with model\.n_experts = 0 \(a dense model: every layer has a "
+                      r"SwiGLU, no experts\): set model\.n_experts to the number of routed "
+                      r"experts for a mixture of experts, or drop them$"):
+        load_config(None, ["model.top_k=8", "model.n_dense_layers=2"])
+    quiet(None, ["model.n_experts=8", "model.top_k=8", "model.n_dense_layers=2"])
+
+
+def test_an_ablation_of_a_recipe_says_which_of_its_settings_go_unused():
+    """--set cannot delete a recipe's keys: trinity-tiny trained with AdamW and no experts
+    loads, naming its Muon and MoE settings once each."""
+    from pathlib import Path
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "trinity-tiny.toml"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_config(recipe, ["optim.name=adamw", "model.n_experts=0"])
+    assert cfg.optim.name == "adamw" and cfg.model.n_experts == 0
+    lines = [str(w.message) for w in caught]
+    assert len(lines) == 2
+    assert lines[0].startswith("optim.muon_lr = 0.02 has no effect with optim.name = 'adamw'")
+    assert lines[1].startswith("model.n_dense_layers = 2, model.top_k = 2, model.n_shared = 1, "
+                               "model.expert_hidden = 32, model.route_scale = 1.4142135623730951, "
+                               "model.balance = 'smebu', model.balance_rate = 0.01, "
+                               "model.smebu_beta = 0.5 and model.smebu_kappa = 2.0 have no "
+                               "effect with model.n_experts = 0")
+
+
+def test_kilns_full_records_count_only_the_overrides_as_given(tmp_path):
+    """A run's config.toml lists every key, Muon's and the experts' included: resuming an
+    AdamW dense run from it (or from one written before the header marked records) is quiet;
+    an override given on top is the user's, and warns."""
+    from kiln.cli import resolve_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    text = config_to_toml(load_config(None, [run_dir_override(run)]))
+    (run / "config.toml").write_text(text)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.toml").write_text(text.split("\n", 1)[1])  # an older Kiln's: no header
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve_config(str(run), [])  # the run directory: the CLI's way to resume
+        resolve_config(str(run / "config.toml"), [])  # the header marks it as a file too
+        resolve_config(str(old), [])
+        load_config(old / "config.toml", [run_dir_override(old)], recorded=True)
+    with pytest.warns(UserWarning, match=MUON_UNUSED):
+        resolve_config(str(run), ["optim.muon_lr=0.02"])
