@@ -12,6 +12,7 @@ import bisect
 import re
 from collections import Counter
 
+from kiln.data.arxiv.latex_literal import LiteralSpans, Span
 from kiln.data.arxiv.latex_rules import (
     ACCENT_WORDS,
     ACCENTS,
@@ -31,7 +32,6 @@ from kiln.data.arxiv.latex_rules import (
     macro_args,
     symbol_text,
 )
-from kiln.data.arxiv.latex_source import LiteralSpans, Span
 
 TOKEN = re.compile(r"(\\[a-zA-Z@]+\*?)|(\\.|\\\Z)|(\$\$?)|([{}])|([\[\]])|([~&])|([^\\{}\[\]$~&]+)", re.S)
 WORD, SYMBOL, DOLLAR, BRACE, BRACKET, TIE, TEXT = range(1, 8)

@@ -16,7 +16,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from kiln.data.arxiv.latex_source import LiteralSpans, read_bracket, read_group, skip_blanks
+from kiln.data.arxiv.latex_literal import LiteralSpans
+from kiln.data.arxiv.latex_source import read_bracket, read_group, skip_blanks
 
 DEFINER = re.compile(
     r"\\(?:(re)?newcommand|providecommand|DeclareRobustCommand|([gex]?def)|"
