@@ -8,18 +8,23 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import NamedTuple
 
 # Spans whose content TeX reads literally, so a % inside is not a comment and a macro is not
 # expanded: \verb<d>..<d> (one line, ASCII non-letter delimiter); \url, \nolinkurl and \path (the
 # url package re-reads catcodes) with a {balanced} argument or \verb's delimiter form; \href's
 # {URL}; \lstinline[opts]<d>..<d> or {..} (closed by the first }, as listings does);
-# \mintinline[opts]{lang}<d>..<d> or {balanced}; verbatim-like environments up to their exact
-# \end{name}. Runs of `\\` (line breaks) and `\%` (a percent sign) are matched and skipped, so a
-# command or % counts only after an even run of backslashes. Each regex starts with one literal
-# or character set, which lets the search skip plain text fast; the arguments are read in Python
-# (`_spans`) with remembered searches, since a regex cannot match balanced braces and would rescan
-# the rest of the line for each unclosed opener.
+# \mintinline and \mint (minted's one-line display) [opts]{lang}<d>..<d> or {balanced}; \Verb
+# (fancyvrb; fvextra adds braces) *[opts]<d>..<d> or {balanced}; verbatim-like environments up to
+# their exact \end{name}, the body starting after their arguments (`LITERAL_ENV_ARGS`); and, once
+# declared by \MakeShortVerb{\|}, \DefineShortVerb or \lstMakeShortInline (until \DeleteShortVerb,
+# \UndefineShortVerb, \lstDeleteShortInline), |..| on one line, as \verb. Runs of `\\` (line
+# breaks) and `\%` (a percent sign) are matched and skipped, so a command or % counts only after an
+# even run of backslashes (likewise `\|` is a control symbol, not a short verb). Each regex starts
+# with one literal or character set, which lets the search skip plain text fast; the arguments are
+# read in Python (`literal_spans`) with remembered searches, since a regex cannot match balanced
+# braces and would rescan the rest of the line for each unclosed opener.
 LITERAL_ENVS = (
     "verbatim", "verbatim*", "Verbatim", "Verbatim*", "BVerbatim", "LVerbatim", "lstlisting",
     "minted", "alltt", "comment", "filecontents", "filecontents*",
@@ -33,13 +38,26 @@ URL_DELIMITERS = "".join(c for c in VERB_DELIMITERS if c not in "{}[]()\\#=%")
 # seen with the url package's \path count.
 PATH_DELIMITERS = '|!"'
 CODE_DELIMITERS = "".join(c for c in VERB_DELIMITERS if c not in "{}\\#")
+SHORT_DELIMITERS = CODE_DELIMITERS.replace("%", "")  # what \MakeShortVerb may make a delimiter
+# Arguments read before a literal environment's body ('[' optional, '{' mandatory), as TeX does.
+LITERAL_ENV_ARGS = {"Verbatim": "[", "Verbatim*": "[", "BVerbatim": "[", "LVerbatim": "[",
+                    "lstlisting": "[", "minted": "[{", "filecontents": "[{", "filecontents*": "[{"}
 _COMMAND = (
     r"(?P<cmd>(?P<verb>verb\*?)(?=[" + re.escape(VERB_DELIMITERS) + r"])"
-    r"|(?P<url>url|nolinkurl|path|href)(?![a-zA-Z@])|(?P<code>lstinline|mintinline)(?![a-zA-Z@])"
+    r"|(?P<url>url|nolinkurl|path|href)(?![a-zA-Z@])|(?P<code>lstinline|mintinline|mint|Verb)(?![a-zA-Z@])"
+    r"|(?P<short>(?:Make|Define)ShortVerb|lstMakeShortInline"
+    r"|(?P<unshort>(?:Delete|Undefine)ShortVerb|lstDeleteShortInline))(?![a-zA-Z@])"
     r"|begin\s*\{(?P<env>" + "|".join(re.escape(e) for e in LITERAL_ENVS) + r")\})"
 )
 LITERAL = re.compile(r"\\(?:\\(?:\\\\)*|" + _COMMAND + ")")
 LITERAL_OR_COMMENT = re.compile(r"[%\\](?:(?<=%)(?P<pct>)|(?<=\\)(?:%|\\(?:\\\\)*|" + _COMMAND + "))")
+# The short-verb argument: {\|}, \|, {|} or |, after \MakeShortVerb*, [options] and blanks.
+SHORT_CHAR = re.compile(r"[ \t]*(?:\{[ \t]*\\?(?P<braced>[^\s{}])[ \t]*\}|\\?(?P<bare>[^\s{}]))")
+# A literal environment's [options] (braces nested twice at most) and {argument}, read within
+# ENV_ARGS_WINDOW characters so that unclosed ones stay linear.
+ENV_OPTIONS = re.compile(r"[ \t]*\[(?:[^\[\]{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\]")
+ENV_ARGUMENT = re.compile(r"[ \t]*\{[^{}\n%]*\}")
+ENV_ARGS_WINDOW = 1000
 BLANKS = re.compile(r"\s*")
 OPTIONS_STOP = re.compile(r"[\]\n%]")  # ends [options]: only a ] does; a newline or a % (comment) spoils it
 LANGUAGE_STOP = re.compile(r"[{}\n%]")  # ends \mintinline's {language}: only a } does
@@ -60,14 +78,17 @@ def _comment_end(text: str, start: int) -> int:
 
 class Span(NamedTuple):
     """A comment or literal span: text[start:end]; `kind` is "%" (a comment), "env" (a
-    verbatim-like environment) or the command (``verb``, ``url``, ``lstinline``...); its literal
-    content is text[inner_start:inner_end] (a comment's is the whole span)."""
+    verbatim-like environment), "shortverb" (a \\MakeShortVerb-like declaration, after which the
+    characters in `active` delimit short verbs), "verb" (\\verb or a short verb) or the command
+    (``url``, ``lstinline``, ``Verb``...); its literal content is text[inner_start:inner_end] (a
+    comment's is the whole span; an environment's is its body, after its arguments)."""
 
     start: int
     end: int
     kind: str
     inner_start: int
     inner_end: int
+    active: str = ""
 
 
 class _Braces:
@@ -172,9 +193,11 @@ def _command_span(scan: _Scanner, m: re.Match) -> tuple[Span | None, int]:
             return (Span(start, end, name, pos + 1, end - 1) if end >= 0 else None), pos
         return None, pos
     name = m.group("code")
+    if name == "Verb" and text.startswith("*", pos):
+        pos += 1
     if (pos := scan.options(pos)) < 0:
         return None, m.end()
-    if name == "mintinline":
+    if name in ("mintinline", "mint"):
         at = LINE_BLANKS.match(text, pos).end()
         if not text.startswith("{", at):
             return None, pos
@@ -200,21 +223,70 @@ def _command_span(scan: _Scanner, m: re.Match) -> tuple[Span | None, int]:
     return (Span(start, end, name, pos + 1, end - 1) if end >= 0 else None), pos
 
 
-def _spans(text: str, pattern: re.Pattern) -> Iterator[Span]:
-    """The comments and literal spans of `text`, left to right.
+def _env_body(text: str, env: str, pos: int) -> int:
+    """Where the body of the literal environment whose name ends at `pos` starts: after its
+    [options] and {argument} (`LITERAL_ENV_ARGS`), read within `ENV_ARGS_WINDOW` characters."""
+    end = min(len(text), pos + ENV_ARGS_WINDOW)
+    for shape in LITERAL_ENV_ARGS.get(env, ""):
+        if m := (ENV_OPTIONS if shape == "[" else ENV_ARGUMENT).match(text, pos, end):
+            pos = m.end()
+        elif shape == "{":
+            break
+    return pos
+
+
+def _short_verb(scan: _Scanner, m: re.Match, short: str) -> Span | None:
+    """The \\MakeShortVerb-like declaration at `m` as a span whose `active` is the short-verb
+    characters after it (`short` before it), or None when its argument is not a delimiter."""
+    text, pos = scan.text, m.end()
+    if text.startswith("*", pos):  # \MakeShortVerb*: visible spaces, the same delimiters
+        pos += 1
+    if (pos := scan.options(pos)) < 0:
+        return None
+    arg = SHORT_CHAR.match(text, pos)
+    char = arg.group("braced") or arg.group("bare") if arg else None
+    if not char or char not in SHORT_DELIMITERS:
+        return None
+    active = set(short) - {char} if m.group("unshort") else set(short) | {char}
+    return Span(m.start(), arg.end(), "shortverb", arg.end(), arg.end(), "".join(sorted(active)))
+
+
+@lru_cache(maxsize=64)
+def _pattern(comments: bool, short: str) -> re.Pattern:
+    """The search for literal spans (and comments when `comments`) while the characters of
+    `short` delimit short verbs: each is then a span opener, unless a backslash precedes it."""
+    if not short:
+        return LITERAL_OR_COMMENT if comments else LITERAL
+    chars = "".join(re.escape(c) for c in short)
+    backslash = r"(?<=\\)(?:" + ("%|" if comments else "") + r"\\(?:\\\\)*|[" + chars + "]|" + _COMMAND + ")"
+    opener = r"(?<=[" + chars + r"])(?P<sv>)"
+    if comments:
+        return re.compile(r"[%\\" + chars + r"](?:(?<=%)(?P<pct>)|" + backslash + "|" + opener + ")")
+    return re.compile(r"[\\" + chars + r"](?:" + backslash + "|" + opener + ")")
+
+
+def literal_spans(text: str, comments: bool = False, short: str = "") -> Iterator[Span]:
+    """The literal spans of `text` (and its comments when `comments`), left to right; `short`:
+    the short-verb characters already declared where `text` starts.
 
     An unclosed \\verb, \\url, \\lstinline... or environment is not a span (TeX would stop with
     an error). Linear time: the next delimiter / ``\\end{env}`` / closing brace found (or found
     missing) is remembered, so no stretch of text is searched twice for the same one.
     """
     pos, scan = 0, _Scanner(text)
+    pattern = _pattern(comments, short)
     while (m := pattern.search(text, pos)) is not None:
         start, pos = m.span()
-        if m.lastgroup is None:  # `\\` pairs or `\%`
+        if m.lastgroup is None:  # `\\` pairs, `\%` or a backslash then a short-verb character
             continue
         if m.lastgroup == "pct":
             pos = _comment_end(text, start)
             yield Span(start, pos, "%", start, pos)
+        elif m.lastgroup == "sv":
+            end = scan.delimited(start, text[start])
+            if end >= 0:
+                yield Span(start, end, "verb", start + 1, end - 1)
+                pos = end
         elif m.group("verb"):
             end = scan.delimited(pos, text[pos])
             if end >= 0:
@@ -223,8 +295,17 @@ def _spans(text: str, pattern: re.Pattern) -> Iterator[Span]:
         elif env := m.group("env"):
             close = scan.find(f"\\end{{{env}}}", pos)
             if close >= 0:
-                yield Span(start, close + len(env) + 6, "env", pos, close)
+                body = _env_body(text, env, pos)
+                yield Span(start, close + len(env) + 6, "env", body if body <= close else pos, close)
                 pos = close + len(env) + 6
+        elif m.group("short"):
+            span = _short_verb(scan, m, short)
+            if span is not None:
+                yield span
+                pos = span.end
+                if span.active != short:
+                    short = span.active
+                    pattern = _pattern(comments, short)
         else:
             span, pos = _command_span(scan, m)
             if span is not None:
@@ -233,14 +314,30 @@ def _spans(text: str, pattern: re.Pattern) -> Iterator[Span]:
 
 
 class LiteralSpans:
-    """Where a text has \\verb, \\url, inline code and verbatim-like spans (their content is not
-    LaTeX); `spans` lists them, left to right."""
+    """Where a text has \\verb, \\url, inline code, short verbs and verbatim-like spans (their
+    content is not LaTeX); `spans` lists them, left to right. `short`: the short-verb characters
+    declared where the text starts; `short_at(pos)`, those in force at `pos`."""
 
-    def __init__(self, text: str):
-        self.spans = list(_spans(text, LITERAL)) if "\\" in text else []
+    def __init__(self, text: str, short: str = ""):
+        self.spans = list(literal_spans(text, short=short)) if "\\" in text or short else []
         self.starts = [s.start for s in self.spans]
         self.ends = [s.end for s in self.spans]
+        self.short = short
+        self.changes = [s for s in self.spans if s.kind == "shortverb"]
+        self.change_ends = [s.end for s in self.changes]
 
     def __contains__(self, pos: int) -> bool:
         k = bisect.bisect_right(self.starts, pos) - 1
         return k >= 0 and pos < self.ends[k]
+
+    def short_at(self, pos: int) -> str:
+        k = bisect.bisect_right(self.change_ends, pos) - 1
+        return self.changes[k].active if k >= 0 else self.short
+
+
+def short_verbs_after(text: str, short: str = "") -> str:
+    """The short-verb characters declared at the end of `text` (`short` at its start): those of
+    a preamble hold in the body."""
+    if "ShortVerb" not in text and "ShortInline" not in text:
+        return short
+    return LiteralSpans(text, short).short_at(len(text))

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
-from kiln.data.arxiv.latex_literal import LITERAL_OR_COMMENT, LiteralSpans, _spans
+from kiln.data.arxiv.latex_literal import LiteralSpans, literal_spans
 
 DOCCLASS = re.compile(r"\\document(?:class|style)\s*(?:\[[^\]]*\])?\s*\{\s*([^}]*)\}")
 INCLUDE = re.compile(r"\\(input|include|subfile)(?![a-zA-Z@])\s*(?:\{([^{}]*)\}|([^\s{}\\%]+))")
@@ -36,13 +36,14 @@ class LatexRefused(Exception):
         self.reason = reason
 
 
-def strip_comments(text: str) -> str:
+def strip_comments(text: str, short: str = "") -> str:
     """Remove % comments the way TeX does (the next line is joined without its indent, a blank
-    next line still breaks the paragraph); a % inside a literal span (\\url, \\verb...) stays."""
+    next line still breaks the paragraph); a % inside a literal span (\\url, \\verb...) stays.
+    `short`: the short-verb characters (\\MakeShortVerb) declared where `text` starts."""
     if "%" not in text:
         return text
     out, pos = [], 0
-    for span in _spans(text, LITERAL_OR_COMMENT):
+    for span in literal_spans(text, comments=True, short=short):
         if span.kind == "%":
             out.append(text[pos : span.start])
             pos = span.end
@@ -88,14 +89,15 @@ def find_main_file(files: dict[str, str]) -> str | None:
     return best[1] if best else None
 
 
-def _includes(text: str) -> Iterator[re.Match]:
-    """The \\input/\\include/\\subfile commands of `text`, outside literal spans (\\verb...)."""
+def _includes(text: str, short: str = "") -> Iterator[tuple[re.Match, str]]:
+    """The \\input/\\include/\\subfile commands of `text`, outside literal spans (\\verb...), each
+    with the short-verb characters in force there (`short` where `text` starts)."""
     spans = None
     for m in INCLUDE.finditer(text):
         if spans is None:
-            spans = LiteralSpans(text)
+            spans = LiteralSpans(text, short)
         if m.start() not in spans:
-            yield m
+            yield m, spans.short_at(m.start())
 
 
 def _reachable(files: dict[str, str], main: str, text_of, targets: dict) -> set[str]:
@@ -106,7 +108,7 @@ def _reachable(files: dict[str, str], main: str, text_of, targets: dict) -> set[
         name = todo.pop()
         if (base_dir, name) not in targets:
             found = []
-            for m in _includes(text_of(name)):
+            for m, _ in _includes(text_of(name)):
                 path = normalise_include(base_dir, m.group(2) if m.group(2) is not None else m.group(3))
                 if path is not None and (target := _lookup(files, path)) is not None:
                     found.append(target)
@@ -157,20 +159,23 @@ def resolve_includes(files: dict[str, str], main: str, counts: Counter, budget: 
     ``includes_missing`` (not in the archive: figures' .pstex_t, .bbl...), ``includes_cycle``.
     Raises `LatexRefused("include_budget")` once the inserted text passes `budget` characters
     (default `include_budget(files)`), before a fan-out of includes can exhaust memory.
+    An included file's comments are stripped with the short verbs (\\MakeShortVerb) in force at
+    its \\input; one it declares reaches the text after the \\input only once merged (not the
+    includer's comments, which are stripped first).
     """
     base_dir = posixpath.dirname(main)
-    cache: dict[str, str] = {}
+    cache: dict[tuple[str, str], str] = {}
     limit = include_budget(files) if budget is None else budget
     used = 0
 
-    def expand(name: str, stack: tuple[str, ...]) -> str:
-        if name not in cache:
-            cache[name] = strip_comments(files[name])
-        text = cache[name]
+    def expand(name: str, stack: tuple[str, ...], short: str) -> str:
+        if (name, short) not in cache:
+            cache[name, short] = strip_comments(files[name], short)
+        text = cache[name, short]
         if "\\in" not in text and "\\subfile" not in text:
             return text
 
-        def replace(m: re.Match) -> str:
+        def replace(m: re.Match, short: str) -> str:
             nonlocal used
             kind, target = m.group(1), m.group(2) if m.group(2) is not None else m.group(3)
             path = normalise_include(base_dir, target)
@@ -185,29 +190,41 @@ def resolve_includes(files: dict[str, str], main: str, counts: Counter, budget: 
                 counts["includes_cycle"] += 1
                 return ""
             counts["includes_resolved"] += 1
-            body = expand(found, (*stack, found))
+            body = expand(found, (*stack, found), short)
             used += len(body)
             if used > limit:
                 raise LatexRefused("include_budget", f"includes expand past {limit} characters")
             return _subfile_body(body) if kind == "subfile" else f"\n{body}\n"
 
         out, pos = [], 0
-        for m in _includes(text):
+        for m, state in _includes(text, short):
             out.append(text[pos : m.start()])
-            out.append(replace(m))
+            out.append(replace(m, state))
             pos = m.end()
         out.append(text[pos:])
         return "".join(out)
 
-    return expand(main, (main,))
+    return expand(main, (main,), "")
+
+
+def _find_outside_literals(text: str, needle: str, pos: int) -> int:
+    """text.find(needle, pos), skipping any inside a literal span (an example document in a
+    verbatim or filecontents environment); the spans are read only when `needle` recurs."""
+    at = text.find(needle, pos)
+    if at < 0 or text.find(needle, at + 1) < 0:
+        return at
+    spans = LiteralSpans(text)
+    while at >= 0 and at in spans:
+        at = text.find(needle, at + 1)
+    return at
 
 
 def split_document(text: str) -> tuple[str, str]:
     """(preamble, body): body is between \\begin{document} and \\end{document} (or the end)."""
-    start = text.find(BEGIN_DOC)
+    start = _find_outside_literals(text, BEGIN_DOC, 0)
     if start < 0:
         return "", text
-    end = text.find(END_DOC, start)
+    end = _find_outside_literals(text, END_DOC, start)
     return text[:start], text[start + len(BEGIN_DOC) : end if end >= 0 else len(text)]
 
 
