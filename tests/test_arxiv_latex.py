@@ -162,7 +162,8 @@ def test_percent_in_url_verb_and_verbatim_is_not_a_comment():
 
 def test_strip_comments_stays_linear_on_unclosed_literals():
     start = time.perf_counter()
-    for bad in ("\\verb!a\n" * 40_000 + "!", "\\url{" * 40_000, "\\begin{verbatim}%" * 20_000, "\\\\" * 100_000):
+    for bad in ("\\verb!a\n" * 40_000 + "!", "\\url{" * 40_000, "\\begin{verbatim}%" * 20_000, "\\\\" * 100_000,
+                "\\MakeShortVerb{\\|}" + "|a\n" * 40_000 + "|", "\\begin{minted}[{x" * 20_000):
         strip_comments(bad + "%")
     assert time.perf_counter() - start < 2.0
 
@@ -280,7 +281,9 @@ def test_unclosed_url_and_inline_code_openers_are_linear():
     # 100,000 openers that never close (or close on a later line): each used to be a rescan of the
     # rest of the line or text; now each costs a few microseconds (without the remembered searches, minutes).
     openers = ("\\url{", "\\url|", "\\href{", "\\path|", "\\lstinline|", "\\lstinline{", "\\lstinline[",
-               "\\lstinline[a]|", "\\mintinline{c}{", "\\mintinline{c}|", "\\mintinline[")
+               "\\lstinline[a]|", "\\mintinline{c}{", "\\mintinline{c}|", "\\mintinline[", "\\mint{c}{",
+               "\\mint{c}|", "\\Verb|", "\\Verb{", "\\Verb*[a]|", "\\MakeShortVerb{", "\\lstMakeShortInline[",
+               "\\MakeShortVerb{\\|}|", "\\begin{lstlisting}[{")
     for opener in openers:
         for sep in ("", "\n"):
             bad = (opener + "x" + sep) * 100_000 + "%"

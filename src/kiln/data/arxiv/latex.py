@@ -4,7 +4,8 @@ Order: choose the main file, resolve \\input/\\include/\\subfile inside the arch
 stripped per file), split preamble/body, collect macro definitions (local .sty files named by
 \\usepackage, next to the main file or else at the root; then preamble, then body; later wins)
 and remove them, expand macros, pull title and abstract, convert the body (`latex_convert`).
-Title/abstract from arXiv metadata win over the source's.
+Short verbs declared in the preamble (\\MakeShortVerb{\\|}) hold in the body. Title/abstract from
+arXiv metadata win over the source's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from kiln.data.arxiv.latex_convert import LatexConverter
+from kiln.data.arxiv.latex_literal import short_verbs_after
 from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
 from kiln.data.arxiv.latex_source import (
     LatexRefused,
@@ -52,8 +54,8 @@ class ExtractResult:
         return f"Title: {title or self.title}\nAbstract: {abstract or self.abstract}\nBody: {self.body}"
 
 
-def _convert(fragment: str, theorems: dict[str, str], counts: Counter) -> str:
-    return LatexConverter(fragment, theorems, counts).text()
+def _convert(fragment: str, theorems: dict[str, str], counts: Counter, short: str) -> str:
+    return LatexConverter(fragment, theorems, counts, short).text()
 
 
 def _title_source(text: str) -> str | None:
@@ -106,16 +108,17 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
         _, found, named = collect_definitions(source, counts)
         macros.update(found)
         theorems.update(named)
-    body, found, named = collect_definitions(body, counts)
+    short = short_verbs_after(preamble)  # \MakeShortVerb{\|} in the preamble: |x| in the body
+    body, found, named = collect_definitions(body, counts, short)
     macros.update(found)
     theorems.update(named)
-    body = expand_macros(body, macros, counts)
+    body = expand_macros(body, macros, counts, short)
     result = ExtractResult(main=main, counts=counts)
     if (title := _title_source(body) or _title_source(preamble)) is not None:
-        result.title = _convert(expand_macros(title, macros, counts), theorems, Counter())
+        result.title = _convert(expand_macros(title, macros, counts, short), theorems, Counter(), short)
     if (abstract := _abstract_source(body) or _abstract_source(preamble)) is not None:
-        result.abstract = _convert(expand_macros(abstract, macros, counts), theorems, Counter())
-    result.body = _convert(body, theorems, counts)
+        result.abstract = _convert(expand_macros(abstract, macros, counts, short), theorems, Counter(), short)
+    result.body = _convert(body, theorems, counts, short)
     return result
 
 

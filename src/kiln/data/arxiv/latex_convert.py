@@ -1,9 +1,12 @@
 """LaTeX body -> plain text with Markdown headings and LaTeX math, one pass over a token list.
 
 Tokens come from one regex (control words/symbols, $, braces, brackets, text runs); braces and
-environments are matched up front, so nesting is handled by index ranges, not by regexes. Math is
-copied from the source verbatim. Unbalanced input degrades (stray closers skipped, unclosed
-groups run to the end) instead of failing. See `latex_rules` for what happens to each construct.
+environments are matched up front, so nesting is handled by index ranges, not by regexes. Literal
+spans (`latex_literal`) are cut out first: an inline one (\\verb, \\url, a short verb...) is one
+LITERAL token and a verbatim-like environment's body one TEXT token, so no brace or \\end inside
+them is read as LaTeX. Math is copied from the source verbatim. Unbalanced input degrades (stray
+closers skipped, unclosed groups run to the end) instead of failing. See `latex_rules` for what
+happens to each construct.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import bisect
 import re
 from collections import Counter
 
+from kiln.data.arxiv.latex_literal import LiteralSpans, Span
 from kiln.data.arxiv.latex_rules import (
     ACCENT_WORDS,
     ACCENTS,
@@ -21,6 +25,7 @@ from kiln.data.arxiv.latex_rules import (
     HEADING_ENVS,
     HEADINGS,
     LIST_ENVS,
+    LITERAL_BLOCK,
     LITERAL_CODE,
     LITERAL_TEXT,
     MATH_ENVS,
@@ -31,10 +36,9 @@ from kiln.data.arxiv.latex_rules import (
     macro_args,
     symbol_text,
 )
-from kiln.data.arxiv.latex_source import LiteralSpans, Span
 
 TOKEN = re.compile(r"(\\[a-zA-Z@]+\*?)|(\\.|\\\Z)|(\$\$?)|([{}])|([\[\]])|([~&])|([^\\{}\[\]$~&]+)", re.S)
-WORD, SYMBOL, DOLLAR, BRACE, BRACKET, TIE, TEXT = range(1, 8)
+WORD, SYMBOL, DOLLAR, BRACE, BRACKET, TIE, TEXT, LITERAL = range(1, 9)
 LABEL = re.compile(r"\\label\s*\{[^{}]*\}")
 BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
 SPACES = re.compile(r"[ \t\r\f\v]+")
@@ -55,7 +59,10 @@ PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
 class LatexConverter:
     """Convert one LaTeX fragment; `theorems` maps environment names to printed titles."""
 
-    def __init__(self, source: str, theorems: dict[str, str] | None = None, counts: Counter | None = None):
+    def __init__(
+        self, source: str, theorems: dict[str, str] | None = None, counts: Counter | None = None, short: str = ""
+    ):
+        """`short`: the short-verb characters (\\MakeShortVerb) declared where `source` starts."""
         if "\x00" in source or "\x01" in source:  # reserved for placeholders
             source = source.replace("\x00", "").replace("\x01", "")
         self.src = source
@@ -65,32 +72,47 @@ class LatexConverter:
         self.val: list[str] = []
         self.start: list[int] = []
         self.end: list[int] = []
-        for m in TOKEN.finditer(source):
-            self.kind.append(m.lastindex)
-            self.val.append(m.group(m.lastindex))
-            self.start.append(m.start())
-            self.end.append(m.end())
+        self.literal: dict[int, Span] = {}  # token index -> its inline literal span
+        self.env_body: dict[int, Span] = {}  # start of a literal environment -> its span
+        pos = 0
+        for span in LiteralSpans(source, short).spans:
+            self._tokenize(pos, span.start)
+            if span.kind == "env":  # \begin{name}[args], the body as one TEXT token, \end{name}
+                self.env_body[span.start] = span
+                self._tokenize(span.start, span.inner_start)
+                self._add(TEXT, span.inner_start, span.inner_end)
+                self._tokenize(span.inner_end, span.end)
+            else:
+                self.literal[len(self.kind)] = span
+                self._add(LITERAL, span.start, span.end)
+            pos = span.end
+        self._tokenize(pos, len(source))
         self.n = len(self.kind)
-        # \verb, \url, inline code...: rendered from their raw text, their braces not LaTeX's.
-        spans = LiteralSpans(source).spans if "\\" in source else []
-        self.literal = {span.start: span for span in spans if span.kind != "env"}
         self.code: list[str] = []
         self.closers: dict[str, list[int]] = {}  # \) or \] -> its token indices, for `_find_symbol`
         self._match_braces()
         self._match_environments()
 
     # --- structure -------------------------------------------------------------------------
+    def _tokenize(self, start: int, end: int) -> None:
+        for m in TOKEN.finditer(self.src, start, end):
+            self.kind.append(m.lastindex)
+            self.val.append(m.group(m.lastindex))
+            self.start.append(m.start())
+            self.end.append(m.end())
+
+    def _add(self, kind: int, start: int, end: int) -> None:
+        if start < end:
+            self.kind.append(kind)
+            self.val.append(self.src[start:end])
+            self.start.append(start)
+            self.end.append(end)
+
     def _match_braces(self) -> None:
         self.match: dict[int, int] = {}
         stack: list[int] = []
-        inline = sorted(self.literal.values())
-        at = 0  # the first inline span not ending before the token
         for i, (k, v) in enumerate(zip(self.kind, self.val)):
             if k == BRACE:
-                while at < len(inline) and inline[at].end <= self.start[i]:
-                    at += 1
-                if at < len(inline) and inline[at].start <= self.start[i]:
-                    continue  # `\verb|{|`, `\lstinline{a{}`: not a group
                 if v == "{":
                     stack.append(i)
                 elif stack:
@@ -189,6 +211,9 @@ class LatexConverter:
             elif k == BRACKET:
                 out.append(val[i])
                 i += 1
+            elif k == LITERAL:
+                self._literal(self.literal[i], out)
+                i += 1
             elif k == TIE:
                 out.append(" ")
                 i += 1
@@ -285,8 +310,6 @@ class LatexConverter:
             else:
                 out.append(f"\n\n{title[0]}{'' if title[0][-1:] in '.?!:' else '.'} ")
             return title[1]
-        if (span := self.literal.get(self.start[i])) is not None:
-            return self._literal(i, span, out)
         if base == "verb":  # unclosed on its line: TeX would stop; its text is kept
             return i + 1
         if base in DROP:
@@ -321,22 +344,22 @@ class LatexConverter:
         shape = macro_args(base)
         return self._skip_args(i + 1, shape[: len(shape) - len(shape.lstrip("*["))])
 
-    def _literal(self, i: int, span: Span, out: list[str]) -> int:
-        """A literal span at token i, as `latex_rules` says: inline code (\\verb, \\lstinline,
-        \\mintinline, \\path) in backticks, \\nolinkurl's text as is, \\url and \\href's URL
-        dropped (the link text after \\href{URL} is an ordinary group). Returns the token after it."""
+    def _literal(self, span: Span, out: list[str]) -> None:
+        """A literal span, as `latex_rules` says: inline code (\\verb, a short verb, \\Verb,
+        \\lstinline, \\mintinline, \\path) in backticks, \\mint's code as a fenced block, \\nolinkurl's
+        text as is, \\url, \\href's URL and short-verb declarations dropped (the link text after
+        \\href{URL} is an ordinary group)."""
         inner = self.src[span.inner_start : span.inner_end]
         if span.kind in LITERAL_CODE:
             out.append(f"`{inner}`")
+        elif span.kind in LITERAL_BLOCK:
+            out.append(self._code_block(inner))
         elif span.kind in LITERAL_TEXT:
             out.append(inner)
-        k = i + 1
-        while k < self.n and self.end[k] <= span.end:
-            k += 1
-        if k < self.n and self.start[k] < span.end:  # a text run straddling the closing delimiter
-            out.append(_fix_text(self.src[span.end : self.end[k]]))
-            k += 1
-        return k
+
+    def _code_block(self, body: str) -> str:
+        self.code.append("```\n" + body.strip("\n") + "\n```")
+        return f"\n\n\x00{len(self.code) - 1}\x00\n\n"
 
     def _environment(self, i: int, j: int, out: list[str]) -> int:
         named = self._env_name(i)
@@ -353,10 +376,12 @@ class LatexConverter:
         elif name in DROP_ENVS:
             self.counts["env_dropped"] += 1
         elif name in CODE_ENVS:
-            inner = self._skip_args(inner, env_args(name))
-            body = self.src[self.start[inner] if inner < self.n else len(self.src) : self.start[end] if end < self.n else len(self.src)]
-            self.code.append("```\n" + body.strip("\n") + "\n```")
-            out.append(f"\n\n\x00{len(self.code) - 1}\x00\n\n")
+            if (span := self.env_body.get(self.start[i])) is not None:
+                body = self.src[span.inner_start : span.inner_end]
+            else:  # not literal (`code`), or unclosed: to the end
+                inner = self._skip_args(inner, env_args(name))
+                body = self.src[self.start[inner] if inner < self.n else len(self.src) : self.start[end] if end < self.n else len(self.src)]
+            out.append(self._code_block(body))
         elif name in self.theorems:
             k = self._next(inner)
             label = ""

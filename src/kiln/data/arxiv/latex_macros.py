@@ -16,7 +16,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from kiln.data.arxiv.latex_source import LiteralSpans, read_bracket, read_group, skip_blanks
+from kiln.data.arxiv.latex_literal import LiteralSpans
+from kiln.data.arxiv.latex_source import read_bracket, read_group, skip_blanks
 
 DEFINER = re.compile(
     r"\\(?:(re)?newcommand|providecommand|DeclareRobustCommand|([gex]?def)|"
@@ -117,8 +118,11 @@ def _parse_definition(text: str, m: re.Match, macros: dict, theorems: dict, coun
     return body[1]
 
 
-def collect_definitions(text: str, counts: Counter) -> tuple[str, dict[str, Macro], dict[str, str]]:
-    """(text without definitions, macros by name, theorem environment -> printed title)."""
+def collect_definitions(
+    text: str, counts: Counter, short: str = ""
+) -> tuple[str, dict[str, Macro], dict[str, str]]:
+    """(text without definitions, macros by name, theorem environment -> printed title); `short`:
+    the short-verb characters (\\MakeShortVerb) declared where `text` starts."""
     macros: dict[str, Macro] = {}
     theorems: dict[str, str] = {}
     if "\\" not in text:
@@ -128,7 +132,7 @@ def collect_definitions(text: str, counts: Counter) -> tuple[str, dict[str, Macr
         if m.start() < pos:
             continue
         if spans is None:
-            spans = LiteralSpans(text)
+            spans = LiteralSpans(text, short)
         if m.start() in spans:
             continue
         out.append(text[pos : m.start()])
@@ -181,7 +185,7 @@ def _substitute(body: str, args: list[str], room: int) -> str:
 
 
 def _expand_once(
-    text: str, pattern: re.Pattern, macros: dict[str, Macro], counts: Counter, budget: int
+    text: str, pattern: re.Pattern, macros: dict[str, Macro], counts: Counter, budget: int, short: str
 ) -> tuple[str, int] | None:
     """One pass over `text`: (new text, macros expanded), or None once the output would pass
     `budget` characters (checked as it is written: one pass can multiply the text)."""
@@ -191,7 +195,7 @@ def _expand_once(
         if m.group(1) is None or start < pos:
             continue  # a `\\` pair, or inside arguments already consumed (the next pass sees them)
         if spans is None:
-            spans = LiteralSpans(text)
+            spans = LiteralSpans(text, short)
         if start in spans:
             continue
         macro = macros[m.group(1)]
@@ -233,33 +237,34 @@ def _pattern(names: list[str]) -> re.Pattern:
     return re.compile(r"\\(?:\\|(" + "|".join(re.escape(n) for n in names) + r")(?![a-zA-Z@]))")
 
 
-def _has_use(text: str, pattern: re.Pattern) -> bool:
+def _has_use(text: str, pattern: re.Pattern, short: str) -> bool:
     """Whether `text` uses a macro outside literal spans."""
     spans = None
     for m in pattern.finditer(text):
         if m.group(1) is not None:
             if spans is None:
-                spans = LiteralSpans(text)
+                spans = LiteralSpans(text, short)
             if m.start() not in spans:
                 return True
     return False
 
 
-def expand_macros(text: str, macros: dict[str, Macro], counts: Counter) -> str:
+def expand_macros(text: str, macros: dict[str, Macro], counts: Counter, short: str = "") -> str:
     """Expand user macros until none is left, `MAX_PASSES` passes, or the text would grow past
-    4x + 100 kB (then the last complete pass is returned)."""
+    4x + 100 kB (then the last complete pass is returned); `short`: the short-verb characters
+    declared where `text` starts (none is expanded inside a short verb)."""
     if not macros or "\\" not in text:
         return text
     pattern = _pattern(list(macros))
     budget = 4 * len(text) + 100_000
     for _ in range(MAX_PASSES):
-        done = _expand_once(text, pattern, macros, counts, budget)
+        done = _expand_once(text, pattern, macros, counts, budget, short)
         if done is None:
             counts["macros_budget_exhausted"] += 1
             return text
         if not done[1]:
             return text  # none left, or only literal (\\verb...) or argument-less uses
         text = done[0]
-    if _has_use(text, pattern):
+    if _has_use(text, pattern, short):
         counts["macros_budget_exhausted"] += 1
     return text

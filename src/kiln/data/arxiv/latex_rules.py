@@ -10,8 +10,9 @@
 - Kept: text of formatting macros (\\emph, \\textbf, \\href's and \\hyperref's text...), lists
   as "- item", sections as Markdown headings, theorem-like environments as "Theorem. ...",
   verbatim/listings as ``` fences (their markup is content, and the leak metric skips fences),
-  inline code (\\verb, \\lstinline, \\mintinline, \\path) in backticks and \\nolinkurl's text,
-  both exactly as written (no ~, -- or macro is interpreted in them).
+  inline code (\\verb, \\Verb, short verbs such as |x| after \\MakeShortVerb{\\|}, \\lstinline,
+  \\mintinline, \\path) in backticks, \\mint's code as a ``` fence and \\nolinkurl's text, all
+  exactly as written (no ~, -- or macro is interpreted in them); short-verb declarations dropped.
 Argument shapes for macros not listed come from pylatexenc's macro database.
 """
 
@@ -42,9 +43,13 @@ DROP_ENVS = frozenset(
     ) for star in ("", "*")
 )
 # Literal spans (`latex_source.LiteralSpans`) kept: inline code in backticks, text as is.
-LITERAL_CODE = frozenset({"verb", "lstinline", "mintinline", "path"})
+LITERAL_CODE = frozenset({"verb", "Verb", "lstinline", "mintinline", "path"})
+LITERAL_BLOCK = frozenset({"mint"})  # minted's one-line display: a fenced block, as its environment
 LITERAL_TEXT = frozenset({"nolinkurl"})
-CODE_ENVS = frozenset({"verbatim", "verbatim*", "Verbatim", "lstlisting", "minted", "alltt", "code"})
+CODE_ENVS = frozenset({
+    "verbatim", "verbatim*", "Verbatim", "Verbatim*", "BVerbatim", "LVerbatim", "lstlisting", "minted",
+    "alltt", "code",
+})
 LIST_ENVS = frozenset({"itemize", "enumerate", "description", "list", "compactitem", "compactenum"})
 THEOREMS = {
     "theorem": "Theorem", "thm": "Theorem", "lemma": "Lemma", "lem": "Lemma",
@@ -60,7 +65,8 @@ HEADING_ENVS = {"acknowledgments": "Acknowledgments", "acknowledgements": "Ackno
 ENV_ARGS = {"minipage": "[[[{", "multicols": "{", "multicols*": "{", "list": "{{",
             "wrapfigure": "[{[{", "tabular": "[{", "tabular*": "{[{", "tabularx": "{{",
             "lstlisting": "[", "minted": "[{", "thebibliography": "{", "subfigure": "[{",
-            "verbatim": "", "verbatim*": "", "Verbatim": "[", "alltt": "", "code": "",
+            "verbatim": "", "verbatim*": "", "Verbatim": "[", "Verbatim*": "[", "BVerbatim": "[",
+            "LVerbatim": "[", "alltt": "", "code": "",
             "otherlanguage": "{", "spacing": "{", "adjustbox": "{", "IEEEbiography": "[{"}
 
 # Macro -> shape of the arguments dropped with it. A braced argument after them (\href{url}{TEXT},
