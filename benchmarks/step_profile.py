@@ -70,6 +70,16 @@ def profile_step(step, steps: int) -> tuple[OpTimer, float]:
     return timer, (time.perf_counter() - start) / steps
 
 
+def summary(timer: OpTimer, steps: int, flops: float) -> dict:
+    """Per step: op seconds by op name, their total, the GEMMs' seconds, the GEMMs' share of
+    the op time and their rate over `flops` (the step's counted FLOPs)."""
+    ops = {k: v / steps for k, v in timer.by_op().items()}
+    total = sum(ops.values())
+    gemm = sum(v for k, v in ops.items() if k in GEMMS)
+    return {"ops": ops, "op_s": total, "gemm_s": gemm, "gemm_share": gemm / total,
+            "gemm_rate": flops / gemm}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny model")
@@ -92,11 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     timer, wall = profile_step(lambda: runner.step(batch), args.steps)
 
     n = args.steps
-    total = sum(timer.seconds.values()) / n
-    ops = {k: v / n for k, v in timer.by_op().items()}
-    gemm = sum(v for k, v in ops.items() if k in GEMMS)
-    tokens = s.batch * s.seq_len
-    gemm_rate = flops_per_token(s.model, s.seq_len) * tokens / gemm
+    figures = summary(timer, n, flops_per_token(s.model, s.seq_len) * s.batch * s.seq_len)
+    ops, total, gemm, gemm_rate = (figures[k] for k in ("ops", "op_s", "gemm_s", "gemm_rate"))
     print(f"{precision}, {threads} threads, batch {s.batch} x {s.seq_len}: {wall * 1e3:.0f} ms "
           f"a step under the timer, of which ops {total * 1e3:.0f} ms (the rest is Python "
           f"and the timer); GEMMs {gemm * 1e3:.0f} ms ({100 * gemm / total:.0f}% of op time, "

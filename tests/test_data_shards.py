@@ -158,7 +158,69 @@ def test_token_byte_table_sums_to_each_splits_text_bytes(tok, tmp_path):
     assert table[index["eos_id"]] == 0 and table.shape == (tok.get_vocab_size(),)
     for split in ("train", "val"):
         assert table[_tokens(tmp_path, index, split)].sum() == index[split]["bytes"] > 0
-    for token_id in range(tok.get_vocab_size()):
-        if token_id != index["eos_id"]:
-            assert table[token_id] == len(tok.decode([token_id]).encode("utf-8")) or \
-                "\ufffd" in tok.decode([token_id])  # a part of a multi-byte character
+    assert np.array_equal(table, reference_token_bytes(tok))
+
+
+def gpt2_byte_symbols() -> dict[str, int]:
+    """GPT-2's byte -> printable character map (the one byte-level BPE writes tokens in),
+    written out here as the reference, inverted: symbol -> byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def token_bytes_of(tok, token_id: int) -> bytes:
+    symbols = gpt2_byte_symbols()
+    return bytes(symbols[c] for c in tok.id_to_token(token_id))
+
+
+def reference_token_bytes(tok) -> np.ndarray:
+    """Each id's UTF-8 bytes from its symbols (EOS, the one special token: none)."""
+    return np.array([0 if i == tok.token_to_id("<|endoftext|>") else len(token_bytes_of(tok, i))
+                     for i in range(tok.get_vocab_size())])
+
+
+UNICODE_DOCS = [Document(text=t, id=f"u{i}") for i, t in enumerate(
+    ["naïve café — résumé ", "東京都 東京タワー 東京 ", "🚀🚀 launch 🚀 ", "Ελληνικά ελληνικά ",
+     "e\u0301e\u0301 ", "日本語の文章 "] * 30)]
+
+
+def test_token_byte_table_counts_multi_byte_and_partial_pieces(tmp_path):
+    """Merged non-ASCII pieces: whole characters of 2-4 bytes, several characters, and parts
+    of characters (a lead byte and some of its continuation bytes, or the end of one and the
+    start of the next), which decode to U+FFFD alone. Each id's count equals its bytes, and a
+    document's tokens' bytes joined are its UTF-8, so bits per byte divides by exact bytes
+    whatever the pieces."""
+    from kiln.data.shards import load_token_bytes
+
+    tok = train_tokenizer([d.text for d in UNICODE_DOCS], 400, tmp_path / "tok.json",
+                          show_progress=False)
+    index = write_shards(UNICODE_DOCS, tok, tmp_path, val_fraction=0.2, seed=1, progress=False)
+    table = load_token_bytes(tmp_path)
+    assert np.array_equal(table, reference_token_bytes(tok))
+    pieces = {i: token_bytes_of(tok, i) for i in range(1, tok.get_vocab_size())}
+
+    def whole(b: bytes) -> bool:
+        try:
+            b.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    assert any(len(b) == 4 and whole(b) for b in pieces.values())  # 🚀
+    assert any(len(b) >= 6 and not b.isascii() and whole(b) for b in pieces.values())  # 東京
+    partial = [i for i, b in pieces.items() if len(b) > 1 and not whole(b)]
+    assert partial and all("\ufffd" in tok.decode([i]) for i in partial)  # checked above too
+    for doc in UNICODE_DOCS[:6]:
+        ids = tok.encode(doc.text).ids
+        assert b"".join(pieces[i] for i in ids) == doc.text.encode("utf-8")
+        assert table[ids].sum() == len(doc.text.encode("utf-8"))
+    for split in ("train", "val"):
+        assert table[_tokens(tmp_path, index, split)].sum() == index[split]["bytes"] > 0

@@ -92,6 +92,46 @@ def test_auto_tokenizer_matches_kiln(tokenizer_path, tmp_path):
         assert theirs.decode(ids) == text
 
 
+# what the HF tokenizer must split and decode as Kiln does: whitespace runs (GPT-2's regex
+# leaves a run's last space to the next word), code, scripts of 1-4 byte UTF-8 characters,
+# combining marks, control bytes, punctuation after a space (transformers' clean-up would
+# remove that space), digits (the math kind splits them), LaTeX, and the EOS string as text
+VARIED = ["", " ", "   ", "\t\t", "\n\n\n", "a  b   c    d", "trailing   ", "  leading", "\r\n",
+          "x = 1;\n\tif (x) {\n\t\treturn y;\n\t}\n", "def f(a, b):\n    return a ** 2  # sq\n",
+          "héllo wörld", "你好，世界", "東京タワー", "🚀🎉👍🏽", "e\u0301 combining", "Ελληνικά",
+          "مرحبا", "\x00\x01\x7f", "\ufeffBOM", "zero\u200bwidth", "a , b . c ! d ? e",
+          "don't it's we'll", "1234567890 3.14159", "\\frac{a}{b} \\alpha_1", f"a{EOS_TOKEN}b",
+          EOS_TOKEN, "<|endoftext", "unseen words: zyxwvut"]
+CORPUS = ["def main():\n    return 42\n", "The quick brown fox jumps over the lazy dog.",
+          "héllo wörld café naïve — 你好世界 東京 🚀🎉", "\\frac{1}{2} + \\alpha^2 = 3.14159",
+          "  indented\tcode  \r\n\n\n   spaces   ", "It's, don't ; a , b . c ! ?"] * 20
+
+
+@pytest.mark.parametrize("kind", ["bpe", "math"])
+def test_hf_tokenizer_gives_kilns_ids_and_text_back(tmp_path, kind):
+    """A tokenizer Kiln trains (`tokenizer.kind` bpe or math), exported: AutoTokenizer on the
+    folder gives the ids the shards were made with (Kiln's `encode_batch`) on varied text,
+    decodes them to the text itself, and knows EOS as Kiln's id, printed or skipped."""
+    from kiln.data.math_tokenizer import min_math_vocab, train_tokenizer_of_kind
+
+    path = tmp_path / "tokenizer.json"
+    train_tokenizer_of_kind(kind, CORPUS, max(400, min_math_vocab()), path, show_progress=False)
+    ours = load_tokenizer(path)
+    out = export_hf(tiny_model(ours.get_vocab_size(), tied=True), path, tmp_path / "hf")
+    theirs = transformers.AutoTokenizer.from_pretrained(out)
+    assert theirs.get_vocab() == ours.get_vocab(with_added_tokens=True)
+    eos = ours.token_to_id(EOS_TOKEN)
+    assert theirs.eos_token_id == theirs.bos_token_id == theirs.pad_token_id == eos
+    expected = [e.ids for e in ours.encode_batch(VARIED, add_special_tokens=False)]
+    assert theirs(VARIED)["input_ids"] == expected  # no BOS or EOS added
+    for text, ids in zip(VARIED, expected):
+        assert theirs.encode(text) == ids, text
+        assert theirs.decode(ids) == text
+        assert theirs.decode([*ids, eos]) == text + EOS_TOKEN
+        assert theirs.decode([*ids, eos], skip_special_tokens=True) == text
+    assert eos not in expected[VARIED.index(EOS_TOKEN)]  # the EOS string in text: bytes
+
+
 def test_export_is_atomic(tokenizer_path, tmp_path, monkeypatch):
     vocab = load_tokenizer(tokenizer_path).get_vocab_size()
     model = tiny_model(vocab, tied=False)
@@ -127,9 +167,17 @@ def test_cli_export_of_trained_run(tiny_run):
     cmd_export(cfg)
     out = tiny_run / "export"
     hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    # the exported tokenizer against the run's own (the one its shards were made with)
+    from kiln.data.documents import read_documents
+
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    kiln_tok = load_tokenizer(tiny_run / "tokenizer" / "tokenizer.json")
+    docs = [d.text for _, d in zip(range(5), read_documents(tiny_run))] + VARIED
+    assert hf_tok(docs)["input_ids"] == [
+        e.ids for e in kiln_tok.encode_batch(docs, add_special_tokens=False)]
     text = f"def hello():\n    return 1{EOS_TOKEN}"
-    ids = transformers.AutoTokenizer.from_pretrained(out)(text, return_tensors="pt").input_ids
-    assert ids[0].tolist() == load_tokenizer(out / "tokenizer.json").encode(text).ids
+    ids = hf_tok(text, return_tensors="pt").input_ids
+    assert ids[0].tolist() == kiln_tok.encode(text).ids
     model, _ = load_trained_model(cfg)
     with torch.no_grad():
         assert (hf(ids).logits - model(ids)).abs().max().item() < 1e-4
