@@ -120,7 +120,7 @@ def test_impossible_combinations_name_the_key(override, key):
         (["model.z_loss_coef=-0.1"], r"model\.z_loss_coef = -0.1 must be >= 0"),
         (["model.router_init_std=-0.1"], r"model\.router_init_std = -0.1 must be >= 0"),
         (["model.n_experts=4", "model.n_layers=2", "model.n_dense_layers=3"],
-         r"model\.n_dense_layers exceeds model\.n_layers"),
+         r"model\.n_dense_layers = 3 exceeds model\.n_layers = 2: use fewer dense layers"),
         (["schedule.decay_fraction=0"], r"schedule\.decay_fraction must be in \(0, 1\]"),
         (["schedule.decay_fraction=1.5"], r"schedule\.decay_fraction must be in \(0, 1\]"),
         # each names the one key that is wrong and its value, not the four muon_* rules

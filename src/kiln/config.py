@@ -486,7 +486,8 @@ def validate(cfg: Config) -> Config:
         if not 1 <= m.top_k <= m.n_experts:
             raise ConfigError(f"model.top_k ({m.top_k}) must be in [1, model.n_experts={m.n_experts}]")
         if m.n_dense_layers > m.n_layers:
-            raise ConfigError("model.n_dense_layers exceeds model.n_layers")
+            raise ConfigError(f"model.n_dense_layers = {m.n_dense_layers} exceeds model.n_layers "
+                              f"= {m.n_layers}: use fewer dense layers than layers, so some are MoE")
     if t.seq_len > m.max_seq_len:
         raise ConfigError(f"train.seq_len ({t.seq_len}) exceeds model.max_seq_len ({m.max_seq_len})")
     if not MIN_VOCAB <= cfg.tokenizer.vocab_size <= MAX_VOCAB:
