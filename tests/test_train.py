@@ -445,6 +445,20 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_with_its_outputs_
     assert sorted(logged_losses(tiny_run)) == list(range(1, 7))  # one run's records, not two
 
 
+def test_a_fresh_start_moves_every_eval_file_aside(tmp_path):
+    """`kiln eval --set eval.split=train` writes eval-train.json beside eval.json: the old
+    model's score too, so `--fresh` (or a restart) moves it aside with the rest rather than
+    leaving it beside the new model's outputs."""
+    from kiln.eval import eval_file
+
+    made = ["metrics.jsonl", eval_file("val"), eval_file("train"), "samples.json"]
+    for name in made:
+        (tmp_path / name).write_text("{}")
+    archived = ckpt_mod.archive_checkpoints(tmp_path, "fresh")
+    assert sorted(p.name for p in archived.iterdir()) == sorted(made)
+    assert not any((tmp_path / name).exists() for name in made)
+
+
 def test_pruning_counts_only_complete_checkpoints(tiny_run):
     """Empty or half-copied step_* folders are not checkpoints: counting them would prune
     every real one (and the next run would then start again from step 0)."""

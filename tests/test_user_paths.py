@@ -88,6 +88,21 @@ def test_a_source_folder_without_files_is_named_with_what_is_read(tmp_path, caps
     assert f"warning: data.sources: no file found in '{empty}': hidden" in capsys.readouterr().err
 
 
+def test_an_empty_source_is_named_when_the_stages_drop_every_document(tmp_path, capsys):
+    """An empty folder beside a file whose one document the quality filters drop: the
+    'all dropped' error used to name the filters' reasons only, and the warning that names
+    the empty source is never reached."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "short.txt").write_text("some text\n")  # too short for Gopher's prose rules
+    sources = f'data.sources=["{tmp_path / "empty"}", "{tmp_path / "short.txt"}"]'
+    assert main(["prepare", "--set", f'run.dir="{tmp_path / "run"}"', "--set", sources,
+                 "--set", 'prepare.stages=["read", "quality", "write"]',
+                 "--set", "prepare.quality.domain=prose"]) == 1
+    err = capsys.readouterr().err
+    assert "documents read from" in err and "were dropped (quality: " in err
+    assert f"data.sources: no file found in '{tmp_path / 'empty'}': hidden" in err
+
+
 def test_two_prepares_in_one_process_with_a_relative_run_dir(tmp_path, monkeypatch):
     """fsspec caches datatrove's folders by the path as given: the second prepare of a
     relative run.dir, from another folder, found the first one's folders (its task marked

@@ -188,6 +188,7 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
 
     from kiln.atomic import write_json_atomic
     from kiln.data.shards import load_index
+    from kiln.eval import eval_file
     from kiln.eval.perplexity import evaluate
     from kiln.parallel.distributed import DistEnv, init_distributed, local_device, shutdown
     from kiln.train.precision import resolve_device, resolve_precision
@@ -212,8 +213,7 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     result["checkpoint"], result["ranks"] = ckpt.name, env.world_size
     result["batch_size"], result["max_batches"] = e.batch_size, e.max_batches
     result["seq_len"], result["precision"] = cfg.train.seq_len, precision
-    # eval.json is the held-out score the report shows; a look at the train split goes beside it
-    name = "eval.json" if e.split == "val" else f"eval-{e.split}.json"
+    name = eval_file(e.split)
     write_json_atomic(cfg.run_dir / name, result)
     trained = recorded_config(cfg.run_dir)
     if trained is not None and trained.train.seq_len != cfg.train.seq_len:

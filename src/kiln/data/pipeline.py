@@ -661,8 +661,12 @@ def _no_documents_message(yields: dict, sources: list, run_dir: Path,
                 f"see {run_dir / YIELD_FILE}{named}")
     drops = "; ".join(f"{r['stage']}: {reasons(r['drop_reasons'])}" for r in yields["stages"]
                       if r.get("documents_dropped"))
+    # a source that gave nothing is said here too (with documents kept, prepare warns of it)
+    empty = sources_without_files([s for s in sources if s != "<stdlib>"], run_dir) \
+        if first["stage"] == "read" else []
     return (f"prepare.stages: all {first['documents_out']} documents read from {sources} were "
-            f"dropped ({drops}); see {run_dir / YIELD_FILE}")
+            f"dropped ({drops}); see {run_dir / YIELD_FILE}"
+            + (f"\n  data.sources: {no_files_message(empty)}" if empty else ""))
 
 
 __all__ = [

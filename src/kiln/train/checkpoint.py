@@ -38,6 +38,7 @@ from kiln.atomic import (
     write_text_atomic,
 )
 from kiln.errors import CheckpointError, TrainingDiverged
+from kiln.eval import EVAL_FILES
 from kiln.hashing import file_sha256
 from kiln.parallel.distributed import DistEnv, all_reduce_max, unwrap, wait_for_main
 from kiln.train.checkpoint_dirs import PREFIX, complete_checkpoints, latest_checkpoint
@@ -219,7 +220,7 @@ def _prune(ckpt_root: Path, keep: int, just_written: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-_MODEL_OUTPUTS = ("checkpoints", "metrics.jsonl", "eval.json", "samples.json", "export",
+_MODEL_OUTPUTS = ("checkpoints", "metrics.jsonl", *EVAL_FILES, "samples.json", "export",
                   "report.html", "plots")
 
 
