@@ -33,8 +33,12 @@ def test_declared_environments_are_code_blocks():
         ("\\newminted[py]{python}{}", "\\begin{py}", "\\end{py}"),
         ("\\DefineVerbatimEnvironment{vb}{Verbatim}{frame=single}", "\\begin{vb}[numbers=left]", "\\end{vb}"),
         ("\\RecustomVerbatimEnvironment{Verbatim}{Verbatim}{}", "\\begin{Verbatim}", "\\end{Verbatim}"),
+        ("\\CustomVerbatimEnvironment{vb}{BVerbatim}{}", "\\begin{vb}[x]", "\\end{vb}"),
         ("\\newtcblisting{box}[1]{title=#1}", "\\begin{box}{Title}", "\\end{box}"),
         ("\\DeclareTCBListing{ml}{ O{} m }{#1}", "\\begin{ml}[t]{u}", "\\end{ml}"),
+        ("\\NewTCBListing[auto counter]{ml}{ !O{} }{#1}", "\\begin{ml}[t]", "\\end{ml}"),
+        ("\\RenewTCBListing{ml}{ m }{}\\ProvideTCBListing{pl}{}{}", "\\begin{ml}{x}", "\\end{ml}"),
+        ("\\renewtcblisting{box}{}", "\\begin{box}", "\\end{box}"),
         ("", "\\begin{tcblisting}{colback=red}", "\\end{tcblisting}"),
         ("", "\\begin{spverbatim}", "\\end{spverbatim}"),
     ]
@@ -66,10 +70,12 @@ def test_minted_made_commands():
 
 
 def test_comment_package_excluded_environments_are_dropped_and_included_ones_read():
-    pre = "\\usepackage{comment}\\excludecomment{hide}\\includecomment{show}\\excludeversion{long}"
+    pre = ("\\usepackage{comment}\\excludecomment{hide}\\includecomment{show}\\excludeversion{long}"
+           "\\includeversion{short}\\specialcomment{note}{\\begingroup}{\\endgroup}")
     tex = ("\\begin{itemize}\\item A \\begin{hide}" + CODE + "\\end{hide} B \\begin{long}{\\end{long}\\item C "
-           "\\begin{show}shown \\emph{text}\\end{show}\\end{itemize} D")
-    assert body(tex, pre) == "- A B\n- C shown text D"
+           "\\begin{show}shown \\emph{text}\\end{show}\\end{itemize} D \\begin{short}E\\end{short} "
+           "\\begin{note}F\\end{note}")
+    assert body(tex, pre) == "- A B\n- C shown text D E F"
     assert "not a comment" in strip_comments(pre + tex)  # the dropped body is not LaTeX either
     # \includecomment{comment} makes the built-in `comment` ordinary, until excluded again.
     tex = "A \\begin{comment}kept \\emph{c}\\end{comment} \\excludecomment{comment}\\begin{comment}x{\\end{comment} B"

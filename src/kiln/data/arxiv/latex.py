@@ -127,14 +127,18 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
     theorems.update(named)
     body = expand_macros(body, macros, counts, declared)
     result = ExtractResult(main=main, counts=counts)
-    spans, preamble_spans = LiteralSpans(body, declared), LiteralSpans(preamble, at_preamble)
-    title = _title_source(body, spans) or _title_source(preamble, preamble_spans)
+    converter = LatexConverter(body, theorems, counts, declared)  # its literal spans serve twice
+    title = _title_source(converter.src, converter.spans)
+    abstract = _abstract_source(converter.src, converter.spans)
+    if not title or not abstract:
+        preamble_spans = LiteralSpans(preamble, at_preamble)
+        title = title or _title_source(preamble, preamble_spans)
+        abstract = abstract or _abstract_source(preamble, preamble_spans)
     if title is not None:
         result.title = _convert(expand_macros(title, macros, counts, declared), theorems, Counter(), declared)
-    abstract = _abstract_source(body, spans) or _abstract_source(preamble, preamble_spans)
     if abstract is not None:
         result.abstract = _convert(expand_macros(abstract, macros, counts, declared), theorems, Counter(), declared)
-    result.body = _convert(body, theorems, counts, declared)
+    result.body = converter.text()
     return result
 
 

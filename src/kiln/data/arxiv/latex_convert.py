@@ -5,9 +5,10 @@ environments are matched up front, so nesting is handled by index ranges, not by
 spans (`latex_literal`) are cut out first: an inline one (\\verb, \\url, a short verb...) is one
 LITERAL token and a verbatim-like environment's body one TEXT token, so no brace or \\end inside
 them is read as LaTeX; an environment is read as the declarations in force at its \\begin say
-(`latex_declared`: a user's \\lstnewenvironment is code, an \\excludecomment one is dropped). Math is copied from the source verbatim. Unbalanced input degrades (stray
-closers skipped, unclosed groups run to the end) instead of failing. See `latex_rules` for what
-happens to each construct.
+(`latex_declared`: a user's \\lstnewenvironment is code, an \\excludecomment one is dropped).
+Math is copied from the source verbatim. Unbalanced input degrades (stray closers skipped,
+unclosed groups run to the end) instead of failing. See `latex_rules` for what happens to each
+construct.
 """
 
 from __future__ import annotations

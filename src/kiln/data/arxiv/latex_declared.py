@@ -32,13 +32,8 @@ LITERAL_ENVS: dict[str, tuple[str, str]] = {
 # minted's command makers -> the kind of literal span the made command opens (`latex_literal`).
 COMMAND_KINDS = {"newmint": "mint", "newmintinline": "mintinline", "newmintedfile": "mintedfile"}
 COMMAND_SUFFIX = {"newmint": "", "newmintinline": "inline", "newmintedfile": "file"}
-DECLARATIONS = (
-    r"lstnewenvironment|newmint(?:ed(?:file)?|inline)?|(?:Define|Custom|Recustom)VerbatimEnvironment"
-    r"|(?:re)?newtcblisting|(?:Declare|New|Renew|Provide)TCBListing|(?:exclude|include|special)comment"
-    r"|(?:exclude|include)version"
-)
-# The arguments after a declaration's span (code run at \begin/\end, options): ordinary LaTeX,
-# dropped with it by the converter.
+# The declarations (`declare` reads each) -> the arguments after the span it makes (code run at
+# \begin/\end, options): ordinary LaTeX, dropped with it by the converter.
 DECLARATION_TAILS = {
     "lstnewenvironment": "{{", "specialcomment": "{{", "excludecomment": "", "includecomment": "",
     "excludeversion": "", "includeversion": "",

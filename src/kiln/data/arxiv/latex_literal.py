@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from kiln.data.arxiv.latex_declared import (
-    DECLARATIONS,
+    DECLARATION_TAILS,
     ROLE_LATEX,
     Declared,
     command_table,
@@ -61,6 +61,12 @@ BRACES = re.compile(r"[{}]")
 FLAT_GROUP = re.compile(r"\{[^{}]*\}")
 LINE_BLANKS = re.compile(r"[ \t]*")
 NO_DECLARATIONS = Declared()
+# The commands that open literal spans or change the declarations, by the regex group they match in.
+URL_COMMANDS = ("url", "nolinkurl", "path", "href")
+CODE_COMMANDS = ("lstinline", "mintinline", "mint", "Verb")
+SHORT_ON = ("MakeShortVerb", "DefineShortVerb", "lstMakeShortInline")
+SHORT_OFF = ("DeleteShortVerb", "UndefineShortVerb", "lstDeleteShortInline")
+COMMAND_NAMES = ("verb", "begin", *URL_COMMANDS, *CODE_COMMANDS, *SHORT_ON, *SHORT_OFF, *DECLARATION_TAILS)
 MAX_STATES = 256
 # Words that a declaration contains: a text without any declares nothing (`declared_after`).
 DECLARATION_HINTS = ("ShortVerb", "ShortInline", "newenvironment", "newmint", "VerbatimEnvironment",
@@ -290,13 +296,16 @@ def _pattern(comments: bool, declared: Declared) -> re.Pattern:
     verbatim-like environments and made commands open spans, and so do its short-verb
     characters, unless a backslash precedes one."""
     envs = [name for name, (role, _) in env_table(declared.envs).items() if role != ROLE_LATEX]
-    made = f"(?P<made>{_alternation(name for name, _ in declared.commands)})(?![a-zA-Z@])|" if declared.commands else ""
-    command = (
-        r"(?:" + made + r"(?P<verb>verb\*?)(?=[" + re.escape(VERB_DELIMITERS) + r"])"
-        r"|(?P<url>url|nolinkurl|path|href)(?![a-zA-Z@])|(?P<code>lstinline|mintinline|mint|Verb)(?![a-zA-Z@])"
-        r"|(?P<short>(?:Make|Define)ShortVerb|lstMakeShortInline"
-        r"|(?P<unshort>(?:Delete|Undefine)ShortVerb|lstDeleteShortInline))(?![a-zA-Z@])"
-        r"|(?P<declare>" + DECLARATIONS + r")(?![a-zA-Z@])"
+    made_names = [name for name, _ in declared.commands]
+    made = f"(?P<made>{_alternation(made_names)})(?![a-zA-Z@])|" if made_names else ""
+    initials = "".join(sorted({name[0] for name in (*COMMAND_NAMES, *made_names)}))
+    command = (  # the lookahead fails most commands (\frac, \cite...) at their first letter
+        r"(?=[" + re.escape(initials) + r"])(?:" + made
+        + r"(?P<verb>verb\*?)(?=[" + re.escape(VERB_DELIMITERS) + r"])"
+        r"|(?P<url>" + _alternation(URL_COMMANDS) + r")(?![a-zA-Z@])"
+        r"|(?P<code>" + _alternation(CODE_COMMANDS) + r")(?![a-zA-Z@])"
+        r"|(?P<short>" + _alternation(SHORT_ON) + "|(?P<unshort>" + _alternation(SHORT_OFF) + r"))(?![a-zA-Z@])"
+        r"|(?P<declare>" + _alternation(DECLARATION_TAILS) + r")(?![a-zA-Z@])"
         r"|begin\s*\{(?P<env>" + _alternation(envs) + r")\})"
     )
     pct = "%|" if comments else ""
