@@ -67,10 +67,8 @@ CODE_COMMANDS = ("lstinline", "mintinline", "mint", "Verb")
 SHORT_ON = ("MakeShortVerb", "DefineShortVerb", "lstMakeShortInline")
 SHORT_OFF = ("DeleteShortVerb", "UndefineShortVerb", "lstDeleteShortInline")
 COMMAND_NAMES = ("verb", "begin", *URL_COMMANDS, *CODE_COMMANDS, *SHORT_ON, *SHORT_OFF, *DECLARATION_TAILS)
+DECLARING = (*SHORT_ON, *SHORT_OFF, *DECLARATION_TAILS)  # a text without any declares nothing
 MAX_STATES = 256
-# Words that a declaration contains: a text without any declares nothing (`declared_after`).
-DECLARATION_HINTS = ("ShortVerb", "ShortInline", "newenvironment", "newmint", "VerbatimEnvironment",
-                     "tcblisting", "TCBListing", "comment", "version")
 
 
 def _comment_end(text: str, start: int) -> int:
@@ -415,6 +413,6 @@ class LiteralSpans:
 def declared_after(text: str, declared: Declared = NO_DECLARATIONS) -> Declared:
     """The declarations in force at the end of `text` (`declared` at its start): those of a
     preamble (or of a local .sty file) hold in the body."""
-    if not any(hint in text for hint in DECLARATION_HINTS):
+    if not any(name in text for name in DECLARING):
         return declared
     return LiteralSpans(text, declared).declared_at(len(text))
