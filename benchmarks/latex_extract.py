@@ -12,7 +12,8 @@ Every .tex / .tex.gz that has both \\documentclass and \\begin{document} is one 
 other .tex/.sty files of its folder form its "archive" (so \\input resolves). Metrics:
 - converted: `latex_to_text` returned without an exception; nonempty: its body has text (bodies
   that are only TikZ, tabulars, \\blindtext or missing includes are legitimately empty);
-- leaked_markup: words outside math and code that start with '\\' or contain a brace, over words;
+- leaked_markup: words outside math and code (``` blocks and `inline` code, which keep LaTeX as
+  written on purpose) that start with '\\' or contain a brace, over words;
 - math_kept: math spans in the output / math spans in the comment-free source body;
 - mb_per_s: main-file MB / seconds of `latex_to_text`, one process.
 Peer, same run: pylatexenc's LatexNodes2Text on the same bodies (time-capped), for speed and leak.

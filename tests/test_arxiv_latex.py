@@ -283,7 +283,8 @@ def test_unclosed_url_and_inline_code_openers_are_linear():
     openers = ("\\url{", "\\url|", "\\href{", "\\path|", "\\lstinline|", "\\lstinline{", "\\lstinline[",
                "\\lstinline[a]|", "\\mintinline{c}{", "\\mintinline{c}|", "\\mintinline[", "\\mint{c}{",
                "\\mint{c}|", "\\Verb|", "\\Verb{", "\\Verb*[a]|", "\\MakeShortVerb{", "\\lstMakeShortInline[",
-               "\\MakeShortVerb{\\|}|", "\\begin{lstlisting}[{")
+               "\\MakeShortVerb{\\|}|", "\\begin{lstlisting}[{", "\\newminted{", "\\excludecomment{a}\\begin{a}",
+               "\\newmint{py}{}\\py|", "\\newmintedfile{py}{}\\pyfile{")
     for opener in openers:
         for sep in ("", "\n"):
             bad = (opener + "x" + sep) * 100_000 + "%"

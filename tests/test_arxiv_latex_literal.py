@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kiln.data.arxiv import latex_to_text
-from kiln.data.arxiv.latex_literal import LITERAL_ENVS, LiteralSpans
+from kiln.data.arxiv.latex_declared import LITERAL_ENVS
+from kiln.data.arxiv.latex_literal import Declared, LiteralSpans
 from kiln.data.arxiv.latex_rules import CODE_ENVS, DROP_ENVS
 from kiln.data.arxiv.latex_source import split_document, strip_comments
 
@@ -46,10 +47,10 @@ def test_short_verb_declarations_start_and_end_literal_spans():
         "\\DefineShortVerb{\\+}+a%+ \\UndefineShortVerb{\\+}+bz")
     # A declaration inside a literal span declares nothing; a state can be handed on.
     assert strip_comments("\\verb|\\MakeShortVerb{\\!}| !a% c\nz") == "\\verb|\\MakeShortVerb{\\!}| !az"
-    assert strip_comments("|a%b| % c\nz", short="|") == "|a%b| z"
+    assert strip_comments("|a%b| % c\nz", Declared(short="|")) == "|a%b| z"
     spans = LiteralSpans("x \\MakeShortVerb{\\|} |y| \\lstMakeShortInline\" z \\DeleteShortVerb\\| w")
     assert [s.kind for s in spans.spans] == ["shortverb", "verb", "shortverb", "shortverb"]
-    assert (spans.short_at(0), spans.short_at(22), spans.short_at(99)) == ("", "|", '"')
+    assert [spans.declared_at(at).short for at in (0, 22, 99)] == ["", "|", '"']
 
 
 def test_short_verbs_render_as_code_through_preamble_and_includes():

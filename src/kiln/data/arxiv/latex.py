@@ -4,8 +4,9 @@ Order: choose the main file, resolve \\input/\\include/\\subfile inside the arch
 stripped per file), split preamble/body, collect macro definitions (local .sty files named by
 \\usepackage, next to the main file or else at the root; then preamble, then body; later wins)
 and remove them, expand macros, pull title and abstract, convert the body (`latex_convert`).
-Short verbs declared in the preamble (\\MakeShortVerb{\\|}) hold in the body. Title/abstract from
-arXiv metadata win over the source's.
+Declarations in local .sty files and the preamble (\\MakeShortVerb{\\|}, \\lstnewenvironment,
+\\excludecomment...) hold in the body. A \\title or abstract inside a literal span (shown in a
+verbatim) is not the paper's. Title/abstract from arXiv metadata win over the source's.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from kiln.data.arxiv.latex_convert import LatexConverter
-from kiln.data.arxiv.latex_literal import short_verbs_after
+from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans, declared_after
 from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
 from kiln.data.arxiv.latex_source import (
     LatexRefused,
@@ -35,7 +36,8 @@ from kiln.data.arxiv.latex_source import (
 
 USEPACKAGE = re.compile(r"\\usepackage\s*(?:\[[^\]]*\])?\s*\{([^}]*)\}")
 TITLE = re.compile(r"\\title(?![a-zA-Z@])\s*")
-ABSTRACT_ENV = re.compile(r"\\begin\s*\{abstract\}(.*?)\\end\s*\{abstract\}", re.S)
+ABSTRACT_BEGIN = re.compile(r"\\begin\s*\{abstract\}")
+ABSTRACT_END = re.compile(r"\\end\s*\{abstract\}")
 ABSTRACT_MACRO = re.compile(r"\\abstract(?![a-zA-Z@])\s*(?=\{)")
 
 
@@ -54,26 +56,28 @@ class ExtractResult:
         return f"Title: {title or self.title}\nAbstract: {abstract or self.abstract}\nBody: {self.body}"
 
 
-def _convert(fragment: str, theorems: dict[str, str], counts: Counter, short: str) -> str:
-    return LatexConverter(fragment, theorems, counts, short).text()
+def _convert(fragment: str, theorems: dict[str, str], counts: Counter, declared: Declared) -> str:
+    return LatexConverter(fragment, theorems, counts, declared).text()
 
 
-def _title_source(text: str) -> str | None:
-    m = TITLE.search(text)
+def _title_source(text: str, spans: LiteralSpans) -> str | None:
+    """The argument of the first \\title outside the literal spans `spans` of `text`."""
+    m = spans.search(TITLE)
     if not m:
         return None
     pos = m.end()
     if text[pos : pos + 1] == "[":
-        pos = skip_blanks(text, (read_bracket(text, pos) or ("", pos + 1))[1])
-    group = read_group(text, pos) if text[pos : pos + 1] == "{" else None
+        pos = skip_blanks(text, (read_bracket(text, pos, spans) or ("", pos + 1))[1])
+    group = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
     return group[0] if group else None
 
 
-def _abstract_source(text: str) -> str | None:
-    if m := ABSTRACT_ENV.search(text):
-        return m.group(1)
-    if m := ABSTRACT_MACRO.search(text):
-        group = read_group(text, m.end())
+def _abstract_source(text: str, spans: LiteralSpans) -> str | None:
+    """The first abstract environment (else \\abstract{..}) outside the literal spans `spans`."""
+    if (begin := spans.search(ABSTRACT_BEGIN)) and (end := spans.search(ABSTRACT_END, begin.end())):
+        return text[begin.end() : end.start()]
+    if m := spans.search(ABSTRACT_MACRO):
+        group = read_group(text, m.end(), spans)
         return group[0] if group else None
     return None
 
@@ -102,23 +106,39 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
         for package in m.group(1).split(","):
             if (sty := _local_package(files, main, package)) is not None:
                 macro_sources.append(strip_comments(files[sty]))
+    declared = NO_DECLARATIONS  # \MakeShortVerb{\|}, \lstnewenvironment...: they hold after them
+    for source in macro_sources:
+        declared = declared_after(source, declared)
+    if declared != NO_DECLARATIONS:  # a local package's verbatim-like environments: % in them is code
+        counts = Counter()
+        preamble, body = split_document(resolve_includes(files, main, counts, declared=declared))
     macros: dict = {}
     theorems: dict[str, str] = {}
-    for source in [*macro_sources, preamble]:
+    for source in macro_sources:
         _, found, named = collect_definitions(source, counts)
         macros.update(found)
         theorems.update(named)
-    short = short_verbs_after(preamble)  # \MakeShortVerb{\|} in the preamble: |x| in the body
-    body, found, named = collect_definitions(body, counts, short)
+    _, found, named = collect_definitions(preamble, counts, declared)
     macros.update(found)
     theorems.update(named)
-    body = expand_macros(body, macros, counts, short)
+    at_preamble, declared = declared, declared_after(preamble, declared)
+    body, found, named = collect_definitions(body, counts, declared)
+    macros.update(found)
+    theorems.update(named)
+    body = expand_macros(body, macros, counts, declared)
     result = ExtractResult(main=main, counts=counts)
-    if (title := _title_source(body) or _title_source(preamble)) is not None:
-        result.title = _convert(expand_macros(title, macros, counts, short), theorems, Counter(), short)
-    if (abstract := _abstract_source(body) or _abstract_source(preamble)) is not None:
-        result.abstract = _convert(expand_macros(abstract, macros, counts, short), theorems, Counter(), short)
-    result.body = _convert(body, theorems, counts, short)
+    converter = LatexConverter(body, theorems, counts, declared)  # its literal spans serve twice
+    title = _title_source(converter.src, converter.spans)
+    abstract = _abstract_source(converter.src, converter.spans)
+    if not title or not abstract:
+        preamble_spans = LiteralSpans(preamble, at_preamble)
+        title = title or _title_source(preamble, preamble_spans)
+        abstract = abstract or _abstract_source(preamble, preamble_spans)
+    if title is not None:
+        result.title = _convert(expand_macros(title, macros, counts, declared), theorems, Counter(), declared)
+    if abstract is not None:
+        result.abstract = _convert(expand_macros(abstract, macros, counts, declared), theorems, Counter(), declared)
+    result.body = converter.text()
     return result
 
 

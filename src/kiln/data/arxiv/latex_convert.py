@@ -4,9 +4,11 @@ Tokens come from one regex (control words/symbols, $, braces, brackets, text run
 environments are matched up front, so nesting is handled by index ranges, not by regexes. Literal
 spans (`latex_literal`) are cut out first: an inline one (\\verb, \\url, a short verb...) is one
 LITERAL token and a verbatim-like environment's body one TEXT token, so no brace or \\end inside
-them is read as LaTeX. Math is copied from the source verbatim. Unbalanced input degrades (stray
-closers skipped, unclosed groups run to the end) instead of failing. See `latex_rules` for what
-happens to each construct.
+them is read as LaTeX; an environment is read as the declarations in force at its \\begin say
+(`latex_declared`: a user's \\lstnewenvironment is code, an \\excludecomment one is dropped).
+Math is copied from the source verbatim. Unbalanced input degrades (stray closers skipped,
+unclosed groups run to the end) instead of failing. See `latex_rules` for what happens to each
+construct.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import bisect
 import re
 from collections import Counter
 
-from kiln.data.arxiv.latex_literal import LiteralSpans, Span
+from kiln.data.arxiv.latex_declared import DECLARATION_TAILS, ROLE_CODE, ROLE_DROP, ROLE_LATEX
+from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans, Span
 from kiln.data.arxiv.latex_rules import (
     ACCENT_WORDS,
     ACCENTS,
@@ -24,6 +27,7 @@ from kiln.data.arxiv.latex_rules import (
     DROP_ENVS,
     HEADING_ENVS,
     HEADINGS,
+    LINE_ENVS,
     LIST_ENVS,
     LITERAL_BLOCK,
     LITERAL_CODE,
@@ -47,8 +51,10 @@ SILENT_SYMBOLS = frozenset("!-/@<>|")
 
 
 def _fix_text(t: str) -> str:
+    """TeX's dash and quote ligatures; a lone ` (an opening single quote) becomes ', so that a
+    backtick in the output marks code."""
     if "-" in t or "`" in t or "'" in t:
-        t = t.replace("---", "—").replace("--", "–").replace("``", '"').replace("''", '"')
+        t = t.replace("---", "—").replace("--", "–").replace("``", '"').replace("''", '"').replace("`", "'")
     return t
 
 
@@ -60,9 +66,14 @@ class LatexConverter:
     """Convert one LaTeX fragment; `theorems` maps environment names to printed titles."""
 
     def __init__(
-        self, source: str, theorems: dict[str, str] | None = None, counts: Counter | None = None, short: str = ""
+        self,
+        source: str,
+        theorems: dict[str, str] | None = None,
+        counts: Counter | None = None,
+        declared: Declared = NO_DECLARATIONS,
     ):
-        """`short`: the short-verb characters (\\MakeShortVerb) declared where `source` starts."""
+        """`declared`: the declarations (short verbs, verbatim-like environments) in force where
+        `source` starts."""
         if "\x00" in source or "\x01" in source:  # reserved for placeholders
             source = source.replace("\x00", "").replace("\x01", "")
         self.src = source
@@ -75,7 +86,8 @@ class LatexConverter:
         self.literal: dict[int, Span] = {}  # token index -> its inline literal span
         self.env_body: dict[int, Span] = {}  # start of a literal environment -> its span
         pos = 0
-        for span in LiteralSpans(source, short).spans:
+        self.spans = LiteralSpans(source, declared)
+        for span in self.spans.spans:
             self._tokenize(pos, span.start)
             if span.kind == "env":  # \begin{name}[args], the body as one TEXT token, \end{name}
                 self.env_body[span.start] = span
@@ -212,8 +224,7 @@ class LatexConverter:
                 out.append(val[i])
                 i += 1
             elif k == LITERAL:
-                self._literal(self.literal[i], out)
-                i += 1
+                i = self._literal(i, out)
             elif k == TIE:
                 out.append(" ")
                 i += 1
@@ -344,11 +355,14 @@ class LatexConverter:
         shape = macro_args(base)
         return self._skip_args(i + 1, shape[: len(shape) - len(shape.lstrip("*["))])
 
-    def _literal(self, span: Span, out: list[str]) -> None:
-        """A literal span, as `latex_rules` says: inline code (\\verb, a short verb, \\Verb,
-        \\lstinline, \\mintinline, \\path) in backticks, \\mint's code as a fenced block, \\nolinkurl's
-        text as is, \\url, \\href's URL and short-verb declarations dropped (the link text after
-        \\href{URL} is an ordinary group)."""
+    def _literal(self, i: int, out: list[str]) -> int:
+        """The literal span at token i, as `latex_rules` says: inline code (\\verb, a short verb,
+        \\Verb, \\lstinline, \\mintinline, \\path, a \\newmintinline command) in backticks, \\mint's
+        code (and a \\newmint command's) as a fenced block, \\nolinkurl's text as is; \\url, \\href's
+        URL, \\newmintedfile commands and declarations dropped, a declaration with the code and
+        options after it (the link text after \\href{URL} is an ordinary group). Returns the index
+        after it."""
+        span = self.literal[i]
         inner = self.src[span.inner_start : span.inner_end]
         if span.kind in LITERAL_CODE:
             out.append(f"`{inner}`")
@@ -356,8 +370,13 @@ class LatexConverter:
             out.append(self._code_block(inner))
         elif span.kind in LITERAL_TEXT:
             out.append(inner)
+        elif span.kind in DECLARATION_TAILS:
+            return self._skip_args(i + 1, DECLARATION_TAILS[span.kind])
+        return i + 1
 
     def _code_block(self, body: str) -> str:
+        if "\x00" in body or "\x01" in body:  # converted text (alltt): its math and code restored
+            body = PROTECTED.sub(lambda m: self.code[int(m.group(2))], body)
         self.code.append("```\n" + body.strip("\n") + "\n```")
         return f"\n\n\x00{len(self.code) - 1}\x00\n\n"
 
@@ -371,17 +390,24 @@ class LatexConverter:
         if end < j:
             closing = self._env_name(end)
             after = closing[1] if closing else end + 1
-        if name in MATH_ENVS:
+        role, args = self.spans.declared_at(self.start[i]).env(name) or (None, env_args(name))
+        if role == ROLE_LATEX:  # made an ordinary wrapper by \includecomment & co.: its body is read
+            self.convert(inner, end, out)
+        elif role is None and name in MATH_ENVS:
             out.append(self._math(self.src[self.start[i] : self.end[after - 1]], True))
-        elif name in DROP_ENVS:
+        elif role == ROLE_DROP or (role is None and name in DROP_ENVS):
             self.counts["env_dropped"] += 1
-        elif name in CODE_ENVS:
+        elif role == ROLE_CODE or name in CODE_ENVS:
             if (span := self.env_body.get(self.start[i])) is not None:
                 body = self.src[span.inner_start : span.inner_end]
             else:  # not literal (`code`), or unclosed: to the end
-                inner = self._skip_args(inner, env_args(name))
+                inner = self._skip_args(inner, args)
                 body = self.src[self.start[inner] if inner < self.n else len(self.src) : self.start[end] if end < self.n else len(self.src)]
             out.append(self._code_block(body))
+        elif name in LINE_ENVS:  # LaTeX whose lines and spaces are kept (alltt)
+            lines: list[str] = []
+            self.convert(self._skip_args(inner, args), end, lines)
+            out.append(self._code_block("".join(lines)))
         elif name in self.theorems:
             k = self._next(inner)
             label = ""

@@ -11,24 +11,32 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import NamedTuple
 
+from kiln.data.arxiv.latex_declared import (
+    DECLARATION_TAILS,
+    ROLE_LATEX,
+    Declared,
+    command_table,
+    declare,
+    env_table,
+)
+
 # Spans whose content TeX reads literally, so a % inside is not a comment and a macro is not
 # expanded: \verb<d>..<d> (one line, ASCII non-letter delimiter); \url, \nolinkurl and \path (the
 # url package re-reads catcodes) with a {balanced} argument or \verb's delimiter form; \href's
 # {URL}; \lstinline[opts]<d>..<d> or {..} (closed by the first }, as listings does);
 # \mintinline and \mint (minted's one-line display) [opts]{lang}<d>..<d> or {balanced}; \Verb
 # (fancyvrb; fvextra adds braces) *[opts]<d>..<d> or {balanced}; verbatim-like environments up to
-# their exact \end{name}, the body starting after their arguments (`LITERAL_ENV_ARGS`); and, once
-# declared by \MakeShortVerb{\|}, \DefineShortVerb or \lstMakeShortInline (until \DeleteShortVerb,
-# \UndefineShortVerb, \lstDeleteShortInline), |..| on one line, as \verb. Runs of `\\` (line
-# breaks) and `\%` (a percent sign) are matched and skipped, so a command or % counts only after an
-# even run of backslashes (likewise `\|` is a control symbol, not a short verb). Each regex starts
-# with one literal or character set, which lets the search skip plain text fast; the arguments are
-# read in Python (`literal_spans`) with remembered searches, since a regex cannot match balanced
-# braces and would rescan the rest of the line for each unclosed opener.
-LITERAL_ENVS = (
-    "verbatim", "verbatim*", "Verbatim", "Verbatim*", "BVerbatim", "LVerbatim", "lstlisting",
-    "minted", "alltt", "comment", "filecontents", "filecontents*",
-)
+# their exact \end{name}, the body starting after their arguments (`latex_declared.LITERAL_ENVS`,
+# and those a declaration such as \lstnewenvironment or \excludecomment adds); the commands made
+# by \newmint, \newmintinline (as \mint, \mintinline without {lang}) and \newmintedfile ([opts]
+# {file}); and, once declared by \MakeShortVerb{\|}, \DefineShortVerb or \lstMakeShortInline
+# (until \DeleteShortVerb, \UndefineShortVerb, \lstDeleteShortInline), |..| on one line, as
+# \verb. Declarations are spans too, each carrying the `Declared` state after it. Runs of `\\`
+# (line breaks) and `\%` (a percent sign) are matched and skipped, so a command or % counts only
+# after an even run of backslashes (likewise `\|` is a control symbol, not a short verb). Each
+# regex starts with one literal or character set, which lets the search skip plain text fast; the
+# arguments are read in Python (`literal_spans`) with remembered searches, since a regex cannot
+# match balanced braces and would rescan the rest of the line for each unclosed opener.
 VERB_DELIMITERS = "!\"#$%&'()+,-./0123456789:;<=>?@[\\]^_`{|}~"  # ASCII, not a letter, * or space
 # The delimiter forms of \url-like commands and inline code take fewer: a bare command is also
 # met in definitions (``{\url}``, ``\def\url#1``, ``\let\url=``, ``\let\url\relax``), and
@@ -39,18 +47,6 @@ URL_DELIMITERS = "".join(c for c in VERB_DELIMITERS if c not in "{}[]()\\#=%")
 PATH_DELIMITERS = '|!"'
 CODE_DELIMITERS = "".join(c for c in VERB_DELIMITERS if c not in "{}\\#")
 SHORT_DELIMITERS = CODE_DELIMITERS.replace("%", "")  # what \MakeShortVerb may make a delimiter
-# Arguments read before a literal environment's body ('[' optional, '{' mandatory), as TeX does.
-LITERAL_ENV_ARGS = {"Verbatim": "[", "Verbatim*": "[", "BVerbatim": "[", "LVerbatim": "[",
-                    "lstlisting": "[", "minted": "[{", "filecontents": "[{", "filecontents*": "[{"}
-_COMMAND = (
-    r"(?P<cmd>(?P<verb>verb\*?)(?=[" + re.escape(VERB_DELIMITERS) + r"])"
-    r"|(?P<url>url|nolinkurl|path|href)(?![a-zA-Z@])|(?P<code>lstinline|mintinline|mint|Verb)(?![a-zA-Z@])"
-    r"|(?P<short>(?:Make|Define)ShortVerb|lstMakeShortInline"
-    r"|(?P<unshort>(?:Delete|Undefine)ShortVerb|lstDeleteShortInline))(?![a-zA-Z@])"
-    r"|begin\s*\{(?P<env>" + "|".join(re.escape(e) for e in LITERAL_ENVS) + r")\})"
-)
-LITERAL = re.compile(r"\\(?:\\(?:\\\\)*|" + _COMMAND + ")")
-LITERAL_OR_COMMENT = re.compile(r"[%\\](?:(?<=%)(?P<pct>)|(?<=\\)(?:%|\\(?:\\\\)*|" + _COMMAND + "))")
 # The short-verb argument: {\|}, \|, {|} or |, after \MakeShortVerb*, [options] and blanks.
 SHORT_CHAR = re.compile(r"[ \t]*(?:\{[ \t]*\\?(?P<braced>[^\s{}])[ \t]*\}|\\?(?P<bare>[^\s{}]))")
 # A literal environment's [options] (braces nested twice at most) and {argument}, read within
@@ -64,6 +60,15 @@ LANGUAGE_STOP = re.compile(r"[{}\n%]")  # ends \mintinline's {language}: only a 
 BRACES = re.compile(r"[{}]")
 FLAT_GROUP = re.compile(r"\{[^{}]*\}")
 LINE_BLANKS = re.compile(r"[ \t]*")
+NO_DECLARATIONS = Declared()
+# The commands that open literal spans or change the declarations, by the regex group they match in.
+URL_COMMANDS = ("url", "nolinkurl", "path", "href")
+CODE_COMMANDS = ("lstinline", "mintinline", "mint", "Verb")
+SHORT_ON = ("MakeShortVerb", "DefineShortVerb", "lstMakeShortInline")
+SHORT_OFF = ("DeleteShortVerb", "UndefineShortVerb", "lstDeleteShortInline")
+COMMAND_NAMES = ("verb", "begin", *URL_COMMANDS, *CODE_COMMANDS, *SHORT_ON, *SHORT_OFF, *DECLARATION_TAILS)
+DECLARING = (*SHORT_ON, *SHORT_OFF, *DECLARATION_TAILS)  # a text without any declares nothing
+MAX_STATES = 256
 
 
 def _comment_end(text: str, start: int) -> int:
@@ -78,17 +83,19 @@ def _comment_end(text: str, start: int) -> int:
 
 class Span(NamedTuple):
     """A comment or literal span: text[start:end]; `kind` is "%" (a comment), "env" (a
-    verbatim-like environment), "shortverb" (a \\MakeShortVerb-like declaration, after which the
-    characters in `active` delimit short verbs), "verb" (\\verb or a short verb) or the command
-    (``url``, ``lstinline``, ``Verb``...); its literal content is text[inner_start:inner_end] (a
-    comment's is the whole span; an environment's is its body, after its arguments)."""
+    verbatim-like environment), "shortverb" (a \\MakeShortVerb-like declaration), "verb" (\\verb
+    or a short verb), the command (``url``, ``lstinline``, ``Verb``, or a declaration such as
+    ``lstnewenvironment``) or, for a command made by \\newmint & co., the kind of span it opens
+    (``mint``, ``mintinline``, ``mintedfile``); its literal content is text[inner_start:inner_end]
+    (a comment's is the whole span; an environment's is its body, after its arguments). A
+    declaration's `declared` is the state after it."""
 
     start: int
     end: int
     kind: str
     inner_start: int
     inner_end: int
-    active: str = ""
+    declared: Declared | None = None
 
 
 class _Braces:
@@ -178,11 +185,15 @@ class _Scanner:
         return close + 1 if close >= 0 and self.text[close] == "]" else -1
 
 
-def _command_span(scan: _Scanner, m: re.Match) -> tuple[Span | None, int]:
+def _command_span(scan: _Scanner, m: re.Match, declared: Declared) -> tuple[Span | None, int]:
     """The literal span of the \\url-like or inline-code command at `m` (None when its argument is
     not closed), and where the search goes on (past options and {language}, which have no %)."""
     text, start, pos = scan.text, m.start(), m.end()
-    if name := m.group("url"):
+    what = m.lastgroup
+    if what == "made":  # by \newmint & co.: as \mint or \mintinline, without {language}
+        return _made_span(scan, m, command_table(declared.commands)[m.group("made")])
+    if what == "url":
+        name = m.group("url")
         at = BLANKS.match(text, pos).end()
         if text.startswith("{", at):
             end = scan.balanced(at)
@@ -205,7 +216,27 @@ def _command_span(scan: _Scanner, m: re.Match) -> tuple[Span | None, int]:
         if close < 0 or text[close] != "}":
             return None, pos
         pos = close + 1
-    elif text.startswith("{", at := LINE_BLANKS.match(text, pos).end()):
+    return _code_argument(scan, start, pos, name)
+
+
+def _made_span(scan: _Scanner, m: re.Match, kind: str) -> tuple[Span | None, int]:
+    """The span of a command made by \\newmint (`kind` "mint"), \\newmintinline ("mintinline"):
+    [options] then the code, as \\mint's; or \\newmintedfile ("mintedfile"): [options]{file}."""
+    text, pos = scan.text, m.end()
+    if (pos := scan.options(pos)) < 0:
+        return None, m.end()
+    if kind != "mintedfile":
+        return _code_argument(scan, m.start(), pos, kind)
+    at = BLANKS.match(text, pos).end()
+    end = scan.balanced(at) if text.startswith("{", at) else -1
+    return (Span(m.start(), end, kind, at + 1, end - 1) if end >= 0 else None), pos
+
+
+def _code_argument(scan: _Scanner, start: int, pos: int, name: str) -> tuple[Span | None, int]:
+    """The inline-code command `name` at `start` whose code starts at `pos` (after blanks, a {
+    or a delimiter) as a span, or None when it is not closed; and where the search goes on."""
+    text = scan.text
+    if text.startswith("{", at := LINE_BLANKS.match(text, pos).end()):
         pos = at
     if pos >= len(text):
         return None, pos
@@ -223,11 +254,11 @@ def _command_span(scan: _Scanner, m: re.Match) -> tuple[Span | None, int]:
     return (Span(start, end, name, pos + 1, end - 1) if end >= 0 else None), pos
 
 
-def _env_body(text: str, env: str, pos: int) -> int:
+def _env_body(text: str, args: str, pos: int) -> int:
     """Where the body of the literal environment whose name ends at `pos` starts: after its
-    [options] and {argument} (`LITERAL_ENV_ARGS`), read within `ENV_ARGS_WINDOW` characters."""
+    arguments `args` ('[' [options], '{' {argument}), read within `ENV_ARGS_WINDOW` characters."""
     end = min(len(text), pos + ENV_ARGS_WINDOW)
-    for shape in LITERAL_ENV_ARGS.get(env, ""):
+    for shape in args:
         if m := (ENV_OPTIONS if shape == "[" else ENV_ARGUMENT).match(text, pos, end):
             pos = m.end()
         elif shape == "{":
@@ -235,9 +266,9 @@ def _env_body(text: str, env: str, pos: int) -> int:
     return pos
 
 
-def _short_verb(scan: _Scanner, m: re.Match, short: str) -> Span | None:
-    """The \\MakeShortVerb-like declaration at `m` as a span whose `active` is the short-verb
-    characters after it (`short` before it), or None when its argument is not a delimiter."""
+def _short_verb(scan: _Scanner, m: re.Match, declared: Declared) -> Span | None:
+    """The \\MakeShortVerb-like declaration at `m` as a span whose `declared` has the short-verb
+    characters after it, or None when its argument is not a delimiter."""
     text, pos = scan.text, m.end()
     if text.startswith("*", pos):  # \MakeShortVerb*: visible spaces, the same delimiters
         pos += 1
@@ -247,97 +278,141 @@ def _short_verb(scan: _Scanner, m: re.Match, short: str) -> Span | None:
     char = arg.group("braced") or arg.group("bare") if arg else None
     if not char or char not in SHORT_DELIMITERS:
         return None
-    active = set(short) - {char} if m.group("unshort") else set(short) | {char}
-    return Span(m.start(), arg.end(), "shortverb", arg.end(), arg.end(), "".join(sorted(active)))
+    short = set(declared.short)
+    short = short - {char} if m.group("unshort") else short | {char}
+    after = declared._replace(short="".join(sorted(short)))
+    return Span(m.start(), arg.end(), "shortverb", arg.end(), arg.end(), after)
+
+
+def _alternation(names) -> str:
+    return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
 
 
 @lru_cache(maxsize=64)
-def _pattern(comments: bool, short: str) -> re.Pattern:
-    """The search for literal spans (and comments when `comments`) while the characters of
-    `short` delimit short verbs: each is then a span opener, unless a backslash precedes it."""
-    if not short:
-        return LITERAL_OR_COMMENT if comments else LITERAL
-    chars = "".join(re.escape(c) for c in short)
-    backslash = r"(?<=\\)(?:" + ("%|" if comments else "") + r"\\(?:\\\\)*|[" + chars + "]|" + _COMMAND + ")"
+def _pattern(comments: bool, declared: Declared) -> re.Pattern:
+    """The search for literal spans (and comments when `comments`) under `declared`: its
+    verbatim-like environments and made commands open spans, and so do its short-verb
+    characters, unless a backslash precedes one."""
+    envs = [name for name, (role, _) in env_table(declared.envs).items() if role != ROLE_LATEX]
+    made_names = [name for name, _ in declared.commands]
+    made = f"(?P<made>{_alternation(made_names)})(?![a-zA-Z@])|" if made_names else ""
+    initials = "".join(sorted({name[0] for name in (*COMMAND_NAMES, *made_names)}))
+    command = (  # the lookahead fails most commands (\frac, \cite...) at their first letter
+        r"(?=[" + re.escape(initials) + r"])(?:" + made
+        + r"(?P<verb>verb\*?)(?=[" + re.escape(VERB_DELIMITERS) + r"])"
+        r"|(?P<url>" + _alternation(URL_COMMANDS) + r")(?![a-zA-Z@])"
+        r"|(?P<code>" + _alternation(CODE_COMMANDS) + r")(?![a-zA-Z@])"
+        r"|(?P<short>" + _alternation(SHORT_ON) + "|(?P<unshort>" + _alternation(SHORT_OFF) + r"))(?![a-zA-Z@])"
+        r"|(?P<declare>" + _alternation(DECLARATION_TAILS) + r")(?![a-zA-Z@])"
+        r"|begin\s*\{(?P<env>" + _alternation(envs) + r")\})"
+    )
+    pct = "%|" if comments else ""
+    chars = "".join(re.escape(c) for c in declared.short)
+    if not chars:
+        if comments:
+            return re.compile(r"[%\\](?:(?<=%)(?P<pct>)|(?<=\\)(?:%|\\(?:\\\\)*|" + command + "))")
+        return re.compile(r"\\(?:\\(?:\\\\)*|" + command + ")")
+    backslash = r"(?<=\\)(?:" + pct + r"\\(?:\\\\)*|[" + chars + "]|" + command + ")"
     opener = r"(?<=[" + chars + r"])(?P<sv>)"
     if comments:
         return re.compile(r"[%\\" + chars + r"](?:(?<=%)(?P<pct>)|" + backslash + "|" + opener + ")")
     return re.compile(r"[\\" + chars + r"](?:" + backslash + "|" + opener + ")")
 
 
-def literal_spans(text: str, comments: bool = False, short: str = "") -> Iterator[Span]:
-    """The literal spans of `text` (and its comments when `comments`), left to right; `short`:
-    the short-verb characters already declared where `text` starts.
+def literal_spans(text: str, comments: bool = False, declared: Declared = NO_DECLARATIONS) -> Iterator[Span]:
+    """The literal spans of `text` (and its comments when `comments`), left to right; `declared`:
+    the declarations (short verbs, verbatim-like environments...) in force where `text` starts.
+    Past `MAX_STATES` distinct states (each a regex to compile), a declaration that would make a
+    new one is ignored.
 
     An unclosed \\verb, \\url, \\lstinline... or environment is not a span (TeX would stop with
     an error). Linear time: the next delimiter / ``\\end{env}`` / closing brace found (or found
     missing) is remembered, so no stretch of text is searched twice for the same one.
     """
-    pos, scan = 0, _Scanner(text)
-    pattern = _pattern(comments, short)
+    pos, scan, seen = 0, _Scanner(text), {declared}
+    pattern = _pattern(comments, declared)
     while (m := pattern.search(text, pos)) is not None:
         start, pos = m.span()
-        if m.lastgroup is None:  # `\\` pairs, `\%` or a backslash then a short-verb character
+        what = m.lastgroup  # the outermost named group that matched (one per alternative)
+        if what is None:  # `\\` pairs, `\%` or a backslash then a short-verb character
             continue
-        if m.lastgroup == "pct":
+        if what == "pct":
             pos = _comment_end(text, start)
             yield Span(start, pos, "%", start, pos)
-        elif m.lastgroup == "sv":
+        elif what == "sv":
             end = scan.delimited(start, text[start])
             if end >= 0:
                 yield Span(start, end, "verb", start + 1, end - 1)
                 pos = end
-        elif m.group("verb"):
+        elif what == "verb":
             end = scan.delimited(pos, text[pos])
             if end >= 0:
                 yield Span(start, end, "verb", pos + 1, end - 1)
                 pos = end
-        elif env := m.group("env"):
+        elif what == "env":
+            env = m.group("env")
             close = scan.find(f"\\end{{{env}}}", pos)
             if close >= 0:
-                body = _env_body(text, env, pos)
+                body = _env_body(text, declared.env(env)[1], pos)
                 yield Span(start, close + len(env) + 6, "env", body if body <= close else pos, close)
                 pos = close + len(env) + 6
-        elif m.group("short"):
-            span = _short_verb(scan, m, short)
-            if span is not None:
+        elif what in ("short", "declare"):
+            span = _short_verb(scan, m, declared) if what == "short" else _declaration(text, m, declared)
+            if span is not None and (span.declared in seen or len(seen) < MAX_STATES):
                 yield span
                 pos = span.end
-                if span.active != short:
-                    short = span.active
-                    pattern = _pattern(comments, short)
+                if span.declared != declared:
+                    declared = span.declared
+                    seen.add(declared)
+                    pattern = _pattern(comments, declared)
         else:
-            span, pos = _command_span(scan, m)
+            span, pos = _command_span(scan, m, declared)
             if span is not None:
                 yield span
                 pos = span.end
+
+
+def _declaration(text: str, m: re.Match, declared: Declared) -> Span | None:
+    """The declaration at `m` (\\lstnewenvironment{name}, \\excludecomment{name}...) as a span up
+    to the arguments that `latex_declared.declare` reads, with the state after it."""
+    read = declare(text, m.group("declare"), m.end(), declared)
+    return Span(m.start(), read[1], m.group("declare"), read[1], read[1], read[0]) if read else None
 
 
 class LiteralSpans:
     """Where a text has \\verb, \\url, inline code, short verbs and verbatim-like spans (their
-    content is not LaTeX); `spans` lists them, left to right. `short`: the short-verb characters
-    declared where the text starts; `short_at(pos)`, those in force at `pos`."""
+    content is not LaTeX); `spans` lists them, left to right. `declared`: the declarations in
+    force where the text starts; `declared_at(pos)`, those in force at `pos`."""
 
-    def __init__(self, text: str, short: str = ""):
-        self.spans = list(literal_spans(text, short=short)) if "\\" in text or short else []
+    def __init__(self, text: str, declared: Declared = NO_DECLARATIONS):
+        self.text = text
+        self.spans = list(literal_spans(text, declared=declared)) if "\\" in text or declared.short else []
         self.starts = [s.start for s in self.spans]
         self.ends = [s.end for s in self.spans]
-        self.short = short
-        self.changes = [s for s in self.spans if s.kind == "shortverb"]
+        self.declared = declared
+        self.changes = [s for s in self.spans if s.declared is not None]
         self.change_ends = [s.end for s in self.changes]
 
     def __contains__(self, pos: int) -> bool:
         k = bisect.bisect_right(self.starts, pos) - 1
         return k >= 0 and pos < self.ends[k]
 
-    def short_at(self, pos: int) -> str:
+    def declared_at(self, pos: int) -> Declared:
         k = bisect.bisect_right(self.change_ends, pos) - 1
-        return self.changes[k].active if k >= 0 else self.short
+        return self.changes[k].declared if k >= 0 else self.declared
+
+    def search(self, pattern: re.Pattern, pos: int = 0) -> re.Match | None:
+        """The first match of `pattern` in the text at or after `pos` that starts outside every
+        span (an example shown in a verbatim is not the real thing)."""
+        for m in pattern.finditer(self.text, pos):
+            if m.start() not in self:
+                return m
+        return None
 
 
-def short_verbs_after(text: str, short: str = "") -> str:
-    """The short-verb characters declared at the end of `text` (`short` at its start): those of
-    a preamble hold in the body."""
-    if "ShortVerb" not in text and "ShortInline" not in text:
-        return short
-    return LiteralSpans(text, short).short_at(len(text))
+def declared_after(text: str, declared: Declared = NO_DECLARATIONS) -> Declared:
+    """The declarations in force at the end of `text` (`declared` at its start): those of a
+    preamble (or of a local .sty file) hold in the body."""
+    if not any(name in text for name in DECLARING):
+        return declared
+    return LiteralSpans(text, declared).declared_at(len(text))

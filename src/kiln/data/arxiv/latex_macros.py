@@ -5,7 +5,8 @@ Not TeX: expansion is textual, in whole-document passes (a macro used inside ano
 expanded by the next pass), at most `MAX_PASSES` passes and a growth budget checked as each pass
 writes, so a recursive ``\\def\\a{\\a x}`` or a body repeating a long argument stops early.
 Literal spans (\\verb, \\url, \\lstinline..., verbatim environments) are neither scanned for
-definitions nor expanded, and `\\\\x` is a line break then x, not \\x. Skipped (counted):
+definitions nor expanded, nor do their braces count in an argument; `\\\\x` is a line break then
+x, not \\x. Skipped (counted):
 delimited \\def parameters, bodies that define macros or use \\csname/\\expandafter, and
 redefinitions of structural names (\\begin, \\section...).
 """
@@ -16,7 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from kiln.data.arxiv.latex_literal import LiteralSpans
+from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans
 from kiln.data.arxiv.latex_source import read_bracket, read_group, skip_blanks
 
 DEFINER = re.compile(
@@ -24,6 +25,7 @@ DEFINER = re.compile(
     r"DeclareMathOperator|newtheorem)(?![a-zA-Z@])(\*?)"
 )
 NAME = re.compile(r"\\([a-zA-Z@]+|.)")
+OPEN_BRACE = re.compile(r"\{")
 PARAM = re.compile(r"##|#([1-9])")
 UNSAFE_BODY = re.compile(r"\\(?:[gex]?def|newcommand|renewcommand|let|csname|expandafter|futurelet|@ifnextchar)(?![a-zA-Z@])")
 PROTECTED = frozenset(
@@ -40,10 +42,10 @@ class Macro:
     body: str
 
 
-def _read_name(text: str, pos: int) -> tuple[str, int] | None:
+def _read_name(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | None:
     pos = skip_blanks(text, pos)
     if pos < len(text) and text[pos] == "{":
-        group = read_group(text, pos)
+        group = read_group(text, pos, spans)
         if group is None:
             return None
         m = NAME.fullmatch(group[0].strip())
@@ -52,37 +54,41 @@ def _read_name(text: str, pos: int) -> tuple[str, int] | None:
     return (m.group(1), m.end()) if m else None
 
 
-def _parse_definition(text: str, m: re.Match, macros: dict, theorems: dict, counts: Counter) -> int:
-    """Parse the definition at `m`; record it; return the index after it (m.end() if unparsable)."""
+def _parse_definition(
+    text: str, m: re.Match, macros: dict, theorems: dict, counts: Counter, spans: LiteralSpans
+) -> int:
+    """Parse the definition at `m`; record it; return the index after it (m.end() if unparsable).
+    Arguments are read around the literal spans `spans` (of `text`)."""
     source = m.group(0)
     if source.startswith("\\newtheorem"):
         pos = skip_blanks(text, m.end())
-        env = read_group(text, pos) if text[pos : pos + 1] == "{" else None
+        env = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
         if env is None:
             return m.end()
         pos = skip_blanks(text, env[1])
         if text[pos : pos + 1] == "[":
-            pos = skip_blanks(text, (read_bracket(text, pos) or ("", pos + 1))[1])
-        title = read_group(text, pos) if text[pos : pos + 1] == "{" else None
+            pos = skip_blanks(text, (read_bracket(text, pos, spans) or ("", pos + 1))[1])
+        title = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
         if title is None:
             return m.end()
         pos = skip_blanks(text, title[1])
         if text[pos : pos + 1] == "[":
-            pos = (read_bracket(text, pos) or ("", pos + 1))[1]
+            pos = (read_bracket(text, pos, spans) or ("", pos + 1))[1]
         theorems[env[0].strip()] = " ".join(title[0].split())
         return pos
-    named = _read_name(text, m.end())
+    named = _read_name(text, m.end(), spans)
     if named is None:
         counts["macros_unparsed"] += 1
         return m.end()
     name, pos = named
     n_args, default = 0, None
     if m.group(2):  # \def\name#1#2{body}: parameters must be exactly #1..#n, undelimited
-        brace = text.find("{", pos)
+        brace = spans.search(OPEN_BRACE, pos)
+        brace = brace.start() if brace else -1
         params = text[pos:brace] if brace >= 0 else ""
         if not re.fullmatch(r"(?:#[1-9])*", params.replace(" ", "")):
             counts["macros_skipped"] += 1
-            group = read_group(text, brace) if brace >= 0 else None
+            group = read_group(text, brace, spans) if brace >= 0 else None
             return group[1] if group else m.end()
         n_args = params.count("#")
         pos = brace
@@ -91,17 +97,17 @@ def _parse_definition(text: str, m: re.Match, macros: dict, theorems: dict, coun
     else:
         pos = skip_blanks(text, pos)
         if text[pos : pos + 1] == "[":
-            arg = read_bracket(text, pos)
+            arg = read_bracket(text, pos, spans)
             if arg is None or not arg[0].strip().isdigit():
                 counts["macros_unparsed"] += 1
                 return m.end()
             n_args, pos = int(arg[0]), skip_blanks(text, arg[1])
             if text[pos : pos + 1] == "[":
-                arg = read_bracket(text, pos)
+                arg = read_bracket(text, pos, spans)
                 if arg is None:
                     return m.end()
                 default, pos = arg[0], skip_blanks(text, arg[1])
-    body = read_group(text, pos) if text[pos : pos + 1] == "{" else None
+    body = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
     if body is None:
         counts["macros_unparsed"] += 1
         return m.end()
@@ -119,10 +125,11 @@ def _parse_definition(text: str, m: re.Match, macros: dict, theorems: dict, coun
 
 
 def collect_definitions(
-    text: str, counts: Counter, short: str = ""
+    text: str, counts: Counter, declared: Declared = NO_DECLARATIONS
 ) -> tuple[str, dict[str, Macro], dict[str, str]]:
-    """(text without definitions, macros by name, theorem environment -> printed title); `short`:
-    the short-verb characters (\\MakeShortVerb) declared where `text` starts."""
+    """(text without definitions, macros by name, theorem environment -> printed title);
+    `declared`: the declarations (short verbs, verbatim-like environments) in force where `text`
+    starts."""
     macros: dict[str, Macro] = {}
     theorems: dict[str, str] = {}
     if "\\" not in text:
@@ -132,24 +139,24 @@ def collect_definitions(
         if m.start() < pos:
             continue
         if spans is None:
-            spans = LiteralSpans(text, short)
+            spans = LiteralSpans(text, declared)
         if m.start() in spans:
             continue
         out.append(text[pos : m.start()])
-        pos = _parse_definition(text, m, macros, theorems, counts)
+        pos = _parse_definition(text, m, macros, theorems, counts, spans)
         if pos == m.end():
             out.append(m.group(0))
     out.append(text[pos:])
     return "".join(out), macros, theorems
 
 
-def _read_arg(text: str, pos: int) -> tuple[str, int] | None:
+def _read_arg(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | None:
     pos = skip_blanks(text, pos)
     if pos >= len(text):
         return None
     c = text[pos]
     if c == "{":
-        return read_group(text, pos)
+        return read_group(text, pos, spans)
     if c == "\\":
         m = NAME.match(text, pos)
         return (m.group(0), m.end()) if m else None
@@ -185,7 +192,7 @@ def _substitute(body: str, args: list[str], room: int) -> str:
 
 
 def _expand_once(
-    text: str, pattern: re.Pattern, macros: dict[str, Macro], counts: Counter, budget: int, short: str
+    text: str, pattern: re.Pattern, macros: dict[str, Macro], counts: Counter, budget: int, declared: Declared
 ) -> tuple[str, int] | None:
     """One pass over `text`: (new text, macros expanded), or None once the output would pass
     `budget` characters (checked as it is written: one pass can multiply the text)."""
@@ -195,7 +202,7 @@ def _expand_once(
         if m.group(1) is None or start < pos:
             continue  # a `\\` pair, or inside arguments already consumed (the next pass sees them)
         if spans is None:
-            spans = LiteralSpans(text, short)
+            spans = LiteralSpans(text, declared)
         if start in spans:
             continue
         macro = macros[m.group(1)]
@@ -203,11 +210,11 @@ def _expand_once(
         end = m.end()
         if macro.default is not None:
             p = skip_blanks(text, end)
-            opt = read_bracket(text, p) if text[p : p + 1] == "[" else None
+            opt = read_bracket(text, p, spans) if text[p : p + 1] == "[" else None
             args.append(opt[0] if opt else macro.default)
             end = opt[1] if opt else end
         while len(args) < macro.n_args:
-            arg = _read_arg(text, end)
+            arg = _read_arg(text, end, spans)
             if arg is None:
                 break
             args.append(arg[0])
@@ -237,34 +244,37 @@ def _pattern(names: list[str]) -> re.Pattern:
     return re.compile(r"\\(?:\\|(" + "|".join(re.escape(n) for n in names) + r")(?![a-zA-Z@]))")
 
 
-def _has_use(text: str, pattern: re.Pattern, short: str) -> bool:
+def _has_use(text: str, pattern: re.Pattern, declared: Declared) -> bool:
     """Whether `text` uses a macro outside literal spans."""
     spans = None
     for m in pattern.finditer(text):
         if m.group(1) is not None:
             if spans is None:
-                spans = LiteralSpans(text, short)
+                spans = LiteralSpans(text, declared)
             if m.start() not in spans:
                 return True
     return False
 
 
-def expand_macros(text: str, macros: dict[str, Macro], counts: Counter, short: str = "") -> str:
+def expand_macros(
+    text: str, macros: dict[str, Macro], counts: Counter, declared: Declared = NO_DECLARATIONS
+) -> str:
     """Expand user macros until none is left, `MAX_PASSES` passes, or the text would grow past
-    4x + 100 kB (then the last complete pass is returned); `short`: the short-verb characters
-    declared where `text` starts (none is expanded inside a short verb)."""
+    4x + 100 kB (then the last complete pass is returned); `declared`: the declarations (short
+    verbs, verbatim-like environments) in force where `text` starts (none is expanded inside a
+    literal span)."""
     if not macros or "\\" not in text:
         return text
     pattern = _pattern(list(macros))
     budget = 4 * len(text) + 100_000
     for _ in range(MAX_PASSES):
-        done = _expand_once(text, pattern, macros, counts, budget, short)
+        done = _expand_once(text, pattern, macros, counts, budget, declared)
         if done is None:
             counts["macros_budget_exhausted"] += 1
             return text
         if not done[1]:
             return text  # none left, or only literal (\\verb...) or argument-less uses
         text = done[0]
-    if _has_use(text, pattern, short):
+    if _has_use(text, pattern, declared):
         counts["macros_budget_exhausted"] += 1
     return text

@@ -9,10 +9,14 @@
   spacing and layout commands.
 - Kept: text of formatting macros (\\emph, \\textbf, \\href's and \\hyperref's text...), lists
   as "- item", sections as Markdown headings, theorem-like environments as "Theorem. ...",
-  verbatim/listings as ``` fences (their markup is content, and the leak metric skips fences),
-  inline code (\\verb, \\Verb, short verbs such as |x| after \\MakeShortVerb{\\|}, \\lstinline,
-  \\mintinline, \\path) in backticks, \\mint's code as a ``` fence and \\nolinkurl's text, all
-  exactly as written (no ~, -- or macro is interpreted in them); short-verb declarations dropped.
+  verbatim/listings as ``` fences (their markup is content, and the leak metric skips fences and
+  inline code), including the environments a paper declares (\\lstnewenvironment, \\newminted...,
+  `latex_declared`), inline code (\\verb, \\Verb, short verbs such as |x| after
+  \\MakeShortVerb{\\|}, \\lstinline, \\mintinline, \\path, \\newmintinline's commands) in
+  backticks, \\mint's code (and \\newmint's commands') as a ``` fence and \\nolinkurl's text, all
+  exactly as written (no ~, -- or macro is interpreted in them); declarations dropped, with their
+  code and options. alltt is LaTeX (its macros and braces work) in a ``` fence that keeps its
+  lines and spaces. TeX's `quote' is written 'quote', so a backtick marks code.
 Argument shapes for macros not listed come from pylatexenc's macro database.
 """
 
@@ -46,10 +50,14 @@ DROP_ENVS = frozenset(
 LITERAL_CODE = frozenset({"verb", "Verb", "lstinline", "mintinline", "path"})
 LITERAL_BLOCK = frozenset({"mint"})  # minted's one-line display: a fenced block, as its environment
 LITERAL_TEXT = frozenset({"nolinkurl"})
+# Shown as code. The literal ones' roles and arguments are `latex_declared.LITERAL_ENVS`; `code`
+# is not literal, so its body is shown as written up to its \end.
 CODE_ENVS = frozenset({
-    "verbatim", "verbatim*", "Verbatim", "Verbatim*", "BVerbatim", "LVerbatim", "lstlisting", "minted",
-    "alltt", "code",
+    "verbatim", "verbatim*", "Verbatim", "Verbatim*", "BVerbatim", "BVerbatim*", "LVerbatim", "LVerbatim*",
+    "lstlisting", "minted", "spverbatim", "spverbatim*", "tcblisting", "SaveVerbatim", "VerbatimOut", "code",
 })
+# LaTeX (macros, braces, math) converted as usual, with its lines and spaces kept: a ``` block.
+LINE_ENVS = frozenset({"alltt"})
 LIST_ENVS = frozenset({"itemize", "enumerate", "description", "list", "compactitem", "compactenum"})
 THEOREMS = {
     "theorem": "Theorem", "thm": "Theorem", "lemma": "Lemma", "lem": "Lemma",

@@ -7,12 +7,13 @@ archive root (``\\input{../../x}``) are refused and counted; nothing outside the
 
 from __future__ import annotations
 
+import bisect
 import posixpath
 import re
 from collections import Counter
 from collections.abc import Iterator
 
-from kiln.data.arxiv.latex_literal import LiteralSpans, literal_spans
+from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans, literal_spans
 
 DOCCLASS = re.compile(r"\\document(?:class|style)\s*(?:\[[^\]]*\])?\s*\{\s*([^}]*)\}")
 INCLUDE = re.compile(r"\\(input|include|subfile)(?![a-zA-Z@])\s*(?:\{([^{}]*)\}|([^\s{}\\%]+))")
@@ -36,14 +37,15 @@ class LatexRefused(Exception):
         self.reason = reason
 
 
-def strip_comments(text: str, short: str = "") -> str:
+def strip_comments(text: str, declared: Declared = NO_DECLARATIONS) -> str:
     """Remove % comments the way TeX does (the next line is joined without its indent, a blank
     next line still breaks the paragraph); a % inside a literal span (\\url, \\verb...) stays.
-    `short`: the short-verb characters (\\MakeShortVerb) declared where `text` starts."""
+    `declared`: the declarations (short verbs, verbatim-like environments) in force where `text`
+    starts."""
     if "%" not in text:
         return text
     out, pos = [], 0
-    for span in literal_spans(text, comments=True, short=short):
+    for span in literal_spans(text, comments=True, declared=declared):
         if span.kind == "%":
             out.append(text[pos : span.start])
             pos = span.end
@@ -89,15 +91,15 @@ def find_main_file(files: dict[str, str]) -> str | None:
     return best[1] if best else None
 
 
-def _includes(text: str, short: str = "") -> Iterator[tuple[re.Match, str]]:
+def _includes(text: str, declared: Declared = NO_DECLARATIONS) -> Iterator[tuple[re.Match, Declared]]:
     """The \\input/\\include/\\subfile commands of `text`, outside literal spans (\\verb...), each
-    with the short-verb characters in force there (`short` where `text` starts)."""
+    with the declarations in force there (`declared` where `text` starts)."""
     spans = None
     for m in INCLUDE.finditer(text):
         if spans is None:
-            spans = LiteralSpans(text, short)
+            spans = LiteralSpans(text, declared)
         if m.start() not in spans:
-            yield m, spans.short_at(m.start())
+            yield m, spans.declared_at(m.start())
 
 
 def _reachable(files: dict[str, str], main: str, text_of, targets: dict) -> set[str]:
@@ -152,30 +154,33 @@ def include_budget(files: dict[str, str]) -> int:
     return min(MAX_INCLUDE_BUDGET, max(MIN_INCLUDE_BUDGET, INCLUDE_GROWTH * total))
 
 
-def resolve_includes(files: dict[str, str], main: str, counts: Counter, budget: int | None = None) -> str:
+def resolve_includes(
+    files: dict[str, str], main: str, counts: Counter, budget: int | None = None, declared: Declared = NO_DECLARATIONS
+) -> str:
     """The main file with \\input/\\include/\\subfile replaced by the (comment-free) targets.
 
     Counts ``includes_resolved``, ``includes_refused`` (outside the archive),
     ``includes_missing`` (not in the archive: figures' .pstex_t, .bbl...), ``includes_cycle``.
     Raises `LatexRefused("include_budget")` once the inserted text passes `budget` characters
     (default `include_budget(files)`), before a fan-out of includes can exhaust memory.
-    An included file's comments are stripped with the short verbs (\\MakeShortVerb) in force at
-    its \\input; one it declares reaches the text after the \\input only once merged (not the
-    includer's comments, which are stripped first).
+    An included file's comments are stripped with the declarations (\\MakeShortVerb,
+    \\lstnewenvironment...) in force at its \\input; one it declares reaches the text after the
+    \\input only once merged (not the includer's comments, which are stripped first). `declared`:
+    those in force where the main file starts (a local package's).
     """
     base_dir = posixpath.dirname(main)
-    cache: dict[tuple[str, str], str] = {}
+    cache: dict[tuple[str, Declared], str] = {}
     limit = include_budget(files) if budget is None else budget
     used = 0
 
-    def expand(name: str, stack: tuple[str, ...], short: str) -> str:
-        if (name, short) not in cache:
-            cache[name, short] = strip_comments(files[name], short)
-        text = cache[name, short]
+    def expand(name: str, stack: tuple[str, ...], declared: Declared) -> str:
+        if (name, declared) not in cache:
+            cache[name, declared] = strip_comments(files[name], declared)
+        text = cache[name, declared]
         if "\\in" not in text and "\\subfile" not in text:
             return text
 
-        def replace(m: re.Match, short: str) -> str:
+        def replace(m: re.Match, declared: Declared) -> str:
             nonlocal used
             kind, target = m.group(1), m.group(2) if m.group(2) is not None else m.group(3)
             path = normalise_include(base_dir, target)
@@ -190,21 +195,21 @@ def resolve_includes(files: dict[str, str], main: str, counts: Counter, budget: 
                 counts["includes_cycle"] += 1
                 return ""
             counts["includes_resolved"] += 1
-            body = expand(found, (*stack, found), short)
+            body = expand(found, (*stack, found), declared)
             used += len(body)
             if used > limit:
                 raise LatexRefused("include_budget", f"includes expand past {limit} characters")
             return _subfile_body(body) if kind == "subfile" else f"\n{body}\n"
 
         out, pos = [], 0
-        for m, state in _includes(text, short):
+        for m, state in _includes(text, declared):
             out.append(text[pos : m.start()])
             out.append(replace(m, state))
             pos = m.end()
         out.append(text[pos:])
         return "".join(out)
 
-    return expand(main, (main,), "")
+    return expand(main, (main,), declared)
 
 
 def _find_outside_literals(text: str, needle: str, pos: int) -> int:
@@ -228,12 +233,28 @@ def split_document(text: str) -> tuple[str, str]:
     return text[:start], text[start + len(BEGIN_DOC) : end if end >= 0 else len(text)]
 
 
-def read_group(text: str, pos: int) -> tuple[str, int] | None:
-    """Content of the balanced {...} starting at text[pos] == '{', and the index after it."""
+def _next_span(spans: LiteralSpans | None, pos: int) -> tuple[int, int]:
+    """(index in `spans` of the first span starting at or after `pos`, its start or -1 when there
+    is none): where `read_group` and `read_bracket` jump next."""
+    if spans is None:
+        return 0, -1
+    k = bisect.bisect_left(spans.starts, pos)
+    return k, spans.starts[k] if k < len(spans.starts) else -1
+
+
+def read_group(text: str, pos: int, spans: LiteralSpans | None = None) -> tuple[str, int] | None:
+    """Content of the balanced {...} starting at text[pos] == '{', and the index after it; a
+    literal span of `spans` (a \\verb, \\url... of `text`) inside it is skipped whole, as the
+    converter reads it, so its braces do not count."""
     depth = 0
     i = pos
     n = len(text)
+    k, skip = _next_span(spans, pos + 1)
     while i < n:
+        if 0 <= skip <= i:
+            i = max(i, spans.ends[k])
+            k, skip = _next_span(spans, i)
+            continue
         c = text[i]
         if c == "\\":
             i += 2
@@ -248,17 +269,23 @@ def read_group(text: str, pos: int) -> tuple[str, int] | None:
     return None
 
 
-def read_bracket(text: str, pos: int) -> tuple[str, int] | None:
-    """Content of [...] starting at text[pos] == '[' (braces inside are skipped whole)."""
+def read_bracket(text: str, pos: int, spans: LiteralSpans | None = None) -> tuple[str, int] | None:
+    """Content of [...] starting at text[pos] == '[' (braces inside, and literal spans of
+    `spans`, are skipped whole)."""
     i = pos + 1
     n = len(text)
+    k, skip = _next_span(spans, i)
     while i < n:
+        if 0 <= skip <= i:
+            i = max(i, spans.ends[k])
+            k, skip = _next_span(spans, i)
+            continue
         c = text[i]
         if c == "\\":
             i += 2
             continue
         if c == "{":
-            group = read_group(text, i)
+            group = read_group(text, i, spans)
             if group is None:
                 return None
             i = group[1]
