@@ -58,3 +58,18 @@ def tiny_run(prepared_data, tmp_path) -> Path:
     run_dir = tmp_path / "run"
     shutil.copytree(prepared_data, run_dir)
     return run_dir
+
+
+def gpt2_byte_symbols() -> dict[str, int]:
+    """GPT-2's byte -> printable character map (the one byte-level BPE writes tokens in),
+    written out here as the reference, inverted: symbol -> byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars

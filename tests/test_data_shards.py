@@ -6,6 +6,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from conftest import gpt2_byte_symbols
 from datatrove.data import Document
 
 from kiln.data.shards import load_index, split_hash, token_dtype, write_shards
@@ -159,21 +160,6 @@ def test_token_byte_table_sums_to_each_splits_text_bytes(tok, tmp_path):
     for split in ("train", "val"):
         assert table[_tokens(tmp_path, index, split)].sum() == index[split]["bytes"] > 0
     assert np.array_equal(table, reference_token_bytes(tok))
-
-
-def gpt2_byte_symbols() -> dict[str, int]:
-    """GPT-2's byte -> printable character map (the one byte-level BPE writes tokens in),
-    written out here as the reference, inverted: symbol -> byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
 
 
 def token_bytes_of(tok, token_id: int) -> bytes:

@@ -9,27 +9,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config
+from conftest import gpt2_byte_symbols, tiny_config
 
 from kiln.data.loader import eval_batches
 from kiln.data.tokenizer import load_tokenizer
 from kiln.eval.perplexity import evaluate
 from kiln.model import Transformer
 from kiln.train.trainer import model_config_for_run
-
-
-def byte_of_symbol() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, written out here independently of `tokenizers`."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
-    symbols, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            symbols[chr(b)] = b
-        else:
-            symbols[chr(256 + extra)] = b
-            extra += 1
-    return symbols
 
 
 def model_for(run_dir) -> Transformer:
@@ -44,7 +30,7 @@ def test_bits_per_byte_divides_by_the_bytes_of_the_scored_tokens(tiny_run, batch
     token_dir, seq_len = tiny_run / "tokens", 32
     model = model_for(tiny_run)
     tok = load_tokenizer(tiny_run / "tokenizer" / "tokenizer.json")
-    symbols, specials = byte_of_symbol(), {0}
+    symbols, specials = gpt2_byte_symbols(), {0}
     got = evaluate(model, token_dir, "val", seq_len, batch_size, max_batches,
                    torch.device("cpu"), "fp32")
 
