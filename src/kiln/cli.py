@@ -86,10 +86,10 @@ def yield_warnings(run_dir: Path, summary: dict, text_field: str = "text") -> li
                    + (f", dropped by {drops}" if drops else "")
                    + f"; see {run_dir / 'yield.json'} and the [prepare.<stage>] settings")
     if summary["stages"][:1] == ["read"]:  # a source that held nothing, beside others that did
-        from kiln.data.sources import no_files_message, sources_without_files
+        from kiln.data.pipeline import empty_sources
+        from kiln.data.sources import no_files_message
 
-        named = [s for s in summary["sources"] if s != "<stdlib>"]
-        if empty := sources_without_files(named, run_dir):
+        if empty := empty_sources(summary["sources"], run_dir):
             out.append(f"data.sources: {no_files_message(empty)}")
     # which files, and where; the fields of records without the text field
     lost = {r: e for r, e in summary.get("skipped_examples", {}).items() if r not in LOSSLESS_SKIPS}

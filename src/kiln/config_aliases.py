@@ -10,9 +10,6 @@ few words of why.
 
 from __future__ import annotations
 
-_RUN_DIR = ("run.dir",)
-_SEQ = ("model.max_seq_len", "train.seq_len")
-
 # foreign name (lower case, '_' for '-') -> the Kiln keys it means, most likely first
 ALIASES: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("batch_size", "train_batch_size", "global_batch_size", "total_batch_size"),
@@ -51,7 +48,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
                     ("model.ffn_hidden",)),
     **dict.fromkeys(("block_size", "context_length", "context_len", "max_position_embeddings",
                      "seq_length", "max_seq_length", "n_ctx", "n_positions", "sequence_length",
-                     "max_length"), _SEQ),
+                     "max_length"), ("model.max_seq_len", "train.seq_len")),
     **dict.fromkeys(("tie_word_embeddings", "tie_weights", "weight_tying", "tied_embeddings"),
                     ("model.tie_embeddings",)),
     **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rms_eps"),
@@ -74,7 +71,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
                      "param_dtype", "autocast"), ("train.precision",)),
     **dict.fromkeys(("torch_compile", "use_compile"), ("train.compile",)),
     **dict.fromkeys(("out_dir", "output_dir", "save_dir", "checkpoint_dir", "ckpt_dir",
-                     "log_dir", "dump_folder", "work_dir"), _RUN_DIR),
+                     "log_dir", "dump_folder", "work_dir"), ("run.dir",)),
     **dict.fromkeys(("random_seed", "data_seed"), ("run.seed",)),
     **dict.fromkeys(("eval_interval", "eval_steps", "eval_freq", "val_every", "eval_every_steps"),
                     ("train.eval_every",)),

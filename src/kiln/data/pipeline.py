@@ -218,10 +218,18 @@ def _reader_inputs(stage: str, sources: Sequence[str], arxiv: dict) -> list[str]
             "arxiv_sources": [arxiv["source_dir"]]}.get(stage)
 
 
+STDLIB_SOURCE = "<stdlib>"  # how prepare.json and messages name the default corpus
+
+
 def _sources_read(sig: dict) -> list[str]:
     """The first stage's inputs as prepare.json and error messages name them."""
     inputs = _reader_inputs(sig["stages"][0], sig["sources"], sig["arxiv"])
-    return sig["sources"] if inputs is None else inputs or ["<stdlib>"]
+    return sig["sources"] if inputs is None else inputs or [STDLIB_SOURCE]
+
+
+def empty_sources(sources: list[str], run_dir: Path) -> list[str]:
+    """The sources named in prepare.json (`_sources_read`) in which no file is found."""
+    return sources_without_files([s for s in sources if s != STDLIB_SOURCE], run_dir)
 
 
 def _input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path,
@@ -647,13 +655,12 @@ def _no_documents_message(yields: dict, sources: list, run_dir: Path,
         return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "none counted"
 
     first = yields["stages"][0]
+    # a folder with no file in it is not a reader that skipped everything: say which
+    empty = empty_sources(sources, run_dir) if first["stage"] == "read" else []
     if not first["documents_out"]:
         key = "data.sources" if first["stage"] == "read" else "prepare.arxiv"
         named = "".join(f"\n  {line}" for line in
                         describe(examples or {}, first["drop_reasons"], text_field))
-        # a folder with no file in it is not a reader that skipped everything: say which
-        empty = sources_without_files([s for s in sources if s != "<stdlib>"], run_dir) \
-            if first["stage"] == "read" else []
         why = [f"skipped by reason: {reasons(first['drop_reasons'])}"] \
             if first["drop_reasons"] or not empty else []
         why += [no_files_message(empty)] if empty else []
@@ -662,8 +669,6 @@ def _no_documents_message(yields: dict, sources: list, run_dir: Path,
     drops = "; ".join(f"{r['stage']}: {reasons(r['drop_reasons'])}" for r in yields["stages"]
                       if r.get("documents_dropped"))
     # a source that gave nothing is said here too (with documents kept, prepare warns of it)
-    empty = sources_without_files([s for s in sources if s != "<stdlib>"], run_dir) \
-        if first["stage"] == "read" else []
     return (f"prepare.stages: all {first['documents_out']} documents read from {sources} were "
             f"dropped ({drops}); see {run_dir / YIELD_FILE}"
             + (f"\n  data.sources: {no_files_message(empty)}" if empty else ""))
