@@ -59,6 +59,9 @@ def test_declarations_in_a_local_package_hold_in_the_paper_and_its_includes():
              "mine.sty": "\\lstnewenvironment{py}{}{}",
              "sec.tex": "\\begin{py}\nx = a % b\n  y = 1\n\\end{py}"}
     assert latex_to_text(files).body == "A\n\n```\nx = a % b\n  y = 1\n```\n\nB"
+    # an example document in a package-declared environment does not end the body
+    files["sec.tex"] = "\\begin{py}\n\\begin{document} x \\end{document}\n\\end{py}"
+    assert latex_to_text(files).body == "A\n\n```\n\\begin{document} x \\end{document}\n```\n\nB"
 
 
 def test_minted_made_commands():

@@ -111,7 +111,8 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
         declared = declared_after(source, declared)
     if declared != NO_DECLARATIONS:  # a local package's verbatim-like environments: % in them is code
         counts = Counter()
-        preamble, body = split_document(resolve_includes(files, main, counts, declared=declared))
+        preamble, body = split_document(resolve_includes(files, main, counts, declared=declared),
+                                        declared)
     macros: dict = {}
     theorems: dict[str, str] = {}
     for source in macro_sources:

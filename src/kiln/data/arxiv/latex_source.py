@@ -212,24 +212,27 @@ def resolve_includes(
     return expand(main, (main,), declared)
 
 
-def _find_outside_literals(text: str, needle: str, pos: int) -> int:
-    """text.find(needle, pos), skipping any inside a literal span (an example document in a
-    verbatim or filecontents environment); the spans are read only when `needle` recurs."""
-    at = text.find(needle, pos)
-    if at < 0 or text.find(needle, at + 1) < 0:
-        return at
-    spans = LiteralSpans(text)
-    while at >= 0 and at in spans:
-        at = text.find(needle, at + 1)
-    return at
+def split_document(text: str, declared: Declared = NO_DECLARATIONS) -> tuple[str, str]:
+    """(preamble, body): body is between \\begin{document} and \\end{document} (or the end).
+    A marker inside a literal span (an example document in a verbatim, or in an environment
+    `declared` by a local package) does not count; the spans are read only when a marker
+    recurs, and then once."""
+    spans: LiteralSpans | None = None
 
+    def find(needle: str, pos: int) -> int:
+        nonlocal spans
+        at = text.find(needle, pos)
+        if at < 0 or text.find(needle, at + 1) < 0:
+            return at
+        if spans is None:
+            spans = LiteralSpans(text, declared)
+        m = spans.search(re.compile(re.escape(needle)), at)
+        return m.start() if m else -1
 
-def split_document(text: str) -> tuple[str, str]:
-    """(preamble, body): body is between \\begin{document} and \\end{document} (or the end)."""
-    start = _find_outside_literals(text, BEGIN_DOC, 0)
+    start = find(BEGIN_DOC, 0)
     if start < 0:
         return "", text
-    end = _find_outside_literals(text, END_DOC, start)
+    end = find(END_DOC, start)
     return text[:start], text[start + len(BEGIN_DOC) : end if end >= 0 else len(text)]
 
 
