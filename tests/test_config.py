@@ -448,3 +448,40 @@ def test_every_alias_points_to_a_real_key_and_shadows_none():
     names = {k.rpartition(".")[2] for k in leaves}
     assert (set(ALIASES) | set(NOTES)) & names == {"batch_size"}
     assert all(k == k.lower() and "-" not in k for k in [*ALIASES, *NOTES])
+
+
+def test_every_expert_chosen_is_a_note_and_balancing_is_inert():
+    """top_k == n_experts routes every token to every expert: the model trains (a dense
+    mixture), but the selection bias and the sequence-wise aux loss do nothing, which a
+    note says once; checked on the layer itself."""
+    import torch
+
+    from kiln.config import design_notes, design_problems
+    from kiln.model.moe import MoE, sequence_aux_loss
+
+    base = ["model.n_experts=4", "model.top_k=4", "model.seq_aux_coef=0.01"]
+    cfg = load_config(None, base)
+    assert design_problems(cfg.model) == []
+    assert design_notes(cfg.model) == [
+        "model.top_k = model.n_experts = 4: every token goes to every expert, so each MoE "
+        "layer costs all its experts per token and load balancing (model.balance = 'smebu', "
+        "model.seq_aux_coef) has nothing to balance; for a sparse MoE use top_k below "
+        "n_experts (Trinity: 8 of 128)"]
+    assert design_notes(load_config(None, ["model.n_experts=4", "model.top_k=3"]).model) == []
+    assert design_notes(load_config(None, ["model.n_experts=4", "model.top_k=4", "model.n_layers=4",
+                                           "model.n_dense_layers=4"]).model) == []  # a problem
+
+    x = torch.randn(2, 8, 16)
+    for top_k in (4, 2):
+        torch.manual_seed(0)
+        moe = MoE(dim=16, n_experts=4, top_k=top_k, expert_hidden=32, init_std=0.2,
+                  router_init_std=0.3)
+        before = moe(x)
+        moe.balancer.bias.copy_(torch.tensor([3.0, -1.0, 0.5, -2.5]))  # steers selection only
+        change = (moe(x) - before).abs().max() / before.abs().max()
+        assert change < 1e-5 if top_k == 4 else change > 0.1  # 4: the experts' sum reordered
+    scores = torch.rand(2, 8, 4, requires_grad=True)
+    loss = sequence_aux_loss(scores, top_k=4)
+    loss.backward()
+    torch.testing.assert_close(loss.detach(), torch.tensor(1.0))
+    assert scores.grad.abs().max() < 1e-6

@@ -567,6 +567,20 @@ def design_notes(m: ModelConfig) -> list[str]:
     """Designs that train what they say but perhaps not what was meant: said once, when a
     new model starts (a published model may choose them: Gemma 3 1B's 26 layers at 5 local
     : 1 global end on two local layers)."""
+    notes = _cut_pattern_note(m)
+    if m.n_experts >= 2 and m.top_k == m.n_experts and m.n_dense_layers < m.n_layers:
+        # every expert is chosen, so the selection bias (smebu / sign) changes nothing, and the
+        # sequence-wise aux loss is constant: its load fractions are all 1 / n_experts
+        notes.append(f"model.top_k = model.n_experts = {m.n_experts}: every token goes to every "
+                     "expert, so each MoE layer costs all its experts per token and load "
+                     f"balancing (model.balance = {m.balance!r}"
+                     f"{', model.seq_aux_coef' if m.seq_aux_coef else ''}) has nothing to "
+                     "balance; for a sparse MoE use top_k below n_experts (Trinity: 8 of 128)")
+    return notes
+
+
+def _cut_pattern_note(m: ModelConfig) -> list[str]:
+    """The note for a local/global attention pattern that n_layers cuts short."""
     period = m.local_per_global + 1
     if not m.local_per_global or m.local_per_global >= m.n_layers or m.n_layers % period == 0:
         return []  # all global, no global layer (a design problem), or whole repetitions
