@@ -96,3 +96,15 @@ def test_kilns_full_records_count_only_the_overrides_as_given(tmp_path):
         load_config(old / "config.toml", [run_dir_override(old)], recorded=True)
     with pytest.warns(UserWarning, match=MUON_UNUSED):
         resolve_config(str(run), ["optim.muon_lr=0.02"])
+
+
+def test_an_older_record_used_as_a_recipe_counts_what_differs_from_the_defaults(tmp_path):
+    """An older Kiln's config.toml (no header) copied as a recipe lists every key at its
+    value: the defaults in it (Muon's under AdamW) were not chosen and stay quiet, a value
+    that differs was, and warns; a hand-written recipe still counts every key it gives."""
+    text = config_to_toml(load_config(None, ["model.dim=64"])).split("\n", 1)[1]
+    (tmp_path / "old.toml").write_text(text)
+    assert quiet(tmp_path / "old.toml").model.dim == 64
+    (tmp_path / "tuned.toml").write_text(text.replace("muon_lr = 0.0", "muon_lr = 0.02"))
+    with pytest.warns(UserWarning, match=MUON_UNUSED):
+        load_config(tmp_path / "tuned.toml")

@@ -623,13 +623,24 @@ def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] 
             raise ConfigError(f"{path}: invalid TOML: {e}") from e
         except UnicodeDecodeError as e:
             raise ConfigError(f"{path} is not a TOML recipe (not UTF-8 text: {e.reason})") from e
-    given = set() if recorded else set(_flat(data))
+    given = set() if recorded else _given_keys(data)
     data = apply_overrides(data, overrides)
     given |= set(_flat(apply_overrides({}, overrides)))  # cannot fail where the above did not
     cfg = validate(_build(Config, data, ""))
     for line in inert_settings(cfg, given):
         warnings.warn(line, stacklevel=2)  # the CLI prints `warning: ...` once, on rank 0
     return cfg
+
+
+def _given_keys(data: dict[str, Any]) -> set[str]:
+    """The keys of a recipe a user wrote. A file listing most of Kiln's keys is a recorded
+    config.toml (an older Kiln's has no RECORD_HEADER; a user may copy one to edit it): there
+    only the values that differ from the defaults were chosen."""
+    flat = _flat(data)
+    defaults = _flat(config_to_dict(Config()))
+    if len(flat.keys() & defaults.keys()) < 0.75 * len(defaults):
+        return set(flat)
+    return {k for k, v in flat.items() if k not in defaults or v != defaults[k]}
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
