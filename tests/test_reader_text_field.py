@@ -68,16 +68,20 @@ def test_jsonl_gz_and_json_object_and_list_use_the_field(tmp_path):
     assert counts["skipped/no_text"] == 1  # the list entry without the field
 
 
-def test_json_lines_saved_as_json_are_sniffed_by_the_configured_key(tmp_path):
-    """A .json that does not parse is read as records only when its text key is near the
-    start: the configured key, so a `content` file is not taken for prose."""
+def test_json_lines_saved_as_json_are_records_whatever_the_field(tmp_path):
+    """JSON lines under a .json name are read as a .jsonl is: with the configured key, its
+    records; without it (they used to be one text document of their markup), each line is
+    counted `no_text` with the fields it has, for the hint that names the setting."""
     raw = "".join(json.dumps({"content": f"line {i}"}) + "\n" for i in range(3))
     (tmp_path / "lines.json").write_text(raw)
     docs, _ = _read(tmp_path / "lines.json")
-    assert [d.text for d in docs] == ["line 0", "line 1", "line 2"]
-    # with the default field the same file has no record key: it is a text file, as before
-    docs, _ = _read(tmp_path / "lines.json", text_field="text")
-    assert [d.text for d in docs] == [raw]
+    assert [(d.id, d.text) for d in docs] == [("lines.json:1", "line 0"),
+                                              ("lines.json:2", "line 1"), ("lines.json:3", "line 2")]
+    reader = SourceReader([str(tmp_path / "lines.json")], progress=False)
+    assert list(reader.run()) == []
+    assert dict(reader.counts) == {"skipped/no_text": 3}
+    [example] = reader.examples.to_json()["no_text"]["examples"]
+    assert (example["line"], example["count"], example["fields"]) == (1, 3, ["content"])
 
 
 def test_the_sniffed_key_is_matched_as_json_spells_it(tmp_path):

@@ -12,10 +12,8 @@ M1 by `likes`, `retweets`...; dating by `year`, `date`, `title`, an arXiv `id`..
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
-import re
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -27,7 +25,20 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from tqdm import tqdm
 
-from kiln.data.skip_examples import SkipExamples, note_fields, write_task_examples
+from kiln.data.json_records import (
+    damaged_records,
+    first_line_object,
+    holds_records,
+    record_lists,
+    text_key_pattern,
+)
+from kiln.data.skip_examples import (
+    MAX_FIELDS,
+    SkipExamples,
+    note_fields,
+    shown_name,
+    write_task_examples,
+)
 from kiln.data.sources import (
     NOT_READ_SUFFIXES,
     SourceFile,
@@ -43,18 +54,7 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 # a record's own field of that name is kept as `record_<name>`.
 KILN_FIELDS = ("source", "bytes")
 
-# A .json file that is not valid JSON but starts with `{` or `[` and has the text field as a
-# key this near its start holds records (cut off, or JSON lines saved as .json), not prose or
-# code.
-RECORD_SNIFF_BYTES = 8192
 DEFAULT_TEXT_FIELD = "text"
-
-
-def text_key_pattern(text_field: str) -> re.Pattern[bytes]:
-    """The text field as a JSON key (`"content":`), as raw bytes: spelled as the file may
-    spell it, its quotes and backslashes escaped, other characters as they are in UTF-8."""
-    key = json.dumps(text_field, ensure_ascii=False).encode("utf-8", "backslashreplace")
-    return re.compile(re.escape(key) + rb"\s*:")
 
 # Suffixes that are never text; skipped without being read.
 BINARY_SUFFIXES = frozenset(
@@ -108,6 +108,7 @@ class SourceReader(PipelineStep):
         self.examples = SkipExamples()
         self._file: tuple[int, str] = (0, "")  # the file being read: listing order, name
         self._where: tuple[str, int] | None = None  # the line / row / entry in it
+        self._key: str | None = None  # the key path of a .json object's records
         self.counts: Counter[str] = Counter()
 
     def _count(self, label: str, value: int = 1) -> dict | None:
@@ -115,7 +116,8 @@ class SourceReader(PipelineStep):
         self.counts[label] += value
         self.stat_update(label, value=value)
         if label.startswith("skipped/"):
-            return self.examples.add(label[len("skipped/"):], *self._file, value, self._where)
+            return self.examples.add(label[len("skipped/"):], *self._file, value, self._where,
+                                     self._key)
         return None
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
@@ -133,6 +135,7 @@ class SourceReader(PipelineStep):
                                       disable=not self.progress)):
             # its place in the whole listing: examples merge across tasks in that order
             self._file, self._where = (rank + i * world_size, printable_name(str(file.path))), None
+            self._key = None
             for doc in self._read_file(file):
                 yield doc
                 kept += doc.metadata["bytes"]
@@ -194,7 +197,7 @@ class SourceReader(PipelineStep):
             else:
                 yield from self._read_text(file, file.path.read_bytes())
         except (OSError, EOFError, ValueError, zlib.error):  # ArrowInvalid is a ValueError
-            self._where = None  # the file, not the line it had reached
+            self._where = self._key = None  # the file, not the line it had reached
             self._count("skipped/unreadable")
 
     def _read_text(self, file: SourceFile, raw: bytes) -> Iterator[Document]:
@@ -265,44 +268,50 @@ class SourceReader(PipelineStep):
             yield doc
 
     def _read_json(self, file: SourceFile) -> Iterator[Document]:
-        """A .json file of records: one object with the text field, or a list of them (a
-        list of objects is records even if none has the field: each is counted `no_text`,
-        with the fields it has, as in JSON lines, not the dataset read as one document of
-        markup). Any other JSON (a package.json, a list of strings) is a text file like the
+        """A .json file of records (kiln.data.json_records): one object with the text field,
+        a list of objects, JSON lines, or an object that wraps a list (`{"data": [...]}`,
+        read from that list; its key path is noted with each skip). Records without the
+        field are each counted `no_text`, with the fields they have, as in JSON lines, not
+        the dataset read as one document of markup; an object that wraps several lists
+        (`train` and `test`) is not guessed at: counted `several_record_lists`, naming the
+        keys. Any other JSON (a package.json, a list of strings) is a text file like the
         rest of a source tree."""
-        raw = file.path.read_bytes()
-        try:
-            data = json.loads(raw.decode("utf-8-sig"))
-        except (ValueError, RecursionError):  # not UTF-8 or not JSON
-            yield from self._read_broken_json(file, raw)
-            return
-        key = self.text_field
-        is_record = isinstance(data, dict) and key in data
-        # a list with records: an entry without the text field is counted, not the whole
-        # file re-read
-        is_records = isinstance(data, list) and (
-            any(isinstance(r, dict) and key in r for r in data)
-            or (bool(data) and all(isinstance(r, dict) for r in data)))
-        if not (is_record or is_records):
-            yield from self._read_text(file, raw)
-            return
-        for i, record in enumerate(data if is_records else [data]):
-            self._where = ("record", i) if is_records else None
-            yield from self._record_doc(record, f"{file.rel}:{i}" if is_records else file.rel,
-                                        file.path)
-
-    def _read_broken_json(self, file: SourceFile, raw: bytes) -> Iterator[Document]:
-        """A .json file that does not parse. Records (JSON lines saved as .json, or a cut-off
-        list) are never one document of JSON markup: JSON lines are read as such, anything
-        else with records is counted `bad_json`. Other files (a tsconfig.json with comments)
-        are text, like the rest of a source tree."""
-        head = raw[:RECORD_SNIFF_BYTES].removeprefix(b"\xef\xbb\xbf").lstrip()
-        if not (head.startswith((b"{", b"[")) and self._text_key.search(head)):
-            yield from self._read_text(file, raw)
-        elif _first_line_is_object(raw):
-            yield from self._read_lines(file, io.BytesIO(raw))
+        with open(file.path, "rb") as f:
+            first, more = first_line_object(f)
+            if more:  # JSON lines saved as .json: read line by line, as a .jsonl is
+                f.seek(0)
+                yield from self._read_lines(file, f)
+                return
+        if first is not None:  # one object on one line: parsed already
+            data = first
         else:
-            self._count("skipped/bad_json")
+            raw = file.path.read_bytes()
+            try:
+                data = json.loads(raw.decode("utf-8-sig"))
+            except (ValueError, RecursionError) as e:  # not UTF-8 or not JSON
+                if damaged_records(raw, self._text_key, e):  # never one document of markup
+                    if isinstance(e, json.JSONDecodeError):  # where it broke off
+                        self._where = ("line", e.lineno)
+                    self._count("skipped/bad_json")
+                else:  # a tsconfig.json with comments: text, like the rest of a source tree
+                    yield from self._read_text(file, raw)
+                return
+        if isinstance(data, dict) and self.text_field in data:
+            yield from self._record_doc(data, file.rel, file.path)
+            return
+        found = record_lists(data, self.text_field) if isinstance(data, dict) else \
+            [("", data)] if holds_records(data, self.text_field) else []
+        if len(found) > 1:
+            example = self._count("skipped/several_record_lists", sum(len(r) for _, r in found))
+            if example is not None:
+                example["keys"] = [shown_name(path) for path, _ in found][:MAX_FIELDS]
+        elif found:
+            self._key = shown_name(found[0][0]) if found[0][0] else None
+            for i, record in enumerate(found[0][1]):
+                self._where = ("record", i)
+                yield from self._record_doc(record, f"{file.rel}:{i}", file.path)
+        else:
+            yield from self._read_text(file, file.path.read_bytes())
 
     def _read_parquet(self, file: SourceFile) -> Iterator[Document]:
         import pyarrow.parquet as pq
@@ -409,15 +418,6 @@ def record_fields(record: dict, text_field: str = DEFAULT_TEXT_FIELD) -> dict:
                 new = f"record_{new}"
             fields[new] = fields.pop(key)
     return fields
-
-
-def _first_line_is_object(raw: bytes) -> bool:
-    """Whether the first non-empty line of `raw` is a JSON object on its own (JSON lines)."""
-    line = raw.removeprefix(b"\xef\xbb\xbf").lstrip().split(b"\n", 1)[0]
-    try:
-        return isinstance(json.loads(line.decode("utf-8")), dict)
-    except (ValueError, RecursionError):
-        return False
 
 
 def _as_bytes(column):

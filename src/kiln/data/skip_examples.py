@@ -45,7 +45,9 @@ class SkipExamples:
     """One task's examples: reason -> {"files": files with that reason, "examples": [...]}.
 
     An example is {"file", "order" (the file's index in the whole source listing), "count",
-    and the first "line" / "row" / "record" where a line-level skip happened}; for
+    and the first "line" / "row" / "record" where a line-level skip happened, with the "key"
+    path of a .json object's records}; for `several_record_lists`, the reader adds "keys"
+    (those of the lists); for
     `FIELD_REASONS`, `note_fields` adds "fields" (the names seen) and "not_string" (records
     whose text field was there but null, a number or a list). Files must be added in listing
     order, as the reader reads them.
@@ -56,8 +58,9 @@ class SkipExamples:
         self._last: dict[str, int] = {}  # reason -> order of the last file counted
 
     def add(self, reason: str, order: int, file: str, value: int = 1,
-            where: tuple[str, int] | None = None) -> dict | None:
-        """Count `value` skips of `reason` in `file`; the file's example if it is kept."""
+            where: tuple[str, int] | None = None, key: str | None = None) -> dict | None:
+        """Count `value` skips of `reason` in `file`; the file's example if it is kept.
+        `key`: the key path of the records in a .json object (`data`), noted as "key"."""
         entry = self.reasons.setdefault(reason, {"files": 0, "examples": []})
         if self._last.get(reason) != order:
             self._last[reason] = order
@@ -71,6 +74,8 @@ class SkipExamples:
         example = {"file": file, "order": order, "count": value}
         if where is not None:
             example[where[0]] = where[1]
+        if key is not None:
+            example["key"] = key
         examples.append(example)
         return example
 
@@ -138,13 +143,18 @@ def merge_examples(folder: Path | str, tasks: int) -> dict:
 
 
 def where(example: dict) -> str:
-    """`data/a.jsonl:3` for a line, `p.parquet (row 12)` for a row, the file alone else."""
+    """`data/a.jsonl:3` for a line, `p.parquet (row 12)` for a row, `d.json (record 4 of
+    "data")` for an entry of a wrapped list, the file alone else."""
     if "line" in example:
         return f"{example['file']}:{example['line']}"
     for key in ("row", "record"):
         if key in example:
-            return f"{example['file']} ({key} {example[key]})"
+            return f"{example['file']} ({key} {example[key]}{_of(example)})"
     return example["file"]
+
+
+def _of(example: dict) -> str:
+    return f' of "{example["key"]}"' if "key" in example else ""
 
 
 def field_hint(reason: str, example: dict, text_field: str) -> str | None:
@@ -161,12 +171,22 @@ def field_hint(reason: str, example: dict, text_field: str) -> str | None:
     if reason == "no_text_column":
         what = f'{example["file"]}: no "{text_field}" column (columns: {names})'
     else:
-        what = (f'{example["file"]}: {missing:,} record{"s" if missing != 1 else ""} '
+        under = f' under "{example["key"]}"' if "key" in example else ""
+        what = (f'{example["file"]}: {missing:,} record{"s" if missing != 1 else ""}{under} '
                 f'{"have" if missing != 1 else "has"} no "{text_field}" field (fields seen: {names})')
     likely = [f for f in LIKELY_TEXT_FIELDS if f in fields and f != text_field]
     if likely:
         return f"{what}; to read {likely[0]!r}: --set data.text_field={likely[0]}"
     return f"{what}; set data.text_field to the one that holds the text"
+
+
+def lists_hint(example: dict) -> str:
+    """For a .json object that wraps several lists of records (a dataset's splits): which,
+    and what reads the one wanted (none is guessed: a `test` split is not training data)."""
+    keys = ", ".join(f'"{k}"' for k in example.get("keys", []))
+    return (f"{example['file']}: records under several keys ({keys}), none read, since which "
+            "to train on is not guessed: save the list to train on as a .json list or .jsonl "
+            "file of its own")
 
 
 def describe(examples: dict, counts: dict[str, int], text_field: str = "text") -> list[str]:
@@ -178,11 +198,13 @@ def describe(examples: dict, counts: dict[str, int], text_field: str = "text") -
     alike: dict[tuple, list[dict]] = {}
     for reason, entry in examples.items():
         for e in entry["examples"]:
-            alike.setdefault((reason, tuple(sorted(e.get("fields", [])))), []).append(e)
-    hints = [h for (reason, _), group in alike.items() if (h := field_hint(reason, {
+            alike.setdefault((reason, tuple(sorted(e.get("fields", []))), e.get("key")),
+                             []).append(e)
+    hints = [h for (reason, _, key), group in alike.items() if (h := field_hint(reason, {
         "file": ", ".join(e["file"] for e in group), "count": sum(e["count"] for e in group),
         "not_string": sum(e.get("not_string", 0) for e in group),
-        "fields": group[0].get("fields", [])}, text_field))]
+        "fields": group[0].get("fields", []), **({"key": key} if key else {})}, text_field))]
+    hints += [lists_hint(e) for e in examples.get("several_record_lists", {}).get("examples", [])]
     for reason, entry in examples.items():
         files, shown = entry["files"], entry["examples"]
         named = ", ".join(where(e) + (f" ({e['count']:,})" if e["count"] > 1 else "")

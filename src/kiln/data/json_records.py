@@ -1,0 +1,122 @@
+"""Where the records of a `.json` file are, so the reader never trains on a dataset's markup.
+
+A `.json` dataset comes in several shapes: a list of objects, JSON lines saved under a `.json`
+name, or an object that wraps the list (`{"data": [...]}`, `{"version": 1, "rows": [...]}`).
+Read as one text document, any of them is braces, quotes and keys, and a cut-off download
+of one is the same. Other JSON in a source tree (a `package.json`, a `tsconfig.json` with
+comments) is text like the code beside it; these tests tell the two apart.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import BinaryIO
+
+BOM = b"\xef\xbb\xbf"
+# A .json file that does not parse and has the text field as a key this near its start
+# holds records (cut off), not prose or code.
+RECORD_SNIFF_BYTES = 8192
+# Keys under which datasets keep their list of records (and the splits of a dataset dict):
+# a list of objects under one of them is records even beside other keys (`version`).
+RECORD_KEYS = frozenset(
+    "data rows records examples items instances samples documents docs entries "
+    "train training validation valid dev test".split())
+MAX_WRAPPER_DEPTH = 3  # `{"data": {"train": [...]}}` is two deep
+# `{"key": [{` at the start: a wrapper of records, even when cut off or damaged later on
+WRAPPER_START = re.compile(rb'\{\s*"(?:[^"\\]|\\.)*"\s*:\s*\[\s*\{')
+
+
+def text_key_pattern(text_field: str) -> re.Pattern[bytes]:
+    """The text field as a JSON key (`"content":`), as raw bytes: spelled as the file may
+    spell it, its quotes and backslashes escaped, other characters as they are in UTF-8."""
+    key = json.dumps(text_field, ensure_ascii=False).encode("utf-8", "backslashreplace")
+    return re.compile(re.escape(key) + rb"\s*:")
+
+
+def holds_records(value: object, text_field: str) -> bool:
+    """A list of records: every entry an object, or some entry with the text field (the
+    others are then counted, not the list read as markup)."""
+    return isinstance(value, list) and bool(value) and (
+        all(isinstance(r, dict) for r in value)
+        or any(isinstance(r, dict) and text_field in r for r in value))
+
+
+def record_lists(data: dict, text_field: str) -> list[tuple[str, list]]:
+    """The lists of records an object wraps, by key path (`data`, `data.train`).
+
+    A list of objects is records when an entry has the text field, or when it sits under a
+    usual records key (`RECORD_KEYS`) or is the only value of the file's object, and some
+    entry has a string to read (the text under another name). So a config that holds a
+    list of objects among its settings (a launch.json's `configurations` beside `version`),
+    or a JSON schema fragment (`{"allOf": [{...}]}`: objects of objects), stays text. An
+    object under a records key, or the file object's only value, is looked into the same
+    way (there, only records keys and the text field make a list records)."""
+    return list(_record_lists(data, text_field, ""))
+
+
+def _record_lists(data: dict, text_field: str, path: str,
+                  depth: int = 1) -> Iterator[tuple[str, list]]:
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        wrapped = str(key).lower() in RECORD_KEYS or (depth == 1 and len(data) == 1)
+        if holds_records(value, text_field):
+            if any(isinstance(r, dict) and text_field in r for r in value) or (
+                    wrapped and any(isinstance(r, dict) and any(isinstance(v, str) for v in
+                                                                 r.values()) for r in value)):
+                yield where, value
+        elif isinstance(value, dict) and wrapped and depth < MAX_WRAPPER_DEPTH:
+            yield from _record_lists(value, text_field, where, depth + 1)
+
+
+def first_line_object(f: BinaryIO) -> tuple[dict | None, bool]:
+    """The first non-blank line of `f` (a file at its start) if it is a JSON object on its
+    own, and whether a non-blank line follows it: both, and the file is JSON lines (valid
+    JSON has nothing after a complete object). Reads two lines, not the file, and not even
+    the first of a file that does not start with `{` (a list on one line is the file)."""
+    start = f.read(RECORD_SNIFF_BYTES).removeprefix(BOM).lstrip()
+    f.seek(0)
+    if start[:1] not in (b"{", b""):
+        return None, False
+    first = None
+    for n, line in enumerate(f):
+        if n == 0:
+            line = line.removeprefix(BOM)
+        if not line.strip():
+            continue
+        if first is not None:
+            return first, True
+        try:
+            first = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError):  # not UTF-8, not JSON on its own
+            return None, False
+        if not isinstance(first, dict):
+            return None, False
+    return first, False
+
+
+def damaged_records(raw: bytes, text_key: re.Pattern[bytes], error: Exception) -> bool:
+    """Whether `raw`, a .json file that failed to parse with `error`, starts as records do:
+    a list of objects (`[{`), an object that wraps one (`{"data": [{`), a record with the
+    text field (`text_key`) near the start, or an object cut off at its end (a truncated
+    download). An object broken in its middle (a tsconfig.json's comments) is not."""
+    head = raw[:RECORD_SNIFF_BYTES].removeprefix(BOM).lstrip()
+    if not head.startswith((b"{", b"[")):
+        return False
+    after = head[1:].lstrip()[:1]
+    if head.startswith(b"["):
+        return after == b"{" or bool(text_key.search(head))
+    return after == b'"' and bool(text_key.search(head) or WRAPPER_START.match(head)
+                                  or cut_off(error))
+
+
+def cut_off(error: Exception) -> bool:
+    """Whether the JSON that failed with `error` ends before it is complete: it parsed up to
+    its end, where more was due (also when the cut falls inside a character of several
+    bytes)."""
+    if isinstance(error, UnicodeDecodeError):
+        return error.reason == "unexpected end of data"  # only ever at the end
+    if isinstance(error, json.JSONDecodeError):  # an unterminated string runs to the end
+        return error.msg.startswith("Unterminated string") or error.pos >= len(error.doc.rstrip())
+    return False
