@@ -143,7 +143,7 @@ def test_export_is_atomic(tokenizer_path, tmp_path, monkeypatch):
         raise OSError("disk full")
 
     with monkeypatch.context() as m:
-        m.setattr(hf_folder, "save_file", crash)
+        m.setattr(hf_folder, "save_tensors", crash)
         with pytest.raises(OSError, match="disk full"):
             export_hf(model, tokenizer_path, out)
     assert sorted(p.name for p in out.iterdir()) == ["old.txt"]
@@ -181,3 +181,22 @@ def test_cli_export_of_trained_run(tiny_run):
     model, _ = load_trained_model(cfg)
     with torch.no_grad():
         assert (hf(ids).logits - model(ids)).abs().max().item() < 1e-4
+
+
+def test_exported_and_checkpointed_weights_follow_the_umask(tiny_run):
+    """safetensors wrote model.safetensors 0600 whatever the umask: a teammate on a shared
+    filesystem could read an export's config and tokenizer but not its weights."""
+    from conftest import tiny_config
+
+    from kiln.cli import cmd_export, cmd_train
+
+    cfg = tiny_config(tiny_run, "train.steps=6")
+    old = os.umask(0o022)
+    try:
+        cmd_train(cfg)
+        cmd_export(cfg)
+    finally:
+        os.umask(old)
+    for weights in (tiny_run / "export/model.safetensors",
+                    tiny_run / "checkpoints/step_00000006/model.safetensors"):
+        assert oct(weights.stat().st_mode & 0o777) == oct(0o644), weights
