@@ -28,8 +28,8 @@ def set_aside_other_files(out_dir: Path, run_dir: Path) -> str | None:
             return None
         what = (f"held what an export does not write ({', '.join(other[:5])}"
                 f"{', ...' if len(other) > 5 else ''})")
-    else:
-        what = "was not a folder"
+    else:  # a link is moved, not followed: its target is left as it is
+        what = f"was a {'link' if out_dir.is_symlink() else 'file'}, not a folder"
     dest = new_archive_folder(run_dir, "before-export") / out_dir.name
     os.replace(out_dir, dest)
     return f"{out_dir} {what}: it moved to {dest}"
