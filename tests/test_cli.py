@@ -320,3 +320,21 @@ def test_python_dash_m_kiln_is_the_kiln_command(tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "unknown config key 'model.n_embd' (did you mean 'model.dim'?)" in out.stderr
+
+
+def test_kiln_run_refuses_a_prompt_longer_than_the_context_before_training(tiny_run, capsys):
+    """A prompt of more tokens than model.max_seq_len was refused by generate, after the
+    whole training run, and the export after it never ran: now refused once the tokenizer is
+    made. The message names the prompt and the context, and adds '...' only to a cut one."""
+    from kiln.cli import main
+
+    long = "word " * 100
+    code = main(["run", str(tiny_run), "--set", f'generate.prompts=["def ", "{long}"]'])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert not (tiny_run / "checkpoints").exists() and not (tiny_run / "metrics.jsonl").exists()
+    assert f"kiln: config error: generate.prompts: {long[:40]!r}... is " in err
+    assert "leaves no room in the model's context (model.max_seq_len = 64): shorten it" in err
+    assert main(["run", str(tiny_run), "--set", "model.max_seq_len=2", "--set",
+                 "train.seq_len=2", "--set", 'generate.prompts=["def f"]']) == 2
+    assert "generate.prompts: 'def f' is " in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers/huggingface_hub import
 
@@ -143,7 +144,7 @@ def test_export_is_atomic(tokenizer_path, tmp_path, monkeypatch):
         raise OSError("disk full")
 
     with monkeypatch.context() as m:
-        m.setattr(hf_folder, "save_file", crash)
+        m.setattr(hf_folder, "save_tensors", crash)
         with pytest.raises(OSError, match="disk full"):
             export_hf(model, tokenizer_path, out)
     assert sorted(p.name for p in out.iterdir()) == ["old.txt"]
@@ -181,3 +182,50 @@ def test_cli_export_of_trained_run(tiny_run):
     model, _ = load_trained_model(cfg)
     with torch.no_grad():
         assert (hf(ids).logits - model(ids)).abs().max().item() < 1e-4
+
+
+def test_exported_and_checkpointed_weights_follow_the_umask(tiny_run):
+    """safetensors wrote model.safetensors 0600 whatever the umask: a teammate on a shared
+    filesystem could read an export's config and tokenizer but not its weights."""
+    from conftest import tiny_config
+
+    from kiln.cli import cmd_export, cmd_train
+
+    cfg = tiny_config(tiny_run, "train.steps=6")
+    old = os.umask(0o022)
+    try:
+        cmd_train(cfg)
+        cmd_export(cfg)
+    finally:
+        os.umask(old)
+    for weights in (tiny_run / "export/model.safetensors",
+                    tiny_run / "checkpoints/step_00000006/model.safetensors"):
+        assert oct(weights.stat().st_mode & 0o777) == oct(0o644), weights
+
+
+def test_an_export_folder_with_other_files_moves_to_the_archive(tiny_run, capsys):
+    """A model card added to export/ before an upload (or a file named `export`) was deleted
+    without a word when the run was exported again: the new export replaces the folder whole."""
+    from conftest import tiny_config
+
+    from kiln.cli import cmd_train, main
+
+    cmd_train(tiny_config(tiny_run, "train.steps=6"))
+    export = tiny_run / "export"
+    assert main(["export", str(tiny_run)]) == 0
+    assert main(["export", str(tiny_run)]) == 0  # its own files only: replaced, nothing moved
+    assert not (tiny_run / "archive").exists()
+    (export / "README.md").write_text("my model card")
+    capsys.readouterr()
+    assert main(["export", str(tiny_run)]) == 0
+    [kept] = (tiny_run / "archive").glob("before-export-*/export")
+    assert (kept / "README.md").read_text() == "my model card"
+    assert (kept / "model.safetensors").is_file() and not (export / "README.md").exists()
+    assert f"note: {export} held what an export does not write (README.md): it moved to " \
+        f"{kept}" in capsys.readouterr().err
+    shutil.rmtree(export)
+    export.write_text("notes")
+    assert main(["export", str(tiny_run)]) == 0
+    assert sorted(p.read_text() for p in (tiny_run / "archive").glob("*/export")
+                  if p.is_file()) == ["notes"]
+    assert (export / "model.safetensors").is_file()

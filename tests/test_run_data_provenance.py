@@ -292,3 +292,31 @@ def test_a_changed_stage_option_changes_the_documents_fingerprint(tmp_path):
     seed1 = fingerprint(replace(cfg, inject_replicas=replace(cfg.inject_replicas, seed=1)))
     assert seed0 != seed1
     assert fingerprint(cfg) == seed0
+
+
+def test_a_trained_run_re_made_with_another_vocabulary_trains_the_tokenizers(made, capsys):
+    """The trainer recorded the resolved model.vocab_size in config.toml: after the
+    checkpoints were moved aside as the data verbs advise and the data re-made with another
+    tokenizer.vocab_size, `kiln train RUN` refused a larger tokenizer ('model.vocab_size
+    (270) is smaller than the tokenizer's'), though no one had set it, and padded a smaller one."""
+    from safetensors import safe_open
+
+    from kiln.cli import main
+    from kiln.run_dir import write_run_metadata
+
+    cfg, _, run = made
+    write_run_metadata(cfg)  # as `kiln run` records it
+    short = ["--set", "train.steps=2", "--set", "train.checkpoint_every=2"]
+    for n, vocab in enumerate((270, 300, 260)):  # the corpus holds 285 tokens' worth: 300 -> 285
+        if n:  # as the data verbs advise for a trained run
+            aside = run.parent / f"aside-{n}"
+            aside.mkdir()
+            for name in ("checkpoints", "metrics.jsonl"):
+                (run / name).rename(aside / name)
+        assert main(["tokenizer", str(run), "--set", f"tokenizer.vocab_size={vocab}"]) == 0
+        assert main(["tokenize", str(run)]) == 0
+        capsys.readouterr()
+        assert main(["train", str(run), *short]) == 0, capsys.readouterr().err
+        made_vocab = json.loads((run / "tokens/index.json").read_text())["vocab_size"]
+        with safe_open(run / "checkpoints/step_00000002/model.safetensors", "pt") as f:
+            assert f.get_slice("embed.weight").get_shape()[0] == made_vocab == min(vocab, 285)

@@ -871,7 +871,7 @@ def test_a_full_disk_in_any_writer_is_one_clear_error(tiny_run, monkeypatch):
     def full(*args, **kwargs):
         raise SafetensorError("Error while serializing: I/O error: No space left on device")
 
-    monkeypatch.setattr(ckpt_mod, "save_file", full)
+    monkeypatch.setattr(ckpt_mod, "save_tensors", full)
     trainer.step = 9
     with pytest.raises(CheckpointError, match="cannot write checkpoint .*step_00000009 "
                        r"\(SafetensorError: .*No space.*the last checkpoint, step_00000006"):

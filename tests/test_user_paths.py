@@ -180,3 +180,21 @@ def test_an_override_with_an_empty_key_part_is_malformed(override):
     """It was `unknown config key ''` (or 'train..steps')."""
     with pytest.raises(ConfigError, match="must look like section.key=value"):
         load_config(None, [override])
+
+
+def test_a_tilde_in_run_dir_or_sources_is_the_home_folder(tmp_path, monkeypatch, capsys):
+    """`run.dir = "~/runs/mine"` in a recipe (or a quoted --set) made a folder named `~` in
+    the current one, and `data.sources = ["~/corpus"]` was not found, 'relative to the
+    current folder'."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    (home / "corpus").mkdir(parents=True)
+    (home / "corpus/a.txt").write_text("some text\n")
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    cfg = load_config(None, ['run.dir="~/runs/mine"', 'data.sources=["~/corpus"]'])
+    assert cfg.run_dir == home / "runs/mine" and cfg.data.sources == [str(home / "corpus")]
+    assert main(["prepare", "--set", 'run.dir="~/runs/mine"', "--set", 'data.sources=["~/corpus"]',
+                 "--set", 'prepare.stages=["read", "write"]', "--set", "prepare.tasks=1"]) == 0
+    assert list(here.iterdir()) == []
+    assert [d.text for d in read_documents(home / "runs/mine")] == ["some text\n"]

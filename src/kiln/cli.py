@@ -242,6 +242,33 @@ def _prompt_seed(seed: int, prompt: str, repeat: int) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
 
 
+def _prompt_ids(tok, prompt: str, max_len: int) -> list[int]:
+    """The ids `prompt` starts from, refused when they leave no room in the model's context
+    (`max_len`) for a new token."""
+    from kiln.data.tokenizer import eos_id
+
+    # "" samples a document from its start: the EOS that ends the one before is the context
+    ids = tok.encode(prompt).ids if prompt else [eos_id(tok)]
+    if len(ids) >= max_len:
+        shown = repr(prompt[:40]) + ("..." if len(prompt) > 40 else "")
+        raise ConfigError(f"generate.prompts: {shown} is {len(ids)} tokens, which leaves no "
+                          f"room in the model's context (model.max_seq_len = {max_len}): "
+                          "shorten it")
+    return ids
+
+
+def _refuse_prompts_that_do_not_fit(cfg: Config) -> None:
+    """`kiln run` asks, once the tokenizer is made, what `kiln generate` would refuse after
+    training (and before the export that follows it)."""
+    from kiln.data.tokenizer import load_tokenizer
+
+    if not _tokenizer_path(cfg).is_file():  # no data stages ran: generate says what to run
+        return
+    tok = load_tokenizer(_tokenizer_path(cfg))
+    for prompt in cfg.generate.prompts:
+        _prompt_ids(tok, prompt, cfg.model.max_seq_len)
+
+
 def cmd_generate(cfg: Config) -> None:
     import torch
 
@@ -264,11 +291,7 @@ def cmd_generate(cfg: Config) -> None:
         # other prompts nor on its place in the list; on CPU, so samples match across devices
         repeat = seen[prompt] = seen.get(prompt, -1) + 1
         rng = torch.Generator().manual_seed(_prompt_seed(cfg.run.seed, prompt, repeat))
-        # "" samples a document from its start: the EOS that ends the one before is the context
-        ids = tok.encode(prompt).ids if prompt else [eos_id(tok)]
-        if len(ids) >= max_len:
-            raise ConfigError(f"generate.prompts: {prompt[:40]!r}... is {len(ids)} tokens; the "
-                              f"model's context (model.max_seq_len) is {max_len}")
+        ids = _prompt_ids(tok, prompt, max_len)
         if len(ids) + g.max_new_tokens > max_len:
             print(f"note: {prompt[:40]!r}: at most {max_len - len(ids)} new tokens fit the "
                   f"model's context of {max_len} (generate.max_new_tokens = {g.max_new_tokens})",
@@ -286,11 +309,15 @@ def cmd_generate(cfg: Config) -> None:
 def cmd_export(cfg: Config) -> None:
     from kiln.data.provenance import run_tokenizer
     from kiln.export import export_model
+    from kiln.export.earlier import set_aside_other_files
     from kiln.train.trained_run import load_trained_model
 
     model, ckpt = load_trained_model(cfg)
     run_tokenizer(cfg.run_dir)
-    result = export_model(model, _tokenizer_path(cfg), cfg.run_dir / "export", cfg, ckpt.name)
+    out = cfg.run_dir / "export"
+    if moved := set_aside_other_files(out, cfg.run_dir):  # the export replaces the folder whole
+        print(f"note: {moved}", file=sys.stderr)
+    result = export_model(model, _tokenizer_path(cfg), out, cfg, ckpt.name)
     print(f"export ({result.format}): {ckpt.name} -> {result.path} ({result.note})")
 
 
@@ -311,6 +338,7 @@ def cmd_run(cfg: Config) -> None:
     if env.is_main:
         _timed(stages, cfg)
         _record_config(cfg)
+        _refuse_prompts_that_do_not_fit(cfg)  # before hours of training, not after
     wait_for_main(env)  # the data stages may take hours
     try:
         _timed([("train", cmd_train)], cfg)

@@ -602,6 +602,16 @@ def _cut_pattern_note(m: ModelConfig) -> list[str]:
 RECORD_HEADER = "# Kiln's resolved config: every setting, defaults included"
 
 
+def _home_expanded(cfg: Config) -> Config:
+    """`~/runs/x` in run.dir or data.sources is the home folder, as a shell would read it
+    unquoted: a recipe (or a quoted --set) left it literal, so a run made a folder named `~`
+    in the current one, and a source there was not found."""
+    sources = [os.path.expanduser(s) for s in cfg.data.sources]
+    return dataclasses.replace(
+        cfg, run=dataclasses.replace(cfg.run, dir=os.path.expanduser(cfg.run.dir)),
+        data=dataclasses.replace(cfg.data, sources=sources))
+
+
 def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] = (),
                 recorded: bool = False) -> Config:
     """Load a TOML file (or the defaults), apply `--set` overrides, type-check and validate.
@@ -626,7 +636,7 @@ def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] 
     given = set() if recorded else _given_keys(data)
     data = apply_overrides(data, overrides)
     given |= set(_flat(apply_overrides({}, overrides)))  # cannot fail where the above did not
-    cfg = validate(_build(Config, data, ""))
+    cfg = validate(_home_expanded(_build(Config, data, "")))
     for line in inert_settings(cfg, given):
         warnings.warn(line, stacklevel=2)  # the CLI prints `warning: ...` once, on rank 0
     return cfg

@@ -9,14 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from kiln.atomic import atomic_dir
 from kiln.data.tokenizer import eos_id, load_tokenizer
 from kiln.export.hf_tokenizer import write_hf_tokenizer
 from kiln.model.transformer import Transformer
+from kiln.tensor_files import save_tensors
 
 EXPORT_RECORD = "kiln_export.json"  # what an export holds and which checkpoint it came from
+# every file `write_hf_folder` writes (Llama and afmoe alike)
+HF_FILES = ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+            "tokenizer_config.json", "special_tokens_map.json", EXPORT_RECORD)
 
 
 def is_tied(model: Transformer) -> bool:
@@ -44,7 +47,7 @@ def write_hf_folder(
         raise ValueError(f"EOS id {eos} is outside the model's vocabulary ({model.cfg.vocab_size})")
     with atomic_dir(out_dir) as tmp:
         _write_json(tmp / "config.json", config(model, eos))
-        save_file(state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_tensors(state_dict(model), tmp / "model.safetensors", metadata={"format": "pt"})
         _write_json(tmp / "generation_config.json",
                     {"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos})
         write_hf_tokenizer(tokenizer_path, tmp, model.cfg.max_seq_len)

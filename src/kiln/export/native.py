@@ -14,12 +14,13 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from kiln.atomic import atomic_dir
 from kiln.config import Config, ConfigError, config_to_toml, load_config, validate
 from kiln.export.hf_folder import EXPORT_RECORD, is_tied
 from kiln.model.transformer import Transformer
+from kiln.tensor_files import save_tensors
 
 NATIVE_FORMAT = "kiln-native"
 FILES = ("model.safetensors", "config.toml", "tokenizer.json", EXPORT_RECORD)
@@ -45,8 +46,8 @@ def export_native(
     meta = {"format": NATIVE_FORMAT, "reason": reason, "tied_embeddings": is_tied(model),
             "load_with": "kiln.export.native.load_native(path)", "checkpoint": checkpoint}
     with atomic_dir(out_dir) as tmp:
-        save_file(native_state_dict(model), str(tmp / "model.safetensors"),
-                  metadata={"format": NATIVE_FORMAT})
+        save_tensors(native_state_dict(model), tmp / "model.safetensors",
+                     metadata={"format": NATIVE_FORMAT})
         (tmp / "config.toml").write_text(config_to_toml(resolved))
         shutil.copyfile(tokenizer_path, tmp / "tokenizer.json")
         (tmp / EXPORT_RECORD).write_text(json.dumps(meta, indent=2) + "\n")

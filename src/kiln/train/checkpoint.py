@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -41,6 +41,7 @@ from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.eval import EVAL_FILES
 from kiln.hashing import file_sha256
 from kiln.parallel.distributed import DistEnv, all_reduce_max, unwrap, wait_for_main
+from kiln.tensor_files import save_tensors
 from kiln.train.checkpoint_dirs import PREFIX, complete_checkpoints, latest_checkpoint
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -161,7 +162,7 @@ def save_checkpoint(
         _clear_killed_writes(ckpt_root)
         try:
             with atomic_dir(final) as tmp:  # a re-saved step (after a resume) replaces its copy
-                save_file(weights, str(tmp / "model.safetensors"))
+                save_tensors(weights, tmp / "model.safetensors")
                 torch.save(optim_state, tmp / "optimizer.pt")
                 torch.save({**trainer_state, "rng": torch.get_rng_state()}, tmp / "trainer.pt")
                 (tmp / CHECKSUMS).write_text(json.dumps({

@@ -64,7 +64,8 @@ def model_config_for_run(cfg: Config, token_dir: Path):
     vocab = load_index(token_dir)["vocab_size"]
     if cfg.model.vocab_size and cfg.model.vocab_size < vocab:
         raise ConfigError(
-            f"model.vocab_size ({cfg.model.vocab_size}) is smaller than the tokenizer's ({vocab})"
+            f"model.vocab_size ({cfg.model.vocab_size}) is smaller than the tokenizer's ({vocab}, "
+            f"{Path(token_dir) / 'index.json'}): set model.vocab_size = 0 to take the tokenizer's"
         )
     return dataclasses.replace(cfg.model, vocab_size=cfg.model.vocab_size or vocab)
 
@@ -196,6 +197,7 @@ class Trainer:
 
         torch.manual_seed(cfg.run.seed)
         self.model_cfg = model_config_for_run(cfg, self.token_dir)
+        self.given_vocab = cfg.model.vocab_size  # 0: the tokenizer's, recorded so
         self.cfg = dataclasses.replace(cfg, model=self.model_cfg)
         check_training_fits(self.model_cfg, cfg.optim.name, self.device, t.parallel,
                             self.env.world_size)
@@ -452,8 +454,13 @@ class Trainer:
                        f"(past its last checkpoint) moved to {moved}", file=sys.stderr)
 
     def _write_metadata(self) -> None:
-        """config.toml (with git hash and versions) and model.json: what this run trains."""
-        write_run_metadata(self.cfg, f"{self.device.type} ({self.precision})")
+        """config.toml (with git hash and versions) and model.json: what this run trains.
+        config.toml keeps model.vocab_size as it was given (0: the tokenizer's; model.json
+        has the count): a recorded 4096 would hold the run to it after its data is re-made
+        with another tokenizer (a larger one refused, a smaller one padded silently)."""
+        given = dataclasses.replace(self.model_cfg, vocab_size=self.given_vocab)
+        write_run_metadata(dataclasses.replace(self.cfg, model=given),
+                           f"{self.device.type} ({self.precision})")
         how = {"precision": self.precision, "world_size": self.env.world_size,
                "accum_steps": self.accum_steps,
                "parallel": self.cfg.train.parallel if self.env.distributed else "none"}

@@ -1,0 +1,35 @@
+"""An export replaces the run's previous one whole (see `kiln.atomic.atomic_dir`): a folder
+there holding what no export writes (a model card added before an upload, an adapter, a
+folder of the user's own, a file named `export`) moves to the run's archive/ first, rather
+than being deleted with it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kiln.atomic import new_archive_folder
+from kiln.export.hf_folder import HF_FILES
+from kiln.export.native import FILES as NATIVE_FILES
+
+EXPORT_FILES = frozenset(HF_FILES) | frozenset(NATIVE_FILES)
+
+
+def set_aside_other_files(out_dir: Path, run_dir: Path) -> str | None:
+    """Move `out_dir` to archive/before-export-<time>/ when it holds anything an export
+    does not write, or is not a plain folder; return what was found and where it went."""
+    out_dir = Path(out_dir)
+    if not os.path.lexists(out_dir):
+        return None
+    if out_dir.is_dir() and not out_dir.is_symlink():
+        other = sorted(p.name for p in out_dir.iterdir()
+                       if p.name not in EXPORT_FILES or not p.is_file() or p.is_symlink())
+        if not other:
+            return None
+        what = (f"held what an export does not write ({', '.join(other[:5])}"
+                f"{', ...' if len(other) > 5 else ''})")
+    else:  # a link is moved, not followed: its target is left as it is
+        what = f"was a {'link' if out_dir.is_symlink() else 'file'}, not a folder"
+    dest = new_archive_folder(run_dir, "before-export") / out_dir.name
+    os.replace(out_dir, dest)
+    return f"{out_dir} {what}: it moved to {dest}"
