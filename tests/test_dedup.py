@@ -25,3 +25,27 @@ def test_minhash_defaults_follow_datatrove():
 
 def test_normalized_exact_key():
     assert normalized_document_text(Document(text="A  b\nC", id="x")) == "a b c"
+
+
+def test_minhash_removes_copies_of_documents_shorter_than_an_ngram(tmp_path):
+    """Short texts (a title, a one-line post, a line of CJK with no spaces) have no 5-gram:
+    datatrove gives them no signature, and every copy was kept. Copies go now (in any task),
+    different short texts and the empty-of-words one stay."""
+    import json
+
+    from kiln.data.documents import read_documents
+    from kiln.data.pipeline import run_prepare
+
+    src = tmp_path / "src"
+    src.mkdir()
+    texts = ["Subscribe now!", "Subscribe NOW", "Click here to subscribe", "今天天气很好", "!!!"]
+    for i in range(3):  # three files, each with every short text: copies across tasks too
+        (src / f"f{i}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    cfg = PrepareConfig(stages=["read", "dedup_minhash", "write"], tasks=2)
+    summary = run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    kept = sorted(d.text for d in read_documents(tmp_path / "run"))
+    # "Subscribe now!" and "Subscribe NOW" normalise alike; "!!!" has no word: all 3 kept
+    assert summary["documents_out"] == len(kept) == 6
+    assert kept.count("!!!") == 3 and set(kept) - {"!!!", "Subscribe NOW", "Subscribe now!"} == {
+        "Click here to subscribe", "今天天气很好"}
+    assert sum(t.lower().startswith("subscribe now") for t in kept) == 1

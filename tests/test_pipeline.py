@@ -146,6 +146,11 @@ def test_missing_dependency_of_a_stage_module_is_named(tmp_path, registry):
     (["read"], "end with 'write'"),
     (["read", "no_spam", "no_spam", "write"], "more than once"),
     ([], "empty"),
+    # a second reader would add documents that skipped the stages before it
+    (["read", "no_spam", "arxiv_metadata", "write"],
+     "'arxiv_metadata' reads documents of its own and must come first, not after 'no_spam'"),
+    (["arxiv_metadata", "latex", "read", "write"], "'read' reads documents .* here 'arxiv_metadata'"),
+    (["read", "arxiv_sources", "latex", "write"], r"or after 'arxiv_metadata', whose documents"),
 ])
 def test_bad_stage_lists(tmp_path, registry, stages, message):
     with pytest.raises(ConfigError, match=message):

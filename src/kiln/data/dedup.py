@@ -3,7 +3,9 @@
 MinHash (datatrove defaults, as in the digest): word 5-gram shingles of normalised text
 (datatrove's `simplify_text`: lowercase, punctuation stripped, numbers/diacritics/whitespace
 normalised), 14 buckets x 8 hashes, 64-bit hashes -> ~0.72 similarity threshold,
-P(match | s=0.8) = 1 - (1 - 0.8^8)^14 ~ 0.92. Stages: signature (tasks = input tasks) ->
+P(match | s=0.8) = 1 - (1 - 0.8^8)^14 ~ 0.92. A document of fewer words than that (a title, a
+one-line post, a text in a script written without spaces) has its whole word sequence as its
+one shingle: datatrove gives it no signature at all, so its copies were never removed. Stages: signature (tasks = input tasks) ->
 buckets (tasks = num_buckets) -> cluster (1 task) -> filter (tasks = input tasks, same input).
 
 Exact: datatrove 0.10 ships `ExactDedupSignature -> ExactFindDedups -> ExactDedupFilter` (no
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from datatrove.data import Document
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.dedup import (
@@ -43,6 +46,7 @@ from datatrove.pipeline.dedup import (
     MinhashDedupSignature,
 )
 from datatrove.utils.hashing import HashConfig
+from datatrove.utils.text import simplify_text
 from datatrove.utils.word_tokenizers import WordTokenizer
 
 DEFAULT_HASH = HashConfig(precision=64, hash_fc="sha1")
@@ -62,6 +66,22 @@ class WhitespaceWordTokenizer(WordTokenizer):
 
     def span_tokenize(self, text: str) -> list[tuple[int, int]]:
         raise NotImplementedError("span splitting is not needed for MinHash shingles")
+
+
+class MinhashSignature(MinhashDedupSignature):
+    """datatrove's signature step, with a signature for documents shorter than an n-gram:
+    their whole (normalised) word sequence is their one shingle, so copies of a short text
+    share a signature and are deduplicated, and different short texts do not collide.
+    A document with no word at all (punctuation only) still gets none."""
+
+    def get_shingles(self, text: str) -> np.ndarray:
+        shingles = super().get_shingles(text)
+        if shingles.size:
+            return shingles
+        words = self.word_tokenizer.word_tokenize(simplify_text(text, self.config.norm_config))
+        if not words:
+            return shingles
+        return np.array([[self._hash_func(" ".join(words))]], dtype=np.uint64)
 
 
 def minhash_config(
@@ -106,7 +126,7 @@ def minhash_dedup_stages(
     return [
         Stage(
             "minhash_signature",
-            [make_reader(), MinhashDedupSignature(sigs, config, language=tok)],
+            [make_reader(), MinhashSignature(sigs, config, language=tok)],
             tasks,
         ),
         Stage(

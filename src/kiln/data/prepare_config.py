@@ -190,6 +190,9 @@ NEEDS_BEFORE = {
     "perplexity_select": ("perplexity",),
     "period": ("dating", "arxiv_metadata"),
 }
+# reader -> the stage whose documents it reads when it is not first (arxiv_sources fetches
+# the papers arxiv_metadata kept); any other reader after the first is refused
+READS_FROM = {"arxiv_sources": "arxiv_metadata"}
 # stage -> the stage that must come after it: arxiv_sources yields raw LaTeX archives (in
 # metadata), not document text, until `latex` converts them
 NEEDS_AFTER = {
@@ -228,6 +231,14 @@ def _check_stage_list(cfg: PrepareConfig) -> None:
     if not STAGES[stages[0]].reader:
         readers = sorted(n for n, s in STAGES.items() if s.reader)
         raise ConfigError(f"prepare.stages must start with a reader stage {readers}, not '{stages[0]}'")
+    for i, name in enumerate(stages[1:], start=1):
+        if STAGES[name].reader and READS_FROM.get(name) not in stages[:i]:
+            raise ConfigError(
+                f"prepare.stages: '{name}' reads documents of its own and must come first"
+                + (f" (or after '{READS_FROM[name]}', whose documents it reads)"
+                   if name in READS_FROM else "")
+                + f", not after '{stages[i - 1]}': its documents would join the stream unseen "
+                f"by the stages before it (one reader per prepare: here '{stages[0]}')")
     if stages[-1] != "write" or stages.count("write") != 1:
         raise ConfigError("prepare.stages must end with 'write' (and name it once)")
     dupes = sorted({n for n in stages if stages.count(n) > 1})

@@ -138,7 +138,7 @@ class InjectReplicas(PipelineStep):
             if item.prompt is None or not item.answers:
                 missing = (("problem", prompt_fields) if item.prompt is None
                            else ("solution", answer_fields))
-                raise ValueError(f"{benchmark_path}:{item.line}: an injected item needs a "
+                raise ValueError(f"{item.where}: an injected item needs a "
                                  f"{missing[0]}, and none of the fields {list(missing[1])} "
                                  "holds one")
         self.k, self.seed, self.keep_size = k, seed, keep_size

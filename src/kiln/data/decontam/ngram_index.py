@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from kiln.atomic import atomic_path
+from kiln.data.decontam.benchmark_file import benchmark_records, benchmark_stem
 
 INDEX_FORMAT = "kiln-ngram-index"
 INDEX_VERSION = 1
@@ -76,6 +77,7 @@ class BenchmarkItem:
     prompt: str | None
     answers: list[str] = field(default_factory=list)
     line: int = field(default=0, compare=False)  # in its JSONL file, for error messages
+    where: str = field(default="", compare=False)  # `file:line` or `file[i]` (a JSON list)
 
 
 def _field_text(value: object) -> list[str]:
@@ -97,33 +99,27 @@ def load_benchmark_items(
     prompt_fields: Sequence[str] = DEFAULT_PROMPT_FIELDS,
     answer_fields: Sequence[str] = DEFAULT_ANSWER_FIELDS,
 ) -> list[BenchmarkItem]:
-    """Read a benchmark JSONL: the first non-blank prompt field, and every present answer
-    field (MATH has a worked `solution` and a short `answer`: a leak of either counts).
+    """Read a benchmark (JSON lines, `.gz` too, or a JSON list of objects:
+    `benchmark_file`): the first non-blank prompt field, and every present answer field
+    (MATH has a worked `solution` and a short `answer`: a leak of either counts).
 
-    A bad line raises (naming file and line): silently skipping an item would leave it undetected.
+    A bad record raises (naming file and line, and the fields a record without text has):
+    silently skipping an item would leave it undetected.
     """
-    path = Path(path)
     items = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}:{line_no}: expected a JSON object")
-            prompt = next((record[k] for k in prompt_fields  # a blank one ("input": "") is absent
-                           if isinstance(record.get(k), str) and record[k].strip()), None)
-            answers = list(dict.fromkeys(
-                t for k in answer_fields if k in record for t in _field_text(record[k]) if t.strip()))
-            if prompt is None and not answers:
-                raise ValueError(
-                    f"{path}:{line_no}: none of the prompt fields {list(prompt_fields)} "
-                    f"or answer fields {list(answer_fields)} holds text"
-                )
-            items.append(BenchmarkItem(prompt=prompt, answers=answers, line=line_no))
+    for where, record in benchmark_records(path):
+        prompt = next((record[k] for k in prompt_fields  # a blank one ("input": "") is absent
+                       if isinstance(record.get(k), str) and record[k].strip()), None)
+        answers = list(dict.fromkeys(
+            t for k in answer_fields if k in record for t in _field_text(record[k]) if t.strip()))
+        if prompt is None and not answers:
+            fields = ", ".join(list(record)[:20]) or "none"
+            raise ValueError(
+                f"{where}: none of the prompt fields {list(prompt_fields)} "
+                f"or answer fields {list(answer_fields)} holds text (its fields: {fields}); "
+                "name its fields in prepare.decontaminate.prompt_fields / answer_fields")
+        line = int(where.rpartition(":")[2]) if where.rpartition(":")[2].isdigit() else 0
+        items.append(BenchmarkItem(prompt=prompt, answers=answers, line=line, where=where))
     return items
 
 
@@ -150,7 +146,7 @@ def exact_problem(item: BenchmarkItem, n: int) -> list[str] | None:
 
 
 def benchmark_names(paths: list[Path]) -> dict[str, Path]:
-    """{name: path}: a file's name without `.jsonl`; files of the same name (each suite's
+    """{name: path}: a file's name without `.jsonl` (`.jsonl.gz`, `.json`); files of the same name (each suite's
     `test.jsonl`) are told apart by as many of their folders as it takes (`gsm8k/test`,
     `math/test`)."""
     if len(set(map(_resolved, paths))) < len(paths):
@@ -159,7 +155,7 @@ def benchmark_names(paths: list[Path]) -> dict[str, Path]:
 
     def name(p: Path, depth: int) -> str:
         parts = p.absolute().parts
-        return "/".join([*parts[-depth:-1], p.name.removesuffix(".jsonl")])
+        return "/".join([*parts[-depth:-1], benchmark_stem(p)])
 
     depths = [1] * len(paths)
     while True:

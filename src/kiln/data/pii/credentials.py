@@ -55,8 +55,12 @@ PLACEHOLDER_USERS = frozenset(
     "alice bob carol charlie dave eve mallory john jane jdoe johndoe janedoe john.doe jane.doe "
     "john_doe jane_doe foo bar baz foobar".split())
 
-PASSWORD_KEY = r"(?:[A-Za-z_]*[_.-])?(?:password|passwd|passphrase|pwd|pass|db_?pass|pgpassword)"
-USER_KEY = (r"(?:[A-Za-z_]*[_.-])?(?:user|username|user_?name|login|userid|user[_ ]?id|"
+# A key's prefix (`db_`, `POSTGRES_`) and a URL's scheme are bounded: unbounded, every start
+# inside a long run of letters and `_` (a base64 blob, `a_b_c_...`) scanned the run to its end,
+# O(len^2): 100 KB of such text took minutes. A longer prefix still matches, from a later start.
+MAX_KEY_PREFIX = 64
+PASSWORD_KEY = rf"(?:[A-Za-z_]{{0,{MAX_KEY_PREFIX}}}[_.-])?(?:password|passwd|passphrase|pwd|pass|db_?pass|pgpassword)"
+USER_KEY = (rf"(?:[A-Za-z_]{{0,{MAX_KEY_PREFIX}}}[_.-])?(?:user|username|user_?name|login|userid|user[_ ]?id|"
             r"account_?name|db_?user|pguser|uid)")
 
 
@@ -83,7 +87,7 @@ CLI_FLAG = re.compile(
 MYSQL_INLINE_PASSWORD = re.compile(
     r"\bmysql(?:dump|admin)?\b[^\n]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-]\S*))")
 URL_CREDENTIALS = re.compile(
-    r"[A-Za-z][A-Za-z0-9+.-]*://(?P<user>[A-Za-z0-9._~%!$&*+-]+)(?::(?P<pw>[^\s@/:]+))?@"
+    r"[A-Za-z][A-Za-z0-9+.-]{0,31}://(?P<user>[A-Za-z0-9._~%!$&*+-]+)(?::(?P<pw>[^\s@/:]+))?@"
     r"(?=[A-Za-z0-9\[])")
 SSH_TARGET = re.compile(
     r"\b(?:ssh|scp|rsync|sftp|mosh)\b[^\n@]*?(?<![\w.-])(?P<user>[a-z_][a-z0-9_.-]{1,31})@"

@@ -78,11 +78,28 @@ def _personal_domain(domain: str) -> bool:
     return not any(dom == r or dom.endswith("." + r) for r in RESERVED_EMAIL_DOMAINS)
 
 
+# how far before and after an `@` an address is looked for (RFC 5321: a local part holds
+# at most 64 characters, a domain 255)
+EMAIL_REACH = (128, 256)
+
+
+def _email_candidates(text: str) -> Iterator[re.Match]:
+    """EMAIL_CANDIDATE's matches, searched near each `@` only: over all the text, every word
+    start of a long run without one (base64, `a.b.c...`, dotted numbers) scanned the run to
+    its end, O(len^2)."""
+    pos = 0
+    while (at := text.find("@", pos)) >= 0:
+        m = EMAIL_CANDIDATE.search(text, max(pos, at - EMAIL_REACH[0]), at + EMAIL_REACH[1])
+        pos = m.end() if m is not None and m.end() > at else at + 1
+        if m is not None:
+            yield m
+
+
 def find_emails(text: str) -> Iterator[Span]:
     for m in GROUPED_EMAILS.finditer(text):
         if _personal_domain(m.group(1)):
             yield Span("EMAIL", m.start(), m.end(), m.group(0))
-    for m in EMAIL_CANDIDATE.finditer(text):
+    for m in _email_candidates(text):
         local, _, domain = m.group(0).rpartition("@")
         trimmed = _LOCAL_PART.search(local)
         if trimmed is None or domain.startswith("["):
