@@ -1,0 +1,36 @@
+"""Linear-time checks that a loaded machine does not fail: the time of 8x the input against
+the time of 1x, measured back to back, so other processes slow both alike. No absolute time
+is asserted; a quadratic scan gives a ratio near 64, linear work near 8 (less where a fixed
+cost dominates)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+FACTOR = 8
+SLACK = 3.0  # linear work passes up to 24x; quadratic (64x) fails, n log n (~9x) passes
+
+
+def _best_seconds(run: Callable[[T], object], arg: T, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run(arg)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def assert_linear(run: Callable[[T], object], make: Callable[[int], T], n: int,
+                  what: object = "") -> None:
+    """`run(make(FACTOR * n))` takes under SLACK * FACTOR times `run(make(n))` (inputs made
+    before timing; the small one best of three). Pick `n` so that the small run takes a few
+    milliseconds: below that, timer noise dominates the ratio."""
+    small_in, large_in = make(n), make(FACTOR * n)
+    small = _best_seconds(run, small_in, 3)
+    large = _best_seconds(run, large_in, 1)
+    assert large < SLACK * FACTOR * small, (
+        f"{what}: {FACTOR}x the input took {large / small:.1f}x the time "
+        f"({small * 1e3:.1f} -> {large * 1e3:.1f} ms): not linear")
