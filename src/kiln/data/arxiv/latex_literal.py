@@ -392,6 +392,7 @@ class LiteralSpans:
         self.declared = declared
         self.changes = [s for s in self.spans if s.declared is not None]
         self.change_ends = [s.end for s in self.changes]
+        self.found: dict[str, tuple[int, int]] = {}  # char -> (position asked, answer), for `find`
 
     def __contains__(self, pos: int) -> bool:
         k = bisect.bisect_right(self.starts, pos) - 1
@@ -400,6 +401,18 @@ class LiteralSpans:
     def declared_at(self, pos: int) -> Declared:
         k = bisect.bisect_right(self.change_ends, pos) - 1
         return self.changes[k].declared if k >= 0 else self.declared
+
+    def find(self, char: str, pos: int) -> int:
+        """Index of the first `char` at or after `pos` outside every span, or -1. Remembered: an
+        answer holds for any later position up to it, so calls at growing positions stay linear."""
+        asked, at = self.found.get(char, (len(self.text) + 1, -1))
+        if asked <= pos and (at < 0 or at >= pos):
+            return at
+        at = self.text.find(char, pos)
+        while at >= 0 and at in self:
+            at = self.text.find(char, self.ends[bisect.bisect_right(self.starts, at) - 1])
+        self.found[char] = (pos, at)
+        return at
 
     def search(self, pattern: re.Pattern, pos: int = 0) -> re.Match | None:
         """The first match of `pattern` in the text at or after `pos` that starts outside every
