@@ -278,6 +278,14 @@ def test_def_runs_without_a_body_are_linear():
     assert macros["s"].n_args == 2 and macros["s"].body == "[#1|#2]"
 
 
+def test_char_gives_the_character():
+    # \char`\\ was ' and a line break, \char`\{ was '{, \char92 was 92. As in TeX, one space after the
+    # code is eaten.
+    tex = "C:\\char`\\\\dir \\char`\\{x\\char`\\}, \\char`a b \\char92 \\char'134\\char\"5C. \\char 65 pples\\char7"
+    assert body(tex) == "C:\\dir {x}, ab \\\\\\. Apples"
+    assert body("\\texttt{\\char`\\%\\char`\\~} \\char`{ x}") == "%~ ' x"  # `{ would open a group: left as it was
+
+
 def test_hyperref_keeps_only_its_text():
     assert body("see \\hyperref[sec:intro]{the introduction} now") == "see the introduction now"
 

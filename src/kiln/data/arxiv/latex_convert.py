@@ -73,6 +73,12 @@ def _heading(name: str, title: str) -> str:
     return f"\n\n{title}{'' if title[-1:] in '.?!:' else '.'} "
 
 
+# \char's code: `\c (c one character, or one letter then none), `c, decimal, 'octal or "hex, then
+# one optional space (TeX's grammar for a number).
+CHAR_CODE = re.compile(
+    r"[ \t]*\n?[ \t]*(?:`(?:\\(?P<symbol>[^a-zA-Z@]|[a-zA-Z@](?![a-zA-Z@]))|(?P<plain>[^\\\s{}]))"
+    r"|(?P<dec>[0-9]+)|'(?P<oct>[0-7]+)|\"(?P<hex>[0-9A-F]+)) ?"
+)
 PUNCT_SPACE = re.compile(r"[ ]+(?=[.,;:!?])")
 PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
 
@@ -369,6 +375,8 @@ class LatexConverter:
             return k
         if base == "verb":  # unclosed on its line: TeX would stop; its text is kept
             return i + 1
+        if base == "char":
+            return self._char(i, out)
         if base in DROP:
             return self._skip_args(i + 1, DROP[base])
         if base == "item":
@@ -397,6 +405,28 @@ class LatexConverter:
         # Unknown or formatting macro: drop its optional arguments, keep mandatory groups' text.
         shape = macro_args(base)
         return self._skip_args(i + 1, shape[: len(shape) - len(shape.lstrip("*["))])
+
+    def _char(self, i: int, out: list[str]) -> int:
+        """\\char with its character code (`\\\\, `x, 92, '134, "5C) at token i: the character, an
+        unprintable one dropped; the index after it. Without a code it is dropped alone."""
+        m = CHAR_CODE.match(self.src, self.end[i])
+        if m is None:
+            return i + 1
+        k = i + 1
+        while k < self.n and self.end[k] <= m.end():
+            k += 1
+        rest = ""
+        if k < self.n and self.start[k] < m.end():  # the code ends inside a text run: "92 apples"
+            if self.kind[k] != TEXT:
+                return i + 1
+            rest, k = _fix_text(self.src[m.end() : self.end[k]]), k + 1
+        if char := m["symbol"] or m["plain"]:
+            code = ord(char)
+        else:
+            code = int(m["dec"]) if m["dec"] else int(m["oct"], 8) if m["oct"] else int(m["hex"], 16)
+        char = chr(code) if code < 0x110000 else ""
+        out.append((char if char.isprintable() else "") + rest)
+        return k
 
     def _literal(self, i: int, out: list[str]) -> int:
         """The literal span at token i, as `latex_rules` says: inline code (\\verb, a short verb,

@@ -16,7 +16,8 @@
   backticks, \\mint's code (and \\newmint's commands') as a ``` fence and \\nolinkurl's text, all
   exactly as written (no ~, -- or macro is interpreted in them); declarations dropped, with their
   code and options. alltt is LaTeX (its macros and braces work) in a ``` fence that keeps its
-  lines and spaces. TeX's `quote' is written 'quote', so a backtick marks code.
+  lines and spaces. TeX's `quote' is written 'quote', so a backtick marks code. \\char gives its
+  character (\\char`\\\\, \\char`\\{, \\char92, \\char"5C), as in a typewriter font.
 Argument shapes for macros not listed come from pylatexenc's macro database.
 """
 
