@@ -126,16 +126,17 @@ def _parse_definition(
 
 
 def collect_definitions(
-    text: str, counts: Counter, declared: Declared = NO_DECLARATIONS
+    text: str, counts: Counter, declared: Declared = NO_DECLARATIONS, spans: LiteralSpans | None = None
 ) -> tuple[str, dict[str, Macro], dict[str, str]]:
     """(text without definitions, macros by name, theorem environment -> printed title);
     `declared`: the declarations (short verbs, verbatim-like environments) in force where `text`
-    starts."""
+    starts; `spans`: the literal spans of `text`, when the caller has read them (else they are read
+    here, with `declared`, if a definition is met)."""
     macros: dict[str, Macro] = {}
     theorems: dict[str, str] = {}
     if "\\" not in text:
         return text, macros, theorems
-    out, pos, spans = [], 0, None
+    out, pos = [], 0
     for m in DEFINER.finditer(text):
         if m.start() < pos:
             continue
