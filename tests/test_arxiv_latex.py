@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -236,6 +237,55 @@ def test_unclosed_inline_math_openers_are_linear():
     assert out == "a b" and time.perf_counter() - start < 1.0  # was ~6 s: each \( scanned to the end
 
 
+def assert_linear(convert: Callable[[int], object], n: int) -> None:
+    """`convert(10 * n)` takes under 30x `convert(n)` (10x when linear, 100x when quadratic), with
+    0.5 s of slack for a loaded machine: a bound relative to this machine, not a wall-clock one."""
+
+    def seconds(k: int) -> float:
+        start = time.perf_counter()
+        convert(k)
+        return time.perf_counter() - start
+
+    small = seconds(n)
+    assert seconds(10 * n) < 30 * small + 0.5
+
+
+def test_deep_nesting_converts_in_linear_time():
+    # 10,000 nested groups or environments, closed or not, raised RecursionError (the pipeline
+    # counted it and dropped the paper): the walk keeps its own stack now.
+    n = 10_000
+    assert LatexConverter("\\begin{itemize}\\item a " * n).text() == "\n\n".join(["- a"] * n)
+    assert LatexConverter("{\\begin{x}a " * n + "\\end{y}" * n).text() == " ".join(["a"] * n)
+    assert LatexConverter("\\begin{x}" * n + "a" + "\\end{x}" * n).text() == "a"
+    # A title (label, alltt body) is joined again by each one around it: past 8 deep, read in line.
+    assert LatexConverter("\\section{A " * n).text() == "## A" + " ## A" * 7 + " A" * (n - 8)
+    doc = "\\documentclass{article}\\begin{document}" + "\\begin{theorem}[{\\begin{alltt}a " * n
+    step = LatexToText()
+    assert len(list(step.run([Document(text="", id="deep", metadata={"latex_files": {"main.tex": doc}})]))) == 1
+    assert step.stats["converted"].total == 1
+    assert_linear(lambda k: LatexConverter("\\begin{x}\\item[\\textbf{a}] {\\section{b " * k + "\\end{y}" * k).text(),
+                  1_000)
+
+
+def test_def_runs_without_a_body_are_linear():
+    # Each \def\x#1 searched (and copied) the rest of the text for its {: 100,000 took ~15 s.
+    for tail, key in (("", "macros_unparsed"), (".{", "macros_skipped")):
+        counts: Counter = Counter()
+        text = "\\def\\x#1 " * 100_000 + tail
+        assert collect_definitions(text, counts) == (text, {}, {}) and counts[key] == 100_000
+        assert_linear(lambda k, tail=tail: collect_definitions("\\def\\x#1 " * k + tail, Counter()), 10_000)
+    _, macros, _ = collect_definitions("\\def\\s #1 #2 {[#1|#2]}", counts)
+    assert macros["s"].n_args == 2 and macros["s"].body == "[#1|#2]"
+
+
+def test_char_gives_the_character():
+    # \char`\\ was ' and a line break, \char`\{ was '{, \char92 was 92. As in TeX, one space after the
+    # code is eaten.
+    tex = "C:\\char`\\\\dir \\char`\\{x\\char`\\}, \\char`a b \\char92 \\char'134\\char\"5C. \\char 65 pples\\char7"
+    assert body(tex) == "C:\\dir {x}, ab \\\\\\. Apples"
+    assert body("\\texttt{\\char`\\%\\char`\\~} \\char`{ x}") == "%~ ' x"  # `{ would open a group: left as it was
+
+
 def test_hyperref_keeps_only_its_text():
     assert body("see \\hyperref[sec:intro]{the introduction} now") == "see the introduction now"
 
@@ -291,7 +341,7 @@ def test_unclosed_url_and_inline_code_openers_are_linear():
             start = time.perf_counter()
             strip_comments(bad)
             assert time.perf_counter() - start < 1.5, (opener, sep)
-            if opener.count("{") == opener.count("}"):  # 100,000 nested groups: a RecursionError
+            if opener.count("{") == opener.count("}"):  # unclosed nesting: test_deep_nesting_converts_in_linear_time
                 start = time.perf_counter()
                 LatexConverter(bad[: 20_000 * (len(opener) + 1 + len(sep))]).text()
                 assert time.perf_counter() - start < 1.5, (opener, sep)

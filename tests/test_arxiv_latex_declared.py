@@ -62,6 +62,10 @@ def test_declarations_in_a_local_package_hold_in_the_paper_and_its_includes():
     # an example document in a package-declared environment does not end the body
     files["sec.tex"] = "\\begin{py}\n\\begin{document} x \\end{document}\n\\end{py}"
     assert latex_to_text(files).body == "A\n\n```\n\\begin{document} x \\end{document}\n```\n\nB"
+    # A package's definitions are read with the declarations of the packages before it (were: none).
+    files = {"main.tex": "\\documentclass{article}\\usepackage{verbs,defs}\\begin{document}a \\lb{} b\\end{document}",
+             "verbs.sty": "\\MakeShortVerb{\\|}", "defs.sty": "\\newcommand{\\lb}{|{|}"}
+    assert latex_to_text(files).body == "a `{` b"
 
 
 def test_minted_made_commands():

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kiln.data.arxiv import latex_to_text
-from kiln.data.arxiv.latex_declared import LITERAL_ENVS
+from kiln.data.arxiv.latex_declared import LITERAL_ENVS, ROLE_CODE
 from kiln.data.arxiv.latex_literal import Declared, LiteralSpans
-from kiln.data.arxiv.latex_rules import CODE_ENVS, DROP_ENVS
 from kiln.data.arxiv.latex_source import split_document, strip_comments
 
 FIXTURES = Path(__file__).parent / "fixtures" / "latex"
@@ -83,8 +82,10 @@ def test_environment_bodies_and_arguments():
     assert body("A\\footnote{\\begin{Verbatim}[commandchars=\\\\\\{\\}]\nx}\n\\end{Verbatim} B} after") == "A after"
     assert body("\\begin{BVerbatim}\n\\textbf{x} {\n\\end{BVerbatim} after") == "```\n\\textbf{x} {\n```\n\nafter"
     assert body("\\section{A \\footnote{\\begin{comment}}\\end{comment}} B} text") == "## A B\n\ntext"
-    for env in LITERAL_ENVS:  # each is shown as code or dropped, never read as LaTeX
-        assert env in CODE_ENVS or env in DROP_ENVS, env
+    for env, (role, args) in LITERAL_ENVS.items():  # each is shown as code or dropped, never read as LaTeX
+        given = "".join("[o]" if shape == "[" else "{a}" for shape in args)
+        out = body(f"\\begin{{{env}}}{given}\n\\textbf{{x}} {{\n\\end{{{env}}} after")
+        assert out == ("```\n\\textbf{x} {\n```\n\nafter" if role == ROLE_CODE else "after"), env
 
 
 def test_end_document_inside_verbatim_does_not_end_the_body():

@@ -20,7 +20,7 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from kiln.data.arxiv.latex_convert import LatexConverter
-from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans, declared_after
+from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans
 from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
 from kiln.data.arxiv.latex_source import (
     LatexRefused,
@@ -60,8 +60,9 @@ def _convert(fragment: str, theorems: dict[str, str], counts: Counter, declared:
     return LatexConverter(fragment, theorems, counts, declared).text()
 
 
-def _title_source(text: str, spans: LiteralSpans) -> str | None:
-    """The argument of the first \\title outside the literal spans `spans` of `text`."""
+def _title_source(spans: LiteralSpans) -> str | None:
+    """The argument of the first \\title in the text of `spans` outside them."""
+    text = spans.text
     m = spans.search(TITLE)
     if not m:
         return None
@@ -72,8 +73,9 @@ def _title_source(text: str, spans: LiteralSpans) -> str | None:
     return group[0] if group else None
 
 
-def _abstract_source(text: str, spans: LiteralSpans) -> str | None:
-    """The first abstract environment (else \\abstract{..}) outside the literal spans `spans`."""
+def _abstract_source(spans: LiteralSpans) -> str | None:
+    """The first abstract environment (else \\abstract{..}) in the text of `spans` outside them."""
+    text = spans.text
     if (begin := spans.search(ABSTRACT_BEGIN)) and (end := spans.search(ABSTRACT_END, begin.end())):
         return text[begin.end() : end.start()]
     if m := spans.search(ABSTRACT_MACRO):
@@ -107,34 +109,33 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
             if (sty := _local_package(files, main, package)) is not None:
                 macro_sources.append(strip_comments(files[sty]))
     declared = NO_DECLARATIONS  # \MakeShortVerb{\|}, \lstnewenvironment...: they hold after them
+    package_spans = []  # each package's literal spans, read once, with the declarations before it
     for source in macro_sources:
-        declared = declared_after(source, declared)
+        package_spans.append(LiteralSpans(source, declared))
+        declared = package_spans[-1].declared_after
     if declared != NO_DECLARATIONS:  # a local package's verbatim-like environments: % in them is code
         counts = Counter()
         preamble, body = split_document(resolve_includes(files, main, counts, declared=declared),
                                         declared)
     macros: dict = {}
     theorems: dict[str, str] = {}
-    for source in macro_sources:
-        _, found, named = collect_definitions(source, counts)
+    preamble_spans = LiteralSpans(preamble, declared)  # for its definitions, declarations and title
+    for spans in (*package_spans, preamble_spans):
+        _, found, named = collect_definitions(spans.text, counts, spans=spans)
         macros.update(found)
         theorems.update(named)
-    _, found, named = collect_definitions(preamble, counts, declared)
-    macros.update(found)
-    theorems.update(named)
-    at_preamble, declared = declared, declared_after(preamble, declared)
+    declared = preamble_spans.declared_after
     body, found, named = collect_definitions(body, counts, declared)
     macros.update(found)
     theorems.update(named)
     body = expand_macros(body, macros, counts, declared)
     result = ExtractResult(main=main, counts=counts)
     converter = LatexConverter(body, theorems, counts, declared)  # its literal spans serve twice
-    title = _title_source(converter.src, converter.spans)
-    abstract = _abstract_source(converter.src, converter.spans)
+    title = _title_source(converter.spans)
+    abstract = _abstract_source(converter.spans)
     if not title or not abstract:
-        preamble_spans = LiteralSpans(preamble, at_preamble)
-        title = title or _title_source(preamble, preamble_spans)
-        abstract = abstract or _abstract_source(preamble, preamble_spans)
+        title = title or _title_source(preamble_spans)
+        abstract = abstract or _abstract_source(preamble_spans)
     if title is not None:
         result.title = _convert(expand_macros(title, macros, counts, declared), theorems, Counter(), declared)
     if abstract is not None:

@@ -1,10 +1,11 @@
 """LaTeX body -> plain text with Markdown headings and LaTeX math, one pass over a token list.
 
 Tokens come from one regex (control words/symbols, $, braces, brackets, text runs); braces and
-environments are matched up front, so nesting is handled by index ranges, not by regexes. Literal
-spans (`latex_literal`) are cut out first: an inline one (\\verb, \\url, a short verb...) is one
-LITERAL token and a verbatim-like environment's body one TEXT token, so no brace or \\end inside
-them is read as LaTeX; an environment is read as the declarations in force at its \\begin say
+environments are matched up front, so nesting is handled by index ranges, not by regexes, and
+walked with an explicit stack, not recursion, so any depth converts. Literal spans
+(`latex_literal`) are cut out first: an inline one (\\verb, \\url, a short verb...) is one LITERAL
+token and a verbatim-like environment's body one TEXT token, so no brace or \\end inside them is
+read as LaTeX; an environment is read as the declarations in force at its \\begin say
 (`latex_declared`: a user's \\lstnewenvironment is code, an \\excludecomment one is dropped).
 Math is copied from the source verbatim. Unbalanced input degrades (stray closers skipped,
 unclosed groups run to the end) instead of failing. See `latex_rules` for what happens to each
@@ -16,6 +17,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import Counter
+from collections.abc import Callable
 
 from kiln.data.arxiv.latex_declared import DECLARATION_TAILS, ROLE_CODE, ROLE_DROP, ROLE_LATEX
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans, Span
@@ -48,6 +50,12 @@ BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
 SPACES = re.compile(r"[ \t\r\f\v]+")
 SPACING_SYMBOLS = {" ": " ", ",": " ", ";": " ", ":": " ", "\n": " ", "\t": " "}
 SILENT_SYMBOLS = frozenset("!-/@<>|")
+# A heading's title, a label or an alltt body is converted apart, then joined into the text around
+# it: one nested in MAX_CAPTURES others is read in line instead, so that no text is joined more
+# than that many times (nested without bound, the joins are quadratic).
+MAX_CAPTURES = 8
+# A stretch of tokens to convert: [start, end), the list it writes to, what to call when done.
+Frame = tuple[int, int, list[str], Callable[[], None] | None]
 
 
 def _fix_text(t: str) -> str:
@@ -58,6 +66,19 @@ def _fix_text(t: str) -> str:
     return t
 
 
+def _heading(name: str, title: str) -> str:
+    """A section's Markdown heading, or a \\paragraph's run-in title (a full stop added)."""
+    if name in HEADINGS:
+        return f"\n\n{HEADINGS[name]} {title}\n\n"
+    return f"\n\n{title}{'' if title[-1:] in '.?!:' else '.'} "
+
+
+# \char's code: `\c (c one character, or one letter then none), `c, decimal, 'octal or "hex, then
+# one optional space (TeX's grammar for a number).
+CHAR_CODE = re.compile(
+    r"[ \t]*\n?[ \t]*(?:`(?:\\(?P<symbol>[^a-zA-Z@]|[a-zA-Z@](?![a-zA-Z@]))|(?P<plain>[^\\\s{}]))"
+    r"|(?P<dec>[0-9]+)|'(?P<oct>[0-7]+)|\"(?P<hex>[0-9A-F]+)) ?"
+)
 PUNCT_SPACE = re.compile(r"[ ]+(?=[.,;:!?])")
 PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
 
@@ -101,6 +122,8 @@ class LatexConverter:
         self._tokenize(pos, len(source))
         self.n = len(self.kind)
         self.code: list[str] = []
+        self.frames: list[Frame] = []  # `convert`'s stack
+        self.captures = 0  # `_capture`s open
         self.closers: dict[str, list[int]] = {}  # \) or \] -> its token indices, for `_find_symbol`
         self._match_braces()
         self._match_environments()
@@ -144,6 +167,7 @@ class LatexConverter:
     def _match_environments(self) -> None:
         self.env_end: dict[int, int] = {}
         stack: list[tuple[str, int]] = []
+        open_names: Counter = Counter()  # names on the stack: an \end of no open one is skipped in O(1)
         for i in range(self.n):
             if self.kind[i] != WORD or self.val[i] not in ("\\begin", "\\end"):
                 continue
@@ -152,9 +176,11 @@ class LatexConverter:
                 continue
             if self.val[i] == "\\begin":
                 stack.append((named[0], i))
-            elif any(name == named[0] for name, _ in stack):
+                open_names[named[0]] += 1
+            elif open_names[named[0]]:
                 while stack:
                     name, b = stack.pop()
+                    open_names[name] -= 1
                     self.env_end[b] = i
                     if name == named[0]:
                         break
@@ -196,44 +222,72 @@ class LatexConverter:
                     i = j + 1
         return i
 
-    def _group_text(self, j: int) -> tuple[str, int] | None:
-        """Converted text of the {group} at j (None if j is not a group) and the index after it."""
-        if j < self.n and self.kind[j] == BRACE and self.val[j] == "{":
-            e = self.match[j]
-            out: list[str] = []
-            self.convert(j + 1, e, out)
-            return " ".join("".join(out).split()), e + 1
-        return None
-
     # --- conversion ----------------------------------------------------------------------------
     def convert(self, i: int, j: int, out: list[str]) -> None:
+        """Convert tokens [i, j) into `out`. A group, an environment's body or a heading's title is
+        a frame on an explicit stack, not a recursive call, so any depth of nesting converts (20,000
+        unclosed \\begin{itemize} raised RecursionError). Not re-entrant: a handler that needs a
+        stretch converted `_enter`s or `_capture`s it."""
+        frames: list[Frame] = [(i, j, out, None)]
+        self.frames = frames
         kind, val = self.kind, self.val
-        while i < j:
-            k = kind[i]
-            if k == TEXT:
-                out.append(_fix_text(val[i]))
-                i += 1
-            elif k == BRACE:
-                if val[i] == "{":
-                    e = min(self.match[i], j)
-                    self.convert(i + 1, e, out)
-                    i = e + 1
-                else:
+        while frames:
+            i, j, out, done = frames.pop()
+            while i < j:
+                k = kind[i]
+                if k == TEXT:
+                    out.append(_fix_text(val[i]))
                     i += 1
-            elif k == BRACKET:
-                out.append(val[i])
-                i += 1
-            elif k == LITERAL:
-                i = self._literal(i, out)
-            elif k == TIE:
-                out.append(" ")
-                i += 1
-            elif k == DOLLAR:
-                i = self._dollar(i, j, out)
-            elif k == SYMBOL:
-                i = self._symbol(i, j, out)
+                elif k == BRACE:
+                    if val[i] == "{":
+                        e = min(self.match[i], j)
+                        frames.append((e + 1, j, out, done))
+                        frames.append((i + 1, e, out, None))
+                        break
+                    i += 1
+                elif k == BRACKET:
+                    out.append(val[i])
+                    i += 1
+                elif k == LITERAL:
+                    i = self._literal(i, out)
+                elif k == TIE:
+                    out.append(" ")
+                    i += 1
+                elif k == DOLLAR:
+                    i = self._dollar(i, j, out)
+                elif k == SYMBOL:
+                    i = self._symbol(i, j, out)
+                else:
+                    entered = len(frames)
+                    i = self._word(i, j, out)
+                    if len(frames) > entered:  # it entered stretches: they run in order, then this one goes on
+                        frames[entered:] = [*reversed(frames[entered:])]
+                        frames.insert(entered, (i, j, out, done))
+                        break
             else:
-                i = self._word(i, j, out)
+                if done is not None:
+                    done()
+
+    def _enter(self, i: int, j: int, out: list[str], done: Callable[[], None] | None = None) -> None:
+        """Have `convert` convert [i, j) into `out` and then call `done`, once the current token's
+        handler returns and before it goes on; the stretches a handler enters run in that order."""
+        self.frames.append((i, j, out, done))
+
+    def _capture(self, i: int, j: int, done: Callable[[str], None]) -> bool:
+        """`_enter` [i, j) into a list of its own, `done` then getting its text (a title, a label, an
+        alltt body); False, entering nothing, inside `MAX_CAPTURES` others: the caller reads it in
+        line."""
+        if self.captures >= MAX_CAPTURES:
+            return False
+        self.captures += 1
+        out: list[str] = []
+
+        def finish() -> None:
+            self.captures -= 1
+            done("".join(out))
+
+        self._enter(i, j, out, finish)
+        return True
 
     def _find(self, i: int, j: int, kind: int, value: str) -> int | None:
         for k in range(i, j):
@@ -313,16 +367,16 @@ class LatexConverter:
             return named[1] if named else i + 1
         if base in HEADINGS or base in RUN_IN_HEADINGS:
             k = self._skip_args(i + 1, "[")
-            title = self._group_text(self._next(k))
-            if title is None:
-                return k
-            if base in HEADINGS:
-                out.append(f"\n\n{HEADINGS[base]} {title[0]}\n\n")
-            else:
-                out.append(f"\n\n{title[0]}{'' if title[0][-1:] in '.?!:' else '.'} ")
-            return title[1]
+            g = self._next(k)
+            if g < self.n and self.kind[g] == BRACE and self.val[g] == "{" and self._capture(
+                g + 1, self.match[g], lambda title: out.append(_heading(base, " ".join(title.split())))
+            ):
+                return self.match[g] + 1
+            return k
         if base == "verb":  # unclosed on its line: TeX would stop; its text is kept
             return i + 1
+        if base == "char":
+            return self._char(i, out)
         if base in DROP:
             return self._skip_args(i + 1, DROP[base])
         if base == "item":
@@ -330,10 +384,7 @@ class LatexConverter:
             k = self._next(i + 1)
             if k < self.n and self.kind[k] == BRACKET and self.val[k] == "[":
                 close = self._bracket_end(k)
-                if close is not None:
-                    label: list[str] = []
-                    self.convert(k + 1, close, label)
-                    out.append("".join(label).strip() + ": ")
+                if close is not None and self._capture(k + 1, close, lambda label: out.append(label.strip() + ": ")):
                     return close + 1
             return i + 1
         if base == "ensuremath":
@@ -354,6 +405,28 @@ class LatexConverter:
         # Unknown or formatting macro: drop its optional arguments, keep mandatory groups' text.
         shape = macro_args(base)
         return self._skip_args(i + 1, shape[: len(shape) - len(shape.lstrip("*["))])
+
+    def _char(self, i: int, out: list[str]) -> int:
+        """\\char with its character code (`\\\\, `x, 92, '134, "5C) at token i: the character, an
+        unprintable one dropped; the index after it. Without a code it is dropped alone."""
+        m = CHAR_CODE.match(self.src, self.end[i])
+        if m is None:
+            return i + 1
+        k = i + 1
+        while k < self.n and self.end[k] <= m.end():
+            k += 1
+        rest = ""
+        if k < self.n and self.start[k] < m.end():  # the code ends inside a text run: "92 apples"
+            if self.kind[k] != TEXT:
+                return i + 1
+            rest, k = _fix_text(self.src[m.end() : self.end[k]]), k + 1
+        if char := m["symbol"] or m["plain"]:
+            code = ord(char)
+        else:
+            code = int(m["dec"]) if m["dec"] else int(m["oct"], 8) if m["oct"] else int(m["hex"], 16)
+        char = chr(code) if code < 0x110000 else ""
+        out.append((char if char.isprintable() else "") + rest)
+        return k
 
     def _literal(self, i: int, out: list[str]) -> int:
         """The literal span at token i, as `latex_rules` says: inline code (\\verb, a short verb,
@@ -392,7 +465,7 @@ class LatexConverter:
             after = closing[1] if closing else end + 1
         role, args = self.spans.declared_at(self.start[i]).env(name) or (None, env_args(name))
         if role == ROLE_LATEX:  # made an ordinary wrapper by \includecomment & co.: its body is read
-            self.convert(inner, end, out)
+            self._enter(inner, end, out)
         elif role is None and name in MATH_ENVS:
             out.append(self._math(self.src[self.start[i] : self.end[after - 1]], True))
         elif role == ROLE_DROP or (role is None and name in DROP_ENVS):
@@ -405,28 +478,26 @@ class LatexConverter:
                 body = self.src[self.start[inner] if inner < self.n else len(self.src) : self.start[end] if end < self.n else len(self.src)]
             out.append(self._code_block(body))
         elif name in LINE_ENVS:  # LaTeX whose lines and spaces are kept (alltt)
-            lines: list[str] = []
-            self.convert(self._skip_args(inner, args), end, lines)
-            out.append(self._code_block("".join(lines)))
+            inner = self._skip_args(inner, args)
+            if not self._capture(inner, end, lambda lines: out.append(self._code_block(lines))):
+                self._enter(inner, end, out)
         elif name in self.theorems:
+            title = self.theorems[name]
             k = self._next(inner)
-            label = ""
-            if k < self.n and self.kind[k] == BRACKET and self.val[k] == "[":
-                close = self._bracket_end(k)
-                if close is not None:
-                    parts: list[str] = []
-                    self.convert(k + 1, close, parts)
-                    label, inner = f" ({' '.join(''.join(parts).split())})", close + 1
-            out.append(f"\n\n{self.theorems[name]}{label}. ")
-            self.convert(inner, end, out)
-            out.append("\n\n")
+            close = self._bracket_end(k) if k < self.n and self.kind[k] == BRACKET and self.val[k] == "[" else None
+            if close is not None and self._capture(
+                k + 1, close, lambda label: out.append(f"\n\n{title} ({' '.join(label.split())}). ")
+            ):
+                inner = close + 1
+            else:
+                out.append(f"\n\n{title}. ")
+            self._enter(inner, end, out, lambda: out.append("\n\n"))
         else:
             if name in HEADING_ENVS:
                 out.append(f"\n\n## {HEADING_ENVS[name]}\n\n")
-            inner = self._skip_args(inner, env_args(name))
-            out.append("\n" if name in LIST_ENVS else " ")
-            self.convert(inner, end, out)
-            out.append("\n" if name in LIST_ENVS else " ")
+            gap = "\n" if name in LIST_ENVS else " "
+            out.append(gap)
+            self._enter(self._skip_args(inner, args), end, out, lambda: out.append(gap))
         return after
 
     def text(self) -> str:

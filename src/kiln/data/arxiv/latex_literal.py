@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from kiln.data.arxiv.latex_declared import (
     DECLARATION_TAILS,
+    OPTIONS,
     ROLE_LATEX,
     Declared,
     command_table,
@@ -49,10 +50,9 @@ CODE_DELIMITERS = "".join(c for c in VERB_DELIMITERS if c not in "{}\\#")
 SHORT_DELIMITERS = CODE_DELIMITERS.replace("%", "")  # what \MakeShortVerb may make a delimiter
 # The short-verb argument: {\|}, \|, {|} or |, after \MakeShortVerb*, [options] and blanks.
 SHORT_CHAR = re.compile(r"[ \t]*(?:\{[ \t]*\\?(?P<braced>[^\s{}])[ \t]*\}|\\?(?P<bare>[^\s{}]))")
-# A literal environment's [options] (braces nested twice at most) and {argument}, read within
-# ENV_ARGS_WINDOW characters so that unclosed ones stay linear.
-ENV_OPTIONS = re.compile(r"[ \t]*\[(?:[^\[\]{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\]")
-ENV_ARGUMENT = re.compile(r"[ \t]*\{[^{}\n%]*\}")
+# A literal environment's [options] (`latex_declared.OPTIONS`: braces nested twice at most) and
+# {argument}, after blanks, read within ENV_ARGS_WINDOW characters so that unclosed ones stay linear.
+ENV_ARGUMENT = re.compile(r"\{[^{}\n%]*\}")
 ENV_ARGS_WINDOW = 1000
 BLANKS = re.compile(r"\s*")
 OPTIONS_STOP = re.compile(r"[\]\n%]")  # ends [options]: only a ] does; a newline or a % (comment) spoils it
@@ -67,7 +67,6 @@ CODE_COMMANDS = ("lstinline", "mintinline", "mint", "Verb")
 SHORT_ON = ("MakeShortVerb", "DefineShortVerb", "lstMakeShortInline")
 SHORT_OFF = ("DeleteShortVerb", "UndefineShortVerb", "lstDeleteShortInline")
 COMMAND_NAMES = ("verb", "begin", *URL_COMMANDS, *CODE_COMMANDS, *SHORT_ON, *SHORT_OFF, *DECLARATION_TAILS)
-DECLARING = (*SHORT_ON, *SHORT_OFF, *DECLARATION_TAILS)  # a text without any declares nothing
 MAX_STATES = 256
 
 
@@ -259,7 +258,8 @@ def _env_body(text: str, args: str, pos: int) -> int:
     arguments `args` ('[' [options], '{' {argument}), read within `ENV_ARGS_WINDOW` characters."""
     end = min(len(text), pos + ENV_ARGS_WINDOW)
     for shape in args:
-        if m := (ENV_OPTIONS if shape == "[" else ENV_ARGUMENT).match(text, pos, end):
+        at = LINE_BLANKS.match(text, pos, end).end()
+        if m := (OPTIONS if shape == "[" else ENV_ARGUMENT).match(text, at, end):
             pos = m.end()
         elif shape == "{":
             break
@@ -306,17 +306,16 @@ def _pattern(comments: bool, declared: Declared) -> re.Pattern:
         r"|(?P<declare>" + _alternation(DECLARATION_TAILS) + r")(?![a-zA-Z@])"
         r"|begin\s*\{(?P<env>" + _alternation(envs) + r")\})"
     )
-    pct = "%|" if comments else ""
     chars = "".join(re.escape(c) for c in declared.short)
-    if not chars:
-        if comments:
-            return re.compile(r"[%\\](?:(?<=%)(?P<pct>)|(?<=\\)(?:%|\\(?:\\\\)*|" + command + "))")
-        return re.compile(r"\\(?:\\(?:\\\\)*|" + command + ")")
-    backslash = r"(?<=\\)(?:" + pct + r"\\(?:\\\\)*|[" + chars + "]|" + command + ")"
-    opener = r"(?<=[" + chars + r"])(?P<sv>)"
+    # After a backslash: % (when comments count), a run of backslashes, a short-verb character (\| is
+    # no short verb) or a command.
+    escaped = ("%|" if comments else "") + r"\\(?:\\\\)*|" + (f"[{chars}]|" if chars else "")
+    branches = [r"(?<=\\)(?:" + escaped + command + ")"]
     if comments:
-        return re.compile(r"[%\\" + chars + r"](?:(?<=%)(?P<pct>)|" + backslash + "|" + opener + ")")
-    return re.compile(r"[\\" + chars + r"](?:" + backslash + "|" + opener + ")")
+        branches.insert(0, r"(?<=%)(?P<pct>)")
+    if chars:
+        branches.append(r"(?<=[" + chars + r"])(?P<sv>)")
+    return re.compile("[" + ("%" if comments else "") + r"\\" + chars + "](?:" + "|".join(branches) + ")")
 
 
 def literal_spans(text: str, comments: bool = False, declared: Declared = NO_DECLARATIONS) -> Iterator[Span]:
@@ -392,6 +391,7 @@ class LiteralSpans:
         self.declared = declared
         self.changes = [s for s in self.spans if s.declared is not None]
         self.change_ends = [s.end for s in self.changes]
+        self.found: dict[str, tuple[int, int]] = {}  # char -> (position asked, answer), for `find`
 
     def __contains__(self, pos: int) -> bool:
         k = bisect.bisect_right(self.starts, pos) - 1
@@ -401,6 +401,24 @@ class LiteralSpans:
         k = bisect.bisect_right(self.change_ends, pos) - 1
         return self.changes[k].declared if k >= 0 else self.declared
 
+    @property
+    def declared_after(self) -> Declared:
+        """The declarations in force at the end of the text: a preamble's (or a local .sty file's)
+        hold in the body."""
+        return self.declared_at(len(self.text))
+
+    def find(self, char: str, pos: int) -> int:
+        """Index of the first `char` at or after `pos` outside every span, or -1. Remembered: an
+        answer holds for any later position up to it, so calls at growing positions stay linear."""
+        asked, at = self.found.get(char, (len(self.text) + 1, -1))
+        if asked <= pos and (at < 0 or at >= pos):
+            return at
+        at = self.text.find(char, pos)
+        while at >= 0 and at in self:
+            at = self.text.find(char, self.ends[bisect.bisect_right(self.starts, at) - 1])
+        self.found[char] = (pos, at)
+        return at
+
     def search(self, pattern: re.Pattern, pos: int = 0) -> re.Match | None:
         """The first match of `pattern` in the text at or after `pos` that starts outside every
         span (an example shown in a verbatim is not the real thing)."""
@@ -409,10 +427,3 @@ class LiteralSpans:
                 return m
         return None
 
-
-def declared_after(text: str, declared: Declared = NO_DECLARATIONS) -> Declared:
-    """The declarations in force at the end of `text` (`declared` at its start): those of a
-    preamble (or of a local .sty file) hold in the body."""
-    if not any(name in text for name in DECLARING):
-        return declared
-    return LiteralSpans(text, declared).declared_at(len(text))

@@ -25,7 +25,7 @@ DEFINER = re.compile(
     r"DeclareMathOperator|newtheorem)(?![a-zA-Z@])(\*?)"
 )
 NAME = re.compile(r"\\([a-zA-Z@]+|.)")
-OPEN_BRACE = re.compile(r"\{")
+DEF_PARAMS = re.compile(r"[ ]*(?:#[ ]*[1-9][ ]*)*")  # undelimited \def parameters, spaces allowed
 PARAM = re.compile(r"##|#([1-9])")
 UNSAFE_BODY = re.compile(r"\\(?:[gex]?def|newcommand|renewcommand|let|csname|expandafter|futurelet|@ifnextchar)(?![a-zA-Z@])")
 PROTECTED = frozenset(
@@ -83,14 +83,15 @@ def _parse_definition(
     name, pos = named
     n_args, default = 0, None
     if m.group(2):  # \def\name#1#2{body}: parameters must be exactly #1..#n, undelimited
-        brace = spans.search(OPEN_BRACE, pos)
-        brace = brace.start() if brace else -1
-        params = text[pos:brace] if brace >= 0 else ""
-        if not re.fullmatch(r"(?:#[1-9])*", params.replace(" ", "")):
+        brace = spans.find("{", pos)  # remembered: a run of \def\x#1 with no { after stays linear
+        if brace < 0:
+            counts["macros_unparsed"] += 1
+            return m.end()
+        if DEF_PARAMS.match(text, pos).end() != brace:
             counts["macros_skipped"] += 1
-            group = read_group(text, brace, spans) if brace >= 0 else None
+            group = read_group(text, brace, spans)
             return group[1] if group else m.end()
-        n_args = params.count("#")
+        n_args = text.count("#", pos, brace)
         pos = brace
     elif source.startswith("\\DeclareMathOperator"):
         pos = skip_blanks(text, pos)
@@ -125,16 +126,17 @@ def _parse_definition(
 
 
 def collect_definitions(
-    text: str, counts: Counter, declared: Declared = NO_DECLARATIONS
+    text: str, counts: Counter, declared: Declared = NO_DECLARATIONS, spans: LiteralSpans | None = None
 ) -> tuple[str, dict[str, Macro], dict[str, str]]:
     """(text without definitions, macros by name, theorem environment -> printed title);
     `declared`: the declarations (short verbs, verbatim-like environments) in force where `text`
-    starts."""
+    starts; `spans`: the literal spans of `text`, when the caller has read them (else they are read
+    here, with `declared`, if a definition is met)."""
     macros: dict[str, Macro] = {}
     theorems: dict[str, str] = {}
     if "\\" not in text:
         return text, macros, theorems
-    out, pos, spans = [], 0, None
+    out, pos = [], 0
     for m in DEFINER.finditer(text):
         if m.start() < pos:
             continue

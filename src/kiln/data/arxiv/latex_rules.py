@@ -16,7 +16,8 @@
   backticks, \\mint's code (and \\newmint's commands') as a ``` fence and \\nolinkurl's text, all
   exactly as written (no ~, -- or macro is interpreted in them); declarations dropped, with their
   code and options. alltt is LaTeX (its macros and braces work) in a ``` fence that keeps its
-  lines and spaces. TeX's `quote' is written 'quote', so a backtick marks code.
+  lines and spaces. TeX's `quote' is written 'quote', so a backtick marks code. \\char gives its
+  character (\\char`\\\\, \\char`\\{, \\char92, \\char"5C), as in a typewriter font.
 Argument shapes for macros not listed come from pylatexenc's macro database.
 """
 
@@ -50,12 +51,9 @@ DROP_ENVS = frozenset(
 LITERAL_CODE = frozenset({"verb", "Verb", "lstinline", "mintinline", "path"})
 LITERAL_BLOCK = frozenset({"mint"})  # minted's one-line display: a fenced block, as its environment
 LITERAL_TEXT = frozenset({"nolinkurl"})
-# Shown as code. The literal ones' roles and arguments are `latex_declared.LITERAL_ENVS`; `code`
-# is not literal, so its body is shown as written up to its \end.
-CODE_ENVS = frozenset({
-    "verbatim", "verbatim*", "Verbatim", "Verbatim*", "BVerbatim", "BVerbatim*", "LVerbatim", "LVerbatim*",
-    "lstlisting", "minted", "spverbatim", "spverbatim*", "tcblisting", "SaveVerbatim", "VerbatimOut", "code",
-})
+# Shown as code though not literal: the body as written up to its \end. The literal (verbatim-like)
+# environments, their roles and arguments are `latex_declared.LITERAL_ENVS`.
+CODE_ENVS = frozenset({"code"})
 # LaTeX (macros, braces, math) converted as usual, with its lines and spaces kept: a ``` block.
 LINE_ENVS = frozenset({"alltt"})
 LIST_ENVS = frozenset({"itemize", "enumerate", "description", "list", "compactitem", "compactenum"})
@@ -69,12 +67,9 @@ THEOREMS = {
 HEADING_ENVS = {"acknowledgments": "Acknowledgments", "acknowledgements": "Acknowledgements",
                 "acknowledgment": "Acknowledgment", "acknowledgement": "Acknowledgement",
                 "acks": "Acknowledgments", "appendix": "Appendix", "appendices": "Appendix"}
-# Environment argument shapes (pylatexenc notation: '[' optional, '{' mandatory, '*' star).
-ENV_ARGS = {"minipage": "[[[{", "multicols": "{", "multicols*": "{", "list": "{{",
-            "wrapfigure": "[{[{", "tabular": "[{", "tabular*": "{[{", "tabularx": "{{",
-            "lstlisting": "[", "minted": "[{", "thebibliography": "{", "subfigure": "[{",
-            "verbatim": "", "verbatim*": "", "Verbatim": "[", "Verbatim*": "[", "BVerbatim": "[",
-            "LVerbatim": "[", "alltt": "", "code": "",
+# Argument shapes of the environments whose body is read (pylatexenc notation: '[' optional, '{'
+# mandatory, '*' star); dropped ones need none, literal ones have theirs in `LITERAL_ENVS`.
+ENV_ARGS = {"minipage": "[[[{", "multicols": "{", "multicols*": "{", "list": "{{", "alltt": "", "code": "",
             "otherlanguage": "{", "spacing": "{", "adjustbox": "{", "IEEEbiography": "[{"}
 
 # Macro -> shape of the arguments dropped with it. A braced argument after them (\href{url}{TEXT},
