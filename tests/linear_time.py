@@ -12,6 +12,7 @@ from typing import TypeVar
 T = TypeVar("T")
 FACTOR = 8
 SLACK = 3.0  # linear work passes up to 24x; quadratic (64x) fails, n log n (~9x) passes
+MIN_SMALL_S = 0.005
 
 
 def _best_seconds(run: Callable[[T], object], arg: T, repeats: int) -> float:
@@ -26,11 +27,13 @@ def _best_seconds(run: Callable[[T], object], arg: T, repeats: int) -> float:
 def assert_linear(run: Callable[[T], object], make: Callable[[int], T], n: int,
                   what: object = "") -> None:
     """`run(make(FACTOR * n))` takes under SLACK * FACTOR times `run(make(n))` (inputs made
-    before timing; the small one best of three). Pick `n` so that the small run takes a few
-    milliseconds: below that, timer noise dominates the ratio."""
-    small_in, large_in = make(n), make(FACTOR * n)
-    small = _best_seconds(run, small_in, 3)
-    large = _best_seconds(run, large_in, 1)
+    before timing; the small one best of three). An `n` whose run takes under MIN_SMALL_S is
+    grown 4x at a time first: below that, timer noise and caches dominate the ratio."""
+    small = _best_seconds(run, make(n), 3)
+    while small < MIN_SMALL_S:
+        n *= 4
+        small = _best_seconds(run, make(n), 3)
+    large = _best_seconds(run, make(FACTOR * n), 1)
     assert large < SLACK * FACTOR * small, (
         f"{what}: {FACTOR}x the input took {large / small:.1f}x the time "
         f"({small * 1e3:.1f} -> {large * 1e3:.1f} ms): not linear")
