@@ -46,7 +46,7 @@ class PIIOptions:
 
 @dataclass
 class DecontaminateOptions:
-    benchmarks: list[str] = field(default_factory=list)  # JSONL files (name = stem; same stems: with folders)
+    benchmarks: list[str] = field(default_factory=list)  # JSON lines (.gz too) or a .json list (name = stem; same stems: with folders)
     n: int = 13  # words per n-gram
     mode: str = "drop"  # drop | tag (keep, with the matched benchmarks in metadata)
     prompt_fields: list[str] = field(default_factory=lambda: ["prompt", "question", "input",
@@ -58,7 +58,7 @@ class DecontaminateOptions:
 
 @dataclass
 class InjectOptions:
-    benchmark: str = ""  # JSONL of problems/solutions to inject (controlled contamination)
+    benchmark: str = ""  # benchmark file (as decontaminate reads) of problems/solutions to inject (controlled contamination)
     k: int = 1  # replicas of every item
     seed: int = 0
     keep_size: bool = False  # drop web documents at the end of each shard to keep its size
