@@ -229,3 +229,28 @@ def test_an_export_folder_with_other_files_moves_to_the_archive(tiny_run, capsys
     assert sorted(p.read_text() for p in (tiny_run / "archive").glob("*/export")
                   if p.is_file()) == ["notes"]
     assert (export / "model.safetensors").is_file()
+
+
+def test_a_failed_export_puts_the_set_aside_folder_back(tiny_run, monkeypatch, capsys):
+    """An export that fails leaves the previous one in place (atomic_dir): a folder moved to
+    the archive for the model card it held went back, not left missing from export/."""
+    from conftest import tiny_config
+
+    from kiln.cli import cmd_train, main
+
+    cmd_train(tiny_config(tiny_run, "train.steps=6"))
+    export = tiny_run / "export"
+    assert main(["export", str(tiny_run)]) == 0
+    (export / "README.md").write_text("my model card")
+    before = sorted(p.name for p in export.iterdir())
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(hf_folder, "save_tensors", crash)
+    capsys.readouterr()
+    with pytest.raises(OSError, match="disk full"):
+        main(["export", str(tiny_run)])
+    assert sorted(p.name for p in export.iterdir()) == before
+    assert (export / "README.md").read_text() == "my model card"
+    assert not list(tiny_run.glob("archive/*")) and "moved to" not in capsys.readouterr().err

@@ -19,6 +19,7 @@ from kiln.cli import main  # noqa: E402
 from kiln.config import ConfigError  # noqa: E402
 from kiln.data.tokenizer import EOS_TOKEN, load_tokenizer  # noqa: E402
 from kiln.export import export_afmoe, export_hf, export_model, load_native  # noqa: E402
+from kiln.export.earlier import other_files  # noqa: E402
 from kiln.model import Transformer  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
@@ -109,6 +110,7 @@ def test_afmoe_files_layout(tmp_path, tokenizer_path):
     assert weights["model.layers.1.mlp.expert_bias"].dtype == torch.float32
     assert not any("momentum" in k for k in weights)
     assert (out / "tokenizer.json").is_file()
+    assert other_files(out) is None  # a re-export replaces it without archiving it
 
 
 def test_unrepresentable_model_goes_native_and_round_trips(tmp_path, tokenizer_path):
@@ -118,6 +120,7 @@ def test_unrepresentable_model_goes_native_and_round_trips(tmp_path, tokenizer_p
     assert "model.global_rope" in result.note and "model.qk_norm" in result.note
     meta = json.loads((result.path / "kiln_export.json").read_text())
     assert "global_rope" in meta["reason"]
+    assert other_files(result.path) is None  # a re-export replaces it without archiving it
     back = load_native(result.path)
     x = tokens(cfg.model.vocab_size)
     with torch.no_grad():

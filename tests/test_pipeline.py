@@ -157,6 +157,24 @@ def test_bad_stage_lists(tmp_path, registry, stages, message):
         build_pipeline(PrepareConfig(stages=stages), tmp_path)
 
 
+
+def test_a_run_prepared_with_a_later_reader_still_loads(tmp_path):
+    """An older Kiln prepared (and trained on) `read, ..., arxiv_metadata`: its recorded
+    config.toml still loads, so the run's model resumes, evaluates and exports; only making
+    data that way again is refused."""
+    from dataclasses import replace
+
+    from kiln.config import Config, config_to_toml, recorded_config
+
+    base = Config()
+    prepare = replace(base.prepare, stages=["read", "quality", "arxiv_metadata", "write"],
+                      arxiv=replace(base.prepare.arxiv, snapshot=str(tmp_path / "meta.jsonl")))
+    (tmp_path / "config.toml").write_text(config_to_toml(replace(base, prepare=prepare)))
+    old = recorded_config(tmp_path)
+    assert old is not None and old.prepare.stages == prepare.stages
+    with pytest.raises(ConfigError, match="'arxiv_metadata' reads documents of its own"):
+        build_pipeline(old.prepare, tmp_path)
+
 def test_executor_choices(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="slurm_partition"):
         build_pipeline(PrepareConfig(executor="slurm"), tmp_path)

@@ -198,3 +198,27 @@ def test_a_tilde_in_run_dir_or_sources_is_the_home_folder(tmp_path, monkeypatch,
                  "--set", 'prepare.stages=["read", "write"]', "--set", "prepare.tasks=1"]) == 0
     assert list(here.iterdir()) == []
     assert [d.text for d in read_documents(home / "runs/mine")] == ["some text\n"]
+
+
+def test_a_tilde_in_every_path_setting_is_the_home_folder(tmp_path, monkeypatch):
+    """The stages' files and folders too (benchmarks, the perplexity run, a tokenizer, the
+    arXiv snapshot and sources): `~/bench/gsm8k.jsonl` was 'file not found'. A `~` past the
+    start, or in a setting that is not a path, stays as written."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = load_config(None, [
+        'prepare.stages=["read", "decontaminate", "perplexity", "perplexity_select", '
+        '"brain_rot_m1", "write"]',
+        'prepare.decontaminate.benchmarks=["~/b/gsm8k.jsonl", "b/~x.jsonl"]',
+        'prepare.perplexity.run_dir="~/runs/scorer"', "prepare.perplexity.fraction=0.5",
+        'prepare.brain_rot_m1.tokenizer="~/tok.json"', 'generate.prompts=["~/x"]'])
+    p = cfg.prepare
+    assert p.decontaminate.benchmarks == [str(tmp_path / "b/gsm8k.jsonl"), "b/~x.jsonl"]
+    assert p.perplexity.run_dir == str(tmp_path / "runs/scorer")
+    assert p.brain_rot_m1.tokenizer == str(tmp_path / "tok.json")
+    assert cfg.generate.prompts == ["~/x"]
+    arxiv = load_config(None, [
+        'prepare.stages=["arxiv_metadata", "arxiv_sources", "latex", "inject_replicas", "write"]',
+        'prepare.arxiv.snapshot="~/meta.jsonl"', 'prepare.arxiv.source_dir="~/src"',
+        'prepare.inject_replicas.benchmark="~/b/math.jsonl"']).prepare
+    assert (arxiv.arxiv.snapshot, arxiv.arxiv.source_dir, arxiv.inject_replicas.benchmark) == (
+        str(tmp_path / "meta.jsonl"), str(tmp_path / "src"), str(tmp_path / "b/math.jsonl"))

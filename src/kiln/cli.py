@@ -309,15 +309,16 @@ def cmd_generate(cfg: Config) -> None:
 def cmd_export(cfg: Config) -> None:
     from kiln.data.provenance import run_tokenizer
     from kiln.export import export_model
-    from kiln.export.earlier import set_aside_other_files
+    from kiln.export.earlier import other_files_set_aside
     from kiln.train.trained_run import load_trained_model
 
     model, ckpt = load_trained_model(cfg)
     run_tokenizer(cfg.run_dir)
     out = cfg.run_dir / "export"
-    if moved := set_aside_other_files(out, cfg.run_dir):  # the export replaces the folder whole
+    with other_files_set_aside(out, cfg.run_dir) as moved:  # the export replaces it whole
+        result = export_model(model, _tokenizer_path(cfg), out, cfg, ckpt.name)
+    if moved:
         print(f"note: {moved}", file=sys.stderr)
-    result = export_model(model, _tokenizer_path(cfg), out, cfg, ckpt.name)
     print(f"export ({result.format}): {ckpt.name} -> {result.path} ({result.note})")
 
 

@@ -602,14 +602,29 @@ def _cut_pattern_note(m: ModelConfig) -> list[str]:
 RECORD_HEADER = "# Kiln's resolved config: every setting, defaults included"
 
 
+# the settings that name a file or folder
+PATH_KEYS = ("run.dir", "data.sources", "prepare.decontaminate.benchmarks",
+             "prepare.inject_replicas.benchmark", "prepare.perplexity.run_dir",
+             "prepare.brain_rot_m1.tokenizer", "prepare.arxiv.snapshot", "prepare.arxiv.source_dir")
+
+
 def _home_expanded(cfg: Config) -> Config:
-    """`~/runs/x` in run.dir or data.sources is the home folder, as a shell would read it
+    """A leading `~` in a path setting (`~/runs/x`) is the home folder, as a shell reads it
     unquoted: a recipe (or a quoted --set) left it literal, so a run made a folder named `~`
-    in the current one, and a source there was not found."""
-    sources = [os.path.expanduser(s) for s in cfg.data.sources]
-    return dataclasses.replace(
-        cfg, run=dataclasses.replace(cfg.run, dir=os.path.expanduser(cfg.run.dir)),
-        data=dataclasses.replace(cfg.data, sources=sources))
+    in the current one, and a source or benchmark there was not found."""
+    def expanded(obj: Any, parts: list[str]) -> Any:
+        value = getattr(obj, parts[0])
+        if len(parts) > 1:
+            value = expanded(value, parts[1:])
+        elif isinstance(value, list):
+            value = [os.path.expanduser(v) for v in value]
+        else:
+            value = os.path.expanduser(value)
+        return dataclasses.replace(obj, **{parts[0]: value})
+
+    for key in PATH_KEYS:
+        cfg = expanded(cfg, key.split("."))
+    return cfg
 
 
 def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] = (),

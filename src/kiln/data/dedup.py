@@ -3,10 +3,11 @@
 MinHash (datatrove defaults, as in the digest): word 5-gram shingles of normalised text
 (datatrove's `simplify_text`: lowercase, punctuation stripped, numbers/diacritics/whitespace
 normalised), 14 buckets x 8 hashes, 64-bit hashes -> ~0.72 similarity threshold,
-P(match | s=0.8) = 1 - (1 - 0.8^8)^14 ~ 0.92. A document of fewer words than that (a title, a
-one-line post, a text in a script written without spaces) has its whole word sequence as its
-one shingle: datatrove gives it no signature at all, so its copies were never removed. Stages: signature (tasks = input tasks) ->
-buckets (tasks = num_buckets) -> cluster (1 task) -> filter (tasks = input tasks, same input).
+P(match | s=0.8) = 1 - (1 - 0.8^8)^14 ~ 0.92. A document of fewer words than an n-gram (a
+title, a one-line post, a text in a script written without spaces) has its whole word
+sequence as its one shingle (`MinhashSignature`): datatrove gives it no signature, which
+would keep every copy. Stages: signature (tasks = input tasks) -> buckets (tasks =
+num_buckets) -> cluster (1 task) -> filter (tasks = input tasks, same input).
 
 Exact: datatrove 0.10 ships `ExactDedupSignature -> ExactFindDedups -> ExactDedupFilter` (no
 external tool, unlike exact-substring); we hash the document text (or its whitespace/case

@@ -282,6 +282,7 @@ class SourceReader(PipelineStep):
                 f.seek(0)
                 yield from self._read_lines(file, f)
                 return
+        raw = None  # read once, where the file is not one object on one line
         if first is not None:  # one object on one line: parsed already
             data = first
         else:
@@ -311,7 +312,7 @@ class SourceReader(PipelineStep):
                 self._where = ("record", i)
                 yield from self._record_doc(record, f"{file.rel}:{i}", file.path)
         else:
-            yield from self._read_text(file, file.path.read_bytes())
+            yield from self._read_text(file, file.path.read_bytes() if raw is None else raw)
 
     def _read_parquet(self, file: SourceFile) -> Iterator[Document]:
         import pyarrow.parquet as pq

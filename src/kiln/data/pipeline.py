@@ -357,7 +357,7 @@ def build_pipeline(
     Nothing is run or written; factories check their inputs here (missing files fail now).
     `text_field`: the record field / parquet column the `read` stage takes the text from.
     """
-    validate_prepare(cfg)
+    validate_prepare(cfg, making_data=True)
     run_dir = absolute_run_dir(run_dir)
     setup: list[Phase] = []
     phases: list[Phase] = []

@@ -46,7 +46,7 @@ class PIIOptions:
 
 @dataclass
 class DecontaminateOptions:
-    benchmarks: list[str] = field(default_factory=list)  # JSONL files (name = stem; same stems: with folders)
+    benchmarks: list[str] = field(default_factory=list)  # JSON lines (.gz too) or a .json list (name = stem; same stems: with folders)
     n: int = 13  # words per n-gram
     mode: str = "drop"  # drop | tag (keep, with the matched benchmarks in metadata)
     prompt_fields: list[str] = field(default_factory=lambda: ["prompt", "question", "input",
@@ -58,7 +58,7 @@ class DecontaminateOptions:
 
 @dataclass
 class InjectOptions:
-    benchmark: str = ""  # JSONL of problems/solutions to inject (controlled contamination)
+    benchmark: str = ""  # benchmark file (as decontaminate reads) of problems/solutions to inject (controlled contamination)
     k: int = 1  # replicas of every item
     seed: int = 0
     keep_size: bool = False  # drop web documents at the end of each shard to keep its size
@@ -219,7 +219,7 @@ def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"prepare.{key}: '{value}' is not one of {list(choices)}{hint}")
 
 
-def _check_stage_list(cfg: PrepareConfig) -> None:
+def _check_stage_list(cfg: PrepareConfig, making_data: bool) -> None:
     stages = cfg.stages
     if not stages:
         raise ConfigError("prepare.stages is empty; the shortest pipeline is [\"read\", \"write\"]")
@@ -231,14 +231,8 @@ def _check_stage_list(cfg: PrepareConfig) -> None:
     if not STAGES[stages[0]].reader:
         readers = sorted(n for n, s in STAGES.items() if s.reader)
         raise ConfigError(f"prepare.stages must start with a reader stage {readers}, not '{stages[0]}'")
-    for i, name in enumerate(stages[1:], start=1):
-        if STAGES[name].reader and READS_FROM.get(name) not in stages[:i]:
-            raise ConfigError(
-                f"prepare.stages: '{name}' reads documents of its own and must come first"
-                + (f" (or after '{READS_FROM[name]}', whose documents it reads)"
-                   if name in READS_FROM else "")
-                + f", not after '{stages[i - 1]}': its documents would join the stream unseen "
-                f"by the stages before it (one reader per prepare: here '{stages[0]}')")
+    if making_data:
+        _refuse_late_readers(stages)
     if stages[-1] != "write" or stages.count("write") != 1:
         raise ConfigError("prepare.stages must end with 'write' (and name it once)")
     dupes = sorted({n for n in stages if stages.count(n) > 1})
@@ -251,6 +245,19 @@ def _check_stage_list(cfg: PrepareConfig) -> None:
     for name, after in NEEDS_AFTER.items():
         if name in stages and after not in stages[stages.index(name) + 1:]:
             raise ConfigError(f"prepare.stages: '{name}' needs '{after}' after it")
+
+
+def _refuse_late_readers(stages: list[str]) -> None:
+    """One reader per prepare, first: a later one's documents would join the stream unseen
+    by the stages before it (and uncounted by prepare.json), but for READS_FROM."""
+    for i, name in enumerate(stages[1:], start=1):
+        if STAGES[name].reader and READS_FROM.get(name) not in stages[:i]:
+            raise ConfigError(
+                f"prepare.stages: '{name}' reads documents of its own and must come first"
+                + (f" (or after '{READS_FROM[name]}', whose documents it reads)"
+                   if name in READS_FROM else "")
+                + f", not after '{stages[i - 1]}': its documents would join the stream unseen "
+                f"by the stages before it (one reader per prepare: here '{stages[0]}')")
 
 
 def _check_stage_options(cfg: PrepareConfig) -> None:
@@ -359,9 +366,12 @@ def _check_period(cfg: PrepareConfig, on: set[str]) -> None:
         raise ConfigError("prepare.period.periods is empty: name buckets such as '1800-1849'")
 
 
-def validate_prepare(cfg: PrepareConfig) -> PrepareConfig:
-    """Reject impossible prepare configs, naming the key (called by kiln.config.validate)."""
-    _check_stage_list(cfg)
+def validate_prepare(cfg: PrepareConfig, making_data: bool = False) -> PrepareConfig:
+    """Reject impossible prepare configs, naming the key (called by kiln.config.validate).
+    `making_data` (build_pipeline): also the checks added since runs were prepared without
+    them (a reader after the first stage), which refuse making data that way again but not
+    loading such a run's recorded config, so its model still trains, evaluates and exports."""
+    _check_stage_list(cfg, making_data)
     _check_stage_options(cfg)
     if cfg.executor not in EXECUTORS:
         raise ConfigError(f"prepare.executor: '{cfg.executor}' is not one of {list(EXECUTORS)}")

@@ -1,11 +1,13 @@
 """An export replaces the run's previous one whole (see `kiln.atomic.atomic_dir`): a folder
 there holding what no export writes (a model card added before an upload, an adapter, a
 folder of the user's own, a file named `export`) moves to the run's archive/ first, rather
-than being deleted with it."""
+than being deleted with it, and comes back if the export fails."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kiln.atomic import new_archive_folder
@@ -15,9 +17,9 @@ from kiln.export.native import FILES as NATIVE_FILES
 EXPORT_FILES = frozenset(HF_FILES) | frozenset(NATIVE_FILES)
 
 
-def set_aside_other_files(out_dir: Path, run_dir: Path) -> str | None:
-    """Move `out_dir` to archive/before-export-<time>/ when it holds anything an export
-    does not write, or is not a plain folder; return what was found and where it went."""
+def other_files(out_dir: Path) -> str | None:
+    """What `out_dir` holds that an export does not write, or None (nothing there, or only
+    an export's own files)."""
     out_dir = Path(out_dir)
     if not os.path.lexists(out_dir):
         return None
@@ -26,10 +28,28 @@ def set_aside_other_files(out_dir: Path, run_dir: Path) -> str | None:
                        if p.name not in EXPORT_FILES or not p.is_file() or p.is_symlink())
         if not other:
             return None
-        what = (f"held what an export does not write ({', '.join(other[:5])}"
+        return (f"held what an export does not write ({', '.join(other[:5])}"
                 f"{', ...' if len(other) > 5 else ''})")
-    else:  # a link is moved, not followed: its target is left as it is
-        what = f"was a {'link' if out_dir.is_symlink() else 'file'}, not a folder"
+    # a link is moved, not followed: its target is left as it is
+    return f"was a {'link' if out_dir.is_symlink() else 'file'}, not a folder"
+
+
+@contextmanager
+def other_files_set_aside(out_dir: Path, run_dir: Path) -> Iterator[str | None]:
+    """Around an export to `out_dir`: move it to archive/before-export-<time>/ when it holds
+    anything an export does not write, or is not a plain folder, and yield what was found
+    and where it went (None: nothing moved). If the export fails, it is put back."""
+    out_dir = Path(out_dir)
+    what = other_files(out_dir)
+    if what is None:
+        yield None
+        return
     dest = new_archive_folder(run_dir, "before-export") / out_dir.name
     os.replace(out_dir, dest)
-    return f"{out_dir} {what}: it moved to {dest}"
+    try:
+        yield f"{out_dir} {what}: it moved to {dest}"
+    except BaseException:
+        if not os.path.lexists(out_dir):  # the export wrote nothing there: as it was
+            os.replace(dest, out_dir)
+            dest.parent.rmdir()
+        raise

@@ -76,8 +76,8 @@ class BenchmarkItem:
 
     prompt: str | None
     answers: list[str] = field(default_factory=list)
-    line: int = field(default=0, compare=False)  # in its JSONL file, for error messages
-    where: str = field(default="", compare=False)  # `file:line` or `file[i]` (a JSON list)
+    # `file:line` (JSON lines) or `file[i]` (a JSON list), for error messages
+    where: str = field(default="", compare=False)
 
 
 def _field_text(value: object) -> list[str]:
@@ -118,8 +118,7 @@ def load_benchmark_items(
                 f"{where}: none of the prompt fields {list(prompt_fields)} "
                 f"or answer fields {list(answer_fields)} holds text (its fields: {fields}); "
                 "name its fields in prepare.decontaminate.prompt_fields / answer_fields")
-        line = int(where.rpartition(":")[2]) if where.rpartition(":")[2].isdigit() else 0
-        items.append(BenchmarkItem(prompt=prompt, answers=answers, line=line, where=where))
+        items.append(BenchmarkItem(prompt=prompt, answers=answers, where=where))
     return items
 
 
@@ -146,9 +145,9 @@ def exact_problem(item: BenchmarkItem, n: int) -> list[str] | None:
 
 
 def benchmark_names(paths: list[Path]) -> dict[str, Path]:
-    """{name: path}: a file's name without `.jsonl` (`.jsonl.gz`, `.json`); files of the same name (each suite's
-    `test.jsonl`) are told apart by as many of their folders as it takes (`gsm8k/test`,
-    `math/test`)."""
+    """{name: path}: a file's name without `.jsonl` (`.jsonl.gz`, `.json`: `benchmark_stem`);
+    files of the same name (each suite's `test.jsonl`) are told apart by as many of their
+    folders as it takes (`gsm8k/test`, `math/test`)."""
     if len(set(map(_resolved, paths))) < len(paths):
         twice = next(p for p in paths if [_resolved(q) for q in paths].count(_resolved(p)) > 1)
         raise ValueError(f"the benchmark file {twice} is listed twice")
