@@ -467,6 +467,11 @@ def test_every_expert_chosen_is_a_note_and_balancing_is_inert():
         "layer costs all its experts per token and load balancing (model.balance = 'smebu', "
         "model.seq_aux_coef) has nothing to balance; for a sparse MoE use top_k below "
         "n_experts (Trinity: 8 of 128)"]
+    assert design_notes(load_config(None, ["model.n_experts=4", "model.top_k=4",
+                                           "model.balance=none"]).model) == [
+        "model.top_k = model.n_experts = 4: every token goes to every expert, so each MoE layer "
+        "costs all its experts per token; for a sparse MoE use top_k below n_experts (Trinity: 8 "
+        "of 128)"]
     assert design_notes(load_config(None, ["model.n_experts=4", "model.top_k=3"]).model) == []
     assert design_notes(load_config(None, ["model.n_experts=4", "model.top_k=4", "model.n_layers=4",
                                            "model.n_dense_layers=4"]).model) == []  # a problem

@@ -571,11 +571,13 @@ def design_notes(m: ModelConfig) -> list[str]:
     if m.n_experts >= 2 and m.top_k == m.n_experts and m.n_dense_layers < m.n_layers:
         # every expert is chosen, so the selection bias (smebu / sign) changes nothing, and the
         # sequence-wise aux loss is constant: its load fractions are all 1 / n_experts
+        balancing = [f"model.balance = {m.balance!r}"] if m.balance != "none" else []
+        balancing += ["model.seq_aux_coef"] if m.seq_aux_coef else []
+        inert = (f" and load balancing ({', '.join(balancing)}) has nothing to balance"
+                 if balancing else "")
         notes.append(f"model.top_k = model.n_experts = {m.n_experts}: every token goes to every "
-                     "expert, so each MoE layer costs all its experts per token and load "
-                     f"balancing (model.balance = {m.balance!r}"
-                     f"{', model.seq_aux_coef' if m.seq_aux_coef else ''}) has nothing to "
-                     "balance; for a sparse MoE use top_k below n_experts (Trinity: 8 of 128)")
+                     f"expert, so each MoE layer costs all its experts per token{inert}; for a "
+                     "sparse MoE use top_k below n_experts (Trinity: 8 of 128)")
     return notes
 
 
