@@ -216,6 +216,9 @@ def test_a_tilde_in_every_path_setting_is_the_home_folder(tmp_path, monkeypatch)
     assert p.perplexity.run_dir == str(tmp_path / "runs/scorer")
     assert p.brain_rot_m1.tokenizer == str(tmp_path / "tok.json")
     assert cfg.generate.prompts == ["~/x"]
+    judge = load_config(None, ['prepare.stages=["read", "brain_rot_m2", "write"]',
+                               'prepare.brain_rot_m2.judge="kiln:~/runs/judge"'])
+    assert judge.prepare.brain_rot_m2.judge == f"kiln:{tmp_path / 'runs/judge'}"
     arxiv = load_config(None, [
         'prepare.stages=["arxiv_metadata", "arxiv_sources", "latex", "inject_replicas", "write"]',
         'prepare.arxiv.snapshot="~/meta.jsonl"', 'prepare.arxiv.source_dir="~/src"',

@@ -626,6 +626,10 @@ def _home_expanded(cfg: Config) -> Config:
 
     for key in PATH_KEYS:
         cfg = expanded(cfg, key.split("."))
+    b2 = cfg.prepare.brain_rot_m2
+    if b2.judge.startswith("kiln:"):  # a run directory after the prefix
+        b2 = dataclasses.replace(b2, judge="kiln:" + os.path.expanduser(b2.judge[len("kiln:"):]))
+        cfg = dataclasses.replace(cfg, prepare=dataclasses.replace(cfg.prepare, brain_rot_m2=b2))
     return cfg
 
 
