@@ -263,6 +263,28 @@ def test_def_runs_without_a_body_are_linear():
     assert macros["s"].n_args == 2 and macros["s"].body == "[#1|#2]"
 
 
+def test_unclosed_newcommand_runs_are_linear():
+    # Each \newcommand\x{ scanned the rest of the text for its }: 5,000 took ~14 s.
+    counts: Counter = Counter()
+    text = "\\newcommand\\x{" * 5_000
+    assert collect_definitions(text, counts) == (text, {}, {}) and counts["macros_unparsed"] == 5_000
+    assert_linear(lambda text: collect_definitions(text, Counter()), lambda k: "\\newcommand\\x{" * k, 500)
+    closed, macros, _ = collect_definitions("\\newcommand\\x{" * 3 + "}", Counter())
+    assert closed == "\\newcommand\\x{" * 2 and macros["x"].body == ""
+
+
+@pytest.mark.parametrize("opener, unclosed, closed", [
+    ("\\item[", "- [", "- - - a:::"),
+    ("\\begin{theorem}[", "Theorem. [", "Theorem (Theorem (Theorem (a).).)."),
+])
+def test_unclosed_optional_argument_runs_are_linear(opener, unclosed, closed):
+    # Each [ scanned to the paragraph's end for its ]: 5,000 in one paragraph took ~4-5 s.
+    sep = "\n" if opener == "\\item[" else "\n\n"
+    assert LatexConverter(opener * 5_000).text() == sep.join([unclosed] * 5_000)
+    assert_linear(lambda text: LatexConverter(text).text(), lambda k: opener * k, 500, opener)
+    assert LatexConverter(opener * 3 + "a]").text() == closed
+
+
 def test_char_gives_the_character():
     # \char`\\ was ' and a line break, \char`\{ was '{, \char92 was 92. As in TeX, one space after the
     # code is eaten.

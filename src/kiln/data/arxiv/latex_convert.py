@@ -125,6 +125,7 @@ class LatexConverter:
         self.frames: list[Frame] = []  # `convert`'s stack
         self.captures = 0  # `_capture`s open
         self.closers: dict[str, list[int]] = {}  # \) or \] -> its token indices, for `_find_symbol`
+        self.stops: dict[int, int | None] = {}  # token -> the ']' a bracket walk through it stops at
         self._match_braces()
         self._match_environments()
 
@@ -193,18 +194,24 @@ class LatexConverter:
         return i
 
     def _bracket_end(self, i: int) -> int | None:
-        """For '[' at i: index of its ']' at brace depth 0."""
-        k = i + 1
-        while k < self.n:
+        """For '[' at i: index of its ']' at brace depth 0, None when a blank line or the end comes
+        first. Remembered: the stop found from each token walked holds for every '[' whose walk
+        reaches that token, so a run of unclosed \\item[ in one paragraph stays linear."""
+        k, walked = i + 1, []
+        while k < self.n and k not in self.stops:
+            walked.append(k)
             if self.kind[k] == BRACE and self.val[k] == "{":
                 k = self.match[k] + 1
-                continue
-            if self.val[k] == "]" and self.kind[k] == BRACKET:
-                return k
-            if self.kind[k] == TEXT and self.val[k].count("\n") >= 2:
-                return None
-            k += 1
-        return None
+            elif (self.val[k] == "]" and self.kind[k] == BRACKET) or (
+                self.kind[k] == TEXT and self.val[k].count("\n") >= 2
+            ):
+                break
+            else:
+                k += 1
+        stop = self.stops.get(k, k if k < self.n and self.kind[k] == BRACKET else None)
+        for w in walked:
+            self.stops[w] = stop
+        return stop
 
     def _skip_args(self, i: int, shape: str) -> int:
         for c in shape:

@@ -20,6 +20,7 @@ from kiln.data.arxiv.latex_declared import (
     declare,
     env_table,
 )
+from kiln.data.arxiv.latex_groups import GroupEnds
 
 # Spans whose content TeX reads literally, so a % inside is not a comment and a macro is not
 # expanded: \verb<d>..<d> (one line, ASCII non-letter delimiter); \url, \nolinkurl and \path (the
@@ -392,6 +393,7 @@ class LiteralSpans:
         self.changes = [s for s in self.spans if s.declared is not None]
         self.change_ends = [s.end for s in self.changes]
         self.found: dict[str, tuple[int, int]] = {}  # char -> (position asked, answer), for `find`
+        self.groups: GroupEnds | None = None  # for `group_end`
 
     def __contains__(self, pos: int) -> bool:
         k = bisect.bisect_right(self.starts, pos) - 1
@@ -418,6 +420,14 @@ class LiteralSpans:
             at = self.text.find(char, self.ends[bisect.bisect_right(self.starts, at) - 1])
         self.found[char] = (pos, at)
         return at
+
+    def group_end(self, pos: int) -> int | None:
+        """Index of the } closing the { at `pos` as `read_group` reads it, -1 when none does, None
+        when a pass from an earlier { skips this one (escaped, in a span). One pass answers calls at
+        growing positions, so a run of unclosed groups stays linear."""
+        if self.groups is None or pos < self.groups.start:
+            self.groups = GroupEnds(self.text, self.starts, self.ends, pos)
+        return self.groups.end(pos)
 
     def search(self, pattern: re.Pattern, pos: int = 0) -> re.Match | None:
         """The first match of `pattern` in the text at or after `pos` that starts outside every
