@@ -422,12 +422,16 @@ class LiteralSpans:
         return at
 
     def group_end(self, pos: int) -> int | None:
-        """Index of the } closing the { at `pos` as `read_group` reads it, -1 when none does, None
-        when a pass from an earlier { skips this one (escaped, in a span). One pass answers calls at
-        growing positions, so a run of unclosed groups stays linear."""
+        """Index of the } closing the { at `pos` as `read_group` reads it, -1 when none does; None
+        when unknown: before the first { found `unclosed` (`read_group` then scans, as a group
+        is short), or where the pass from it skips this one (escaped, in a span)."""
+        return None if self.groups is None or pos < self.groups.start else self.groups.end(pos)
+
+    def unclosed(self, pos: int) -> None:
+        """Note that the { at `pos` has no }: from here on one lazy pass answers `group_end`, so a
+        run of unclosed groups costs one read of the text, not one each."""
         if self.groups is None or pos < self.groups.start:
             self.groups = GroupEnds(self.text, self.starts, self.ends, pos)
-        return self.groups.end(pos)
 
     def search(self, pattern: re.Pattern, pos: int = 0) -> re.Match | None:
         """The first match of `pattern` in the text at or after `pos` that starts outside every

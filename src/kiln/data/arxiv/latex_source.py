@@ -249,10 +249,9 @@ def read_group(text: str, pos: int, spans: LiteralSpans | None = None) -> tuple[
     """Content of the balanced {...} starting at text[pos] == '{', and the index after it; a
     literal span of `spans` (a \\verb, \\url... of `text`) inside it is skipped whole, as the
     converter reads it, so its braces do not count."""
-    if spans is not None and spans.text is text and text.startswith("{", pos):
-        close = spans.group_end(pos)  # remembered: a run of unclosed groups stays linear
-        if close is not None:
-            return (text[pos + 1 : close], close + 1) if close >= 0 else None
+    remember = spans is not None and spans.text is text and text.startswith("{", pos)
+    if remember and (close := spans.group_end(pos)) is not None:  # a run of unclosed groups stays linear
+        return (text[pos + 1 : close], close + 1) if close >= 0 else None
     depth = 0
     i = pos
     n = len(text)
@@ -273,6 +272,8 @@ def read_group(text: str, pos: int, spans: LiteralSpans | None = None) -> tuple[
             if depth == 0:
                 return text[pos + 1 : i], i + 1
         i += 1
+    if remember:
+        spans.unclosed(pos)
     return None
 
 
