@@ -422,18 +422,18 @@ def _handoff_writer(folder: Path) -> PipelineStep:
 
 def make_executor(cfg: PrepareConfig, steps: list[PipelineStep], logging_dir: Path,
                   skip_completed: bool, tasks: int | None = None,
-                  depends: PipelineExecutor | None = None) -> PipelineExecutor:
-    """The datatrove executor named by prepare.executor, with a clear error if it can't run."""
+                  depends: PipelineExecutor | None = None,
+                  progress: bool = True) -> PipelineExecutor:
+    """The datatrove executor named by prepare.executor, with a clear error if it can't run.
+    `progress`: whether the local tasks show progress bars (datatrove's own too)."""
     tasks = tasks or cfg.tasks
     workers = min(cfg.workers, tasks)
     common = {"tasks": tasks, "logging_dir": str(logging_dir), "skip_completed": skip_completed}
     if cfg.executor == "local":
-        from datatrove.executor import LocalPipelineExecutor
+        from kiln.data.quiet_executor import KilnLocalExecutor
 
-        from kiln.data.quiet_executor import QuietLocalExecutor
-
-        local = LocalPipelineExecutor if cfg.console_logs else QuietLocalExecutor
-        return local(steps, workers=workers, **common)
+        return KilnLocalExecutor(steps, workers=workers, quiet=not cfg.console_logs,
+                                 progress=progress, **common)
     if cfg.executor == "slurm":
         from datatrove.executor import SlurmPipelineExecutor
 
@@ -607,7 +607,7 @@ def run_prepare(
     previous = None
     for phase in phases:
         executor = make_executor(cfg, phase.pipeline, logging_dir / phase.dir, resume,
-                                 tasks=phase.tasks, depends=previous)
+                                 tasks=phase.tasks, depends=previous, progress=progress)
         if cfg.executor == "slurm":
             previous = executor
             continue
