@@ -19,6 +19,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from kiln.atomic import write_json_atomic
 from kiln.data.pipeline import StageContext, StagePlan
 from kiln.data.prepare_config import period_bounds
+from kiln.errors import ConfigError, KilnError
 
 
 def _need_file(key: str, path: str) -> str:
@@ -26,6 +27,34 @@ def _need_file(key: str, path: str) -> str:
         where = "" if Path(path).is_absolute() else f" (from {Path.cwd()}: {Path(path).absolute()})"
         raise FileNotFoundError(f"prepare.{key}: file not found: {path}{where}")
     return path
+
+
+def _need_tokenizer(key: str, path: str) -> None:
+    """A tokenizers file that loads (it is small): a file of something else would fail in
+    every task, after the stages before it ran."""
+    from tokenizers import Tokenizer
+
+    _need_file(key, path)
+    try:
+        Tokenizer.from_file(path)
+    except Exception as e:  # tokenizers raises its own Exception for any bad file
+        raise ConfigError(f"prepare.{key}: {path} is not a tokenizer.json that `tokenizers` "
+                          f"loads ({e})") from None
+
+
+def _check_device(key: str, device: str, executor: str) -> None:
+    """A torch device name that parses, and (local executor: the tasks run on this machine)
+    one this machine has, before a task fails to move its model there."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError) as e:
+        raise ConfigError(f"prepare.{key}: '{device}' is not a torch device ({e})") from None
+    backend = {"cuda": torch.cuda, "mps": getattr(torch.backends, "mps", None)}.get(kind)
+    if executor == "local" and backend is not None and not backend.is_available():
+        raise ConfigError(f"prepare.{key} = '{device}', but this machine has no {kind} device: "
+                          "use 'cpu'")
 
 
 def read_stage(ctx: StageContext) -> PipelineStep:
@@ -164,7 +193,8 @@ def brain_rot_m1_stage(ctx: StageContext) -> PipelineStep:
     from kiln.data.filters import EngagementFilter
 
     o = ctx.cfg.brain_rot_m1
-    return EngagementFilter(_need_file("brain_rot_m1.tokenizer", o.tokenizer), o.mode,
+    _need_tokenizer("brain_rot_m1.tokenizer", o.tokenizer)
+    return EngagementFilter(o.tokenizer, o.mode,
                             o.popularity_keys, o.junk_max_tokens, o.control_min_tokens,
                             o.popularity_threshold, exclusion_writer=ctx.exclusion_writer())
 
@@ -173,7 +203,13 @@ def brain_rot_m2_stage(ctx: StageContext) -> PipelineStep:
     from kiln.data.filters import HeuristicJudge, KilnLabelJudge, SemanticQualityFilter
 
     o = ctx.cfg.brain_rot_m2
-    judge = HeuristicJudge() if o.judge == "heuristic" else KilnLabelJudge(o.judge[len("kiln:"):])
+    try:  # a prompt the judge's model cannot hold is refused here, not in a task
+        judge = (HeuristicJudge() if o.judge == "heuristic"
+                 else KilnLabelJudge(o.judge[len("kiln:"):]))
+    except ValueError as e:
+        if isinstance(e, KilnError):  # the run's own config or data, already named
+            raise
+        raise ConfigError(f"prepare.brain_rot_m2.judge = '{o.judge}': {e}") from None
     return SemanticQualityFilter(judge, o.threshold, o.mode,
                                  exclusion_writer=ctx.exclusion_writer())
 
@@ -181,8 +217,20 @@ def brain_rot_m2_stage(ctx: StageContext) -> PipelineStep:
 def perplexity_stage(ctx: StageContext) -> PipelineStep:
     """The scoring pass: `ppl`, `nll`, `ppl_tokens` in metadata (selection is a later stage)."""
     from kiln.data.filters import PerplexityScorer
+    from kiln.data.filters.perplexity import PAPER_MAX_TOKENS, doc_token_limit
+    from kiln.data.filters.run_model import check_run_dir, run_max_seq_len
 
     p = ctx.cfg.perplexity
+    context = run_max_seq_len(check_run_dir(p.run_dir))
+    try:  # here, not in a task after the stages before it ran
+        doc_token_limit(context, p.max_tokens_per_doc or None)
+    except ValueError:
+        raise ConfigError(
+            f"prepare.perplexity.max_tokens_per_doc = {p.max_tokens_per_doc} does not fit the "
+            f"scoring model of {p.run_dir}: its context (model.max_seq_len {context}) holds EOS + "
+            f"{context - 1} document tokens; set at most {context - 1}, or 0 for the paper's "
+            f"{PAPER_MAX_TOKENS} tokens or what the model holds") from None
+    _check_device("perplexity.device", p.device, ctx.cfg.executor)
     return PerplexityScorer(p.run_dir, p.batch_size, p.max_tokens_per_doc or None, p.device)
 
 

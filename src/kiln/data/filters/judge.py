@@ -100,6 +100,32 @@ class KilnLabelJudge:
         self.run_dir, self.template, self.device = check_run_dir(run_dir), template, device
         self.identity = f"kiln:{Path(self.run_dir).resolve()}:{_template_tag(template)}"
         self._loaded = None
+        self._check_fit()
+
+    def _check_fit(self) -> None:
+        """The prompt must fit the model (tokenizer and config, no weights): checked when the
+        judge is made, not in a task after the stages before it ran."""
+        from kiln.data.filters.run_model import run_max_seq_len
+        from kiln.data.provenance import run_tokenizer
+
+        _, head_len, tail, labels = self._parts(run_tokenizer(self.run_dir))
+        self._room(run_max_seq_len(self.run_dir), head_len, tail, labels)
+
+    def _parts(self, tok) -> tuple[str, int, list[int], list[list[int]]]:
+        """(template head, its token count, tail ids, the two labels' ids)."""
+        head, tail = self.template.split("{text}")
+        labels = [tok.encode(" " + JUNK).ids, tok.encode(" " + HIGH_QUALITY).ids]
+        return head, len(tok.encode(head).ids), tok.encode(tail).ids, labels
+
+    @staticmethod
+    def _room(max_seq_len: int, head_len: int, tail: list[int], labels: list[list[int]]) -> int:
+        """Tokens of head + post that fit before the tail and the longer label."""
+        room = max_seq_len - len(tail) - max(map(len, labels))
+        if room <= head_len:
+            raise ValueError(f"the prompt template does not fit max_seq_len {max_seq_len}: its "
+                             f"head, tail and longer label take {head_len + len(tail)} + "
+                             f"{max(map(len, labels))} tokens, leaving none for the post")
+        return room
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_loaded": None}
@@ -109,17 +135,12 @@ class KilnLabelJudge:
             from kiln.data.filters.run_model import load_run_model
 
             model, tok, _ = load_run_model(self.run_dir, self.device)
-            head, tail = self.template.split("{text}")
-            labels = [tok.encode(" " + JUNK).ids, tok.encode(" " + HIGH_QUALITY).ids]
-            self._loaded = (model, tok, head, len(tok.encode(head).ids), tok.encode(tail).ids,
-                            labels)
+            self._loaded = (model, tok, *self._parts(tok))
         return self._loaded
 
     def prompt_ids(self, text: str) -> list[int]:
         model, tok, head, head_len, tail, labels = self._load()
-        room = model.cfg.max_seq_len - len(tail) - max(map(len, labels))
-        if room <= head_len:
-            raise ValueError(f"prompt template does not fit max_seq_len {model.cfg.max_seq_len}")
+        room = self._room(model.cfg.max_seq_len, head_len, tail, labels)
         return tok.encode(head + text).ids[:room] + tail
 
     def judge(self, text: str) -> Verdict:

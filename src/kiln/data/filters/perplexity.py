@@ -15,9 +15,25 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from datatrove.utils.batching import batched
 
-from kiln.data.filters.run_model import check_run_dir, continuation_nll, load_run_model
+from kiln.data.filters.run_model import (
+    check_run_dir,
+    continuation_nll,
+    load_run_model,
+    run_max_seq_len,
+)
 
 PAPER_MAX_TOKENS = 512  # the paper truncates every document to its first 512 tokens
+
+
+def doc_token_limit(max_seq_len: int, max_tokens_per_doc: int | None) -> int:
+    """Tokens scored per document: `max_tokens_per_doc`, else the paper's 512 or what the
+    model holds; ValueError when the model cannot hold them (one position is the EOS)."""
+    room = max_seq_len - 1
+    limit = max_tokens_per_doc or min(PAPER_MAX_TOKENS, room)
+    if limit > room:
+        raise ValueError(f"max_tokens_per_doc={limit} does not fit the model (max_seq_len "
+                         f"{max_seq_len} holds EOS + {room} tokens)")
+    return limit
 
 
 class PerplexityScorer(PipelineStep):
@@ -45,6 +61,7 @@ class PerplexityScorer(PipelineStep):
         if max_tokens_per_doc is not None and max_tokens_per_doc < 1:
             raise ValueError(f"max_tokens_per_doc must be >= 1, got {max_tokens_per_doc}")
         self.run_dir = check_run_dir(run_dir)
+        doc_token_limit(run_max_seq_len(self.run_dir), max_tokens_per_doc)  # here, not in a task
         self.batch_size = batch_size
         self.max_tokens_per_doc = max_tokens_per_doc
         self.device = device
@@ -55,13 +72,7 @@ class PerplexityScorer(PipelineStep):
             model, tok, ckpt = load_run_model(self.run_dir, self.device)
             from kiln.data.tokenizer import eos_id
 
-            room = model.cfg.max_seq_len - 1  # one position is the EOS context
-            limit = self.max_tokens_per_doc or min(PAPER_MAX_TOKENS, room)
-            if limit > room:
-                raise ValueError(
-                    f"max_tokens_per_doc={limit} does not fit the model (max_seq_len "
-                    f"{model.cfg.max_seq_len} holds EOS + {room} tokens)"
-                )
+            limit = doc_token_limit(model.cfg.max_seq_len, self.max_tokens_per_doc)
             self._loaded = (model, tok, eos_id(tok), limit)
         return self._loaded
 

@@ -34,6 +34,17 @@ def check_run_dir(run_dir: str | Path) -> Path:
     return run_dir
 
 
+def run_max_seq_len(run_dir: str | Path) -> int:
+    """The context of the run's model, from its recorded config (no weights loaded): what a
+    scorer's settings are checked against when the pipeline is built, not in a worker after
+    the stages before it ran."""
+    from kiln.config import load_config, run_dir_override
+
+    run_dir = check_run_dir(run_dir)
+    cfg = load_config(run_dir / "config.toml", [run_dir_override(run_dir)], recorded=True)
+    return cfg.model.max_seq_len
+
+
 def load_run_model(run_dir: str | Path, device: str = "cpu") -> tuple[Transformer, Tokenizer, Path]:
     """(model in eval mode, tokenizer, checkpoint path) of the run's latest checkpoint."""
     from kiln.config import load_config, run_dir_override
