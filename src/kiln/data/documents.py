@@ -32,6 +32,7 @@ from kiln.data.json_records import (
     record_lists,
     text_key_pattern,
 )
+from kiln.data.jsonc import jsonc_value
 from kiln.data.skip_examples import (
     MAX_FIELDS,
     SkipExamples,
@@ -290,13 +291,16 @@ class SourceReader(PipelineStep):
             try:
                 data = json.loads(raw.decode("utf-8-sig"))
             except (ValueError, RecursionError) as e:  # not UTF-8 or not JSON
-                if damaged_records(raw, self._text_key, e):  # never one document of markup
-                    if isinstance(e, json.JSONDecodeError):  # where it broke off
-                        self._where = ("line", e.lineno)
-                    self._count("skipped/bad_json")
-                else:  # a tsconfig.json with comments: text, like the rest of a source tree
-                    yield from self._read_text(file, raw)
-                return
+                jsonc = jsonc_value(e)  # a tsconfig.json's comments: the JSON it stands for
+                if jsonc is None:
+                    if damaged_records(raw, self._text_key, e):  # never one document of markup
+                        if isinstance(e, json.JSONDecodeError):  # where it broke off
+                            self._where = ("line", e.lineno)
+                        self._count("skipped/bad_json")
+                    else:  # broken in its middle, not cut off: text, like the source tree
+                        yield from self._read_text(file, raw)
+                    return
+                data = jsonc[0]
         if isinstance(data, dict) and self.text_field in data:
             yield from self._record_doc(data, file.rel, file.path)
             return

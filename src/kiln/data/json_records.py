@@ -72,28 +72,54 @@ def _record_lists(data: dict, text_field: str, path: str,
 
 def first_line_object(f: BinaryIO) -> tuple[dict | None, bool]:
     """The first non-blank line of `f` (a file at its start) if it is a JSON object on its
-    own, and whether a non-blank line follows it: both, and the file is JSON lines (valid
-    JSON has nothing after a complete object). Reads two lines, not the file, and not even
-    the first of a file that does not start with `{` (a list on one line is the file)."""
+    own, and whether the file is JSON lines. Valid JSON has nothing after a complete object,
+    so a first-line object followed by another line is JSON lines, unless that line is a
+    comment (`//`, `/*`: a JSONC file, read whole). A first line that is damaged (cut off,
+    not UTF-8) is JSON lines too where the next lines (up to `JSON_LINES_SNIFF`) are each an
+    object on their own: a pretty-printed object's lines never all are. Reads a few lines,
+    not the file, and not even the first of a file that does not start with `{` (a list on
+    one line is the file)."""
     start = f.read(RECORD_SNIFF_BYTES).removeprefix(BOM).lstrip()
     f.seek(0)
     if start[:1] not in (b"{", b""):
         return None, False
-    first = None
+    lines = _lines(f, JSON_LINES_SNIFF + 1)
+    if not lines:
+        return None, False
+    first = _object(lines[0])
+    if first is not None:
+        following = lines[1] if len(lines) > 1 else None
+        if following is not None and following.lstrip().startswith(b"/"):
+            return None, False  # a comment: JSONC, not JSON lines
+        return first, following is not None
+    return None, len(lines) > 1 and all(_object(line) is not None for line in lines[1:])
+
+
+# a damaged first line is JSON lines where this many lines after it are objects (or all the
+# lines the file has after it, when it has fewer)
+JSON_LINES_SNIFF = 2
+
+
+def _lines(f: BinaryIO, count: int) -> list[bytes]:
+    """The first `count` non-blank lines of `f` (the BOM off the first)."""
+    found: list[bytes] = []
     for n, line in enumerate(f):
         if n == 0:
             line = line.removeprefix(BOM)
-        if not line.strip():
-            continue
-        if first is not None:
-            return first, True
-        try:
-            first = json.loads(line.decode("utf-8"))
-        except (ValueError, RecursionError):  # not UTF-8, not JSON on its own
-            return None, False
-        if not isinstance(first, dict):
-            return None, False
-    return first, False
+        if line.strip():
+            found.append(line)
+            if len(found) == count:
+                break
+    return found
+
+
+def _object(line: bytes) -> dict | None:
+    """`line` as a JSON object on its own, or None (not UTF-8, not JSON, not an object)."""
+    try:
+        value = json.loads(line.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def damaged_records(raw: bytes, text_key: re.Pattern[bytes], error: Exception) -> bool:

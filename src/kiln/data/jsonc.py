@@ -1,0 +1,46 @@
+"""JSON with comments (JSONC: tsconfig.json, .eslintrc.json, VS Code's settings): the JSON it
+stands for, so a `.json` file with comments is read as the same file without them would be.
+
+JSONC allows `//` and `/* */` comments and a trailing comma before `]` or `}`; both are
+removed outside strings, by regular expressions (linear, in C: a damaged multi-gigabyte
+dataset is never walked character by character in Python).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+_STRING = r'"(?:[^"\\]|\\.)*"?'  # to its end, or to the end of the text if unterminated
+_COMMENTS = re.compile(_STRING + r"|//[^\n]*|/\*.*?\*/", re.S)
+_TRAILING_COMMAS = re.compile(_STRING + r"|,(?=\s*[\]}])")
+
+
+def _drop(m: re.Match) -> str:
+    token = m.group()
+    return token if token.startswith('"') else " " if token.startswith("/*") else ""
+
+
+def strip_jsonc(text: str) -> str:
+    """`text` without its comments and trailing commas (strings are left as they are; an
+    unclosed `/*` stays, for the JSON parser to refuse)."""
+    return _TRAILING_COMMAS.sub(_drop, _COMMENTS.sub(_drop, text))
+
+
+def may_be_jsonc(error: json.JSONDecodeError) -> bool:
+    """Whether JSON that failed with `error` broke where JSONC differs from JSON: at a `/`
+    (a comment) or at a `]` / `}` after a comma. A cut-off or otherwise damaged file is
+    not stripped and parsed again for nothing."""
+    at = error.doc[error.pos:error.pos + 1]
+    return at == "/" or (at in ("]", "}") and error.doc[:error.pos].rstrip().endswith(","))
+
+
+def jsonc_value(error: Exception) -> tuple[object] | None:
+    """(value,) of the text whose JSON parse failed with `error`, read as JSONC; None where
+    it is not JSONC either (not UTF-8, cut off, broken elsewhere)."""
+    if not isinstance(error, json.JSONDecodeError) or not may_be_jsonc(error):
+        return None
+    try:
+        return (json.loads(strip_jsonc(error.doc)),)
+    except (ValueError, RecursionError):
+        return None
