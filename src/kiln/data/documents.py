@@ -276,7 +276,8 @@ class SourceReader(PipelineStep):
         the dataset read as one document of markup; an object that wraps several lists
         (`train` and `test`) is not guessed at: counted `several_record_lists`, naming the
         keys. Any other JSON (a package.json, a list of strings) is a text file like the
-        rest of a source tree."""
+        rest of a source tree. JSONC (comments, trailing commas) is read as the same file
+        without them would be: a tsconfig.json is text, records are records."""
         with open(file.path, "rb") as f:
             first, more = first_line_object(f)
             if more:  # JSON lines saved as .json: read line by line, as a .jsonl is
