@@ -2,6 +2,7 @@
 config is text like any other config, never `bad_json` nor JSON lines. A JSON-lines .json
 whose first line is damaged loses that line alone, as with a damaged later line."""
 
+from linear_time import assert_linear
 from test_reader_json_records import _read
 
 from kiln.data.jsonc import strip_jsonc
@@ -64,3 +65,10 @@ def test_a_pretty_printed_object_is_not_taken_for_json_lines(tmp_path):
     (tmp_path / "p.json").write_text(text)
     docs, counts, _ = _read(tmp_path / "p.json")
     assert [d.text for d in docs] == [text] and "skipped/bad_json" not in counts
+
+
+def test_stripping_is_linear_time_on_hostile_input():
+    for make in (lambda k: "{" + "/* " * k,  # unclosed comments: quadratic once
+                 lambda k: "{" + '"\\' * k,
+                 lambda k: "[" + ", " * k + "]", lambda k: "{" + "// x\n" * k + "}"):
+        assert_linear(strip_jsonc, make, 2_000, make(1))

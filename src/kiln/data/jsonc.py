@@ -11,8 +11,12 @@ from __future__ import annotations
 import json
 import re
 
-_STRING = r'"(?:[^"\\]|\\.)*"?'  # to its end, or to the end of the text if unterminated
-_COMMENTS = re.compile(_STRING + r"|//[^\n]*|/\*.*?\*/", re.S)
+# a string to its end, or to the end of the text if unterminated; possessive (Python 3.11):
+# the regex engine keeps no backtracking state per character, which made long strings slow
+_STRING = r'"(?:[^"\\]++|\\.)*+"?'
+# an unclosed `/*` runs to the end (the text then fails to parse): each match consumes what
+# it scans, so no input makes the scan quadratic
+_COMMENTS = re.compile(_STRING + r"|//[^\n]*|/\*.*?(?:\*/|\Z)", re.S)
 _TRAILING_COMMAS = re.compile(_STRING + r"|,(?=\s*[\]}])")
 
 
@@ -22,8 +26,7 @@ def _drop(m: re.Match) -> str:
 
 
 def strip_jsonc(text: str) -> str:
-    """`text` without its comments and trailing commas (strings are left as they are; an
-    unclosed `/*` stays, for the JSON parser to refuse)."""
+    """`text` without its comments and trailing commas (strings are left as they are)."""
     return _TRAILING_COMMAS.sub(_drop, _COMMENTS.sub(_drop, text))
 
 
