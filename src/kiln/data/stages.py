@@ -218,10 +218,10 @@ def perplexity_stage(ctx: StageContext) -> PipelineStep:
     """The scoring pass: `ppl`, `nll`, `ppl_tokens` in metadata (selection is a later stage)."""
     from kiln.data.filters import PerplexityScorer
     from kiln.data.filters.perplexity import PAPER_MAX_TOKENS, doc_token_limit
-    from kiln.data.filters.run_model import check_run_dir, run_max_seq_len
+    from kiln.data.filters.run_model import run_max_seq_len
 
     p = ctx.cfg.perplexity
-    context = run_max_seq_len(check_run_dir(p.run_dir))
+    context = run_max_seq_len(p.run_dir)  # the run's config alone: no weights are loaded
     try:  # here, not in a task after the stages before it ran
         doc_token_limit(context, p.max_tokens_per_doc or None)
     except ValueError:
