@@ -20,7 +20,7 @@ from kiln.data.arxiv.latex_declared import (
     declare,
     env_table,
 )
-from kiln.data.arxiv.latex_groups import GroupEnds
+from kiln.data.arxiv.latex_groups import BRACES, GroupEnds, every_brace, read_braces
 
 # Spans whose content TeX reads literally, so a % inside is not a comment and a macro is not
 # expanded: \verb<d>..<d> (one line, ASCII non-letter delimiter); \url, \nolinkurl and \path (the
@@ -58,7 +58,6 @@ ENV_ARGS_WINDOW = 1000
 BLANKS = re.compile(r"\s*")
 OPTIONS_STOP = re.compile(r"[\]\n%]")  # ends [options]: only a ] does; a newline or a % (comment) spoils it
 LANGUAGE_STOP = re.compile(r"[{}\n%]")  # ends \mintinline's {language}: only a } does
-BRACES = re.compile(r"[{}]")
 FLAT_GROUP = re.compile(r"\{[^{}]*\}")
 LINE_BLANKS = re.compile(r"[ \t]*")
 NO_DECLARATIONS = Declared()
@@ -98,30 +97,6 @@ class Span(NamedTuple):
     declared: Declared | None = None
 
 
-class _Braces:
-    """Where each { after `start` closes, found by one lazy left-to-right pass: every brace counts
-    (the url package reads \\{ as two characters), and the } closing a { does not depend on the
-    text before it, so one pass answers every later question (unclosed openers stay linear)."""
-
-    def __init__(self, text: str, start: int):
-        self.start = start
-        self.braces = BRACES.finditer(text, start)
-        self.open: list[int] = []
-        self.close: dict[int, int] = {}
-        self.done = False
-
-    def end(self, pos: int) -> int:
-        """Index after the } that closes the { at `pos` (>= start), or -1 when none does."""
-        while pos not in self.close and not self.done:
-            if (m := next(self.braces, None)) is None:
-                self.done = True
-            elif m.group() == "{":
-                self.open.append(m.start())
-            elif self.open:
-                self.close[self.open.pop()] = m.end()
-        return self.close.get(pos, -1)
-
-
 class _Scanner:
     """The arguments of literal commands, read with remembered searches: each search for a given
     needle or pattern comes at a position past the previous one (`_spans` resumes after what it
@@ -130,7 +105,7 @@ class _Scanner:
     def __init__(self, text: str):
         self.text = text
         self.found: dict[str | re.Pattern, int] = {}
-        self.braces: _Braces | None = None
+        self.braces: GroupEnds | None = None  # every brace counts (see `balanced`)
 
     def find(self, needle: str | re.Pattern, pos: int) -> int:
         """text.find(needle, pos) or the start of pattern.search(text, pos); -1 when none."""
@@ -161,7 +136,9 @@ class _Scanner:
         A brace-free group is one regex match. Else, while no { has been found unclosed, the
         braces are counted up to the close (the span is then accepted and never read again);
         from an unclosed { on, and for a span the caller may still reject (`rejectable`: its
-        text is read again), a `_Braces` pass answers, so nothing is counted twice.
+        text is read again), a `GroupEnds` pass over every brace answers (the url package reads
+        \\{ as two characters; the } closing a { does not depend on the text before it, so one
+        pass answers every later question), so nothing is counted twice.
         """
         if m := FLAT_GROUP.match(self.text, pos):
             return m.end()
@@ -172,8 +149,9 @@ class _Scanner:
                 if depth == 0:
                     return m.end()
         if self.braces is None or pos < self.braces.start:
-            self.braces = _Braces(self.text, pos)
-        return self.braces.end(pos)
+            self.braces = GroupEnds(every_brace(self.text, pos), pos)
+        close = self.braces.end(pos)
+        return close + 1 if close is not None and close >= 0 else -1
 
     def options(self, pos: int) -> int:
         """After `pos` and blanks, the index after an [options] closed on its line with no % in
@@ -394,6 +372,7 @@ class LiteralSpans:
         self.change_ends = [s.end for s in self.changes]
         self.found: dict[str, tuple[int, int]] = {}  # char -> (position asked, answer), for `find`
         self.groups: GroupEnds | None = None  # for `group_end`
+        self.bracket_ends: dict[int, int] = {}  # index of a [ -> of its ], or -1: `read_bracket`'s
 
     def __contains__(self, pos: int) -> bool:
         k = bisect.bisect_right(self.starts, pos) - 1
@@ -424,14 +403,14 @@ class LiteralSpans:
     def group_end(self, pos: int) -> int | None:
         """Index of the } closing the { at `pos` as `read_group` reads it, -1 when none does; None
         when unknown: before the first { found `unclosed` (`read_group` then scans, as a group
-        is short), or where the pass from it skips this one (escaped, in a span)."""
+        is short), or where the pass from it skips this one (in a span)."""
         return None if self.groups is None or pos < self.groups.start else self.groups.end(pos)
 
     def unclosed(self, pos: int) -> None:
         """Note that the { at `pos` has no }: from here on one lazy pass answers `group_end`, so a
         run of unclosed groups costs one read of the text, not one each."""
         if self.groups is None or pos < self.groups.start:
-            self.groups = GroupEnds(self.text, self.starts, self.ends, pos)
+            self.groups = GroupEnds(read_braces(self.text, self.starts, self.ends, pos), pos)
 
     def search(self, pattern: re.Pattern, pos: int = 0) -> re.Match | None:
         """The first match of `pattern` in the text at or after `pos` that starts outside every

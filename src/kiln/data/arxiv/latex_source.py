@@ -19,6 +19,7 @@ DOCCLASS = re.compile(r"\\document(?:class|style)\s*(?:\[[^\]]*\])?\s*\{\s*([^}]
 INCLUDE = re.compile(r"\\(input|include|subfile)(?![a-zA-Z@])\s*(?:\{([^{}]*)\}|([^\s{}\\%]+))")
 BEGIN_DOC = "\\begin{document}"
 END_DOC = "\\end{document}"
+BRACKET_STOP = re.compile(r"[\\{\[\]]")  # what `read_bracket` stops at: an escape, a group, a [ or its ]
 MAX_INCLUDE_DEPTH = 20
 # Include expansion budget, in characters: INCLUDE_GROWTH x the archive's text, at least
 # MIN_INCLUDE_BUDGET, at most MAX_INCLUDE_BUDGET. A paper includes each file about once (nested
@@ -279,29 +280,51 @@ def read_group(text: str, pos: int, spans: LiteralSpans | None = None) -> tuple[
 
 def read_bracket(text: str, pos: int, spans: LiteralSpans | None = None) -> tuple[str, int] | None:
     """Content of [...] starting at text[pos] == '[' (braces inside, and literal spans of
-    `spans`, are skipped whole)."""
+    `spans`, are skipped whole), and the index after it. With `spans` of `text`, each walk's stop
+    is remembered for every [ it passes (not those in a group, escape or span it skips): a walk
+    from such a [ goes on exactly as this one did, to the same ], so a run of unclosed [ costs
+    one walk, not one to the end of the text each."""
+    remember = spans.bracket_ends if spans is not None and spans.text is text else None
+    if remember is not None and pos in remember:
+        close = remember[pos]
+        return (text[pos + 1 : close], close + 1) if close >= 0 else None
+    walked = [pos]
+    close = -1
     i = pos + 1
-    n = len(text)
     k, skip = _next_span(spans, i)
-    while i < n:
+    while True:
         if 0 <= skip <= i:
             i = max(i, spans.ends[k])
             k, skip = _next_span(spans, i)
             continue
-        c = text[i]
+        m = BRACKET_STOP.search(text, i)
+        if m is None:
+            break
+        at = m.start()
+        if 0 <= skip <= at:
+            i = skip
+            continue
+        c = text[at]
         if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            group = read_group(text, i, spans)
+            i = at + 2
+        elif c == "{":
+            group = read_group(text, at, spans)
             if group is None:
-                return None
+                break
             i = group[1]
-            continue
-        if c == "]":
-            return text[pos + 1 : i], i + 1
-        i += 1
-    return None
+        elif c == "[":
+            if remember is not None and at in remember:
+                close = remember[at]
+                break
+            walked.append(at)
+            i = at + 1
+        else:
+            close = at
+            break
+    if remember is not None:
+        for at in walked:
+            remember[at] = close
+    return (text[pos + 1 : close], close + 1) if close >= 0 else None
 
 
 def skip_blanks(text: str, pos: int) -> int:
