@@ -459,14 +459,18 @@ class Trainer:
         has the count): a recorded 4096 would hold the run to it after its data is re-made
         with another tokenizer (a larger one refused, a smaller one padded silently)."""
         given = dataclasses.replace(self.model_cfg, vocab_size=self.given_vocab)
-        write_run_metadata(dataclasses.replace(self.cfg, model=given),
-                           f"{self.device.type} ({self.precision})")
         how = {"precision": self.precision, "world_size": self.env.world_size,
                "accum_steps": self.accum_steps,
                "parallel": self.cfg.train.parallel if self.env.distributed else "none"}
         launches = self._launches(how)
-        write_json_atomic(self.run_dir / "model.json", {
-            **self.figures, **how, **({"launches": launches} if len(launches) > 1 else {})})
+        try:  # a full disk here is the one-line error a checkpoint write gives, not a traceback
+            write_run_metadata(dataclasses.replace(self.cfg, model=given),
+                               f"{self.device.type} ({self.precision})")
+            write_json_atomic(self.run_dir / "model.json", {
+                **self.figures, **how, **({"launches": launches} if len(launches) > 1 else {})})
+        except OSError as e:
+            raise cannot_write(self.run_dir / "checkpoints",
+                               "the run's config.toml, env.json and model.json", e) from e
 
     def fit(self) -> list[float]:
         """Train to `train.steps`; returns the losses of the steps run here."""
