@@ -26,3 +26,30 @@ def test_a_full_disk_when_the_run_records_its_settings_is_one_clear_error(tiny_r
                        r".*the last checkpoint, step_00000006, is intact"):
         trainer.fit()
     assert trainer.step == 6  # nothing trained past the checkpoint
+
+
+@pytest.mark.parametrize("damage", ["bytes that are not text", "a folder", "a path elsewhere"])
+def test_a_damaged_latest_pointer_resumes_from_the_newest_checkpoint(tiny_run, damage):
+    """`latest` is written atomically, but a disk can still damage it: the newest complete
+    checkpoint stands in (as for a pointer naming one gone), not a UnicodeDecodeError or
+    IsADirectoryError traceback; with no checkpoint left the refusal says it is damaged."""
+    import shutil
+
+    Trainer(tiny_config(tiny_run, "train.steps=12")).fit()  # checkpoints at 6 and 12
+    pointer = tiny_run / "checkpoints" / "latest"
+    pointer.unlink()
+    if damage == "bytes that are not text":
+        pointer.write_bytes(b"\xff\xfe\x00step")
+    elif damage == "a folder":
+        pointer.mkdir()
+    else:  # a checkpoint of another run, by a relative path out of this run's checkpoints/
+        other = tiny_run.parent / "other" / "step_00000003"
+        shutil.copytree(tiny_run / "checkpoints" / "step_00000006", other)
+        pointer.write_text("../../other/step_00000003\n")
+    trainer = Trainer(tiny_config(tiny_run, "train.steps=12"))
+    assert trainer.step == 12 and trainer._resumed_from.name == "step_00000012"
+    shutil.rmtree(tiny_run / "checkpoints" / "step_00000006")
+    shutil.rmtree(tiny_run / "checkpoints" / "step_00000012")
+    with pytest.raises(CheckpointError, match=r"latest (is damaged|names '[^']*'), but no "
+                       "complete checkpoint is left"):
+        Trainer(tiny_config(tiny_run, "train.steps=12"))

@@ -52,7 +52,12 @@ from kiln.train.checkpoint import (
     set_aside_records_after,
     unreadable,
 )
-from kiln.train.checkpoint_dirs import checkpoint_step, complete_checkpoints, latest_checkpoint
+from kiln.train.checkpoint_dirs import (
+    checkpoint_step,
+    complete_checkpoints,
+    latest_checkpoint,
+    pointed_name,
+)
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.memory_fit import check_training_fits
 from kiln.train.precision import autocast, resolve_device, resolve_precision
@@ -294,8 +299,9 @@ class Trainer:
         trained steps, and training them again is not a default."""
         pointer = self.run_dir / "checkpoints" / "latest"
         if pointer.exists():
+            named = pointed_name(pointer)
             raise CheckpointError(
-                f"{pointer} names {pointer.read_text().strip()!r}, but no complete checkpoint "
+                f"{pointer} {f'names {named!r}' if named else 'is damaged'}, but no complete checkpoint "
                 "is left to resume from: put the checkpoints back, or start over with "
                 "`kiln train --fresh` (which moves the old outputs to archive/)")
         metrics = self.run_dir / "metrics.jsonl"
