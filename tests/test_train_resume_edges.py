@@ -53,3 +53,21 @@ def test_a_damaged_latest_pointer_resumes_from_the_newest_checkpoint(tiny_run, d
     with pytest.raises(CheckpointError, match=r"latest (is damaged|names '[^']*'), but no "
                        "complete checkpoint is left"):
         Trainer(tiny_config(tiny_run, "train.steps=12"))
+
+
+def test_resume_with_another_eval_batch_size_says_the_val_curve_moves(tiny_run, capsys):
+    """Validation measures train.eval_batches batches of eval.batch_size windows: resumed
+    with another eval.batch_size, the curve goes on over other windows, which is said like
+    another train.eval_batches is, not left to look like a change in the model."""
+    from kiln.eval.perplexity import evaluate
+
+    trainer = Trainer(tiny_config(tiny_run, "train.steps=6"))
+    trainer.fit()
+    cfg = trainer.cfg
+    measured = [evaluate(trainer.model, trainer.token_dir, "val", cfg.train.seq_len, size,
+                         cfg.train.eval_batches, trainer.device, trainer.precision,
+                         trainer.env)["loss"] for size in (cfg.eval.batch_size, 4)]
+    assert measured[0] != measured[1]  # the same weights, another curve
+    capsys.readouterr()
+    Trainer(tiny_config(tiny_run, "train.steps=6", "eval.batch_size=4"))
+    assert "eval.batch_size: 16 -> 4 (validation measures other windows" in capsys.readouterr().err

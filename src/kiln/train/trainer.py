@@ -148,6 +148,10 @@ def _changed_since_recorded(old: Config | None, cfg: Config, step: int) -> list[
             changed.append(f"{change} (initial weights only: no effect on a resumed model)")
         elif key in _RESUMABLE_MODEL_KEYS:
             changed.append(change)
+    # validation measures train.eval_batches batches of eval.batch_size windows: another
+    # batch size measures other windows, and the val curve steps where the resume is
+    changed += [f"{c} (validation measures other windows from here on)"
+                for c in config_changes(old, cfg, ("eval.batch_size",))]
     lr_before = old.optim.lr * lr_multiplier(step, old.train.steps, old.schedule)
     lr_now = cfg.optim.lr * lr_multiplier(step, cfg.train.steps, cfg.schedule)
     if changed and step < cfg.train.steps and not math.isclose(lr_before, lr_now, rel_tol=1e-3):
