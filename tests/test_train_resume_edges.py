@@ -71,3 +71,26 @@ def test_resume_with_another_eval_batch_size_says_the_val_curve_moves(tiny_run, 
     capsys.readouterr()
     Trainer(tiny_config(tiny_run, "train.steps=6", "eval.batch_size=4"))
     assert "eval.batch_size: 16 -> 4 (validation measures other windows" in capsys.readouterr().err
+
+
+def test_a_full_disk_for_the_latest_pointer_resumes_from_the_checkpoint_just_written(tiny_run,
+                                                                                    monkeypatch):
+    """The checkpoint can take the disk's last bytes and the small `latest` write after it
+    then fail: the checkpoint is complete on disk, so the next run resumes from it, not from
+    the older one the stale pointer named (its steps trained again)."""
+    from kiln.train import checkpoint as ckpt_mod
+
+    trainer = Trainer(tiny_config(tiny_run, "train.steps=6"))
+    trainer.fit()
+
+    def full(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt_mod, "write_text_atomic", full)
+    trainer.step = 9
+    with pytest.raises(CheckpointError, match=r"cannot write \S*latest .*No space left.*the last "
+                       "checkpoint, step_00000009, is intact"):
+        ckpt_mod.save_checkpoint(tiny_run / "checkpoints", 9, trainer.model, trainer.optimizer,
+                                 trainer.state_dict(), trainer.env)
+    monkeypatch.undo()
+    assert Trainer(tiny_config(tiny_run, "train.steps=12")).step == 9
