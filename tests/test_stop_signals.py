@@ -98,6 +98,30 @@ def test_ctrl_c_on_the_last_step_saves_it_and_still_stops(tiny_run):
     assert more == []  # nothing left to train
 
 
+
+def test_ctrl_c_while_the_last_checkpoint_is_written_still_stops(tiny_run, monkeypatch):
+    """The signal comes after the last step's check, while its checkpoint is written (a
+    large model's takes minutes): the message promised a stop, so training must not end as
+    if complete (a `kiln run` would go on to eval and export)."""
+    from kiln.train import callbacks
+
+    real_save = callbacks.save_checkpoint
+
+    def save_then_signalled(root, step, *args, **kwargs):
+        path = real_save(root, step, *args, **kwargs)
+        if step == 12:
+            os.kill(os.getpid(), signal.SIGINT)
+        return path
+
+    monkeypatch.setattr(callbacks, "save_checkpoint", save_then_signalled)
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train_losses(tiny_run)
+    assert stopped.value.step == 12 and stopped.value.exit_code == 130
+    assert checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 12
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
 def _wait_for_records(run_dir, proc, count: int) -> None:
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:

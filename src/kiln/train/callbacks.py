@@ -106,7 +106,12 @@ class Checkpointing(Callback):
             raise TrainingInterrupted(trainer.step, stop, str(trainer.run_dir / "checkpoints"))
 
     def on_train_end(self, trainer: Trainer) -> None:
+        # a signal during the last step's checkpoint write came after that step's check:
+        # the step is saved, but the user asked to stop, so `kiln run` must not go on
+        stop = self.stops.agreed(trainer.env, trainer.device)
         self.stops.restore()
+        if stop:
+            raise TrainingInterrupted(trainer.step, stop, str(trainer.run_dir / "checkpoints"))
 
     def on_train_stopped(self, trainer: Trainer) -> None:
         self.stops.restore()

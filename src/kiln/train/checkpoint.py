@@ -10,6 +10,7 @@ would otherwise load as other weights, or other moments, without a word.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -168,12 +169,28 @@ def save_checkpoint(
                 (tmp / CHECKSUMS).write_text(json.dumps({
                     name: file_sha256(tmp / name)
                     for name in ("model.safetensors", "optimizer.pt", "trainer.pt")}, indent=1))
-            write_text_atomic(ckpt_root / "latest", final.name + "\n")
         except (OSError, RuntimeError, SafetensorError) as e:  # a full disk: any of the three
             raise cannot_write(ckpt_root, f"checkpoint {final}", e) from e
+        try:
+            _point_to(final)
+        except OSError as e:
+            raise cannot_write(ckpt_root, str(ckpt_root / "latest"), e) from e
         _prune(ckpt_root, keep, final)
     wait_for_main(env)
     return final
+
+
+def _point_to(ckpt: Path) -> None:
+    """Make `latest` name `ckpt`, complete on disk. A full disk can fail this small write
+    after the checkpoint's: the stale pointer then goes too, so that a resume takes the
+    newest complete checkpoint, this one, not the older one it named (steps lost)."""
+    pointer = ckpt.parent / "latest"
+    try:
+        write_text_atomic(pointer, ckpt.name + "\n")
+    except OSError:
+        with contextlib.suppress(OSError):  # a read-only disk: the error says what is kept
+            pointer.unlink(missing_ok=True)
+        raise
 
 
 def cannot_write(ckpt_root: Path, what: str, e: Exception) -> CheckpointError:

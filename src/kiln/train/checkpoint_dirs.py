@@ -24,11 +24,22 @@ def complete_checkpoints(ckpt_root: Path) -> list[Path]:
     return sorted(found, key=checkpoint_step)
 
 
+def pointed_name(pointer: Path) -> str:
+    """The checkpoint folder the `latest` pointer names; "" for none: no pointer, or one
+    damaged on disk (bytes that are not text, a folder, a path out of checkpoints/), which
+    the newest complete checkpoint then stands in for, as for a pointer naming one gone."""
+    try:
+        name = Path(pointer).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return name if Path(name).name == name else ""
+
+
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
     """The checkpoint `latest` names, or the newest complete one if the pointer is gone."""
-    pointer = Path(ckpt_root) / "latest"
-    if pointer.exists():
-        candidate = Path(ckpt_root) / pointer.read_text().strip()
+    name = pointed_name(Path(ckpt_root) / "latest")
+    if name:
+        candidate = Path(ckpt_root) / name
         if checkpoint_step(candidate) is not None and (candidate / "trainer.pt").exists():
             return candidate
     done = complete_checkpoints(ckpt_root)

@@ -52,7 +52,12 @@ from kiln.train.checkpoint import (
     set_aside_records_after,
     unreadable,
 )
-from kiln.train.checkpoint_dirs import checkpoint_step, complete_checkpoints, latest_checkpoint
+from kiln.train.checkpoint_dirs import (
+    checkpoint_step,
+    complete_checkpoints,
+    latest_checkpoint,
+    pointed_name,
+)
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.memory_fit import check_training_fits
 from kiln.train.precision import autocast, resolve_device, resolve_precision
@@ -143,6 +148,10 @@ def _changed_since_recorded(old: Config | None, cfg: Config, step: int) -> list[
             changed.append(f"{change} (initial weights only: no effect on a resumed model)")
         elif key in _RESUMABLE_MODEL_KEYS:
             changed.append(change)
+    # validation measures train.eval_batches batches of eval.batch_size windows: another
+    # batch size measures other windows, and the val curve steps where the resume is
+    changed += [f"{c} (validation measures other windows from here on)"
+                for c in config_changes(old, cfg, ("eval.batch_size",))]
     lr_before = old.optim.lr * lr_multiplier(step, old.train.steps, old.schedule)
     lr_now = cfg.optim.lr * lr_multiplier(step, cfg.train.steps, cfg.schedule)
     if changed and step < cfg.train.steps and not math.isclose(lr_before, lr_now, rel_tol=1e-3):
@@ -294,8 +303,9 @@ class Trainer:
         trained steps, and training them again is not a default."""
         pointer = self.run_dir / "checkpoints" / "latest"
         if pointer.exists():
+            named = pointed_name(pointer)
             raise CheckpointError(
-                f"{pointer} names {pointer.read_text().strip()!r}, but no complete checkpoint "
+                f"{pointer} {f'names {named!r}' if named else 'is damaged'}, but no complete checkpoint "
                 "is left to resume from: put the checkpoints back, or start over with "
                 "`kiln train --fresh` (which moves the old outputs to archive/)")
         metrics = self.run_dir / "metrics.jsonl"
@@ -459,14 +469,18 @@ class Trainer:
         has the count): a recorded 4096 would hold the run to it after its data is re-made
         with another tokenizer (a larger one refused, a smaller one padded silently)."""
         given = dataclasses.replace(self.model_cfg, vocab_size=self.given_vocab)
-        write_run_metadata(dataclasses.replace(self.cfg, model=given),
-                           f"{self.device.type} ({self.precision})")
         how = {"precision": self.precision, "world_size": self.env.world_size,
                "accum_steps": self.accum_steps,
                "parallel": self.cfg.train.parallel if self.env.distributed else "none"}
         launches = self._launches(how)
-        write_json_atomic(self.run_dir / "model.json", {
-            **self.figures, **how, **({"launches": launches} if len(launches) > 1 else {})})
+        try:  # a full disk here is the one-line error a checkpoint write gives, not a traceback
+            write_run_metadata(dataclasses.replace(self.cfg, model=given),
+                               f"{self.device.type} ({self.precision})")
+            write_json_atomic(self.run_dir / "model.json", {
+                **self.figures, **how, **({"launches": launches} if len(launches) > 1 else {})})
+        except OSError as e:
+            raise cannot_write(self.run_dir / "checkpoints",
+                               "the run's config.toml, env.json and model.json", e) from e
 
     def fit(self) -> list[float]:
         """Train to `train.steps`; returns the losses of the steps run here."""

@@ -1,0 +1,96 @@
+"""Starting and resuming `kiln train` at the edges: a full disk before step 1, a damaged
+`latest` pointer, settings changed on resume that move the validation curve."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import tiny_config
+
+from kiln.errors import CheckpointError
+from kiln.train.trainer import Trainer
+
+
+def test_a_full_disk_when_the_run_records_its_settings_is_one_clear_error(tiny_run, monkeypatch):
+    """config.toml, env.json and model.json are written before step 1: a full disk there is
+    the checkpoint writers' one-line error naming the checkpoint kept, not a traceback."""
+    import kiln.run_dir as run_dir_module
+
+    Trainer(tiny_config(tiny_run, "train.steps=6")).fit()
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run_dir_module, "write_text_atomic", full)
+    trainer = Trainer(tiny_config(tiny_run, "train.steps=12"))
+    with pytest.raises(CheckpointError, match=r"cannot write the run's config.toml.*No space left"
+                       r".*the last checkpoint, step_00000006, is intact"):
+        trainer.fit()
+    assert trainer.step == 6  # nothing trained past the checkpoint
+
+
+@pytest.mark.parametrize("damage", ["bytes that are not text", "a folder", "a path elsewhere"])
+def test_a_damaged_latest_pointer_resumes_from_the_newest_checkpoint(tiny_run, damage):
+    """`latest` is written atomically, but a disk can still damage it: the newest complete
+    checkpoint stands in (as for a pointer naming one gone), not a UnicodeDecodeError or
+    IsADirectoryError traceback; with no checkpoint left the refusal says it is damaged."""
+    import shutil
+
+    Trainer(tiny_config(tiny_run, "train.steps=12")).fit()  # checkpoints at 6 and 12
+    pointer = tiny_run / "checkpoints" / "latest"
+    pointer.unlink()
+    if damage == "bytes that are not text":
+        pointer.write_bytes(b"\xff\xfe\x00step")
+    elif damage == "a folder":
+        pointer.mkdir()
+    else:  # a checkpoint of another run, by a relative path out of this run's checkpoints/
+        other = tiny_run.parent / "other" / "step_00000003"
+        shutil.copytree(tiny_run / "checkpoints" / "step_00000006", other)
+        pointer.write_text("../../other/step_00000003\n")
+    trainer = Trainer(tiny_config(tiny_run, "train.steps=12"))
+    assert trainer.step == 12 and trainer._resumed_from.name == "step_00000012"
+    shutil.rmtree(tiny_run / "checkpoints" / "step_00000006")
+    shutil.rmtree(tiny_run / "checkpoints" / "step_00000012")
+    with pytest.raises(CheckpointError, match=r"latest (is damaged|names '[^']*'), but no "
+                       "complete checkpoint is left"):
+        Trainer(tiny_config(tiny_run, "train.steps=12"))
+
+
+def test_resume_with_another_eval_batch_size_says_the_val_curve_moves(tiny_run, capsys):
+    """Validation measures train.eval_batches batches of eval.batch_size windows: resumed
+    with another eval.batch_size, the curve goes on over other windows, which is said like
+    another train.eval_batches is, not left to look like a change in the model."""
+    from kiln.eval.perplexity import evaluate
+
+    trainer = Trainer(tiny_config(tiny_run, "train.steps=6"))
+    trainer.fit()
+    cfg = trainer.cfg
+    measured = [evaluate(trainer.model, trainer.token_dir, "val", cfg.train.seq_len, size,
+                         cfg.train.eval_batches, trainer.device, trainer.precision,
+                         trainer.env)["loss"] for size in (cfg.eval.batch_size, 4)]
+    assert measured[0] != measured[1]  # the same weights, another curve
+    capsys.readouterr()
+    Trainer(tiny_config(tiny_run, "train.steps=6", "eval.batch_size=4"))
+    assert "eval.batch_size: 16 -> 4 (validation measures other windows" in capsys.readouterr().err
+
+
+def test_a_full_disk_for_the_latest_pointer_resumes_from_the_checkpoint_just_written(tiny_run,
+                                                                                    monkeypatch):
+    """The checkpoint can take the disk's last bytes and the small `latest` write after it
+    then fail: the checkpoint is complete on disk, so the next run resumes from it, not from
+    the older one the stale pointer named (its steps trained again)."""
+    from kiln.train import checkpoint as ckpt_mod
+
+    trainer = Trainer(tiny_config(tiny_run, "train.steps=6"))
+    trainer.fit()
+
+    def full(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt_mod, "write_text_atomic", full)
+    trainer.step = 9
+    with pytest.raises(CheckpointError, match=r"cannot write \S*latest .*No space left.*the last "
+                       "checkpoint, step_00000009, is intact"):
+        ckpt_mod.save_checkpoint(tiny_run / "checkpoints", 9, trainer.model, trainer.optimizer,
+                                 trainer.state_dict(), trainer.env)
+    monkeypatch.undo()
+    assert Trainer(tiny_config(tiny_run, "train.steps=12")).step == 9
