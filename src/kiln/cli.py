@@ -297,7 +297,8 @@ def cmd_generate(cfg: Config) -> None:
                   f"model's context of {max_len} (generate.max_new_tokens = {g.max_new_tokens})",
                   file=sys.stderr)
         out = generate(model, ids, g.max_new_tokens, temperature=g.temperature, top_k=g.top_k,
-                       top_p=g.top_p, eos_id=eos_id(tok), generator=rng)
+                       top_p=g.top_p, eos_id=eos_id(tok), generator=rng,
+                       vocab_size=tok.get_vocab_size())
         completion = tok.decode(out, skip_special_tokens=False)
         samples.append({"prompt": prompt, "completion": completion, "temperature": g.temperature,
                         "top_k": g.top_k, "top_p": g.top_p, "checkpoint": ckpt.name})
