@@ -201,3 +201,51 @@ def test_an_empty_prompt_samples_a_document_from_its_start(tiny_run, monkeypatch
     assert seen[0] == [eos] and seen[1] != [eos] and len(seen) == 2
     samples = json.loads((tiny_run / "samples.json").read_text())
     assert samples[0]["prompt"] == "" and samples[0]["completion"]
+
+
+def test_a_padded_vocabulary_never_samples_ids_the_tokenizer_lacks(tiny_run, monkeypatch):
+    """model.vocab_size may pad the vocabulary past the tokenizer's: the padded rows are
+    never a target, yet they get probability, and the tokenizer decodes such ids to nothing
+    (the sample would lose them silently). `kiln generate` draws only the tokenizer's ids."""
+    from conftest import tiny_config
+
+    import kiln.model.sampling
+    from kiln.cli import cmd_generate
+    from kiln.data.tokenizer import load_tokenizer
+    from kiln.train.trainer import Trainer
+
+    padded = ("model.vocab_size=1024",)  # the tokenizer has 512: half the rows are padding
+    Trainer(tiny_config(tiny_run, "train.steps=2", *padded)).fit()
+    vocab = load_tokenizer(tiny_run / "tokenizer" / "tokenizer.json").get_vocab_size()
+    drawn: list[int] = []
+    real = kiln.model.sampling.generate
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        drawn.extend(out)
+        return out
+
+    monkeypatch.setattr(kiln.model.sampling, "generate", spy)  # cmd_generate imports it per call
+    cmd_generate(tiny_config(tiny_run, *padded, "generate.temperature=1.0", "generate.top_k=0",
+                             "generate.top_p=1.0", "generate.max_new_tokens=40"))
+    assert len(drawn) >= 40 and max(drawn) < vocab
+
+
+def test_a_prompt_too_long_is_refused_before_any_prompt_is_sampled(tiny_run, monkeypatch):
+    """`kiln generate` checks every prompt first: one that fills the context, last in the
+    list, must not cost the time of sampling all the others before the error."""
+    from conftest import tiny_config
+
+    import kiln.model.sampling
+    from kiln.cli import cmd_generate
+    from kiln.config import ConfigError
+    from kiln.train.trainer import Trainer
+
+    Trainer(tiny_config(tiny_run, "train.steps=2")).fit()
+    sampled: list[list[int]] = []
+    monkeypatch.setattr(kiln.model.sampling, "generate",
+                        lambda model, ids, *a, **k: sampled.append(ids) or [])
+    long = "x = 1\\n" * 64  # well past the model's 64-token context
+    with pytest.raises(ConfigError, match="leaves no room in the model's context"):
+        cmd_generate(tiny_config(tiny_run, f'generate.prompts=["def ", "{long}"]'))
+    assert sampled == [] and not (tiny_run / "samples.json").exists()

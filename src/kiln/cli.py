@@ -286,18 +286,20 @@ def cmd_generate(cfg: Config) -> None:
     samples = []
     max_len = model.cfg.max_seq_len
     seen: dict[str, int] = {}
-    for prompt in g.prompts:
+    # every prompt checked before any is sampled: a long one last would waste the others' time
+    prompt_ids = [_prompt_ids(tok, prompt, max_len) for prompt in g.prompts]
+    for prompt, ids in zip(g.prompts, prompt_ids, strict=True):
         # one generator per prompt, seeded from its text: its sample depends neither on the
         # other prompts nor on its place in the list; on CPU, so samples match across devices
         repeat = seen[prompt] = seen.get(prompt, -1) + 1
         rng = torch.Generator().manual_seed(_prompt_seed(cfg.run.seed, prompt, repeat))
-        ids = _prompt_ids(tok, prompt, max_len)
         if len(ids) + g.max_new_tokens > max_len:
             print(f"note: {prompt[:40]!r}: at most {max_len - len(ids)} new tokens fit the "
                   f"model's context of {max_len} (generate.max_new_tokens = {g.max_new_tokens})",
                   file=sys.stderr)
         out = generate(model, ids, g.max_new_tokens, temperature=g.temperature, top_k=g.top_k,
-                       top_p=g.top_p, eos_id=eos_id(tok), generator=rng)
+                       top_p=g.top_p, eos_id=eos_id(tok), generator=rng,
+                       vocab_size=tok.get_vocab_size())
         completion = tok.decode(out, skip_special_tokens=False)
         samples.append({"prompt": prompt, "completion": completion, "temperature": g.temperature,
                         "top_k": g.top_k, "top_p": g.top_p, "checkpoint": ckpt.name})

@@ -66,10 +66,14 @@ def generate(
     top_p: float = 1.0,
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
+    vocab_size: int | None = None,
 ) -> list[int]:
     """The new token ids (prompt excluded) sampled after `prompt_ids`.
 
-    temperature 0 is greedy (top_k/top_p are then irrelevant). Stops after emitting
+    temperature 0 is greedy (top_k/top_p are then irrelevant). `vocab_size` (the
+    tokenizer's) keeps the draws to ids a tokenizer can decode: a model whose vocabulary is
+    padded past it (model.vocab_size) gives its never-trained rows some probability, and the
+    tokenizer would drop those ids from the text without a word. Stops after emitting
     `eos_id` (which is included in the result), after `max_new_tokens`, or when prompt plus
     completion would exceed the model's max_seq_len. The model's train/eval mode is restored.
     """
@@ -89,7 +93,7 @@ def generate(
         step_input = torch.tensor([prompt_ids], dtype=torch.long, device=device)
         out: list[int] = []
         for _ in range(budget):
-            logits = model(step_input, caches)[0, -1]
+            logits = model(step_input, caches)[0, -1, :vocab_size]
             token = _next_token(logits, temperature, top_k, top_p, generator)
             out.append(token)
             if token == eos_id:

@@ -43,7 +43,14 @@ def summary_section(metrics: Loaded, summary: Summary, latest: str | None = None
     s = summary
     saved = checkpoint_step(Path(latest)) if latest else None
     past = ""
-    if s.last_step is not None and (saved or 0) < s.last_step:
+    if s.diverged_step is not None:  # its last logged step alone would read as a killed run
+        where = (f"its latest checkpoint, {latest}, is from before it" if saved
+                 else "no checkpoint was written before it")
+        what = f" ({s.diverged_what})" if s.diverged_what else ""
+        past = paragraph(f"Training diverged at step {s.diverged_step}{what} and stopped there; "
+                         f"{where}. Lower optim.lr or set optim.grad_clip, and run `kiln "
+                         "train` to resume.", "bad")
+    elif s.last_step is not None and (saved or 0) < s.last_step:
         where = (f"its latest checkpoint is {latest} (step {saved})" if saved
                  else "it has no checkpoint")
         past = paragraph(f"The run logged steps up to {s.last_step}, but {where}: it stopped "

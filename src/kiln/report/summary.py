@@ -21,6 +21,8 @@ class Summary:
     total_tokens: float | None = None
     mean_tokens_per_s: float | None = None
     wall_time_s: float | None = None
+    diverged_step: int | None = None  # the step whose loss or weights were not finite
+    diverged_what: str = ""
 
 
 def _values(records: list[dict[str, Any]], key: str) -> list[float]:
@@ -64,6 +66,9 @@ def summarize(records: list[dict[str, Any]]) -> Summary:
         elapsed = _values(train, "elapsed_s")
         out.wall_time_s = max(elapsed) if elapsed else None
         out.mean_tokens_per_s = _late_throughput(train)
+    diverged = records_of_kind(records, "diverged")  # the trainer logs it as it stops
+    if diverged:
+        out.diverged_step, out.diverged_what = diverged[-1]["step"], str(diverged[-1].get("what", ""))
     # a diverged run logs nan: the best is the best finite figure
     scored = [r for r in val if (v := as_number(r.get("val_bpb"))) is not None and math.isfinite(v)]
     if scored:

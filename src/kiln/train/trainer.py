@@ -376,7 +376,18 @@ class Trainer:
             if len(done) > 1:
                 since += (f"; if that diverges again at once, move {done[-1].name} out of "
                           f"checkpoints/ to resume from {done[-2].name}")
+        self._log_divergence(what)
         return TrainingDiverged(f"training diverged at step {self.step}: {what}; {since}")
+
+    def _log_divergence(self, what: str) -> None:
+        """A `diverged` record in metrics.jsonl (no figures: nothing poisoned is logged), so
+        the run's report says it diverged, where its last logged step alone reads as a run
+        killed before its next checkpoint. A resume moves it to archive/ with the steps
+        after its checkpoint."""
+        try:
+            self.log({"kind": "diverged", "step": self.step, "what": what})
+        except CheckpointError:  # a disk that cannot take it: the divergence is the error
+            pass
 
 
     def _check_ranks_agree(self, ckpt: Path | None) -> None:
