@@ -310,11 +310,15 @@ def cmd_export(cfg: Config) -> None:
     from kiln.data.provenance import run_tokenizer
     from kiln.export import export_model
     from kiln.export.earlier import other_files_set_aside
+    from kiln.export_recovery import recover_export
     from kiln.train.trained_run import load_trained_model
 
     model, ckpt = load_trained_model(cfg)
     run_tokenizer(cfg.run_dir)
     out = cfg.run_dir / "export"
+    recovered = recover_export(out, cfg.run_dir)  # the previous export, back before it is replaced
+    if recovered:
+        print(f"note: {recovered}", file=sys.stderr)
     with other_files_set_aside(out, cfg.run_dir) as moved:  # the export replaces it whole
         result = export_model(model, _tokenizer_path(cfg), out, cfg, ckpt.name)
     if moved:

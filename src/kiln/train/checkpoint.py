@@ -39,6 +39,7 @@ from kiln.atomic import (
 )
 from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.eval import EVAL_FILES
+from kiln.export_recovery import recover_export
 from kiln.hashing import file_sha256
 from kiln.parallel.distributed import DistEnv, all_reduce_max, unwrap, wait_for_main
 from kiln.tensor_files import save_tensors
@@ -230,6 +231,7 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     export, report) aside to archive/before-{reason}-{time}/, for `train --fresh` or a
     restart at step 0: nothing is deleted, and the new run's curves and outputs do not mix
     with the old model's."""
+    recover_export(run_dir / "export", run_dir)  # a killed export's previous one goes too
     old = [run_dir / name for name in _MODEL_OUTPUTS if (run_dir / name).exists()]
     if not old:
         return None
