@@ -40,7 +40,7 @@ from kiln.atomic import (
 from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.eval import EVAL_FILES
 from kiln.export_recovery import recover_export
-from kiln.hashing import file_sha256
+from kiln.hashing import HashingWriter, file_sha256
 from kiln.parallel.distributed import DistEnv, all_reduce_max, unwrap, wait_for_main
 from kiln.tensor_files import save_tensors
 from kiln.train.checkpoint_dirs import PREFIX, complete_checkpoints, latest_checkpoint
@@ -163,18 +163,25 @@ def save_checkpoint(
         _clear_killed_writes(ckpt_root)
         try:
             with atomic_dir(final) as tmp:  # a re-saved step (after a resume) replaces its copy
-                save_tensors(weights, tmp / "model.safetensors")
-                torch.save(optim_state, tmp / "optimizer.pt")
-                torch.save({**trainer_state, "rng": torch.get_rng_state()}, tmp / "trainer.pt")
-                (tmp / CHECKSUMS).write_text(json.dumps({
-                    name: file_sha256(tmp / name)
-                    for name in ("model.safetensors", "optimizer.pt", "trainer.pt")}, indent=1))
+                # each file hashed as it is written: no second read of gigabytes
+                sums = {"model.safetensors": save_tensors(weights, tmp / "model.safetensors"),
+                        "optimizer.pt": _save_hashed(optim_state, tmp / "optimizer.pt"),
+                        "trainer.pt": _save_hashed({**trainer_state, "rng": torch.get_rng_state()},
+                                                   tmp / "trainer.pt")}
+                (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
             write_text_atomic(ckpt_root / "latest", final.name + "\n")
         except (OSError, RuntimeError, SafetensorError) as e:  # a full disk: any of the three
             raise cannot_write(ckpt_root, f"checkpoint {final}", e) from e
         _prune(ckpt_root, keep, final)
     wait_for_main(env)
     return final
+
+
+def _save_hashed(obj: object, path: Path) -> str:
+    """`torch.save` to `path`; returns the file's sha256, taken as it was written."""
+    with HashingWriter(path) as f:
+        torch.save(obj, f)
+        return f.hexdigest()
 
 
 def cannot_write(ckpt_root: Path, what: str, e: Exception) -> CheckpointError:
