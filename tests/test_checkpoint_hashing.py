@@ -80,3 +80,18 @@ def test_a_dtype_left_to_safetensors_is_still_hashed_right(tmp_path):
     digest = save_tensors(tensors, tmp_path / "c.safetensors")
     assert digest == file_sha256(tmp_path / "c.safetensors")
     assert torch.equal(load_file(str(tmp_path / "c.safetensors"))["z"], tensors["z"])
+
+
+def test_large_writes_hashed_on_another_thread_give_the_files_sum(tmp_path):
+    """Writes of a megabyte and more are hashed beside the write: the sum is still the one
+    of the bytes in their order, through torch.save and the safetensors stream alike."""
+    from kiln.hashing import HashingWriter
+
+    big = torch.randn(3, 2**19)  # 6 MB
+    with HashingWriter(tmp_path / "mixed.bin") as f:
+        for chunk in (b"head", big.numpy().data, b"x" * 10, bytes(range(256)) * 8192):
+            f.write(chunk)
+    assert f.hexdigest() == file_sha256(tmp_path / "mixed.bin")
+    assert ckpt_mod._save_hashed({"m": big}, tmp_path / "o.pt") == file_sha256(tmp_path / "o.pt")
+    assert save_tensors({"m": big, "s": torch.ones(2)}, tmp_path / "w.safetensors") \
+        == file_sha256(tmp_path / "w.safetensors")
