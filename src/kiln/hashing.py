@@ -26,6 +26,7 @@ class HashingWriter:
 
     def __init__(self, path: Path | str) -> None:
         self._file = open(path, "wb")  # noqa: SIM115 (closed by close / the with block)
+        self.name = str(path)  # as a file object's
         self._sha = hashlib.sha256()
         self._pool: ThreadPoolExecutor | None = None
 
