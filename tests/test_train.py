@@ -203,7 +203,7 @@ def test_interrupted_checkpoint_write_leaves_previous_loadable(tiny_run, monkeyp
 
     def crash_midway(obj, path, *a, **k):
         real_save(obj, path, *a, **k)
-        if str(path).endswith("optimizer.pt"):
+        if str(getattr(path, "name", path)).endswith("optimizer.pt"):  # a path or a file
             raise OSError("disk full (simulated)")
 
     monkeypatch.setattr(ckpt_mod.torch, "save", crash_midway)

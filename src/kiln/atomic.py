@@ -59,23 +59,32 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def recover_killed_swaps(path: Path) -> None:
+def writer_killed(stale: Path) -> bool:
+    """Whether the writer that left `stale` (a `.tmp-PID` or `.old-PID` sibling) is gone;
+    one still alive is in the middle of its swap."""
+    pid = stale.name.rsplit("-", 1)[1]
+    # our own pid here is a killed predecessor's (a container restarts as pid 1)
+    return pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid)))
+
+
+def recover_killed_swaps(path: Path) -> Path | None:
     """Clear what a writer killed inside `atomic_dir` or `atomic_path` left beside `path`:
     its half-written `.tmp-PID` file or folder goes; its `.old-PID` folder (the previous complete version, moved
     aside just before the swap) is put back if `path` is missing, else it goes too. Folders
-    of writers still alive are left to them."""
+    of writers still alive are left to them. Returns the `.old-PID` folder put back, if any."""
+    restored = None
     for kind in ("old", "tmp"):  # old first: it may have to be restored
         for stale in path.parent.glob(f".{path.name}.{kind}-*"):
-            pid = stale.name.rsplit("-", 1)[1]
-            # our own pid here is a killed predecessor's (a container restarts as pid 1)
-            if not pid.isdigit() or (int(pid) != os.getpid() and _pid_alive(int(pid))):
+            if not writer_killed(stale):
                 continue
             if kind == "old" and not path.exists():
                 os.replace(stale, path)
+                restored = stale
             elif stale.is_dir() and not stale.is_symlink():
                 shutil.rmtree(stale, ignore_errors=True)
             else:
                 stale.unlink(missing_ok=True)
+    return restored
 
 
 @contextmanager

@@ -312,11 +312,15 @@ def cmd_export(cfg: Config) -> None:
     from kiln.data.provenance import run_tokenizer
     from kiln.export import export_model
     from kiln.export.earlier import other_files_set_aside
+    from kiln.export_recovery import recover_export
     from kiln.train.trained_run import load_trained_model
 
     model, ckpt = load_trained_model(cfg)
     run_tokenizer(cfg.run_dir)
     out = cfg.run_dir / "export"
+    recovered = recover_export(out, cfg.run_dir)  # the previous export, back before it is replaced
+    if recovered:
+        print(f"note: {recovered}", file=sys.stderr)
     with other_files_set_aside(out, cfg.run_dir) as moved:  # the export replaces it whole
         result = export_model(model, _tokenizer_path(cfg), out, cfg, ckpt.name)
     if moved:
@@ -352,12 +356,13 @@ def cmd_run(cfg: Config) -> None:
             _report_anyway(cfg)
         raise
     if env.is_main:
-        try:
-            _timed([("eval", cmd_eval), ("generate", cmd_generate), ("export", cmd_export)], cfg)
-        except Exception:  # the model is trained: report it whatever failed after
-            _report_anyway(cfg)
-            raise
-        _timed([("report", cmd_report)], cfg)
+        # each needs only the trained model, not the others: one failing (generate after
+        # hours of training) must not cost the user the export; the report comes last,
+        # of whatever was written, and then the run ends with what failed
+        failed = _each_of([("eval", cmd_eval), ("generate", cmd_generate),
+                           ("export", cmd_export), ("report", cmd_report)], cfg)
+        if failed:
+            raise _stages_failed(failed)
 
 
 def _tokenizer_unless_current(cfg: Config) -> None:
@@ -477,6 +482,41 @@ def _record_config(cfg: Config) -> None:
 
     if latest_checkpoint(cfg.run_dir / "checkpoints") is None:
         write_run_metadata(cfg)
+
+
+def _each_of(stages, cfg: Config) -> list[tuple[str, Exception]]:
+    """Run every stage, timed, whatever the ones before it did; returns those that failed
+    and why, each said as it fails (Ctrl-C still stops the chain at once)."""
+    failed = []
+    for i, (name, fn) in enumerate(stages):
+        try:
+            _timed([(name, fn)], cfg)
+        except Exception as e:
+            later = ", ".join(n for n, _ in stages[i + 1:])
+            print(f"kiln: run: {name} failed ({_why(e)})"
+                  + (f"; {later} do not need it and go on" if later else ""), file=sys.stderr)
+            failed.append((name, e))
+    return failed
+
+
+def _why(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def _stages_failed(failed: list[tuple[str, Exception]]) -> Exception:
+    """One failed stage ends the run with its own error (its exit status and message, as
+    the verb alone would give); several with one error naming each."""
+    import traceback
+
+    if len(failed) == 1:
+        return failed[0][1]
+    for _, e in failed:
+        if not isinstance(e, (KilnError, OSError)):  # a bug: its traceback is the clue
+            traceback.print_exception(e)
+    err = KilnError("run: " + "; ".join(f"{name} failed ({_why(e)})" for name, e in failed)
+                    + "; the other stages finished: fix these and run their verbs alone")
+    err.__cause__ = failed[0][1]
+    return err
 
 
 def _timed(stages, cfg: Config) -> None:

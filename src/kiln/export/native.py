@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -19,6 +20,7 @@ from safetensors.torch import load_file
 from kiln.atomic import atomic_dir
 from kiln.config import Config, ConfigError, config_to_toml, load_config, validate
 from kiln.export.hf_folder import EXPORT_RECORD, is_tied
+from kiln.export_recovery import recover_export
 from kiln.model.transformer import Transformer
 from kiln.tensor_files import save_tensors
 
@@ -59,6 +61,8 @@ def load_native(path: Path | str) -> Transformer:
     architecture must be in the file and nothing else (strict), so a folder from another
     Kiln version fails loudly instead of loading half its weights."""
     path = Path(path)
+    if note := recover_export(path, path.parent):  # a killed export's, put back
+        warnings.warn(note, stacklevel=2)
     missing = [f for f in FILES if not (path / f).is_file()]
     if missing:
         raise FileNotFoundError(f"{path} is not a Kiln native export (missing {', '.join(missing)})")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
 from kiln.atomic import write_text_atomic
+from kiln.export_recovery import recover_export
 from kiln.report.compare import compare_section, load_comparison
 from kiln.report.fmt import as_number
 from kiln.report.html_parts import page
@@ -47,6 +49,8 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
             f"nothing to report in {run_dir}: it holds none of {', '.join(_RUN_FILES)} "
             "(run kiln prepare or kiln run first, or give the run's directory)")
     compared = load_comparison(run_dir, list(compare)) if compare else None
+    if note := recover_export(run_dir / "export", run_dir):  # a killed export's, put back
+        warnings.warn(note, stacklevel=2)
     metrics = load_metrics(run_dir)
     index = load_json(run_dir, "tokens/index.json")
     evaluation = load_json(run_dir, "eval.json")

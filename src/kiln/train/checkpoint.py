@@ -40,7 +40,8 @@ from kiln.atomic import (
 )
 from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.eval import EVAL_FILES
-from kiln.hashing import file_sha256
+from kiln.export_recovery import recover_export
+from kiln.hashing import HashingWriter, file_sha256
 from kiln.parallel.distributed import DistEnv, all_reduce_max, unwrap, wait_for_main
 from kiln.tensor_files import save_tensors
 from kiln.train.checkpoint_dirs import PREFIX, complete_checkpoints, latest_checkpoint
@@ -163,12 +164,14 @@ def save_checkpoint(
         _clear_killed_writes(ckpt_root)
         try:
             with atomic_dir(final) as tmp:  # a re-saved step (after a resume) replaces its copy
+                # torch.save's files (the optimizer's moments: most of the bytes) hashed as
+                # they are written; safetensors offers no such hook, so its file is read back
                 save_tensors(weights, tmp / "model.safetensors")
-                torch.save(optim_state, tmp / "optimizer.pt")
-                torch.save({**trainer_state, "rng": torch.get_rng_state()}, tmp / "trainer.pt")
-                (tmp / CHECKSUMS).write_text(json.dumps({
-                    name: file_sha256(tmp / name)
-                    for name in ("model.safetensors", "optimizer.pt", "trainer.pt")}, indent=1))
+                sums = {"model.safetensors": file_sha256(tmp / "model.safetensors"),
+                        "optimizer.pt": _save_hashed(optim_state, tmp / "optimizer.pt"),
+                        "trainer.pt": _save_hashed({**trainer_state, "rng": torch.get_rng_state()},
+                                                   tmp / "trainer.pt")}
+                (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
         except (OSError, RuntimeError, SafetensorError) as e:  # a full disk: any of the three
             raise cannot_write(ckpt_root, f"checkpoint {final}", e) from e
         try:
@@ -191,6 +194,13 @@ def _point_to(ckpt: Path) -> None:
         with contextlib.suppress(OSError):  # a read-only disk: the error says what is kept
             pointer.unlink(missing_ok=True)
         raise
+
+
+def _save_hashed(obj: object, path: Path) -> str:
+    """`torch.save` to `path`; returns the file's sha256, taken as it was written."""
+    with HashingWriter(path) as f:
+        torch.save(obj, f)
+        return f.hexdigest()
 
 
 def cannot_write(ckpt_root: Path, what: str, e: Exception) -> CheckpointError:
@@ -247,6 +257,7 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     export, report) aside to archive/before-{reason}-{time}/, for `train --fresh` or a
     restart at step 0: nothing is deleted, and the new run's curves and outputs do not mix
     with the old model's."""
+    recover_export(run_dir / "export", run_dir)  # a killed export's previous one goes too
     old = [run_dir / name for name in _MODEL_OUTPUTS if (run_dir / name).exists()]
     if not old:
         return None

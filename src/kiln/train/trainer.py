@@ -29,6 +29,7 @@ from kiln.data.loader import TokenLoader, TokenStream
 from kiln.data.provenance import check_tokens_current, data_settings_differ
 from kiln.data.shards import load_index
 from kiln.errors import CheckpointError, TrainingDiverged
+from kiln.export_recovery import stranded_exports
 from kiln.model import Transformer, count_params, flops_per_token
 from kiln.model.balancing import max_violation
 from kiln.optim import build_optimizer
@@ -314,6 +315,8 @@ class Trainer:
         # (not report.html alone: `kiln run` writes one for a run that diverged early)
         made = [name for name in ("eval.json", "samples.json", "export")
                 if (self.run_dir / name).exists()]
+        if "export" not in made and stranded_exports(self.run_dir / "export"):
+            made.append("export (moved aside by an export that was killed)")
         if made:  # a finished model whose checkpoints were deleted: retraining is not a default
             raise CheckpointError(
                 f"{self.run_dir} holds a trained model's outputs ({', '.join(made)}) but no "
