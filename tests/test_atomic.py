@@ -118,3 +118,23 @@ def test_a_failed_folder_swap_puts_the_old_folder_back(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert (path / "a.bin").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens"]
+
+
+def test_a_linked_folder_or_file_is_replaced_where_it_links_to(tmp_path):
+    """`tokens/` linked to a larger disk: a re-tokenize writes its shards there and keeps the
+    link, rather than putting them on the run's disk and leaving the old ones behind."""
+    (tmp_path / "big").mkdir()
+    target, link = tmp_path / "big" / "tokens", tmp_path / "run" / "tokens"
+    with atomic_dir(target) as tmp:
+        (tmp / "old.bin").write_text("old")
+    link.parent.mkdir()
+    link.symlink_to(target)
+    with atomic_dir(link) as tmp:
+        (tmp / "new.bin").write_text("new")
+    assert link.is_symlink() and sorted(p.name for p in target.iterdir()) == ["new.bin"]
+    assert sorted(p.name for p in link.parent.iterdir()) == ["tokens"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["tokens"]
+    (tmp_path / "big" / "t.json").write_text("1")
+    (link.parent / "t.json").symlink_to(tmp_path / "big" / "t.json")
+    write_text_atomic(link.parent / "t.json", "2")
+    assert (link.parent / "t.json").is_symlink() and (tmp_path / "big" / "t.json").read_text() == "2"

@@ -338,3 +338,15 @@ def test_kiln_run_refuses_a_prompt_longer_than_the_context_before_training(tiny_
     assert main(["run", str(tiny_run), "--set", "model.max_seq_len=2", "--set",
                  "train.seq_len=2", "--set", 'generate.prompts=["def f"]']) == 2
     assert "generate.prompts: 'def f' is " in capsys.readouterr().err
+
+
+def test_tokenize_draws_no_progress_bar_into_a_log(tiny_run, capsys):
+    """Off a terminal (a log file, a scheduler's output) a bar's redraws pile up as text, as
+    `kiln tokenizer` already knows: only the summary line is written."""
+    from conftest import tiny_config
+
+    from kiln.cli import cmd_tokenize
+
+    cmd_tokenize(tiny_config(tiny_run))
+    out = capsys.readouterr()
+    assert "doc/s" not in out.err and out.out.startswith("tokenize: train ")

@@ -263,3 +263,35 @@ def test_an_index_that_disagrees_with_itself_is_refused(shards, edit):
     path.write_text(json.dumps(index))
     with pytest.raises(RunDataError, match="index.json is not what `kiln tokenize` wrote"):
         TokenStream(shards, "train")
+
+
+OPEN_FILES_CHILD = """
+import os, resource, sys
+import numpy as np
+from kiln.data.loader import TokenLoader, TokenStream
+shards, hard_too = sys.argv[1], sys.argv[2] == "hard"
+low = len(os.listdir("/proc/self/fd")) + 64
+resource.setrlimit(resource.RLIMIT_NOFILE,
+                   (low, low if hard_too else resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+stream = TokenStream(shards, "train")
+assert (stream.maps is None) == hard_too, stream.maps is None
+loader = TokenLoader(shards, "train", seq_len=8, global_batch=64, seed=0)
+for _ in range(3):
+    for row in loader.next_batch().numpy():
+        assert row[0] % 8 == 0 and (row == np.arange(row[0], row[0] + 9)).all(), row
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("limit", ["soft", "hard"])
+def test_more_shards_than_the_open_file_limit_still_read(tmp_path, limit):
+    """Each memory-mapped shard holds a file descriptor: a large corpus (1,024 shards of
+    16M tokens passes a common `ulimit -n`) raises the soft limit, and past the hard one
+    reads its windows from the files, rather than failing with 'Too many open files'."""
+    import subprocess
+    import sys
+
+    _make_shards(tmp_path, n_tokens=300 * 13, shard_tokens=13)  # 300 shards
+    result = subprocess.run([sys.executable, "-c", OPEN_FILES_CHILD, str(tmp_path), limit],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

@@ -106,3 +106,30 @@ def test_training_cuts_pieces_at_max_piece_bytes_and_encoding_is_plain_byte_leve
     plain = pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str(text)
     assert load_tokenizer(tmp_path / "t.json").pre_tokenizer.pre_tokenize_str(text) == plain
     assert tok.decode(tok.encode(text).ids) == text
+
+
+def test_a_tokenizer_that_is_not_byte_level_is_refused_in_one_line(tok_path, tmp_path, capsys):
+    """A tokenizer.json brought from elsewhere: a WordPiece (its ids' bytes are unknown)
+    stopped `kiln tokenize` with a traceback; one with a normaliser (NFKC turns "ﬁ" into
+    "fi") would store ids whose bytes are not the text's."""
+    from tokenizers import Tokenizer, models, normalizers
+
+    from kiln.cli import main
+    from kiln.errors import RunDataError
+
+    wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, EOS_TOKEN: 1, "a": 2}, unk_token="[UNK]"))
+    wordpiece.save(str(tmp_path / "wp.json"))
+    with pytest.raises(RunDataError, match=r"wp.json is not byte-level .*re-run it"):
+        load_tokenizer(tmp_path / "wp.json")
+    normalised = Tokenizer.from_file(str(tok_path))
+    normalised.normalizer = normalizers.NFKC()
+    normalised.save(str(tmp_path / "nfkc.json"))
+    with pytest.raises(RunDataError, match="nfkc.json has a normalizer"):
+        load_tokenizer(tmp_path / "nfkc.json")
+
+    run = tmp_path / "run"
+    (run / "tokenizer").mkdir(parents=True)
+    (run / "config.toml").write_text("")
+    wordpiece.save(str(run / "tokenizer" / "tokenizer.json"))
+    assert main(["tokenize", str(run)]) == 1
+    assert "is not byte-level" in capsys.readouterr().err

@@ -1037,3 +1037,15 @@ def test_a_train_split_smaller_than_one_batch_is_noted(tiny_run, capsys):
     Trainer(tiny_config(tiny_run, f"train.global_batch={windows + 1}"))
     assert (f"the train split holds {windows} windows of train.seq_len = 32, fewer than one "
             f"batch of train.global_batch = {windows + 1}") in capsys.readouterr().err
+
+
+def test_steps_that_pass_over_the_train_split_more_than_once_are_noted(tiny_run, capsys):
+    """The loader wraps into a reshuffled next pass when the steps outrun the split: a run
+    sized by train.steps that repeats its data says how many times."""
+    windows = Trainer(tiny_config(tiny_run)).loader.n_windows
+    assert "passes over" not in capsys.readouterr().err
+    steps = windows // 8 * 3  # global_batch 8: just under three passes
+    Trainer(tiny_config(tiny_run, f"train.steps={steps}"))
+    assert (f"train.steps = {steps} of train.global_batch = 8 windows make "
+            f"{steps * 8 / windows:.2f} passes over the train split's {windows} windows"
+            in capsys.readouterr().err)

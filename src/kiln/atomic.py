@@ -24,10 +24,18 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def link_target(path: Path | str) -> Path:
+    """`path`, or where it links to: a file or folder the user linked elsewhere (token shards
+    on a larger disk) is replaced there, and the link kept, not replaced by a local copy."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 @contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
-    """Yield a temporary sibling of `path`; it replaces `path` only if the block succeeds."""
-    path = Path(path)
+    """Yield a temporary sibling of `path` (of its target, if a link); it replaces `path`
+    only if the block succeeds."""
+    path = link_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     recover_killed_swaps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -89,12 +97,13 @@ def recover_killed_swaps(path: Path) -> Path | None:
 
 @contextmanager
 def atomic_dir(path: Path | str) -> Iterator[Path]:
-    """Yield an empty temporary sibling folder of `path`; it replaces `path` only on success.
+    """Yield an empty temporary sibling folder of `path` (of its target, if a link); it
+    replaces `path` only on success.
 
     A non-empty folder cannot be replaced by one rename, so the old one is moved aside
     first and restored if the swap fails.
     """
-    path = Path(path)
+    path = link_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     recover_killed_swaps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

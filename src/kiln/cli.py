@@ -138,7 +138,8 @@ def cmd_tokenize(cfg: Config) -> None:
     tok = load_tokenizer(_tokenizer_path(cfg))
     index = write_shards(read_documents(cfg.run_dir), tok, cfg.run_dir / "tokens",
                          val_fraction=cfg.data.val_fraction, seed=cfg.run.seed,
-                         made_from=shards_made_from(cfg.run_dir))
+                         made_from=shards_made_from(cfg.run_dir),
+                         progress=sys.stderr.isatty())  # off a terminal: one line per redraw
     from kiln.data.yield_report import add_token_counts
 
     add_token_counts(cfg.run_dir)  # yield.json gains the tokens that came out

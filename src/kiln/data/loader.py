@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kiln.data.open_files import room_for_open_files
 from kiln.data.shards import INDEX, SPLITS, load_index
 from kiln.errors import ConfigError, RunDataError
 
@@ -30,15 +31,16 @@ def shards_fingerprint(index: dict) -> str:
 
 
 class TokenStream:
-    """The memory-mapped shards of one split, read as a single concatenated array."""
+    """The shards of one split, read as a single concatenated array: memory-mapped while
+    the open-file limit allows one descriptor per shard, else read window by window."""
 
     def __init__(self, shard_dir: Path | str, split: str):
         index = load_index(shard_dir)
         if split not in SPLITS or split not in index:
             raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
         dtype = _check_index(index, split, Path(shard_dir) / INDEX)
-        self.split, self.vocab_size = split, int(index["vocab_size"])
-        self.maps, self.paths, starts = [], [], [0]
+        self.split, self.vocab_size, self.dtype = split, int(index["vocab_size"]), dtype
+        self.paths, starts = [], [0]
         for shard in index[split]["shards"]:
             if shard["tokens"] == 0:
                 continue
@@ -50,10 +52,11 @@ class TokenStream:
                         else f"holds {size} bytes (not a whole number of {dtype.name} tokens)")
                 raise RunDataError(f"{path} {held}, where {INDEX} says {shard['tokens']} tokens: "
                                    "the shards are damaged; re-run `kiln tokenize`")
-            self.maps.append(np.memmap(path, dtype=dtype, mode="r"))
             self.paths.append(path)
             starts.append(starts[-1] + shard["tokens"])
         self.starts = np.asarray(starts, dtype=np.int64)
+        self.maps = ([np.memmap(p, dtype=dtype, mode="r") for p in self.paths]
+                     if room_for_open_files(len(self.paths)) else None)
         self.n_tokens = int(self.starts[-1])
         self.fingerprint = shards_fingerprint(index)
 
@@ -67,7 +70,7 @@ class TokenStream:
         while start < stop:
             end = min(stop, int(self.starts[shard + 1]))
             base = int(self.starts[shard])
-            part = self.maps[shard][start - base : end - base]
+            part = self._part(shard, start - base, end - base)
             if part.size and int(part.max()) >= self.vocab_size:
                 at = start - base + int(np.argmax(part >= self.vocab_size))
                 raise RunDataError(
@@ -77,6 +80,12 @@ class TokenStream:
             parts.append(part)
             start, shard = end, shard + 1
         return np.concatenate(parts).astype(np.int64)
+
+    def _part(self, shard: int, lo: int, hi: int) -> np.ndarray:
+        if self.maps is not None:
+            return self.maps[shard][lo:hi]
+        return np.fromfile(self.paths[shard], dtype=self.dtype, count=hi - lo,
+                           offset=lo * self.dtype.itemsize)
 
 
 def _check_index(index: dict, split: str, path: Path) -> np.dtype:

@@ -9,6 +9,7 @@ so always load through `load_tokenizer`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -103,7 +104,27 @@ def load_tokenizer(path: Path | str) -> Tokenizer:
                            "re-run `kiln tokenizer`") from e
     if tok.token_to_id(EOS_TOKEN) is None:
         raise RunDataError(f"tokenizer {path} has no {EOS_TOKEN!r} token; re-run `kiln tokenizer`")
+    if problem := _not_byte_level(tok):
+        raise RunDataError(f"tokenizer {path} {problem}: Kiln needs the byte-level BPE "
+                           "`kiln tokenizer` trains; re-run it")
     return _protect_specials(tok)
+
+
+def _not_byte_level(tok: Tokenizer) -> str:
+    """Why `tok` is not a byte-level BPE that leaves the text as it is ("" when it is): the
+    shards, bits per byte and the stale-tokenizer check count the bytes of each id, so a
+    tokenizer.json brought from elsewhere (a WordPiece, a normaliser) would count wrong."""
+    spec = json.loads(tok.to_str())
+    model, decoder = (spec.get("model") or {}).get("type"), (spec.get("decoder") or {}).get("type")
+    if model != "BPE" or decoder != "ByteLevel":
+        return f"is not byte-level (a {model} model, {decoder} decoder)"
+    if tok.normalizer is not None:
+        return "has a normalizer, which changes the text"
+    try:
+        token_byte_lengths(tok)
+    except ValueError as e:
+        return f"is not byte-level ({e})"
+    return ""
 
 
 def eos_id(tok: Tokenizer) -> int:

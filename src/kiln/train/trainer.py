@@ -226,6 +226,14 @@ class Trainer:
                   f"train.seq_len = {t.seq_len}, fewer than one batch of train.global_batch = "
                   f"{t.global_batch}: every step repeats windows within its batch (more data, "
                   "or a smaller global_batch)", file=sys.stderr)
+        elif t.steps * t.global_batch > self.loader.n_windows and self.env.is_main:
+            # past one pass the loader wraps and reshuffles without a word: a run sized by
+            # steps can repeat its data many times over (overfitting a small corpus)
+            passes = t.steps * t.global_batch / self.loader.n_windows
+            print(f"note: train.steps = {t.steps} of train.global_batch = {t.global_batch} "
+                  f"windows make {passes:.2f} passes over the train split's "
+                  f"{self.loader.n_windows} windows of train.seq_len = {t.seq_len} (each pass "
+                  "in a new order): the model sees its data more than once", file=sys.stderr)
         self.callbacks = default_callbacks() if callbacks is None else callbacks
         self.step, self.tokens_seen, self._elapsed_before = 0, 0, 0.0
         self._callback_states: dict[str, dict[str, Any]] = {}
