@@ -340,6 +340,19 @@ def test_kiln_run_refuses_a_prompt_longer_than_the_context_before_training(tiny_
     assert "generate.prompts: 'def f' is " in capsys.readouterr().err
 
 
+def test_prepare_draws_no_progress_bar_into_a_log(tmp_path, capfd):
+    """As `kiln tokenize`: off a terminal, neither Kiln's reader bar nor datatrove's own
+    (exact dedup's) are drawn; the summary line is."""
+    from conftest import tiny_config
+
+    from kiln.cli import cmd_prepare
+
+    cmd_prepare(tiny_config(tmp_path / "run", 'prepare.stages=["read", "dedup_exact", "write"]'))
+    out = capfd.readouterr()
+    assert "%|" not in out.err and "it/s" not in out.err and "Initializing pq" not in out.err
+    assert out.out.startswith("prepare: {")
+
+
 def test_tokenize_draws_no_progress_bar_into_a_log(tiny_run, capsys):
     """Off a terminal (a log file, a scheduler's output) a bar's redraws pile up as text, as
     `kiln tokenizer` already knows: only the summary line is written."""

@@ -44,7 +44,8 @@ def cmd_prepare(cfg: Config) -> None:
               f"(pipeline, per-step statistics) go to {cfg.run_dir / 'logs' / 'prepare'} "
               "(prepare.console_logs = true shows them here too)", file=sys.stderr)
     stats = run_prepare(cfg.prepare, cfg.run_dir, sources=cfg.data.sources,
-                        max_bytes=cfg.data.max_bytes, text_field=cfg.data.text_field)
+                        max_bytes=cfg.data.max_bytes, text_field=cfg.data.text_field,
+                        progress=sys.stderr.isatty())  # off a terminal: redraws pile up
     # the files behind each skip are in prepare.json and said below, line by line
     print(f"prepare: {json.dumps({k: v for k, v in stats.items() if k != 'skipped_examples'})}")
     for line in yield_warnings(cfg.run_dir, stats, cfg.data.text_field):
