@@ -108,3 +108,20 @@ def test_an_older_record_used_as_a_recipe_counts_what_differs_from_the_defaults(
     (tmp_path / "tuned.toml").write_text(text.replace("muon_lr = 0.0", "muon_lr = 0.02"))
     with pytest.warns(UserWarning, match=MUON_UNUSED):
         load_config(tmp_path / "tuned.toml")
+
+
+def test_smebu_settings_under_another_balancing_rule_are_named():
+    """An ablation of SMEBU to DeepSeek-V3's sign rule (or to no balancing) keeps the
+    recipe's smebu_beta / smebu_kappa, which that rule never reads."""
+    with pytest.warns(UserWarning, match=r"^model\.smebu_beta = 0\.9 and model\.smebu_kappa = "
+                      r"3\.0 have no effect with model\.balance = 'sign' \(only SMEBU reads "
+                      r"smebu_beta and smebu_kappa\): set model\.balance = \"smebu\", or drop "
+                      r"them$"):
+        load_config(None, ["model.n_experts=8", "model.balance=sign", "model.smebu_beta=0.9",
+                           "model.smebu_kappa=3.0", "model.balance_rate=1e-3"])
+    with pytest.warns(UserWarning, match=r"^model\.balance_rate = 0\.001 has no effect with "
+                      r"model\.balance = 'none' \(no bias is balanced\): set model\.balance = "
+                      r"\"smebu\" or \"sign\", or drop it$"):
+        load_config(None, ["model.n_experts=8", "model.balance=none", "model.balance_rate=1e-3"])
+    quiet(None, ["model.n_experts=8", "model.balance=sign", "model.balance_rate=1e-3"])
+    quiet(None, ["model.n_experts=8", "model.smebu_beta=0.9", "model.balance_rate=1e-3"])

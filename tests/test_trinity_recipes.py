@@ -90,6 +90,8 @@ def test_paper_size_recipes_follow_the_digest(name):
             m.embed_scale, m.tie_embeddings) == (3, False, True, True, True, True, False)
     assert (m.n_experts, m.top_k, m.n_shared, m.n_dense_layers) == (128, 8, 1, 2)
     assert (m.sliding_window, m.route_scale, m.balance) == (2048, 2.826, "sign")
+    # "that rule plus re-centering, plus a sequence-wise balance loss" (Large's weight)
+    assert (m.balance_rate, m.seq_aux_coef) == (1e-3, 1e-4)
     if name == "trinity-nano":
         assert (m.n_layers, m.dim, m.dim // m.n_heads, m.n_heads, m.n_kv_heads) == (56, 1024, 128, 8, 2)
         assert (m.ffn_hidden, m.expert_hidden) == (3072, 256)

@@ -1,5 +1,5 @@
 """Settings a user gave that another setting leaves unused: Muon's with AdamW, the experts'
-in a dense model. They load (a recipe ablated with `--set optim.name=adamw` or
+in a dense model, SMEBU's under another balancing rule. They load (a recipe ablated with `--set optim.name=adamw` or
 `--set model.n_experts=0` keeps its Muon or MoE keys, and an override cannot delete them),
 with a warning, since the user more likely meant the optimizer or the experts they tuned.
 """
@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 MOE_KEYS = ("n_dense_layers", "top_k", "n_shared", "expert_hidden", "route_scale", "balance",
             "balance_rate", "smebu_beta", "smebu_kappa", "seq_aux_coef", "z_loss_coef",
             "router_init_std")
+# [model] keys each balancing rule reads (kiln.model.balancing)
+BALANCE_KEYS = {"smebu": ("balance_rate", "smebu_beta", "smebu_kappa"),
+                "sign": ("balance_rate",), "none": ()}
 
 
 def inert_settings(cfg: Config, given: set[str]) -> list[str]:
@@ -35,6 +38,18 @@ def inert_settings(cfg: Config, given: set[str]) -> list[str]:
                          "dense model: every layer has a SwiGLU, no experts): set "
                          "model.n_experts to the number of routed experts for a mixture of "
                          f"experts, or drop {_them(moe)}")
+    else:
+        rule = cfg.model.balance
+        unread = [k for k in BALANCE_KEYS["smebu"]
+                  if k not in BALANCE_KEYS.get(rule, ()) and f"model.{k}" in given]
+        if unread:
+            why = ("no bias is balanced" if rule == "none"
+                   else "only SMEBU reads smebu_beta and smebu_kappa")
+            use = ('"smebu"' if any(k.startswith("smebu_") for k in unread)
+                   else '"smebu" or "sign"')
+            lines.append(f"{_named('model', cfg.model, unread)} with model.balance = "
+                         f"{rule!r} ({why}): set model.balance = {use}, or drop "
+                         f"{_them(unread)}")
     return lines
 
 

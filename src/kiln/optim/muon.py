@@ -296,8 +296,9 @@ def resolve_ns_dtype(name: str, device: torch.device) -> str:
 
 
 def build_muon(model: nn.Module, cfg: OptimConfig) -> MuonWithAdamW:
-    """Muon + AdamW from an `OptimConfig` (its muon_* fields; defaults follow the paper
-    and torch.optim.Muon)."""
+    """Muon + AdamW from an `OptimConfig` (its muon_* fields). Momentum 0.95, Nesterov and
+    5 steps are the paper's; lr 0.02 is Keller Jordan's for the 'original' rule; weight
+    decay 0.1 is torch.optim.Muon's and Moonshot's, there with a far smaller lr (README)."""
     rule = cfg.muon_adjust_lr
     muon_lr = cfg.muon_lr or (DEFAULT_MUON_LR if rule == "original" else cfg.lr)
     routing = route_parameters(model)
