@@ -363,3 +363,23 @@ def test_tokenize_draws_no_progress_bar_into_a_log(tiny_run, capsys):
     cmd_tokenize(tiny_config(tiny_run))
     out = capsys.readouterr()
     assert "doc/s" not in out.err and out.out.startswith("tokenize: train ")
+
+
+def test_a_file_or_folder_inside_a_run_is_refused_naming_the_run(tmp_path, capsys):
+    """`kiln report RUN/metrics.jsonl` (or a checkpoint folder, for any verb taking RUN) names
+    the run directory to give, not "invalid TOML"; a recorded config.toml still loads."""
+    from conftest import tiny_config
+
+    from kiln.cli import main, resolve_config
+    from kiln.run_dir import write_run_metadata
+
+    run = tmp_path / "run"
+    write_run_metadata(tiny_config(run))
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 4.0}\n')
+    (run / "checkpoints" / "step_00000001").mkdir(parents=True)
+    for verb in ("report", "eval", "generate", "export"):
+        for inside in (run / "metrics.jsonl", run / "checkpoints" / "step_00000001"):
+            assert main([verb, str(inside)]) == 2
+            err = capsys.readouterr().err
+            assert f"inside the run directory {run}" in err and "give that run directory" in err
+    assert resolve_config(str(run / "config.toml"), []).run_dir == run

@@ -249,3 +249,25 @@ def test_a_prompt_too_long_is_refused_before_any_prompt_is_sampled(tiny_run, mon
     with pytest.raises(ConfigError, match="leaves no room in the model's context"):
         cmd_generate(tiny_config(tiny_run, f'generate.prompts=["def ", "{long}"]'))
     assert sampled == [] and not (tiny_run / "samples.json").exists()
+
+
+def test_greedy_samples_record_greedy_not_the_unused_top_k_and_top_p(tiny_run):
+    """At temperature 0 top_k and top_p play no part: samples.json says greedy instead."""
+    import json
+
+    from conftest import tiny_config
+
+    from kiln.cli import cmd_generate
+    from kiln.train.trainer import Trainer
+
+    Trainer(tiny_config(tiny_run, "train.steps=2")).fit()
+    cmd_generate(tiny_config(tiny_run, "generate.temperature=0.0", "generate.top_k=50",
+                             "generate.top_p=0.9"))
+    [*_, sample] = json.loads((tiny_run / "samples.json").read_text())
+    assert {k: sample.get(k) for k in ("temperature", "decoding", "top_k", "top_p")} == \
+        {"temperature": 0.0, "decoding": "greedy", "top_k": None, "top_p": None}
+    cmd_generate(tiny_config(tiny_run, "generate.temperature=0.7", "generate.top_k=50",
+                             "generate.top_p=0.9"))
+    [*_, sample] = json.loads((tiny_run / "samples.json").read_text())
+    assert {k: sample.get(k) for k in ("temperature", "decoding", "top_k", "top_p")} == \
+        {"temperature": 0.7, "decoding": None, "top_k": 50, "top_p": 0.9}

@@ -299,3 +299,28 @@ def test_steps_logged_past_the_latest_checkpoint_are_noted(tmp_path: Path) -> No
     assert "logged steps up to 75, but its latest checkpoint is step_00000060 (step 60)" in page
     _write_jsonl(tmp_path / "metrics.jsonl", [_train(s, 5.0 - 0.1 * s) for s in range(1, 61)])
     assert "logged steps up to" not in build_report(tmp_path).read_text(encoding="utf-8")
+
+
+def test_a_bool_step_is_no_step_to_any_reader(tmp_path: Path) -> None:
+    """JSON `true` is an int to Python: read_metrics keeps such records as stepless, and the
+    report's series and summary must not take them for step 1."""
+    from kiln.report.metrics_io import records_of_kind
+    from kiln.report.summary import summarize
+
+    _write_jsonl(tmp_path / "metrics.jsonl",
+                 [_train(1, 4.0), {"kind": "train", "step": True, "loss": 9.0}, _train(2, 3.0)])
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records_of_kind(records, "train")] == [1, 2]
+    assert summarize(records).last_step == 2
+
+
+def test_greedy_samples_say_greedy_not_their_unused_top_k_and_top_p(tmp_path: Path) -> None:
+    (tmp_path / "samples.json").write_text(json.dumps([
+        {"prompt": "a", "completion": "b", "temperature": 0.0, "decoding": "greedy"},
+        {"prompt": "c", "completion": "d", "temperature": 0.0, "top_k": 50, "top_p": 0.9},
+        {"prompt": "e", "completion": "f", "temperature": 0.8, "top_k": 50, "top_p": 0.9},
+    ]))  # the second as `kiln generate` wrote greedy samples before
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(_train(1, 4.0)) + "\n")
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "<h3>Sample 1 — greedy</h3>" in page and "<h3>Sample 2 — greedy</h3>" in page
+    assert "<h3>Sample 3 — temperature 0.8, top_k 50, top_p 0.9</h3>" in page

@@ -118,6 +118,15 @@ def test_same_named_runs_get_distinct_labels(tmp_path):
     assert ">x/run<" in html and ">y/run<" in html
 
 
+def test_runs_sharing_parent_and_name_get_the_shortest_distinct_suffixes(tmp_path):
+    """/x/a/run and /y/a/run: the parent alone does not tell them apart."""
+    a = make_run(tmp_path / "x" / "a" / "run", [4.0], [], 10, 10, 1.0)
+    b = make_run(tmp_path / "y" / "a" / "run", [3.0], [], 10, 10, 1.0)
+    c = make_run(tmp_path / "z" / "other", [3.0], [], 10, 10, 1.0)
+    html = build_report(a, compare=[b, c]).read_text()
+    assert ">x/a/run<" in html and ">y/a/run<" in html and ">other<" in html
+
+
 def test_moe_section_shows_last_expert_load(tmp_path):
     run = make_run(tmp_path / "moe", [5.0, 4.0], [2.5], 10, 5, 100.0, [[1.0], [0.5]])
     lines = (run / "metrics.jsonl").read_text().splitlines()

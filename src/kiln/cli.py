@@ -190,7 +190,7 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
 
     from kiln.atomic import write_json_atomic
     from kiln.data.shards import load_index
-    from kiln.eval import eval_file
+    from kiln.eval import eval_file, perplexity_text
     from kiln.eval.perplexity import evaluate
     from kiln.parallel.distributed import DistEnv, init_distributed, local_device, shutdown
     from kiln.train.precision import resolve_device, resolve_precision
@@ -231,7 +231,8 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     else:  # shards from before the counts were saved: the baseline is the whole val split's
         against = (f"the whole val split's unigram baseline is {result['unigram_bpb']:.4f}, "
                    "not measured on these tokens: re-run `kiln tokenize` for one that is")
-    print(f"eval ({e.split}): loss {result['loss']:.4f}, perplexity {result['perplexity']:.2f}, "
+    print(f"eval ({e.split}): loss {result['loss']:.4f}, "
+          f"perplexity {perplexity_text(result['perplexity'])}, "
           f"{result['bpb']:.4f} bits/byte ({against})")
 
 
@@ -277,7 +278,7 @@ def cmd_generate(cfg: Config) -> None:
     from kiln.atomic import write_json_atomic
     from kiln.data.provenance import run_tokenizer
     from kiln.data.tokenizer import eos_id
-    from kiln.model.sampling import generate
+    from kiln.model.sampling import decoding_settings, generate
     from kiln.train.precision import resolve_device
     from kiln.train.trained_run import load_trained_model
 
@@ -303,8 +304,9 @@ def cmd_generate(cfg: Config) -> None:
                        top_p=g.top_p, eos_id=eos_id(tok), generator=rng,
                        vocab_size=tok.get_vocab_size())
         completion = tok.decode(out, skip_special_tokens=False)
-        samples.append({"prompt": prompt, "completion": completion, "temperature": g.temperature,
-                        "top_k": g.top_k, "top_p": g.top_p, "checkpoint": ckpt.name})
+        samples.append({"prompt": prompt, "completion": completion,
+                        **decoding_settings(g.temperature, g.top_k, g.top_p),
+                        "checkpoint": ckpt.name})
         print(f"--- {prompt!r}{'' if prompt else ' (a document from its start)'}\n"
               f"{prompt}{completion}")
     write_json_atomic(cfg.run_dir / "samples.json", samples)
@@ -556,6 +558,11 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
             return resolve_config(str(where.run_dir), overrides)
         return load_config(None, overrides)
     path = Path(target)
+    run = _enclosing_run(path)
+    if run is not None and (path.is_dir() or path.suffix != ".toml"):  # a run's own file
+        what = "folder" if path.is_dir() else "file"
+        raise ConfigError(f"{path} is a {what} inside the run directory {run}, not a recipe or "
+                          "a run directory: give that run directory instead")
     if path.is_dir():
         if not (path / "config.toml").exists():
             raise ConfigError(f"{path} is not a run directory (no config.toml)")
@@ -566,6 +573,15 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
         return load_config(path / "config.toml", [run_dir_override(path), *overrides],
                            recorded=True)
     return load_config(path, overrides)
+
+
+def _enclosing_run(path: Path) -> Path | None:
+    """The nearest folder above `path` that is a run directory (holds the config.toml and
+    env.json Kiln records together), for a target inside a run (metrics.jsonl, a checkpoint)."""
+    if not path.exists() or (path.is_dir() and (path / "config.toml").exists()):
+        return None
+    return next((p for p in path.absolute().parents
+                 if (p / "config.toml").is_file() and (p / "env.json").is_file()), None)
 
 
 def build_parser() -> argparse.ArgumentParser:

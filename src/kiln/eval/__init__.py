@@ -1,5 +1,7 @@
 """Evaluation of a trained run: loss, perplexity and bits per byte (`kiln.eval.perplexity`)."""
 
+import math
+
 
 def eval_file(split: str) -> str:
     """The file `kiln eval` writes for `split`: eval.json is the held-out score the report
@@ -10,3 +12,19 @@ def eval_file(split: str) -> str:
 # every file `kiln eval` can write (eval.split's choices): a trained model's outputs, which
 # `kiln train --fresh` moves aside with its checkpoints
 EVAL_FILES = tuple(eval_file(split) for split in ("val", "train"))
+
+
+def perplexity_of(loss: float) -> float:
+    """exp(loss), or inf where that overflows a float (a loss above ~709.78): a capped figure
+    would read as a real one."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
+
+
+def perplexity_text(value: float) -> str:
+    """A perplexity for people: two decimals (four digits past a million), or why it is inf."""
+    if value == math.inf:
+        return "inf (exp of a loss above 709.78 overflows a float)"
+    return f"{value:.2f}" if abs(value) < 1e6 else f"{value:.4g}"

@@ -10,6 +10,7 @@ from torch import nn
 
 from kiln.data.loader import eval_batches
 from kiln.data.shards import load_index, load_token_bytes, load_unigram_bits
+from kiln.eval import perplexity_of
 from kiln.parallel.distributed import DistEnv, all_reduce_max, all_reduce_sum
 from kiln.train.precision import autocast
 
@@ -81,7 +82,7 @@ def evaluate(
     return {
         "split": split,
         "loss": loss,
-        "perplexity": math.exp(min(loss, 700.0)),
+        "perplexity": perplexity_of(loss),
         "bpb": nats / math.log(2) / bytes_covered if bytes_covered else math.nan,
         "tokens": int(tokens),
         "bytes": int(bytes_covered) if exact else round(bytes_covered, 1),

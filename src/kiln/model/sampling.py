@@ -34,6 +34,13 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
         out = out.masked_fill(drop, float("-inf"))
     return out
 
+def decoding_settings(temperature: float, top_k: int, top_p: float) -> dict[str, object]:
+    """What samples.json records of how a sample was drawn: greedy decoding (temperature 0)
+    uses neither top_k nor top_p, so it names itself rather than listing them."""
+    if temperature == 0.0:
+        return {"temperature": 0.0, "decoding": "greedy"}
+    return {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+
 
 def _next_token(
     logits: torch.Tensor,

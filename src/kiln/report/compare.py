@@ -28,7 +28,7 @@ from kiln.errors import ConfigError
 from kiln.report.fmt import as_number, fmt_count, fmt_float
 from kiln.report.html_parts import grid_table, image, paragraph, section
 from kiln.report.metrics_io import records_of_kind
-from kiln.report.plots import series, widen_one_step
+from kiln.report.plots import Series, note_dropped, series, widen_one_step
 from kiln.report.run_files import load_json, load_metrics
 from kiln.report.summary import Summary, summarize
 
@@ -50,10 +50,17 @@ class RunFigures:
 
 
 def _labels(paths: list[Path]) -> list[str]:
-    """Directory names, with the parent prepended where two runs share a name."""
-    names = [p.resolve().name for p in paths]
-    return [f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n
-            for p, n in zip(paths, names)]
+    """Each run's shortest path suffix that no other run's ends with the same way: its
+    directory name alone where that is unique (/x/a/run and /y/a/run: x/a/run, y/a/run)."""
+    parts = [p.resolve().parts for p in paths]
+
+    def label(i: int) -> str:
+        for k in range(1, len(parts[i]) + 1):
+            if all(other[-k:] != parts[i][-k:] for j, other in enumerate(parts) if j != i):
+                break
+        return str(Path(*parts[i][-k:]))
+
+    return [label(i) for i in range(len(parts))]
 
 
 def load_run_figures(run_dir: Path, label: str, required: bool = True) -> RunFigures:
@@ -113,11 +120,14 @@ def write_compare_plot(runs: list[RunFigures], path: Path) -> None:
     fig = Figure(figsize=(11, 4.2), dpi=100)
     FigureCanvasAgg(fig)
     loss_ax, bpb_ax = fig.subplots(1, 2)
+    drawn: dict[Any, list[Series]] = {loss_ax: [], bpb_ax: []}
     for i, run in enumerate(runs):
         colour = f"C{i}"
         label = run.label.replace("$", r"\$")  # a directory name is text, not mathtext
         loss = series(records_of_kind(run.records, "train"), "loss", label)
         bpb = series(records_of_kind(run.records, "val"), "val_bpb", label)
+        drawn[loss_ax].append(loss)
+        drawn[bpb_ax].append(bpb)
         if loss.steps:
             style = "o" if len(loss.steps) == 1 else "-"  # one point: a marker, not a void
             loss_ax.plot(loss.steps, loss.values, style, color=colour, linewidth=1.4,
@@ -127,6 +137,7 @@ def write_compare_plot(runs: list[RunFigures], path: Path) -> None:
     for ax, title, ylabel in ((loss_ax, "Train loss", "loss (nats/token)"),
                               (bpb_ax, "Validation bits per byte", "bits/byte")):
         widen_one_step(ax, [int(x) for line in ax.lines for x in line.get_xdata()])
+        note_dropped(ax, drawn[ax])
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)

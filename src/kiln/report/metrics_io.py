@@ -32,15 +32,20 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
                 continue
             if not isinstance(record, dict):
                 continue
-            step = record.get("step")
-            has_step = isinstance(step, int) and not isinstance(step, bool)
-            key = (record.get("kind"), step) if has_step else ("<no step>", index)
+            key = (record.get("kind"), record["step"]) if has_step(record) else ("<no step>", index)
             latest.pop(key, None)  # re-insert so order follows the last occurrence
             latest[key] = record
     return list(latest.values())
 
 
+def has_step(record: dict[str, Any]) -> bool:
+    """Whether `record` carries a step: an integer, and not a bool (which Python counts as
+    one), so the reader and every consumer agree on which records have one."""
+    step = record.get("step")
+    return isinstance(step, int) and not isinstance(step, bool)
+
+
 def records_of_kind(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     """The records of one ``kind`` that carry a step, sorted by step."""
-    chosen = [r for r in records if r.get("kind") == kind and isinstance(r.get("step"), int)]
+    chosen = [r for r in records if r.get("kind") == kind and has_step(r)]
     return sorted(chosen, key=lambda r: r["step"])

@@ -7,7 +7,8 @@ of whatever process (a training loop, a notebook) calls it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,30 +23,50 @@ from kiln.report.metrics_io import records_of_kind
 
 @dataclass
 class Series:
-    """One line (or set of markers) on a plot."""
+    """One line (or set of markers) on a plot; `dropped`: its (step, value) points that are
+    not finite, which matplotlib cannot draw and the plot notes instead."""
 
     label: str
     steps: list[int]
     values: list[float]
     markers: bool = False
+    dropped: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def logged(self) -> bool:
+        """Whether the records hold any point of it, drawable or not."""
+        return bool(self.steps or self.dropped)
+
+
+def _points(label: str, pairs: list[tuple[int, float | None]], markers: bool = False) -> Series:
+    """A series of the pairs that hold a number, the non-finite ones set aside as dropped."""
+    kept = [(s, v) for s, v in pairs if v is not None]
+    drawn = [(s, v) for s, v in kept if math.isfinite(v)]
+    return Series(label, [s for s, _ in drawn], [v for _, v in drawn], markers,
+                  [(s, v) for s, v in kept if not math.isfinite(v)])
 
 
 def series(records: list[dict[str, Any]], key: str, label: str, markers: bool = False) -> Series:
     """Steps and values of ``key`` over the records that carry a number for it."""
-    pairs = [(r["step"], as_number(r.get(key))) for r in records]
-    kept = [(s, v) for s, v in pairs if v is not None]
-    return Series(label, [s for s, _ in kept], [v for _, v in kept], markers)
+    return _points(label, [(r["step"], as_number(r.get(key))) for r in records], markers)
 
 
 def max_vio_series(train: list[dict[str, Any]]) -> list[Series]:
     """One MaxVio line per MoE layer from the train records' ``moe_max_vio`` lists."""
     rows = [(r["step"], r["moe_max_vio"]) for r in train if isinstance(r.get("moe_max_vio"), list)]
-    lines = []
-    for j in range(max((len(v) for _, v in rows), default=0)):
-        kept = [(s, as_number(v[j])) for s, v in rows if j < len(v)]
-        kept = [(s, x) for s, x in kept if x is not None]
-        lines.append(Series(f"MoE layer {j}", [s for s, _ in kept], [x for _, x in kept]))
-    return lines
+    return [_points(f"MoE layer {j}", [(s, as_number(v[j])) for s, v in rows if j < len(v)])
+            for j in range(max((len(v) for _, v in rows), default=0))]
+
+
+def note_dropped(ax: Any, lines: list[Series]) -> None:
+    """Say on the plot which series lost non-finite points (a diverged run's inf or nan
+    loss): a curve that simply ends there would read as a run that stopped."""
+    notes = [f"{s.label}: {len(s.dropped)} non-finite point{'s' if len(s.dropped) > 1 else ''} "
+             f"not drawn (first {s.dropped[0][1]} at step {s.dropped[0][0]})"
+             for s in lines if s.dropped]
+    if notes:
+        ax.text(0.01, 0.98, "\n".join(notes), transform=ax.transAxes, va="top", fontsize=8,
+                color="firebrick")
 
 
 def draw_series(ax: Any, lines: list[Series]) -> None:
@@ -77,6 +98,7 @@ def save_plot(
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     draw_series(ax, lines)
+    note_dropped(ax, lines)
     if baseline is not None:
         ax.axhline(baseline[0], linestyle="--", color="gray", linewidth=1.2, label=baseline[1])
     ax.set_title(title)
@@ -103,7 +125,7 @@ def write_plots(
             series(train, "loss", "train loss"),
             series(val, "val_loss", "val loss", markers=True),
         )
-        if s.steps
+        if s.logged
     ]
     bpb = series(val, "val_bpb", "val bits/byte", markers=True)
     speed = series(train, "tokens_per_s", "tokens/s")
@@ -111,7 +133,7 @@ def write_plots(
     plans: dict[str, tuple[str, str, list[Series], tuple[float, str] | None]] = {}
     if loss:
         plans["loss"] = ("Loss", "loss (nats/token)", loss, None)
-    if bpb.steps:
+    if bpb.logged:
         # the baseline on the curve's own windows (periodic validation scores a part of the
         # split); runs from before Kiln logged it fall back to the whole split's, said so
         scored = [u for u in (as_number(r.get("val_unigram_bpb")) for r in val) if u is not None]
@@ -119,9 +141,9 @@ def write_plots(
                 else None if unigram_bpb is None
                 else (unigram_bpb, f"unigram baseline {unigram_bpb:.3f} (the whole val split)"))
         plans["bpb"] = ("Validation bits per byte", "bits/byte", [bpb], base)
-    if speed.steps:
+    if speed.logged:
         plans["throughput"] = ("Throughput", "tokens/s", [speed], None)
-    if lr.steps:
+    if lr.logged:
         plans["lr"] = ("Learning rate", "lr", [lr], None)
     max_vio = max_vio_series(train)
     if max_vio:

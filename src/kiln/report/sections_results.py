@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from kiln.eval import perplexity_of, perplexity_text
 from kiln.report.fmt import as_number, fmt_bytes, fmt_count, fmt_float, fmt_value
 from kiln.report.html_parts import esc, image, key_value_table, paragraph, section, unavailable
 from kiln.report.run_files import Loaded
@@ -67,7 +68,7 @@ def eval_section(evaluation: Loaded, index_unigram: float | None,
         ("split", fmt_value(split)),
         ("checkpoint", fmt_value(data.get("checkpoint", "—"))),
         ("loss", fmt_float(data.get("loss"))),
-        ("perplexity", fmt_float(data.get("perplexity"), 2)),
+        ("perplexity", _perplexity_cell(data)),
         ("bpb", fmt_float(data.get("bpb"))),
         ("tokens", fmt_count(data.get("tokens"))),
         ("bytes", fmt_bytes(data.get("bytes"))
@@ -98,6 +99,15 @@ def eval_section(evaluation: Loaded, index_unigram: float | None,
     return section("Evaluation", body)
 
 
+def _perplexity_cell(data: dict[str, Any]) -> str:
+    """eval.json's perplexity; for a loss past 700 the loss's own, as eval.json files from
+    before Kiln wrote inf hold exp(700) there, which reads as a real figure."""
+    loss, value = as_number(data.get("loss")), as_number(data.get("perplexity"))
+    if loss is not None and loss > 700:
+        value = perplexity_of(loss)
+    return fmt_float(data.get("perplexity")) if value is None else perplexity_text(value)
+
+
 def _batches(n: int) -> str:
     return "batch" if n == 1 else f"{n} batches"
 
@@ -113,9 +123,13 @@ def stale_note(checkpoint: Any, latest: str | None, what: str, verb: str) -> str
 def _sample_html(number: int, sample: Any) -> str:
     if not isinstance(sample, dict):
         return f"<h3>Sample {number}</h3>\n<pre>{esc(sample)}</pre>"
-    knobs = ", ".join(
-        f"{k} {fmt_value(sample[k])}" for k in ("temperature", "top_k", "top_p") if k in sample
-    )
+    # greedy decoding uses neither top_k nor top_p (older samples.json files list them)
+    if sample.get("decoding") == "greedy" or as_number(sample.get("temperature")) == 0:
+        knobs = "greedy"
+    else:
+        knobs = ", ".join(
+            f"{k} {fmt_value(sample[k])}" for k in ("temperature", "top_k", "top_p") if k in sample
+        )
     head = f"Sample {number}" + (f" — {knobs}" if knobs else "")
     prompt, completion = str(sample.get("prompt", "")), str(sample.get("completion", ""))
     return f"<h3>{esc(head)}</h3>\n<pre><b>{esc(prompt)}</b>{esc(completion)}</pre>"
