@@ -122,6 +122,28 @@ def test_ctrl_c_while_the_last_checkpoint_is_written_still_stops(tiny_run, monke
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
+def test_a_signal_during_a_periodic_checkpoint_write_stops_after_that_step(tiny_run,
+                                                                            monkeypatch):
+    """The signal comes while step 6's periodic checkpoint is written: the message said
+    training stops after this step, and it is saved, so no step 7 is trained."""
+    from kiln.train import callbacks
+
+    real_save = callbacks.save_checkpoint
+
+    def save_then_signalled(root, step, *args, **kwargs):
+        path = real_save(root, step, *args, **kwargs)
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return path
+
+    monkeypatch.setattr(callbacks, "save_checkpoint", save_then_signalled)
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train_losses(tiny_run)
+    assert stopped.value.step == 6 and stopped.value.exit_code == 143
+    assert checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 6
+    assert max(logged_losses(tiny_run)) == 6
+
+
 def _wait_for_records(run_dir, proc, count: int) -> None:
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:

@@ -142,6 +142,25 @@ def test_throughput_window_leaves_out_validation_and_checkpoint_time(monkeypatch
     assert [r["tokens_per_s"] for r in logged] == [50.0, 50.0]
 
 
+def test_throughput_window_leaves_out_validation_between_logged_steps(monkeypatch):
+    """eval_every need not be a multiple of log_every: a slow validation after step 2 of a
+    4-step window is not charged to that window's tokens/s either."""
+    from kiln.train import callbacks
+
+    clock = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock[0])
+    _, step, logged = progress_log_driver(steps=10, log_every=4)
+
+    def the_step():
+        clock[0] += 2.0
+
+    for n in range(1, 5):
+        step(1.0, during=the_step)
+        if n == 2:
+            clock[0] += 30.0  # a slow validation (train.eval_every = 2)
+    assert [r["tokens_per_s"] for r in logged] == [50.0]
+
+
 def test_logged_loss_is_the_mean_of_the_window():
     """A train record's loss averages every step since the last record, not only the last."""
     _, step, logged = progress_log_driver(steps=7, log_every=3)

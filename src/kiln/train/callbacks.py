@@ -102,6 +102,9 @@ class Checkpointing(Callback):
                 trainer.run_dir / "checkpoints", trainer.step, trainer.model, trainer.optimizer,
                 trainer.state_dict(), trainer.env, keep=trainer.cfg.train.keep_checkpoints,
             )
+            # a signal during the write (a large model's takes minutes): the message said
+            # training stops after this step, and this step is saved
+            stop = stop or self.stops.agreed(trainer.env, trainer.device)
         if stop:  # even after the last step: the user asked `kiln run` to stop
             raise TrainingInterrupted(trainer.step, stop, str(trainer.run_dir / "checkpoints"))
 
@@ -128,16 +131,17 @@ class ProgressLog(Callback):
             disable=not trainer.env.is_main, file=sys.stderr, dynamic_ncols=True,
             mininterval=0.5 if sys.stderr.isatty() else 15.0,  # keep CI logs readable
         )
-        self.window_start, self.window_tokens, self.restart = time.perf_counter(), 0, False
+        self.window_tokens, self.window_seconds, self.step_start = 0, 0.0, time.perf_counter()
         self.window_loss, self.window_steps = 0.0, 0
 
     def on_step_start(self, trainer: Trainer) -> None:
-        # a window starts when its first step does: the validation and checkpoint that
-        # followed the last logged step are not training time
-        if self.restart:
-            self.window_start, self.restart = time.perf_counter(), False
+        self.step_start = time.perf_counter()
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        # a window times its steps alone: the validation and checkpoints that follow some
+        # steps (after a logged one or not: eval_every need not be a multiple of
+        # log_every) are not training time
+        self.window_seconds += time.perf_counter() - self.step_start
         self.window_tokens += record["step_tokens"]
         self.window_loss += record["loss"]
         self.window_steps += 1
@@ -145,10 +149,10 @@ class ProgressLog(Callback):
         every = trainer.cfg.train.log_every
         if trainer.step % every and trainer.step != trainer.cfg.train.steps:
             return
-        elapsed = time.perf_counter() - self.window_start
-        tps = self.window_tokens / max(elapsed, 1e-9)
+        tps = self.window_tokens / max(self.window_seconds, 1e-9)
         loss, n_steps = self.window_loss / self.window_steps, self.window_steps
-        self.window_tokens, self.window_loss, self.window_steps, self.restart = 0, 0.0, 0, True
+        self.window_tokens, self.window_loss, self.window_steps = 0, 0.0, 0
+        self.window_seconds = 0.0
         trainer.log({
             "kind": "train", "step": trainer.step, "loss": loss, "loss_steps": n_steps,
             "lr": record["lr"],
@@ -169,12 +173,12 @@ class ProgressLog(Callback):
     def state_dict(self) -> dict[str, Any]:
         return {"loss": self.window_loss, "steps": self.window_steps,
                 "tokens": self.window_tokens,
-                "seconds": 0.0 if self.restart else time.perf_counter() - self.window_start}
+                "seconds": self.window_seconds}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.window_loss, self.window_steps = state["loss"], state["steps"]
         self.window_tokens = state["tokens"]
-        self.window_start, self.restart = time.perf_counter() - state["seconds"], False
+        self.window_seconds = state["seconds"]
 
 
 def default_callbacks() -> list[Callback]:

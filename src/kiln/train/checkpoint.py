@@ -42,7 +42,7 @@ from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.eval import EVAL_FILES
 from kiln.export_recovery import recover_export
 from kiln.hashing import HashingWriter, file_sha256
-from kiln.parallel.distributed import DistEnv, all_reduce_max, unwrap, wait_for_main
+from kiln.parallel.distributed import DistEnv, all_reduce_max, main_outcome, unwrap
 from kiln.tensor_files import save_tensors
 from kiln.train.checkpoint_dirs import PREFIX, complete_checkpoints, latest_checkpoint
 
@@ -156,31 +156,53 @@ def save_checkpoint(
     env: DistEnv,
     keep: int = 2,
 ) -> Path:
-    """Write checkpoint `step` (every rank calls this; rank 0 writes)."""
+    """Write checkpoint `step` (every rank calls this; rank 0 writes). A write that fails
+    on rank 0 (a full disk) raises its error on every rank, not on rank 0 alone."""
     weights = model_tensors(model)
     optim_state = get_optimizer_state_dict(model, optimizer, options=_FULL)
     final = ckpt_root / f"{PREFIX}{step:08d}"
+    failure: Exception | None = None
     if env.is_main:
-        _clear_killed_writes(ckpt_root)
         try:
-            with atomic_dir(final) as tmp:  # a re-saved step (after a resume) replaces its copy
-                # torch.save's files (the optimizer's moments: most of the bytes) hashed as
-                # they are written; safetensors offers no such hook, so its file is read back
-                save_tensors(weights, tmp / "model.safetensors")
-                sums = {"model.safetensors": file_sha256(tmp / "model.safetensors"),
-                        "optimizer.pt": _save_hashed(optim_state, tmp / "optimizer.pt"),
-                        "trainer.pt": _save_hashed({**trainer_state, "rng": torch.get_rng_state()},
-                                                   tmp / "trainer.pt")}
-                (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
-        except (OSError, RuntimeError, SafetensorError) as e:  # a full disk: any of the three
-            raise cannot_write(ckpt_root, f"checkpoint {final}", e) from e
-        try:
-            _point_to(final)
-        except OSError as e:
-            raise cannot_write(ckpt_root, str(ckpt_root / "latest"), e) from e
-        _prune(ckpt_root, keep, final)
-    wait_for_main(env)
+            _write(ckpt_root, final, weights, optim_state, trainer_state, keep)
+        except Exception as e:  # told to the other ranks first, then raised here
+            failure = e
+    said = main_outcome(env, None if failure is None else _as_told(failure, final))
+    if failure is not None:
+        raise failure
+    if said is not None:
+        raise CheckpointError(said)
     return final
+
+
+def _as_told(e: Exception, final: Path) -> str:
+    """Rank 0's failure as the other ranks raise it: a CheckpointError's own line."""
+    if isinstance(e, CheckpointError):
+        return str(e)
+    return f"rank 0 could not write checkpoint {final} ({type(e).__name__}: {e})"
+
+
+def _write(ckpt_root: Path, final: Path, weights: dict[str, torch.Tensor], optim_state: Any,
+           trainer_state: dict[str, Any], keep: int) -> None:
+    """Rank 0's part of `save_checkpoint`: the folder, the `latest` pointer, the pruning."""
+    _clear_killed_writes(ckpt_root)
+    try:
+        with atomic_dir(final) as tmp:  # a re-saved step (after a resume) replaces its copy
+            # torch.save's files (the optimizer's moments: most of the bytes) hashed as
+            # they are written; safetensors offers no such hook, so its file is read back
+            save_tensors(weights, tmp / "model.safetensors")
+            sums = {"model.safetensors": file_sha256(tmp / "model.safetensors"),
+                    "optimizer.pt": _save_hashed(optim_state, tmp / "optimizer.pt"),
+                    "trainer.pt": _save_hashed({**trainer_state, "rng": torch.get_rng_state()},
+                                               tmp / "trainer.pt")}
+            (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
+    except (OSError, RuntimeError, SafetensorError) as e:  # a full disk: any of the three
+        raise cannot_write(ckpt_root, f"checkpoint {final}", e) from e
+    try:
+        _point_to(final)
+    except OSError as e:
+        raise cannot_write(ckpt_root, str(ckpt_root / "latest"), e) from e
+    _prune(ckpt_root, keep, final)
 
 
 def _point_to(ckpt: Path) -> None:
@@ -229,23 +251,37 @@ def check_writable(ckpt_root: Path) -> None:
 
 def _clear_killed_writes(ckpt_root: Path) -> None:
     """What writes of other steps left when killed (`atomic_dir` clears its own step's):
-    half-written folders go, a folder moved aside for a replacement comes back."""
+    half-written folders go, a folder moved aside for a replacement comes back, and a
+    pruned one whose deletion was cut short goes."""
     if not ckpt_root.is_dir():
         return
     for leftover in ckpt_root.glob(f".{PREFIX}*"):
-        name, sep, _ = leftover.name[1:].rpartition(".")
-        if sep:
+        name, sep, kind = leftover.name[1:].rpartition(".")
+        if kind.startswith(_TRASH):
+            shutil.rmtree(leftover, ignore_errors=True)
+        elif sep:
             recover_killed_swaps(ckpt_root / name)
     for legacy in ckpt_root.glob(".tmp-*"):  # an older Kiln's half-written checkpoints
         shutil.rmtree(legacy, ignore_errors=True)
 
 
+_TRASH = "trash-"  # .step_N.trash-PID: a pruned checkpoint, out of the way, being deleted
+
+
 def _prune(ckpt_root: Path, keep: int, just_written: Path) -> None:
     """Keep the newest `keep` complete checkpoints and the one just written. Folders that
-    are not complete checkpoints (a copy in progress, a user's) neither count nor go."""
+    are not complete checkpoints (a copy in progress, a user's) neither count nor go. Each
+    goes by one rename to a hidden name first: a run killed while deleting it leaves
+    a hidden folder (cleared at the next save), never a half-deleted `step_N` that still
+    holds the trainer.pt that makes it count as complete."""
     done = [p for p in complete_checkpoints(ckpt_root) if p != just_written]
     for old in done[: max(0, len(done) - (keep - 1))] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        trash = old.with_name(f".{old.name}.{_TRASH}{os.getpid()}")
+        try:
+            os.replace(old, trash)
+        except OSError:  # left whole, to be pruned at the next save
+            continue
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 _MODEL_OUTPUTS = ("checkpoints", "metrics.jsonl", *EVAL_FILES, "samples.json", "export",

@@ -504,6 +504,19 @@ class Trainer:
             raise cannot_write(self.run_dir / "checkpoints",
                                "the run's config.toml, env.json and model.json", e) from e
 
+    def _archive_earlier_outputs(self) -> Path | None:
+        """Move the earlier model's outputs to archive/: a disk that cannot take the folder
+        (full, read-only) is the one-line error a checkpoint write gives, not a traceback;
+        nothing has trained, and what did not move stays where it was."""
+        try:
+            return archive_checkpoints(self.run_dir, self._archive_earlier)
+        except OSError as e:
+            again = "`kiln train --fresh`" if self._archive_earlier == "fresh" else "`kiln train`"
+            raise CheckpointError(
+                f"cannot move the earlier model's outputs to {self.run_dir / 'archive'} "
+                f"({type(e).__name__}: {e}): is the disk full or read-only? nothing was "
+                f"trained; free space and run {again} again") from e
+
     def fit(self) -> list[float]:
         """Train to `train.steps`; returns the losses of the steps run here."""
         self._start = time.perf_counter()
@@ -512,7 +525,7 @@ class Trainer:
             return []
         if self.env.is_main:
             if self._archive_earlier:  # kept, but out of the new run's way
-                moved = archive_checkpoints(self.run_dir, self._archive_earlier)
+                moved = self._archive_earlier_outputs()
                 if moved:
                     print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
                           file=sys.stderr)

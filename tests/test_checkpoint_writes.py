@@ -1,0 +1,64 @@
+"""Run-folder writes cut short: a kill while pruning, a disk that cannot take archive/."""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import tiny_config
+from test_train import train_losses
+
+from kiln.errors import CheckpointError
+from kiln.train import checkpoint as ckpt_mod
+from kiln.train.checkpoint_dirs import checkpoint_step, complete_checkpoints, latest_checkpoint
+from kiln.train.trainer import Trainer
+
+
+def test_a_kill_while_pruning_leaves_no_half_deleted_checkpoint(tiny_run, monkeypatch):
+    """keep_checkpoints prunes step 3 when step 9 is saved; the run is killed with step 3's
+    deletion half done (trainer.pt still there): that folder must not count as a complete
+    checkpoint (a resume, the divergence advice or the next pruning would trust it), and
+    the next save clears what is left of it."""
+    real_rmtree = shutil.rmtree
+
+    def killed_midway(path, *args, **kwargs):
+        path = Path(path)
+        pruned = path.name == "step_00000003" or path.name.startswith(".step_00000003.trash")
+        if pruned:  # the weights gone, trainer.pt not yet
+            (path / "model.safetensors").unlink()
+            (path / "optimizer.pt").unlink()
+            raise KeyboardInterrupt
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt_mod.shutil, "rmtree", killed_midway)
+    keep = ("train.checkpoint_every=3", "train.keep_checkpoints=2")
+    with pytest.raises(KeyboardInterrupt):
+        train_losses(tiny_run, "train.steps=9", *keep)
+    monkeypatch.undo()
+    ckpts = tiny_run / "checkpoints"
+    assert [p.name for p in complete_checkpoints(ckpts)] == ["step_00000006", "step_00000009"]
+    assert not (ckpts / "step_00000003").exists()
+
+    _, resumed = train_losses(tiny_run, "train.steps=12", *keep)
+    assert len(resumed) == 3 and checkpoint_step(latest_checkpoint(ckpts)) == 12
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_00000009", "step_00000012"]
+
+
+def test_fresh_on_a_disk_that_cannot_take_archive_is_one_line(tiny_run, monkeypatch):
+    """`kiln train --fresh` moves the old outputs to archive/ first: a full disk there is
+    the one-line error a checkpoint write gives (a CheckpointError), not a raw OSError, and
+    the old model's checkpoints stay where they were."""
+    train_losses(tiny_run, "train.steps=3", "train.checkpoint_every=3")
+
+    def full(run_dir, label):
+        raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "archive"))
+
+    monkeypatch.setattr(ckpt_mod, "new_archive_folder", full)
+    with pytest.raises(CheckpointError, match=r"cannot move the earlier model's outputs to .*"
+                       r"archive .*No space left on device.*nothing was trained.*"
+                       r"`kiln train --fresh` again"):
+        Trainer(tiny_config(tiny_run, "train.steps=3"), resume=False).fit()
+    assert checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 3
+    assert not (tiny_run / "archive").exists()
