@@ -340,17 +340,27 @@ def cmd_report(cfg: Config, compare: list[str] | tuple[str, ...] = ()) -> None:
 
 def cmd_run(cfg: Config) -> None:
     """The whole chain. Under torchrun, rank 0 prepares the data and finishes the run."""
-    from kiln.parallel.distributed import init_distributed, wait_for_main
+    from kiln.parallel.distributed import init_distributed, main_outcome
     from kiln.train.precision import resolve_device
 
     env = init_distributed(resolve_device(cfg.train.device), flat_settings(cfg))
     stages = [("prepare", cmd_prepare), ("tokenizer", _tokenizer_unless_current),
               ("tokenize", _tokenize_unless_current)]
+    failure: Exception | None = None
     if env.is_main:
-        _timed(stages, cfg)
-        _record_config(cfg)
-        _refuse_prompts_that_do_not_fit(cfg)  # before hours of training, not after
-    wait_for_main(env)  # the data stages may take hours
+        try:
+            _timed(stages, cfg)
+            _record_config(cfg)
+            _refuse_prompts_that_do_not_fit(cfg)  # before hours of training, not after
+        except Exception as e:  # told to the other ranks first: a hand launch would hang
+            failure = e
+    # the data stages may take hours: the other ranks wait, then learn how they went
+    said = main_outcome(env, None if failure is None else
+                        f"rank 0's data stages failed ({type(failure).__name__}: {failure})")
+    if failure is not None:
+        raise failure
+    if said is not None:
+        raise KilnError(said)
     try:
         _timed([("train", cmd_train)], cfg)
     except ConfigError:  # settings refused before any step ran: nothing new to report
