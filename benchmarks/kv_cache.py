@@ -1,7 +1,7 @@
 """Decoding speed of `kiln generate`'s preallocated KV cache against the old cat-grown one
 and Hugging Face's `generate` on the exported model.
 
-The same model (dim 512, 6 layers, 8 heads / 4 kv heads, vocab 8192, context 1024, fp32)
+The same model (dim 512, 6 layers, 8 heads / 4 kv heads, vocab 8192, context 1024 or --context, fp32)
 decodes greedily from a 16-token prompt, once for each length. Contenders, interleaved in
 rounds (each round runs all of them, in rotating order); tokens/s are medians:
 
@@ -14,6 +14,7 @@ rounds (each round runs all of them, in rotating order); tokens/s are medians:
 
     python benchmarks/kv_cache.py             # 256 new tokens and the full context
     python benchmarks/kv_cache.py --quick     # tiny model, smoke test
+    python benchmarks/kv_cache.py --context 512  # a shorter full context
     python benchmarks/kv_cache.py --threads 1 # steadier on a machine shared with others
 """
 
@@ -21,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import median, result_line, set_threads, time_call  # noqa: E402
+from common import median, result_line, set_threads  # noqa: E402
 
 from kiln.config import ModelConfig  # noqa: E402
 from kiln.export.hf_llama import hf_config, hf_state_dict  # noqa: E402
@@ -70,13 +72,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--context", type=int, default=1024, help="the model's max_seq_len")
     a = ap.parse_args()
     threads = set_threads()
     if a.threads > 0:
         torch.set_num_threads(threads := a.threads)
     size = (dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=512, max_seq_len=128)
             if a.quick else
-            dict(dim=512, n_layers=6, n_heads=8, n_kv_heads=4, vocab_size=8192, max_seq_len=1024))
+            dict(dim=512, n_layers=6, n_heads=8, n_kv_heads=4, vocab_size=8192, max_seq_len=a.context))
     torch.manual_seed(0)
     model = Transformer(ModelConfig(**size)).eval()
     hf = hf_model(model)
@@ -103,15 +106,19 @@ def main() -> None:
     runs = {"kiln": kiln, "cat": cat, "hf": hf_generate}
     figures: dict[str, float] = {}
     print(f"threads={threads} model={size} prompt={PROMPT} rounds={a.rounds}")
+    for run in runs.values():  # warm-up
+        run(8)
     for n in lengths:
-        tokens = {name: run(n) for name, run in runs.items()}  # warm-up, and the outputs
-        assert tokens["kiln"] == tokens["cat"], "the caches must decode the same tokens"
-        agree = sum(x == y for x, y in zip(tokens["kiln"], tokens["hf"]))
         times: dict[str, list[float]] = {name: [] for name in runs}
+        tokens: dict[str, list[int]] = {}
         names = list(runs)
         for r in range(a.rounds):
             for name in names[r % len(names):] + names[: r % len(names)]:
-                times[name].append(time_call(lambda run=runs[name], n=n: run(n)))
+                start = time.perf_counter()
+                tokens[name] = runs[name](n)
+                times[name].append(time.perf_counter() - start)
+        assert tokens["kiln"] == tokens["cat"], "the caches must decode the same tokens"
+        agree = sum(x == y for x, y in zip(tokens["kiln"], tokens["hf"]))
         tps = {name: n / median(t) for name, t in times.items()}
         print(f"new tokens {n}: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in tps.items())
               + f"; greedy tokens equal to HF's: {agree}/{n}")
