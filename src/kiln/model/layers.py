@@ -229,20 +229,32 @@ class Attention(nn.Module):
 
 
 class KVCache:
-    """Per-layer key/value store for incremental decoding."""
+    """Per-layer key/value store for incremental decoding, preallocated: the buffers for
+    `capacity` positions are made on the first update (when the batch, heads, dtype and
+    device are known) and every token is written in place. Growing them with `torch.cat`
+    copied the whole cache on every step, O(n^2) copying over one generation."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int) -> None:
+        if capacity <= 0:
+            raise ValueError(f"a KV cache needs a capacity > 0, got {capacity}")
+        self.capacity = capacity
+        self.length = 0
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
-    @property
-    def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
-
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
-        return self.k, self.v
+        """Append (B, H, T, D) keys and values; returns views of everything held so far."""
+        end = self.length + k.shape[2]
+        if end > self.capacity:
+            raise ValueError(f"KV cache of {self.capacity} positions cannot hold {end}")
+        if self.k is None:
+            b, h, _, d = k.shape
+            self.k = k.new_empty(b, h, self.capacity, d)
+            self.v = v.new_empty(b, h, self.capacity, v.shape[3])
+        self.k[:, :, self.length : end] = k
+        self.v[:, :, self.length : end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
 
 
 class SwiGLU(nn.Module):

@@ -96,7 +96,7 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        caches = model.new_caches()
+        caches = model.new_caches(len(prompt_ids) + budget)
         step_input = torch.tensor([prompt_ids], dtype=torch.long, device=device)
         out: list[int] = []
         for _ in range(budget):

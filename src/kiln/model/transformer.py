@@ -156,8 +156,11 @@ class Transformer(nn.Module):
     def moe_layers(self) -> list[MoE]:
         return [layer.ffn for layer in self.layers if isinstance(layer.ffn, MoE)]
 
-    def new_caches(self) -> list[KVCache]:
-        return [KVCache() for _ in self.layers]
+    def new_caches(self, capacity: int | None = None) -> list[KVCache]:
+        """One KV cache per layer for `capacity` positions (default and cap: the context);
+        size it to prompt + new tokens so a short generation allocates little."""
+        max_len = self.cfg.max_seq_len
+        return [KVCache(min(capacity or max_len, max_len)) for _ in self.layers]
 
 
 def count_params(model: Transformer) -> dict[str, int]:

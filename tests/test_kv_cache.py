@@ -1,0 +1,102 @@
+"""The preallocated KV cache: written in place, sized per generation, and decoding through
+it gives the tokens a full recompute gives, for every attention variant."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from linear_time import assert_linear
+
+from kiln.config import ModelConfig
+from kiln.model import Transformer
+from kiln.model.layers import KVCache
+from kiln.model.sampling import _next_token, generate
+
+BASE = dict(vocab_size=61, dim=32, n_layers=4, n_heads=4, n_kv_heads=2, max_seq_len=48,
+            init_std=0.3)  # large weights: peaked, distinct logits
+VARIANTS = {
+    "gqa": {},
+    "mha": dict(n_kv_heads=4),
+    "sliding": dict(local_per_global=3, sliding_window=5),  # prompts are longer than 5
+    "nope": dict(local_per_global=1, sliding_window=4, global_rope=False),
+    "qk_norm": dict(qk_norm=True),
+    "gate_sandwich": dict(attn_gate=True, sandwich_norm=True, embed_scale=True),
+    "moe": dict(n_experts=4, n_dense_layers=1, top_k=2, expert_hidden=16, route_scale=2.0,
+                tie_embeddings=False),
+}
+
+
+def _model(**kw) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(**{**BASE, **kw})).eval()
+
+
+@torch.no_grad()
+def _generate_without_cache(model: Transformer, prompt: list[int], n: int, temperature: float,
+                            generator: torch.Generator | None) -> list[int]:
+    """The reference: every token from a full forward over the whole sequence so far."""
+    seq = list(prompt)
+    for _ in range(n):
+        logits = model(torch.tensor([seq]))[0, -1]
+        seq.append(_next_token(logits, temperature, 0, 1.0, generator))
+    return seq[len(prompt):]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_cached_decoding_gives_the_tokens_of_a_full_recompute(variant, temperature):
+    model = _model(**VARIANTS[variant])
+    prompt = [int(t) for t in torch.randint(0, BASE["vocab_size"], (11,))]
+    n = BASE["max_seq_len"] - len(prompt)  # up to the full context
+    cached = generate(model, prompt, n, temperature=temperature,
+                      generator=torch.Generator().manual_seed(3))
+    full = _generate_without_cache(model, prompt, n, temperature,
+                                   torch.Generator().manual_seed(3))
+    assert cached == full
+
+
+def test_generate_allocates_once_for_prompt_plus_new_tokens(monkeypatch):
+    """The buffers are made once, for what this generation can reach, and written in place:
+    every step's keys land in the same storage."""
+    model = _model()
+    made: list[list[KVCache]] = []
+    real = model.new_caches
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(model, "new_caches", spy)
+    pointers: list[int] = []
+    layer = model.layers[0].attn
+    hook = layer.register_forward_hook(lambda *_: pointers.append(made[0][0].k.data_ptr()))
+    generate(model, [1, 2, 3], 10, temperature=0.0)
+    hook.remove()
+    (caches,) = made
+    assert [c.capacity for c in caches] == [13] * BASE["n_layers"]
+    assert caches[0].k.shape[2] == 13 and len(set(pointers)) == 1 and len(pointers) == 10
+    # capped at the context
+    assert generate(model, [1, 2, 3], 1000, temperature=0.0)
+    assert made[1][0].capacity == BASE["max_seq_len"]
+
+
+def test_a_full_cache_refuses_more_positions():
+    cache = KVCache(4)
+    kv = torch.zeros(1, 2, 3, 8)
+    cache.update(kv, kv)
+    with pytest.raises(ValueError, match="4 positions cannot hold 6"):
+        cache.update(kv, kv)
+    assert cache.length == 3
+
+
+def test_filling_the_cache_token_by_token_is_linear():
+    """Each step writes one position: appending n tokens costs O(n), where concatenating
+    copied everything held so far on every step (O(n^2))."""
+    step = torch.randn(1, 1, 1, 8)
+
+    def fill(n: int) -> None:
+        cache = KVCache(n)
+        for _ in range(n):
+            cache.update(step, step)
+
+    assert_linear(fill, lambda n: n, 256, "KVCache.update")
