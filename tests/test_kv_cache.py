@@ -89,6 +89,18 @@ def test_a_full_cache_refuses_more_positions():
     assert cache.length == 3
 
 
+def test_a_cache_refuses_another_batch():
+    """Written in place, a batch of 1 would broadcast over a cache of 2 rows without a word
+    (concatenating refused it): each row's keys would become the one row's."""
+    cache = KVCache(4)
+    kv = torch.zeros(2, 2, 1, 8)
+    cache.update(kv, kv)
+    one = torch.ones(1, 2, 1, 8)
+    with pytest.raises(ValueError, match=r"\(2, 2\), got \(1, 2\): reset it"):
+        cache.update(one, one)
+    assert cache.length == 1 and not cache.k[:, :, :1].any()
+
+
 def test_filling_the_cache_token_by_token_is_linear():
     """Each step writes one position: appending n tokens costs O(n), where concatenating
     copied everything held so far on every step (O(n^2))."""

@@ -251,6 +251,9 @@ class KVCache:
             b, h, _, d = k.shape
             self.k = k.new_empty(b, h, self.capacity, d)
             self.v = v.new_empty(b, h, self.capacity, v.shape[3])
+        elif k.shape[:2] != self.k.shape[:2]:  # written in place, a batch of 1 would broadcast
+            raise ValueError(f"KV cache holds batch x heads {tuple(self.k.shape[:2])}, "
+                             f"got {tuple(k.shape[:2])}: reset it")
         self.k[:, :, self.length : end] = k
         self.v[:, :, self.length : end] = v
         self.length = end
