@@ -236,20 +236,12 @@ def _long_wait_group() -> dist.ProcessGroup:
     return _LONG_WAIT
 
 
-def wait_for_main(env: DistEnv) -> None:
-    """A barrier for ranks that wait while rank 0 works alone (data stages, a checkpoint
-    write): those can outlast the process group's timeout (NCCL 10 min, gloo 30 min), so
-    this one waits on a gloo group of its own with a week's timeout. A rank that fails
-    still ends the wait: torchrun stops the others."""
-    if env.distributed:
-        dist.barrier(group=_long_wait_group())
-
-
 def main_outcome(env: DistEnv, failure: str | None) -> str | None:
-    """Wait for rank 0's work like `wait_for_main`, and hand every rank its outcome:
-    `failure` as rank 0 gave it (None: it succeeded). A rank 0 that raised alone would leave
-    the others at the barrier, stopped by torchrun but hung for a week in a hand launch;
-    told, every rank raises the same error."""
+    """Wait for rank 0's work alone (data stages, a checkpoint write: they can outlast the
+    process group's timeout, NCCL 10 min, gloo 30 min, so the wait is on a gloo group of its
+    own with a week's), and hand every rank its outcome: `failure` as rank 0 gave it (None:
+    it succeeded). A rank 0 that raised alone would leave the others waiting, stopped by
+    torchrun but hung for a week in a hand launch; told, every rank raises the same error."""
     if not env.distributed:
         return failure
     said = [failure if env.is_main else None]
