@@ -57,6 +57,33 @@ def test_re_made_documents_make_the_tokens_stale(made):
     Trainer(cfg)
 
 
+def test_tokenize_after_a_new_prepare_notes_the_tokenizer_fits_the_old_documents(made, capsys):
+    """`kiln prepare` then `kiln tokenize`, skipping `kiln tokenizer`: the shards are made
+    with merges learned on documents the run no longer holds; said, not refused (keeping a
+    tokenizer across data is a choice), and not said once the tokenizer is trained again."""
+    cfg, src, run = made
+    capsys.readouterr()
+    cmd_tokenize(cfg)  # nothing changed: no note
+    assert "trained on other documents" not in capsys.readouterr().err
+    for f in list(src.glob("f1*.txt")):
+        f.unlink()
+    cmd_prepare(cfg)
+    capsys.readouterr()
+    cmd_tokenize(cfg)
+    assert "the tokenizer was trained on other documents" in capsys.readouterr().err
+    cmd_tokenizer(cfg)
+    capsys.readouterr()
+    cmd_tokenize(cfg)
+    assert "trained on other documents" not in capsys.readouterr().err
+    (run / "tokenizer" / "made_from.json").unlink()  # a tokenizer put in by hand
+    for f in list(src.glob("f2*.txt")):
+        f.unlink()
+    cmd_prepare(cfg)
+    capsys.readouterr()
+    cmd_tokenize(cfg)
+    assert "trained on other documents" not in capsys.readouterr().err
+
+
 def test_a_re_trained_tokenizer_makes_the_tokens_stale(made):
     cfg, _, run = made
     from dataclasses import replace

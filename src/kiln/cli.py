@@ -132,11 +132,15 @@ def cmd_tokenizer(cfg: Config) -> None:
 
 def cmd_tokenize(cfg: Config) -> None:
     from kiln.data.documents import read_documents
-    from kiln.data.provenance import shards_made_from
+    from kiln.data.provenance import shards_made_from, tokenizer_fits_other_documents
     from kiln.data.shards import write_shards
     from kiln.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(_tokenizer_path(cfg))
+    if tokenizer_fits_other_documents(cfg.run_dir):  # kept on purpose is fine: said once
+        print("note: the tokenizer was trained on other documents than the run holds now "
+              "(`kiln prepare` ran since `kiln tokenizer`): its merges fit the earlier corpus; "
+              "run `kiln tokenizer` first to fit these (`kiln run` does)", file=sys.stderr)
     index = write_shards(read_documents(cfg.run_dir), tok, cfg.run_dir / "tokens",
                          val_fraction=cfg.data.val_fraction, seed=cfg.run.seed,
                          made_from=shards_made_from(cfg.run_dir),

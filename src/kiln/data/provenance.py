@@ -146,6 +146,20 @@ def tokenizer_is_current(run_dir: Path, kind: str, vocab_size: int, min_frequenc
         return False
 
 
+def tokenizer_fits_other_documents(run_dir: Path) -> bool:
+    """The run's tokenizer, as `kiln tokenizer` trained it (file unchanged since), was
+    trained on other documents than the run holds now: `kiln prepare` ran since. A
+    tokenizer put in by hand, or kept on purpose, has no such record or another hash."""
+    path = tokenizer_path(run_dir)
+    documents = documents_fingerprint(run_dir)
+    try:
+        record = json.loads((path.parent / TOKENIZER_RECORD).read_text(encoding="utf-8"))
+        return (documents is not None and record.get("tokenizer") == _file_hash(path)
+                and record.get("documents") != documents)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return False
+
+
 def shards_made_from(run_dir: Path) -> dict:
     """What `kiln tokenize` records in the index: the documents (checked before training)
     and the tokenizer file (so `kiln run` can tell the shards current)."""
