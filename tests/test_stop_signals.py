@@ -98,22 +98,27 @@ def test_ctrl_c_on_the_last_step_saves_it_and_still_stops(tiny_run):
     assert more == []  # nothing left to train
 
 
-
-def test_ctrl_c_while_the_last_checkpoint_is_written_still_stops(tiny_run, monkeypatch):
-    """The signal comes after the last step's check, while its checkpoint is written (a
-    large model's takes minutes): the message promised a stop, so training must not end as
-    if complete (a `kiln run` would go on to eval and export)."""
+def _signal_during_save(monkeypatch, at_step: int, sig: signal.Signals) -> None:
+    """`sig` arrives while the checkpoint of `at_step` is written, after that step's own
+    check of the stop flag."""
     from kiln.train import callbacks
 
     real_save = callbacks.save_checkpoint
 
     def save_then_signalled(root, step, *args, **kwargs):
         path = real_save(root, step, *args, **kwargs)
-        if step == 12:
-            os.kill(os.getpid(), signal.SIGINT)
+        if step == at_step:
+            os.kill(os.getpid(), sig)
         return path
 
     monkeypatch.setattr(callbacks, "save_checkpoint", save_then_signalled)
+
+
+def test_ctrl_c_while_the_last_checkpoint_is_written_still_stops(tiny_run, monkeypatch):
+    """The signal comes after the last step's check, while its checkpoint is written (a
+    large model's takes minutes): the message promised a stop, so training must not end as
+    if complete (a `kiln run` would go on to eval and export)."""
+    _signal_during_save(monkeypatch, 12, signal.SIGINT)
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with pytest.raises(TrainingInterrupted) as stopped:
         train_losses(tiny_run)
@@ -126,17 +131,7 @@ def test_a_signal_during_a_periodic_checkpoint_write_stops_after_that_step(tiny_
                                                                             monkeypatch):
     """The signal comes while step 6's periodic checkpoint is written: the message said
     training stops after this step, and it is saved, so no step 7 is trained."""
-    from kiln.train import callbacks
-
-    real_save = callbacks.save_checkpoint
-
-    def save_then_signalled(root, step, *args, **kwargs):
-        path = real_save(root, step, *args, **kwargs)
-        if step == 6:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return path
-
-    monkeypatch.setattr(callbacks, "save_checkpoint", save_then_signalled)
+    _signal_during_save(monkeypatch, 6, signal.SIGTERM)
     with pytest.raises(TrainingInterrupted) as stopped:
         train_losses(tiny_run)
     assert stopped.value.step == 6 and stopped.value.exit_code == 143
