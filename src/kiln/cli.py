@@ -137,14 +137,14 @@ def cmd_tokenize(cfg: Config) -> None:
     from kiln.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(_tokenizer_path(cfg))
-    if tokenizer_fits_other_documents(cfg.run_dir):  # kept on purpose is fine: said once
+    made = shards_made_from(cfg.run_dir)
+    if tokenizer_fits_other_documents(cfg.run_dir, made):  # kept on purpose is fine: said once
         print("note: the tokenizer was trained on other documents than the run holds now "
               "(`kiln prepare` ran since `kiln tokenizer`): its merges fit the earlier corpus; "
               "run `kiln tokenizer` first to fit these (`kiln run` does)", file=sys.stderr)
     index = write_shards(read_documents(cfg.run_dir), tok, cfg.run_dir / "tokens",
                          val_fraction=cfg.data.val_fraction, seed=cfg.run.seed,
-                         made_from=shards_made_from(cfg.run_dir),
-                         progress=sys.stderr.isatty())  # off a terminal: one line per redraw
+                         made_from=made, progress=sys.stderr.isatty())  # off a terminal: one line per redraw
     from kiln.data.yield_report import add_token_counts
 
     add_token_counts(cfg.run_dir)  # yield.json gains the tokens that came out

@@ -146,16 +146,16 @@ def tokenizer_is_current(run_dir: Path, kind: str, vocab_size: int, min_frequenc
         return False
 
 
-def tokenizer_fits_other_documents(run_dir: Path) -> bool:
+def tokenizer_fits_other_documents(run_dir: Path, made: dict) -> bool:
     """The run's tokenizer, as `kiln tokenizer` trained it (file unchanged since), was
-    trained on other documents than the run holds now: `kiln prepare` ran since. A
-    tokenizer put in by hand, or kept on purpose, has no such record or another hash."""
-    path = tokenizer_path(run_dir)
-    documents = documents_fingerprint(run_dir)
+    trained on other documents than the run holds now: `kiln prepare` ran since. `made` is
+    `shards_made_from(run_dir)` (the documents and tokenizer now). A tokenizer put in by
+    hand, or kept on purpose, has no such record or another hash."""
     try:
-        record = json.loads((path.parent / TOKENIZER_RECORD).read_text(encoding="utf-8"))
-        return (documents is not None and record.get("tokenizer") == _file_hash(path)
-                and record.get("documents") != documents)
+        record = json.loads((tokenizer_path(run_dir).parent / TOKENIZER_RECORD)
+                            .read_text(encoding="utf-8"))
+        return (made["documents"] is not None and record.get("tokenizer") == made["tokenizer"]
+                and record.get("documents") != made["documents"])
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
         return False
 
