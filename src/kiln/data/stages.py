@@ -217,21 +217,15 @@ def brain_rot_m2_stage(ctx: StageContext) -> PipelineStep:
 def perplexity_stage(ctx: StageContext) -> PipelineStep:
     """The scoring pass: `ppl`, `nll`, `ppl_tokens` in metadata (selection is a later stage)."""
     from kiln.data.filters import PerplexityScorer
-    from kiln.data.filters.perplexity import PAPER_MAX_TOKENS, doc_token_limit
-    from kiln.data.filters.run_model import run_max_seq_len
 
     p = ctx.cfg.perplexity
-    context = run_max_seq_len(p.run_dir)  # the run's config alone: no weights are loaded
-    try:  # here, not in a task after the stages before it ran
-        doc_token_limit(context, p.max_tokens_per_doc or None)
-    except ValueError:
-        raise ConfigError(
-            f"prepare.perplexity.max_tokens_per_doc = {p.max_tokens_per_doc} does not fit the "
-            f"scoring model of {p.run_dir}: its context (model.max_seq_len {context}) holds EOS + "
-            f"{context - 1} document tokens; set at most {context - 1}, or 0 for the paper's "
-            f"{PAPER_MAX_TOKENS} tokens or what the model holds") from None
     _check_device("perplexity.device", p.device, ctx.cfg.executor)
-    return PerplexityScorer(p.run_dir, p.batch_size, p.max_tokens_per_doc or None, p.device)
+    try:  # the scorer checks max_tokens_per_doc against its model's context (no weights)
+        return PerplexityScorer(p.run_dir, p.batch_size, p.max_tokens_per_doc or None, p.device)
+    except ValueError as e:
+        if isinstance(e, KilnError):  # the run's own config or data, already named
+            raise
+        raise ConfigError(f"prepare.perplexity.{e} (the scoring model: {p.run_dir})") from None
 
 
 class PerplexityThresholds(PipelineStep):

@@ -31,8 +31,10 @@ def doc_token_limit(max_seq_len: int, max_tokens_per_doc: int | None) -> int:
     room = max_seq_len - 1
     limit = max_tokens_per_doc or min(PAPER_MAX_TOKENS, room)
     if limit > room:
-        raise ValueError(f"max_tokens_per_doc={limit} does not fit the model (max_seq_len "
-                         f"{max_seq_len} holds EOS + {room} tokens)")
+        raise ValueError(f"max_tokens_per_doc = {limit} does not fit the model: its context "
+                         f"(model.max_seq_len {max_seq_len}) holds EOS + {room} document "
+                         f"tokens; set at most {room}, or leave it unset (0) for the paper's "
+                         f"{PAPER_MAX_TOKENS} tokens or what the model holds")
     return limit
 
 
