@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from kiln.atomic import new_archive_folder
@@ -52,4 +52,6 @@ def other_files_set_aside(out_dir: Path, run_dir: Path) -> Iterator[str | None]:
         if not os.path.lexists(out_dir):  # the export wrote nothing there: as it was
             os.replace(dest, out_dir)
             dest.parent.rmdir()
+            with suppress(OSError):  # an archive/ made for it alone goes too
+                dest.parent.parent.rmdir()
         raise
