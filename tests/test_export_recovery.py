@@ -167,7 +167,14 @@ def rmtree(path, *a, **k):
 def save_tensors(*a, **k):
     die()
 
-atomic.os.replace, atomic.shutil.rmtree = replace, rmtree
+real_sync = atomic.fsync_dir
+
+def fsync_dir(path):
+    if point == "after-the-swap" and os.path.basename(path) == os.path.basename(sys.argv[1]):
+        die()
+    return real_sync(path)
+
+atomic.os.replace, atomic.shutil.rmtree, atomic.fsync_dir = replace, rmtree, fsync_dir
 if point == "while-writing":
     import kiln.export.hf_folder as hf_folder
     hf_folder.save_tensors = save_tensors
@@ -275,3 +282,30 @@ def test_loading_a_model_outside_a_run_moves_nothing(tmp_path):
             pytest.raises(FileNotFoundError):
         load_native(models / "mine")
     assert tree() == before
+
+
+@pytest.mark.parametrize("point, put_back", [
+    ("while-writing", True), ("between-renames", True), ("after-the-swap", False)])
+def test_a_model_card_set_aside_by_a_killed_export(tiny_run, capsys, point, put_back):
+    """export/ holding a model card moves to the archive before the export and comes back
+    if it fails; killed, it stayed there in silence and the run had no export/ at all."""
+    from kiln.cli import cmd_train, main
+
+    cmd_train(tiny_config(tiny_run, "train.steps=6"))
+    export = tiny_run / "export"
+    assert main(["export", str(tiny_run)]) == 0
+    (export / "README.md").write_text("my model card")
+    before = {p.name: p.read_bytes() for p in export.iterdir()}
+    _export_killed_at(tiny_run, point)
+    capsys.readouterr()
+    assert main(["report", str(tiny_run)]) == 0
+    err = capsys.readouterr().err
+    if put_back:
+        assert {p.name: p.read_bytes() for p in export.iterdir()} == before
+        assert f"it is back in {export}" in err and not (tiny_run / "archive").exists()
+    else:
+        assert is_whole_export(export) and not (export / "README.md").exists()
+        [kept] = tiny_run.glob("archive/before-export-*/export")
+        assert (kept / "README.md").read_text() == "my model card"
+        assert f"held that an export does not write to {kept}" in err
+    assert not list(tiny_run.glob(".export.set-aside-*"))

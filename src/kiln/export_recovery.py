@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import suppress
 from pathlib import Path
 
 from kiln.atomic import new_archive_folder, recover_killed_swaps, writer_killed
@@ -17,6 +18,40 @@ _WEIGHTS = "model.safetensors"
 _CONFIGS = ("config.json", "config.toml")
 _RECORD = "kiln_export.json"  # kiln.export.hf_folder.EXPORT_RECORD, written by every export
 _RUN_RECORDS = ("config.toml", "env.json")  # kiln.run_dir.write_run_metadata's
+
+
+def set_aside_record(out_dir: Path, pid: int | str = "*") -> Path:
+    """Where `kiln.export.earlier.other_files_set_aside` notes, while its export runs, the
+    archive folder it moved `out_dir` to (pid "*": a glob for every writer's)."""
+    out_dir = Path(out_dir)
+    return out_dir.parent / f".{out_dir.name}.set-aside-{pid}"
+
+
+def _put_back_set_aside(out_dir: Path) -> str | None:
+    """A killed export had moved `out_dir` (holding what an export does not write) to the
+    archive: it comes back if that export put nothing in its place, as after a failed
+    export; else it stays there, as after a whole one, and the note says where."""
+    notes = []
+    for record in sorted(out_dir.parent.glob(set_aside_record(out_dir).name)):
+        if not writer_killed(record):
+            continue
+        try:
+            dest = Path(json.loads(record.read_text())["moved_to"])
+        except (OSError, ValueError, KeyError, TypeError):
+            dest = None
+        if dest is not None and os.path.lexists(dest):
+            if not os.path.lexists(out_dir):
+                os.replace(dest, out_dir)
+                notes.append(f"an export killed while replacing {out_dir} had moved it to "
+                             f"{dest}; it is back in {out_dir}")
+            else:
+                notes.append(f"an export killed after replacing {out_dir} had moved what it "
+                             f"held that an export does not write to {dest}")
+        for folder in (dest.parent, dest.parent.parent) if dest is not None else ():
+            with suppress(OSError):  # emptied by the put-back (or by a kill before the move)
+                folder.rmdir()
+        record.unlink(missing_ok=True)
+    return "; ".join(notes) or None
 
 
 def stranded_exports(out_dir: Path) -> list[Path]:
@@ -77,8 +112,14 @@ def recover_export(out_dir: Path, run_dir: Path) -> str | None:
     """Finish the swap of a killed export when `out_dir` is missing or not a whole export:
     the new export it had completed goes in, or else the previous export it left aside
     comes back (what is there instead moves to run_dir/archive/ first: nothing the user made
-    is deleted); return what happened, or None when nothing was stranded."""
+    is deleted); a folder of the user's it had moved to the archive comes back if no export
+    took its place. Return what happened, or None when nothing was stranded."""
     out_dir = Path(out_dir)
+    notes = [_finish_swap(out_dir, run_dir), _put_back_set_aside(out_dir)]
+    return "; ".join(n for n in notes if n) or None
+
+
+def _finish_swap(out_dir: Path, run_dir: Path) -> str | None:
     stranded = stranded_exports(out_dir)
     running = [p for p in stranded if not writer_killed(p)]
     if running and not is_whole_export(out_dir):
