@@ -138,3 +138,27 @@ def test_a_linked_folder_or_file_is_replaced_where_it_links_to(tmp_path):
     (link.parent / "t.json").symlink_to(tmp_path / "big" / "t.json")
     write_text_atomic(link.parent / "t.json", "2")
     assert (link.parent / "t.json").is_symlink() and (tmp_path / "big" / "t.json").read_text() == "2"
+
+
+def test_the_new_folder_is_synced_before_the_old_one_moves_aside(tmp_path, monkeypatch):
+    """A `.tmp-PID` beside the `.old-PID` of a killed writer is taken for complete (an
+    export is finished, not discarded): its folders' entries must be on disk by then, not
+    only its files' bytes."""
+    import kiln.atomic as atomic
+
+    path = tmp_path / "export"
+    with atomic_dir(path) as tmp:
+        (tmp / "a").write_text("old")
+    events: list[str] = []
+    real_replace, real_sync = os.replace, atomic.fsync_dir
+    monkeypatch.setattr(atomic, "fsync_dir", lambda d: events.append(f"sync {d.name}")
+                        or real_sync(d))
+    monkeypatch.setattr(atomic.os, "replace", lambda s, d: events.append(f"move {s.name}")
+                        or real_replace(s, d))
+    with atomic_dir(path) as tmp:
+        (tmp / "sub").mkdir()
+        (tmp / "sub/b").write_text("new")
+    pid = os.getpid()
+    moved_aside = events.index("move export")
+    assert {f"sync .export.tmp-{pid}", "sync sub"} <= set(events[:moved_aside])
+    assert (path / "sub/b").read_text() == "new"

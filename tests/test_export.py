@@ -249,8 +249,38 @@ def test_a_failed_export_puts_the_set_aside_folder_back(tiny_run, monkeypatch, c
 
     monkeypatch.setattr(hf_folder, "save_tensors", crash)
     capsys.readouterr()
-    with pytest.raises(OSError, match="disk full"):
-        main(["export", str(tiny_run)])
+    assert main(["export", str(tiny_run)]) == 1  # `kiln: cannot write ... (OSError: disk full)`
     assert sorted(p.name for p in export.iterdir()) == before
     assert (export / "README.md").read_text() == "my model card"
-    assert not list(tiny_run.glob("archive/*")) and "moved to" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert not list(tiny_run.glob("archive/*")) and "moved to" not in err
+    assert "(OSError: disk full)" in err and "the previous export is intact" in err
+
+
+def test_a_full_disk_while_writing_the_weights_is_one_line(tiny_run, monkeypatch, capsys):
+    """safetensors' writer on a full disk raised its own SafetensorError through `kiln
+    export` as a traceback, and the set-aside folder's emptied archive/ stayed behind."""
+    from conftest import tiny_config
+    from safetensors import SafetensorError
+
+    from kiln.cli import cmd_train, main
+
+    cmd_train(tiny_config(tiny_run, "train.steps=6"))
+    export = tiny_run / "export"
+    assert main(["export", str(tiny_run)]) == 0
+    (export / "README.md").write_text("my model card")
+    before = {p.name: p.read_bytes() for p in export.iterdir()}
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                              "(os error 28)")
+
+    monkeypatch.setattr(hf_folder, "save_tensors", full)
+    capsys.readouterr()
+    assert main(["export", str(tiny_run)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kiln: cannot write {export} (SafetensorError: ") and "\n" not in err
+    assert "No space left on device" in err and "the previous export is intact" in err
+    assert {p.name: p.read_bytes() for p in export.iterdir()} == before
+    assert not (tiny_run / "archive").exists()
+    assert sorted(p.name for p in tiny_run.iterdir() if p.name.startswith(".export")) == []

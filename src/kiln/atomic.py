@@ -101,7 +101,9 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     replaces `path` only on success.
 
     A non-empty folder cannot be replaced by one rename, so the old one is moved aside
-    first and restored if the swap fails.
+    first and restored if the swap fails. It is moved aside only once the new one is whole
+    on disk: a `.tmp-PID` beside a killed writer's `.old-PID` is complete (see
+    `kiln.export_recovery.finished_copy`).
     """
     path = link_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,6 +118,10 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
             if f.is_file():
                 with open(f, "rb") as fh:
                     os.fsync(fh.fileno())
+        # the folders' entries too: once the old folder is moved aside, the new one must be
+        # whole on disk (a reader finishing a killed swap relies on it)
+        for d in [tmp, *(d for d in tmp.rglob("*") if d.is_dir() and not d.is_symlink())]:
+            fsync_dir(d)
         if path.exists():
             os.replace(path, old)
         try:

@@ -317,10 +317,12 @@ def cmd_generate(cfg: Config) -> None:
 
 
 def cmd_export(cfg: Config) -> None:
+    from safetensors import SafetensorError
+
     from kiln.data.provenance import run_tokenizer
     from kiln.export import export_model
     from kiln.export.earlier import other_files_set_aside
-    from kiln.export_recovery import recover_export
+    from kiln.export_recovery import is_whole_export, recover_export
     from kiln.train.trained_run import load_trained_model
 
     model, ckpt = load_trained_model(cfg)
@@ -329,8 +331,15 @@ def cmd_export(cfg: Config) -> None:
     recovered = recover_export(out, cfg.run_dir)  # the previous export, back before it is replaced
     if recovered:
         print(f"note: {recovered}", file=sys.stderr)
-    with other_files_set_aside(out, cfg.run_dir) as moved:  # the export replaces it whole
-        result = export_model(model, _tokenizer_path(cfg), out, cfg, ckpt.name)
+    try:
+        with other_files_set_aside(out, cfg.run_dir) as moved:  # the export replaces it whole
+            result = export_model(model, _tokenizer_path(cfg), out, cfg, ckpt.name)
+    except (FileNotFoundError, PermissionError):  # each has its own advice
+        raise
+    except (OSError, SafetensorError) as e:  # a full disk: in safetensors' writer or ours
+        kept = "the previous export is intact" if is_whole_export(out) else "nothing was exported"
+        raise KilnError(f"cannot write {out} ({type(e).__name__}: {e}): is the disk full or "
+                        f"read-only? {kept}; free space and run `kiln export` again") from e
     if moved:
         print(f"note: {moved}", file=sys.stderr)
     print(f"export ({result.format}): {ckpt.name} -> {result.path} ({result.note})")

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from kiln.atomic import new_archive_folder
+from kiln.atomic import new_archive_folder, write_json_atomic
 from kiln.export.hf_folder import HF_FILES
 from kiln.export.native import FILES as NATIVE_FILES
+from kiln.export_recovery import set_aside_record
 
 EXPORT_FILES = frozenset(HF_FILES) | frozenset(NATIVE_FILES)
 
@@ -45,6 +46,9 @@ def other_files_set_aside(out_dir: Path, run_dir: Path) -> Iterator[str | None]:
         yield None
         return
     dest = new_archive_folder(run_dir, "before-export") / out_dir.name
+    # a kill skips the put-back below: the record lets the next reader of out_dir do it
+    record = set_aside_record(out_dir, os.getpid())
+    write_json_atomic(record, {"moved_to": str(dest.absolute())})
     os.replace(out_dir, dest)
     try:
         yield f"{out_dir} {what}: it moved to {dest}"
@@ -52,4 +56,8 @@ def other_files_set_aside(out_dir: Path, run_dir: Path) -> Iterator[str | None]:
         if not os.path.lexists(out_dir):  # the export wrote nothing there: as it was
             os.replace(dest, out_dir)
             dest.parent.rmdir()
+            with suppress(OSError):  # an archive/ made for it alone goes too
+                dest.parent.parent.rmdir()
         raise
+    finally:
+        record.unlink(missing_ok=True)

@@ -20,13 +20,12 @@ from safetensors.torch import load_file
 from kiln.atomic import atomic_dir
 from kiln.config import Config, ConfigError, config_to_toml, load_config, validate
 from kiln.export.hf_folder import EXPORT_RECORD, is_tied
-from kiln.export_recovery import recover_export
+from kiln.export_recovery import describe_stranded, is_run_export, recover_export
 from kiln.model.transformer import Transformer
 from kiln.tensor_files import save_tensors
 
 NATIVE_FORMAT = "kiln-native"
 FILES = ("model.safetensors", "config.toml", "tokenizer.json", EXPORT_RECORD)
-
 
 
 def native_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
@@ -59,9 +58,12 @@ def export_native(
 def load_native(path: Path | str) -> Transformer:
     """Rebuild the exported model (eval mode, CPU, fp32 as saved). Every tensor of the
     architecture must be in the file and nothing else (strict), so a folder from another
-    Kiln version fails loudly instead of loading half its weights."""
+    Kiln version fails loudly instead of loading half its weights. A killed export's swap is
+    finished only in a run's export/ (as `kiln report` would); elsewhere loading moves
+    nothing and only says what it found beside `path`."""
     path = Path(path)
-    if note := recover_export(path, path.parent):  # a killed export's, put back
+    note = recover_export(path, path.parent) if is_run_export(path) else describe_stranded(path)
+    if note:
         warnings.warn(note, stacklevel=2)
     missing = [f for f in FILES if not (path / f).is_file()]
     if missing:
