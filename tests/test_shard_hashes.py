@@ -131,3 +131,28 @@ def test_an_index_from_before_shard_hashes_still_loads_and_resumes(tok, tmp_path
     assert old_loader.stream.fingerprint == counts_fingerprint
     old_loader.load_state_dict(state)
     assert not old_loader.resumed_on_counts
+
+
+def test_training_on_an_index_from_before_shard_hashes_notes_it_and_resumes_after_retokenize(
+        tiny_run, capsys):
+    """A run trained on an older index is told its shards are checked by size alone; once
+    the same shards are tokenized again (hashes recorded) it resumes, told its checkpoint
+    could only be compared by counts."""
+    from conftest import tiny_config
+
+    from kiln.train.trainer import Trainer
+
+    path = tiny_run / "tokens" / "index.json"
+    hashed = path.read_text()
+    old = json.loads(hashed)
+    for split in ("train", "val"):
+        for shard in old[split]["shards"]:
+            del shard["sha256"]
+    path.write_text(json.dumps(old))
+    Trainer(tiny_config(tiny_run, "train.steps=6")).fit()
+    assert "was written before Kiln hashed each shard's contents" in capsys.readouterr().err
+    path.write_text(hashed)  # what `kiln tokenize` of the same documents writes now
+    trainer = Trainer(tiny_config(tiny_run, "train.steps=8"))
+    err = capsys.readouterr().err
+    assert trainer.step == 6 and "was saved before Kiln hashed the token shards" in err
+    assert "was written before Kiln hashed" not in err
