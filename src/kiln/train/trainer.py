@@ -301,9 +301,10 @@ class Trainer:
         if self.env.is_main:
             print(f"resumed from {ckpt} at step {self.step}", file=sys.stderr)
             if self.loader.resumed_on_counts:
-                print(f"note: {ckpt} was saved before Kiln hashed the token shards' contents: "
-                      "the shards match it by their counts, their contents cannot be compared "
-                      "(its next checkpoint records them)", file=sys.stderr)
+                print(f"note: {ckpt} was saved on token shards whose contents were not hashed "
+                      "(an older Kiln or index.json): these match it by their counts; their "
+                      "contents cannot be compared (the next checkpoint records them)",
+                      file=sys.stderr)
             changed = _changed_since_recorded(recorded, self.cfg, self.step)
             if changed:
                 print(f"note: resuming with settings changed since the run's config.toml was "
