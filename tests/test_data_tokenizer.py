@@ -133,3 +133,22 @@ def test_a_tokenizer_that_is_not_byte_level_is_refused_in_one_line(tok_path, tmp
     wordpiece.save(str(run / "tokenizer" / "tokenizer.json"))
     assert main(["tokenize", str(run)]) == 1
     assert "is not byte-level" in capsys.readouterr().err
+
+
+def test_a_tokenizer_with_ids_past_its_vocabulary_size_is_refused_in_one_line(tok_path, tmp_path):
+    """A tokenizer.json edited by hand can leave a gap in its ids: the vocabulary size (which
+    sizes the shards' dtype, the embedding and the per-id tables) is then below an id it
+    produces; loading it stopped with an IndexError traceback."""
+    import json
+    import re
+
+    from kiln.errors import RunDataError
+
+    spec = json.loads(tok_path.read_text())
+    vocab = spec["model"]["vocab"]
+    last = max(vocab, key=vocab.get)
+    vocab[last] = 70_000
+    (tmp_path / "gap.json").write_text(json.dumps(spec))
+    with pytest.raises(RunDataError, match=rf"gap.json has token {re.escape(repr(last))} at id 70000, past its "
+                       r"vocabulary size 300.*re-run `kiln tokenizer`"):
+        load_tokenizer(tmp_path / "gap.json")

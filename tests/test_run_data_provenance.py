@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from conftest import tiny_config
 
@@ -280,7 +281,13 @@ def test_the_tokenizer_and_shards_are_current_until_an_input_changes(made):
     whole = shard.read_bytes()
     shard.write_bytes(whole[:-2])  # a shard cut short
     assert _current(cfg) == (True, False)
+    tokens = np.frombuffer(whole, dtype=np.uint16).copy()
+    i = int(np.flatnonzero(tokens[:-1] != tokens[1:])[0])
+    tokens[[i, i + 1]] = tokens[[i + 1, i]]
+    shard.write_bytes(tokens.tobytes())  # edited in place: the same size, other tokens
+    assert _current(cfg) == (True, False)
     shard.write_bytes(whole)
+    assert _current(cfg) == (True, True)  # put back: hashed again, and the same
     tokenizer = run / "tokenizer" / "tokenizer.json"
     tokenizer.write_text(tokenizer.read_text() + " ")  # another file in its place
     assert _current(cfg) == (False, False)

@@ -41,7 +41,9 @@ class RunConfig:
 @dataclass
 class DataConfig:
     sources: list[str] = field(default_factory=list)  # empty: the Python standard library
-    max_bytes: int = 0  # each prepare task stops reading after this many bytes (0 = everything)
+    # per prepare task, not in all: each task's reader stops after the document that brings
+    # its documents' text to this many UTF-8 bytes (0 = everything; see the README)
+    max_bytes: int = 0
     val_fraction: float = 0.02  # fraction of documents held out for validation
     # the field of a .jsonl / .json record, or the column of a .parquet file, that holds the
     # document's text (`content`, `raw_content`...); the other fields go to metadata

@@ -17,17 +17,38 @@ import numpy as np
 import torch
 
 from kiln.data.open_files import room_for_open_files
+from kiln.data.shard_hashes import HASH_KEY, check_shard_hashes
 from kiln.data.shards import INDEX, SPLITS, load_index
 from kiln.errors import ConfigError, RunDataError
 
 
-def shards_fingerprint(index: dict) -> str:
-    """The index's token and byte counts and unigram entropy, per split, hashed: re-made
-    data (other files, even with the same settings) gives another fingerprint. What the
-    shards were made from is left out (indexes from before it was recorded match), and so is
-    the name of the unigram counts file (a later Kiln's addition, from the same shards)."""
+def shards_fingerprint(index: dict, contents: bool = True) -> str:
+    """The index's token and byte counts, unigram entropy and each shard's sha256, per split,
+    hashed: re-made data (other documents, or the same in another order, even with the same
+    counts) gives another fingerprint. What the shards were made from is left out (indexes
+    from before it was recorded match), and so is the name of the unigram counts file (a
+    later Kiln's addition, from the same shards). `contents=False` leaves the shards' hashes
+    out too: the fingerprint checkpoints recorded before Kiln hashed them (`counts_only`)."""
     content = {k: v for k, v in index.items() if k not in ("made_from", "unigram_counts")}
+    if not contents:
+        for split in SPLITS:
+            if isinstance(content.get(split), dict) and "shards" in content[split]:
+                content[split] = {**content[split], "shards": [
+                    {k: v for k, v in shard.items() if k != HASH_KEY}
+                    for shard in content[split]["shards"]]}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def counts_only(index: dict) -> bool:
+    """An index from before Kiln hashed each shard's contents: only sizes can be checked."""
+    return any(HASH_KEY not in shard for split in SPLITS if split in index
+               for shard in index[split]["shards"])
+
+
+def accepts_fingerprint(index: dict, saved: str) -> bool:
+    """`saved` (a checkpoint's) names these shards: their fingerprint, or, for a checkpoint
+    saved before Kiln hashed the shards' contents, their counts (all it could record)."""
+    return saved in (shards_fingerprint(index), shards_fingerprint(index, contents=False))
 
 
 class TokenStream:
@@ -54,10 +75,12 @@ class TokenStream:
                                    "the shards are damaged; re-run `kiln tokenize`")
             self.paths.append(path)
             starts.append(starts[-1] + shard["tokens"])
+        check_shard_hashes(Path(shard_dir), index[split]["shards"])
         self.starts = np.asarray(starts, dtype=np.int64)
         self.maps = ([np.memmap(p, dtype=dtype, mode="r") for p in self.paths]
                      if room_for_open_files(len(self.paths)) else None)
         self.n_tokens = int(self.starts[-1])
+        self.index = index
         self.fingerprint = shards_fingerprint(index)
 
     def read(self, start: int, stop: int) -> np.ndarray:
@@ -152,6 +175,8 @@ class TokenLoader:
         self.n_windows = _windows(self.stream, seq_len)
         self.position = 0  # windows consumed globally, over all ranks and epochs
         self._perm: tuple[int, np.ndarray] | None = None
+        # resumed from a state that recorded the shards by their counts only (see load_state_dict)
+        self.resumed_on_counts = False
 
     def _permutation(self, epoch: int) -> np.ndarray:
         if self._perm is None or self._perm[0] != epoch:
@@ -192,9 +217,11 @@ class TokenLoader:
                     f"loader state has {key}={state[key]} but this loader has {getattr(self, key)};"
                     " resuming would change the data order"
                 )
-        if state.get("data", self.stream.fingerprint) != self.stream.fingerprint:  # older: none
+        saved = state.get("data", self.stream.fingerprint)  # older states: none
+        if not accepts_fingerprint(self.stream.index, saved):
             raise ValueError("the loader state was saved on other token shards (tokens/"
                              "index.json differs): the data was re-made since")
+        self.resumed_on_counts = saved != self.stream.fingerprint
         self.position = int(state["position"])
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from kiln.data.prepare_config import stage_options
+from kiln.data.shard_hashes import check_shard_hashes
 from kiln.data.shards import load_index, load_token_bytes
 from kiln.data.tokenizer import load_tokenizer, token_byte_lengths
 from kiln.data.yield_report import LAYOUT_FILE
@@ -168,7 +169,8 @@ def shards_made_from(run_dir: Path) -> dict:
 
 def tokens_are_current(run_dir: Path, val_fraction: float, seed: int) -> bool:
     """The token shards were made from the documents and tokenizer now in the run with this
-    split, and every shard is whole: `kiln tokenize` would write the same ones."""
+    split, and every shard is whole and unchanged (its hash, where the index has one, checked
+    as the loader does): `kiln tokenize` would write the same ones."""
     import numpy as np
 
     tokens = Path(run_dir) / "tokens"
@@ -182,6 +184,9 @@ def tokens_are_current(run_dir: Path, val_fraction: float, seed: int) -> bool:
         itemsize = np.dtype(index["dtype"]).itemsize
         whole = all((tokens / shard["file"]).stat().st_size == shard["tokens"] * itemsize
                     for split in ("train", "val") for shard in index[split]["shards"])
+        if whole:
+            for split in ("train", "val"):
+                check_shard_hashes(tokens, index[split]["shards"])
     except (OSError, ValueError, TypeError, KeyError, RunDataError):
         return False
     return (whole and index.get("val_fraction") == val_fraction and index.get("seed") == seed

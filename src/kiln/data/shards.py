@@ -18,8 +18,10 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from kiln.atomic import atomic_dir, write_json_atomic
+from kiln.data.shard_hashes import HASH_KEY, record_checked
 from kiln.data.tokenizer import eos_id, token_byte_lengths
 from kiln.errors import RunDataError
+from kiln.hashing import HashingWriter
 
 SPLITS = ("train", "val")
 INDEX = "index.json"
@@ -39,7 +41,8 @@ def split_hash(seed: int, doc_id: str) -> float:
 
 
 class _ShardWriter:
-    """Appends tokens to `{split}_{i:05d}.bin` files of at most `shard_tokens` tokens each."""
+    """Appends tokens to `{split}_{i:05d}.bin` files of at most `shard_tokens` tokens each,
+    hashing each as it is written (its sha256 goes in the index: `kiln.data.shard_hashes`)."""
 
     def __init__(self, out_dir: Path, split: str, dtype: np.dtype, shard_tokens: int, vocab: int):
         self.out_dir, self.split, self.dtype, self.cap = out_dir, split, dtype, shard_tokens
@@ -75,13 +78,14 @@ class _ShardWriter:
     def _open_next(self) -> None:
         self.close()
         name = f"{self.split}_{len(self.shards):05d}.bin"
-        self._file = open(self.out_dir / name, "wb")  # closed in close()
+        self._file = HashingWriter(self.out_dir / name)  # closed in close()
         self.shards.append({"file": name, "tokens": 0})
 
     def close(self) -> None:
         self._flush_counts()
         if self._file is not None:
             self._file.close()
+            self.shards[-1][HASH_KEY] = self._file.hexdigest()
             self._file = None
 
     def summary(self) -> dict:
@@ -197,6 +201,7 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
     index["unigram_counts"] = UNIGRAM_COUNTS
     if made_from is not None:
         index["made_from"] = made_from
+    record_checked(out_dir, {s["file"]: s[HASH_KEY] for w in writers.values() for s in w.shards})
     write_json_atomic(out_dir / INDEX, index)
     return index
 

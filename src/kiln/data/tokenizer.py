@@ -104,10 +104,21 @@ def load_tokenizer(path: Path | str) -> Tokenizer:
                            "re-run `kiln tokenizer`") from e
     if tok.token_to_id(EOS_TOKEN) is None:
         raise RunDataError(f"tokenizer {path} has no {EOS_TOKEN!r} token; re-run `kiln tokenizer`")
+    if problem := _ids_past_vocab(tok):
+        raise RunDataError(f"tokenizer {path} {problem}: the shards' dtype, the model's embedding "
+                           "and every per-id table are sized by it; re-run `kiln tokenizer`")
     if problem := _not_byte_level(tok):
         raise RunDataError(f"tokenizer {path} {problem}: Kiln needs the byte-level BPE "
                            "`kiln tokenizer` trains; re-run it")
     return _protect_specials(tok)
+
+
+def _ids_past_vocab(tok: Tokenizer) -> str:
+    """Why not every id is below the vocabulary size ("" when all are): a tokenizer.json
+    edited by hand, or from elsewhere, can leave gaps in its ids."""
+    size = tok.get_vocab_size()
+    token, idx = max(tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
+    return f"has token {token!r} at id {idx}, past its vocabulary size {size}" if idx >= size else ""
 
 
 def _not_byte_level(tok: Tokenizer) -> str:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kiln.config import Config, ConfigError, recorded_config
-from kiln.data.loader import shards_fingerprint
+from kiln.data.loader import accepts_fingerprint
 from kiln.data.shards import load_index
 from kiln.errors import RunDataError
 from kiln.model import Transformer
@@ -40,9 +40,10 @@ def load_trained_model(cfg: Config):
 def refuse_other_shards(ckpt: Path, tokens: Path) -> None:
     """The checkpoint records a fingerprint of the token shards it was trained on: shards
     re-made since (another tokenizer, other documents) would be read with the wrong
-    vocabulary, or evaluated on what was training data."""
+    vocabulary, or evaluated on what was training data. (A checkpoint from before Kiln hashed
+    the shards' contents recorded their counts alone, and is compared by those.)"""
     trained_on = trained_shards(ckpt)
-    if trained_on is not None and trained_on != shards_fingerprint(load_index(tokens)):
+    if trained_on is not None and not accepts_fingerprint(load_index(tokens), trained_on):
         raise RunDataError(f"{ckpt} was trained on other token shards than {tokens} holds now "
                            "(`kiln tokenize` re-made them since): restore the run's shards, or "
                            "train on these (`kiln train --fresh`)")

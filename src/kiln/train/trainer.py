@@ -25,7 +25,7 @@ from kiln.config import (
     flat_settings,
     recorded_config,
 )
-from kiln.data.loader import TokenLoader, TokenStream
+from kiln.data.loader import TokenLoader, TokenStream, counts_only
 from kiln.data.provenance import check_tokens_current, data_settings_differ
 from kiln.data.shards import load_index
 from kiln.errors import CheckpointError, TrainingDiverged
@@ -221,6 +221,11 @@ class Trainer:
         check_splits(self.token_dir, t.seq_len)  # before training, not at its end
         self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
                                   cfg.run.seed, self.env.rank, self.env.world_size)
+        if counts_only(self.loader.stream.index) and self.env.is_main:
+            print(f"note: {self.token_dir / 'index.json'} was written before Kiln hashed each "
+                  "shard's contents: only their sizes are checked, so shards changed in place or "
+                  "re-made with the same counts go unnoticed (re-run `kiln tokenize` to record "
+                  "the hashes, before training or with `kiln train --fresh`)", file=sys.stderr)
         if self.loader.n_windows < t.global_batch and self.env.is_main:
             print(f"note: the train split holds {self.loader.n_windows} windows of "
                   f"train.seq_len = {t.seq_len}, fewer than one batch of train.global_batch = "
@@ -295,6 +300,11 @@ class Trainer:
                                   "the run's config, or `kiln train --fresh`") from e
         if self.env.is_main:
             print(f"resumed from {ckpt} at step {self.step}", file=sys.stderr)
+            if self.loader.resumed_on_counts:
+                print(f"note: {ckpt} was saved on token shards whose contents were not hashed "
+                      "(an older Kiln or index.json): these match it by their counts; their "
+                      "contents cannot be compared (the next checkpoint records them)",
+                      file=sys.stderr)
             changed = _changed_since_recorded(recorded, self.cfg, self.step)
             if changed:
                 print(f"note: resuming with settings changed since the run's config.toml was "
