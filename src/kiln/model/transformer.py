@@ -149,8 +149,9 @@ class Transformer(nn.Module):
         return linear_cross_entropy(x.flatten(0, 1), self.head.weight, y) / y.numel()
 
     def aux_loss(self) -> torch.Tensor | None:
-        """Sum of the MoE layers' balance and z-losses from the last forward (None if dense)."""
-        losses = [layer.ffn.aux_loss for layer in self.layers if isinstance(layer.ffn, MoE)]
+        """Sum of the MoE layers' balance and z-losses from the last forward (None if dense,
+        or if that forward was in eval mode without gradients, which skips them)."""
+        losses = [moe.aux_loss for moe in self.moe_layers() if moe.aux_loss is not None]
         return torch.stack(losses).sum() if losses else None
 
     def moe_layers(self) -> list[MoE]:
