@@ -159,9 +159,11 @@ class Transformer(nn.Module):
 
     def new_caches(self, capacity: int | None = None) -> list[KVCache]:
         """One KV cache per layer for `capacity` positions (default and cap: the context);
-        size it to prompt + new tokens so a short generation allocates little."""
+        size it to prompt + new tokens so a short generation allocates little. A
+        sliding-window layer's holds its window alone (a ring)."""
         max_len = self.cfg.max_seq_len
-        return [KVCache(min(capacity or max_len, max_len)) for _ in self.layers]
+        return [KVCache(min(capacity or max_len, max_len), layer.attn.window)
+                for layer in self.layers]
 
 
 def count_params(model: Transformer) -> dict[str, int]:
