@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 from torch import nn
 
 import kiln.eval.perplexity as perplexity_module
+from kiln import strict_json
 from kiln.cli import main
 from kiln.report import build_report
 
@@ -36,7 +38,11 @@ def test_eval_line_json_and_report_say_inf(tiny_run, monkeypatch, capsys):
     assert main(["eval", str(tiny_run), "--set", "eval.max_batches=1"]) == 0
     assert "perplexity inf (exp of a loss above 709.78 overflows a float)" in \
         capsys.readouterr().out
-    assert json.loads((tiny_run / "eval.json").read_text())["perplexity"] == math.inf
+    text = (tiny_run / "eval.json").read_text()
+    # strict JSON (no bare Infinity, which jq and JSON.parse reject), naming the value
+    on_disk = json.loads(text, parse_constant=lambda word: pytest.fail(f"not JSON: {word}"))
+    assert on_disk["perplexity"] is None and on_disk["perplexity_not_finite"] == "inf"
+    assert strict_json.loads(text)["perplexity"] == math.inf
     page = build_report(tiny_run).read_text(encoding="utf-8")
     assert "<td>inf (exp of a loss above 709.78 overflows a float)</td>" in page
 

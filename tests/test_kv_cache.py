@@ -112,3 +112,41 @@ def test_filling_the_cache_token_by_token_is_linear():
             cache.update(step, step)
 
     assert_linear(fill, lambda n: n, 256, "KVCache.update")
+
+
+@pytest.mark.parametrize("variant", ["sliding", "nope"])
+@pytest.mark.parametrize("prompt_len", [1, 3, 11])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_sliding_window_layers_cache_their_window_alone_with_the_same_tokens(
+        variant, prompt_len, temperature, monkeypatch):
+    """A local layer's cache is a ring of `window` slots, not the whole generation's; the
+    tokens are a full recompute's, from prompts shorter and longer than the window."""
+    model = _model(**VARIANTS[variant])
+    windows = [layer.attn.window for layer in model.layers]
+    made: list[list[KVCache]] = []
+    real = model.new_caches
+    monkeypatch.setattr(model, "new_caches", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    prompt = [int(t) for t in torch.randint(0, BASE["vocab_size"], (prompt_len,))]
+    n = BASE["max_seq_len"] - prompt_len
+    cached = generate(model, prompt, n, temperature=temperature,
+                      generator=torch.Generator().manual_seed(3))
+    assert cached == _generate_without_cache(model, prompt, n, temperature,
+                                             torch.Generator().manual_seed(3))
+    assert [c.k.shape[2] for c in made[0]] == [w or BASE["max_seq_len"] for w in windows]
+
+
+@torch.no_grad()
+def test_a_ring_returns_the_last_window_in_order_to_the_bit():
+    """Step by step, the ring gives attention exactly the keys the whole cache's last
+    `window` positions are, prompt (longer or shorter than the window) then tokens."""
+    for prompt in (2, 7):
+        full, ring = KVCache(30), KVCache(30, window=4)
+        steps = [torch.randn(1, 2, prompt, 8)] + [torch.randn(1, 2, 1, 8) for _ in range(20)]
+        for kv in steps:
+            fk, _ = full.update(kv, kv)
+            rk, rv = ring.update(kv, -kv)
+            want = fk if kv.shape[2] > 1 else fk[:, :, -4:]
+            assert torch.equal(rk, want) and torch.equal(rv, -want)
+        assert ring.length == full.length == prompt + 20 and ring.k.shape[2] == 4
+    with pytest.raises(ValueError, match="one token at a time"):
+        ring.update(torch.zeros(1, 2, 2, 8), torch.zeros(1, 2, 2, 8))

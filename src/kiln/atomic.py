@@ -6,13 +6,14 @@ exports, checkpoints — goes through these helpers.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from kiln import strict_json
 
 
 def fsync_dir(path: Path) -> None:
@@ -54,7 +55,8 @@ def write_text_atomic(path: Path | str, text: str) -> None:
 
 
 def write_json_atomic(path: Path | str, obj: object) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2) + "\n")
+    """Strict JSON: a non-finite float is written as null and named (`kiln.strict_json`)."""
+    write_text_atomic(path, strict_json.dumps(obj, indent=2) + "\n")
 
 
 def _pid_alive(pid: int) -> bool:

@@ -281,6 +281,7 @@ def cmd_generate(cfg: Config) -> None:
 
     from kiln.atomic import write_json_atomic
     from kiln.data.provenance import run_tokenizer
+    from kiln.data.sample_text import decode_sample
     from kiln.data.tokenizer import eos_id
     from kiln.model.sampling import decoding_settings, generate
     from kiln.train.precision import resolve_device
@@ -307,12 +308,19 @@ def cmd_generate(cfg: Config) -> None:
         out = generate(model, ids, g.max_new_tokens, temperature=g.temperature, top_k=g.top_k,
                        top_p=g.top_p, eos_id=eos_id(tok), generator=rng,
                        vocab_size=tok.get_vocab_size())
-        completion = tok.decode(out, skip_special_tokens=False)
-        samples.append({"prompt": prompt, "completion": completion,
-                        **decoding_settings(g.temperature, g.top_k, g.top_p),
+        # the sample's complete characters: a stop can cut the last one short
+        completion, cut = decode_sample(tok, out, eos_id(tok))
+        sample = {"prompt": prompt, "completion": completion}
+        if cut:
+            sample["incomplete_bytes_dropped"] = cut
+        samples.append({**sample, **decoding_settings(g.temperature, g.top_k, g.top_p),
                         "checkpoint": ckpt.name})
         print(f"--- {prompt!r}{'' if prompt else ' (a document from its start)'}\n"
               f"{prompt}{completion}")
+        if cut:
+            print(f"note: {prompt[:40]!r}: the sample stopped inside a character; its last "
+                  f"{cut} byte{'s' if cut > 1 else ''} (an incomplete UTF-8 character) are "
+                  "left out", file=sys.stderr)
     write_json_atomic(cfg.run_dir / "samples.json", samples)
 
 

@@ -8,8 +8,9 @@ many short lines) that is most of every line, and the documents that survive are
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from kiln import strict_json
 
 # kept documents that lost more than this share of their bytes to a filter's edits
 MOST_REMOVED = 0.5
@@ -19,7 +20,7 @@ def yield_stages(run_dir: Path) -> list:
     """The stage rows of the run's `yield.json`; [] where it is missing or unreadable (the
     warnings read from it are advice, never a reason to fail a finished prepare)."""
     try:
-        stages = json.loads((Path(run_dir) / "yield.json").read_text(encoding="utf-8"))["stages"]
+        stages = strict_json.loads((Path(run_dir) / "yield.json").read_text(encoding="utf-8"))["stages"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
     return stages if isinstance(stages, list) else []

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
+from kiln import strict_json
 from kiln.atomic import new_archive_folder, write_json_atomic, write_text_atomic
 from kiln.config import EXECUTION_KEYS
 from kiln.data.documents import DEFAULT_TEXT_FIELD
@@ -623,7 +624,7 @@ def run_prepare(
         return {"status": "submitted", "executor": cfg.executor, "logging_dir": str(logging_dir)}
     summary = _summary(run_dir, layout, logging_dir)
     if not summary["documents_out"]:
-        yields = json.loads((run_dir / YIELD_FILE).read_text(encoding="utf-8"))
+        yields = strict_json.loads((run_dir / YIELD_FILE).read_text(encoding="utf-8"))
         raise NoDocumentsError(_no_documents_message(yields, summary["sources"], run_dir,
                                                       summary.get("skipped_examples", {}),
                                                       text_field))

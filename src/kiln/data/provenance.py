@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from kiln import strict_json
 from kiln.data.prepare_config import stage_options
 from kiln.data.shard_hashes import check_shard_hashes
 from kiln.data.shards import load_index, load_token_bytes
@@ -40,7 +41,7 @@ def documents_fingerprint(run_dir: Path) -> str | None:
         return None
     layout = Path(run_dir) / "logs" / "prepare" / LAYOUT_FILE
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
+        summary = strict_json.loads(path.read_text(encoding="utf-8"))
         signature = (json.loads(layout.read_text(encoding="utf-8"))["signature"]
                      if layout.is_file() else {})
         inputs = signature["input_files"] if signature else None
@@ -153,7 +154,7 @@ def tokenizer_fits_other_documents(run_dir: Path, made: dict) -> bool:
     `shards_made_from(run_dir)` (the documents and tokenizer now). A tokenizer put in by
     hand, or kept on purpose, has no such record or another hash."""
     try:
-        record = json.loads((tokenizer_path(run_dir).parent / TOKENIZER_RECORD)
+        record = strict_json.loads((tokenizer_path(run_dir).parent / TOKENIZER_RECORD)
                             .read_text(encoding="utf-8"))
         return (made["documents"] is not None and record.get("tokenizer") == made["tokenizer"]
                 and record.get("documents") != made["documents"])
@@ -206,7 +207,7 @@ def data_settings_differ(run_dir: Path, seed: int, val_fraction: float,
     made = {"run.seed": (index.get("seed"), seed),
             "data.val_fraction": (index.get("val_fraction"), val_fraction)}
     try:
-        record = json.loads((tokenizer_path(run_dir).parent / TOKENIZER_RECORD).read_text(
+        record = strict_json.loads((tokenizer_path(run_dir).parent / TOKENIZER_RECORD).read_text(
             encoding="utf-8"))
     except (OSError, ValueError):
         record = {}

@@ -17,6 +17,7 @@ from datatrove.data import Document
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from kiln import strict_json
 from kiln.atomic import atomic_dir, write_json_atomic
 from kiln.data.shard_hashes import HASH_KEY, record_checked
 from kiln.data.tokenizer import eos_id, token_byte_lengths
@@ -214,7 +215,7 @@ def load_index(out_dir: Path | str) -> dict:
             f"no token shards at {out_dir} (missing {INDEX}); run `kiln tokenize` first"
         )
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
+        index = strict_json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise RunDataError(f"{path} is damaged ({e}); re-run `kiln tokenize`") from e
     if not isinstance(index, dict) or "vocab_size" not in index:

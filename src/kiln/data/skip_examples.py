@@ -16,10 +16,10 @@ whatever the task count, as the merged counts are the same whatever it is.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from kiln import strict_json
 from kiln.data.sources import READ_FORMATS
 
 MAX_EXAMPLES = 5  # files named per reason
@@ -124,7 +124,7 @@ def merge_examples(folder: Path | str, tasks: int) -> dict:
     merged: dict[str, dict] = {}
     for rank in range(tasks):
         try:
-            found = json.loads((Path(folder) / f"{rank:05d}.json").read_text(encoding="utf-8"))
+            found = strict_json.loads((Path(folder) / f"{rank:05d}.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if not isinstance(found, dict):

@@ -8,7 +8,6 @@ selection) return a `StagePlan` whose `barrier` the runner turns into executor p
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
+from kiln import strict_json
 from kiln.atomic import write_json_atomic
 from kiln.data.pipeline import StageContext, StagePlan
 from kiln.data.prepare_config import period_bounds
@@ -278,7 +278,7 @@ class StoredThresholdSelector(BaseFilter):
         if self._selector is None:
             from kiln.data.filters import PerplexitySelector
 
-            found = json.loads(self.thresholds.read_text(encoding="utf-8"))
+            found = strict_json.loads(self.thresholds.read_text(encoding="utf-8"))
             kwargs = ({"low": found["low"], "high": found["high"]} if self.mode == "drop_extremes"
                       else {"threshold": found["threshold"]})
             self._selector = PerplexitySelector(self.mode, **kwargs)

@@ -26,6 +26,7 @@ from typing import Any
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
+from kiln import strict_json
 from kiln.atomic import write_json_atomic
 
 YIELD_FILE = "yield.json"
@@ -261,7 +262,7 @@ def write_yield_report(run_dir: Path | str, logging_dir: Path | str | None = Non
     layout_path = logging_dir / LAYOUT_FILE
     if not layout_path.is_file():
         raise FileNotFoundError(f"no prepare pipeline recorded at {layout_path}; run `kiln prepare`")
-    layout = json.loads(layout_path.read_text(encoding="utf-8"))
+    layout = strict_json.loads(layout_path.read_text(encoding="utf-8"))
     roles, merged = flow_stats(logging_dir, layout)
     report = compute_yield({**layout, "steps": roles}, merged)
     report["tasks"] = layout["tasks"]
@@ -279,7 +280,7 @@ def add_token_counts(run_dir: Path | str) -> dict | None:
     path, index = run_dir / YIELD_FILE, run_dir / "tokens" / "index.json"
     if not path.is_file() or not index.is_file() or not tokens_match_documents(run_dir):
         return None
-    report = json.loads(path.read_text(encoding="utf-8"))
-    report["tokenize"] = token_counts(json.loads(index.read_text(encoding="utf-8")))
+    report = strict_json.loads(path.read_text(encoding="utf-8"))
+    report["tokenize"] = token_counts(strict_json.loads(index.read_text(encoding="utf-8")))
     write_json_atomic(path, report)
     return report

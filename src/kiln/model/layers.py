@@ -232,32 +232,61 @@ class KVCache:
     """Per-layer key/value store for incremental decoding, preallocated: the buffers for
     `capacity` positions are made on the first update (when the batch, heads, dtype and
     device are known) and every token is written in place. Growing them with `torch.cat`
-    copied the whole cache on every step, O(n^2) copying over one generation."""
+    copied the whole cache on every step, O(n^2) copying over one generation.
 
-    def __init__(self, capacity: int) -> None:
+    A sliding-window layer (`window` > 0) never looks further back than `window` positions,
+    so its buffers hold only those, as a ring: position p lives in slot p % window. A
+    decoding step gets them back in position order (one copy of the window, the size of
+    what attention reads anyway), so attention sees the same keys in the same order as
+    with a full cache, and the tokens are the same to the bit."""
+
+    def __init__(self, capacity: int, window: int = 0) -> None:
         if capacity <= 0:
             raise ValueError(f"a KV cache needs a capacity > 0, got {capacity}")
         self.capacity = capacity
+        self.window = window if 0 < window < capacity else 0  # 0: every position kept
         self.length = 0
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append (B, H, T, D) keys and values; returns views of everything held so far."""
-        end = self.length + k.shape[2]
+        """Append (B, H, T, D) keys and values; returns everything attention may see: all
+        positions so far, or for a ring the prompt's (prefill) or the last `window`."""
+        t = k.shape[2]
+        end = self.length + t
         if end > self.capacity:
             raise ValueError(f"KV cache of {self.capacity} positions cannot hold {end}")
+        if self.window and t > 1 and self.length:
+            raise ValueError("a sliding-window KV cache takes a prompt while empty, then one "
+                             "token at a time")
         if self.k is None:
             b, h, _, d = k.shape
-            self.k = k.new_empty(b, h, self.capacity, d)
-            self.v = v.new_empty(b, h, self.capacity, v.shape[3])
+            slots = self.window or self.capacity
+            self.k = k.new_empty(b, h, slots, d)
+            self.v = v.new_empty(b, h, slots, v.shape[3])
         elif k.shape[:2] != self.k.shape[:2]:  # written in place, a batch of 1 would broadcast
             raise ValueError(f"KV cache holds batch x heads {tuple(self.k.shape[:2])}, "
                              f"got {tuple(k.shape[:2])}: reset it")
-        self.k[:, :, self.length : end] = k
-        self.v[:, :, self.length : end] = v
+        if not self.window:
+            self.k[:, :, self.length : end] = k
+            self.v[:, :, self.length : end] = v
+            self.length = end
+            return self.k[:, :, :end], self.v[:, :, :end]
+        first = max(self.length, end - self.window)  # the last `window` positions live on
+        while first < end:  # at most two runs of slots: up to the ring's end, then from 0
+            slot, i = first % self.window, first - self.length
+            n = min(end - first, self.window - slot)
+            self.k[:, :, slot : slot + n] = k[:, :, i : i + n]
+            self.v[:, :, slot : slot + n] = v[:, :, i : i + n]
+            first += n
         self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end]
+        if t > 1:  # prefill: its own queries see the whole prompt (banded by attention)
+            return k, v
+        if end <= self.window:
+            return self.k[:, :, :end], self.v[:, :, :end]
+        oldest = end % self.window
+        return (torch.cat([self.k[:, :, oldest:], self.k[:, :, :oldest]], dim=2),
+                torch.cat([self.v[:, :, oldest:], self.v[:, :, :oldest]], dim=2))
 
 
 class SwiGLU(nn.Module):

@@ -149,8 +149,9 @@ class Transformer(nn.Module):
         return linear_cross_entropy(x.flatten(0, 1), self.head.weight, y) / y.numel()
 
     def aux_loss(self) -> torch.Tensor | None:
-        """Sum of the MoE layers' balance and z-losses from the last forward (None if dense)."""
-        losses = [layer.ffn.aux_loss for layer in self.layers if isinstance(layer.ffn, MoE)]
+        """Sum of the MoE layers' balance and z-losses from the last forward (None if dense,
+        or if that forward was in eval mode without gradients, which skips them)."""
+        losses = [moe.aux_loss for moe in self.moe_layers() if moe.aux_loss is not None]
         return torch.stack(losses).sum() if losses else None
 
     def moe_layers(self) -> list[MoE]:
@@ -158,9 +159,11 @@ class Transformer(nn.Module):
 
     def new_caches(self, capacity: int | None = None) -> list[KVCache]:
         """One KV cache per layer for `capacity` positions (default and cap: the context);
-        size it to prompt + new tokens so a short generation allocates little."""
+        size it to prompt + new tokens so a short generation allocates little. A
+        sliding-window layer's holds its window alone (a ring)."""
         max_len = self.cfg.max_seq_len
-        return [KVCache(min(capacity or max_len, max_len)) for _ in self.layers]
+        return [KVCache(min(capacity or max_len, max_len), layer.attn.window)
+                for layer in self.layers]
 
 
 def count_params(model: Transformer) -> dict[str, int]:

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kiln import strict_json
+
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Return the metric records of ``path``, last record per (kind, step) winning.
@@ -27,7 +29,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             if not line:
                 continue
             try:
-                record = json.loads(line)
+                record = strict_json.loads(line)
             except json.JSONDecodeError:
                 continue
             if not isinstance(record, dict):

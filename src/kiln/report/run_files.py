@@ -6,11 +6,11 @@ file becomes a ``Loaded`` with a ``problem`` that its section prints instead.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kiln import strict_json
 from kiln.report.metrics_io import read_metrics
 from kiln.train.checkpoint_dirs import latest_checkpoint
 
@@ -47,7 +47,7 @@ def load_json(run_dir: Path, name: str, expect: type = dict) -> Loaded:
     """The file parsed as JSON, required to be of type ``expect``."""
     path = run_dir / name
     try:
-        value = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        value = strict_json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, ValueError) as error:
         return _missing_or_unreadable(name, path, error)
     if not isinstance(value, expect):

@@ -132,7 +132,11 @@ def _sample_html(number: int, sample: Any) -> str:
         )
     head = f"Sample {number}" + (f" — {knobs}" if knobs else "")
     prompt, completion = str(sample.get("prompt", "")), str(sample.get("completion", ""))
-    return f"<h3>{esc(head)}</h3>\n<pre><b>{esc(prompt)}</b>{esc(completion)}</pre>"
+    cut = as_number(sample.get("incomplete_bytes_dropped"))
+    note = (paragraph(f"The sample stopped inside a character: its last {fmt_value(cut)} "
+                      "bytes (an incomplete UTF-8 character) are left out.", "muted")
+            if cut else "")
+    return f"<h3>{esc(head)}</h3>\n<pre><b>{esc(prompt)}</b>{esc(completion)}</pre>{note}"
 
 
 def samples_section(samples: Loaded, latest: str | None = None) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
+from kiln import strict_json
 from kiln.data.shards import load_unigram_bits
 from kiln.errors import RunDataError, TrainingInterrupted
 from kiln.eval.perplexity import evaluate
@@ -192,5 +192,5 @@ def append_jsonl(path, record: dict[str, Any]) -> None:
     that fragment."""
     with open(path, "a+b") as f:
         torn = f.tell() > 0 and (f.seek(-1, 2), f.read(1))[1] != b"\n"
-        f.write((("\n" if torn else "") + json.dumps(record) + "\n").encode())
+        f.write((("\n" if torn else "") + strict_json.dumps(record) + "\n").encode())
         f.flush()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -14,6 +13,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from kiln import strict_json
 from kiln.atomic import write_json_atomic
 from kiln.config import (
     Config,
@@ -353,7 +353,7 @@ class Trainer:
         if self.step == 0:
             return [here]
         try:
-            old = json.loads((self.run_dir / "model.json").read_text(encoding="utf-8"))
+            old = strict_json.loads((self.run_dir / "model.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return [here]
         earlier = old.get("launches") or [{"from_step": 1, **{k: old.get(k) for k in how}}]

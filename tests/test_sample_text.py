@@ -1,0 +1,76 @@
+"""A generated sample's text: a stop that cuts a multi-byte character short leaves it out
+(and says so) rather than ending the text with U+FFFD."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kiln.data.sample_text import decode_sample, sample_bytes
+from kiln.data.tokenizer import eos_id, train_tokenizer
+
+ASCII = ["def add(a, b):\n    return a + b\n", "x = [i * i for i in range(10)]\n"] * 20
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    """Trained on ASCII alone: every byte of a non-ASCII character is a token of its own."""
+    return train_tokenizer(ASCII, 300, tmp_path_factory.mktemp("tok") / "t.json",
+                           show_progress=False)
+
+
+@pytest.mark.parametrize("text", ["def f(x):\n    return x", "naïve 東京 🚀 done", "", "é"])
+def test_a_whole_sample_decodes_as_the_tokenizer_does(tok, text):
+    ids = tok.encode(text).ids
+    assert sample_bytes(tok, ids) == text.encode("utf-8")
+    assert decode_sample(tok, ids) == (tok.decode(ids, skip_special_tokens=False), 0) == (text, 0)
+    eos = eos_id(tok)
+    with_eos = [*ids, eos]
+    assert decode_sample(tok, with_eos, eos) == (tok.decode(with_eos, skip_special_tokens=False), 0)
+
+
+def test_a_stop_inside_a_character_leaves_its_bytes_out_and_counts_them(tok):
+    ids = tok.encode("ok 東").ids  # 東 is three byte tokens
+    assert [len(sample_bytes(tok, [i])) for i in ids[-3:]] == [1, 1, 1]
+    for cut in (1, 2):
+        kept = ids[: len(ids) - 3 + cut]
+        assert "\ufffd" in tok.decode(kept)  # what the sample used to end with
+        assert decode_sample(tok, kept) == ("ok ", cut)
+        eos = eos_id(tok)  # the model ended the document there: the same, then EOS's text
+        assert decode_sample(tok, [*kept, eos], eos) == ("ok <|endoftext|>", cut)
+
+
+def test_invalid_bytes_the_model_wrote_stay_visible(tok):
+    lone = tok.encode("東").ids[1]  # a continuation byte with no start: the model's own error
+    assert decode_sample(tok, [*tok.encode("a").ids, lone, *tok.encode("b").ids]) == ("a\ufffdb", 0)
+
+
+def test_generate_records_and_reports_a_sample_cut_inside_a_character(tiny_run, monkeypatch,
+                                                                     capsys):
+    """`kiln generate`'s printed text, samples.json and the report agree: the half
+    character is left out, and each says how many bytes were."""
+    from conftest import tiny_config
+
+    import kiln.model.sampling
+    from kiln.cli import cmd_generate, cmd_report
+    from kiln.data.tokenizer import load_tokenizer
+    from kiln.train.trainer import Trainer
+
+    Trainer(tiny_config(tiny_run, "train.steps=2")).fit()
+    run_tok = load_tokenizer(tiny_run / "tokenizer" / "tokenizer.json")
+    ids = run_tok.encode(" 🚀").ids
+    assert len(sample_bytes(run_tok, ids[-1:])) < 4  # the rocket is cut by dropping its last id
+    monkeypatch.setattr(kiln.model.sampling, "generate", lambda *a, **k: ids[:-1])
+    cfg = tiny_config(tiny_run, 'generate.prompts=["def"]')
+    capsys.readouterr()
+    cmd_generate(cfg)
+    printed = capsys.readouterr()
+    (sample,) = json.loads((tiny_run / "samples.json").read_text(encoding="utf-8"))
+    dropped = 4 - len(sample_bytes(run_tok, ids[-1:]))
+    assert sample["completion"] == " " and sample["incomplete_bytes_dropped"] == dropped
+    assert "\ufffd" not in printed.out and printed.out.endswith("def \n")
+    assert f"its last {dropped} bytes" in printed.err
+    cmd_report(cfg)
+    html = (tiny_run / "report.html").read_text(encoding="utf-8")
+    assert "\ufffd" not in html and f"its last {dropped} bytes" in html

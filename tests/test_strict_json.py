@@ -1,0 +1,111 @@
+"""Kiln's JSON files are strict JSON: a non-finite float (an overflowed perplexity, a
+diverged run's nan) is null with a sibling naming it, never the bare Infinity/NaN that
+jq and JSON.parse reject, and every Kiln reader reads both that form and the old one."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from kiln import strict_json
+from kiln.atomic import write_json_atomic
+from kiln.report.metrics_io import read_metrics
+from kiln.train.callbacks import append_jsonl
+
+
+def strict_loads(text: str):
+    """What a strict reader (jq, JSON.parse) does: Infinity and NaN are errors."""
+    def refuse(word: str):
+        raise ValueError(f"not JSON: {word}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def same(a, b) -> bool:
+    """Equality with nan equal to nan."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+RECORD = {"split": "val", "loss": 800.0, "perplexity": math.inf, "bpb": math.nan,
+          "low": -math.inf, "nested": {"x": math.nan, "ok": 1.5}, "name": "inf"}
+
+
+def test_write_json_atomic_writes_strict_json_that_reads_back(tmp_path):
+    write_json_atomic(tmp_path / "eval.json", RECORD)
+    text = (tmp_path / "eval.json").read_text()
+    on_disk = strict_loads(text)
+    assert on_disk["perplexity"] is None and on_disk["perplexity_not_finite"] == "inf"
+    assert on_disk["bpb"] is None and on_disk["bpb_not_finite"] == "nan"
+    assert on_disk["low_not_finite"] == "-inf" and on_disk["nested"]["x_not_finite"] == "nan"
+    assert same(strict_json.loads(text), RECORD)
+    assert same(strict_json.loads(json.dumps(RECORD)), RECORD)  # the old form reads too
+    assert strict_json.loads('{"a": null, "a_not_finite": "bogus"}') == {
+        "a": None, "a_not_finite": "bogus"}  # only a named non-finite value is restored
+
+
+def test_metrics_lines_are_strict_and_read_back_old_and_new(tmp_path):
+    records = [{"kind": "train", "step": 1, "loss": 4.0, "grad_norm": math.inf},
+               {"kind": "val", "step": 1, "val_loss": 3.0, "val_bpb": math.nan}]
+    new, old = tmp_path / "new.jsonl", tmp_path / "old.jsonl"
+    for r in records:
+        append_jsonl(new, r)
+    old.write_text("".join(json.dumps(r) + "\n" for r in records))
+    for line in new.read_text().splitlines():
+        strict_loads(line)
+    assert same(read_metrics(new), records) and same(read_metrics(old), records)
+
+
+@pytest.mark.parametrize("form", ["old", "new"])
+def test_the_report_reads_both_forms_alike(tmp_path, form, monkeypatch):
+    """The report's eval table and its plots' non-finite notes from either form."""
+    from matplotlib.figure import Figure
+
+    from kiln.report import build_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [{"kind": "train", "step": s, "loss": v, "lr": 1e-3}
+               for s, v in enumerate([4.0, 3.5, math.inf], start=1)]
+    records.append({"kind": "val", "step": 2, "val_loss": 3.0, "val_bpb": math.nan})
+    evaluation = {"split": "val", "loss": 800.0, "perplexity": math.inf, "bpb": math.nan}
+    if form == "old":
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        (run / "eval.json").write_text(json.dumps(evaluation))
+    else:  # the new form as such (the writers are tested above)
+        (run / "metrics.jsonl").write_text("".join(strict_json.dumps(r) + "\n" for r in records))
+        (run / "eval.json").write_text(strict_json.dumps(evaluation))
+    texts: list[str] = []
+    real = Figure.savefig
+
+    def spy(fig, *a, **k):
+        texts.extend(t.get_text() for ax in fig.axes for t in ax.texts)
+        return real(fig, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    page = build_report(run).read_text(encoding="utf-8")
+    assert "<td>inf (exp of a loss above 709.78 overflows a float)</td>" in page
+    assert "train loss: 1 non-finite point not drawn (first inf at step 3)" in "\n".join(texts)
+    assert "val bits/byte: 1 non-finite point not drawn (first nan at step 2)" in texts
+
+
+def test_a_stored_infinite_perplexity_threshold_reads_back(tmp_path: Path):
+    """The prepare stage's thresholds file: a band whose top is inf (documents whose
+    perplexity overflowed) keeps working once written strictly."""
+    from datatrove.data import Document
+
+    from kiln.data.stages import StoredThresholdSelector
+
+    write_json_atomic(tmp_path / "thresholds.json",
+                      {"mode": "drop_extremes", "scores": 3, "low": 2.0, "high": math.inf})
+    strict_loads((tmp_path / "thresholds.json").read_text())
+    select = StoredThresholdSelector("drop_extremes", tmp_path / "thresholds.json")
+    doc = Document(text="x", id="0", metadata={"ppl": 1e300})
+    assert select.filter(doc) is True
