@@ -112,8 +112,8 @@ def skip_notes(summary: dict) -> list[str]:
 
 
 def cmd_tokenizer(cfg: Config) -> None:
-    from kiln.data.documents import read_documents
     from kiln.data.math_tokenizer import train_tokenizer_of_kind
+    from kiln.data.prepared import read_documents
     from kiln.data.provenance import record_tokenizer
 
     texts = (doc.text for doc in read_documents(cfg.run_dir))
@@ -131,7 +131,7 @@ def cmd_tokenizer(cfg: Config) -> None:
 
 
 def cmd_tokenize(cfg: Config) -> None:
-    from kiln.data.documents import read_documents
+    from kiln.data.prepared import read_documents
     from kiln.data.provenance import shards_made_from, tokenizer_fits_other_documents
     from kiln.data.shards import write_shards
     from kiln.data.tokenizer import load_tokenizer
