@@ -54,6 +54,12 @@ def _expected(summary: Path) -> tuple[int, int] | None:
     return docs, n_bytes
 
 
+def prepared_count(run_dir: Path | str) -> int | None:
+    """The documents the finished prepare wrote (a progress bar's end), or None if unknown."""
+    expected = _expected(Path(run_dir) / SUMMARY)
+    return expected[0] if expected else None
+
+
 def _damaged(path: Path, where: str, why: str) -> RunDataError:
     return RunDataError(f"{path}{where}: {why}; the prepared documents are damaged, {REMAKE}")
 
