@@ -365,6 +365,20 @@ def test_tokenize_draws_no_progress_bar_into_a_log(tiny_run, capsys):
     assert "doc/s" not in out.err and out.out.startswith("tokenize: train ")
 
 
+def test_tokenize_on_a_terminal_counts_to_the_documents_prepare_wrote(tiny_run, capsys,
+                                                                     monkeypatch):
+    """A long tokenize shows how far it is (a count with an end, so an ETA), not a bare
+    count of documents done."""
+    from conftest import tiny_config
+
+    from kiln.cli import cmd_tokenize
+
+    documents = json.loads((tiny_run / "prepare.json").read_text())["documents_out"]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    cmd_tokenize(tiny_config(tiny_run))
+    assert f"{documents}/{documents}" in capsys.readouterr().err
+
+
 def test_a_file_or_folder_inside_a_run_is_refused_naming_the_run(tmp_path, capsys):
     """`kiln report RUN/metrics.jsonl` (or a checkpoint folder, for any verb taking RUN) names
     the run directory to give, not "invalid TOML"; a recorded config.toml still loads."""

@@ -112,8 +112,8 @@ def skip_notes(summary: dict) -> list[str]:
 
 
 def cmd_tokenizer(cfg: Config) -> None:
-    from kiln.data.documents import read_documents
     from kiln.data.math_tokenizer import train_tokenizer_of_kind
+    from kiln.data.prepared import read_documents
     from kiln.data.provenance import record_tokenizer
 
     texts = (doc.text for doc in read_documents(cfg.run_dir))
@@ -131,7 +131,7 @@ def cmd_tokenizer(cfg: Config) -> None:
 
 
 def cmd_tokenize(cfg: Config) -> None:
-    from kiln.data.documents import read_documents
+    from kiln.data.prepared import prepared_count, read_documents
     from kiln.data.provenance import shards_made_from, tokenizer_fits_other_documents
     from kiln.data.shards import write_shards
     from kiln.data.tokenizer import load_tokenizer
@@ -144,7 +144,8 @@ def cmd_tokenize(cfg: Config) -> None:
               "run `kiln tokenizer` first to fit these (`kiln run` does)", file=sys.stderr)
     index = write_shards(read_documents(cfg.run_dir), tok, cfg.run_dir / "tokens",
                          val_fraction=cfg.data.val_fraction, seed=cfg.run.seed,
-                         made_from=made, progress=sys.stderr.isatty())  # off a terminal: one line per redraw
+                         made_from=made, total=prepared_count(cfg.run_dir),  # the bar's end
+                         progress=sys.stderr.isatty())  # off a terminal: one line per redraw
     from kiln.data.yield_report import add_token_counts
 
     add_token_counts(cfg.run_dir)  # yield.json gains the tokens that came out

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -33,6 +32,7 @@ from kiln.data.json_records import (
     text_key_pattern,
 )
 from kiln.data.jsonc import jsonc_value
+from kiln.data.prepared import read_documents  # noqa: F401 (read back where it was always imported)
 from kiln.data.skip_examples import (
     MAX_FIELDS,
     SkipExamples,
@@ -47,7 +47,6 @@ from kiln.data.sources import (
     list_source_files,
     printable_name,
 )
-from kiln.errors import RunDataError
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 
@@ -442,26 +441,3 @@ def _as_bytes(column):
     if getattr(pa.types, "is_string_view", lambda t: False)(kind):
         return column.cast(pa.binary_view())
     return column
-
-
-def read_documents(out_dir: Path | str) -> Iterator[Document]:
-    """Documents `kiln prepare` (`kiln.data.pipeline.run_prepare`) wrote under out_dir, in file
-    then line order."""
-    from datatrove.pipeline.readers import JsonlReader
-
-    docs_dir = Path(os.path.abspath(out_dir)) / "documents"  # fsspec caches by the path given
-    summary = Path(out_dir) / "prepare.json"
-    if summary.exists() and not docs_dir.is_dir():
-        raise FileNotFoundError(f"`kiln prepare` wrote no documents in {out_dir} (see {summary}); "
-                                "fix data.sources and run `kiln prepare` again")
-    if not summary.exists() or not docs_dir.is_dir():
-        raise FileNotFoundError(f"no prepared documents in {out_dir}; run `kiln prepare` first")
-    from kiln.data.quiet_executor import quiet_console
-
-    reader = JsonlReader(str(docs_dir), glob_pattern="*.jsonl.gz", add_file_path=False)
-    with quiet_console():
-        try:
-            yield from reader.run(None, rank=0, world_size=1)
-        except (EOFError, OSError, zlib.error, UnicodeDecodeError) as e:  # a cut or altered file
-            raise RunDataError(f"the prepared documents in {docs_dir} are damaged ({type(e).__name__}: "
-                               f"{e}); make them again: `kiln prepare --set prepare.resume=false`") from e

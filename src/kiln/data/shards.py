@@ -122,10 +122,11 @@ def write_shards(
     batch_size: int = 256,
     progress: bool = True,
     made_from: dict | None = None,
+    total: int | None = None,
 ) -> dict:
     """Tokenize documents (each followed by EOS) into train/val shards; return the index.
     `made_from` (what the documents and tokenizer were, see `kiln.data.provenance`) is
-    recorded in the index.
+    recorded in the index; `total`, the documents expected, gives the bar an end and an ETA.
 
     A document goes to val when split_hash(seed, id) < val_fraction. If that leaves val empty
     (and val_fraction > 0, >= 2 docs), the train document with the smallest hash moves to val;
@@ -137,12 +138,12 @@ def write_shards(
     """
     with atomic_dir(out_dir) as tmp:
         return _write_split(documents, tokenizer, tmp, val_fraction, seed, shard_tokens,
-                            batch_size, progress, made_from)
+                            batch_size, progress, made_from, total)
 
 
 def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: Path,
                  val_fraction: float, seed: int, shard_tokens: int, batch_size: int,
-                 progress: bool, made_from: dict | None) -> dict:
+                 progress: bool, made_from: dict | None, total: int | None = None) -> dict:
     vocab = tokenizer.get_vocab_size()
     dtype, eos = token_dtype(vocab), eos_id(tokenizer)
     writers = {s: _ShardWriter(out_dir, s, dtype, shard_tokens, vocab) for s in SPLITS}
@@ -151,7 +152,7 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
     held: tuple[float, np.ndarray, int] | None = None
     last_val: tuple[np.ndarray, int] | None = None  # written one document late (see above)
 
-    bar = tqdm(desc="tokenize", unit="doc", disable=not progress)
+    bar = tqdm(desc="tokenize", unit="doc", total=total, disable=not progress)
     for batch in _batches(documents, batch_size):
         encodings = tokenizer.encode_batch([d.text for d in batch], add_special_tokens=False)
         for doc, enc in zip(batch, encodings, strict=True):

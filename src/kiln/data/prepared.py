@@ -1,0 +1,122 @@
+"""Read back the documents `kiln prepare` wrote (RUN/documents/NNNNN.jsonl.gz), all or none.
+
+`kiln tokenizer` and `kiln tokenize` read them; a document lost on the way (a damaged
+gzip member, a bad line, a file deleted) would make shards that silently describe less
+than prepare reported, and a stray file would add to them. So a damaged file is one error
+naming the file and line, and the documents read are counted against what prepare.json
+says the writer wrote (`documents_out`, `bytes_out`): files added, removed or edited since
+are refused, not trained on. datatrove's JsonlReader logs a bad line and goes on.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+from datatrove.data import Document
+
+from kiln.errors import RunDataError
+
+DOCUMENTS = "documents"
+SUMMARY = "prepare.json"
+# what prepare's writer names its files (datatrove's `${rank}.jsonl`, gzipped)
+WRITTEN = re.compile(r"\d+\.jsonl\.gz")
+REMAKE = "make them again: `kiln prepare --set prepare.resume=false`"
+
+
+def _files(docs_dir: Path) -> list[Path]:
+    """Every `*.jsonl.gz` under the folder (what datatrove's reader, recursive, would take),
+    in path order: prepare's own files first come in rank order."""
+    return sorted((p for p in docs_dir.rglob("*.jsonl.gz") if p.is_file()),
+                  key=lambda p: p.relative_to(docs_dir).as_posix())
+
+
+def _stray(docs_dir: Path, files: list[Path]) -> list[str]:
+    return [p.relative_to(docs_dir).as_posix() for p in files
+            if p.parent != docs_dir or not WRITTEN.fullmatch(p.name)]
+
+
+def _expected(summary: Path) -> tuple[int, int] | None:
+    """(documents, bytes) the finished prepare wrote, or None where prepare.json cannot say."""
+    try:
+        made = json.loads(summary.read_text(encoding="utf-8"))
+        docs, n_bytes = made["documents_out"], made["bytes_out"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if type(docs) is not int or type(n_bytes) is not int:
+        return None
+    return docs, n_bytes
+
+
+def prepared_count(run_dir: Path | str) -> int | None:
+    """The documents the finished prepare wrote (a progress bar's end), or None if unknown."""
+    expected = _expected(Path(run_dir) / SUMMARY)
+    return expected[0] if expected else None
+
+
+def _damaged(path: Path, where: str, why: str) -> RunDataError:
+    return RunDataError(f"{path}{where}: {why}; the prepared documents are damaged, {REMAKE}")
+
+
+def _read_file(path: Path, name: str, counts: list[int]) -> Iterator[Document]:
+    """The documents of one file, as datatrove's reader makes them (id, metadata); a record
+    with empty text is counted (prepare's meter counted it) and skipped, as datatrove does."""
+    line_no = 0
+    try:
+        with gzip.open(path, "rb") as f:
+            for line_no, line in enumerate(f, start=1):
+                try:
+                    record = orjson.loads(line)
+                except orjson.JSONDecodeError as e:
+                    raise _damaged(path, f" line {line_no}", f"not a JSON record ({e.msg} at column {e.colno})") from e
+                text = record.get("text") if isinstance(record, dict) else None
+                if not isinstance(text, str):
+                    raise _damaged(path, f" line {line_no}", "a record without a `text` string")
+                counts[0] += 1
+                counts[1] += len(text.encode("utf-8"))
+                if not text:
+                    continue
+                metadata = record.pop("metadata", {})
+                if not isinstance(metadata, dict):
+                    metadata = {"metadata": metadata}
+                record.pop("text")
+                record.pop("media", None)  # prepare's documents hold none
+                doc_id = record.pop("id", f"{name}/{line_no - 1}")
+                yield Document(text=text, id=doc_id, metadata=metadata | record)
+    except (EOFError, OSError, zlib.error) as e:  # cut off, or a damaged gzip member
+        raise _damaged(path, f" after line {line_no}" if line_no else "",
+                       f"unreadable gzip ({type(e).__name__}: {e})") from e
+
+
+def read_documents(out_dir: Path | str) -> Iterator[Document]:
+    """Documents `kiln prepare` (`kiln.data.pipeline.run_prepare`) wrote under out_dir, in file
+    then line order; RunDataError for a damaged file (naming it and the line), an empty
+    folder, or documents that are not the ones prepare.json counts."""
+    docs_dir = Path(os.path.abspath(out_dir)) / DOCUMENTS
+    summary = Path(out_dir) / SUMMARY
+    if summary.exists() and not docs_dir.is_dir():
+        raise FileNotFoundError(f"`kiln prepare` wrote no documents in {out_dir} (see {summary}); "
+                                "fix data.sources and run `kiln prepare` again")
+    if not summary.exists() or not docs_dir.is_dir():
+        raise FileNotFoundError(f"no prepared documents in {out_dir}; run `kiln prepare` first")
+    files, expected = _files(docs_dir), _expected(summary)
+    if not files:
+        raise RunDataError(f"{docs_dir} holds no documents (*.jsonl.gz) although {summary} "
+                           f"records {expected[0] if expected else 'some'}; {REMAKE}")
+    counts = [0, 0]  # documents, UTF-8 bytes of their text
+    for path in files:
+        yield from _read_file(path, path.relative_to(docs_dir).as_posix(), counts)
+    if expected is not None and tuple(counts) != expected:
+        stray = _stray(docs_dir, files)
+        raise RunDataError(
+            f"{docs_dir} holds {counts[0]:,} documents ({counts[1]:,} bytes) where {summary} "
+            f"records {expected[0]:,} ({expected[1]:,} bytes): files were added, removed or "
+            f"edited since `kiln prepare`"
+            + (f" (not written by it: {', '.join(stray[:5])})" if stray else "")
+            + f"; {REMAKE} (edited documents go in as data.sources)")
