@@ -159,7 +159,8 @@ def cmd_tokenize(cfg: Config) -> None:
     window = cfg.train.seq_len + 1
     short = [s for s in ("train", "val") if index[s]["tokens"] < window]
     if short:
-        print(f"warning: the {' and '.join(short)} split holds fewer tokens than one training "
+        splits = "train and val splits hold" if len(short) == 2 else f"{short[0]} split holds"
+        print(f"warning: the {splits} fewer tokens than one training "
               f"window (train.seq_len + 1 = {window}); `kiln train` will refuse it: the split "
               f"is by whole document ({index['train']['documents']} train, "
               f"{index['val']['documents']} val), so change data.val_fraction or add data",
