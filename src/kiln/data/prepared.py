@@ -64,6 +64,15 @@ def _damaged(path: Path, where: str, why: str) -> RunDataError:
     return RunDataError(f"{path}{where}: {why}; the prepared documents are damaged, {REMAKE}")
 
 
+def _check_gzip(path: Path) -> None:
+    """Raise what reading `path` to its end raises: a damaged deflate stream can decode to
+    garbage, which the line reader meets before gzip's CRC check at the member's end does,
+    and the error should name the cause (the file is damaged) rather than its symptom."""
+    with gzip.open(path, "rb") as f:
+        while f.read(1 << 20):
+            pass
+
+
 def _read_file(path: Path, name: str, counts: list[int]) -> Iterator[Document]:
     """The documents of one file, as datatrove's reader makes them (id, metadata); a record
     with empty text is counted (prepare's meter counted it) and skipped, as datatrove does."""
@@ -74,9 +83,11 @@ def _read_file(path: Path, name: str, counts: list[int]) -> Iterator[Document]:
                 try:
                     record = orjson.loads(line)
                 except orjson.JSONDecodeError as e:
+                    _check_gzip(path)  # garbage from a damaged member reads as a bad record first
                     raise _damaged(path, f" line {line_no}", f"not a JSON record ({e.msg} at column {e.colno})") from e
                 text = record.get("text") if isinstance(record, dict) else None
                 if not isinstance(text, str):
+                    _check_gzip(path)
                     raise _damaged(path, f" line {line_no}", "a record without a `text` string")
                 counts[0] += 1
                 counts[1] += len(text.encode("utf-8"))
