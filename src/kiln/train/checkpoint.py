@@ -32,7 +32,6 @@ from torch.distributed.checkpoint.state_dict import (
 
 from kiln.atomic import (
     atomic_dir,
-    atomic_path,
     fsync_dir,
     new_archive_folder,
     recover_killed_swaps,
@@ -301,35 +300,6 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     for p in old:
         os.replace(p, dest / p.name)
     fsync_dir(run_dir)
-    return dest
-
-
-def set_aside_records_after(run_dir: Path, step: int) -> Path | None:
-    """A run resumed from its step-`step` checkpoint trains the later steps again: the
-    records the abandoned stretch logged after that step (another schedule, another
-    log_every) move to archive/after-step-{step}-{time}/metrics.jsonl, so metrics.jsonl
-    and the report describe one run. Returns where they went, or None if there were none."""
-    metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
-        return None
-    kept: list[bytes] = []
-    later: list[bytes] = []
-    lines = metrics.read_bytes().split(b"\n")  # bytes, split at newlines only: kept as they are
-    for line in lines[:-1] if lines[-1] == b"" else lines:
-        try:
-            record_step = json.loads(line).get("step")
-        except (ValueError, AttributeError):
-            record_step = None  # a torn or foreign line stays where it is
-        beyond = isinstance(record_step, int) and not isinstance(record_step, bool) \
-            and record_step > step
-        (later if beyond else kept).append(line + b"\n")
-    if not later:
-        return None
-    dest = new_archive_folder(run_dir, f"after-step-{step}")
-    with atomic_path(dest / "metrics.jsonl") as tmp:  # kept first: a kill loses none
-        tmp.write_bytes(b"".join(later))
-    with atomic_path(metrics) as tmp:
-        tmp.write_bytes(b"".join(kept))
     return dest
 
 
