@@ -43,7 +43,12 @@ from kiln.export_recovery import recover_export
 from kiln.hashing import HashingWriter, file_sha256
 from kiln.parallel.distributed import DistEnv, all_reduce_max, main_outcome, unwrap
 from kiln.tensor_files import save_tensors
-from kiln.train.checkpoint_dirs import PREFIX, complete_checkpoints, latest_checkpoint
+from kiln.train.checkpoint_dirs import (
+    PREFIX,
+    checkpoint_step,
+    complete_checkpoints,
+    latest_checkpoint,
+)
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -138,7 +143,9 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
 
 def unreadable(path: Path, e: Exception) -> CheckpointError:
     """The error for checkpoint `path` that cannot be loaded, naming the one before it."""
-    older = [p.name for p in complete_checkpoints(path.parent) if p.name < path.name]
+    step = checkpoint_step(path)  # by number: step_100000000 sorts before step_99999000 as text
+    older = [p.name for p in complete_checkpoints(path.parent)
+             if (checkpoint_step(p) < step if step is not None else p.name < path.name)]
     hint = (f"move it aside to resume from the previous one, {older[-1]}" if older
             else "no earlier checkpoint is left; --fresh starts over")
     # torch's own text for a damaged pickle advises weights_only=False: never do that here
