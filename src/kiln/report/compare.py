@@ -28,7 +28,14 @@ from kiln.errors import ConfigError
 from kiln.report.fmt import as_number, fmt_count, fmt_float
 from kiln.report.html_parts import grid_table, image, paragraph, section
 from kiln.report.metrics_io import records_of_kind
-from kiln.report.plots import Series, note_dropped, series, widen_one_step
+from kiln.report.plots import (
+    MOST_MARKERS,
+    Series,
+    draw_line,
+    note_dropped,
+    series,
+    widen_one_step,
+)
 from kiln.report.run_files import load_json, load_metrics
 from kiln.report.summary import Summary, summarize
 
@@ -128,11 +135,11 @@ def write_compare_plot(runs: list[RunFigures], path: Path) -> None:
         bpb = series(records_of_kind(run.records, "val"), "val_bpb", label)
         drawn[loss_ax].append(loss)
         drawn[bpb_ax].append(bpb)
-        if loss.steps:
-            style = "o" if len(loss.steps) == 1 else "-"  # one point: a marker, not a void
-            loss_ax.plot(loss.steps, loss.values, style, color=colour, linewidth=1.4,
-                         markersize=4, label=label)
-        if bpb.steps:
+        if loss.steps:  # one point: a marker, not a void; a long run's: bucket means
+            draw_line(loss_ax, loss, label, color=colour)
+        if len(bpb.steps) > MOST_MARKERS:
+            draw_line(bpb_ax, bpb, label, color=colour)
+        elif bpb.steps:
             bpb_ax.plot(bpb.steps, bpb.values, "o-", color=colour, markersize=4, label=label)
     for ax, title, ylabel in ((loss_ax, "Train loss", "loss (nats/token)"),
                               (bpb_ax, "Validation bits per byte", "bits/byte")):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -69,14 +70,41 @@ def note_dropped(ax: Any, lines: list[Series]) -> None:
                 color="firebrick")
 
 
+MOST_DRAWN = 2000  # points a line draws: past ~2 per pixel column they only blur into a band
+MOST_MARKERS = 100  # markers past that: a plain line
+
+
+def bucketed(steps: list[int], values: list[float], most: int = MOST_DRAWN
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Mean step, and mean, min and max value, of runs of `size` consecutive points, with at
+    most `most` runs; and `size`. A million-step run's curve read as one solid band."""
+    size = math.ceil(len(steps) / most)
+    starts = np.arange(0, len(steps), size)
+    x, y = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    counts = np.diff(np.append(starts, len(steps)))
+    return (np.add.reduceat(x, starts) / counts, np.add.reduceat(y, starts) / counts,
+            np.minimum.reduceat(y, starts), np.maximum.reduceat(y, starts), size)
+
+
+def draw_line(ax: Any, s: Series, label: str, **style: Any) -> None:
+    """One series: markers where asked or where it has one point (a one-point line draws
+    nothing: a run killed after its first record); past MOST_DRAWN points, the mean of each
+    bucket of points as the line, their min-max as a band around it (spikes stay seen)."""
+    if len(s.steps) > MOST_DRAWN:
+        x, mean, low, high, size = bucketed(s.steps, s.values)
+        [line] = ax.plot(x, mean, "-", linewidth=1.4,
+                         label=f"{label} (mean of each {size} records; band: their range)", **style)
+        ax.fill_between(x, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
+    elif len(s.steps) == 1 or (s.markers and len(s.steps) <= MOST_MARKERS):
+        ax.plot(s.steps, s.values, "o", markersize=5, label=label, **style)
+    else:  # a thousand validations' markers would only overlap into a thick line
+        ax.plot(s.steps, s.values, "-", linewidth=1.4, label=label, **style)
+
+
 def draw_series(ax: Any, lines: list[Series]) -> None:
-    """Each series as a line, or as markers where asked or where it has one point (a
-    one-point line draws nothing: a run killed after its first record)."""
+    """Each series (see `draw_line`), the steps' axis widened around a lone step."""
     for s in lines:
-        if s.markers or len(s.steps) == 1:
-            ax.plot(s.steps, s.values, "o", markersize=5, label=s.label)
-        else:
-            ax.plot(s.steps, s.values, "-", linewidth=1.4, label=s.label)
+        draw_line(ax, s, s.label)
     widen_one_step(ax, [step for s in lines for step in s.steps])
 
 

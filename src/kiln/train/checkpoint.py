@@ -32,7 +32,6 @@ from torch.distributed.checkpoint.state_dict import (
 
 from kiln.atomic import (
     atomic_dir,
-    atomic_path,
     fsync_dir,
     new_archive_folder,
     recover_killed_swaps,
@@ -44,7 +43,12 @@ from kiln.export_recovery import recover_export
 from kiln.hashing import HashingWriter, file_sha256
 from kiln.parallel.distributed import DistEnv, all_reduce_max, main_outcome, unwrap
 from kiln.tensor_files import save_tensors
-from kiln.train.checkpoint_dirs import PREFIX, complete_checkpoints, latest_checkpoint
+from kiln.train.checkpoint_dirs import (
+    PREFIX,
+    checkpoint_step,
+    complete_checkpoints,
+    latest_checkpoint,
+)
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -139,7 +143,9 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
 
 def unreadable(path: Path, e: Exception) -> CheckpointError:
     """The error for checkpoint `path` that cannot be loaded, naming the one before it."""
-    older = [p.name for p in complete_checkpoints(path.parent) if p.name < path.name]
+    step = checkpoint_step(path)  # by number: step_100000000 sorts before step_99999000 as text
+    older = [p.name for p in complete_checkpoints(path.parent)
+             if (checkpoint_step(p) < step if step is not None else p.name < path.name)]
     hint = (f"move it aside to resume from the previous one, {older[-1]}" if older
             else "no earlier checkpoint is left; --fresh starts over")
     # torch's own text for a damaged pickle advises weights_only=False: never do that here
@@ -301,35 +307,6 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     for p in old:
         os.replace(p, dest / p.name)
     fsync_dir(run_dir)
-    return dest
-
-
-def set_aside_records_after(run_dir: Path, step: int) -> Path | None:
-    """A run resumed from its step-`step` checkpoint trains the later steps again: the
-    records the abandoned stretch logged after that step (another schedule, another
-    log_every) move to archive/after-step-{step}-{time}/metrics.jsonl, so metrics.jsonl
-    and the report describe one run. Returns where they went, or None if there were none."""
-    metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
-        return None
-    kept: list[bytes] = []
-    later: list[bytes] = []
-    lines = metrics.read_bytes().split(b"\n")  # bytes, split at newlines only: kept as they are
-    for line in lines[:-1] if lines[-1] == b"" else lines:
-        try:
-            record_step = json.loads(line).get("step")
-        except (ValueError, AttributeError):
-            record_step = None  # a torn or foreign line stays where it is
-        beyond = isinstance(record_step, int) and not isinstance(record_step, bool) \
-            and record_step > step
-        (later if beyond else kept).append(line + b"\n")
-    if not later:
-        return None
-    dest = new_archive_folder(run_dir, f"after-step-{step}")
-    with atomic_path(dest / "metrics.jsonl") as tmp:  # kept first: a kill loses none
-        tmp.write_bytes(b"".join(later))
-    with atomic_path(metrics) as tmp:
-        tmp.write_bytes(b"".join(kept))
     return dest
 
 

@@ -50,7 +50,6 @@ from kiln.train.checkpoint import (
     check_writable,
     load_checkpoint,
     missing_state,
-    set_aside_records_after,
     unreadable,
 )
 from kiln.train.checkpoint_dirs import (
@@ -61,6 +60,7 @@ from kiln.train.checkpoint_dirs import (
 )
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.memory_fit import check_training_fits
+from kiln.train.metrics_tail import set_aside_records_after
 from kiln.train.precision import autocast, resolve_device, resolve_precision
 from kiln.train.schedule import lr_multiplier, schedule_warnings
 

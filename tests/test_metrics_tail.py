@@ -1,0 +1,55 @@
+"""A resume sets aside the records past its checkpoint: exactly those lines move, byte for
+byte, and a metrics.jsonl of a long run is streamed, never held in memory."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+
+from kiln.train import trainer  # the function the trainer calls at a resume
+
+
+def _line(step: int, kind: str = "train") -> bytes:
+    return (json.dumps({"kind": kind, "step": step, "loss": 2.0 + 1 / step, "lr": 3e-4,
+                        "grad_norm": 1.0, "tokens": step * 4096, "tokens_per_s": 5e4,
+                        "elapsed_s": step * 0.1}) + "\n").encode()
+
+
+def test_only_the_records_past_the_step_move_and_every_other_line_stays_as_it_is(tmp_path):
+    torn, foreign = b'{"kind": "train", "step": 1', b"\xff not json \r\xc2\x85 kept\n"
+    head = b"".join(_line(s) for s in range(1, 5)) + torn + b"\n" + _line(4, "val")
+    tail = [_line(5), foreign, _line(6), b'{"step": true}\n', _line(3, "val")]
+    (tmp_path / "metrics.jsonl").write_bytes(head + b"".join(tail) + b'{"kind": "tr')
+    dest = trainer.set_aside_records_after(tmp_path, 4)
+    assert (dest / "metrics.jsonl").read_bytes() == _line(5) + _line(6)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == (
+        head + foreign + b'{"step": true}\n' + _line(3, "val") + b'{"kind": "tr\n')
+
+
+def test_nothing_past_the_step_leaves_the_file_and_the_archive_alone(tmp_path):
+    body = b"".join(_line(s) for s in range(1, 50)) + b'{"kind": "train", "st'
+    (tmp_path / "metrics.jsonl").write_bytes(body)
+    assert trainer.set_aside_records_after(tmp_path, 49) is None
+    assert (tmp_path / "metrics.jsonl").read_bytes() == body
+    assert not (tmp_path / "archive").exists()
+    assert trainer.set_aside_records_after(tmp_path / "nowhere", 3) is None
+
+
+def test_a_long_runs_metrics_are_streamed_not_held_in_memory(tmp_path):
+    """A million-step run's metrics.jsonl is hundreds of megabytes (gigabytes with MoE
+    loads): a resume that read it whole could run out of memory before training."""
+    n = 40_000
+    path = tmp_path / "metrics.jsonl"
+    with open(path, "wb") as f:
+        for step in range(1, n + 1):
+            f.write(_line(step))
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        dest = trainer.set_aside_records_after(tmp_path, n - 100)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len((dest / "metrics.jsonl").read_bytes().splitlines()) == 100
+    assert path.stat().st_size == size - sum(len(_line(s)) for s in range(n - 99, n + 1))
+    assert peak < size / 8, f"peak {peak / 1e6:.1f} MB for a {size / 1e6:.1f} MB file"
