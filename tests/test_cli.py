@@ -383,3 +383,21 @@ def test_a_file_or_folder_inside_a_run_is_refused_naming_the_run(tmp_path, capsy
             err = capsys.readouterr().err
             assert f"inside the run directory {run}" in err and "give that run directory" in err
     assert resolve_config(str(run / "config.toml"), []).run_dir == run
+
+
+def test_a_rank_told_that_rank_zero_was_interrupted_stops_in_one_line(tmp_path, monkeypatch,
+                                                                      capsys):
+    """Rank 1 of a launch whose rank 0 was stopped by SIGTERM mid-checkpoint: one line
+    saying so, and rank 0's exit status, not a traceback."""
+    from kiln import cli
+    from kiln.errors import MainRankInterrupted
+
+    def told(cfg, resume=True):
+        raise MainRankInterrupted("rank 0 was interrupted while it wrote checkpoint X", 143)
+
+    monkeypatch.setattr(cli, "cmd_train", told)
+    assert cli.main(["train", "--set", f'run.dir="{tmp_path / "run"}"']) == 143
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "kiln: train stopped: rank 0 was interrupted while it wrote checkpoint X; the "
+        "checkpoints are written atomically; `kiln train RUN` resumes from the latest"]

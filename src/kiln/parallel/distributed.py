@@ -11,6 +11,7 @@ import ctypes
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from kiln.config import ConfigError
+from kiln.errors import MainRankInterrupted
 
 
 @dataclass(frozen=True)
@@ -236,17 +238,33 @@ def _long_wait_group() -> dist.ProcessGroup:
     return _LONG_WAIT
 
 
-def main_outcome(env: DistEnv, failure: str | None) -> str | None:
-    """Wait for rank 0's work alone (data stages, a checkpoint write: they can outlast the
-    process group's timeout, NCCL 10 min, gloo 30 min, so the wait is on a gloo group of its
-    own with a week's), and hand every rank its outcome: `failure` as rank 0 gave it (None:
-    it succeeded). A rank 0 that raised alone would leave the others waiting, stopped by
-    torchrun but hung for a week in a hand launch; told, every rank raises the same error."""
-    if not env.distributed:
-        return failure
-    said = [failure if env.is_main else None]
-    dist.broadcast_object_list(said, src=0, group=_long_wait_group(), device=torch.device("cpu"))
-    return said[0]
+def run_on_main(env: DistEnv, work: Callable[[], None], told: Callable[[BaseException], str],
+                error: type[Exception]) -> None:
+    """Run `work` on rank 0 alone (data stages, a checkpoint write) while the other ranks
+    wait, and end every rank alike: rank 0 raises what `work` raised; the others raise
+    `error(told(it))`, or `MainRankInterrupted` if rank 0 was interrupted (a Ctrl-C or a
+    SIGTERM's stop on rank 0 alone must not leave them waiting: torchrun stops them, but a
+    hand launch hangs for a week, and either way they would die in a raw gloo error).
+
+    The work can outlast the process group's timeout (NCCL 10 min, gloo 30 min), so the
+    wait is on a gloo group of its own with a week's."""
+    failure: BaseException | None = None
+    if env.is_main:
+        try:
+            work()
+        except BaseException as e:  # told to the other ranks first, then raised here
+            failure = e
+    if env.distributed:
+        said: list[Any] = [None if failure is None else
+                           (isinstance(failure, KeyboardInterrupt), told(failure),
+                            getattr(failure, "exit_code", 130))]
+        dist.broadcast_object_list(said, src=0, group=_long_wait_group(),
+                                   device=torch.device("cpu"))
+        if failure is None and said[0] is not None:
+            interrupted, message, exit_code = said[0]
+            raise MainRankInterrupted(message, exit_code) if interrupted else error(message)
+    if failure is not None:
+        raise failure
 
 
 def shutdown(env: DistEnv) -> None:

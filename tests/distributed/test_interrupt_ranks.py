@@ -1,0 +1,63 @@
+"""Rank 0 interrupted (Ctrl-C, a stop by SIGTERM) in work the other ranks wait for — the
+data stages of `kiln run`, a checkpoint write — stops every rank as interrupted, no hang."""
+
+from __future__ import annotations
+
+from conftest import tiny_config
+from mp_helpers import run_function_on_ranks
+
+from kiln.train.trainer import Trainer
+
+
+def _stopped(e: BaseException) -> str:
+    return f"{type(e).__name__} {getattr(e, 'exit_code', '-')}: {e}"
+
+
+def _run_with_prepare_interrupted_on_rank_zero(rank: int, world_size: int, run_dir) -> str:
+    from kiln import cli
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    cli.cmd_prepare = interrupted  # runs on rank 0 only: the others must be told
+    try:
+        cli.cmd_run(tiny_config(run_dir / "run", "train.parallel=ddp", "train.steps=1"))
+    except BaseException as e:  # what each rank would end with
+        return _stopped(e)
+    return "ran"
+
+
+def test_a_data_stage_interrupted_on_rank_zero_stops_every_rank(tmp_path):
+    """Rank 0 stops as interrupted (a `kiln run` chain ends, exit 130); rank 1, waiting for
+    the data, learns why, where it would wait for a broadcast rank 0 never sends."""
+    said = run_function_on_ranks(_run_with_prepare_interrupted_on_rank_zero, 2,
+                                 args=(tmp_path,), timeout=90)
+    assert said[0] == "KeyboardInterrupt -: "
+    assert said[1] == ("MainRankInterrupted 130: rank 0 was interrupted in its data stages "
+                       "(KeyboardInterrupt)")
+
+
+def _train_with_a_write_interrupted_on_rank_zero(rank: int, world_size: int, run_dir) -> str:
+    from kiln.train import checkpoint as ckpt_mod
+
+    if rank == 0:  # only rank 0 writes checkpoints: a second Ctrl-C in the middle of it
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        ckpt_mod.save_tensors = interrupted
+    trainer = Trainer(tiny_config(run_dir, "train.parallel=ddp", "train.steps=1"))
+    try:
+        trainer.fit()
+    except BaseException as e:
+        return _stopped(e)
+    return "trained"
+
+
+def test_a_checkpoint_write_interrupted_on_rank_zero_stops_every_rank(tiny_run):
+    said = run_function_on_ranks(_train_with_a_write_interrupted_on_rank_zero, 2,
+                                 args=(tiny_run,), timeout=90)
+    assert said[0] == "KeyboardInterrupt -: "
+    ckpt = tiny_run / "checkpoints" / "step_00000001"
+    assert said[1] == (f"MainRankInterrupted 130: rank 0 was interrupted while it wrote "
+                       f"checkpoint {ckpt} (KeyboardInterrupt); that step is not saved")
+    assert not ckpt.exists()
