@@ -227,6 +227,10 @@ def test_only_a_lost_peer_is_reported_as_one(monkeypatch):
     assert _lost_a_rank(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer"))
     assert _lost_a_rank(dist.DistBackendError("NCCL error: remote process exited"))
     assert not _lost_a_rank(dist.DistNetworkError("The server socket has failed to listen: EADDRINUSE"))
+    # rank 0 of a hand launch holds the store: its death, seen while waiting on the store
+    assert _lost_a_rank(dist.DistNetworkError("Connection reset by peer"))
+    assert _lost_a_rank(dist.DistNetworkError("Failed to recv, got 0 bytes. Connection was "
+                                              "likely closed. Did the remote server shutdown?"))
     assert not _lost_a_rank(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert not _lost_a_rank(RuntimeError("Connection reset by peer"))

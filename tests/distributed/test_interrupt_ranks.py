@@ -3,10 +3,16 @@ data stages of `kiln run`, a checkpoint write — stops every rank as interrupte
 
 from __future__ import annotations
 
-from conftest import tiny_config
+from pathlib import Path
+
+import pytest
+from conftest import TINY, tiny_config
+from launch import run_python
 from mp_helpers import run_function_on_ranks
 
 from kiln.train.trainer import Trainer
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _stopped(e: BaseException) -> str:
@@ -61,3 +67,32 @@ def test_a_checkpoint_write_interrupted_on_rank_zero_stops_every_rank(tiny_run):
     assert said[1] == (f"MainRankInterrupted 130: rank 0 was interrupted while it wrote "
                        f"checkpoint {ckpt} (KeyboardInterrupt); that step is not saved")
     assert not ckpt.exists()
+
+
+KILLED_IN_PREPARE = """
+import os, signal, sys
+from kiln import cli
+if os.environ["RANK"] == "0":
+    def prepare(cfg):  # a SIGTERM for rank 0 alone: no handler yet, so it dies at once
+        os.kill(os.getpid(), signal.SIGTERM)
+    cli.cmd_prepare = prepare
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_rank_zero_killed_in_the_data_stages_of_a_hand_launch_is_one_line(tmp_path):
+    """Without torchrun rank 0 holds the rendezvous store: its death reaches rank 1 (waiting
+    for the data) as the store's closed connection, which is a lost rank, said in one line,
+    not pages of C++ frames."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_IN_PREPARE)
+    sets = [a for kv in [*TINY, "train.parallel=ddp", f'run.dir="{tmp_path / "run"}"']
+            for a in ("--set", kv)]
+    with pytest.raises(RuntimeError) as failed:
+        run_python([str(script), "run", str(REPO / "recipes" / "quickstart.toml"), *sets],
+                   world_size=2, timeout=120)
+    said = str(failed.value)
+    assert "rank 0 exited -15" in said
+    rank1 = said.split("rank 1 exited 1:", 1)[1]
+    assert "kiln: run stopped: another rank of this launch failed or was killed" in rank1
+    assert "Traceback" not in rank1

@@ -61,12 +61,20 @@ def launched_ranks() -> int:
 def lost_a_rank(e: RuntimeError) -> bool:
     """A collective that failed because a peer process went away (gloo: the connection
     reset; NCCL: the communicator aborted), as opposed to a bug in this rank or a failure
-    to join the group here (a port in use, no rendezvous)."""
-    if launched_ranks() <= 1 or isinstance(e, (dist.DistNetworkError, dist.DistStoreError)):
+    to join the group here (a port in use, no rendezvous). The rendezvous store's own
+    connection dropping once made is a lost rank too: without torchrun, rank 0 holds the
+    store, and ranks waiting on it (for a new group) learn of its death so."""
+    if launched_ranks() <= 1 or isinstance(e, dist.DistStoreError):
         return False
+    if isinstance(e, dist.DistNetworkError):
+        return any(s in str(e) for s in _STORE_LOST)
     lost = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
             "NCCL communicator was aborted", "ProcessGroupNCCL")
     return isinstance(e, dist.DistBackendError) or any(s in str(e) for s in lost)
+
+
+# a store connection that existed and dropped (not one that could not be made)
+_STORE_LOST = ("Connection reset by peer", "Connection was likely closed", "Broken pipe")
 
 
 def init_distributed(device: torch.device, settings: dict[str, Any] | None = None) -> DistEnv:
