@@ -96,3 +96,31 @@ def test_rank_zero_killed_in_the_data_stages_of_a_hand_launch_is_one_line(tmp_pa
     rank1 = said.split("rank 1 exited 1:", 1)[1]
     assert "kiln: run stopped: another rank of this launch failed or was killed" in rank1
     assert "Traceback" not in rank1
+
+
+def _train_with_rank_one_failing_at_the_first_checkpoint(rank: int, world_size: int,
+                                                         run_dir) -> tuple[str, bool]:
+    from kiln.parallel.distributed import lost_a_rank
+    from kiln.train import checkpoint as ckpt_mod
+
+    if rank == 1:  # gathering the state fails here alone, while rank 0 goes on to write
+        def failing(model):
+            raise MemoryError("simulated: no memory for the checkpoint's copy")
+
+        ckpt_mod.model_tensors = failing
+    trainer = Trainer(tiny_config(run_dir, "train.parallel=ddp", "train.steps=6"))
+    try:
+        trainer.fit()
+    except (MemoryError, RuntimeError) as e:  # rank 1 then exits, as its process would
+        return type(e).__name__, isinstance(e, RuntimeError) and lost_a_rank(e)
+    return "trained", False
+
+
+def test_rank_zero_is_not_left_waiting_for_a_rank_that_died_before_its_first_checkpoint(
+        tiny_run):
+    """Rank 1 fails as the first checkpoint begins; rank 0 writes it, then learns that rank
+    1 is gone, where it would wait a week for it to join the checkpoint's group."""
+    said = run_function_on_ranks(_train_with_rank_one_failing_at_the_first_checkpoint, 2,
+                                 args=(tiny_run,), timeout=60)
+    assert said[1] == ("MemoryError", False)
+    assert said[0][1], said[0]  # rank 0: a lost rank, said in one line by `kiln`

@@ -108,6 +108,7 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
     env = DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
     if settings is not None and world > 1:
         _check_same_settings(settings, env)
+    _long_wait_group()  # now, while every rank is here: see `run_on_main`
     return env
 
 
@@ -240,6 +241,10 @@ _LONG_WAIT: dist.ProcessGroup | None = None
 
 
 def _long_wait_group() -> dist.ProcessGroup:
+    """The gloo group `run_on_main` waits on, made when the ranks join: made at the first
+    wait instead, a rank that had died before it (a failure on rank 1 alone while rank 0
+    wrote the first checkpoint) would leave rank 0 waiting for it in the store for the
+    group's week, where a made group's closed connection fails at once."""
     global _LONG_WAIT
     if _LONG_WAIT is None:
         _LONG_WAIT = dist.new_group(backend="gloo", timeout=timedelta(days=7))
