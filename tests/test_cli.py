@@ -227,6 +227,10 @@ def test_only_a_lost_peer_is_reported_as_one(monkeypatch):
     assert _lost_a_rank(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer"))
     assert _lost_a_rank(dist.DistBackendError("NCCL error: remote process exited"))
     assert not _lost_a_rank(dist.DistNetworkError("The server socket has failed to listen: EADDRINUSE"))
+    # rank 0 of a hand launch holds the store: its death, seen while waiting on the store
+    assert _lost_a_rank(dist.DistNetworkError("Connection reset by peer"))
+    assert _lost_a_rank(dist.DistNetworkError("Failed to recv, got 0 bytes. Connection was "
+                                              "likely closed. Did the remote server shutdown?"))
     assert not _lost_a_rank(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert not _lost_a_rank(RuntimeError("Connection reset by peer"))
@@ -397,3 +401,21 @@ def test_a_file_or_folder_inside_a_run_is_refused_naming_the_run(tmp_path, capsy
             err = capsys.readouterr().err
             assert f"inside the run directory {run}" in err and "give that run directory" in err
     assert resolve_config(str(run / "config.toml"), []).run_dir == run
+
+
+def test_a_rank_told_that_rank_zero_was_interrupted_stops_in_one_line(tmp_path, monkeypatch,
+                                                                      capsys):
+    """Rank 1 of a launch whose rank 0 was stopped by SIGTERM mid-checkpoint: one line
+    saying so, and rank 0's exit status, not a traceback."""
+    from kiln import cli
+    from kiln.errors import MainRankInterrupted
+
+    def told(cfg, resume=True):
+        raise MainRankInterrupted("rank 0 was interrupted while it wrote checkpoint X", 143)
+
+    monkeypatch.setattr(cli, "cmd_train", told)
+    assert cli.main(["train", "--set", f'run.dir="{tmp_path / "run"}"']) == 143
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "kiln: train stopped: rank 0 was interrupted while it wrote checkpoint X; the "
+        "checkpoints are written atomically; `kiln train RUN` resumes from the latest"]

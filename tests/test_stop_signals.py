@@ -14,7 +14,14 @@ from launch import free_port
 from test_train import logged_losses, train_losses
 
 from kiln.errors import TrainingInterrupted
-from kiln.train.callbacks import Callback, default_callbacks
+from kiln.report.metrics_io import read_metrics
+from kiln.train.callbacks import (
+    Callback,
+    Checkpointing,
+    ProgressLog,
+    Validation,
+    default_callbacks,
+)
 from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint
 from kiln.train.stop_signals import REPEAT_WINDOW_S, StopRequests
 
@@ -125,6 +132,56 @@ def test_ctrl_c_while_the_last_checkpoint_is_written_still_stops(tiny_run, monke
     assert stopped.value.step == 12 and stopped.value.exit_code == 130
     assert checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 12
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+class Ends(Callback):
+    """Records which of its end hooks ran (a sink that flushes metrics in on_train_end)."""
+
+    def __init__(self) -> None:
+        self.hooks: list[str] = []
+
+    def on_train_end(self, trainer) -> None:
+        self.hooks.append("end")
+
+    def on_train_stopped(self, trainer) -> None:
+        self.hooks.append("stopped")
+
+
+def test_callbacks_after_checkpointing_still_end_when_a_stop_follows_its_last_check(tiny_run):
+    """A recipe's order may put a callback after Checkpointing: a SIGTERM during its last
+    on_step_end is seen in Checkpointing.on_train_end, and raised only once every callback
+    has ended (a sink placed last flushes what it holds)."""
+    before, after = Ends(), Ends()
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train_losses(tiny_run, callbacks=[before, *default_callbacks(),
+                                          SignalAt(12, signal.SIGTERM), after])
+    assert stopped.value.step == 12 and stopped.value.exit_code == 143
+    assert before.hooks == after.hooks == ["end"]
+
+
+def test_a_stop_still_validates_the_saved_step_when_validation_follows_checkpointing(
+        tiny_run, monkeypatch):
+    """Order [log, checkpoint, validate]: a SIGTERM during step 6's checkpoint write stops
+    training after step 6, saved; step 6's validation still runs and is logged, where a
+    resume (from step 7) would never measure it."""
+    _signal_during_save(monkeypatch, 6, signal.SIGTERM)
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train_losses(tiny_run, callbacks=[ProgressLog(), Checkpointing(), Validation()])
+    assert stopped.value.step == 6
+    assert checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 6
+    vals = [r["step"] for r in read_metrics(tiny_run / "metrics.jsonl") if r["kind"] == "val"]
+    assert vals == [6]
+
+
+def test_a_failing_on_train_end_still_releases_the_callbacks_after_it(tiny_run):
+    class Fails(Callback):
+        def on_train_end(self, trainer) -> None:
+            raise RuntimeError("sink closed")
+
+    before, after = Ends(), Ends()
+    with pytest.raises(RuntimeError, match="sink closed"):
+        train_losses(tiny_run, "train.steps=2", callbacks=[before, Fails(), after])
+    assert before.hooks == ["end"] and after.hooks == ["stopped"]
 
 
 def test_a_signal_during_a_periodic_checkpoint_write_stops_after_that_step(tiny_run,

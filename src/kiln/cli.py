@@ -23,7 +23,7 @@ from kiln.config import (
     recorded_config,
     run_dir_override,
 )
-from kiln.errors import KilnError, TrainingInterrupted
+from kiln.errors import KilnError, MainRankInterrupted, TrainingInterrupted
 
 
 def _tokenizer_path(cfg: Config) -> Path:
@@ -363,27 +363,20 @@ def cmd_report(cfg: Config, compare: list[str] | tuple[str, ...] = ()) -> None:
 
 def cmd_run(cfg: Config) -> None:
     """The whole chain. Under torchrun, rank 0 prepares the data and finishes the run."""
-    from kiln.parallel.distributed import init_distributed, main_outcome
+    from kiln.parallel.distributed import init_distributed, run_on_main
     from kiln.train.precision import resolve_device
 
     env = init_distributed(resolve_device(cfg.train.device), flat_settings(cfg))
     stages = [("prepare", cmd_prepare), ("tokenizer", _tokenizer_unless_current),
               ("tokenize", _tokenize_unless_current)]
-    failure: Exception | None = None
-    if env.is_main:
-        try:
-            _timed(stages, cfg)
-            _record_config(cfg)
-            _refuse_prompts_that_do_not_fit(cfg)  # before hours of training, not after
-        except Exception as e:  # told to the other ranks first: a hand launch would hang
-            failure = e
+
+    def data_stages() -> None:
+        _timed(stages, cfg)
+        _record_config(cfg)
+        _refuse_prompts_that_do_not_fit(cfg)  # before hours of training, not after
+
     # the data stages may take hours: the other ranks wait, then learn how they went
-    said = main_outcome(env, None if failure is None else
-                        f"rank 0's data stages failed ({type(failure).__name__}: {failure})")
-    if failure is not None:
-        raise failure
-    if said is not None:
-        raise KilnError(said)
+    run_on_main(env, data_stages, _data_stages_told, KilnError)
     try:
         _timed([("train", cmd_train)], cfg)
     except ConfigError:  # settings refused before any step ran: nothing new to report
@@ -400,6 +393,14 @@ def cmd_run(cfg: Config) -> None:
                            ("export", cmd_export), ("report", cmd_report)], cfg)
         if failed:
             raise _stages_failed(failed)
+
+
+def _data_stages_told(e: BaseException) -> str:
+    """Rank 0's failure in the data stages as the other ranks raise it."""
+    if isinstance(e, KeyboardInterrupt):
+        return (f"rank 0 was interrupted in its data stages ({type(e).__name__}"
+                f"{f': {e}' if str(e) else ''})")
+    return f"rank 0's data stages failed ({type(e).__name__}: {e})"
 
 
 def _tokenizer_unless_current(cfg: Config) -> None:
@@ -764,6 +765,10 @@ def _main(argv: list[str] | None) -> int:
                     f"`kiln train {cfg.run_dir}`"
                 print(f"kiln: {args.verb}: training {e}; {again} goes on from there",
                       file=sys.stderr)
+            return e.exit_code
+        if isinstance(e, MainRankInterrupted):  # rank 0 stopped in work this rank waited for
+            print(f"kiln: {args.verb} stopped: {e}; {_AFTER_INTERRUPT.get(args.verb, _KEPT)}",
+                  file=sys.stderr)
             return e.exit_code
         print(f"\nkiln: {args.verb} interrupted; {_AFTER_INTERRUPT.get(args.verb, _KEPT)}",
               file=sys.stderr)

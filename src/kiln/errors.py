@@ -36,3 +36,13 @@ class TrainingInterrupted(KeyboardInterrupt):
                          f"step is in {checkpoints}")
         self.step = step
         self.exit_code = 143 if signal_name == "SIGTERM" else 130
+
+
+class MainRankInterrupted(KeyboardInterrupt):
+    """Rank 0 was interrupted (Ctrl-C, SIGTERM) in work the other ranks waited for (the
+    data stages, a checkpoint write): raised on those ranks, so that they stop as rank 0
+    does, with its exit code, rather than hang or fail in a collective it left."""
+
+    def __init__(self, message: str, exit_code: int = 130) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

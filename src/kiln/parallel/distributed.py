@@ -11,6 +11,7 @@ import ctypes
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from kiln.config import ConfigError
+from kiln.errors import MainRankInterrupted
 
 
 @dataclass(frozen=True)
@@ -59,12 +61,20 @@ def launched_ranks() -> int:
 def lost_a_rank(e: RuntimeError) -> bool:
     """A collective that failed because a peer process went away (gloo: the connection
     reset; NCCL: the communicator aborted), as opposed to a bug in this rank or a failure
-    to join the group here (a port in use, no rendezvous)."""
-    if launched_ranks() <= 1 or isinstance(e, (dist.DistNetworkError, dist.DistStoreError)):
+    to join the group here (a port in use, no rendezvous). The rendezvous store's own
+    connection dropping once made is a lost rank too: without torchrun, rank 0 holds the
+    store, and ranks waiting on it (for a new group) learn of its death so."""
+    if launched_ranks() <= 1 or isinstance(e, dist.DistStoreError):
         return False
+    if isinstance(e, dist.DistNetworkError):
+        return any(s in str(e) for s in _STORE_LOST)
     lost = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
             "NCCL communicator was aborted", "ProcessGroupNCCL")
     return isinstance(e, dist.DistBackendError) or any(s in str(e) for s in lost)
+
+
+# a store connection that existed and dropped (not one that could not be made)
+_STORE_LOST = ("Connection reset by peer", "Connection was likely closed", "Broken pipe")
 
 
 def init_distributed(device: torch.device, settings: dict[str, Any] | None = None) -> DistEnv:
@@ -98,6 +108,7 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
     env = DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
     if settings is not None and world > 1:
         _check_same_settings(settings, env)
+    _long_wait_group()  # now, while every rank is here: see `run_on_main`
     return env
 
 
@@ -230,23 +241,43 @@ _LONG_WAIT: dist.ProcessGroup | None = None
 
 
 def _long_wait_group() -> dist.ProcessGroup:
+    """The gloo group `run_on_main` waits on, made when the ranks join: made at the first
+    wait instead, a rank that had died before it (a failure on rank 1 alone while rank 0
+    wrote the first checkpoint) would leave rank 0 waiting for it in the store for the
+    group's week, where a made group's closed connection fails at once."""
     global _LONG_WAIT
     if _LONG_WAIT is None:
         _LONG_WAIT = dist.new_group(backend="gloo", timeout=timedelta(days=7))
     return _LONG_WAIT
 
 
-def main_outcome(env: DistEnv, failure: str | None) -> str | None:
-    """Wait for rank 0's work alone (data stages, a checkpoint write: they can outlast the
-    process group's timeout, NCCL 10 min, gloo 30 min, so the wait is on a gloo group of its
-    own with a week's), and hand every rank its outcome: `failure` as rank 0 gave it (None:
-    it succeeded). A rank 0 that raised alone would leave the others waiting, stopped by
-    torchrun but hung for a week in a hand launch; told, every rank raises the same error."""
-    if not env.distributed:
-        return failure
-    said = [failure if env.is_main else None]
-    dist.broadcast_object_list(said, src=0, group=_long_wait_group(), device=torch.device("cpu"))
-    return said[0]
+def run_on_main(env: DistEnv, work: Callable[[], None], told: Callable[[BaseException], str],
+                error: type[Exception]) -> None:
+    """Run `work` on rank 0 alone (data stages, a checkpoint write) while the other ranks
+    wait, and end every rank alike: rank 0 raises what `work` raised; the others raise
+    `error(told(it))`, or `MainRankInterrupted` if rank 0 was interrupted (a Ctrl-C or a
+    SIGTERM's stop on rank 0 alone must not leave them waiting: torchrun stops them, but a
+    hand launch hangs for a week, and either way they would die in a raw gloo error).
+
+    The work can outlast the process group's timeout (NCCL 10 min, gloo 30 min), so the
+    wait is on a gloo group of its own with a week's."""
+    failure: BaseException | None = None
+    if env.is_main:
+        try:
+            work()
+        except BaseException as e:  # told to the other ranks first, then raised here
+            failure = e
+    if env.distributed:
+        said: list[Any] = [None if failure is None else
+                           (isinstance(failure, KeyboardInterrupt), told(failure),
+                            getattr(failure, "exit_code", 130))]
+        dist.broadcast_object_list(said, src=0, group=_long_wait_group(),
+                                   device=torch.device("cpu"))
+        if failure is None and said[0] is not None:
+            interrupted, message, exit_code = said[0]
+            raise MainRankInterrupted(message, exit_code) if interrupted else error(message)
+    if failure is not None:
+        raise failure
 
 
 def shutdown(env: DistEnv) -> None:

@@ -41,7 +41,7 @@ from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.eval import EVAL_FILES
 from kiln.export_recovery import recover_export
 from kiln.hashing import HashingWriter, file_sha256
-from kiln.parallel.distributed import DistEnv, all_reduce_max, main_outcome, unwrap
+from kiln.parallel.distributed import DistEnv, all_reduce_max, run_on_main, unwrap
 from kiln.tensor_files import save_tensors
 from kiln.train.checkpoint_dirs import (
     PREFIX,
@@ -163,28 +163,23 @@ def save_checkpoint(
     keep: int = 2,
 ) -> Path:
     """Write checkpoint `step` (every rank calls this; rank 0 writes). A write that fails
-    on rank 0 (a full disk) raises its error on every rank, not on rank 0 alone."""
+    on rank 0 (a full disk) raises its error on every rank, not on rank 0 alone; one
+    interrupted there (a second Ctrl-C) stops every rank as interrupted."""
     weights = model_tensors(model)
     optim_state = get_optimizer_state_dict(model, optimizer, options=_FULL)
     final = ckpt_root / f"{PREFIX}{step:08d}"
-    failure: Exception | None = None
-    if env.is_main:
-        try:
-            _write(ckpt_root, final, weights, optim_state, trainer_state, keep)
-        except Exception as e:  # told to the other ranks first, then raised here
-            failure = e
-    said = main_outcome(env, None if failure is None else _as_told(failure, final))
-    if failure is not None:
-        raise failure
-    if said is not None:
-        raise CheckpointError(said)
+    run_on_main(env, lambda: _write(ckpt_root, final, weights, optim_state, trainer_state, keep),
+                lambda e: _as_told(e, final), CheckpointError)
     return final
 
 
-def _as_told(e: Exception, final: Path) -> str:
+def _as_told(e: BaseException, final: Path) -> str:
     """Rank 0's failure as the other ranks raise it: a CheckpointError's own line."""
     if isinstance(e, CheckpointError):
         return str(e)
+    if isinstance(e, KeyboardInterrupt):
+        return (f"rank 0 was interrupted while it wrote checkpoint {final} "
+                f"({type(e).__name__}{f': {e}' if str(e) else ''}); that step is not saved")
     return f"rank 0 could not write checkpoint {final} ({type(e).__name__}: {e})"
 
 

@@ -28,7 +28,7 @@ from kiln.config import (
 from kiln.data.loader import TokenLoader, TokenStream, counts_only
 from kiln.data.provenance import check_tokens_current, data_settings_differ
 from kiln.data.shards import load_index
-from kiln.errors import CheckpointError, TrainingDiverged
+from kiln.errors import CheckpointError, TrainingDiverged, TrainingInterrupted
 from kiln.export_recovery import stranded_exports
 from kiln.model import Transformer, count_params, flops_per_token
 from kiln.model.balancing import max_violation
@@ -560,12 +560,41 @@ class Trainer:
                 record = self.train_step()
                 self._stop_if_diverged(record)
                 losses.append(record["loss"])
-                for cb in self.callbacks:
-                    cb.on_step_end(self, record)
+                self._call_each("on_step_end", record)
         except BaseException:
             for cb in started:
                 cb.on_train_stopped(self)
             raise
-        for cb in self.callbacks:
-            cb.on_train_end(self)
+        self._end_callbacks()
         return losses
+
+    def _call_each(self, hook: str, *args: Any, done: list[Callback] | None = None) -> None:
+        """Callback method `hook` on every callback in order (appending each to `done`). A
+        stop asked for (`TrainingInterrupted` from Checkpointing: the step is saved) is
+        raised after the callbacks that follow it have had their turn too: a user's order
+        may put a metrics sink or validation after Checkpointing, and the saved step's
+        records must not be lost (a resume goes on from the next step)."""
+        interrupted: TrainingInterrupted | None = None
+        for cb in self.callbacks:
+            try:
+                getattr(cb, hook)(self, *args)
+            except TrainingInterrupted as e:
+                interrupted = e
+            if done is not None:
+                done.append(cb)
+        if interrupted is not None:
+            raise interrupted
+
+    def _end_callbacks(self) -> None:
+        """Every callback's on_train_end (a stop asked for during the last checkpoint write
+        is raised after them all). Any other error stops at once; the callbacks not yet
+        ended, the failing one too, release what they opened (on_train_stopped)."""
+        ended: list[Callback] = []
+        try:
+            self._call_each("on_train_end", done=ended)
+        except TrainingInterrupted:
+            raise
+        except BaseException:
+            for cb in self.callbacks[len(ended):]:
+                cb.on_train_stopped(self)
+            raise
