@@ -23,6 +23,7 @@ from pathlib import Path
 import orjson
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
+from datatrove.utils.logging import logger
 from tqdm import tqdm
 
 from kiln.data.json_records import (
@@ -33,6 +34,7 @@ from kiln.data.json_records import (
     text_key_pattern,
 )
 from kiln.data.jsonc import jsonc_value
+from kiln.data.long_documents import MAX_DOCUMENT_CHARS, split_long_text
 from kiln.data.skip_examples import (
     MAX_FIELDS,
     SkipExamples,
@@ -143,13 +145,31 @@ class SourceReader(PipelineStep):
                 if self.max_bytes and kept >= self.max_bytes:
                     return
 
+    def _documents(self, text: str, doc_id: str, path: Path,
+                   fields: dict | None = None) -> Iterator[Document]:
+        """The document of one text; a text over `MAX_DOCUMENT_CHARS` is cut into parts
+        (kiln.data.long_documents) with ids `<id>#1`, `<id>#2`... (the same metadata), made
+        one at a time, and counted (`long_texts_split`, `parts`)."""
+        if len(text) <= MAX_DOCUMENT_CHARS:
+            if doc := self._make(text, doc_id, path, fields):
+                yield doc
+            return
+        self._count("long_texts_split")
+        logger.warning(f"{doc_id}: a text of {len(text):,} characters, over the "
+                       f"{MAX_DOCUMENT_CHARS:,} a document may hold: read as parts {doc_id}#1, "
+                       f"#2... cut at paragraph, line or word breaks (kiln.data.long_documents)")
+        for k, part in enumerate(split_long_text(text), start=1):
+            self._count("parts")
+            if doc := self._make(part, f"{doc_id}#{k}", path, fields):
+                yield doc
+
     def _make(self, text: str, doc_id: str, path: Path,
               fields: dict | None = None) -> Document | None:
         if not text.strip():
             self._count("skipped/empty")
             return None
         try:
-            n_bytes = len(text.encode("utf-8"))
+            n_bytes = len(text) if text.isascii() else len(text.encode("utf-8"))
         except UnicodeEncodeError:  # a lone surrogate ("\ud800" is valid JSON): skip the document
             self._count("skipped/invalid_unicode")
             return None
@@ -211,11 +231,11 @@ class SourceReader(PipelineStep):
         except UnicodeDecodeError:
             self._count("skipped/non_utf8")
             return
+        del raw  # not held beside its text while the documents go downstream
         if "\x00" in text:  # UTF-32 (FF FE 00 00), or binary that starts like UTF-16
             self._count("skipped/binary")
             return
-        if doc := self._make(text, file.rel, file.path):
-            yield doc
+        yield from self._documents(text, file.rel, file.path)
 
     def _record_text(self, record: object) -> str | None:
         text = record.get(self.text_field) if isinstance(record, dict) else None
@@ -264,9 +284,8 @@ class SourceReader(PipelineStep):
 
     def _record_doc(self, record: object, doc_id: str, path: Path) -> Iterator[Document]:
         text = self._record_text(record)
-        if text is not None and (doc := self._make(text, doc_id, path,
-                                                   record_fields(record, self.text_field))):
-            yield doc
+        if text is not None:
+            yield from self._documents(text, doc_id, path, record_fields(record, self.text_field))
 
     def _read_json(self, file: SourceFile) -> Iterator[Document]:
         """A .json file of records (kiln.data.json_records): one object with the text field,
@@ -374,9 +393,10 @@ class SourceReader(PipelineStep):
                     continue
             if not isinstance(text, str):  # a null: the column is there
                 note_fields(self._count("skipped/no_text"), batch.schema.names, has_field=True)
-            elif doc := self._make(text, f"{file.rel}:{row + i}", file.path,
-                                   record_fields(dict(zip(names, values)), self.text_field)):
-                yield doc
+            else:
+                yield from self._documents(text, f"{file.rel}:{row + i}", file.path,
+                                           record_fields(dict(zip(names, values)),
+                                                         self.text_field))
 
     def _column_values(self, column) -> list:
         """A metadata column as Python values. Dates and times become ISO strings (dating
