@@ -11,8 +11,10 @@ M1 by `likes`, `retweets`...; dating by `year`, `date`, `title`, an arXiv `id`..
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 import os
 import zlib
 from collections import Counter
@@ -51,7 +53,12 @@ from kiln.data.sources import (
 )
 from kiln.errors import RunDataError
 
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
+# Compressed text and JSON lines, by the compressor's suffix (all in the standard library).
+OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+JSONL_SUFFIXES = tuple(f"{base}{z}" for base in (".jsonl", ".ndjson") for z in ("", *OPENERS))
+TEXT_COMPRESSED = tuple(f".txt{z}" for z in OPENERS)
+# What a cut or damaged compressed file raises (lzma's error is neither an OSError nor EOFError)
+DAMAGED = (EOFError, OSError, zlib.error, lzma.LZMAError)
 
 # Metadata keys the reader sets itself (the pipeline sums `bytes`; `source` names the file):
 # a record's own field of that name is kept as `record_<name>`.
@@ -209,15 +216,17 @@ class SourceReader(PipelineStep):
                 yield from self._read_json(file)
             elif name.endswith(".parquet"):
                 yield from self._read_parquet(file)
-            elif name.endswith(".txt.gz"):
-                yield from self._read_text(file, gzip.decompress(file.path.read_bytes()))
+            elif name.endswith(TEXT_COMPRESSED):
+                with _opener(name)(file.path, "rb") as f:
+                    raw = f.read()
+                yield from self._read_text(file, raw)
             elif file.path.suffix.lower() in BINARY_SUFFIXES:
                 self._count("skipped/binary")
             elif reason := NOT_READ_SUFFIXES.get(file.path.suffix.lower()):
                 self._count(f"skipped/{reason}")  # markup or a table: not text as it is
             else:
                 yield from self._read_text(file, file.path.read_bytes())
-        except (OSError, EOFError, ValueError, zlib.error):  # ArrowInvalid is a ValueError
+        except (*DAMAGED, ValueError):  # ArrowInvalid is a ValueError
             self._where = self._key = None  # the file, not the line it had reached
             self._count("skipped/unreadable")
 
@@ -248,8 +257,7 @@ class SourceReader(PipelineStep):
         return text
 
     def _read_jsonl(self, file: SourceFile) -> Iterator[Document]:
-        opener = gzip.open if file.path.name.lower().endswith(".gz") else open
-        with opener(file.path, "rb") as f:
+        with _opener(file.path.name.lower())(file.path, "rb") as f:
             yield from self._read_lines(file, f)
 
     def _read_lines(self, file: SourceFile, f: Iterable[bytes]) -> Iterator[Document]:
@@ -261,7 +269,7 @@ class SourceReader(PipelineStep):
                 line_no, line = next(lines)
             except StopIteration:
                 break
-            except (EOFError, OSError, zlib.error):  # a cut-off or damaged .gz
+            except DAMAGED:  # a cut-off or damaged .gz / .bz2 / .xz
                 self._where = ("line", self._where[1] + 1 if self._where else 1)
                 self._count("skipped/unreadable_rest_of_file")  # keeps what came before
                 return
@@ -429,6 +437,11 @@ class SourceReader(PipelineStep):
         except UnicodeDecodeError:
             self._count("fields/replaced_non_utf8")
             return value.decode("utf-8", "replace")
+
+
+def _opener(name: str):
+    """How to open a file named `name` (lower case) for reading bytes: by its compressor."""
+    return OPENERS.get(Path(name).suffix, open)
 
 
 def record_fields(record: dict, text_field: str = DEFAULT_TEXT_FIELD) -> dict:
