@@ -238,5 +238,6 @@ def test_csv_and_html_are_counted_and_named_with_what_is_read(tmp_path, capsys):
     (hint,) = [line for line in err.splitlines() if "files are not read" in line]
     assert 'save it as .jsonl or .parquet with a "text" column' in hint
     assert "HTML files are not read" in hint and "extract the text first" in hint
-    assert hint.endswith("the read stage reads text files (.txt, .md, source code; .txt.gz), "
-                         "JSON lines (.jsonl, .ndjson; .gz too), .json records and .parquet")
+    assert hint.endswith("the read stage reads text files (.txt, .md, source code; "
+                         ".txt.gz/.bz2/.xz), JSON lines (.jsonl, .ndjson; .gz/.bz2/.xz too), "
+                         ".json records and .parquet")

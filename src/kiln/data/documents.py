@@ -11,8 +11,10 @@ M1 by `likes`, `retweets`...; dating by `year`, `date`, `title`, an arXiv `id`..
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -22,6 +24,7 @@ from pathlib import Path
 import orjson
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
+from datatrove.utils.logging import logger
 from tqdm import tqdm
 
 from kiln.data.json_records import (
@@ -32,6 +35,7 @@ from kiln.data.json_records import (
     text_key_pattern,
 )
 from kiln.data.jsonc import jsonc_value
+from kiln.data.long_documents import MAX_DOCUMENT_CHARS, split_long_text
 from kiln.data.prepared import read_documents  # noqa: F401 (read back where it was always imported)
 from kiln.data.skip_examples import (
     MAX_FIELDS,
@@ -48,7 +52,12 @@ from kiln.data.sources import (
     printable_name,
 )
 
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
+# Compressed text and JSON lines, by the compressor's suffix (all in the standard library).
+OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+JSONL_SUFFIXES = tuple(f"{base}{z}" for base in (".jsonl", ".ndjson") for z in ("", *OPENERS))
+TEXT_COMPRESSED = tuple(f".txt{z}" for z in OPENERS)
+# What a cut or damaged compressed file raises (lzma's error is neither an OSError nor EOFError)
+DAMAGED = (EOFError, OSError, zlib.error, lzma.LZMAError)
 
 # Metadata keys the reader sets itself (the pipeline sums `bytes`; `source` names the file):
 # a record's own field of that name is kept as `record_<name>`.
@@ -142,13 +151,31 @@ class SourceReader(PipelineStep):
                 if self.max_bytes and kept >= self.max_bytes:
                     return
 
+    def _documents(self, text: str, doc_id: str, path: Path,
+                   fields: dict | None = None) -> Iterator[Document]:
+        """The document of one text; a text over `MAX_DOCUMENT_CHARS` is cut into parts
+        (kiln.data.long_documents) with ids `<id>#1`, `<id>#2`... (the same metadata), made
+        one at a time, and counted (`long_texts_split`, `parts`)."""
+        if len(text) <= MAX_DOCUMENT_CHARS:
+            if doc := self._make(text, doc_id, path, fields):
+                yield doc
+            return
+        self._count("long_texts_split")
+        logger.warning(f"{doc_id}: a text of {len(text):,} characters, over the "
+                       f"{MAX_DOCUMENT_CHARS:,} a document may hold: read as parts {doc_id}#1, "
+                       f"#2... cut at paragraph, line or word breaks (kiln.data.long_documents)")
+        for k, part in enumerate(split_long_text(text), start=1):
+            self._count("parts")
+            if doc := self._make(part, f"{doc_id}#{k}", path, fields):
+                yield doc
+
     def _make(self, text: str, doc_id: str, path: Path,
               fields: dict | None = None) -> Document | None:
         if not text.strip():
             self._count("skipped/empty")
             return None
         try:
-            n_bytes = len(text.encode("utf-8"))
+            n_bytes = len(text) if text.isascii() else len(text.encode("utf-8"))
         except UnicodeEncodeError:  # a lone surrogate ("\ud800" is valid JSON): skip the document
             self._count("skipped/invalid_unicode")
             return None
@@ -188,15 +215,17 @@ class SourceReader(PipelineStep):
                 yield from self._read_json(file)
             elif name.endswith(".parquet"):
                 yield from self._read_parquet(file)
-            elif name.endswith(".txt.gz"):
-                yield from self._read_text(file, gzip.decompress(file.path.read_bytes()))
+            elif name.endswith(TEXT_COMPRESSED):
+                with _opener(name)(file.path, "rb") as f:
+                    raw = f.read()
+                yield from self._read_text(file, raw)
             elif file.path.suffix.lower() in BINARY_SUFFIXES:
                 self._count("skipped/binary")
             elif reason := NOT_READ_SUFFIXES.get(file.path.suffix.lower()):
                 self._count(f"skipped/{reason}")  # markup or a table: not text as it is
             else:
                 yield from self._read_text(file, file.path.read_bytes())
-        except (OSError, EOFError, ValueError, zlib.error):  # ArrowInvalid is a ValueError
+        except (*DAMAGED, ValueError):  # ArrowInvalid is a ValueError
             self._where = self._key = None  # the file, not the line it had reached
             self._count("skipped/unreadable")
 
@@ -210,11 +239,11 @@ class SourceReader(PipelineStep):
         except UnicodeDecodeError:
             self._count("skipped/non_utf8")
             return
+        del raw  # not held beside its text while the documents go downstream
         if "\x00" in text:  # UTF-32 (FF FE 00 00), or binary that starts like UTF-16
             self._count("skipped/binary")
             return
-        if doc := self._make(text, file.rel, file.path):
-            yield doc
+        yield from self._documents(text, file.rel, file.path)
 
     def _record_text(self, record: object) -> str | None:
         text = record.get(self.text_field) if isinstance(record, dict) else None
@@ -227,8 +256,7 @@ class SourceReader(PipelineStep):
         return text
 
     def _read_jsonl(self, file: SourceFile) -> Iterator[Document]:
-        opener = gzip.open if file.path.name.lower().endswith(".gz") else open
-        with opener(file.path, "rb") as f:
+        with _opener(file.path.name.lower())(file.path, "rb") as f:
             yield from self._read_lines(file, f)
 
     def _read_lines(self, file: SourceFile, f: Iterable[bytes]) -> Iterator[Document]:
@@ -240,7 +268,7 @@ class SourceReader(PipelineStep):
                 line_no, line = next(lines)
             except StopIteration:
                 break
-            except (EOFError, OSError, zlib.error):  # a cut-off or damaged .gz
+            except DAMAGED:  # a cut-off or damaged .gz / .bz2 / .xz
                 self._where = ("line", self._where[1] + 1 if self._where else 1)
                 self._count("skipped/unreadable_rest_of_file")  # keeps what came before
                 return
@@ -263,9 +291,8 @@ class SourceReader(PipelineStep):
 
     def _record_doc(self, record: object, doc_id: str, path: Path) -> Iterator[Document]:
         text = self._record_text(record)
-        if text is not None and (doc := self._make(text, doc_id, path,
-                                                   record_fields(record, self.text_field))):
-            yield doc
+        if text is not None:
+            yield from self._documents(text, doc_id, path, record_fields(record, self.text_field))
 
     def _read_json(self, file: SourceFile) -> Iterator[Document]:
         """A .json file of records (kiln.data.json_records): one object with the text field,
@@ -373,9 +400,10 @@ class SourceReader(PipelineStep):
                     continue
             if not isinstance(text, str):  # a null: the column is there
                 note_fields(self._count("skipped/no_text"), batch.schema.names, has_field=True)
-            elif doc := self._make(text, f"{file.rel}:{row + i}", file.path,
-                                   record_fields(dict(zip(names, values)), self.text_field)):
-                yield doc
+            else:
+                yield from self._documents(text, f"{file.rel}:{row + i}", file.path,
+                                           record_fields(dict(zip(names, values)),
+                                                         self.text_field))
 
     def _column_values(self, column) -> list:
         """A metadata column as Python values. Dates and times become ISO strings (dating
@@ -408,6 +436,11 @@ class SourceReader(PipelineStep):
         except UnicodeDecodeError:
             self._count("fields/replaced_non_utf8")
             return value.decode("utf-8", "replace")
+
+
+def _opener(name: str):
+    """How to open a file named `name` (lower case) for reading bytes: by its compressor."""
+    return OPENERS.get(Path(name).suffix, open)
 
 
 def record_fields(record: dict, text_field: str = DEFAULT_TEXT_FIELD) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +19,8 @@ STDLIB_SKIP_DIRS = frozenset(
 TREE_SKIP_DIRS = frozenset({"__pycache__", "node_modules", ".git", ".hg", ".svn", ".venv"})
 
 # What the `read` stage reads (kiln.data.documents decides by suffix), as messages say it.
-READ_FORMATS = ("text files (.txt, .md, source code; .txt.gz), JSON lines (.jsonl, .ndjson; "
-                ".gz too), .json records and .parquet")
+READ_FORMATS = ("text files (.txt, .md, source code; .txt.gz/.bz2/.xz), JSON lines (.jsonl, "
+                ".ndjson; .gz/.bz2/.xz too), .json records and .parquet")
 
 # Read as text, these would be one document of markup or delimiters, not the text a user
 # means: they are counted as skipped under these reasons, and the warning says what to do.
@@ -55,14 +56,23 @@ def _walk(root: Path, skip_dirs: frozenset[str], suffix: str | None = None,
     again). Hidden files and anything that is not a regular file (a named pipe would block
     the reader forever) are listed with a reason when `keep_hidden`, else left out, as are
     folders that cannot be listed ('unreadable_dir': their files are not silently lost)."""
-    found: list[tuple[Path, str | None]] = []
+    found = list(_walk_unsorted(root, skip_dirs, suffix, keep_hidden))
+    return sorted(found, key=lambda f: f[0].relative_to(root).as_posix())
+
+
+def _walk_unsorted(root: Path, skip_dirs: frozenset[str], suffix: str | None = None,
+                   keep_hidden: bool = False) -> Iterator[tuple[Path, str | None]]:
+    """`_walk`'s files as the folders are listed, so a caller may stop at the first."""
     seen = {os.path.realpath(root)}
+    unlisted_dirs: list[tuple[Path, str | None]] = []
 
     def unlisted(error: OSError) -> None:
         if keep_hidden and error.filename:
-            found.append((Path(error.filename), "unreadable_dir"))
+            unlisted_dirs.append((Path(error.filename), "unreadable_dir"))
 
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=unlisted):
+        yield from unlisted_dirs
+        unlisted_dirs.clear()
         kept = []
         for d in sorted(dirnames):
             real = os.path.realpath(os.path.join(dirpath, d))
@@ -77,8 +87,8 @@ def _walk(root: Path, skip_dirs: frozenset[str], suffix: str | None = None,
             path = Path(dirpath) / name
             why = "hidden" if name.startswith(".") else _not_regular(path)
             if why is None or keep_hidden:
-                found.append((path, why))
-    return sorted(found, key=lambda f: f[0].relative_to(root).as_posix())
+                yield path, why
+    yield from unlisted_dirs
 
 
 def _not_regular(path: Path) -> str | None:
@@ -146,7 +156,19 @@ def sources_without_files(sources: list[str], exclude: Path | None = None) -> li
     """The sources in which no file is found (an empty folder, one holding only hidden or
     skipped folders, a path gone since): named, so 'no documents' does not read as a
     reader that skipped everything."""
-    return [s for s in sources if not Path(s).exists() or not list_source_files([s], exclude)]
+    return [s for s in sources if not _has_file(Path(s), exclude)]
+
+
+def _has_file(source: Path, exclude: Path | None) -> bool:
+    """Whether `list_source_files([source], exclude)` finds a file: stops at the first, not a
+    second walk of a 100,000-file corpus (with a realpath per file) after prepare read it."""
+    if not source.exists():
+        return False
+    if not source.is_dir():
+        return bool(list_source_files([str(source)], exclude))
+    excluded = os.path.realpath(exclude) if exclude is not None else None
+    return any(excluded is None or not (os.path.realpath(p) + os.sep).startswith(excluded + os.sep)
+               for p, _ in _walk_unsorted(source, TREE_SKIP_DIRS, keep_hidden=True))
 
 
 def no_files_message(empty: list[str]) -> str:

@@ -1,0 +1,50 @@
+"""Texts too long for the stages after the reader, cut into parts at a documented rule.
+
+Why: the prose quality filters split a document into words with spaCy, at about 100 bytes of
+memory per character of text: a 200 MB text (one `text` field, a `.txt` dump with no line
+breaks) needs some 20 GB and fails hours into a run, though Gopher's 100,000-word bound
+would drop it in the end anyway. So the reader cuts any text longer than
+`MAX_DOCUMENT_CHARS` (spaCy's own default `max_length`, 1,000,000 characters) into
+consecutive parts, none longer, each a document of its own, nothing left out:
+
+- each part ends at the last blank line (a paragraph break) in the second half of the window
+  of `MAX_DOCUMENT_CHARS` characters; else at its last line break; else after its last
+  whitespace; else (a text with no whitespace there) at the window's end;
+- the separator stays at the end of the part before the cut, so the parts joined are the text.
+
+A text of up to `MAX_DOCUMENT_CHARS` characters is never cut (the largest file of the
+standard library is 757 kB), so smaller corpora read exactly as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+MAX_DOCUMENT_CHARS = 1_000_000
+
+_WHITESPACE = (" ", "\t", "\r", "\f", "\v")
+
+
+def split_long_text(text: str, limit: int = MAX_DOCUMENT_CHARS) -> Iterator[str]:
+    """`text` as consecutive parts of at most `limit` characters (see the module's rule).
+    Each window is searched once, backwards from its end: linear in the text's length."""
+    if limit < 2:
+        raise ValueError(f"the part limit must be at least 2 characters, not {limit}")
+    start, n = 0, len(text)
+    while n - start > limit:
+        end = start + limit
+        yield text[start:(cut := _cut(text, start + limit // 2, end))]
+        start = cut
+    yield text[start:]
+
+
+def _cut(text: str, lo: int, end: int) -> int:
+    """Where the part that must end by `end` ends: after a separator in [lo, end)."""
+    at = text.rfind("\n\n", lo, end)
+    if at >= 0:
+        return at + 2
+    at = text.rfind("\n", lo, end)
+    if at >= 0:
+        return at + 1
+    at = max(text.rfind(ws, lo, end) for ws in _WHITESPACE)
+    return at + 1 if at >= 0 else end
