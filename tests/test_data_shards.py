@@ -210,3 +210,18 @@ def test_token_byte_table_counts_multi_byte_and_partial_pieces(tmp_path):
         assert table[ids].sum() == len(doc.text.encode("utf-8"))
     for split in ("train", "val"):
         assert table[_tokens(tmp_path, index, split)].sum() == index[split]["bytes"] > 0
+
+
+def test_the_parts_of_a_cut_text_land_on_one_side_of_the_split(tok, tmp_path):
+    """The reader cuts a text over its limit into parts `<id>#k` with `part_of` = the text's
+    id (kiln.data.long_documents): split by their own ids, neighbouring parts of one text
+    would be in train and val alike, and the val loss would be measured on text trained on."""
+    parts = [Document(text=f"def part{k}(y):\n    return y - {k}\n", id=f"dump.txt#{k}",
+                      metadata={"part_of": "dump.txt"}) for k in range(1, 41)]
+    assert {split_hash(5, p.id) < 0.3 for p in parts} == {True, False}  # by own id: both sides
+    index = write_shards(DOCS + parts, tok, tmp_path, val_fraction=0.3, seed=5, progress=False)
+    eos = 0
+    val = set(_split_docs(_tokens(tmp_path, index, "val"), eos))
+    in_val = [tuple([*tok.encode(p.text).ids, eos]) in val for p in parts]
+    assert len(set(in_val)) == 1, f"{sum(in_val)} of {len(parts)} parts in val"
+    assert in_val[0] == (split_hash(5, "dump.txt") < 0.3)

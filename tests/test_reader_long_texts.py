@@ -41,6 +41,7 @@ def _check_parts(docs, text, doc_id):
     assert all(len(d.text) <= MAX_DOCUMENT_CHARS for d in docs)
     assert "".join(d.text for d in docs) == text  # nothing lost, nothing added
     assert all(d.metadata["bytes"] == len(d.text.encode("utf-8")) for d in docs)
+    assert all(d.metadata["part_of"] == doc_id for d in docs)  # the train/val split's key
 
 
 def test_a_long_txt_is_read_as_parts_that_join_to_the_file(tmp_path):

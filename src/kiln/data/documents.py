@@ -35,7 +35,7 @@ from kiln.data.json_records import (
     text_key_pattern,
 )
 from kiln.data.jsonc import jsonc_value
-from kiln.data.long_documents import MAX_DOCUMENT_CHARS, split_long_text
+from kiln.data.long_documents import MAX_DOCUMENT_CHARS, PART_OF, split_long_text
 from kiln.data.prepared import read_documents  # noqa: F401 (read back where it was always imported)
 from kiln.data.skip_examples import (
     MAX_FIELDS,
@@ -59,9 +59,10 @@ TEXT_COMPRESSED = tuple(f".txt{z}" for z in OPENERS)
 # What a cut or damaged compressed file raises (lzma's error is neither an OSError nor EOFError)
 DAMAGED = (EOFError, OSError, zlib.error, lzma.LZMAError)
 
-# Metadata keys the reader sets itself (the pipeline sums `bytes`; `source` names the file):
-# a record's own field of that name is kept as `record_<name>`.
-KILN_FIELDS = ("source", "bytes")
+# Metadata keys the reader sets itself (the pipeline sums `bytes`; `source` names the file;
+# `part_of`, on the parts of a cut text, its id): a record's own field of that name is kept as
+# `record_<name>`.
+KILN_FIELDS = ("source", "bytes", PART_OF)
 
 DEFAULT_TEXT_FIELD = "text"
 
@@ -154,8 +155,9 @@ class SourceReader(PipelineStep):
     def _documents(self, text: str, doc_id: str, path: Path,
                    fields: dict | None = None) -> Iterator[Document]:
         """The document of one text; a text over `MAX_DOCUMENT_CHARS` is cut into parts
-        (kiln.data.long_documents) with ids `<id>#1`, `<id>#2`... (the same metadata), made
-        one at a time, and counted (`long_texts_split`, `parts`)."""
+        (kiln.data.long_documents) with ids `<id>#1`, `<id>#2`... (the same metadata, plus
+        `part_of`: the text's id, which keeps its parts on one side of the train/val split),
+        made one at a time, and counted (`long_texts_split`, `parts`)."""
         if len(text) <= MAX_DOCUMENT_CHARS:
             if doc := self._make(text, doc_id, path, fields):
                 yield doc
@@ -167,6 +169,7 @@ class SourceReader(PipelineStep):
         for k, part in enumerate(split_long_text(text), start=1):
             self._count("parts")
             if doc := self._make(part, f"{doc_id}#{k}", path, fields):
+                doc.metadata[PART_OF] = doc_id
                 yield doc
 
     def _make(self, text: str, doc_id: str, path: Path,

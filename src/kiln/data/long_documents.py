@@ -21,6 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 MAX_DOCUMENT_CHARS = 1_000_000
+# metadata key of each part: the id of the text it was cut from (`kiln tokenize` splits
+# train/val by it, so a text's parts never land on both sides)
+PART_OF = "part_of"
 
 _WHITESPACE = (" ", "\t", "\r", "\f", "\v")
 

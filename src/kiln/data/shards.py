@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from kiln import strict_json
 from kiln.atomic import atomic_dir, write_json_atomic
+from kiln.data.long_documents import PART_OF
 from kiln.data.shard_hashes import HASH_KEY, record_checked
 from kiln.data.tokenizer import eos_id, token_byte_lengths
 from kiln.errors import RunDataError
@@ -128,7 +129,8 @@ def write_shards(
     `made_from` (what the documents and tokenizer were, see `kiln.data.provenance`) is
     recorded in the index; `total`, the documents expected, gives the bar an end and an ETA.
 
-    A document goes to val when split_hash(seed, id) < val_fraction. If that leaves val empty
+    A document goes to val when split_hash(seed, id) < val_fraction (the parts of a text the
+    reader cut, by the text's id: `part_of`). If that leaves val empty
     (and val_fraction > 0, >= 2 docs), the train document with the smallest hash moves to val;
     it is held back in memory for that reason and, if not needed, ends the train stream. If
     it leaves train empty (a large val_fraction, few documents), the last val document goes
@@ -161,7 +163,7 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
             if int(byte_lengths[ids].sum()) != n_bytes:  # byte-level BPE has no normaliser
                 raise RuntimeError(f"document {doc.id}: its tokens stand for "
                                    f"{int(byte_lengths[ids].sum())} bytes, its text for {n_bytes}")
-            h = split_hash(seed, doc.id)
+            h = split_hash(seed, doc.metadata.get(PART_OF) or doc.id)  # a cut text's parts: one side
             if h < val_fraction:
                 if last_val is not None:
                     writers["val"].add(*last_val)
