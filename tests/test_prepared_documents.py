@@ -10,6 +10,7 @@ import pytest
 from kiln.data.documents import read_documents  # where it has always been imported from
 from kiln.data.pipeline import PrepareConfig, run_prepare
 from kiln.errors import RunDataError
+from kiln.hashing import file_sha256
 
 REMAKE = r"kiln prepare --set prepare.resume=false"
 
@@ -113,6 +114,19 @@ def test_documents_edited_since_prepare_are_refused(run):
         list(read_documents(run))
 
 
+def test_a_word_edited_with_the_counts_kept_is_refused_naming_the_file(run):
+    """The counts cannot tell a word changed for another of its length: the sha256 prepare
+    recorded does, before a document is read (a tokenizer is not trained on it first)."""
+    path = run / "documents" / "00001.jsonl.gz"
+    lines = _lines(path)
+    lines[0] = lines[0].replace("words", "wordz", 1)
+    _rewrite(path, lines)
+    docs = read_documents(run)
+    with pytest.raises(RunDataError, match=rf"00001\.jsonl\.gz is not the file `kiln prepare` "
+                                           rf"wrote .*prepare\.json records .*{REMAKE}"):
+        next(docs)
+
+
 def test_a_record_with_empty_text_is_counted_and_skipped(run):
     """A document whose text a stage emptied is counted by prepare's meter (0 bytes): read
     back, it is skipped as datatrove skips it, not taken for a lost one."""
@@ -122,6 +136,7 @@ def test_a_record_with_empty_text_is_counted_and_skipped(run):
     _rewrite(path, lines)
     summary = json.loads((run / "prepare.json").read_text())
     summary["documents_out"] += 1
+    summary["documents_sha256"]["00000.jsonl.gz"] = file_sha256(path)  # as prepare writes it
     (run / "prepare.json").write_text(json.dumps(summary))
     assert len(list(read_documents(run))) == 12
 

@@ -181,3 +181,18 @@ def test_runs_with_other_tokenizers_or_val_data_are_compared_with_a_warning(runs
     assert "validation data differ" in err
     html = (trinity / "report.html").read_text()
     assert html.count("Note: the runs&#x27;") + html.count("Note: the runs'") == 2
+
+
+def test_report_with_compare_reads_each_metrics_file_once(runs, monkeypatch):
+    """The report and its comparison both need RUN's records: metrics.jsonl (gigabytes in a
+    long run) was read twice, once for each; now once per run."""
+    import kiln.report.run_files as run_files
+
+    trinity, dense = runs
+    reads = []
+    real = run_files.read_metrics
+    monkeypatch.setattr(run_files, "read_metrics",
+                        lambda path: reads.append(Path(path).parent.name) or real(path))
+    html = build_report(trinity, compare=[dense]).read_text()
+    assert sorted(reads) == ["dense", "trinity"]
+    assert "<h2>Comparison</h2>" in html and "3.7000" in html  # the same figures as before

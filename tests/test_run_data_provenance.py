@@ -5,6 +5,7 @@ describing other data."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -354,3 +355,93 @@ def test_a_trained_run_re_made_with_another_vocabulary_trains_the_tokenizers(mad
         made_vocab = json.loads((run / "tokens/index.json").read_text())["vocab_size"]
         with safe_open(run / "checkpoints/step_00000002/model.safetensors", "pt") as f:
             assert f.get_slice("embed.weight").get_shape()[0] == made_vocab == min(vocab, 285)
+
+
+# -- the documents files themselves ----------------------------------------------------------
+
+def _edit_a_word(path):
+    """One word changed for another of its length: the same documents and bytes."""
+    import gzip
+
+    text = gzip.decompress(path.read_bytes()).decode()
+    assert "words" in text
+    path.write_bytes(gzip.compress(text.replace("words", "wordz", 1).encode()))
+
+
+def test_a_word_edited_in_the_documents_after_prepare_is_not_kept_by_kiln_run(made, capsys):
+    """The documents' fingerprint is of what prepare read and reported; a word edited in
+    RUN/documents since has the same counts, so `kiln run` kept the tokenizer and shards of
+    the old text. Now prepare records each file's sha256: `kiln run` re-makes them, and the
+    re-make refuses the edited file by name (prepare.json, yield.json and the report would
+    describe other text; edited documents go in as data.sources)."""
+    from kiln.cli import _tokenize_unless_current, _tokenizer_unless_current
+
+    cfg, src, run = made
+    shards = (run / "tokens" / "index.json").read_bytes()
+    _edit_a_word(run / "documents" / "00000.jsonl.gz")
+    cmd_prepare(cfg)  # `kiln run`'s first stage: a resume, which leaves the documents be
+    assert _current(cfg) == (False, False)
+    for stage in (_tokenizer_unless_current, _tokenize_unless_current):
+        with pytest.raises(RunDataError, match=r"00000\.jsonl\.gz is not the file `kiln prepare` "
+                                               r"wrote .* edited since `kiln prepare`.*resume=false"):
+            stage(cfg)
+    assert (run / "tokens" / "index.json").read_bytes() == shards  # nothing made of it
+    cmd_prepare(replace(cfg, prepare=replace(cfg.prepare, resume=False)))  # made again
+    assert _current(cfg) == (True, True)  # the same documents as the shards' once more
+
+
+def test_document_hashes_are_taken_again_only_when_a_files_stat_changed(made, monkeypatch):
+    """Checking the documents costs a stat per file; a copy of the run is hashed once."""
+    import shutil
+
+    import kiln.data.shard_hashes as sh
+
+    cfg, _, run = made
+    hashed = []
+    real = sh.file_sha256
+    monkeypatch.setattr(sh, "file_sha256", lambda p: hashed.append(p.name) or real(p))
+    assert _current(cfg) == (True, True)
+    assert hashed == []
+    copy = run.parent / "copy"
+    shutil.copytree(run, copy)
+    moved = replace(cfg, run=replace(cfg.run, dir=copy))
+    assert _current(moved) == (True, True)
+    n_files = len(list((copy / "documents").glob("*.jsonl.gz")))
+    assert sorted(hashed) == sorted([p.name for p in (copy / "documents").glob("*.jsonl.gz")]
+                                    + [p.name for p in (copy / "tokens").glob("*.bin")])
+    hashed.clear()
+    assert _current(moved) == (True, True) and hashed == []
+    assert n_files >= 1
+
+
+def test_a_prepare_from_before_document_hashes_keeps_its_data_and_records_them(made, capsys):
+    """An older run's prepare.json has no hashes: its tokenizer and shards stay current (no
+    forced re-tokenize); `kiln run`'s prepare (a resume) hashes the files as they are, says
+    so, and from then on an edit is told."""
+    cfg, _, run = made
+    summary = json.loads((run / "prepare.json").read_text())
+    summary.pop("documents_sha256")
+    (run / "prepare.json").write_text(json.dumps(summary))
+    (run / "documents" / "checked.json").unlink()
+    assert _current(cfg) == (True, True)
+    capsys.readouterr()
+    cmd_prepare(cfg)
+    assert "hashed now, as they are" in capsys.readouterr().err
+    assert "documents_sha256" in json.loads((run / "prepare.json").read_text())
+    assert _current(cfg) == (True, True)
+    _edit_a_word(run / "documents" / "00000.jsonl.gz")
+    assert _current(cfg) == (False, False)
+
+
+def test_a_renamed_documents_file_is_other_documents(made):
+    """Same counts, another name: the documents come in another order (and files prepare did
+    not write are read): not the data the shards were made of."""
+    from kiln.data.prepared import read_documents
+
+    cfg, _, run = made
+    docs = run / "documents"
+    last = sorted(docs.glob("*.jsonl.gz"))[-1]
+    last.rename(docs / "00099.jsonl.gz")
+    assert _current(cfg) == (False, False)
+    with pytest.raises(RunDataError, match=r"other files than `kiln prepare` wrote .*\+00099"):
+        list(read_documents(run))

@@ -35,6 +35,7 @@ def _tokenizer_path(cfg: Config) -> Path:
 def cmd_prepare(cfg: Config) -> None:
     from kiln.data.edit_warnings import edit_warnings
     from kiln.data.pipeline import run_prepare
+    from kiln.data.prepared import HASHES
     from kiln.data.sources import check_sources
 
     check_sources(cfg.data.sources)  # before anything is cleared
@@ -46,8 +47,10 @@ def cmd_prepare(cfg: Config) -> None:
     stats = run_prepare(cfg.prepare, cfg.run_dir, sources=cfg.data.sources,
                         max_bytes=cfg.data.max_bytes, text_field=cfg.data.text_field,
                         progress=sys.stderr.isatty())  # off a terminal: redraws pile up
-    # the files behind each skip are in prepare.json and said below, line by line
-    print(f"prepare: {json.dumps({k: v for k, v in stats.items() if k != 'skipped_examples'})}")
+    # the files behind each skip are in prepare.json and said below, line by line; the
+    # documents files' hashes are a record for the later verbs, one per task
+    shown = {k: v for k, v in stats.items() if k not in ("skipped_examples", HASHES)}
+    print(f"prepare: {json.dumps(shown)}")
     for line in yield_warnings(cfg.run_dir, stats, cfg.data.text_field):
         print(f"warning: {line}", file=sys.stderr)
     for line in edit_warnings(cfg.run_dir):  # documents kept, but most of their text cut

@@ -56,6 +56,7 @@ from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline
     StageSpec,
     validate_prepare,
 )
+from kiln.data.prepared import HASHES, hash_documents, recorded_hashes
 from kiln.data.skip_examples import EXAMPLES_DIR, describe, merge_examples
 from kiln.data.sources import no_files_message, sources_without_files
 from kiln.data.yield_report import (
@@ -555,9 +556,24 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
         summary["benchmarks"] = benchmarks
     if examples := _skip_examples(layout, logging_dir):  # the first files of each skip reason
         summary["skipped_examples"] = examples
+    summary[HASHES] = _document_hashes(run_dir)
     write_json_atomic(run_dir / "prepare.json", summary)
     add_token_counts(run_dir)  # shards made from these same documents (a re-run) still count
     return summary
+
+
+def _document_hashes(run_dir: Path) -> dict[str, str]:
+    """Each documents file's sha256 (`kiln.data.prepared`), taken as the prepare that wrote
+    them finishes. A resume of a finished prepare (its prepare.json kept) wrote nothing: the
+    hashes it recorded stand, so an edit made since is still told from what prepare made."""
+    recorded = recorded_hashes(run_dir) if (run_dir / "prepare.json").is_file() else None
+    if recorded is not None:
+        return recorded
+    if (run_dir / "prepare.json").is_file():
+        print("note: the documents of the earlier `kiln prepare` (from before Kiln recorded "
+              "their sha256) are hashed now, as they are: an edit made to them before now "
+              "cannot be told", file=sys.stderr)
+    return hash_documents(run_dir)
 
 
 def _skip_examples(layout: dict, logging_dir: Path) -> dict:

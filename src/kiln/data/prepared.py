@@ -6,6 +6,11 @@ than prepare reported, and a stray file would add to them. So a damaged file is 
 naming the file and line, and the documents read are counted against what prepare.json
 says the writer wrote (`documents_out`, `bytes_out`): files added, removed or edited since
 are refused, not trained on. datatrove's JsonlReader logs a bad line and goes on.
+
+A file edited with its counts kept (a word changed for another of the same length) is caught
+by its sha256, which prepare records in prepare.json (`documents_sha256`) as it finishes; the
+check re-hashes a file only where its stat changed since (`kiln.data.shard_hashes`), so it
+costs a stat per file. A prepare.json from before Kiln recorded them has none to check.
 """
 
 from __future__ import annotations
@@ -15,19 +20,22 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
 from datatrove.data import Document
 
+from kiln.data.shard_hashes import HASH_KEY, check_file_hashes, record_checked
 from kiln.errors import RunDataError
+from kiln.hashing import file_sha256
 
 DOCUMENTS = "documents"
 SUMMARY = "prepare.json"
 # what prepare's writer names its files (datatrove's `${rank}.jsonl`, gzipped)
 WRITTEN = re.compile(r"\d+\.jsonl\.gz")
 REMAKE = "make them again: `kiln prepare --set prepare.resume=false`"
+HASHES = "documents_sha256"  # prepare.json: {file name under documents/: sha256}
 
 
 def _files(docs_dir: Path) -> list[Path]:
@@ -58,6 +66,60 @@ def prepared_count(run_dir: Path | str) -> int | None:
     """The documents the finished prepare wrote (a progress bar's end), or None if unknown."""
     expected = _expected(Path(run_dir) / SUMMARY)
     return expected[0] if expected else None
+
+
+def hash_documents(run_dir: Path | str) -> dict[str, str]:
+    """The sha256 of each documents file, for prepare.json, as prepare finishes; their stats
+    go in documents/checked.json, so a later check hashes only the files changed since."""
+    docs_dir = Path(run_dir) / DOCUMENTS
+    hashes = {p.relative_to(docs_dir).as_posix(): file_sha256(p) for p in _files(docs_dir)}
+    if hashes:  # no documents: no folder to make for the record
+        record_checked(docs_dir, hashes)
+    return hashes
+
+
+def recorded_hashes(run_dir: Path | str) -> dict[str, str] | None:
+    """What prepare.json records of the documents files, or None (a prepare from before Kiln
+    recorded them, or none finished)."""
+    try:
+        hashes = json.loads((Path(run_dir) / SUMMARY).read_text(encoding="utf-8")).get(HASHES)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
+        return None
+    return hashes
+
+
+def _edited(path: Path, got: str, want: str) -> RunDataError:
+    return RunDataError(
+        f"{path} is not the file `kiln prepare` wrote (its sha256 {got[:16]}, "
+        f"{path.parent.parent / SUMMARY} records {want[:16]}): edited since `kiln prepare`, or "
+        f"another file put in its place; {REMAKE} (edited documents go in as data.sources)")
+
+
+def check_documents_unchanged(run_dir: Path | str,
+                              refuse: Callable[[Path, str, str], RunDataError] = _edited) -> bool:
+    """Refuse (RunDataError naming the file) a documents file whose bytes are not those
+    prepare hashed; False where prepare.json records no hashes (nothing to check), else
+    True. Files added or removed are `documents_renamed`'s, and read_documents counts them."""
+    hashes = recorded_hashes(run_dir)
+    if hashes is None:
+        return False
+    docs_dir = Path(run_dir) / DOCUMENTS
+    check_file_hashes(docs_dir, [{"file": name, HASH_KEY: h} for name, h in hashes.items()
+                                 if (docs_dir / name).is_file()], refuse)
+    return True
+
+
+def documents_renamed(run_dir: Path | str) -> list[str]:
+    """The documents files added or removed since prepare hashed them ('+name', '-name'):
+    with the same counts (a file renamed), other documents in another order."""
+    hashes = recorded_hashes(run_dir)
+    if hashes is None:
+        return []
+    docs_dir = Path(run_dir) / DOCUMENTS
+    now = {p.relative_to(docs_dir).as_posix() for p in _files(docs_dir)} if docs_dir.is_dir() else set()
+    return sorted(f"+{n}" for n in now - set(hashes)) + sorted(f"-{n}" for n in set(hashes) - now)
 
 
 def _damaged(path: Path, where: str, why: str) -> RunDataError:
@@ -105,6 +167,14 @@ def _read_file(path: Path, name: str, counts: list[int]) -> Iterator[Document]:
                        f"unreadable gzip ({type(e).__name__}: {e})") from e
 
 
+def _damaged_or_edited(path: Path, got: str, want: str) -> RunDataError:
+    """A file changed since prepare: its damage (a cut gzip, a bad line) named as such where
+    it has one, found by reading it through; else it was edited."""
+    for _ in _read_file(path, path.name, [0, 0]):
+        pass
+    return _edited(path, got, want)
+
+
 def read_documents(out_dir: Path | str) -> Iterator[Document]:
     """Documents `kiln prepare` (`kiln.data.pipeline.run_prepare`) wrote under out_dir, in file
     then line order; RunDataError for a damaged file (naming it and the line), an empty
@@ -120,6 +190,7 @@ def read_documents(out_dir: Path | str) -> Iterator[Document]:
     if not files:
         raise RunDataError(f"{docs_dir} holds no documents (*.jsonl.gz) although {summary} "
                            f"records {expected[0] if expected else 'some'}; {REMAKE}")
+    check_documents_unchanged(out_dir, _damaged_or_edited)  # a stat per file
     counts = [0, 0]  # documents, UTF-8 bytes of their text
     for path in files:
         yield from _read_file(path, path.relative_to(docs_dir).as_posix(), counts)
@@ -131,3 +202,6 @@ def read_documents(out_dir: Path | str) -> Iterator[Document]:
             f"edited since `kiln prepare`"
             + (f" (not written by it: {', '.join(stray[:5])})" if stray else "")
             + f"; {REMAKE} (edited documents go in as data.sources)")
+    if renamed := documents_renamed(out_dir):
+        raise RunDataError(f"{docs_dir} holds other files than `kiln prepare` wrote and {summary} "
+                           f"records ({', '.join(renamed[:6])}); {REMAKE}")

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 
 from kiln import strict_json
 from kiln.data.prepare_config import stage_options
+from kiln.data.prepared import HASHES, check_documents_unchanged, documents_renamed
 from kiln.data.shard_hashes import check_shard_hashes
 from kiln.data.shards import load_index, load_token_bytes
 from kiln.data.tokenizer import load_tokenizer, token_byte_lengths
@@ -52,7 +53,9 @@ def documents_fingerprint(run_dir: Path) -> str | None:
         raise RunDataError(f"{path} or {layout} is damaged ({e}); re-run `kiln prepare`") from e
     # the skipped files are named as the sources were spelled (`d/x`, `./d/x`): not what
     # was made, like the sources themselves
-    what = {k: v for k, v in summary.items() if k not in ("tasks", "sources", "skipped_examples")}
+    # nor the documents files' hashes: gzip stamps the time, and tasks split them otherwise
+    what = {k: v for k, v in summary.items()
+            if k not in ("tasks", "sources", "skipped_examples", HASHES)}
     made = json.dumps([what, inputs, options], sort_keys=True)
     return hashlib.sha256(made.encode()).hexdigest()[:16]
 
@@ -75,6 +78,18 @@ def tokens_match_documents(run_dir: Path) -> bool:
         return True
     now = documents_fingerprint(run_dir)  # None: shards brought into a run without documents
     return now is None or made.get("documents") == now
+
+
+def documents_unchanged(run_dir: Path) -> bool:
+    """The documents files are the ones prepare wrote (by the sha256 it recorded, taken again
+    only where a file's stat changed), or prepare.json records none to compare (a prepare from
+    before Kiln took them). The fingerprint is of what prepare read and reported: a word
+    edited in a documents file since leaves it as it was, not the text re-made data would hold."""
+    try:
+        check_documents_unchanged(run_dir)
+    except (OSError, RunDataError):
+        return False
+    return not documents_renamed(run_dir)
 
 
 def check_tokenizer(run_dir: Path, tok: Tokenizer) -> None:
@@ -135,11 +150,12 @@ def record_tokenizer(run_dir: Path, kind: str, vocab_size: int, min_frequency: i
 
 def tokenizer_is_current(run_dir: Path, kind: str, vocab_size: int, min_frequency: int) -> bool:
     """The run's tokenizer was trained, by `kiln tokenizer`, on the documents now in the run
-    with these settings, and is unchanged since: training it again would make the same one."""
+    (unchanged since prepare) with these settings, and is unchanged since: training it again would make the same one."""
     path = tokenizer_path(run_dir)
     record = path.parent / TOKENIZER_RECORD
     inputs = _tokenizer_inputs(run_dir, kind, vocab_size, min_frequency)
-    if inputs["documents"] is None or not path.is_file() or not record.is_file():
+    if (inputs["documents"] is None or not path.is_file() or not record.is_file()
+            or not documents_unchanged(run_dir)):
         return False
     try:
         return json.loads(record.read_text(encoding="utf-8")) == {
@@ -169,8 +185,8 @@ def shards_made_from(run_dir: Path) -> dict:
 
 
 def tokens_are_current(run_dir: Path, val_fraction: float, seed: int) -> bool:
-    """The token shards were made from the documents and tokenizer now in the run with this
-    split, and every shard is whole and unchanged (its hash, where the index has one, checked
+    """The token shards were made from the documents (unchanged since prepare) and tokenizer
+    now in the run with this split, and every shard is whole and unchanged (its hash, where the index has one, checked
     as the loader does): `kiln tokenize` would write the same ones."""
     import numpy as np
 
@@ -178,7 +194,7 @@ def tokens_are_current(run_dir: Path, val_fraction: float, seed: int) -> bool:
     if not tokenizer_path(run_dir).is_file():
         return False
     expected = shards_made_from(run_dir)
-    if expected["documents"] is None:
+    if expected["documents"] is None or not documents_unchanged(run_dir):
         return False
     try:
         index = load_index(tokens)

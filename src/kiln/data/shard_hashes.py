@@ -10,11 +10,15 @@ one `checked.json` (beside the index) recorded when its hash was last confirmed:
 multi-GB shards costs a stat per shard, and a copy of them to another disk is hashed once
 (the record is rewritten where the folder is writable; in this process either way). A
 change that keeps all four (a write through a `mmap` within one clock tick) is not seen.
+
+The same record and check guard the documents `kiln prepare` wrote (`check_file_hashes`, with
+their own message; `kiln.data.prepared`): any folder of files hashed when written.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from kiln.atomic import write_json_atomic
@@ -51,36 +55,50 @@ def _write_checked(shard_dir: Path, checked: dict) -> None:
 
 
 def record_checked(shard_dir: Path, hashes: dict[str, str]) -> None:
-    """After `kiln tokenize` wrote the shards (and took their hashes as it wrote them)."""
+    """After `kiln tokenize` wrote the shards (and took their hashes as it wrote them), or
+    `kiln prepare` its documents: the stat each hash was taken at."""
     _write_checked(shard_dir, {name: {HASH_KEY: digest, "stat": stat_key(shard_dir / name)}
                                for name, digest in hashes.items()})
+
+
+def _not_the_shard(path: Path, got: str, want: str) -> RunDataError:
+    return RunDataError(
+        f"{path} is not the shard `kiln tokenize` wrote (its sha256 {got[:16]}, "
+        f"{path.parent / 'index.json'} says {want[:16]}: changed in place, or another "
+        "shard's file under its name): the shards are damaged; re-run `kiln tokenize`")
 
 
 def check_shard_hashes(shard_dir: Path, shards: list[dict]) -> list[str]:
     """Refuse a shard whose bytes are not those `kiln tokenize` hashed into the index; return
     the names of the shards that had to be hashed again (their stat changed). Entries without
     a hash (an index from before Kiln recorded them) are skipped."""
-    shard_dir = Path(shard_dir)
-    checked, rehashed = _read_checked(shard_dir), {}
-    for shard in shards:
-        want = shard.get(HASH_KEY)
+    return check_file_hashes(shard_dir, shards, _not_the_shard)
+
+
+def check_file_hashes(folder: Path, entries: list[dict],
+                      refuse: Callable[[Path, str, str], RunDataError]) -> list[str]:
+    """Raise `refuse(path, its sha256, the recorded one)` for the first entry ({"file": name
+    in `folder`, HASH_KEY: hex}) whose file's bytes are not the recorded ones, hashing only
+    the files whose stat differs from the one `folder/checked.json` confirmed; return the
+    names hashed again. Entries without a hash are skipped."""
+    folder = Path(folder)
+    checked, rehashed = _read_checked(folder), {}
+    for entry in entries:
+        want = entry.get(HASH_KEY)
         if want is None:
             continue
-        path = shard_dir / shard["file"]
+        path = folder / entry["file"]
         key = stat_key(path)
-        seen = checked.get(shard["file"])
+        seen = checked.get(entry["file"])
         if isinstance(seen, dict) and seen.get("stat") == key and seen.get(HASH_KEY) == want:
             continue
         memo = (str(path.resolve()), tuple(key))
         if _confirmed.get(memo) != want:
             got = file_sha256(path)
             if got != want:
-                raise RunDataError(
-                    f"{path} is not the shard `kiln tokenize` wrote (its sha256 {got[:16]}, "
-                    f"{shard_dir / 'index.json'} says {want[:16]}: changed in place, or another "
-                    "shard's file under its name): the shards are damaged; re-run `kiln tokenize`")
+                raise refuse(path, got, want)
             _confirmed[memo] = want
-        rehashed[shard["file"]] = {HASH_KEY: want, "stat": key}
+        rehashed[entry["file"]] = {HASH_KEY: want, "stat": key}
     if rehashed:
-        _write_checked(shard_dir, {**checked, **rehashed})
+        _write_checked(folder, {**checked, **rehashed})
     return list(rehashed)

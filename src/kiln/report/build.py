@@ -48,10 +48,10 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
         raise FileNotFoundError(
             f"nothing to report in {run_dir}: it holds none of {', '.join(_RUN_FILES)} "
             "(run kiln prepare or kiln run first, or give the run's directory)")
-    compared = load_comparison(run_dir, list(compare)) if compare else None
+    metrics = load_metrics(run_dir)  # once: the comparison takes it as read
+    compared = load_comparison(run_dir, list(compare), own=metrics) if compare else None
     if note := recover_export(run_dir / "export", run_dir):  # a killed export's, put back
         warnings.warn(note, stacklevel=2)
-    metrics = load_metrics(run_dir)
     index = load_json(run_dir, "tokens/index.json")
     evaluation = load_json(run_dir, "eval.json")
     unigram = as_number(index.value.get("unigram_bpb")) if index.ok else None
@@ -59,7 +59,10 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
         unigram = as_number(evaluation.value.get("unigram_bpb"))
     records = metrics.value if metrics.ok else []
     plots = write_plots(records, run_dir / "plots", unigram) if records else {}
-    summary = summarize(records) if records else Summary()
+    if compared:  # summarized with the comparison's figures already
+        summary = compared[0].summary
+    else:
+        summary = summarize(records) if records else Summary()
     config = load_text(run_dir, "config.toml")
     extra = [compare_section(compared, run_dir / "plots")] if compared else []
     moe = moe_section(records, plots, config)

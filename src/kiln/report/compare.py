@@ -36,7 +36,7 @@ from kiln.report.plots import (
     series,
     widen_one_step,
 )
-from kiln.report.run_files import load_json, load_metrics
+from kiln.report.run_files import Loaded, load_json, load_metrics
 from kiln.report.summary import Summary, summarize
 
 COMPARE_PLOT = "compare_loss"
@@ -70,10 +70,12 @@ def _labels(paths: list[Path]) -> list[str]:
     return [label(i) for i in range(len(parts))]
 
 
-def load_run_figures(run_dir: Path, label: str, required: bool = True) -> RunFigures:
+def load_run_figures(run_dir: Path, label: str, required: bool = True,
+                     metrics: Loaded | None = None) -> RunFigures:
     """Records, summary and parameter counts of `run_dir`. With `required`, a directory
-    without a readable metrics.jsonl raises FileNotFoundError naming it."""
-    metrics = load_metrics(run_dir)
+    without a readable metrics.jsonl raises FileNotFoundError naming it. `metrics`: its
+    metrics.jsonl already read (a long run's is gigabytes: read once per report)."""
+    metrics = load_metrics(run_dir) if metrics is None else metrics
     if not metrics.ok and required:
         raise FileNotFoundError(f"cannot compare with {run_dir}: {metrics.problem} "
                                 "(expected a Kiln run directory)")
@@ -108,8 +110,10 @@ def comparability_warnings(runs: list[RunFigures]) -> list[str]:
     return out
 
 
-def load_comparison(run_dir: Path, others: list[Path]) -> list[RunFigures]:
-    """The report's own run first (tolerated when empty), then every --compare run."""
+def load_comparison(run_dir: Path, others: list[Path],
+                    own: Loaded | None = None) -> list[RunFigures]:
+    """The report's own run first (tolerated when empty; `own`: its metrics.jsonl as the
+    report read it), then every --compare run."""
     paths = [Path(run_dir), *map(Path, others)]
     seen: dict[str, Path] = {}
     for path in paths:
@@ -119,7 +123,8 @@ def load_comparison(run_dir: Path, others: list[Path]) -> list[RunFigures]:
             raise ConfigError(f"--compare {path} names {what} again: each run once")
         seen[real] = path
     labels = _labels(paths)
-    return [load_run_figures(p, lab, required=i > 0) for i, (p, lab) in enumerate(zip(paths, labels))]
+    return [load_run_figures(p, lab, required=i > 0, metrics=own if i == 0 else None)
+            for i, (p, lab) in enumerate(zip(paths, labels))]
 
 
 def write_compare_plot(runs: list[RunFigures], path: Path) -> None:

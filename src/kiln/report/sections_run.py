@@ -141,7 +141,9 @@ def data_section(prepare: Loaded) -> str:
     """Document counts and skip reasons from data preparation."""
     if not prepare.ok:
         return section("Data", unavailable(prepare.problem or ""))
-    return section("Data", key_value_table(flat_rows(prepare.value)))
+    # each documents file's sha256 (kiln.data.prepared.HASHES): a record, not a figure
+    shown = {k: v for k, v in prepare.value.items() if k != "documents_sha256"}
+    return section("Data", key_value_table(flat_rows(shown)))
 
 
 def tokens_section(index: Loaded) -> str:
