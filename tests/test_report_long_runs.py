@@ -61,3 +61,26 @@ def test_a_short_curve_is_drawn_point_for_point():
     ax = Figure().add_subplot()
     draw_series(ax, [Series("train loss", [1, 2, 3], [3.0, 2.0, 1.0])])
     assert list(ax.lines[0].get_xdata()) == [1, 2, 3] and not ax.collections
+
+
+def test_moe_load_is_kept_on_the_newest_record_only(tmp_path):
+    """An MoE run logs every layer's per-expert load in each record (trinity-nano: 54 x 128
+    floats); the report shows the newest one only, so the reader keeps it there alone (on
+    every record, a 100,000-record nano run needed ~22 GB to report). The load table is the
+    newest step's."""
+    from kiln.report import build_report
+
+    path = tmp_path / "metrics.jsonl"
+    with open(path, "w") as f:
+        for step in range(1, 201):
+            load = [[step / 1000, 1 - step / 1000]] * 3
+            f.write(json.dumps({"kind": "train", "step": step, "loss": 2.0, "moe_load": load,
+                                "moe_max_vio": [0.1, 0.2, 0.3]}) + "\n")
+    records = read_metrics(path)
+    assert len(records) == 200
+    assert [r["step"] for r in records if "moe_load" in r] == [200]
+    assert records[-1]["moe_load"] == [[0.2, 0.8]] * 3
+    assert all("moe_max_vio" in r for r in records)  # the MaxVio curve keeps every point
+    (tmp_path / "config.toml").write_text("")
+    html = build_report(tmp_path).read_text()
+    assert "20.0%" in html and "80.0%" in html  # the newest step's shares

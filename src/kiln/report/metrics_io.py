@@ -13,6 +13,11 @@ from typing import Any
 
 from kiln import strict_json
 
+# Large per-record fields the report reads from the newest record only: an MoE run logs each
+# layer's per-expert load (trinity-nano: 54 x 128 floats, ~225 KB a record once parsed), and
+# keeping it on every record made a 100,000-record report need ~22 GB.
+NEWEST_ONLY = ("moe_load",)
+
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Return the metric records of ``path``, last record per (kind, step) winning.
@@ -24,9 +29,11 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
     Keys (and ``kind``) are shared among the records: json gives each line its own copies,
     which were half the memory of a million-record file (~1 KB a record, over a gigabyte).
+    Fields in `NEWEST_ONLY` are kept on the newest record holding them alone.
     """
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     names: dict[str, str] = {}
+    holders: dict[str, dict[str, Any]] = {}
     with open(path, encoding="utf-8", errors="replace") as f:
         for index, line in enumerate(f):
             line = line.strip()
@@ -41,6 +48,11 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             record = {names.setdefault(k, k): v for k, v in record.items()}
             if isinstance(kind := record.get("kind"), str):
                 record["kind"] = names.setdefault(kind, kind)
+            for field in NEWEST_ONLY:
+                if field in record:
+                    if (holder := holders.get(field)) is not None:
+                        holder.pop(field, None)
+                    holders[field] = record
             key = (record.get("kind"), record["step"]) if has_step(record) else ("<no step>", index)
             latest.pop(key, None)  # re-insert so order follows the last occurrence
             latest[key] = record
