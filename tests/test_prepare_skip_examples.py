@@ -239,5 +239,5 @@ def test_csv_and_html_are_counted_and_named_with_what_is_read(tmp_path, capsys):
     assert 'save it as .jsonl or .parquet with a "text" column' in hint
     assert "HTML files are not read" in hint and "extract the text first" in hint
     assert hint.endswith("the read stage reads text files (.txt, .md, source code; "
-                         ".txt.gz/.bz2/.xz), JSON lines (.jsonl, .ndjson; .gz/.bz2/.xz too), "
-                         ".json records and .parquet")
+                         ".txt.gz/.bz2/.xz/.zst), JSON lines (.jsonl, .ndjson; .gz/.bz2/.xz/.zst "
+                         "too), .json records and .parquet")

@@ -1,18 +1,24 @@
-"""Compressed sources beyond gzip: `.bz2` and `.xz` (standard library) are read like `.gz`,
-not counted as `binary` and lost; a cut or damaged one keeps the records read before the
-damage, counted `unreadable_rest_of_file` with the file and line, as a cut `.jsonl.gz` is."""
+"""Compressed sources beyond gzip: `.bz2`, `.xz` (standard library) and `.zst` (zstandard)
+are read like `.gz`, not counted as `binary` and lost; a cut or damaged one keeps the records
+read before the damage, counted `unreadable_rest_of_file` with the file and line, as a cut
+`.jsonl.gz` is. A cut compressed text keeps its text before the cut, counted the same way;
+a damaged one (its bytes before the damage may be garbage) is `unreadable`."""
 
 import bz2
+import gzip
 import json
 import lzma
 
 import pytest
+import zstandard
 
 from kiln.data.documents import SourceReader
 
 # bz2 at level 1: 100 kB blocks, so a cut half-way has whole blocks before it (a block is
 # decompressed whole or not at all)
-COMPRESSORS = {".bz2": lambda raw: bz2.compress(raw, 1), ".xz": lzma.compress}
+COMPRESSORS = {".bz2": lambda raw: bz2.compress(raw, 1), ".xz": lzma.compress,
+               ".zst": zstandard.compress}
+WITH_GZIP = {".gz": gzip.compress, **COMPRESSORS}
 
 
 def _read(*sources):
@@ -67,3 +73,45 @@ def test_damaged_compressed_files_are_counted_not_fatal(tmp_path, suffix):
     assert counts["skipped/unreadable"] == 1  # the text file: one document, damaged
     assert counts["skipped/unreadable_rest_of_file"] == 1  # the JSON lines, their start kept
     assert "fine" in {d.text for d in docs} and len(docs) > 1
+
+
+@pytest.mark.parametrize("suffix", WITH_GZIP)
+def test_a_cut_compressed_text_keeps_its_text_before_the_cut(tmp_path, suffix):
+    """A truncated download of one text: the text before the cut is what was written; it was
+    counted `unreadable` whole, its readable part lost. Kept now, and named with the line
+    where it was cut, so the user sees the document is partial."""
+    text = _lines(20_000).decode()
+    blob = WITH_GZIP[suffix](text.encode())
+    (tmp_path / f"cut.txt{suffix}").write_bytes(blob[:len(blob) // 2])
+    docs, counts, examples = _read(tmp_path)
+    (doc,) = docs
+    assert 0 < len(doc.text) < len(text) and text.startswith(doc.text)
+    assert doc.id == f"{tmp_path.name}/cut.txt{suffix}"
+    assert counts["skipped/unreadable_rest_of_file"] == 1 and "skipped/unreadable" not in counts
+    (example,) = examples["unreadable_rest_of_file"]["examples"]
+    assert example["file"].endswith(f"cut.txt{suffix}")
+    assert example["line"] == doc.text.count("\n") + 1
+
+
+def test_a_text_cut_inside_a_character_keeps_the_characters_before_it(tmp_path):
+    """The cut falls inside "é" (two bytes in UTF-8): the whole text was `non_utf8`."""
+    path = tmp_path / "cut.txt.gz"
+    with gzip.open(path, "wb") as f:
+        f.write("line one\ncafé\ncaf".encode() + "é".encode()[:1])
+        f.flush()  # a sync flush: the bytes so far decode from the file's start
+        cut = f.fileobj.tell()
+        f.write("é".encode()[1:] + b" and more text\n" * 100)
+    path.write_bytes(path.read_bytes()[:cut])
+    docs, counts, examples = _read(path)
+    assert [d.text for d in docs] == ["line one\ncafé\ncaf"]
+    assert examples["unreadable_rest_of_file"]["examples"][0]["line"] == 3
+    assert set(counts) == {"documents", "bytes", "skipped/unreadable_rest_of_file"}
+
+
+@pytest.mark.parametrize("suffix", WITH_GZIP)
+def test_a_compressed_text_cut_before_its_text_is_named_once(tmp_path, suffix):
+    """Cut inside its header: nothing to keep, and the file is not also called `empty`."""
+    (tmp_path / f"cut.txt{suffix}").write_bytes(WITH_GZIP[suffix](b"some text")[:6])
+    docs, counts, examples = _read(tmp_path)
+    assert docs == [] and set(counts) == {"skipped/unreadable_rest_of_file"}
+    assert examples["unreadable_rest_of_file"]["examples"][0]["line"] == 1

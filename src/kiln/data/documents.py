@@ -12,6 +12,7 @@ M1 by `likes`, `retweets`...; dating by `year`, `date`, `title`, an arXiv `id`..
 from __future__ import annotations
 
 import bz2
+import codecs
 import gzip
 import json
 import lzma
@@ -26,6 +27,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from datatrove.utils.logging import logger
 from tqdm import tqdm
+from zstandard import ZstdError
 
 from kiln.data.json_records import (
     damaged_records,
@@ -51,13 +53,16 @@ from kiln.data.sources import (
     list_source_files,
     printable_name,
 )
+from kiln.data.zstd_files import open_zstd
 
-# Compressed text and JSON lines, by the compressor's suffix (all in the standard library).
-OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+# Compressed text and JSON lines, by the compressor's suffix (the standard library's, and
+# zstandard's: the format the Pile and many large datasets ship in).
+OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".zst": open_zstd}
 JSONL_SUFFIXES = tuple(f"{base}{z}" for base in (".jsonl", ".ndjson") for z in ("", *OPENERS))
 TEXT_COMPRESSED = tuple(f".txt{z}" for z in OPENERS)
-# What a cut or damaged compressed file raises (lzma's error is neither an OSError nor EOFError)
-DAMAGED = (EOFError, OSError, zlib.error, lzma.LZMAError)
+# What a cut (EOFError, every opener) or damaged compressed file raises (lzma's and zstd's
+# errors are neither an OSError nor an EOFError)
+DAMAGED = (EOFError, OSError, zlib.error, lzma.LZMAError, ZstdError)
 
 # Metadata keys the reader sets itself (the pipeline sums `bytes`; `source` names the file;
 # `part_of`, on the parts of a cut text, its id): a record's own field of that name is kept as
@@ -74,7 +79,8 @@ BINARY_SUFFIXES = frozenset(
 
 
 class SourceReader(PipelineStep):
-    """Read txt / jsonl(.gz) / parquet / source-code files (or the stdlib corpus) into Documents.
+    """Read txt / jsonl (both also .gz / .bz2 / .xz / .zst) / parquet / source-code files (or
+    the stdlib corpus) into Documents.
 
     CSV and HTML files are counted as skipped (`csv`, `html`), not read: as raw text they
     would be a table's delimiters or a page's markup (`NOT_READ_SUFFIXES`).
@@ -219,9 +225,7 @@ class SourceReader(PipelineStep):
             elif name.endswith(".parquet"):
                 yield from self._read_parquet(file)
             elif name.endswith(TEXT_COMPRESSED):
-                with _opener(name)(file.path, "rb") as f:
-                    raw = f.read()
-                yield from self._read_text(file, raw)
+                yield from self._read_compressed_text(file, name)
             elif file.path.suffix.lower() in BINARY_SUFFIXES:
                 self._count("skipped/binary")
             elif reason := NOT_READ_SUFFIXES.get(file.path.suffix.lower()):
@@ -232,13 +236,32 @@ class SourceReader(PipelineStep):
             self._where = self._key = None  # the file, not the line it had reached
             self._count("skipped/unreadable")
 
-    def _read_text(self, file: SourceFile, raw: bytes) -> Iterator[Document]:
+    def _read_compressed_text(self, file: SourceFile, name: str) -> Iterator[Document]:
+        """A .txt.gz / .bz2 / .xz / .zst. Cut off (a truncated download: EOFError), the text
+        before the cut is what was written, and is kept as the file's document, counted
+        `unreadable_rest_of_file` with the line where it was cut, as a cut .jsonl.gz keeps its
+        records. Damaged (any other error), the bytes before the error may already be garbage
+        (gzip checks its CRC only at the end): the file is `unreadable`, as before."""
+        chunks = []
+        try:
+            with _opener(name)(file.path, "rb") as f:
+                while chunk := f.read1(1 << 20):  # one decoder read each: a cut loses none
+                    chunks.append(chunk)
+        except EOFError:
+            yield from self._read_text(file, b"".join(chunks), cut=True)
+            return
+        yield from self._read_text(file, b"".join(chunks))
+
+    def _read_text(self, file: SourceFile, raw: bytes, cut: bool = False) -> Iterator[Document]:
+        """`cut`: `raw` is the start of a file cut off, whose last character may be cut too
+        (left out), counted `unreadable_rest_of_file`."""
         utf16 = raw.startswith((b"\xff\xfe", b"\xfe\xff"))  # its byte-order mark
         if b"\x00" in raw and not utf16:
             self._count("skipped/binary")
             return
         try:  # UTF-8's leading byte-order mark is not text either
-            text = raw.decode("utf-16" if utf16 else "utf-8-sig")
+            decoder = codecs.getincrementaldecoder("utf-16" if utf16 else "utf-8-sig")()
+            text = decoder.decode(raw, final=not cut)
         except UnicodeDecodeError:
             self._count("skipped/non_utf8")
             return
@@ -246,6 +269,12 @@ class SourceReader(PipelineStep):
         if "\x00" in text:  # UTF-32 (FF FE 00 00), or binary that starts like UTF-16
             self._count("skipped/binary")
             return
+        if cut:  # named at the line where it was cut, as a cut .jsonl.gz is
+            self._where = ("line", text.count("\n") + 1)
+            self._count("skipped/unreadable_rest_of_file")
+            self._where = None
+            if not text.strip():  # cut before any text: nothing is kept, and it is not `empty`
+                return
         yield from self._documents(text, file.rel, file.path)
 
     def _record_text(self, record: object) -> str | None:
@@ -271,7 +300,7 @@ class SourceReader(PipelineStep):
                 line_no, line = next(lines)
             except StopIteration:
                 break
-            except DAMAGED:  # a cut-off or damaged .gz / .bz2 / .xz
+            except DAMAGED:  # a cut-off or damaged .gz / .bz2 / .xz / .zst
                 self._where = ("line", self._where[1] + 1 if self._where else 1)
                 self._count("skipped/unreadable_rest_of_file")  # keeps what came before
                 return

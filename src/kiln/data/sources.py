@@ -19,8 +19,8 @@ STDLIB_SKIP_DIRS = frozenset(
 TREE_SKIP_DIRS = frozenset({"__pycache__", "node_modules", ".git", ".hg", ".svn", ".venv"})
 
 # What the `read` stage reads (kiln.data.documents decides by suffix), as messages say it.
-READ_FORMATS = ("text files (.txt, .md, source code; .txt.gz/.bz2/.xz), JSON lines (.jsonl, "
-                ".ndjson; .gz/.bz2/.xz too), .json records and .parquet")
+READ_FORMATS = ("text files (.txt, .md, source code; .txt.gz/.bz2/.xz/.zst), JSON lines (.jsonl, "
+                ".ndjson; .gz/.bz2/.xz/.zst too), .json records and .parquet")
 
 # Read as text, these would be one document of markup or delimiters, not the text a user
 # means: they are counted as skipped under these reasons, and the warning says what to do.
