@@ -92,3 +92,19 @@ def test_the_compiled_loss_does_not_run_the_hand_written_function(monkeypatch):
     torch.testing.assert_close(loss, eager, rtol=1e-5, atol=1e-5)
     for got, want in zip(grads, eager_grads):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_expert_backend_probe_is_a_constant_of_the_trace():
+    """Which expert kernel runs is probed once (`grouped_mm_works`: tensors made with
+    requires_grad, a backward). Traced through under the compiler, the probe broke the graph
+    of every MoE layer in every compiled step; the compiler takes its answer as a constant."""
+    from kiln.model.moe import RoutedExperts
+
+    experts = RoutedExperts(16, 16, 2)
+
+    def pick(x):
+        return x * (2 if experts.resolved_backend(x) == "grouped_mm" else 3)
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(pick)(torch.ones(4, 16, dtype=torch.bfloat16))
+    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]

@@ -94,6 +94,14 @@ def grouped_mm_works(device_type: str, dtype: torch.dtype) -> bool:
         return False
 
 
+@torch.compiler.assume_constant_result
+def _grouped_mm_works_here(device_type: str, dtype: torch.dtype) -> bool:
+    """`grouped_mm_works` as the compiler sees it: a constant of the trace. Traced through,
+    the probe (tensors made with requires_grad, a backward) broke the graph of every MoE
+    layer in every compiled step."""
+    return grouped_mm_works(device_type, dtype)
+
+
 def _probe_grouped_mm(device_type: str, dtype: torch.dtype) -> bool:
     x = torch.randn(32, 16, device=device_type, dtype=dtype, requires_grad=True)
     w = torch.randn(2, 16, 16, device=device_type, dtype=dtype, requires_grad=True)
@@ -131,7 +139,7 @@ class RoutedExperts(nn.Module):
         # grouped_mm wants every row stride a multiple of 16 bytes (dim and expert_hidden
         # multiples of 8 in bf16, 4 in fp32); the probe's 16 x 16 shapes always are
         aligned = all(n * x.element_size() % 16 == 0 for n in self.w_up.shape[1:])
-        return ("grouped_mm" if aligned and grouped_mm_works(x.device.type, x.dtype)
+        return ("grouped_mm" if aligned and _grouped_mm_works_here(x.device.type, x.dtype)
                 else "padded_bmm")
 
     def forward(self, xs: torch.Tensor, counts: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
