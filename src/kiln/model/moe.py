@@ -242,7 +242,10 @@ class MoE(nn.Module):
             scores, idx, gates = route(logits, self.balancer.bias, self.top_k, self.route_scale)
 
         flat = idx.reshape(-1)
-        counts = torch.bincount(flat, minlength=self.n_experts)
+        # tokens per expert; bincount's output shape depends on the data, which breaks a
+        # compiled graph at every MoE layer: a scatter into n_experts slots does not
+        counts = torch.zeros(self.n_experts, dtype=torch.long, device=flat.device).scatter_add_(
+            0, flat, torch.ones_like(flat))
         order = torch.argsort(flat, stable=True)
         token = order // self.top_k
         ys = self.experts(x2[token].to(compute_dtype(x)), counts, gates.reshape(-1)[order])
