@@ -419,3 +419,13 @@ def test_a_rank_told_that_rank_zero_was_interrupted_stops_in_one_line(tmp_path, 
     assert err.strip().splitlines() == [
         "kiln: train stopped: rank 0 was interrupted while it wrote checkpoint X; the "
         "checkpoints are written atomically; `kiln train RUN` resumes from the latest"]
+
+
+def test_fresh_help_says_the_earlier_run_moves_to_the_archive():
+    """`kiln train --help` said --fresh would "ignore existing checkpoints": they move (with
+    the metrics, eval, samples, export and report) to archive/before-fresh-<time>/."""
+    from kiln.cli import build_parser
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    text = " ".join(train.format_help().split())
+    assert "archive/before-fresh-" in text and "ignore" not in text

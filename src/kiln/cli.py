@@ -632,7 +632,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a config value, e.g. --set train.steps=100 (repeatable)")
         if name == "train":
             p.add_argument("--fresh", action="store_true",
-                           help="ignore existing checkpoints and start from step 0")
+                           help="start again from step 0: the earlier checkpoints, metrics and "
+                           "outputs move to archive/before-fresh-<time>/")
         if name == "report":
             # one run per flag: `--compare A RUN` must not take RUN for a second compared run
             p.add_argument("--compare", action="append", default=[], metavar="RUN_DIR",
