@@ -153,6 +153,26 @@ def test_lifetime_rule():
     assert not in_lifetime(9999, None, None) and not in_lifetime(2990, 1950, None)
 
 
+def test_the_100_year_rule_judges_the_voted_label_not_each_candidate():
+    """Chronoberg checks each candidate against birth < year <= death only (no death year: no
+    upper bound), votes, then leaves out a book whose label is over 100 years after a birth
+    with no death year. Birth 1700, death unknown: Wikipedia 1820 and Open Library 1820 against
+    the title's 1750 -> the vote is 1820 (2 of 3), 1820 - 1700 = 120 > 100 -> undated; it must
+    not fall back to the minority 1750."""
+    md = dated("no dates in this body", title="Tales 1750",
+               wikipedia_summary="Tales is a book first issued in 1820.",
+               open_library_years=[1820], author_birth_year=1700)
+    assert md["year_candidates"] == {"wikipedia": 1820, "open_library": 1820, "title": 1750}
+    assert "year" not in md and md["year_rejected"] == 1820
+    # a label within 100 years is kept, and an over-100 candidate still counts in the vote
+    md = dated("no dates in this body", title="Tales 1790",
+               wikipedia_summary="Tales is a book first issued in 1790.",
+               open_library_years=[1850], author_birth_year=1700)
+    assert md["year_candidates"] == {"wikipedia": 1790, "open_library": 1850, "title": 1790}
+    assert (md["year"], md["year_method"]) == (1790, "majority_vote")
+    assert "year_rejected" not in md
+
+
 def test_vote_tie_breaks_by_source_order():
     # 1-1 tie: Wikipedia beats Open Library (as in the released Chronoberg catalogue)
     assert majority_vote({"open_library": 1962, "wikipedia": 1961}) == 1961

@@ -10,11 +10,16 @@ Order of evidence (first that gives a year wins; metadata["year_method"] says wh
    (`books/0001023.txt`) is not a paper from January 2000.
 3. "majority_vote": Chronoberg's rule (arXiv:2509.22360, code L-4-r-s/ChronoBerg). Each source
    gives at most one candidate, every candidate must lie in the first author's life
-   (birth < year <= death; year - birth <= 100 when the death year is unknown; no check when the
+   (birth < year <= death, no upper bound when the death year is unknown; no check when the
    birth year is unknown: there Kiln only keeps candidates between 1450 and this year, since
    the free-text sources would otherwise date "I wrote 2500 words" to 2500 and "created 1200
    jobs" to 1200; nothing is dated after this year in any case), and the label is the most
-   common candidate. Sources, in tie-break order:
+   common candidate. The 100-year rule (year - birth <= 100 when the death year is unknown) is
+   Chronoberg's selection filter on that label, not a candidate check: a vote it fails leaves
+   the document undated (its year in metadata["year_rejected"]), as Chronoberg leaves the book
+   out, rather than dating it by a minority candidate that passes. Sources, in tie-break order
+   (Chronoberg's are wikipedia, open_library and title; original_publication and text are
+   Kiln's, for a Gutenberg file read with no catalogue record):
      wikipedia     mode of the 4-digit numbers in the first line of metadata["wikipedia_summary"],
                    else mode of years after published/created/wrote/written in
                    metadata["wikipedia_text"]; mode taken first, then the lifetime check (as the
@@ -123,15 +128,23 @@ def parse_gutenberg_header(text: str) -> dict:
 
 
 def in_lifetime(year: int, birth: int | None, death: int | None) -> bool:
-    """Chronoberg's rule (birth < year <= death, or <= birth + 100 with no death year); with
-    no birth year, EARLIEST_UNBOUNDED_YEAR <= year. Never after this year."""
+    """Chronoberg's selection rule for a book's label (birth < year <= death, or <= birth + 100
+    with no death year); with no birth year, EARLIEST_UNBOUNDED_YEAR <= year. Never after
+    this year."""
+    if not candidate_in_life(year, birth, death):
+        return False
+    return birth is None or death is not None or year - birth <= 100
+
+
+def candidate_in_life(year: int, birth: int | None, death: int | None) -> bool:
+    """Chronoberg's check on each source's candidate: birth < year <= death, no upper bound
+    with no death year (the reference code's `pd.isna(death) or year <= death`); with no birth
+    year, EARLIEST_UNBOUNDED_YEAR <= year. Never after this year."""
     if year > datetime.date.today().year:
         return False
     if birth is None:
         return year >= EARLIEST_UNBOUNDED_YEAR
-    if death is None:
-        return birth < year and year - birth <= 100
-    return birth < year <= death
+    return birth < year and (death is None or year <= death)
 
 
 def _verb_years(text: str) -> list[int]:
@@ -162,17 +175,17 @@ def vote_candidates(
         years := _verb_years(metadata["wikipedia_text"])
     ):
         wiki = mode(years)
-    if wiki is not None and in_lifetime(wiki, birth, death):
+    if wiki is not None and candidate_in_life(wiki, birth, death):
         found["wikipedia"] = wiki
     hits = [y for y in (_int_or_none(v) for v in metadata.get("open_library_years") or []) if y]
-    if hits := [y for y in hits if in_lifetime(y, birth, death)]:
+    if hits := [y for y in hits if candidate_in_life(y, birth, death)]:
         found["open_library"] = mode(hits)
-    if (y := header.get("original_year")) and in_lifetime(y, birth, death):
+    if (y := header.get("original_year")) and candidate_in_life(y, birth, death):
         found["original_publication"] = y
     title = metadata.get("title") if isinstance(metadata.get("title"), str) else header.get("title")
-    if title and (m := _FOUR_DIGITS.search(title)) and in_lifetime(int(m.group(1)), birth, death):
+    if title and (m := _FOUR_DIGITS.search(title)) and candidate_in_life(int(m.group(1)), birth, death):
         found["title"] = int(m.group(1))
-    if years := [y for y in _verb_years(text) if in_lifetime(y, birth, death)]:
+    if years := [y for y in _verb_years(text) if candidate_in_life(y, birth, death)]:
         found["text"] = mode(years)
     return found
 
@@ -222,8 +235,11 @@ def date_document(doc: Document) -> dict:
         out["author_birth_year"] = birth
     if death is not None:
         out["author_death_year"] = death
-    if (year := majority_vote(candidates)) is not None:
+    year = majority_vote(candidates)
+    if year is not None and in_lifetime(year, birth, death):
         out.update(year=year, year_method="majority_vote")
+    elif year is not None:  # over 100 years after a birth with no death year: left out
+        out["year_rejected"] = year
     return out
 
 
@@ -241,6 +257,8 @@ class DateDocuments(PipelineStep):
                 self.stat_update(
                     f"dated/{fields['year_method']}" if "year" in fields else "undated"
                 )
+                if "year_rejected" in fields:
+                    self.stat_update("undated/over_100_years_after_birth")
             yield doc
 
 
