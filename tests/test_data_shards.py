@@ -225,3 +225,25 @@ def test_the_parts_of_a_cut_text_land_on_one_side_of_the_split(tok, tmp_path):
     in_val = [tuple([*tok.encode(p.text).ids, eos]) in val for p in parts]
     assert len(set(in_val)) == 1, f"{sum(in_val)} of {len(parts)} parts in val"
     assert in_val[0] == (split_hash(5, "dump.txt") < 0.3)
+
+
+def test_injected_replicas_all_go_to_train(tok, tmp_path):
+    """The contamination study trains on all k replicas of each item; a replica that landed in
+    val would be missing from training and would put benchmark text in the held-out loss.
+    Replicas (metadata `injected_item`) go to train whatever their hash; the other documents
+    split exactly as before."""
+    replicas = [Document(text=f"Problem: add {i} and {j}\n\nSolution: {i + j}",
+                         id=f"replica-{i}-{j}", metadata={"injected_item": i})  # as InjectReplicas sets
+                for i in range(10) for j in range(5)]
+    docs = [d for pair in zip(DOCS[:50], replicas) for d in pair] + DOCS[50:]
+    index = write_shards(docs, tok, tmp_path, val_fraction=0.2, seed=3, progress=False)
+    hashed_to_val = [r for r in replicas if split_hash(3, r.id) < 0.2]
+    assert len(hashed_to_val) >= 5  # without the rule these would have been val documents
+    enc = {d.id: (*tok.encode(d.text).ids, 0) for d in docs}
+    want_val = [enc[d.id] for d in DOCS if split_hash(3, d.id) < 0.2]
+    assert _split_docs(_tokens(tmp_path, index, "val"), 0) == want_val
+    train = _split_docs(_tokens(tmp_path, index, "train"), 0)
+    assert sorted(train) == sorted([enc[r.id] for r in replicas]
+                                   + [enc[d.id] for d in DOCS if split_hash(3, d.id) >= 0.2])
+    assert (index["train"]["documents"], index["val"]["documents"]) == (
+        len(docs) - len(want_val), len(want_val))

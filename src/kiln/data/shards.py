@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from kiln import strict_json
 from kiln.atomic import atomic_dir, write_json_atomic
+from kiln.data.decontam.inject import INJECTED_KEY
 from kiln.data.long_documents import PART_OF
 from kiln.data.shard_hashes import HASH_KEY, record_checked
 from kiln.data.tokenizer import eos_id, token_byte_lengths
@@ -130,7 +131,10 @@ def write_shards(
     recorded in the index; `total`, the documents expected, gives the bar an end and an ETA.
 
     A document goes to val when split_hash(seed, id) < val_fraction (the parts of a text the
-    reader cut, by the text's id: `part_of`). If that leaves val empty
+    reader cut, by the text's id: `part_of`), but for a benchmark replica `inject_replicas`
+    put in (`INJECTED_KEY`), which always goes to train: the contamination study trains on
+    all k replicas, and a val split holding benchmark text would not measure held-out loss.
+    If that leaves val empty
     (and val_fraction > 0, >= 2 docs), the train document with the smallest hash moves to val;
     it is held back in memory for that reason and, if not needed, ends the train stream. If
     it leaves train empty (a large val_fraction, few documents), the last val document goes
@@ -164,7 +168,9 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
                 raise RuntimeError(f"document {doc.id}: its tokens stand for "
                                    f"{int(byte_lengths[ids].sum())} bytes, its text for {n_bytes}")
             h = split_hash(seed, doc.metadata.get(PART_OF) or doc.id)  # a cut text's parts: one side
-            if h < val_fraction:
+            if INJECTED_KEY in doc.metadata:  # a benchmark replica: train only (see above)
+                writers["train"].add(ids, n_bytes)
+            elif h < val_fraction:
                 if last_val is not None:
                     writers["val"].add(*last_val)
                 last_val = (ids, n_bytes)

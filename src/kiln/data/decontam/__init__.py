@@ -6,7 +6,13 @@ from kiln.data.decontam.filter import (
     BuildDecontaminationIndex,
     DecontaminationFilter,
 )
-from kiln.data.decontam.inject import REPLICA_TEMPLATE, InjectReplicas, format_item, inject_replicas
+from kiln.data.decontam.inject import (
+    INJECTED_KEY,
+    REPLICA_TEMPLATE,
+    InjectReplicas,
+    format_item,
+    inject_replicas,
+)
 from kiln.data.decontam.ngram_index import (
     BenchmarkItem,
     NGramIndex,
@@ -16,6 +22,7 @@ from kiln.data.decontam.ngram_index import (
 
 __all__ = [
     "BENCHMARKS_KEY",
+    "INJECTED_KEY",
     "MATCHES_KEY",
     "REPLICA_TEMPLATE",
     "BenchmarkItem",

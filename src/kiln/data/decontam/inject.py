@@ -26,6 +26,10 @@ from kiln.data.decontam.ngram_index import (
 )
 
 REPLICA_TEMPLATE = "Problem: {problem}\n\nSolution: {solution}"
+# metadata key of an injected replica (its item number): `kiln tokenize` puts such a document
+# in train whatever its split hash, so training sees all k replicas and val holds no
+# benchmark text (the study trains on every replica and evaluates on the benchmark)
+INJECTED_KEY = "injected_item"
 
 
 def word_count(text: str) -> int:
@@ -87,7 +91,7 @@ def inject_replicas(
         if pos in slot_to_replica:
             item, rep = replicas[slot_to_replica[pos]]
             doc_id = f"{id_prefix}-{item}-{rep}"
-            out.append(Document(text=texts[item], id=doc_id, metadata={"injected_item": item}))
+            out.append(Document(text=texts[item], id=doc_id, metadata={INJECTED_KEY: item}))
             entries.append({"position": pos, "id": doc_id, "item": item, "replica": rep})
         else:
             out.append(next(web_iter))
