@@ -547,3 +547,45 @@ def test_benchmark_files_of_the_same_name_are_told_apart_by_their_folders(tmp_pa
     assert sorted(index.names) == ["gsm8k/test", "math/test"]
     with pytest.raises(ValueError, match="listed twice"):
         benchmark_names([paths[0], tmp_path / "gsm8k" / ".." / "gsm8k" / "test.jsonl"])
+
+
+@pytest.mark.parametrize("tasks", [1, 3])
+def test_a_leak_the_pii_stage_redacts_is_still_caught(tmp_path, tasks):
+    """`pii` runs before `decontaminate` in the arXiv and quickstart recipes, so a leaked item
+    reaches the filter redacted. A 16-word answer with `Dr. Alice Jones` at words 7-9: each
+    of its 16 - 13 + 1 = 4 13-grams holds the name, and the redacted copy (`Dr. <NAME>`, 15
+    words) shares none of them; the index must hold the item as the pii stage leaves it.
+    With 3 tasks the benchmark is still read, and the index built, once."""
+    from kiln.data.pii import redact
+    from kiln.data.pipeline import PrepareConfig, run_prepare
+    from kiln.data.prepare_config import DecontaminateOptions
+
+    rng = random.Random(11)
+    words = sentence(rng, 13).split()
+    answer = " ".join(words[:6]) + " Dr. Alice Jones " + " ".join(words[6:]) + "."
+    assert len(normalize_tokens(answer)) == 16
+    assert redact(answer)[0] == " ".join(words[:6]) + " Dr. <NAME> " + " ".join(words[6:]) + "."
+    path = write_benchmark(tmp_path / "names.jsonl", [(sentence(rng, 20) + "?", answer)])
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "leak.txt").write_text(sentence(rng, 40) + "\n" + answer + "\n" + sentence(rng, 40))
+    for i in range(3):
+        (src / f"clean{i}.txt").write_text(sentence(rng, 60))
+    builds = []
+    real_build = NGramIndex.build.__func__
+
+    def counting_build(cls, *args, **kwargs):
+        builds.append(args)
+        return real_build(cls, *args, **kwargs)
+
+    cfg = PrepareConfig(stages=["read", "pii", "decontaminate", "write"], tasks=tasks,
+                        decontaminate=DecontaminateOptions(benchmarks=[str(path)]))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(NGramIndex, "build", classmethod(counting_build))
+        summary = run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    assert summary["documents_out"] == 3  # the leak dropped, the 3 clean files kept
+    assert len(builds) == 1
+    # without the pii stage before it, the raw index catches the raw leak as before
+    raw = NGramIndex.build([path], 13)
+    assert raw.match_counts(normalize_tokens(answer)) == {"names": 4}
+    assert raw.match_counts(normalize_tokens(redact(answer)[0])) == {}

@@ -54,6 +54,7 @@ from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline
     STAGES,
     PrepareConfig,
     StageSpec,
+    decontaminate_pii_types,
     validate_prepare,
 )
 from kiln.data.prepared import HASHES, hash_documents, recorded_hashes
@@ -333,6 +334,10 @@ def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
         from kiln.data.decontam.ngram_index import NORMALISATION
 
         signature["decontaminate_normalisation"] = NORMALISATION
+        # a pii stage before it: the index holds the redacted forms of the items too (recorded
+        # only then, so other runs keep resuming)
+        if decontaminate_pii_types(cfg) is not None:
+            signature["decontaminate_pii_forms"] = True
     if run_dir is not None:
         signature["input_files"] = _input_files(cfg, sources, run_dir)
     return signature

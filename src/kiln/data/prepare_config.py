@@ -47,7 +47,7 @@ class PIIOptions:
 @dataclass
 class DecontaminateOptions:
     benchmarks: list[str] = field(default_factory=list)  # JSON lines (.gz too) or a .json list (name = stem; same stems: with folders)
-    n: int = 13  # words per n-gram
+    n: int = 13  # words per n-gram (datatrove: 12; why 13: kiln.data.decontam.ngram_index)
     mode: str = "drop"  # drop | tag (keep, with the matched benchmarks in metadata)
     prompt_fields: list[str] = field(default_factory=lambda: ["prompt", "question", "input",
                                                                "problem"])
@@ -349,6 +349,17 @@ def _check_perplexity(cfg: PrepareConfig, on: set[str]) -> None:
     elif not 0.0 < p.fraction <= 1.0:
         raise ConfigError(f"prepare.perplexity.fraction must be in (0, 1] for mode '{p.mode}', "
                      f"got {p.fraction}")
+
+
+def decontaminate_pii_types(cfg: PrepareConfig) -> list[str] | None:
+    """The PII types a `pii` stage redacts before `decontaminate` (None when it does not run
+    before it): the index then holds each benchmark item as that stage leaves it too."""
+    stages = cfg.stages
+    if "pii" not in stages or "decontaminate" not in stages:
+        return None
+    if stages.index("pii") > stages.index("decontaminate"):
+        return None
+    return list(cfg.pii.types or PII_TYPE_NAMES)
 
 
 def period_bounds(name: str) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from kiln import strict_json
 from kiln.atomic import write_json_atomic
 from kiln.data.pipeline import StageContext, StagePlan
-from kiln.data.prepare_config import period_bounds
+from kiln.data.prepare_config import decontaminate_pii_types, period_bounds
 from kiln.errors import ConfigError, KilnError
 
 
@@ -123,15 +123,17 @@ def decontaminate_stage(ctx: StageContext) -> StagePlan:
 
     d = ctx.cfg.decontaminate
     paths = [_need_file("decontaminate.benchmarks", p) for p in d.benchmarks]
+    pii_types = decontaminate_pii_types(ctx.cfg)
     try:  # before any task runs: a benchmark that can catch nothing is refused
-        index = NGramIndex.build(paths, d.n, d.prompt_fields, d.answer_fields, d.include_prompt)
+        index = NGramIndex.build(paths, d.n, d.prompt_fields, d.answer_fields, d.include_prompt,
+                                 pii_types)
     except ValueError as e:
         raise RunDataError(f"prepare.decontaminate.benchmarks: {e}") from e
     for line in index.uncatchable_warnings():
         print(f"prepare.decontaminate: warning: {line}", file=sys.stderr)
     index_path = ctx.work_dir / "ngram_index.npz"
     build = BuildDecontaminationIndex(paths, index_path, d.n, d.prompt_fields, d.answer_fields,
-                                      d.include_prompt, index=index)
+                                      d.include_prompt, index=index, pii_types=pii_types)
     record = {"mode": d.mode, "n": d.n, "benchmarks": {
         name: {k: index.info[name][k] for k in ("items", "too_short_items")} for name in index.names}}
     return StagePlan(setup=[Stage("ngram_index", [build], 1)],

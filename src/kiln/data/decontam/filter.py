@@ -41,9 +41,10 @@ class BuildDecontaminationIndex(PipelineStep):
         answer_fields: Sequence[str] = DEFAULT_ANSWER_FIELDS,
         include_prompt: bool = True,
         index: NGramIndex | None = None,
+        pii_types: Sequence[str] | None = None,
     ):
         """`index`: one already built from these settings (the stage validates the benchmarks
-        by building it), saved instead of built again."""
+        by building it), saved instead of built again. `pii_types`: see `NGramIndex.build`."""
         super().__init__()
         self.index = index
         self.benchmarks = dict(benchmarks) if isinstance(benchmarks, Mapping) else list(benchmarks)
@@ -52,12 +53,14 @@ class BuildDecontaminationIndex(PipelineStep):
         self.prompt_fields = tuple(prompt_fields)
         self.answer_fields = tuple(answer_fields)
         self.include_prompt = include_prompt
+        self.pii_types = None if pii_types is None else tuple(pii_types)
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
         if world_size != 1:
             raise ValueError("build the decontamination index with tasks=1 (it writes one file)")
         index = self.index if self.index is not None else NGramIndex.build(
-            self.benchmarks, self.n, self.prompt_fields, self.answer_fields, self.include_prompt
+            self.benchmarks, self.n, self.prompt_fields, self.answer_fields, self.include_prompt,
+            self.pii_types,
         )
         index.save(self.output_path)
         for name in index.names:

@@ -13,6 +13,16 @@ it would load tasks from the hub), it needs spaCy for English word splitting, it
 `xxhash`, and its filter stops at the first hit (no match counts) and keeps one task per hash.
 The n-gram choice follows it: answer n-grams plus prompt/answer boundary n-grams, and optionally
 prompt-only n-grams (on by default here: a leaked problem statement is contamination too).
+Where Kiln departs from datatrove's defaults, on purpose:
+- n = 13, not 12: the contamination digest (arXiv:2601.04301) allows 12 or 13; 13 is the GPT-3
+  decontamination size and a little less prone to matching stock phrasing; the only leak it
+  misses that 12 catches is one of exactly 12 words. `prepare.decontaminate.n` sets it.
+- numbers are kept, not all mapped to "0": a problem with other numbers (the paper's "perturbed"
+  items, which showed no memorisation gain) is not the benchmark item; datatrove's mapping
+  would also match any text that differs from an item only in its numbers.
+- diacritics are kept (NFKC and casefold only): "café" and "cafe" are different words here.
+A document is dropped (or tagged) on one matching n-gram, as datatrove does: the whole document,
+not the span or the line.
 """
 
 from __future__ import annotations
@@ -184,6 +194,22 @@ def _benchmark_paths(
     return named
 
 
+def _redacted_forms(items: list[BenchmarkItem], pii_types: Sequence[str]) -> list[BenchmarkItem]:
+    """The items PII redaction changes, as it leaves them."""
+    from kiln.data.pii import redact  # only when a pii stage runs before the filter
+
+    def clean(text: str) -> str:
+        return redact(text, pii_types)[0]
+
+    out = []
+    for item in items:
+        prompt = clean(item.prompt) if item.prompt else item.prompt
+        answers = [clean(a) for a in item.answers]
+        if prompt != item.prompt or answers != item.answers:
+            out.append(BenchmarkItem(prompt, answers, item.where))
+    return out
+
+
 class NGramIndex:
     """Per-benchmark sorted unique uint64 n-gram hashes, with a combined lookup table."""
 
@@ -225,17 +251,27 @@ class NGramIndex:
         prompt_fields: Sequence[str] = DEFAULT_PROMPT_FIELDS,
         answer_fields: Sequence[str] = DEFAULT_ANSWER_FIELDS,
         include_prompt: bool = True,
+        pii_types: Sequence[str] | None = None,
     ) -> NGramIndex:
-        """Index benchmark JSONL files (a list of paths named by file stem, or {name: path})."""
+        """Index benchmark JSONL files (a list of paths named by file stem, or {name: path}).
+
+        `pii_types`: the types a `pii` stage before the filter redacts. Each item is then
+        indexed as written and as that stage leaves it (`Dr. Alice Jones` -> `Dr. <NAME>`):
+        a leaked item's training copy is redacted before the filter sees it, and the n-grams
+        spanning a redacted name or address would match neither form otherwise."""
         hashes, info, edges = {}, {}, set()
         for name, path in _benchmark_paths(benchmarks).items():
             items = load_benchmark_items(path, prompt_fields, answer_fields)
             per_item = [item_ngram_hashes(it, n, include_prompt) for it in items]
             exact = [exact_problem(it, n) if include_prompt or not it.answers else None
                      for it in items]
-            whole = [hash_ngram(e) for e in exact if e is not None]
-            edges.update((len(e), e[0], e[-1]) for e in exact if e is not None)
-            hashes[name] = np.concatenate([*per_item, np.array(whole, dtype=np.uint64)])
+            redacted = _redacted_forms(items, pii_types) if pii_types is not None else []
+            extra = [item_ngram_hashes(it, n, include_prompt) for it in redacted]
+            exact_all = exact + [exact_problem(it, n) if include_prompt or not it.answers
+                                 else None for it in redacted]
+            whole = [hash_ngram(e) for e in exact_all if e is not None]
+            edges.update((len(e), e[0], e[-1]) for e in exact_all if e is not None)
+            hashes[name] = np.concatenate([*per_item, *extra, np.array(whole, dtype=np.uint64)])
             # an item with no n-gram and no problem indexed whole cannot be caught
             info[name] = {
                 "items": len(items),
