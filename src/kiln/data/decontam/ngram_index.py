@@ -277,7 +277,7 @@ class NGramIndex:
                 "items": len(items),
                 "too_short_items": sum(1 for h, e in zip(per_item, exact)
                                        if len(h) == 0 and e is None),
-                "exact_problems": len(whole),
+                "exact_problems": sum(e is not None for e in exact),  # as written
                 "source": str(path),
             }
             if len(hashes[name]) == 0:  # it would pass every document: say so, don't run
