@@ -422,7 +422,7 @@ def test_a_prepare_from_before_document_hashes_keeps_its_data_and_records_them(m
     summary = json.loads((run / "prepare.json").read_text())
     summary.pop("documents_sha256")
     (run / "prepare.json").write_text(json.dumps(summary))
-    (run / "documents" / "checked.json").unlink()
+    (run / ".documents-checked.json").unlink()
     assert _current(cfg) == (True, True)
     capsys.readouterr()
     cmd_prepare(cfg)

@@ -28,7 +28,8 @@ TRINITY = ["model.local_per_global=1", "model.sliding_window=8", "model.global_r
 
 
 def train_records(run_dir) -> list[dict]:
-    recs = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    recs = [r for r in read_metrics(run_dir / "metrics.jsonl", newest_only=())  # every moe_load
+            if r["kind"] == "train"]
     return sorted(recs, key=lambda r: r["step"])
 
 

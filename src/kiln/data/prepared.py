@@ -36,6 +36,9 @@ SUMMARY = "prepare.json"
 WRITTEN = re.compile(r"\d+\.jsonl\.gz")
 REMAKE = "make them again: `kiln prepare --set prepare.resume=false`"
 HASHES = "documents_sha256"  # prepare.json: {file name under documents/: sha256}
+# the stat each documents hash was taken at (`shard_hashes.record_checked`), beside documents/:
+# the folder holds the documents alone
+DOCS_CHECKED = ".documents-checked.json"
 
 
 def _files(docs_dir: Path) -> list[Path]:
@@ -70,11 +73,11 @@ def prepared_count(run_dir: Path | str) -> int | None:
 
 def hash_documents(run_dir: Path | str) -> dict[str, str]:
     """The sha256 of each documents file, for prepare.json, as prepare finishes; their stats
-    go in documents/checked.json, so a later check hashes only the files changed since."""
+    go in `DOCS_CHECKED`, so a later check hashes only the files changed since."""
     docs_dir = Path(run_dir) / DOCUMENTS
     hashes = {p.relative_to(docs_dir).as_posix(): file_sha256(p) for p in _files(docs_dir)}
-    if hashes:  # no documents: no folder to make for the record
-        record_checked(docs_dir, hashes)
+    if hashes:  # no documents: nothing to record
+        record_checked(docs_dir, hashes, Path(run_dir) / DOCS_CHECKED)
     return hashes
 
 
@@ -107,7 +110,8 @@ def check_documents_unchanged(run_dir: Path | str,
         return False
     docs_dir = Path(run_dir) / DOCUMENTS
     check_file_hashes(docs_dir, [{"file": name, HASH_KEY: h} for name, h in hashes.items()
-                                 if (docs_dir / name).is_file()], refuse)
+                                 if (docs_dir / name).is_file()], refuse,
+                      Path(run_dir) / DOCS_CHECKED)
     return True
 
 

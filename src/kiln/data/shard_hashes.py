@@ -39,26 +39,28 @@ def stat_key(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def _read_checked(shard_dir: Path) -> dict:
+def _read_checked(record: Path) -> dict:
     try:
-        checked = json.loads((shard_dir / CHECKED).read_text(encoding="utf-8"))
+        checked = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return {}  # none or damaged: the shards are hashed again, nothing is trusted
     return checked if isinstance(checked, dict) else {}
 
 
-def _write_checked(shard_dir: Path, checked: dict) -> None:
+def _write_checked(record: Path, checked: dict) -> None:
     try:
-        write_json_atomic(shard_dir / CHECKED, checked)
+        write_json_atomic(record, checked)
     except OSError:  # a read-only copy of the shards: hashed again by the next process
         pass
 
 
-def record_checked(shard_dir: Path, hashes: dict[str, str]) -> None:
+def record_checked(shard_dir: Path, hashes: dict[str, str], record: Path | None = None) -> None:
     """After `kiln tokenize` wrote the shards (and took their hashes as it wrote them), or
-    `kiln prepare` its documents: the stat each hash was taken at."""
-    _write_checked(shard_dir, {name: {HASH_KEY: digest, "stat": stat_key(shard_dir / name)}
-                               for name, digest in hashes.items()})
+    `kiln prepare` its documents: the stat each hash was taken at, in `record` (default
+    `shard_dir/checked.json`)."""
+    _write_checked(record or Path(shard_dir) / CHECKED,
+                   {name: {HASH_KEY: digest, "stat": stat_key(Path(shard_dir) / name)}
+                    for name, digest in hashes.items()})
 
 
 def _not_the_shard(path: Path, got: str, want: str) -> RunDataError:
@@ -76,13 +78,15 @@ def check_shard_hashes(shard_dir: Path, shards: list[dict]) -> list[str]:
 
 
 def check_file_hashes(folder: Path, entries: list[dict],
-                      refuse: Callable[[Path, str, str], RunDataError]) -> list[str]:
+                      refuse: Callable[[Path, str, str], RunDataError],
+                      record: Path | None = None) -> list[str]:
     """Raise `refuse(path, its sha256, the recorded one)` for the first entry ({"file": name
     in `folder`, HASH_KEY: hex}) whose file's bytes are not the recorded ones, hashing only
-    the files whose stat differs from the one `folder/checked.json` confirmed; return the
-    names hashed again. Entries without a hash are skipped."""
+    the files whose stat differs from the one `record` (default `folder/checked.json`)
+    confirmed; return the names hashed again. Entries without a hash are skipped."""
     folder = Path(folder)
-    checked, rehashed = _read_checked(folder), {}
+    record = record or folder / CHECKED
+    checked, rehashed = _read_checked(record), {}
     for entry in entries:
         want = entry.get(HASH_KEY)
         if want is None:
@@ -100,5 +104,5 @@ def check_file_hashes(folder: Path, entries: list[dict],
             _confirmed[memo] = want
         rehashed[entry["file"]] = {HASH_KEY: want, "stat": key}
     if rehashed:
-        _write_checked(folder, {**checked, **rehashed})
+        _write_checked(record, {**checked, **rehashed})
     return list(rehashed)

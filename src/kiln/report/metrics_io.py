@@ -19,7 +19,8 @@ from kiln import strict_json
 NEWEST_ONLY = ("moe_load",)
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+def read_metrics(path: str | Path,
+                 newest_only: tuple[str, ...] = NEWEST_ONLY) -> list[dict[str, Any]]:
     """Return the metric records of ``path``, last record per (kind, step) winning.
 
     Records are ordered by where their surviving copy appears in the file, so a
@@ -29,7 +30,8 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
     Keys (and ``kind``) are shared among the records: json gives each line its own copies,
     which were half the memory of a million-record file (~1 KB a record, over a gigabyte).
-    Fields in `NEWEST_ONLY` are kept on the newest record holding them alone.
+    Fields in `newest_only` (the report's: `NEWEST_ONLY`) are kept on the newest record
+    holding them alone; `()` keeps every field of every record.
     """
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     names: dict[str, str] = {}
@@ -48,7 +50,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             record = {names.setdefault(k, k): v for k, v in record.items()}
             if isinstance(kind := record.get("kind"), str):
                 record["kind"] = names.setdefault(kind, kind)
-            for field in NEWEST_ONLY:
+            for field in newest_only:
                 if field in record:
                     if (holder := holders.get(field)) is not None:
                         holder.pop(field, None)
