@@ -64,7 +64,7 @@ def test_scorer_matches_direct_computation_batched_and_truncated(run_dir):
     docs = [Document(text=t, id=str(i)) for i, t in enumerate(DOCS)]
     list(PerplexityScorer(run, batch_size=3).run(iter(docs)))  # batches of 3 and 1, padded
     for doc in docs:
-        ppl, n = direct_ppl(model, tok, doc.text, limit=47)  # default: max_seq_len - 1
+        ppl, n = direct_ppl(model, tok, doc.text, limit=48)  # default: max_seq_len
         assert doc.metadata["ppl"] == pytest.approx(ppl, rel=1e-5)
         assert doc.metadata["ppl_tokens"] == n
         assert doc.metadata["nll"] == pytest.approx(math.log(ppl), rel=1e-5)
@@ -74,6 +74,19 @@ def test_scorer_matches_direct_computation_batched_and_truncated(run_dir):
     assert pickle.loads(pickle.dumps(scorer))._loaded is None  # workers get no model copy
     assert long.metadata["ppl_tokens"] == 5
     assert long.metadata["ppl"] == pytest.approx(direct_ppl(model, tok, long.text, 5)[0], rel=1e-5)
+
+
+def test_a_model_scores_as_many_tokens_as_its_context(run_dir):
+    """Scoring n tokens feeds EOS + n - 1 tokens: a max_seq_len-48 model scores 48 tokens
+    of a long document (the old limit, max_seq_len - 1, refused 48 and cut the default to 47)."""
+    run, model, tok = run_dir
+    text = " ".join(DOCS * 8)
+    assert len(tok.encode(text).ids) > 48
+    for limit in (None, 48):
+        long = Document(text=text, id="long")
+        list(PerplexityScorer(run, batch_size=1, max_tokens_per_doc=limit).run(iter([long])))
+        assert long.metadata["ppl_tokens"] == 48
+        assert long.metadata["ppl"] == pytest.approx(direct_ppl(model, tok, text, 48)[0], rel=1e-5)
 
 
 def test_default_truncation_is_the_papers_512_tokens_where_the_model_holds_them(run_dir,
@@ -98,7 +111,7 @@ def test_scorer_empty_doc_and_bad_arguments(run_dir, tmp_path):
     list(PerplexityScorer(run).run(iter([empty])))
     assert empty.metadata["ppl"] is None and empty.metadata["ppl_tokens"] == 0
     with pytest.raises(ValueError, match="does not fit"):
-        list(PerplexityScorer(run, max_tokens_per_doc=48).run(iter([Document("x y", "x")])))
+        list(PerplexityScorer(run, max_tokens_per_doc=49).run(iter([Document("x y", "x")])))
     with pytest.raises(FileNotFoundError, match="not a trained Kiln run"):
         PerplexityScorer(tmp_path)
 
