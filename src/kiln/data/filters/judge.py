@@ -5,6 +5,8 @@ The paper asks gpt-4o-mini for a bare label, JUNK or HIGH-QUALITY. Offline we of
 `KilnLabelJudge` (a Kiln checkpoint comparing the likelihoods of the two labels after the
 prompt). `junk_heuristics.HeuristicJudge` is the model-free fallback. A reply that is not
 a label gives `junk_score=None`: it goes to a reject bucket, never silently to "quality".
+That departs on purpose from the authors' script, where any reply but exactly "JUNK" joins
+the high-quality set: a refusal or a chatty reply would enter the control arm unseen.
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ from typing import Protocol, runtime_checkable
 
 JUNK, HIGH_QUALITY = "JUNK", "HIGH-QUALITY"
 
-# Our wording of the paper's criteria (its exact prompt was not available to us).
+# The authors' prompt (their repo, datasets/process/M2/M2_data_process_gpt.py) is a chat
+# instruction: a "content quality classifier" role, the same six JUNK and five HIGH-QUALITY
+# criteria, "respond with only the classification", then the tweet last, with no cue after
+# it. Ours condenses the same criteria and ends in "Label:", so that the label is the text
+# that follows, which is what `KilnLabelJudge` scores with a base (not instruction-tuned)
+# model. Pass `template=` (a `{text}` where the tweet goes) to use the authors' wording.
 M2_PROMPT = (
     "Classify the social-media post below as JUNK or HIGH-QUALITY.\n"
     "JUNK: conspiracy theories or exaggerated, unsupported claims; clickbait or sensational "
