@@ -89,6 +89,37 @@ def test_a_model_scores_as_many_tokens_as_its_context(run_dir):
         assert long.metadata["ppl"] == pytest.approx(direct_ppl(model, tok, text, 48)[0], rel=1e-5)
 
 
+def test_scoring_adds_no_post_processor_tokens(run_dir, tmp_path):
+    """Training encodes documents without the tokenizer's post-processor tokens; a
+    tokenizer.json with a template ("$A <|endoftext|>") must not add a scored EOS to every
+    document or to the judge's labels (before: ppl_tokens was n + 1)."""
+    import shutil
+
+    run, model, tok = run_dir
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    path = copy / "tokenizer" / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    eos = {"id": "<|endoftext|>", "type_id": 0}
+    spec["post_processor"] = {"type": "TemplateProcessing",
+                              "single": [{"Sequence": {"id": "A", "type_id": 0}},
+                                         {"SpecialToken": eos}],
+                              "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                                       {"Sequence": {"id": "B", "type_id": 1}}],
+                              "special_tokens": {"<|endoftext|>": {
+                                  "id": "<|endoftext|>", "ids": [eos_id(tok)],
+                                  "tokens": ["<|endoftext|>"]}}}
+    path.write_text(json.dumps(spec))
+    doc = Document(text=DOCS[0], id="d")
+    list(PerplexityScorer(copy, batch_size=1).run(iter([doc])))
+    ppl, n = direct_ppl(model, tok, DOCS[0], limit=48)
+    assert doc.metadata["ppl_tokens"] == n == len(tok.encode(DOCS[0]).ids)
+    assert doc.metadata["ppl"] == pytest.approx(ppl, rel=1e-5)
+    judge = KilnLabelJudge(copy, template="post: {text} ->")
+    assert judge.prompt_ids("the cat sat") == KilnLabelJudge(run, template="post: {text} ->"
+                                                             ).prompt_ids("the cat sat")
+
+
 def test_default_truncation_is_the_papers_512_tokens_where_the_model_holds_them(run_dir,
                                                                               monkeypatch):
     """The fixture's model holds 47 tokens, so 512 never binds there: shrink the paper's

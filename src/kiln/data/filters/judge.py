@@ -121,8 +121,11 @@ class KilnLabelJudge:
     def _parts(self, tok) -> tuple[str, int, list[int], list[list[int]]]:
         """(template head, its token count, tail ids, the two labels' ids)."""
         head, tail = self.template.split("{text}")
-        labels = [tok.encode(" " + JUNK).ids, tok.encode(" " + HIGH_QUALITY).ids]
-        return head, len(tok.encode(head).ids), tok.encode(tail).ids, labels
+        def ids(text: str) -> list[int]:  # as `kiln tokenize` encodes: no post-processor tokens
+            return tok.encode(text, add_special_tokens=False).ids
+
+        labels = [ids(" " + JUNK), ids(" " + HIGH_QUALITY)]
+        return head, len(ids(head)), ids(tail), labels
 
     @staticmethod
     def _room(max_seq_len: int, head_len: int, tail: list[int], labels: list[list[int]]) -> int:
@@ -148,7 +151,7 @@ class KilnLabelJudge:
     def prompt_ids(self, text: str) -> list[int]:
         model, tok, head, head_len, tail, labels = self._load()
         room = self._room(model.cfg.max_seq_len, head_len, tail, labels)
-        return tok.encode(head + text).ids[:room] + tail
+        return tok.encode(head + text, add_special_tokens=False).ids[:room] + tail
 
     def judge(self, text: str) -> Verdict:
         from kiln.data.filters.run_model import continuation_nll

@@ -92,7 +92,8 @@ class PerplexityScorer(PipelineStep):
     def score(self, docs: list[Document]) -> None:
         """Write ppl / nll / ppl_tokens into each document's metadata, in place."""
         model, tok, eos, limit = self._load()
-        ids = [enc.ids[:limit] for enc in tok.encode_batch([d.text for d in docs])]
+        texts = [d.text for d in docs]  # no post-processor tokens: `kiln tokenize` adds none
+        ids = [enc.ids[:limit] for enc in tok.encode_batch(texts, add_special_tokens=False)]
         results = continuation_nll(model, [[eos]] * len(ids), ids, self.device)
         for doc, (nats, count) in zip(docs, results):
             if count == 0:
