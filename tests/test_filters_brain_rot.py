@@ -173,3 +173,18 @@ def test_a_score_from_another_judge_is_judged_again():
     assert doc.metadata["m2_judge"].startswith("heuristic:")
     doc.metadata["m2_junk_score"] = 0.0  # the same judge's stored score is reused as it is
     assert f.filter(doc) is True
+
+
+def test_m1_config_defaults_are_the_papers_rule():
+    """`[prepare.brain_rot_m1]` copies the filter's constants (prepare_config stays free of
+    datatrove): both must be the paper's junk < 30 tokens and popularity > 500, control
+    > 100 tokens, popularity the sum of the four twitter100m engagement counts."""
+    from kiln.data import prepare_config as pc
+    from kiln.data.filters import engagement as e
+
+    o = pc.BrainRotM1Options()
+    assert (o.junk_max_tokens, o.control_min_tokens, o.popularity_threshold) == (30, 100, 500)
+    assert (e.JUNK_MAX_TOKENS, e.CONTROL_MIN_TOKENS, e.POPULARITY_THRESHOLD) == (30, 100, 500)
+    assert tuple(o.popularity_keys) == e.ENGAGEMENT_KEYS == ("likes", "retweets", "replies",
+                                                             "quotes")
+    assert (pc.BrainRotM2Options().threshold, pc.BrainRotM2Options().mode) == (0.5, "drop")

@@ -64,7 +64,7 @@ def test_scorer_matches_direct_computation_batched_and_truncated(run_dir):
     docs = [Document(text=t, id=str(i)) for i, t in enumerate(DOCS)]
     list(PerplexityScorer(run, batch_size=3).run(iter(docs)))  # batches of 3 and 1, padded
     for doc in docs:
-        ppl, n = direct_ppl(model, tok, doc.text, limit=47)  # default: max_seq_len - 1
+        ppl, n = direct_ppl(model, tok, doc.text, limit=48)  # default: max_seq_len
         assert doc.metadata["ppl"] == pytest.approx(ppl, rel=1e-5)
         assert doc.metadata["ppl_tokens"] == n
         assert doc.metadata["nll"] == pytest.approx(math.log(ppl), rel=1e-5)
@@ -74,6 +74,50 @@ def test_scorer_matches_direct_computation_batched_and_truncated(run_dir):
     assert pickle.loads(pickle.dumps(scorer))._loaded is None  # workers get no model copy
     assert long.metadata["ppl_tokens"] == 5
     assert long.metadata["ppl"] == pytest.approx(direct_ppl(model, tok, long.text, 5)[0], rel=1e-5)
+
+
+def test_a_model_scores_as_many_tokens_as_its_context(run_dir):
+    """Scoring n tokens feeds EOS + n - 1 tokens: a max_seq_len-48 model scores 48 tokens
+    of a long document (the old limit, max_seq_len - 1, refused 48 and cut the default to 47)."""
+    run, model, tok = run_dir
+    text = " ".join(DOCS * 8)
+    assert len(tok.encode(text).ids) > 48
+    for limit in (None, 48):
+        long = Document(text=text, id="long")
+        list(PerplexityScorer(run, batch_size=1, max_tokens_per_doc=limit).run(iter([long])))
+        assert long.metadata["ppl_tokens"] == 48
+        assert long.metadata["ppl"] == pytest.approx(direct_ppl(model, tok, text, 48)[0], rel=1e-5)
+
+
+def test_scoring_adds_no_post_processor_tokens(run_dir, tmp_path):
+    """Training encodes documents without the tokenizer's post-processor tokens; a
+    tokenizer.json with a template ("$A <|endoftext|>") must not add a scored EOS to every
+    document or to the judge's labels (before: ppl_tokens was n + 1)."""
+    import shutil
+
+    run, model, tok = run_dir
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    path = copy / "tokenizer" / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    eos = {"id": "<|endoftext|>", "type_id": 0}
+    spec["post_processor"] = {"type": "TemplateProcessing",
+                              "single": [{"Sequence": {"id": "A", "type_id": 0}},
+                                         {"SpecialToken": eos}],
+                              "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                                       {"Sequence": {"id": "B", "type_id": 1}}],
+                              "special_tokens": {"<|endoftext|>": {
+                                  "id": "<|endoftext|>", "ids": [eos_id(tok)],
+                                  "tokens": ["<|endoftext|>"]}}}
+    path.write_text(json.dumps(spec))
+    doc = Document(text=DOCS[0], id="d")
+    list(PerplexityScorer(copy, batch_size=1).run(iter([doc])))
+    ppl, n = direct_ppl(model, tok, DOCS[0], limit=48)
+    assert doc.metadata["ppl_tokens"] == n == len(tok.encode(DOCS[0]).ids)
+    assert doc.metadata["ppl"] == pytest.approx(ppl, rel=1e-5)
+    judge = KilnLabelJudge(copy, template="post: {text} ->")
+    assert judge.prompt_ids("the cat sat") == KilnLabelJudge(run, template="post: {text} ->"
+                                                             ).prompt_ids("the cat sat")
 
 
 def test_default_truncation_is_the_papers_512_tokens_where_the_model_holds_them(run_dir,
@@ -98,7 +142,7 @@ def test_scorer_empty_doc_and_bad_arguments(run_dir, tmp_path):
     list(PerplexityScorer(run).run(iter([empty])))
     assert empty.metadata["ppl"] is None and empty.metadata["ppl_tokens"] == 0
     with pytest.raises(ValueError, match="does not fit"):
-        list(PerplexityScorer(run, max_tokens_per_doc=48).run(iter([Document("x y", "x")])))
+        list(PerplexityScorer(run, max_tokens_per_doc=49).run(iter([Document("x y", "x")])))
     with pytest.raises(FileNotFoundError, match="not a trained Kiln run"):
         PerplexityScorer(tmp_path)
 

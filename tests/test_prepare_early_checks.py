@@ -23,13 +23,13 @@ def test_max_tokens_per_doc_past_the_models_context_fails_before_any_stage(tmp_p
     src.mkdir()
     (src / "a.txt").write_text("some text to read\n")
     with pytest.raises(ConfigError) as e:
-        run_prepare(_perplexity(run, max_tokens_per_doc=48), tmp_path / "out", [str(src)],
+        run_prepare(_perplexity(run, max_tokens_per_doc=49), tmp_path / "out", [str(src)],
                     progress=False)
     msg = str(e.value)
-    assert "prepare.perplexity.max_tokens_per_doc = 48" in msg and "max_seq_len 48" in msg
-    assert "at most 47" in msg and str(run) in msg
+    assert "prepare.perplexity.max_tokens_per_doc = 49" in msg and "max_seq_len 48" in msg
+    assert "at most 48" in msg and str(run) in msg
     assert not (tmp_path / "out" / "logs" / "prepare").exists()  # no stage ran
-    build_pipeline(_perplexity(run, max_tokens_per_doc=47), tmp_path / "out")  # fits: built
+    build_pipeline(_perplexity(run, max_tokens_per_doc=48), tmp_path / "out")  # fits: built
 
 
 def test_a_device_the_tasks_cannot_use_fails_when_built(tmp_path, run_dir):  # noqa: F811

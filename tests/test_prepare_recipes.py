@@ -377,6 +377,27 @@ def test_perplexity_selection_uses_a_global_threshold(tmp_path, fake_scorer):
     assert saved["threshold"] == threshold and saved["scores"] == 9
 
 
+@pytest.mark.parametrize("options", [dict(mode="bottom_fraction", fraction=0.4),
+                                     dict(mode="drop_extremes", low_q=0.2, high_q=0.7)])
+def test_perplexity_selection_is_the_same_for_any_task_count(tmp_path, fake_scorer, options):
+    """A threshold or quantile from the scores of one task's shard would change with
+    `prepare.tasks`; the band / threshold over all 9 scores keeps the same documents for 1
+    and 3 tasks, as computed by hand from the scores."""
+    src = text_corpus(tmp_path)
+    scores = sorted(float(sum(map(ord, (src / f"f{i}.txt").read_text())) % 997) for i in range(9))
+    assert scores == [116, 297, 297, 381, 387, 387, 590, 657, 959]  # files 1, 2 repeated
+    if options["mode"] == "bottom_fraction":
+        expected = [116, 297, 297]  # floor(0.4 * 9) = 3 lowest: threshold 297
+    else:  # linear quantiles at positions 1.6 and 5.6: 297 and 387 + 0.6 * (590 - 387) = 508.8
+        expected = [297, 297, 381, 387, 387]
+    for tasks in (1, 3):
+        cfg = PrepareConfig(stages=["read", "perplexity", "perplexity_select", "write"],
+                            tasks=tasks, perplexity=pc.PerplexityOptions(run_dir="unused", **options))
+        run_prepare(cfg, tmp_path / f"t{tasks}", [str(src)], progress=False)
+        kept = sorted(float(d.metadata["ppl"]) for d in read_documents(tmp_path / f"t{tasks}"))
+        assert kept == expected, tasks
+
+
 # ---- config errors, before any work ---------------------------------------------------------
 
 def test_unknown_stage_option_names_the_key(tmp_path):

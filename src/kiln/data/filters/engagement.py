@@ -11,6 +11,13 @@ Popularity is the sum of the engagement counts found under `popularity_keys` in
 twitter100m source). The released script uses likes only: pass `popularity_keys=("likes",)`
 to reproduce it. Documents whose metadata lacks a key, or holds a non-count, are tagged
 "unknown" and kept (counted as `m1_missing_engagement`): M1 has no opinion about them.
+
+The released script is the length-only ablation and differs in two more ways: its junk bound
+is `<= 30` tokens (the paper's rule, kept here, is `< 30`), and it first keeps only tweets
+that are pure ASCII (its English filter), which is a choice of source, not of M1, and is not
+applied here. The source's text field is `tweet` (read it with `data.text_field = "tweet"`).
+Kiln tags and drops; it does not build the paper's token-matched junk / control arms or their
+mixtures (`mode="tag"` gives the classes to build them from).
 """
 
 from __future__ import annotations
@@ -86,7 +93,7 @@ class EngagementFilter(BaseFilter):
     """M1 as a pipeline step: writes `m1_tokens`, `m1_popularity`, `m1_class` into metadata.
 
     mode "drop" removes junk (reason `m1_junk`); mode "tag" keeps every document, so a
-    later step (or a mixer building the paper's junk/control arms) decides from the tags.
+    later step (or whoever builds the paper's junk / control arms) decides from the tags.
     """
 
     name = "🧠 Brain Rot M1 engagement"

@@ -5,6 +5,8 @@ The paper asks gpt-4o-mini for a bare label, JUNK or HIGH-QUALITY. Offline we of
 `KilnLabelJudge` (a Kiln checkpoint comparing the likelihoods of the two labels after the
 prompt). `junk_heuristics.HeuristicJudge` is the model-free fallback. A reply that is not
 a label gives `junk_score=None`: it goes to a reject bucket, never silently to "quality".
+That departs on purpose from the authors' script, where any reply but exactly "JUNK" joins
+the high-quality set: a refusal or a chatty reply would enter the control arm unseen.
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ from typing import Protocol, runtime_checkable
 
 JUNK, HIGH_QUALITY = "JUNK", "HIGH-QUALITY"
 
-# Our wording of the paper's criteria (its exact prompt was not available to us).
+# The authors' prompt (their repo, datasets/process/M2/M2_data_process_gpt.py) is a chat
+# instruction: a "content quality classifier" role, the same six JUNK and five HIGH-QUALITY
+# criteria, "respond with only the classification", then the tweet last, with no cue after
+# it. Ours condenses the same criteria and ends in "Label:", so that the label is the text
+# that follows, which is what `KilnLabelJudge` scores with a base (not instruction-tuned)
+# model. Pass `template=` (a `{text}` where the tweet goes) to use the authors' wording.
 M2_PROMPT = (
     "Classify the social-media post below as JUNK or HIGH-QUALITY.\n"
     "JUNK: conspiracy theories or exaggerated, unsupported claims; clickbait or sensational "
@@ -114,8 +121,11 @@ class KilnLabelJudge:
     def _parts(self, tok) -> tuple[str, int, list[int], list[list[int]]]:
         """(template head, its token count, tail ids, the two labels' ids)."""
         head, tail = self.template.split("{text}")
-        labels = [tok.encode(" " + JUNK).ids, tok.encode(" " + HIGH_QUALITY).ids]
-        return head, len(tok.encode(head).ids), tok.encode(tail).ids, labels
+        def ids(text: str) -> list[int]:  # as `kiln tokenize` encodes: no post-processor tokens
+            return tok.encode(text, add_special_tokens=False).ids
+
+        labels = [ids(" " + JUNK), ids(" " + HIGH_QUALITY)]
+        return head, len(ids(head)), ids(tail), labels
 
     @staticmethod
     def _room(max_seq_len: int, head_len: int, tail: list[int], labels: list[list[int]]) -> int:
@@ -141,7 +151,7 @@ class KilnLabelJudge:
     def prompt_ids(self, text: str) -> list[int]:
         model, tok, head, head_len, tail, labels = self._load()
         room = self._room(model.cfg.max_seq_len, head_len, tail, labels)
-        return tok.encode(head + text).ids[:room] + tail
+        return tok.encode(head + text, add_special_tokens=False).ids[:room] + tail
 
     def judge(self, text: str) -> Verdict:
         from kiln.data.filters.run_model import continuation_nll

@@ -4,6 +4,11 @@ Gambetta et al. (arXiv:2410.12341) select training documents by the current mode
 perplexity, exp(mean over positions of -log p(x_t | x_<t)), truncated to 512 tokens. This
 step only *scores*: it writes `ppl`, `nll` (mean nats per token) and `ppl_tokens` into
 `doc.metadata`, so selection (`selection.py`) can change thresholds without rescoring.
+
+Both score a 512-position window. The paper's code truncates the *input* to 512 tokens, its
+tokenizer's BOS included, and scores the 511 document tokens after BOS; Kiln puts EOS (the
+separator it trains with) where BOS was and also scores the 512th token, which that window
+predicts but the paper's truncation cut off: one token more per long document.
 """
 
 from __future__ import annotations
@@ -27,13 +32,16 @@ PAPER_MAX_TOKENS = 512  # the paper truncates every document to its first 512 to
 
 def doc_token_limit(max_seq_len: int, max_tokens_per_doc: int | None) -> int:
     """Tokens scored per document: `max_tokens_per_doc`, else the paper's 512 or what the
-    model holds; ValueError when the model cannot hold them (one position is the EOS)."""
-    room = max_seq_len - 1
-    limit = max_tokens_per_doc or min(PAPER_MAX_TOKENS, room)
-    if limit > room:
+    model holds; ValueError when the model cannot hold them.
+
+    Scoring n tokens feeds the model n positions, EOS and the first n - 1 tokens (the last
+    token is only predicted, never an input), so a model scores up to max_seq_len tokens."""
+    limit = max_tokens_per_doc or min(PAPER_MAX_TOKENS, max_seq_len)
+    if limit > max_seq_len:
         raise ValueError(f"max_tokens_per_doc = {limit} does not fit the model: its context "
-                         f"(model.max_seq_len {max_seq_len}) holds EOS + {room} document "
-                         f"tokens; set at most {room}, or leave it unset (0) for the paper's "
+                         f"(model.max_seq_len {max_seq_len}) holds EOS + {max_seq_len - 1} "
+                         f"document tokens, which predict {max_seq_len}; set at most "
+                         f"{max_seq_len}, or leave it unset (0) for the paper's "
                          f"{PAPER_MAX_TOKENS} tokens or what the model holds")
     return limit
 
@@ -42,7 +50,7 @@ class PerplexityScorer(PipelineStep):
     """Mean token NLL and perplexity of each document under `run_dir`'s latest checkpoint.
 
     Documents are tokenized with the run's tokenizer, truncated to `max_tokens_per_doc`
-    tokens (default: 512 as in the paper, or max_seq_len - 1 when the model is shorter),
+    tokens (default: 512 as in the paper, or max_seq_len when the model is shorter),
     preceded by EOS (the separator training puts before every document) and scored in
     batches without gradients. Empty documents get `ppl = None` (counted as `ppl_empty`).
     """
@@ -84,7 +92,8 @@ class PerplexityScorer(PipelineStep):
     def score(self, docs: list[Document]) -> None:
         """Write ppl / nll / ppl_tokens into each document's metadata, in place."""
         model, tok, eos, limit = self._load()
-        ids = [enc.ids[:limit] for enc in tok.encode_batch([d.text for d in docs])]
+        texts = [d.text for d in docs]  # no post-processor tokens: `kiln tokenize` adds none
+        ids = [enc.ids[:limit] for enc in tok.encode_batch(texts, add_special_tokens=False)]
         results = continuation_nll(model, [[eos]] * len(ids), ids, self.device)
         for doc, (nats, count) in zip(docs, results):
             if count == 0:

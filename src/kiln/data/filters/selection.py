@@ -11,7 +11,11 @@ perplexities are often noise is what `mode="drop_extremes"` (a quantile band) is
 Ties: the selector compares each score with the threshold, so every document tied with the
 k-th largest score is kept. The kept count is exactly k when scores are distinct (float
 perplexities practically always are); with ties at the threshold it is k plus the extra
-tied documents, never fewer than k. (The paper's in-memory sort keeps pool order instead.)
+tied documents, never fewer than k. The paper's in-memory sort keeps exactly k, breaking ties
+by pool order; on purpose we do not: the documents are streamed by `prepare.tasks` shards, so
+"pool order" would depend on how the input is sharded, while a threshold keeps the same
+documents for any task count. Tied perplexities practically mean identical token sequences,
+which `dedup_exact` before selection removes.
 """
 
 from __future__ import annotations
