@@ -1068,3 +1068,29 @@ def test_steps_that_pass_over_the_train_split_more_than_once_are_noted(tiny_run,
     assert (f"train.steps = {steps} of train.global_batch = 8 windows make "
             f"{steps * 8 / windows:.2f} passes over the train split's {windows} windows"
             in capsys.readouterr().err)
+
+
+def test_progress_lines_in_a_log_file_thin_out_over_a_long_run(monkeypatch):
+    """Off a terminal every redraw is a new line of the log: 15 s apart at first, then a
+    twentieth of the time trained, at most 5 minutes (a 3-day run: ~900 lines, not 17,000 at
+    a fixed 15 s). The bar's own interval follows the run's clock."""
+    from kiln.train import callbacks
+    from kiln.train.callbacks import progress_interval
+
+    assert progress_interval(1e6, on_terminal=True) == 0.5
+    assert [progress_interval(t, False) for t in (0, 60, 300, 1200, 6000, 86400)] == [
+        15.0, 15.0, 15.0, 60.0, 300.0, 300.0]
+    lines, t, last = 0, 0.0, 0.0
+    while t < 3 * 86400:  # redraws over 3 days of 1-second steps, as tqdm spaces them
+        t += 1.0
+        if t - last >= progress_interval(t, False):
+            lines, last = lines + 1, t
+    assert 800 < lines < 1000
+
+    clock = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(callbacks.sys.stderr, "isatty", lambda: False, raising=False)
+    progress, step, _ = progress_log_driver(steps=10, log_every=5)
+    clock[0] = 3600.0
+    step(1.0)
+    assert progress.bar.mininterval == 180.0
