@@ -240,4 +240,4 @@ def test_csv_and_html_are_counted_and_named_with_what_is_read(tmp_path, capsys):
     assert "HTML files are not read" in hint and "extract the text first" in hint
     assert hint.endswith("the read stage reads text files (.txt, .md, source code; "
                          ".txt.gz/.bz2/.xz/.zst), JSON lines (.jsonl, .ndjson; .gz/.bz2/.xz/.zst "
-                         "too), .json records and .parquet")
+                         "too), .json records (.gz/.bz2/.xz/.zst too) and .parquet")

@@ -115,3 +115,23 @@ def test_a_compressed_text_cut_before_its_text_is_named_once(tmp_path, suffix):
     docs, counts, examples = _read(tmp_path)
     assert docs == [] and set(counts) == {"skipped/unreadable_rest_of_file"}
     assert examples["unreadable_rest_of_file"]["examples"][0]["line"] == 1
+
+
+@pytest.mark.parametrize("suffix", WITH_GZIP)
+def test_compressed_json_is_read_as_json(tmp_path, suffix):
+    """`.json.gz` is how C4 (allenai/c4) ships its JSON lines; a compressed list of records
+    or a compressed package.json is read as its `.json` would be (they were `binary`)."""
+    (tmp_path / f"c4-train.00000-of-01024.json{suffix}").write_bytes(
+        WITH_GZIP[suffix](_lines(30)))
+    (tmp_path / f"list.json{suffix}").write_bytes(WITH_GZIP[suffix](json.dumps(
+        {"data": [{"text": f"item {i}", "id": i} for i in range(3)]}).encode()))
+    (tmp_path / f"package.json{suffix}").write_bytes(WITH_GZIP[suffix](b'{"name": "x"}'))
+    docs, counts, _ = _read(tmp_path)
+    by_file = {}
+    for d in docs:
+        by_file.setdefault(d.metadata["source"].rsplit("/", 1)[-1], []).append(d.text)
+    assert by_file[f"c4-train.00000-of-01024.json{suffix}"] == [
+        json.loads(line)["text"] for line in _lines(30).decode().splitlines()]
+    assert by_file[f"list.json{suffix}"] == ["item 0", "item 1", "item 2"]
+    assert by_file[f"package.json{suffix}"] == ['{"name": "x"}']
+    assert not any(k.startswith("skipped/") for k in counts)

@@ -60,6 +60,8 @@ from kiln.data.zstd_files import open_zstd
 OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".zst": open_zstd}
 JSONL_SUFFIXES = tuple(f"{base}{z}" for base in (".jsonl", ".ndjson") for z in ("", *OPENERS))
 TEXT_COMPRESSED = tuple(f".txt{z}" for z in OPENERS)
+# .json compressed: C4 (allenai/c4) ships its JSON lines as `.json.gz`
+JSON_SUFFIXES = tuple(f".json{z}" for z in ("", *OPENERS))
 # What a cut (EOFError, every opener) or damaged compressed file raises (lzma's and zstd's
 # errors are neither an OSError nor an EOFError)
 DAMAGED = (EOFError, OSError, zlib.error, lzma.LZMAError, ZstdError)
@@ -220,8 +222,8 @@ class SourceReader(PipelineStep):
         try:
             if name.endswith(JSONL_SUFFIXES):
                 yield from self._read_jsonl(file)
-            elif name.endswith(".json"):
-                yield from self._read_json(file)
+            elif name.endswith(JSON_SUFFIXES):
+                yield from self._read_json(file, _opener(name))
             elif name.endswith(".parquet"):
                 yield from self._read_parquet(file)
             elif name.endswith(TEXT_COMPRESSED):
@@ -326,7 +328,7 @@ class SourceReader(PipelineStep):
         if text is not None:
             yield from self._documents(text, doc_id, path, record_fields(record, self.text_field))
 
-    def _read_json(self, file: SourceFile) -> Iterator[Document]:
+    def _read_json(self, file: SourceFile, opener=open) -> Iterator[Document]:
         """A .json file of records (kiln.data.json_records): one object with the text field,
         a list of objects, JSON lines, or an object that wraps a list (`{"data": [...]}`,
         read from that list; its key path is noted with each skip). Records without the
@@ -335,18 +337,21 @@ class SourceReader(PipelineStep):
         (`train` and `test`) is not guessed at: counted `several_record_lists`, naming the
         keys. Any other JSON (a package.json, a list of strings) is a text file like the
         rest of a source tree. JSONC (comments, trailing commas) is read as the same file
-        without them would be: a tsconfig.json is text, records are records."""
-        with open(file.path, "rb") as f:
+        without them would be: a tsconfig.json is text, records are records. `opener`
+        decompresses a `.json.gz` / `.bz2` / `.xz` / `.zst` (opened again, not rewound: a
+        zstd stream cannot seek)."""
+        with opener(file.path, "rb") as f:
             first, more = first_line_object(f)
-            if more:  # JSON lines saved as .json: read line by line, as a .jsonl is
-                f.seek(0)
+        if more:  # JSON lines saved as .json: read line by line, as a .jsonl is
+            with opener(file.path, "rb") as f:
                 yield from self._read_lines(file, f)
-                return
+            return
         raw = None  # read once, where the file is not one object on one line
         if first is not None:  # one object on one line: parsed already
             data = first
         else:
-            raw = file.path.read_bytes()
+            with opener(file.path, "rb") as f:
+                raw = f.read()
             try:
                 data = json.loads(raw.decode("utf-8-sig"))
             except (ValueError, RecursionError) as e:  # not UTF-8 or not JSON
@@ -375,7 +380,10 @@ class SourceReader(PipelineStep):
                 self._where = ("record", i)
                 yield from self._record_doc(record, f"{file.rel}:{i}", file.path)
         else:
-            yield from self._read_text(file, file.path.read_bytes() if raw is None else raw)
+            if raw is None:
+                with opener(file.path, "rb") as f:
+                    raw = f.read()
+            yield from self._read_text(file, raw)
 
     def _read_parquet(self, file: SourceFile) -> Iterator[Document]:
         import pyarrow.parquet as pq

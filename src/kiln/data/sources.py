@@ -20,7 +20,7 @@ TREE_SKIP_DIRS = frozenset({"__pycache__", "node_modules", ".git", ".hg", ".svn"
 
 # What the `read` stage reads (kiln.data.documents decides by suffix), as messages say it.
 READ_FORMATS = ("text files (.txt, .md, source code; .txt.gz/.bz2/.xz/.zst), JSON lines (.jsonl, "
-                ".ndjson; .gz/.bz2/.xz/.zst too), .json records and .parquet")
+                ".ndjson; .gz/.bz2/.xz/.zst too), .json records (.gz/.bz2/.xz/.zst too) and .parquet")
 
 # Read as text, these would be one document of markup or delimiters, not the text a user
 # means: they are counted as skipped under these reasons, and the warning says what to do.

@@ -35,12 +35,33 @@ class ZstdReader(io.RawIOBase):
         super().__init__()
         self._raw = raw
         self._decompressor = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW_BYTES)
+        self._start()
+
+    def _start(self) -> None:
         self._frame = None  # the frame being decoded; None between frames
         self._input = b""  # bytes read past a frame's end: the next frame's start
         self._output = memoryview(b"")  # decoded, not yet read
+        self._pos = 0  # decoded bytes read so far
 
     def readable(self) -> bool:
         return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """As gzip's reader seeks: forward by decoding, back by decoding again from the
+        file's start (a .json is sniffed, then read from its start)."""
+        target = {io.SEEK_SET: offset, io.SEEK_CUR: self._pos + offset}.get(whence)
+        if target is None or target < 0:
+            raise io.UnsupportedOperation(f"zstd: cannot seek to {offset} from {whence}")
+        if target < self._pos:
+            self._raw.seek(0)
+            self._start()
+        while self._pos < target and self.readinto(memoryview(bytearray(
+                min(target - self._pos, 1 << 20)))):
+            pass
+        return self._pos
 
     def readinto(self, buffer) -> int:
         while not self._output:
@@ -49,6 +70,7 @@ class ZstdReader(io.RawIOBase):
         n = min(len(buffer), len(self._output))
         buffer[:n] = self._output[:n]
         self._output = self._output[n:]
+        self._pos += n
         return n
 
     def _decode_more(self) -> bool:
