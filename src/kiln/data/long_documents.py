@@ -8,8 +8,9 @@ would drop it in the end anyway. So the reader cuts any text longer than
 consecutive parts, none longer, each a document of its own, nothing left out:
 
 - each part ends at the last blank line (a paragraph break) in the second half of the window
-  of `MAX_DOCUMENT_CHARS` characters; else at its last line break; else after its last
-  whitespace; else (a text with no whitespace there) at the window's end;
+  of `MAX_DOCUMENT_CHARS` characters; else at its last line break; else after its last ASCII
+  space, tab, CR, FF or VT (`_WHITESPACE`: not Unicode's other spaces, such as U+00A0 or
+  U+3000); else (none there) at the window's end;
 - the separator stays at the end of the part before the cut, so the parts joined are the text.
 
 A text of up to `MAX_DOCUMENT_CHARS` characters is never cut (the largest file of the
@@ -30,7 +31,8 @@ _WHITESPACE = (" ", "\t", "\r", "\f", "\v")
 
 def split_long_text(text: str, limit: int = MAX_DOCUMENT_CHARS) -> Iterator[str]:
     """`text` as consecutive parts of at most `limit` characters (see the module's rule).
-    Each window is searched once, backwards from its end: linear in the text's length."""
+    Each window's second half is searched backwards once per kind of break (at most seven
+    scans, none past the window's middle): linear in the text's length."""
     if limit < 2:
         raise ValueError(f"the part limit must be at least 2 characters, not {limit}")
     start, n = 0, len(text)
