@@ -268,3 +268,14 @@ def test_reading_prepared_documents_keeps_datatrove_info_off_the_console(tmp_pat
     assert "Reading input file" not in capfd.readouterr().err
     logger.info("after reading")
     assert "after reading" in capfd.readouterr().err
+
+
+def test_perplexity_scores_from_before_the_whole_context_window_are_not_resumed():
+    """The scorer now scores a model's whole context (one token more than before): a prepare
+    with the perplexity stage records so, so one made before re-scores instead of resuming
+    with old and new scores under one threshold; runs without the stage keep resuming."""
+    from kiln.data.pipeline import _signature
+
+    scored = _signature(PrepareConfig(stages=["read", "perplexity", "write"]), ["src"], 0)
+    assert scored["perplexity_scored_tokens"] == "max_seq_len"
+    assert "perplexity_scored_tokens" not in _signature(_cfg(), ["src"], 0)

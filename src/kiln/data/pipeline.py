@@ -338,6 +338,10 @@ def _signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
         # only then, so other runs keep resuming)
         if decontaminate_pii_types(cfg) is not None:
             signature["decontaminate_pii_forms"] = True
+    # the scorer scores a model's whole context (it scored one token fewer before): a
+    # resume must not mix the two kinds of score under one threshold
+    if "perplexity" in cfg.stages:
+        signature["perplexity_scored_tokens"] = "max_seq_len"
     if run_dir is not None:
         signature["input_files"] = _input_files(cfg, sources, run_dir)
     return signature
