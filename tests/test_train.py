@@ -1094,3 +1094,32 @@ def test_progress_lines_in_a_log_file_thin_out_over_a_long_run(monkeypatch):
     clock[0] = 3600.0
     step(1.0)
     assert progress.bar.mininterval == 180.0
+
+
+def test_logged_steps_do_not_redraw_the_bar_in_a_log_file(monkeypatch):
+    """Off a terminal the bar draws on its interval only: the loss and tokens/s of a logged
+    step wait for the next draw (each postfix refresh was a new line of the log, one per
+    `log_every` steps, whatever the interval). 60 logged steps in well under the first
+    interval: the first draw and the last."""
+    import io
+    from types import SimpleNamespace
+
+    from kiln.train import callbacks
+
+    log = io.StringIO()  # not a terminal
+    monkeypatch.setattr(callbacks.sys, "stderr", log)
+    trainer = SimpleNamespace(
+        cfg=SimpleNamespace(train=SimpleNamespace(steps=60, log_every=1)), step=0,
+        tokens_seen=0, env=SimpleNamespace(is_main=True), log=lambda record: None,
+        elapsed=lambda: 0)
+    progress = callbacks.ProgressLog()
+    progress.on_train_start(trainer)
+    for _ in range(60):
+        progress.on_step_start(trainer)
+        trainer.step += 1
+        progress.on_step_end(trainer, {"loss": 1.0, "lr": 0.1, "grad_norm": 1.0,
+                                       "step_tokens": 100})
+    progress.on_train_end(trainer)
+    draws = [d for d in log.getvalue().split("\r") if d.strip()]
+    assert len(draws) <= 3, draws
+    assert "60/60" in draws[-1] and "loss=1.000" in draws[-1]

@@ -170,7 +170,9 @@ class ProgressLog(Callback):
             "tokens_per_s": tps, "elapsed_s": trainer.elapsed(),
             **{k: record[k] for k in ("moe_max_vio", "moe_load") if k in record},
         })
-        self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps:,.0f}")
+        # shown at the bar's next redraw: refreshing now would add a line to a log file at
+        # every logged step, whatever the interval
+        self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps:,.0f}", refresh=False)
 
     def on_train_end(self, trainer: Trainer) -> None:
         self.bar.close()
