@@ -50,3 +50,31 @@ def test_the_multiplier_is_the_closed_form_at_every_step(name, steps, warmup, de
     assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
     if warmup < steps and name != "constant":  # the last step is at the floor
         assert got[-1] == pytest.approx(floor)
+
+
+@pytest.mark.parametrize(("old", "new", "step", "jump"), [
+    # a longer warmup, resumed after the old one ended: cosine re-stretches, the lr moves
+    (("schedule.warmup_steps=10",), ("schedule.warmup_steps=30",), 50, (0.00186, 0.00248)),
+    # resumed inside the new warmup: the lr falls back below the peak it had reached
+    (("schedule.name=constant", "schedule.warmup_steps=10"),
+     ("schedule.name=constant", "schedule.warmup_steps=30"), 20, (0.003, 0.0021)),
+    # past both warmups on a constant schedule: the change is said, the lr is the same
+    (("schedule.name=constant", "schedule.warmup_steps=10"),
+     ("schedule.name=constant", "schedule.warmup_steps=30"), 50, None),
+    # a finished wsd run extended: its decay had ended at the floor; the new one is flat
+    (("schedule.name=wsd",), ("schedule.name=wsd", "train.steps=200"), 100, (0.0003, 0.003)),
+])
+def test_a_resume_with_another_schedule_names_the_lr_it_changes(old, new, step, jump):
+    from kiln.config import load_config
+    from kiln.train.trainer import _changed_since_recorded
+
+    said = _changed_since_recorded(load_config(None, ["train.steps=100", *old]),
+                                   load_config(None, ["train.steps=100", *new]), step)
+    assert said and not said[0].startswith("so the lr")  # the setting itself first
+    lr_lines = [line for line in said if line.startswith("so the lr")]
+    if jump is None:
+        assert lr_lines == []
+    else:
+        before, now = jump
+        assert lr_lines == [f"so the lr at step {step} is {now:.3g} where the recorded "
+                            f"settings had {before:.3g}"]
