@@ -88,6 +88,40 @@ def test_flops_per_token_formula():
     assert flops_per_token(cfg, 16) == 6 * matmul + 12 * 2 * 32 * 16
 
 
+@pytest.mark.parametrize("kw", [{}, {"tie_embeddings": False},
+                                {"attn_gate": True, "n_kv_heads": 1, "n_layers": 3}])
+def test_flops_per_token_equals_torchs_count_of_one_training_step(kw):
+    """6N + 12 x dim x seq_len per layer is what torch's FlopCounterMode counts for a
+    forward and backward (the fused loss's head matmuls, GQA, the gate), attention as the
+    full square through SDPA's math kernel; a tied head is multiplied all the same."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = tiny(ffn_hidden=96, attn_kernel="sdpa", **kw)
+    torch.manual_seed(0)
+    model = Transformer(cfg)
+    b, t = 2, 16
+    x = torch.randint(0, 97, (b, t + 1))
+    counter = FlopCounterMode(display=False)
+    with sdpa_kernel(SDPBackend.MATH), counter:
+        model(x[:, :-1], targets=x[:, 1:]).backward()
+    assert counter.get_total_flops() == b * t * flops_per_token(cfg, t)
+
+
+def test_flops_per_token_by_hand_for_moe_local_and_gated_layers():
+    """Routed experts count top_k of n_experts (plus the shared one and the router), a
+    local layer attends over its window, the gate is one more dim x dim matmul."""
+    cfg = tiny(n_layers=4, ffn_hidden=96, local_per_global=3, sliding_window=5,
+               attn_gate=True, n_experts=4, top_k=2, n_shared=1, expert_hidden=16,
+               n_dense_layers=1)
+    attn = 32 * 8 * (2 * 4 + 2 * 2) + 32 * 32  # q, o; k, v (2 kv heads); gate
+    dense_ffn = 3 * 32 * 96
+    moe_ffn = 3 * 32 * 16 * (2 + 1) + 32 * 4  # top-2 routed + 1 shared; router
+    matmul = 4 * attn + dense_ffn + 3 * moe_ffn + 32 * 97
+    span = 3 * 5 + 16  # layers 0-2 local (window 5), layer 3 global
+    assert flops_per_token(cfg, 16) == 6 * matmul + 12 * 32 * span
+
+
 def test_init_scales_residual_projections():
     torch.manual_seed(0)
     m = Transformer(tiny(dim=256, n_heads=4, n_kv_heads=4, n_layers=8, init_std=0.02))

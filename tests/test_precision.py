@@ -79,3 +79,31 @@ def test_the_cli_prints_kiln_warnings_as_one_line_and_leaves_others_alone(tiny_r
     assert [(str(m), c, f, n) for m, c, f, n in shown] == [
         ("from elsewhere", UserWarning, "/elsewhere/lib.py", 7)]
     assert capsys.readouterr().err == ""
+
+
+def _gpu(monkeypatch, ampere: bool) -> None:
+    """A visible GPU; before Ampere bf16 is only emulated (torch's plain
+    `is_bf16_supported()` still says yes there: it can make bf16 tensors)."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: ampere or including_emulation)
+    monkeypatch.setattr(precision, "_WARNED", [])
+
+
+@pytest.mark.parametrize("ampere,expected", [(True, "bf16"), (False, "fp32")])
+def test_auto_on_a_gpu_picks_bf16_only_with_bf16_tensor_cores(monkeypatch, ampere, expected):
+    """A V100 or T4 emulates bf16 matmuls, no faster than fp32: 'auto' must not pick it there
+    (it did, through torch's is_bf16_supported(), which counts emulation as support)."""
+    _gpu(monkeypatch, ampere)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert precision.resolve_precision("auto", torch.device("cuda")) == expected
+
+
+def test_explicit_bf16_on_a_gpu_without_bf16_tensor_cores_is_kept_with_a_warning(monkeypatch):
+    _gpu(monkeypatch, ampere=False)
+    with pytest.warns(UserWarning, match="older than Ampere"):
+        assert precision.resolve_precision("bf16", torch.device("cuda")) == "bf16"
+    _gpu(monkeypatch, ampere=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert precision.resolve_precision("bf16", torch.device("cuda")) == "bf16"

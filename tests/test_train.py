@@ -753,6 +753,27 @@ def test_gradients_are_clipped_to_grad_clip_and_the_log_keeps_the_norm_before(ti
         torch.testing.assert_close(g, r * (clip / norm), rtol=1e-4, atol=1e-9)
 
 
+def test_clipping_with_accumulation_clips_the_accumulated_gradient_once(tiny_run):
+    """With 4 micro-batches a step, the norm clipped (and logged) is the whole step's
+    gradient's, as one micro-batch of 8 gives it: not each micro-batch's, clipped apart."""
+    def first_step(micro: int, clip: float):
+        trainer = Trainer(tiny_config(tiny_run, f"train.micro_batch={micro}",
+                                      f"optim.grad_clip={clip}"))
+        seen = []
+        trainer.optimizer.register_step_pre_hook(
+            lambda opt, *_: seen.append([p.grad.clone() for p in trainer.model.parameters()]))
+        record = trainer.train_step()
+        return trainer.accum_steps, record["grad_norm"], seen[0]
+
+    accum, norm, whole = first_step(8, 0.0)  # one micro-batch, unclipped: the reference
+    assert accum == 1
+    clip = norm / 10
+    accum, logged, clipped = first_step(2, clip)
+    assert accum == 4 and logged == pytest.approx(norm, rel=1e-5)
+    for g, w in zip(clipped, whole, strict=True):
+        torch.testing.assert_close(g, w * (clip / norm), rtol=1e-4, atol=1e-8)
+
+
 def test_a_finished_model_without_its_checkpoints_is_not_retrained_silently(tiny_run):
     """Checkpoints deleted after export to save disk: `kiln run` again (to refresh a report)
     must not retrain from scratch and archive the model's eval and export."""

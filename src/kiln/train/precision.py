@@ -30,6 +30,14 @@ def cpu_has_fast_bf16() -> bool:
     return any(flag in cpu_flags() for flag in _BF16_CPU_FLAGS)
 
 
+def cuda_has_fast_bf16() -> bool:
+    """bf16 tensor-core matmuls: compute capability 8.0 (Ampere) and later, or ROCm. Not
+    `torch.cuda.is_bf16_supported()` as called plainly: it also says yes where bf16 is only
+    emulated (a V100 or T4 makes bf16 tensors, but multiplies them without tensor cores:
+    no faster than fp32, and less precise)."""
+    return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -39,20 +47,27 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_precision(name: str, device: torch.device) -> str:
-    """'auto' picks bf16 on GPUs that support it and on CPUs with native bf16, else fp32.
-    An explicit 'bf16' on a CPU without native bf16 is kept, with a warning: torch then
-    emulates bf16 matmuls (the quickstart trained at 63 tokens/s against fp32's ~4,300 on
+    """'auto' picks bf16 on GPUs with bf16 tensor cores and on CPUs with native bf16, else
+    fp32. An explicit 'bf16' on hardware without native bf16 is kept, with a warning: torch
+    then emulates bf16 matmuls (the quickstart trained at 63 tokens/s against fp32's ~4,300 on
     an AVX2 EPYC)."""
-    if name == "bf16" and device.type == "cpu" and not cpu_has_fast_bf16() and not _WARNED:
-        _WARNED.append(True)  # once a process: `kiln run` resolves it for training and eval
-        warnings.warn("train.precision = 'bf16' on a CPU without AVX-512 BF16 or AMX: bf16 "
-                      "matmuls are emulated here, tens of times slower than fp32 (the "
-                      "quickstart: 63 against ~4,300 tokens/s); use 'auto' or 'fp32'",
-                      stacklevel=2)
+    if name == "bf16" and not _WARNED:
+        if device.type == "cpu" and not cpu_has_fast_bf16():
+            _WARNED.append(True)  # once a process: `kiln run` resolves it for training and eval
+            warnings.warn("train.precision = 'bf16' on a CPU without AVX-512 BF16 or AMX: bf16 "
+                          "matmuls are emulated here, tens of times slower than fp32 (the "
+                          "quickstart: 63 against ~4,300 tokens/s); use 'auto' or 'fp32'",
+                          stacklevel=2)
+        elif device.type == "cuda" and not cuda_has_fast_bf16():
+            _WARNED.append(True)
+            warnings.warn("train.precision = 'bf16' on a GPU older than Ampere (compute "
+                          "capability < 8.0): it has no bf16 tensor cores, so bf16 matmuls are "
+                          "emulated, no faster than fp32 and less precise; use 'auto' or 'fp32'",
+                          stacklevel=2)
     if name != "auto":
         return name
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        return "bf16" if cuda_has_fast_bf16() else "fp32"
     return "bf16" if cpu_has_fast_bf16() else "fp32"
 
 
