@@ -23,7 +23,13 @@ from kiln.config import (
     recorded_config,
     run_dir_override,
 )
-from kiln.errors import KilnError, MainRankInterrupted, TrainingInterrupted
+from kiln.errors import (
+    KilnError,
+    MainRankInterrupted,
+    TrainingInterrupted,
+    alike_on_every_rank,
+    met_alike_on_every_rank,
+)
 
 
 def _tokenizer_path(cfg: Config) -> Path:
@@ -209,7 +215,8 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     env = init_distributed(device, flat_settings(cfg)) if distributed else DistEnv()
     device = local_device(device, env)
     try:
-        model, ckpt = load_trained_model(cfg)
+        with alike_on_every_rank():  # every rank reads the same checkpoint
+            model, ckpt = load_trained_model(cfg)
         precision = resolve_precision(cfg.train.precision, device)
         model.to(device)
         e = cfg.eval
@@ -717,14 +724,14 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     cfg = None
     from kiln.parallel.distributed import (
-        first_on_its_node,
         is_main_process,
         launched_ranks,
         lost_a_rank,
     )
 
     try:
-        cfg = resolve_config(args.target, args.overrides)
+        with alike_on_every_rank():
+            cfg = resolve_config(args.target, args.overrides)
         fn = VERBS[args.verb][0]
         if args.verb in _RANK_ZERO_VERBS and launched_ranks() > 1:
             if not is_main_process():  # one rank does the work: N would race on the same files
@@ -738,29 +745,34 @@ def _main(argv: list[str] | None) -> int:
         elif args.verb == "report":
             cmd_report(cfg, compare=args.compare)
         else:
-            if args.verb in (*_DATA_VERBS, "run"):
-                check_run_dir_is_its_own(cfg)
-                _refuse_remaking_trained_data(cfg, args.verb)
-            if args.verb == "run":
-                _refuse_new_model_design(cfg)  # before the data stages, not after them
+            with alike_on_every_rank():  # the settings and the run's files, before any work
+                if args.verb in (*_DATA_VERBS, "run"):
+                    check_run_dir_is_its_own(cfg)
+                    _refuse_remaking_trained_data(cfg, args.verb)
+                if args.verb == "run":
+                    _refuse_new_model_design(cfg)  # before the data stages, not after them
             fn(cfg)
         if args.verb in _DATA_VERBS and is_main_process():
             _record_config(cfg)  # only after success: a failed command leaves the run's as it was
     except ConfigError as e:
-        # a recipe or --set refused while loading is refused alike by every rank of a node:
-        # said once per node (a node whose recipe differs still says why it stopped)
-        if cfg is not None or first_on_its_node():
+        # a recipe or --set refused (while loading, or checked before any work) is refused
+        # alike by every rank of a node: said once per node (a node whose recipe differs
+        # still says why it stopped)
+        if _said_here(e):
             print(f"kiln: config error: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:  # a missing earlier stage: the message says what to run
-        print(f"kiln: {e}{_all_missing_stages(cfg, args.verb)}", file=sys.stderr)
+        if _said_here(e):
+            print(f"kiln: {e}{_all_missing_stages(cfg, args.verb)}", file=sys.stderr)
         return 1
     except PermissionError as e:  # a run dir (or a file in it) this user may not write
-        print(f"kiln: {args.verb}: permission denied on {e.filename or e}; "
-              f"{_permission_advice(e, cfg)}; {_KEPT}", file=sys.stderr)
+        if _said_here(e):
+            print(f"kiln: {args.verb}: permission denied on {e.filename or e}; "
+                  f"{_permission_advice(e, cfg)}; {_KEPT}", file=sys.stderr)
         return 1
     except KilnError as e:  # a damaged checkpoint or run file, data that does not fit
-        print(f"kiln: {e}", file=sys.stderr)
+        if _said_here(e):
+            print(f"kiln: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
         if isinstance(e, TrainingInterrupted):  # stopped at a step boundary and saved it
@@ -785,6 +797,14 @@ def _main(argv: list[str] | None) -> int:
               f"({first}); {_AFTER_INTERRUPT.get(args.verb, _KEPT)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _said_here(e: BaseException) -> bool:
+    """Whether this rank says `e`: an error every rank meets alike is said by the first
+    rank of each node alone; any other by the rank that met it."""
+    from kiln.parallel.distributed import first_on_its_node
+
+    return not met_alike_on_every_rank(e) or first_on_its_node()
 
 
 # verbs with nothing to share between ranks: under torchrun rank 0 runs them alone

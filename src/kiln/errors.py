@@ -1,5 +1,12 @@
 """Errors the `kiln` command reports as one clear line (no traceback); torch-free to import."""
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_ALIKE = "kiln_alike_on_every_rank"
+
 
 class KilnError(Exception):
     """A problem with the user's run, data or setup that a message can explain."""
@@ -46,3 +53,20 @@ class MainRankInterrupted(KeyboardInterrupt):
     def __init__(self, message: str, exit_code: int = 130) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+@contextmanager
+def alike_on_every_rank() -> Iterator[None]:
+    """Mark what is raised inside as an error every rank of a torchrun meets alike: one
+    from the settings and the run directory's files alone, met before the ranks' work
+    differs. The `kiln` command says it once per node, not once per rank (the same line
+    N times reads as N problems); an error of one rank's own is still said by that rank."""
+    try:
+        yield
+    except Exception as e:
+        setattr(e, _ALIKE, True)
+        raise
+
+
+def met_alike_on_every_rank(e: BaseException) -> bool:
+    return getattr(e, _ALIKE, False)

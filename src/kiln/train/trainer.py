@@ -28,7 +28,12 @@ from kiln.config import (
 from kiln.data.loader import TokenLoader, TokenStream, counts_only
 from kiln.data.provenance import check_tokens_current, data_settings_differ
 from kiln.data.shards import load_index
-from kiln.errors import CheckpointError, TrainingDiverged, TrainingInterrupted
+from kiln.errors import (
+    CheckpointError,
+    TrainingDiverged,
+    TrainingInterrupted,
+    alike_on_every_rank,
+)
 from kiln.export_recovery import stranded_exports
 from kiln.model import Transformer, count_params, flops_per_token
 from kiln.model.balancing import max_violation
@@ -191,7 +196,8 @@ class Trainer:
         self.precision = resolve_precision(t.precision, self.device)
         if self.device.type == "cpu" and t.keep_host_memory:
             keep_freed_memory()
-        self.micro_batch = fit_micro_batch(t.global_batch, t.micro_batch, self.env.world_size)
+        with alike_on_every_rank():  # the settings alone
+            self.micro_batch = fit_micro_batch(t.global_batch, t.micro_batch, self.env.world_size)
         if self.micro_batch != t.micro_batch and self.env.is_main:
             share = (f"{self.env.world_size} ranks share" if self.env.distributed
                      else "one process runs")
@@ -283,7 +289,8 @@ class Trainer:
             self._refuse_mixing_with_earlier_outputs()
             return
         recorded = recorded_config(self.run_dir)
-        refuse_changed_model(ckpt, recorded, self.cfg)
+        with alike_on_every_rank():  # the settings and the checkpoint every rank agreed on
+            refuse_changed_model(ckpt, recorded, self.cfg)
         state = load_checkpoint(ckpt, self.model, self.optimizer)
         missing_state(ckpt, state, ("step", "tokens_seen", "elapsed_s", "loader"))
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]

@@ -1,0 +1,27 @@
+"""Under torchrun an error every rank meets alike (a setting refused, no checkpoint yet) is
+said once per node, not once per rank: the same line twice reads as two problems."""
+
+from __future__ import annotations
+
+import pytest
+from launch import run_ranks
+
+
+def _failed_output(args: list[str]) -> str:
+    """Every rank's output of a command that fails on every rank."""
+    with pytest.raises(RuntimeError) as failed:
+        run_ranks(args, world_size=2, timeout=120)
+    return str(failed.value)
+
+
+@pytest.mark.parametrize("verb", ["train", "run"])
+def test_a_refused_batch_is_said_once(tiny_run, verb):
+    out = _failed_output([verb, str(tiny_run), "--set", "train.global_batch=7"])
+    assert "rank 1 exited 2" in out  # every rank stops, with the config error's status
+    assert out.count("train.global_batch (7) must be divisible by the number of ranks") == 1
+
+
+def test_no_checkpoint_to_evaluate_is_said_once(tiny_run):
+    out = _failed_output(["eval", str(tiny_run)])
+    assert "rank 1 exited 1" in out
+    assert out.count("no checkpoint in") == 1
