@@ -628,8 +628,21 @@ def _enclosing_run(path: Path) -> Path | None:
                  if (p / "config.toml").is_file() and (p / "env.json").is_file()), None)
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command-line mistake (`--bogus`, a missing verb) is every rank's alike: under
+    torchrun it is said by the first rank of each machine, as config errors are, and every
+    rank exits 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        from kiln.parallel.distributed import first_on_its_node
+
+        if first_on_its_node():
+            super().error(message)
+        self.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kiln", description=__doc__)
+    parser = _Parser(prog="kiln", description=__doc__)
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for name, (_, help_text) in VERBS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

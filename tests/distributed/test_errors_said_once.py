@@ -25,3 +25,10 @@ def test_no_checkpoint_to_evaluate_is_said_once(tiny_run):
     out = _failed_output(["eval", str(tiny_run)])
     assert "rank 1 exited 1" in out
     assert out.count("no checkpoint in") == 1
+
+
+def test_a_command_line_mistake_is_said_once(tiny_run):
+    """argparse's usage and error come before any of Kiln's handling: said once too."""
+    out = _failed_output(["train", str(tiny_run), "--bogus"])
+    assert "rank 1 exited 2" in out
+    assert out.count("unrecognized arguments: --bogus") == 1
