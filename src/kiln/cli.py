@@ -582,7 +582,7 @@ VERBS = {
     "tokenizer": (cmd_tokenizer, "train a byte-level BPE tokenizer on the documents"),
     "tokenize": (cmd_tokenize, "pack documents into token shards (train/val)"),
     "train": (cmd_train, "train the model (resumes from the latest checkpoint)"),
-    "eval": (cmd_eval, "loss, perplexity and bits per byte on held-out data"),
+    "eval": (cmd_eval, "loss, perplexity and bits per byte on the held-out split (eval.split = train: the train split)"),
     "generate": (cmd_generate, "sample from the latest checkpoint"),
     "export": (cmd_export, "write a Hugging Face (Llama / afmoe) or Kiln native folder"),
     "report": (cmd_report, "write report.html with plots"),
