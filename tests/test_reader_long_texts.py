@@ -115,3 +115,20 @@ def test_split_is_linear_without_any_break():
     assert limit == MAX_DOCUMENT_CHARS
     assert_linear(lambda text: list(split_long_text(text, 1_000)), lambda k: "x" * k, 50_000,
                   "split_long_text")
+
+
+def test_prepare_json_says_how_many_texts_were_read_as_parts(tmp_path):
+    """The cut is the user's to know: prepare.json (and `kiln prepare`'s summary line, which
+    prints it) counts the texts read as parts and the parts they became."""
+    from kiln.data.pipeline import PrepareConfig, run_prepare
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "dump.txt").write_text(_prose(int(2.5 * MAX_DOCUMENT_CHARS)), encoding="utf-8")
+    (src / "small.txt").write_text("a short text", encoding="utf-8")
+    summary = run_prepare(PrepareConfig(stages=["read", "write"], tasks=1), tmp_path / "run",
+                          [str(src)], progress=False)
+    assert summary["long_texts"] == {"texts": 1, "parts": 3}
+    assert summary["documents_out"] == 4
+    assert json.loads((tmp_path / "run" / "prepare.json").read_text())["long_texts"] == \
+        {"texts": 1, "parts": 3}

@@ -554,7 +554,9 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
         "bytes_out": yields["bytes_out"],
     }
     # spans redacted, and record fields replaced or left out in documents that were kept
-    for key, row_key in (("pii_redactions", "redactions"), ("field_changes", "field_changes")):
+    # and texts read as parts
+    for key, row_key in (("pii_redactions", "redactions"), ("field_changes", "field_changes"),
+                         ("long_texts", "long_texts")):
         total = Counter()
         for row in yields["stages"]:
             total.update(row.get(row_key, {}))

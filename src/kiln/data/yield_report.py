@@ -159,6 +159,15 @@ def _edited(counts: Counter) -> dict[str, Any]:
                        "bytes_out": int(counts.get("edited_bytes_out", 0))}}
 
 
+def _long_texts(counts: Counter) -> dict[str, Any]:
+    """Texts over the reader's limit, each read as parts (kiln.data.long_documents): how
+    many, and the documents they became (each part counts as a document in and out)."""
+    if not counts.get("long_texts_split"):
+        return {}
+    return {"long_texts": {"texts": int(counts["long_texts_split"]),
+                           "parts": int(counts.get("parts", 0))}}
+
+
 def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
     """Rows of documents/bytes in and out per stage, from the layout and merged counters."""
     roles = layout["steps"]
@@ -206,6 +215,7 @@ def compute_yield(layout: dict, merged: list[dict[str, Any]]) -> dict:
             **({"redactions": dict(sorted(redacted.items()))} if redacted else {}),
             **({"field_changes": dict(sorted(fields.items()))} if fields else {}),
             **_edited(stage_counts),
+            **_long_texts(stage_counts),
             **_benchmarks(layout.get("records", {}).get(stage), stage_counts),
         })
         reasons, redacted, fields, added = Counter(), Counter(), Counter(), 0
