@@ -63,3 +63,32 @@ def test_top_k_treats_tied_tokens_alike():
                                kept[perm]), (top_k, perm)
     kept = {k: int(torch.isfinite(filter_logits(logits, top_k=k)).sum()) for k in range(1, 9)}
     assert kept == {1: 2, 2: 2, 3: 6, 4: 6, 5: 6, 6: 6, 7: 7, 8: 8}
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_top_p_after_top_k_keeps_what_transformers_keeps(ties):
+    """The nucleus over what top_k left, renormalised: the token that crosses top_p is kept.
+    Among tokens tied at the edge of the nucleus either may go (transformers' pick depends on
+    its sort); then the kept probabilities match as a multiset."""
+    gen = torch.Generator().manual_seed(1)
+    for logits, temperature, top_k in _cases(2, 300, ties):
+        top_p = float(torch.rand((), generator=gen)) * 0.999 + 0.001
+        theirs = _theirs(logits, temperature, top_k, top_p)
+        ours = _ours(logits, temperature, top_k, top_p)
+        if ties:
+            torch.testing.assert_close(ours.softmax(-1).float().sort(-1).values,
+                                       theirs.softmax(-1).sort(-1).values, atol=1e-6, rtol=1e-5)
+        else:
+            assert torch.equal(torch.isfinite(ours), torch.isfinite(theirs)), (logits, top_p)
+            torch.testing.assert_close(ours.softmax(-1).float(), theirs.softmax(-1),
+                                       atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("top_p", "kept"), [(1 - 1e-9, 1), (1 - 2e-10, 2), (1 - 5e-11, 3)])
+def test_a_nucleus_near_one_keeps_the_tail_it_needs(top_p, kept):
+    """Probabilities 1 - 3.8e-10, 2.8e-10, 1.0e-10: a top_p within 1e-9 of 1 still needs the
+    tail, and summing from the head (already 1 in fp32) lost it: the sample went greedy."""
+    logits = torch.tensor([20.0, -2.0, -3.0], dtype=torch.float64)
+    assert torch.isfinite(filter_logits(logits, top_p=top_p)).sum() == kept
+    theirs = warpers.TopPLogitsWarper(top_p)(None, logits[None].float())
+    assert torch.isfinite(theirs).sum() == kept

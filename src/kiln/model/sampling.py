@@ -28,10 +28,14 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
         kth = logits.topk(top_k, dim=-1).values[..., -1:]
         out = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_logits, order = out.sort(dim=-1, descending=True)
-        probs = sorted_logits.float().softmax(dim=-1)
-        mass_before = probs.cumsum(dim=-1) - probs  # mass of strictly more likely tokens
-        drop_sorted = mass_before >= top_p  # the nucleus is already complete without them
+        sorted_logits, order = out.sort(dim=-1)  # the least likely first
+        probs = sorted_logits.softmax(dim=-1, dtype=torch.promote_types(out.dtype, torch.float32))
+        # each token's mass with all less likely ones, summed from the small end (as
+        # transformers does): a top_p near 1 leaves a tail of tiny probabilities that a sum
+        # from the head, already ~1, would round away
+        tail = probs.cumsum(dim=-1)
+        drop_sorted = tail <= 1.0 - top_p  # the nucleus reaches top_p without them
+        drop_sorted[..., -1] = False  # the most likely token always survives
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         out = out.masked_fill(drop, float("-inf"))
     return out
