@@ -92,3 +92,12 @@ def test_a_nucleus_near_one_keeps_the_tail_it_needs(top_p, kept):
     assert torch.isfinite(filter_logits(logits, top_p=top_p)).sum() == kept
     theirs = warpers.TopPLogitsWarper(top_p)(None, logits[None].float())
     assert torch.isfinite(theirs).sum() == kept
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_tiny_top_p_still_keeps_the_most_likely_token(dtype):
+    """1 - top_p rounds to 1 in fp32, above the whole (rounded) mass: one token must stay."""
+    logits = torch.tensor([[0.3, 2.0, float("-inf"), 1.0, 2.0 - 1e-3]], dtype=dtype)
+    for top_p in (1e-12, 1e-3):
+        out = filter_logits(logits, top_p=top_p)
+        assert torch.isfinite(out).nonzero()[:, 1].tolist() == [1] and out[0, 1] == logits[0, 1]
