@@ -223,6 +223,13 @@ def test_python_style_values_say_how_toml_writes_them(override, hint):
     ("generate.top_p=0", "generate.top_p = 0.0 must be in (0, 1]"),
     ("generate.temperature=-1", "generate.temperature = -1.0 must be >= 0"),
     ("generate.top_k=-2", "generate.top_k = -2 must be >= 0"),
+    ("generate.top_p=1.5", "generate.top_p = 1.5 must be in (0, 1]"),
+    ("generate.top_p=-0.1", "generate.top_p = -0.1 must be in (0, 1]"),
+    ("generate.top_p=nan", "generate.top_p must be a finite number, got nan"),
+    ("generate.temperature=nan", "generate.temperature must be a finite number, got nan"),
+    ("generate.temperature=inf", "generate.temperature must be a finite number, got inf"),
+    ("generate.top_k=2.5", "generate.top_k: expected int, got float 2.5"),
+    ("generate.max_new_tokens=-1", "generate.max_new_tokens must be >= 0, got -1"),
 ])
 def test_sampling_settings_out_of_range_name_the_key_and_value(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

@@ -15,21 +15,27 @@ from kiln.model.transformer import Transformer
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Mask (to -inf) all but the top-k logits, then all outside the nucleus of mass top_p.
 
-    Works on the last dimension. top_k keeps exactly k candidates even with ties (0 = off);
-    the nucleus is the smallest set of most likely tokens whose probability reaches top_p
-    (1.0 = off), so the most likely token always survives.
+    Works on the last dimension. top_k keeps every logit at least the k-th largest (0 = off):
+    tokens whose logits tie get the same probability, as in transformers' TopKLogitsWarper,
+    rather than some of them dropped by where they sit in the vocabulary. The nucleus is the
+    smallest set of most likely tokens whose probability reaches top_p (1.0 = off), so the
+    most likely token always survives.
     """
     if top_k < 0 or not 0.0 < top_p <= 1.0:
         raise ValueError(f"need top_k >= 0 and 0 < top_p <= 1, got top_k={top_k}, top_p={top_p}")
     out = logits
     if 0 < top_k < logits.shape[-1]:
-        values, indices = logits.topk(top_k, dim=-1)
-        out = torch.full_like(logits, float("-inf")).scatter(-1, indices, values)
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        out = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_logits, order = out.sort(dim=-1, descending=True)
-        probs = sorted_logits.float().softmax(dim=-1)
-        mass_before = probs.cumsum(dim=-1) - probs  # mass of strictly more likely tokens
-        drop_sorted = mass_before >= top_p  # the nucleus is already complete without them
+        sorted_logits, order = out.sort(dim=-1)  # the least likely first
+        probs = sorted_logits.softmax(dim=-1, dtype=torch.promote_types(out.dtype, torch.float32))
+        # each token's mass with all less likely ones, summed from the small end (as
+        # transformers does): a top_p near 1 leaves a tail of tiny probabilities that a sum
+        # from the head, already ~1, would round away
+        tail = probs.cumsum(dim=-1)
+        drop_sorted = tail <= 1.0 - top_p  # the nucleus reaches top_p without them
+        drop_sorted[..., -1] = False  # the most likely token always survives
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         out = out.masked_fill(drop, float("-inf"))
     return out
