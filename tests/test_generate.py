@@ -272,3 +272,11 @@ def test_greedy_samples_record_greedy_not_the_unused_top_k_and_top_p(tiny_run):
     [*_, sample] = json.loads((tiny_run / "samples.json").read_text())
     assert {k: sample.get(k) for k in ("temperature", "decoding", "top_k", "top_p")} == \
         {"temperature": 0.7, "decoding": None, "top_k": 50, "top_p": 0.9}
+
+
+@pytest.mark.parametrize("temperature", [-0.5, math.nan])
+def test_a_temperature_that_is_not_a_number_at_or_above_zero_is_refused(model, temperature):
+    """Called directly (the config refuses these at load), generate names the temperature
+    rather than failing later inside torch.multinomial on NaN probabilities."""
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        generate(model, [1, 2], max_new_tokens=3, temperature=temperature)

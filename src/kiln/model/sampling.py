@@ -92,7 +92,7 @@ def generate(
     """
     if not prompt_ids:
         raise ValueError("generate needs a non-empty prompt (e.g. the EOS id to start a document)")
-    if temperature < 0:
+    if not temperature >= 0:  # NaN too: it would fail later, in multinomial
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     max_len = model.cfg.max_seq_len
     if len(prompt_ids) > max_len:
