@@ -136,17 +136,39 @@ def test_sliding_window_layers_cache_their_window_alone_with_the_same_tokens(
 
 
 @torch.no_grad()
-def test_a_ring_returns_the_last_window_in_order_to_the_bit():
+def test_a_ring_returns_the_last_window_to_the_bit():
     """Step by step, the ring gives attention exactly the keys the whole cache's last
-    `window` positions are, prompt (longer or shorter than the window) then tokens."""
+    `window` positions are (in position order until it is full, then in slot order: channel
+    0 tags each key with its position to compare the sets), prompt (longer or shorter than
+    the window) then tokens."""
     for prompt in (2, 7):
         full, ring = KVCache(30), KVCache(30, window=4)
         steps = [torch.randn(1, 2, prompt, 8)] + [torch.randn(1, 2, 1, 8) for _ in range(20)]
+        at = 0
         for kv in steps:
+            kv[..., 0] = torch.arange(at, at + kv.shape[2])
+            at += kv.shape[2]
             fk, _ = full.update(kv, kv)
             rk, rv = ring.update(kv, -kv)
             want = fk if kv.shape[2] > 1 else fk[:, :, -4:]
-            assert torch.equal(rk, want) and torch.equal(rv, -want)
+            order = rk[0, 0, :, 0].argsort()
+            assert torch.equal(rk[:, :, order], want) and torch.equal(rv[:, :, order], -want)
         assert ring.length == full.length == prompt + 20 and ring.k.shape[2] == 4
     with pytest.raises(ValueError, match="one token at a time"):
         ring.update(torch.zeros(1, 2, 2, 8), torch.zeros(1, 2, 2, 8))
+
+
+@torch.no_grad()
+def test_a_full_ring_is_attended_where_it_lies():
+    """Once full, a decoding step attends to the ring's own buffers, in slot order: putting
+    them in position order copied the window twice per layer and step, for an attention
+    that is the same under any order of its keys."""
+    ring = KVCache(30, window=4)
+    ring.update(torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8))
+    for _ in range(10):
+        k, v = ring.update(torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8))
+        if ring.length > 4:
+            assert k.data_ptr() == ring.k.data_ptr() and v.data_ptr() == ring.v.data_ptr()
+            assert k.shape[2] == v.shape[2] == 4
+        else:  # not yet full: the filled slots alone, the empty ones never attended
+            assert k.shape[2] == ring.length
