@@ -338,20 +338,22 @@ class SourceReader(PipelineStep):
         keys. Any other JSON (a package.json, a list of strings) is a text file like the
         rest of a source tree. JSONC (comments, trailing commas) is read as the same file
         without them would be: a tsconfig.json is text, records are records. `opener`
-        decompresses a `.json.gz` / `.bz2` / `.xz` / `.zst` (opened again, not rewound: a
-        zstd stream cannot seek)."""
+        decompresses a `.json.gz` / `.bz2` / `.xz` / `.zst`."""
+        def read_all() -> bytes:
+            with opener(file.path, "rb") as f:
+                return f.read()
+
         with opener(file.path, "rb") as f:
             first, more = first_line_object(f)
-        if more:  # JSON lines saved as .json: read line by line, as a .jsonl is
-            with opener(file.path, "rb") as f:
+            if more:  # JSON lines saved as .json: read line by line, as a .jsonl is
+                f.seek(0)
                 yield from self._read_lines(file, f)
-            return
+                return
         raw = None  # read once, where the file is not one object on one line
         if first is not None:  # one object on one line: parsed already
             data = first
         else:
-            with opener(file.path, "rb") as f:
-                raw = f.read()
+            raw = read_all()
             try:
                 data = json.loads(raw.decode("utf-8-sig"))
             except (ValueError, RecursionError) as e:  # not UTF-8 or not JSON
@@ -380,10 +382,7 @@ class SourceReader(PipelineStep):
                 self._where = ("record", i)
                 yield from self._record_doc(record, f"{file.rel}:{i}", file.path)
         else:
-            if raw is None:
-                with opener(file.path, "rb") as f:
-                    raw = f.read()
-            yield from self._read_text(file, raw)
+            yield from self._read_text(file, read_all() if raw is None else raw)
 
     def _read_parquet(self, file: SourceFile) -> Iterator[Document]:
         import pyarrow.parquet as pq
