@@ -577,10 +577,9 @@ def _document_hashes(run_dir: Path) -> dict[str, str]:
     """Each documents file's sha256 (`kiln.data.prepared`), taken as the prepare that wrote
     them finishes. A resume of a finished prepare (its prepare.json kept) wrote nothing: the
     hashes it recorded stand, so an edit made since is still told from what prepare made."""
-    recorded = recorded_hashes(run_dir) if (run_dir / "prepare.json").is_file() else None
-    if recorded is not None:
-        return recorded
     if (run_dir / "prepare.json").is_file():
+        if (recorded := recorded_hashes(run_dir)) is not None:
+            return recorded
         print("note: the documents of the earlier `kiln prepare` (from before Kiln recorded "
               "their sha256) are hashed now, as they are: an edit made to them before now "
               "cannot be told", file=sys.stderr)
