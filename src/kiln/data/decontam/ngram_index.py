@@ -259,16 +259,18 @@ class NGramIndex:
         indexed as written and as that stage leaves it (`Dr. Alice Jones` -> `Dr. <NAME>`):
         a leaked item's training copy is redacted before the filter sees it, and the n-grams
         spanning a redacted name or address would match neither form otherwise."""
+        def exact_problems(its: list[BenchmarkItem]) -> list[list[str] | None]:
+            return [exact_problem(it, n) if include_prompt or not it.answers else None
+                    for it in its]
+
         hashes, info, edges = {}, {}, set()
         for name, path in _benchmark_paths(benchmarks).items():
             items = load_benchmark_items(path, prompt_fields, answer_fields)
             per_item = [item_ngram_hashes(it, n, include_prompt) for it in items]
-            exact = [exact_problem(it, n) if include_prompt or not it.answers else None
-                     for it in items]
+            exact = exact_problems(items)
             redacted = _redacted_forms(items, pii_types) if pii_types is not None else []
             extra = [item_ngram_hashes(it, n, include_prompt) for it in redacted]
-            exact_all = exact + [exact_problem(it, n) if include_prompt or not it.answers
-                                 else None for it in redacted]
+            exact_all = exact + exact_problems(redacted)
             whole = [hash_ngram(e) for e in exact_all if e is not None]
             edges.update((len(e), e[0], e[-1]) for e in exact_all if e is not None)
             hashes[name] = np.concatenate([*per_item, *extra, np.array(whole, dtype=np.uint64)])
