@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -538,8 +539,9 @@ def _clear_outputs(run_dir: Path, keep_earlier: bool) -> None:
         shutil.rmtree(run_dir / folder, ignore_errors=True)
 
 
-def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
-    """prepare.json: what the reader read (documents, bytes, skips) and what came out."""
+def _summary(run_dir: Path, layout: dict, logging_dir: Path, started: float) -> dict:
+    """prepare.json: what the reader read (documents, bytes, skips) and what came out
+    (`started`: when this prepare began, for the documents files it wrote)."""
     yields = write_yield_report(run_dir, logging_dir)
     first = yields["stages"][0]
     summary = {
@@ -567,19 +569,19 @@ def _summary(run_dir: Path, layout: dict, logging_dir: Path) -> dict:
         summary["benchmarks"] = benchmarks
     if examples := _skip_examples(layout, logging_dir):  # the first files of each skip reason
         summary["skipped_examples"] = examples
-    summary[HASHES] = _document_hashes(run_dir)
+    summary[HASHES] = _document_hashes(run_dir, started)
     write_json_atomic(run_dir / "prepare.json", summary)
     add_token_counts(run_dir)  # shards made from these same documents (a re-run) still count
     return summary
 
 
-def _document_hashes(run_dir: Path) -> dict[str, str]:
+def _document_hashes(run_dir: Path, started: float) -> dict[str, str]:
     """Each documents file's sha256 (`kiln.data.prepared`), taken as the prepare that wrote
-    them finishes. A resume of a finished prepare (its prepare.json kept) wrote nothing: the
-    hashes it recorded stand, so an edit made since is still told from what prepare made."""
+    them finishes. A resume of a finished prepare (its prepare.json kept) keeps the hashes
+    it recorded for the files it did not write again (see `hash_documents`)."""
     if (run_dir / "prepare.json").is_file():
         if (recorded := recorded_hashes(run_dir)) is not None:
-            return recorded
+            return hash_documents(run_dir, recorded, written_since=started)
         print("note: the documents of the earlier `kiln prepare` (from before Kiln recorded "
               "their sha256) are hashed now, as they are: an edit made to them before now "
               "cannot be told", file=sys.stderr)
@@ -631,6 +633,7 @@ def run_prepare(
     # written only when every task finished) and marks them as worth archiving if a later
     # prepare with other settings replaces them, even when this resume is interrupted
     write_json_atomic(logging_dir / LAYOUT_FILE, layout)
+    started = time.time()
     previous = None
     for phase in phases:
         executor = make_executor(cfg, phase.pipeline, logging_dir / phase.dir, resume,
@@ -648,7 +651,7 @@ def run_prepare(
         previous.run()  # submits the whole chain of dependent jobs
     if not all(_finished(logging_dir, p) for p in phases):
         return {"status": "submitted", "executor": cfg.executor, "logging_dir": str(logging_dir)}
-    summary = _summary(run_dir, layout, logging_dir)
+    summary = _summary(run_dir, layout, logging_dir, started)
     if not summary["documents_out"]:
         yields = strict_json.loads((run_dir / YIELD_FILE).read_text(encoding="utf-8"))
         raise NoDocumentsError(_no_documents_message(yields, summary["sources"], run_dir,

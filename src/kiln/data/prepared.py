@@ -71,13 +71,27 @@ def prepared_count(run_dir: Path | str) -> int | None:
     return expected[0] if expected else None
 
 
-def hash_documents(run_dir: Path | str) -> dict[str, str]:
+def hash_documents(run_dir: Path | str, recorded: dict[str, str] | None = None,
+                   written_since: float = 0.0) -> dict[str, str]:
     """The sha256 of each documents file, for prepare.json, as prepare finishes; their stats
-    go in `DOCS_CHECKED`, so a later check hashes only the files changed since."""
+    go in `DOCS_CHECKED`, so a later check hashes only the files changed since.
+
+    `recorded`: the hashes an earlier finish of the same prepare took (a resume). They stand
+    for the files this prepare did not write again (modified before `written_since`), so an
+    edit made since is still told from what prepare made; a file a resumed task wrote again
+    (a gzip header holds its time: other bytes) is hashed anew, and the next check, finding
+    no stat for it, confirms it once."""
     docs_dir = Path(run_dir) / DOCUMENTS
-    hashes = {p.relative_to(docs_dir).as_posix(): file_sha256(p) for p in _files(docs_dir)}
-    if hashes:  # no documents: nothing to record
-        record_checked(docs_dir, hashes, Path(run_dir) / DOCS_CHECKED)
+    if recorded is None:
+        hashes = {p.relative_to(docs_dir).as_posix(): file_sha256(p) for p in _files(docs_dir)}
+        if hashes:  # no documents: nothing to record
+            record_checked(docs_dir, hashes, Path(run_dir) / DOCS_CHECKED)
+        return hashes
+    hashes = {}
+    for path in _files(docs_dir):
+        name = path.relative_to(docs_dir).as_posix()
+        kept = name in recorded and path.stat().st_mtime < written_since
+        hashes[name] = recorded[name] if kept else file_sha256(path)
     return hashes
 
 

@@ -72,10 +72,34 @@ def _with_current_bytes(writer, document) -> dict:
     return writer._default_adapter(document)
 
 
+# gzip with no time in its header: a task that writes the same documents again (a resumed
+# prepare re-runs the unfinished ones) writes the same bytes, so the documents' sha256s in
+# prepare.json, and a prepared run's files, do not depend on the second they were written
+STABLE_GZIP = "kiln_gzip"
+
+
+def _stable_gzip(f, **kwargs):
+    from gzip import GzipFile
+
+    return GzipFile(fileobj=f, mtime=0, **kwargs)
+
+
+def _register_stable_gzip() -> None:
+    from fsspec.compression import compr, register_compression
+
+    if STABLE_GZIP not in compr:
+        register_compression(STABLE_GZIP, _stable_gzip, [])
+
+
+_register_stable_gzip()  # at import: datatrove's task processes unpickle the writer's adapter
+# from this module, so they register it too
+
+
 def write_stage(ctx: StageContext) -> PipelineStep:
     from datatrove.pipeline.writers import JsonlWriter
 
-    return JsonlWriter(str(ctx.run_dir / "documents"), adapter=_with_current_bytes)
+    return JsonlWriter(str(ctx.run_dir / "documents"), output_filename="${rank}.jsonl.gz",
+                       compression=STABLE_GZIP, adapter=_with_current_bytes)
 
 
 def arxiv_metadata_stage(ctx: StageContext) -> PipelineStep:
