@@ -29,6 +29,11 @@ class NoDocumentsError(KilnError, ValueError):
     message gives the counts by reason). The data, not a setting, is usually the cause."""
 
 
+class InputTooLargeError(KilnError, RuntimeError):
+    """A source file that must be held whole to be read (a .json array or object) and that
+    this machine's free memory cannot hold: refused before it is read, not killed midway."""
+
+
 class TrainingDiverged(KilnError, RuntimeError):
     """The loss, gradient norm or logits stopped being finite (NaN or inf): the weights are
     poisoned, so training stops before it checkpoints them."""

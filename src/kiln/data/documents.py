@@ -16,6 +16,7 @@ import codecs
 import gzip
 import json
 import lzma
+import os
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -30,14 +31,22 @@ from tqdm import tqdm
 from zstandard import ZstdError
 
 from kiln.data.json_records import (
+    JSON_MEMORY_FACTOR,
+    TooLarge,
     damaged_records,
     first_line_object,
     holds_records,
+    read_at_most,
     record_lists,
     text_key_pattern,
 )
 from kiln.data.jsonc import jsonc_value
-from kiln.data.long_documents import MAX_DOCUMENT_CHARS, PART_OF, split_long_text
+from kiln.data.long_documents import (
+    MAX_DOCUMENT_CHARS,
+    PART_OF,
+    split_long_text,
+    split_text_stream,
+)
 from kiln.data.prepared import read_documents  # noqa: F401 (read back where it was always imported)
 from kiln.data.skip_examples import (
     MAX_FIELDS,
@@ -53,7 +62,10 @@ from kiln.data.sources import (
     list_source_files,
     printable_name,
 )
+from kiln.data.text_files import decoded_chunks, read_head, scan_text
 from kiln.data.zstd_files import open_zstd
+from kiln.errors import InputTooLargeError
+from kiln.free_memory import host_memory_available
 
 # Compressed text and JSON lines, by the compressor's suffix (the standard library's, and
 # zstandard's: the format the Pile and many large datasets ship in).
@@ -170,11 +182,16 @@ class SourceReader(PipelineStep):
             if doc := self._make(text, doc_id, path, fields):
                 yield doc
             return
+        yield from self._parts(split_long_text(text), len(text), doc_id, path, fields)
+
+    def _parts(self, parts: Iterable[str], n_chars: int, doc_id: str, path: Path,
+               fields: dict | None = None) -> Iterator[Document]:
+        """The documents of the `parts` of a text of `n_chars` characters (over the limit)."""
         self._count("long_texts_split")
-        logger.warning(f"{doc_id}: a text of {len(text):,} characters, over the "
+        logger.warning(f"{doc_id}: a text of {n_chars:,} characters, over the "
                        f"{MAX_DOCUMENT_CHARS:,} a document may hold: read as parts {doc_id}#1, "
                        f"#2... cut at paragraph, line or word breaks (kiln.data.long_documents)")
-        for k, part in enumerate(split_long_text(text), start=1):
+        for k, part in enumerate(parts, start=1):
             self._count("parts")
             if doc := self._make(part, f"{doc_id}#{k}", path, fields):
                 doc.metadata[PART_OF] = doc_id
@@ -227,32 +244,46 @@ class SourceReader(PipelineStep):
             elif name.endswith(".parquet"):
                 yield from self._read_parquet(file)
             elif name.endswith(TEXT_COMPRESSED):
-                yield from self._read_compressed_text(file, name)
+                yield from self._read_text_file(file, _opener(name))
             elif file.path.suffix.lower() in BINARY_SUFFIXES:
                 self._count("skipped/binary")
             elif reason := NOT_READ_SUFFIXES.get(file.path.suffix.lower()):
                 self._count(f"skipped/{reason}")  # markup or a table: not text as it is
             else:
-                yield from self._read_text(file, file.path.read_bytes())
+                yield from self._read_text_file(file)
         except (*DAMAGED, ValueError):  # ArrowInvalid is a ValueError
             self._where = self._key = None  # the file, not the line it had reached
             self._count("skipped/unreadable")
 
-    def _read_compressed_text(self, file: SourceFile, name: str) -> Iterator[Document]:
-        """A .txt.gz / .bz2 / .xz / .zst. Cut off (a truncated download: EOFError), the text
-        before the cut is what was written, and is kept as the file's document, counted
-        `unreadable_rest_of_file` with the line where it was cut, as a cut .jsonl.gz keeps its
-        records. Damaged (any other error), the bytes before the error may already be garbage
-        (gzip checks its CRC only at the end): the file is `unreadable`, as before."""
-        chunks = []
-        try:
-            with _opener(name)(file.path, "rb") as f:
-                while chunk := f.read1(1 << 20):  # one decoder read each: a cut loses none
-                    chunks.append(chunk)
-        except EOFError:
-            yield from self._read_text(file, b"".join(chunks), cut=True)
+    def _read_text_file(self, file: SourceFile, opener=open) -> Iterator[Document]:
+        """A text file, or a .txt.gz / .bz2 / .xz / .zst (`opener`). Cut off (a truncated
+        download: EOFError), the text before the cut is what was written, and is kept as the
+        file's document, counted `unreadable_rest_of_file` with the line where it was cut, as a
+        cut .jsonl.gz keeps its records. Damaged (any other error), the bytes before the error
+        may already be garbage (gzip checks its CRC only at the end): the file is
+        `unreadable`. A file over `WHOLE_TEXT_BYTES` is read in chunks, twice
+        (kiln.data.text_files): the same documents, in memory that does not grow with it."""
+        with opener(file.path, "rb") as f:
+            chunks, whole, cut = read_head(f)
+        if whole:
+            yield from self._read_text(file, b"".join(chunks), cut=cut)
             return
-        yield from self._read_text(file, b"".join(chunks))
+        del chunks
+        scan = scan_text(lambda: opener(file.path, "rb"))
+        if scan.skip:  # as `_read_text` decides
+            self._count(f"skipped/{scan.skip}")
+            return
+        if scan.cut:
+            self._where = ("line", scan.newlines + 1)
+            self._count("skipped/unreadable_rest_of_file")
+            self._where = None
+            if scan.blank:
+                return
+        texts = decoded_chunks(lambda: opener(file.path, "rb"), scan.cut)
+        if scan.chars <= MAX_DOCUMENT_CHARS:  # held whole: small enough
+            yield from self._documents("".join(texts), file.rel, file.path)
+        else:
+            yield from self._parts(split_text_stream(texts), scan.chars, file.rel, file.path)
 
     def _read_text(self, file: SourceFile, raw: bytes, cut: bool = False) -> Iterator[Document]:
         """`cut`: `raw` is the start of a file cut off, whose last character may be cut too
@@ -338,22 +369,33 @@ class SourceReader(PipelineStep):
         keys. Any other JSON (a package.json, a list of strings) is a text file like the
         rest of a source tree. JSONC (comments, trailing commas) is read as the same file
         without them would be: a tsconfig.json is text, records are records. `opener`
-        decompresses a `.json.gz` / `.bz2` / `.xz` / `.zst`."""
+        decompresses a `.json.gz` / `.bz2` / `.xz` / `.zst`. Parsed whole (but JSON lines), a
+        .json too large for the free memory is refused (InputTooLargeError) before it is
+        read, not killed midway."""
+        free = host_memory_available()
+        budget = None if free is None else free // JSON_MEMORY_FACTOR
+
         def read_all() -> bytes:
             with opener(file.path, "rb") as f:
+                if opener is not open:  # its size is known once it is read
+                    return read_at_most(f, budget)
+                if budget is not None and os.fstat(f.fileno()).st_size > budget:
+                    raise TooLarge
                 return f.read()
 
-        with opener(file.path, "rb") as f:
-            first, more = first_line_object(f)
-            if more:  # JSON lines saved as .json: read line by line, as a .jsonl is
-                f.seek(0)
-                yield from self._read_lines(file, f)
-                return
-        raw = None  # read once, where the file is not one object on one line
+        try:
+            with opener(file.path, "rb") as f:
+                first, more = first_line_object(f, budget)
+                if more:  # JSON lines saved as .json: read line by line, as a .jsonl is
+                    f.seek(0)
+                    yield from self._read_lines(file, f)
+                    return
+            raw = None if first is not None else read_all()
+        except TooLarge:
+            raise InputTooLargeError(_json_too_large(file, free)) from None
         if first is not None:  # one object on one line: parsed already
             data = first
-        else:
-            raw = read_all()
+        else:  # read once, where the file is not one object on one line
             try:
                 data = json.loads(raw.decode("utf-8-sig"))
             except (ValueError, RecursionError) as e:  # not UTF-8 or not JSON
@@ -382,7 +424,10 @@ class SourceReader(PipelineStep):
                 self._where = ("record", i)
                 yield from self._record_doc(record, f"{file.rel}:{i}", file.path)
         else:
-            yield from self._read_text(file, read_all() if raw is None else raw)
+            if raw is None:  # one object on one line: its bytes fit, as its parse did
+                with opener(file.path, "rb") as f:
+                    raw = f.read()
+            yield from self._read_text(file, raw)
 
     def _read_parquet(self, file: SourceFile) -> Iterator[Document]:
         import pyarrow.parquet as pq
@@ -475,6 +520,17 @@ class SourceReader(PipelineStep):
         except UnicodeDecodeError:
             self._count("fields/replaced_non_utf8")
             return value.decode("utf-8", "replace")
+
+
+def _json_too_large(file: SourceFile, free: int | None) -> str:
+    """What to do with a .json too large to parse whole here."""
+    size = file.path.stat().st_size
+    return (f"{printable_name(str(file.path))}: a .json array or object is parsed whole, which "
+            f"takes about {JSON_MEMORY_FACTOR}x its size in memory, and this one "
+            f"({size / 1e9:.2f} GB on disk) is more than this machine's {(free or 0) / 1e9:.2f} "
+            f"GB free can hold; save its records as JSON lines (.jsonl: read a record at a "
+            f"time, at any size), e.g. jq -c '.[]' FILE > FILE.jsonl (or '.data[]' for "
+            f"records under \"data\")")
 
 
 def _opener(name: str):

@@ -23,6 +23,12 @@ RECORD_SNIFF_BYTES = 8192
 RECORD_KEYS = frozenset(
     "data rows records examples items instances samples documents docs entries "
     "train training validation valid dev test".split())
+# A .json that is not JSON lines is parsed whole: its bytes, their text, the parsed values
+# and the documents made of them took 3.6x its size in the reader (a list of 2 kB records of
+# prose with some non-Latin-1 characters: benchmarks/read_memory.py; a text outside Latin-1
+# decodes to 2-4 bytes a character), so one over a quarter of the free memory is refused
+# (`TooLarge`) rather than read until the kernel kills the run.
+JSON_MEMORY_FACTOR = 4
 MAX_WRAPPER_DEPTH = 3  # `{"data": {"train": [...]}}` is two deep
 # `{"key": [{` at the start: a wrapper of records, even when cut off or damaged later on
 WRAPPER_START = re.compile(rb'\{\s*"(?:[^"\\]|\\.)*"\s*:\s*\[\s*\{')
@@ -70,7 +76,28 @@ def _record_lists(data: dict, text_field: str, path: str,
             yield from _record_lists(value, text_field, where, depth + 1)
 
 
-def first_line_object(f: BinaryIO) -> tuple[dict | None, bool]:
+class TooLarge(Exception):
+    """A bounded read found more than its limit (`read_at_most`, a line of `first_line_object`)."""
+
+
+def read_at_most(f: BinaryIO, limit: int | None) -> bytes:
+    """The rest of `f`, or TooLarge past `limit` bytes, read in chunks (`f.read(limit)` would
+    allocate all of `limit` at once) and no further than the chunk that passes it."""
+    if limit is None:
+        return f.read()
+    chunks, size = [], 0
+    while chunk := f.read(READ_CHUNK):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge
+    return b"".join(chunks)
+
+
+READ_CHUNK = 16 << 20
+
+
+def first_line_object(f: BinaryIO, max_line: int | None = None) -> tuple[dict | None, bool]:
     """The first non-blank line of `f` (a file at its start) if it is a JSON object on its
     own, and whether the file is JSON lines. Valid JSON has nothing after a complete object,
     so a first-line object followed by another line is JSON lines, unless that line is a
@@ -78,12 +105,13 @@ def first_line_object(f: BinaryIO) -> tuple[dict | None, bool]:
     not UTF-8) is JSON lines too where the next lines (up to `JSON_LINES_SNIFF`) are each an
     object on their own: a pretty-printed object's lines never all are. Reads a few lines,
     not the file, and not even the first of a file that does not start with `{` (a list on
-    one line is the file)."""
+    one line is the file); a line over `max_line` bytes (an object on one line too large to
+    parse) raises TooLarge."""
     start = f.read(RECORD_SNIFF_BYTES).removeprefix(BOM).lstrip()
     f.seek(0)
     if start[:1] not in (b"{", b""):
         return None, False
-    lines = _lines(f, JSON_LINES_SNIFF + 1)
+    lines = _lines(f, JSON_LINES_SNIFF + 1, max_line)
     if not lines:
         return None, False
     first = _object(lines[0])
@@ -100,11 +128,16 @@ def first_line_object(f: BinaryIO) -> tuple[dict | None, bool]:
 JSON_LINES_SNIFF = 2
 
 
-def _lines(f: BinaryIO, count: int) -> list[bytes]:
-    """The first `count` non-blank lines of `f` (the BOM off the first)."""
+def _lines(f: BinaryIO, count: int, max_line: int | None = None) -> list[bytes]:
+    """The first `count` non-blank lines of `f` (the BOM off the first); TooLarge for a line
+    over `max_line` bytes, read no further."""
     found: list[bytes] = []
-    for n, line in enumerate(f):
-        if n == 0:
+    n = 0
+    while line := f.readline(-1 if max_line is None else max_line + 1):
+        if max_line is not None and len(line) > max_line:
+            raise TooLarge
+        n += 1
+        if n == 1:
             line = line.removeprefix(BOM)
         if line.strip():
             found.append(line)

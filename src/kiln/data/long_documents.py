@@ -19,7 +19,7 @@ standard library is 757 kB), so smaller corpora read exactly as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 MAX_DOCUMENT_CHARS = 1_000_000
 # metadata key of each part: the id of the text it was cut from (`kiln tokenize` splits
@@ -41,6 +41,27 @@ def split_long_text(text: str, limit: int = MAX_DOCUMENT_CHARS) -> Iterator[str]
         yield text[start:(cut := _cut(text, start + limit // 2, end))]
         start = cut
     yield text[start:]
+
+
+def split_text_stream(chunks: Iterable[str], limit: int = MAX_DOCUMENT_CHARS) -> Iterator[str]:
+    """The parts `split_long_text` makes of `"".join(chunks)`, from the chunks as they come:
+    a cut depends only on the window it ends, so a part is made once its window is read, and
+    no more than a window and a chunk are held (a 20 GB text dump reads in a few MB)."""
+    if limit < 2:
+        raise ValueError(f"the part limit must be at least 2 characters, not {limit}")
+    held, pending, n_pending = "", [], 0  # chunks are joined once a window is full: a
+    for chunk in chunks:                  # decompressor's reads of a few kB each are not
+        pending.append(chunk)             # copied a million characters at a time
+        n_pending += len(chunk)
+        if len(held) + n_pending <= limit:
+            continue
+        held += "".join(pending)
+        pending, n_pending = [], 0
+        while len(held) > limit:
+            cut = _cut(held, limit // 2, limit)
+            yield held[:cut]
+            held = held[cut:]
+    yield held + "".join(pending)
 
 
 def _cut(text: str, lo: int, end: int) -> int:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 
 import torch
 
 from kiln.errors import ConfigError
+from kiln.free_memory import host_memory_available
 
 # bytes per parameter: fp32 weight + fp32 gradient + optimizer state (a lower bound)
 STATE_BYTES = {"adamw": 16, "muon": 12}
@@ -28,28 +28,6 @@ def count_model_params(model_cfg) -> int:
 
     with torch.device("meta"):
         return count_params(Transformer(model_cfg))["params"]
-
-
-def host_memory_available() -> int | None:
-    """Bytes this process could still take: the kernel's MemAvailable plus free swap, within
-    the cgroup's limit where one is set; None where it cannot be told."""
-    try:
-        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-        free = (int(info["MemAvailable"].split()[0]) + int(info.get("SwapFree", "0 kB").split()[0])) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        try:
-            limit = Path(limit_file).read_text().strip()
-            used = int(Path(usage_file).read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if limit.isdigit() and int(limit) < 1 << 60:
-            free = min(free, max(0, int(limit) - used))
-        break
-    return free
 
 
 def device_memory_available(device: torch.device) -> int | None:
