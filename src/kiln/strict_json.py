@@ -125,5 +125,12 @@ def _restore_in_list(items: list, words: Any) -> bool:
 
 def loads(text: str | bytes) -> Any:
     """json.loads, with non-finite floats written either way (this module's, or the bare
-    words older files hold) read back as floats."""
-    return restore_non_finite(json.loads(text))
+    words older files hold) read back as floats.
+
+    A text that cannot hold a sibling key (no `_not_finite`, and no \\u escape that could
+    spell one) skips the walk over every value, which took 40% of the time to read an MoE
+    run's metrics (a 54 x 128 load a line); json reads the bare words itself."""
+    value = json.loads(text)
+    if isinstance(text, str) and NOT_FINITE not in text and "\\u" not in text:
+        return value
+    return restore_non_finite(value)
