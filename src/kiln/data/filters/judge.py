@@ -77,6 +77,12 @@ class PromptJudge:
     def __init__(self, generate: Callable[[str], str], template: str = M2_PROMPT):
         if "{text}" not in template:
             raise ValueError("the prompt template must contain '{text}'")
+        try:  # here, not in a worker at the first post: str.format reads every brace
+            template.format(text="")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"the prompt template has a brace that is not '{{text}}' "
+                             f"({type(e).__name__}: {e}): write a literal brace as {{{{ or }}}}"
+                             ) from e
         self.generate, self.template = generate, template
         name = getattr(generate, "__qualname__", type(generate).__qualname__)
         self.identity = f"prompt:{name}:{_template_tag(template)}"
