@@ -284,3 +284,40 @@ def test_a_full_disk_while_writing_the_weights_is_one_line(tiny_run, monkeypatch
     assert {p.name: p.read_bytes() for p in export.iterdir()} == before
     assert not (tiny_run / "archive").exists()
     assert sorted(p.name for p in tiny_run.iterdir() if p.name.startswith(".export")) == []
+
+
+def test_a_checkpoint_pruned_while_export_reads_it_is_one_line_saying_so(tiny_run, monkeypatch,
+                                                                         capsys):
+    """A `kiln train` of the same run prunes its older checkpoints as it saves: one that goes
+    between `kiln export` finding it and reading it was called unreadable, with advice to
+    move it aside and go back to the one before it. It was not damaged: it was removed."""
+    from conftest import tiny_config
+
+    import kiln.train.trained_run as trained_run
+    from kiln.cli import cmd_train, main
+
+    cmd_train(tiny_config(tiny_run, "train.steps=6"))
+    root = tiny_run / "checkpoints"
+    real = trained_run.latest_checkpoint
+    calls = []
+
+    def pruned_by_a_training_run(ckpt_root):
+        found = real(ckpt_root)
+        if not calls:  # the training saves a newer step and prunes this one, as _prune does
+            shutil.copytree(found, root / "step_00000007")
+            os.replace(found, root / f".{found.name}.trash-1")
+        calls.append(found)
+        return found
+
+    monkeypatch.setattr(trained_run, "latest_checkpoint", pruned_by_a_training_run)
+    capsys.readouterr()
+    assert main(["export", str(tiny_run)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (f"kiln: checkpoint {root / 'step_00000006'} was removed while it was being "
+                   "read (a `kiln train` of this run prunes older checkpoints as it saves); the "
+                   "newest now is step_00000007: run the command again (or once the training "
+                   "has finished)")
+    assert not (tiny_run / "export").exists()
+    monkeypatch.setattr(trained_run, "latest_checkpoint", real)
+    assert main(["export", str(tiny_run)]) == 0  # again: the newest one
+    assert "step_00000007 ->" in capsys.readouterr().out

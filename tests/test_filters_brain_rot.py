@@ -188,3 +188,16 @@ def test_m1_config_defaults_are_the_papers_rule():
     assert tuple(o.popularity_keys) == e.ENGAGEMENT_KEYS == ("likes", "retweets", "replies",
                                                              "quotes")
     assert (pc.BrainRotM2Options().threshold, pc.BrainRotM2Options().mode) == (0.5, "drop")
+
+
+@pytest.mark.parametrize("template", ['Reply as {"label": ...}. Post: {text}', "{0} {text}",
+                                      "{text} }", "{text} {text:x!}"])
+def test_a_prompt_template_with_a_stray_brace_is_refused_when_the_judge_is_made(template):
+    """str.format fills the template: a literal brace (a JSON example in the prompt) raised
+    KeyError in a worker at the first post, after the stages before it ran."""
+    with pytest.raises(ValueError, match="a brace that is not '{text}'.*{{ or }}"):
+        PromptJudge(lambda prompt: "JUNK", template=template)
+    seen: list[str] = []
+    judge = PromptJudge(lambda prompt: seen.append(prompt) or "JUNK",
+                        template='Reply as {{"label": ...}}. Post: {text}')
+    assert judge.judge("x").junk_score == 1.0 and seen == ['Reply as {"label": ...}. Post: x']

@@ -240,6 +240,25 @@ def test_kiln_label_judge_is_softmax_over_label_likelihoods(run_dir):
     expected = 1 / (1 + math.exp(logp(labels[1]) - logp(labels[0])))
     assert judge.judge(text).junk_score == pytest.approx(expected, rel=1e-6)
     long = judge.prompt_ids("word " * 200)  # the post is truncated to fit max_seq_len
-    assert len(long) + max(map(len, labels)) <= 48
+    assert len(long) + max(map(len, labels)) - 1 == 48  # the model reads prompt + label[:-1]
     # the head and the post are one text to the tokenizer, as in training: no lone space
     assert prompt == tok.encode("post: the cat sat").ids + tok.encode(" ->").ids
+
+
+def test_the_judge_fills_the_models_context_and_no_more(run_dir, monkeypatch):
+    """`continuation_nll` feeds prompt + label[:-1]: the last label token is predicted, not
+    read. The post was cut one token short of that (the model read 47 of its 48 positions);
+    the longer label's row now reads exactly max_seq_len tokens, and the judge runs."""
+    run, model, tok = run_dir
+    judge = KilnLabelJudge(run, template="post: {text} ->")
+    widths: list[int] = []
+    loaded = judge._load()[0]
+    real = type(loaded).forward
+    monkeypatch.setattr(type(loaded), "forward",
+                        lambda self, x, *a, **k: widths.append(x.shape[1]) or real(self, x, *a, **k))
+    verdict = judge.judge("word " * 200)
+    assert widths == [48] and verdict.junk_score is not None
+    longer, tail = len(tok.encode(" HIGH-QUALITY").ids), tok.encode(" ->").ids
+    assert longer >= len(tok.encode(" JUNK").ids)
+    assert judge.prompt_ids("word " * 200) == \
+        tok.encode("post: " + "word " * 200).ids[:48 - len(tail) - (longer - 1)] + tail

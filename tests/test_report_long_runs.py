@@ -84,3 +84,62 @@ def test_moe_load_is_kept_on_the_newest_record_only(tmp_path):
     (tmp_path / "config.toml").write_text("")
     html = build_report(tmp_path).read_text()
     assert "20.0%" in html and "80.0%" in html  # the newest step's shares
+
+
+def _newest_holder_only(records: list[dict]) -> list[dict]:
+    """What `newest_only=("moe_load",)` must give: every record as read in full, moe_load
+    left on the last of them that holds it."""
+    holders = [i for i, r in enumerate(records) if "moe_load" in r]
+    return [{k: v for k, v in r.items() if k != "moe_load" or i == holders[-1]}
+            for i, r in enumerate(records)]
+
+
+def _line(step: int | None, load: float | None = None, **extra) -> dict:
+    record = {"kind": "train", "loss": 2.0, "moe_max_vio": [0.1], **extra}
+    if step is not None:
+        record["step"] = step
+    if load is not None:
+        record["moe_load"] = [[load, 1 - load]]
+    return record
+
+
+SCENARIOS = {  # a step logged again (a resume) by a copy without moe_load
+    "newest copy lacks it": [_line(1, 0.1), _line(2, 0.2), _line(2)],
+    "two newest lack it": [_line(1, 0.1), _line(2, 0.2), _line(3, 0.3), _line(3), _line(2)],
+    "older step re-logged": [_line(1, 0.1), _line(2, 0.2), _line(1)],
+    "re-logged with it": [_line(1, 0.1), _line(2, 0.2), _line(2, 0.25)],
+    "none survives": [_line(1, 0.1), _line(2), _line(1)],
+    "a record without a step": [_line(None, 0.05), _line(1, 0.1), _line(1)],
+    "torn and blank lines": [_line(1, 0.1), "", '{"kind": "train", "st', _line(2, 0.2), _line(2)],
+}
+
+
+def test_moe_load_survives_a_newer_copy_of_its_step_that_lacks_it(tmp_path):
+    """The reader kept moe_load on the newest line holding it; when that line's step was
+    logged again without it, no record held a load, though an earlier surviving one did:
+    the report's expert-load table vanished. The newest surviving holder keeps it now."""
+    from kiln.report import build_report
+
+    path = tmp_path / "metrics.jsonl"
+    for name, lines in SCENARIOS.items():
+        path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n"
+                                for x in lines))
+        assert read_metrics(path) == _newest_holder_only(read_metrics(path, newest_only=())), name
+    path.write_text("".join(json.dumps(x) + "\n" for x in SCENARIOS["newest copy lacks it"]))
+    assert [r.get("moe_load") for r in read_metrics(path)] == [[[0.1, 0.9]], None]
+    (tmp_path / "config.toml").write_text("")
+    html = build_report(tmp_path).read_text()
+    assert "10.0%" in html and "90.0%" in html  # step 1's shares, the newest left
+
+
+def test_the_loads_dropped_while_reading_are_not_held(tmp_path):
+    """Each demoted record keeps where its line starts, not its load: a 200-record MoE run
+    with 54 x 128 loads reads in memory far below the loads' own."""
+    path = tmp_path / "metrics.jsonl"
+    load = [[1 / 128] * 128] * 54
+    with open(path, "w") as f:
+        for step in range(1, 201):
+            f.write(json.dumps(_record(step) | {"moe_load": load}) + "\n")
+    one = _traced_bytes(lambda: json.loads(json.dumps(load)))
+    held = _traced_bytes(lambda: read_metrics(path))
+    assert held < 3 * one, f"{held / one:.1f} loads held"

@@ -109,3 +109,88 @@ def test_a_stored_infinite_perplexity_threshold_reads_back(tmp_path: Path):
     select = StoredThresholdSelector("drop_extremes", tmp_path / "thresholds.json")
     doc = Document(text="x", id="0", metadata={"ppl": 1e300})
     assert select.filter(doc) is True
+
+
+LISTS = {"moe_max_vio": [0.5, math.nan, 1.0], "moe_load": [[0.5, 0.5], [math.inf, -math.inf]],
+         "pairs": (math.nan, 2.0), "rows": [{"x": math.nan}, [1.0, math.inf]], "ok": [1.0],
+         "name": ["nan", "inf"]}
+
+
+def test_non_finite_floats_in_lists_read_back(tmp_path):
+    """A nan or inf inside a list was written as null alone: readers got None back, and the
+    report could neither restore nor note it. Now its sibling names it by its place."""
+    write_json_atomic(tmp_path / "eval.json", LISTS)
+    text = (tmp_path / "eval.json").read_text()
+    on_disk = strict_loads(text)
+    assert on_disk["moe_max_vio"] == [0.5, None, 1.0]
+    assert on_disk["moe_max_vio_not_finite"] == {"1": "nan"}
+    assert on_disk["moe_load_not_finite"] == {"1.0": "inf", "1.1": "-inf"}
+    assert on_disk["rows_not_finite"] == {"1.1": "inf"} and on_disk["rows"][0]["x_not_finite"] == "nan"
+    assert "ok_not_finite" not in on_disk and "name_not_finite" not in on_disk
+    expected = {**LISTS, "pairs": [math.nan, 2.0]}
+    assert same(strict_json.loads(text), expected)
+    assert same(strict_json.loads(json.dumps(LISTS)), expected)  # the bare words read too
+    path = tmp_path / "m.jsonl"
+    append_jsonl(path, {"kind": "train", "step": 1, **LISTS})
+    assert same(read_metrics(path, newest_only=()), [{"kind": "train", "step": 1, **expected}])
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": [null, 1.0], "a_not_finite": {"1": "nan"}}',  # names a place that is not null
+    '{"a": [null], "a_not_finite": {"0": "nan", "1": "inf"}}',  # a place past the end
+    '{"a": [null], "a_not_finite": {"0": "bogus"}}',
+    '{"a": [null], "a_not_finite": {"0.0": "nan"}}',  # deeper than the list
+    '{"a": [null], "a_not_finite": {"-0": "nan"}}',
+    '{"a": [null], "a_not_finite": {}}',
+    '{"a": [null], "a_not_finite": ["nan"]}',
+    '{"a": null, "a_not_finite": []}',  # not a word: a TypeError (unhashable) before
+    '{"a": null, "a_not_finite": {"0": "nan"}}',
+    '[null]',
+])
+def test_a_sibling_that_does_not_fit_is_left_as_it_is(text):
+    assert strict_json.loads(text) == json.loads(text)
+
+
+def test_the_report_notes_a_non_finite_point_inside_a_list(tmp_path, monkeypatch):
+    """A MoE layer's MaxVio that is nan: drawn as a gap and noted on the plot, and an
+    expert's load that is not a number shown as such, not a TypeError from the report."""
+    from matplotlib.figure import Figure
+
+    from kiln.report import build_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [{"kind": "train", "step": s, "loss": 4.0, "lr": 1e-3, "moe_max_vio": [0.1, v],
+                "moe_load": [[0.5, 0.5], [w, 0.25]]}
+               for s, v, w in [(1, 0.2, 0.75), (2, math.nan, math.nan)]]
+    (run / "metrics.jsonl").write_text("".join(strict_json.dumps(r) + "\n" for r in records))
+    texts: list[str] = []
+    real = Figure.savefig
+
+    def spy(fig, *a, **k):
+        texts.extend(t.get_text() for ax in fig.axes for t in ax.texts)
+        return real(fig, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    page = build_report(run).read_text(encoding="utf-8")
+    assert "MoE layer 1: 1 non-finite point not drawn (first nan at step 2)" in texts
+    assert '<td class="num">nan</td><td class="num">25.0%</td>' in page
+    old = records[-1] | {"moe_load": [[0.5, 0.5], [None, 0.25]], "moe_max_vio": [0.1, None]}
+    (run / "metrics.jsonl").write_text(json.dumps(old) + "\n")  # an older Kiln's null alone
+    page = build_report(run).read_text(encoding="utf-8")
+    assert '<td class="num">—</td><td class="num">25.0%</td>' in page
+
+
+def test_a_text_without_a_sibling_key_is_not_walked(monkeypatch):
+    """Restoring walks every value of a record (an MoE run's 54 x 128 load: 40% of the time
+    to read its metrics); a text that names no non-finite float skips it, and one that can
+    still name one (an escaped key) does not."""
+    walked = []
+    real = strict_json.restore_non_finite
+    monkeypatch.setattr(strict_json, "restore_non_finite", lambda v: walked.append(v) or real(v))
+    plain = json.dumps({"moe_load": [[0.5, 0.5]] * 3, "loss": math.nan, "x": "é"},
+                       ensure_ascii=False)
+    assert same(strict_json.loads(plain), json.loads(plain)) and not walked
+    escaped = '{"a": null, "a_not_finit\\u0065": "inf", "b": [null], "b_not_finite": {"0": "nan"}}'
+    assert same(strict_json.loads(escaped), {"a": math.inf, "b": [math.nan]}) and walked
+    assert same(strict_json.loads(escaped.encode()), {"a": math.inf, "b": [math.nan]})

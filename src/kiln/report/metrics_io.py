@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from kiln import strict_json
 
@@ -30,35 +30,72 @@ def read_metrics(path: str | Path,
 
     Keys (and ``kind``) are shared among the records: json gives each line its own copies,
     which were half the memory of a million-record file (~1 KB a record, over a gigabyte).
-    Fields in `newest_only` (the report's: `NEWEST_ONLY`) are kept on the newest record
-    holding them alone; `()` keeps every field of every record.
+    Fields in `newest_only` (the report's: `NEWEST_ONLY`) are kept on the newest surviving
+    record holding them alone; `()` keeps every field of every record.
     """
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     names: dict[str, str] = {}
-    holders: dict[str, dict[str, Any]] = {}
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for index, line in enumerate(f):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                record = strict_json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if not isinstance(record, dict):
+    holders: dict[str, tuple[dict[str, Any], int]] = {}  # field -> (record, its line's offset)
+    with open(path, "rb") as f:
+        offset = 0
+        for index, raw in enumerate(f):
+            at, offset = offset, offset + len(raw)
+            record = _parsed(raw)
+            if record is None:
                 continue
             record = {names.setdefault(k, k): v for k, v in record.items()}
             if isinstance(kind := record.get("kind"), str):
                 record["kind"] = names.setdefault(kind, kind)
             for field in newest_only:
                 if field in record:
-                    if (holder := holders.get(field)) is not None:
-                        holder.pop(field, None)
-                    holders[field] = record
+                    if (held := holders.get(field)) is not None:
+                        held[0][field] = _LineAt(held[1])  # the value goes; where it was stays
+                    holders[field] = (record, at)
             key = (record.get("kind"), record["step"]) if has_step(record) else ("<no step>", index)
             latest.pop(key, None)  # re-insert so order follows the last occurrence
             latest[key] = record
-    return list(latest.values())
+        records = list(latest.values())
+        for field in holders:
+            _settle(field, records, f)
+    return records
+
+
+class _LineAt(int):
+    """Where in the file the line of a record that held a newest-only field starts: the
+    value, dropped while reading, is read again only if that record turns out the newest
+    surviving holder (every newer one was replaced by a re-logged copy without the field)."""
+
+    __slots__ = ()
+
+
+def _parsed(raw: bytes) -> dict[str, Any] | None:
+    """The JSON object a line holds, or None (blank, not JSON, not an object)."""
+    line = raw.decode("utf-8", errors="replace").strip()
+    if not line:
+        return None
+    try:
+        record = strict_json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _settle(field: str, records: list[dict[str, Any]], f: BinaryIO) -> None:
+    """Leave `field` on the last of `records` that held it, its value read again from `f`
+    where only its line's place was kept, and on no other."""
+    newest = next((r for r in reversed(records) if field in r), None)
+    for record in records:
+        if record is not newest and type(record.get(field)) is _LineAt:
+            del record[field]
+    if newest is None or type(at := newest[field]) is not _LineAt:
+        return
+    f.seek(at)
+    again = _parsed(f.readline())
+    if again is not None and field in again and all(
+            again.get(k) == newest.get(k) for k in ("kind", "step")):
+        newest[field] = again[field]
+    else:  # the file changed under the reader: better no value than another record's
+        del newest[field]
 
 
 def has_step(record: dict[str, Any]) -> bool:

@@ -8,6 +8,7 @@ have none and get no section.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -66,10 +67,21 @@ def _load_table(records: list[dict[str, Any]], dense: int) -> str:
              if isinstance(r.get("moe_load"), list)]
     if not loads:
         return ""
-    last = loads[-1]
-    n = max(len(layer) for layer in last)
-    rows = [[f"MoE layer {j} (block {dense + j})", *(f"{100 * v:.1f}%" for v in layer)]
+    last = [layer if isinstance(layer, list) else [] for layer in loads[-1]]
+    n = max(map(len, last), default=0)
+    if not n:
+        return ""
+    rows = [[f"MoE layer {j} (block {dense + j})", *map(_share, layer)]
             for j, layer in enumerate(last)]
     return (paragraph("Expert load (share of routed tokens, last logged step); uniform is "
                       f"{100 / n:.1f}% per expert.", "muted")
             + grid_table(["layer", *(f"e{i}" for i in range(n))], rows))
+
+
+def _share(value: Any) -> str:
+    """An expert's share as a percentage; a nan or inf as itself, anything else as a dash
+    (a file's null: an older Kiln wrote a non-finite float in a list so)."""
+    share = as_number(value)
+    if share is None:
+        return "—"
+    return f"{100 * share:.1f}%" if math.isfinite(share) else str(share)

@@ -9,7 +9,7 @@ from pathlib import Path
 from kiln.config import Config, ConfigError, recorded_config
 from kiln.data.loader import accepts_fingerprint
 from kiln.data.shards import load_index
-from kiln.errors import RunDataError
+from kiln.errors import CheckpointError, RunDataError
 from kiln.model import Transformer
 from kiln.train.checkpoint import load_weights, trained_shards
 from kiln.train.checkpoint_dirs import latest_checkpoint
@@ -31,10 +31,26 @@ def load_trained_model(cfg: Config):
         raise ConfigError(f"{cfg.run_dir} was trained with other model settings than these "
                           f"({'; '.join(changed)}): its checkpoints are that model; drop the "
                           "[model] overrides, or train these settings in another run.dir")
-    refuse_other_shards(ckpt, cfg.run_dir / "tokens")
-    model = Transformer(model_cfg)
-    load_weights(ckpt, model)
+    try:
+        refuse_other_shards(ckpt, cfg.run_dir / "tokens")
+        model = Transformer(model_cfg)
+        load_weights(ckpt, model)
+    except (CheckpointError, OSError) as e:
+        if (ckpt / "trainer.pt").exists():  # still there: damaged, as the error says
+            raise
+        raise removed_while_read(ckpt) from e
     return model.eval(), ckpt
+
+
+def removed_while_read(ckpt: Path) -> CheckpointError:
+    """The error for checkpoint `ckpt` gone while it was read: a `kiln train` of the same run
+    prunes its older checkpoints as it saves new ones (or a user moved it). Not damage: the
+    advice to move it aside for the one before it would send the user back a step."""
+    newest = latest_checkpoint(ckpt.parent)
+    now = (f"the newest now is {newest.name}: run the command again (or once the training "
+           "has finished)" if newest else "no checkpoint is left")
+    return CheckpointError(f"checkpoint {ckpt} was removed while it was being read (a "
+                           f"`kiln train` of this run prunes older checkpoints as it saves); {now}")
 
 
 def refuse_other_shards(ckpt: Path, tokens: Path) -> None:

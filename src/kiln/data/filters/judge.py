@@ -77,6 +77,12 @@ class PromptJudge:
     def __init__(self, generate: Callable[[str], str], template: str = M2_PROMPT):
         if "{text}" not in template:
             raise ValueError("the prompt template must contain '{text}'")
+        try:  # here, not in a worker at the first post: str.format reads every brace
+            template.format(text="")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"the prompt template has a brace that is not '{{text}}' "
+                             f"({type(e).__name__}: {e}): write a literal brace as {{{{ or }}}}"
+                             ) from e
         self.generate, self.template = generate, template
         name = getattr(generate, "__qualname__", type(generate).__qualname__)
         self.identity = f"prompt:{name}:{_template_tag(template)}"
@@ -96,7 +102,8 @@ class KilnLabelJudge:
     summed label-token log-likelihoods (the multiple-choice rule of lm-eval). The template's
     head and the post are tokenized as one text, as training saw such text: apart, the
     head's trailing space became a lone token and the post's first word lost its space. The
-    post is truncated (its tokens, keeping its start) so prompt + label fit max_seq_len.
+    post is truncated (its tokens, keeping its start) so that prompt + label[:-1], what the
+    model reads, fit max_seq_len.
     """
 
     def __init__(self, run_dir: str | Path, template: str = M2_PROMPT, device: str = "cpu"):
@@ -129,12 +136,16 @@ class KilnLabelJudge:
 
     @staticmethod
     def _room(max_seq_len: int, head_len: int, tail: list[int], labels: list[list[int]]) -> int:
-        """Tokens of head + post that fit before the tail and the longer label."""
-        room = max_seq_len - len(tail) - max(map(len, labels))
+        """Tokens of head + post that fit before the tail and the longer label. The model
+        reads prompt + label[:-1] (`continuation_nll`: a label's last token is predicted,
+        never read), so the label takes one position fewer than its length."""
+        label_inputs = max(map(len, labels)) - 1
+        room = max_seq_len - len(tail) - label_inputs
         if room <= head_len:
             raise ValueError(f"the prompt template does not fit max_seq_len {max_seq_len}: its "
-                             f"head, tail and longer label take {head_len + len(tail)} + "
-                             f"{max(map(len, labels))} tokens, leaving none for the post")
+                             f"head, tail and longer label (all but its last token) take "
+                             f"{head_len + len(tail)} + {label_inputs} tokens, leaving none "
+                             "for the post")
         return room
 
     def __getstate__(self) -> dict:
