@@ -216,3 +216,21 @@ def test_code_length_bounds_are_50_to_100_000_words():
 
     assert kept(49) == (False, "gopher_short_doc") and kept(50) is True
     assert kept(100_000) is True and kept(100_001) == (False, "gopher_long_doc")
+
+
+def test_prose_c4_is_fineweb_s_without_the_terminal_punctuation_rule():
+    """FineWeb ran C4QualityFilter(filter_no_terminal_punct=False) (datatrove's
+    examples/fineweb.py; the paper: the rule removed too many tokens). With C4's default the
+    prose domain deleted every line of a hard-wrapped paragraph but its last (here 9 of 14
+    lines); now only lines of under 3 words go."""
+    import textwrap
+
+    wrapped = "\n".join(textwrap.fill(line, 60) for line in PROSE.splitlines())
+    c4 = only(quality_filters("prose"), C4QualityFilter)
+    assert c4.filter_no_terminal_punct is False
+    assert c4.min_words_per_line == 3 and c4.filter_javascript and c4.filter_curly_bracket
+    doc = Document(text=wrapped, id="w")
+    for step in quality_filters("prose"):
+        assert get_filter_result(step.filter(doc)) == (True, None), type(step).__name__
+    assert doc.text == "\n".join(line for line in wrapped.splitlines() if len(line.split()) >= 3)
+    assert len(doc.text) > 0.95 * len(wrapped)

@@ -4,10 +4,14 @@ The web-text rules are tuned for HTML-extracted prose; applied unchanged they de
 LaTeX (C4's `{` rule, Gopher's symbol and alphabetic-word ratios) and most source code (line
 punctuation, sentences, stop words). Each domain therefore gets its own configuration:
 
-- ``prose``: every filter with its published defaults, in FineWeb's order (Gopher repetition,
-  Gopher quality, C4 quality, FineWeb quality). Note that C4QualityFilter *edits* the text:
-  it removes lines without terminal punctuation, with < 3 words, mentioning javascript or
-  cookie/terms-of-use phrases, and strips `[1]`-style citations.
+- ``prose``: FineWeb's filters as FineWeb configured them (datatrove's `examples/fineweb.py`):
+  Gopher repetition, Gopher quality, C4 quality and FineWeb quality, in that order, each with
+  its published defaults but for C4's terminal-punctuation line rule, which FineWeb turned off
+  (`filter_no_terminal_punct=False`: in the FineWeb paper it removed too many tokens; on
+  hard-wrapped text, a paragraph over many lines, it deleted every line but each paragraph's
+  last). C4QualityFilter still *edits* the text: it removes lines with < 3 words (blank lines
+  too: paragraphs are joined), mentioning javascript or cookie/terms-of-use phrases, or with
+  a > 1000-character word, and strips `[1]`-style citations.
 - ``latex``: Gopher repetition (defaults); Gopher quality without the `#`/ellipsis-per-word
   ratio (`#1` macro arguments) and without the 80 %-alphabetic-words rule (math tokens);
   C4 reduced to its document-level rules (lorem ipsum, >= 5 sentences) plus dropping lines
@@ -65,9 +69,9 @@ def _check_offline() -> None:
 
 class MeasuredC4QualityFilter(C4QualityFilter):
     """C4QualityFilter that also counts the UTF-8 bytes of the documents it keeps before and
-    after its line removals (`edited_bytes_in` / `edited_bytes_out`): on hard-wrapped text
-    (a paragraph over many lines, each without terminal punctuation) it keeps the document
-    but deletes most of it, which no drop count shows (`yield.json` `edited`)."""
+    after its line removals (`edited_bytes_in` / `edited_bytes_out`): a document whose lines
+    are mostly short (< 3 words) or mention javascript (a JavaScript tutorial) is kept with
+    most of it deleted, which no drop count shows (`yield.json` `edited`)."""
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         before = len(doc.text.encode("utf-8"))
@@ -82,7 +86,7 @@ def _prose(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
         GopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
         GopherQualityFilter(exclusion_writer=ex("gopher_quality")),
-        MeasuredC4QualityFilter(exclusion_writer=ex("c4_quality")),
+        MeasuredC4QualityFilter(filter_no_terminal_punct=False, exclusion_writer=ex("c4_quality")),
         FineWebQualityFilter(exclusion_writer=ex("fineweb_quality")),
     ]
 
