@@ -203,8 +203,10 @@ def test_exclusion_writer_factory_is_called_per_filter():
         names.append(name)
         return None
 
-    steps = quality_filters("prose", exclusion_writer=factory)
-    assert len(names) == len(steps) == 4 and len(set(names)) == 4
+    for domain, n in (("prose", 5), ("latex", 4), ("code", 3)):
+        names.clear()
+        steps = quality_filters(domain, exclusion_writer=factory)
+        assert len(names) == len(steps) == n and len(set(names)) == n, domain
 
 
 def test_code_length_bounds_are_50_to_100_000_words():
