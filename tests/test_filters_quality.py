@@ -128,8 +128,8 @@ def test_latex_with_braces_kept_by_latex_config_but_dropped_by_prose_c4():
     doc = Document(text=LATEX, id="l")
     for step in quality_filters("latex"):
         assert get_filter_result(step.filter(doc)) == (True, None), type(step).__name__
-    # no C4 line removal: equations and \begin lines survive; C4 does strip each line's indent
-    assert doc.text == "\n".join(line.strip() for line in LATEX.splitlines())
+    # no C4 line removal: equations and \begin lines survive, as written
+    assert doc.text == LATEX
     assert not any(isinstance(s, FineWebQualityFilter) for s in quality_filters("latex"))
 
 
@@ -236,3 +236,19 @@ def test_prose_c4_is_fineweb_s_without_the_terminal_punctuation_rule():
         assert get_filter_result(step.filter(doc)) == (True, None), type(step).__name__
     assert doc.text == "\n".join(line for line in wrapped.splitlines() if len(line.split()) >= 3)
     assert len(doc.text) > 0.95 * len(wrapped)
+
+
+def test_latex_keeps_the_indentation_of_code_blocks():
+    """The LaTeX converter writes a verbatim/listing as a ``` block exactly as written; the
+    latex domain's C4 stripped every line, so a Python listing lost its indentation."""
+    listing = "```\ndef f(x):\n    if x:\n        return 1\n    return 2\n```"
+    text = LATEX + "\n\n" + listing + "\n"
+    doc = Document(text=text, id="l")
+    for step in quality_filters("latex"):
+        assert get_filter_result(step.filter(doc)) == (True, None), type(step).__name__
+    assert doc.text == text
+    # C4's long-word line rule still removes a line, and only that line
+    blob = "data:" + "A" * 1200
+    doc = Document(text=LATEX + "\n" + blob + "\n  indented", id="b")
+    assert only(quality_filters("latex"), C4QualityFilter).filter(doc) is True
+    assert doc.text == LATEX + "\n  indented"

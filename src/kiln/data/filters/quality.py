@@ -19,7 +19,9 @@ punctuation, sentences, stop words). Each domain therefore gets its own configur
   equations, `\\begin{...}` lines and `[1]` macro arities out of the source). FineWeb quality
   is left out: its line statistics (terminal punctuation share, 1 % duplicate-line chars)
   describe web-page lines, not hard-wrapped markup where `\\end{equation}` repeats legitimately.
-  C4 still strips the whitespace around every line (indentation is lost, content is not).
+  C4's rewrite of the text is undone but for those long-word lines (`LatexC4Filter`): it
+  stripped every line, which took the indentation out of the ``` code blocks the LaTeX
+  converter keeps exactly as written (a Python listing's indentation is its meaning).
 - ``code``: only rules that make sense for code: Gopher's *paragraph* repetition rules
   (duplicate blank-line-separated blocks <= 30 % of blocks and <= 20 % of characters: a file
   of repeated blocks is generated or data, not code) and the document length bounds of Gopher
@@ -90,6 +92,21 @@ class MeasuredC4QualityFilter(C4QualityFilter):
         return result
 
 
+class LatexC4Filter(C4QualityFilter):
+    """C4's document rules and its long-word line removal, with every other line as written:
+    C4QualityFilter rewrites a kept text as its lines stripped, joined by newlines."""
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        original = doc.text
+        result = super().filter(doc)
+        if result is True:
+            limit = self.max_word_length
+            doc.text = "\n".join(
+                line for line in original.split("\n")
+                if limit == -1 or not any(len(word) > limit for word in line.split()))
+        return result
+
+
 def _prose(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
         WholeTextLengthFilter(gopher_words, MAX_WORDS, exclusion_writer=ex("long_text")),
@@ -108,7 +125,7 @@ def _latex(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
             max_symbol_word_ratio=None, max_non_alpha_words_ratio=None,
             exclusion_writer=ex("gopher_quality"),
         ),
-        C4QualityFilter(
+        LatexC4Filter(
             filter_curly_bracket=False, filter_no_terminal_punct=False, min_words_per_line=-1,
             remove_citations=False, filter_javascript=False, filter_policy=False,
             exclusion_writer=ex("c4_quality"),
