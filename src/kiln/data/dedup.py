@@ -22,7 +22,9 @@ normalised form).
 
 Offline choices: the hash is sha1 (datatrove's other built-in, the one FineWeb used) because the
 default xxhash is not installed; words are split on whitespace after `simplify_text` (which has
-already removed punctuation), because datatrove's English word tokenizer needs spaCy.
+already removed punctuation), not by datatrove's English word tokenizer (spaCy): on 900 kB of
+normalised stdlib docstrings and Python docs the two give 148,607 and 148,731 words (spaCy
+splits a few stray symbols such as `‘` and `°` off), in 0.015 s against 4.05 s.
 
 Which copy survives. MinHash: one per cluster, the root datatrove's union-find leaves it
 (unions go by cluster size, so it need not be the earliest document: pairs (1, 2) then (0, 2)
