@@ -42,6 +42,7 @@ def record(**over) -> dict:
         ({"categories": "astro-ph.GA"}, "category"),
         ({"categories": "astro-ph math.CO"}, None),
         ({"categories": "math-ph"}, "category"),
+        ({"categories": "physics.optics"}, "category"),  # the source's substring test kept it
         ({"categories": "stat.ML"}, None),
         ({"categories": "stat.AP"}, "category"),
         ({"abstract": " ".join(WORDS20.split()[:19])}, "abstract_short"),

@@ -128,8 +128,8 @@ def test_latex_with_braces_kept_by_latex_config_but_dropped_by_prose_c4():
     doc = Document(text=LATEX, id="l")
     for step in quality_filters("latex"):
         assert get_filter_result(step.filter(doc)) == (True, None), type(step).__name__
-    # no C4 line removal: equations and \begin lines survive; C4 does strip each line's indent
-    assert doc.text == "\n".join(line.strip() for line in LATEX.splitlines())
+    # no C4 line removal: equations and \begin lines survive, as written
+    assert doc.text == LATEX
     assert not any(isinstance(s, FineWebQualityFilter) for s in quality_filters("latex"))
 
 
@@ -203,8 +203,10 @@ def test_exclusion_writer_factory_is_called_per_filter():
         names.append(name)
         return None
 
-    steps = quality_filters("prose", exclusion_writer=factory)
-    assert len(names) == len(steps) == 4 and len(set(names)) == 4
+    for domain, n in (("prose", 5), ("latex", 4), ("code", 3)):
+        names.clear()
+        steps = quality_filters(domain, exclusion_writer=factory)
+        assert len(names) == len(steps) == n and len(set(names)) == n, domain
 
 
 def test_code_length_bounds_are_50_to_100_000_words():
@@ -216,3 +218,37 @@ def test_code_length_bounds_are_50_to_100_000_words():
 
     assert kept(49) == (False, "gopher_short_doc") and kept(50) is True
     assert kept(100_000) is True and kept(100_001) == (False, "gopher_long_doc")
+
+
+def test_prose_c4_is_fineweb_s_without_the_terminal_punctuation_rule():
+    """FineWeb ran C4QualityFilter(filter_no_terminal_punct=False) (datatrove's
+    examples/fineweb.py; the paper: the rule removed too many tokens). With C4's default the
+    prose domain deleted every line of a hard-wrapped paragraph but its last (here 9 of 14
+    lines); now only lines of under 3 words go."""
+    import textwrap
+
+    wrapped = "\n".join(textwrap.fill(line, 60) for line in PROSE.splitlines())
+    c4 = only(quality_filters("prose"), C4QualityFilter)
+    assert c4.filter_no_terminal_punct is False
+    assert c4.min_words_per_line == 3 and c4.filter_javascript and c4.filter_curly_bracket
+    doc = Document(text=wrapped, id="w")
+    for step in quality_filters("prose"):
+        assert get_filter_result(step.filter(doc)) == (True, None), type(step).__name__
+    assert doc.text == "\n".join(line for line in wrapped.splitlines() if len(line.split()) >= 3)
+    assert len(doc.text) > 0.95 * len(wrapped)
+
+
+def test_latex_keeps_the_indentation_of_code_blocks():
+    """The LaTeX converter writes a verbatim/listing as a ``` block exactly as written; the
+    latex domain's C4 stripped every line, so a Python listing lost its indentation."""
+    listing = "```\ndef f(x):\n    if x:\n        return 1\n    return 2\n```"
+    text = LATEX + "\n\n" + listing + "\n"
+    doc = Document(text=text, id="l")
+    for step in quality_filters("latex"):
+        assert get_filter_result(step.filter(doc)) == (True, None), type(step).__name__
+    assert doc.text == text
+    # C4's long-word line rule still removes a line, and only that line
+    blob = "data:" + "A" * 1200
+    doc = Document(text=LATEX + "\n" + blob + "\n  indented", id="b")
+    assert only(quality_filters("latex"), C4QualityFilter).filter(doc) is True
+    assert doc.text == LATEX + "\n  indented"

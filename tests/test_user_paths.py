@@ -135,17 +135,37 @@ MORE_PROSE = (
     "town have offered their help.")
 
 
-@pytest.mark.parametrize("hard_wrapped", [True, False])
+JAVASCRIPT = "\n".join([
+    "In JavaScript, a closure is a function that keeps the variables of the scope it was made in.",
+    "Most JavaScript engines compile a hot function to machine code after it has run many times.",
+    "A JavaScript promise stands for a value that will be known later, when the work is done.",
+    "The JavaScript event loop runs one task at a time, so a long task blocks the whole page.",
+    "Modules in modern JavaScript are loaded once, and every import sees the same instance.",
+    "Strict mode in JavaScript turns some silent mistakes into errors that stop the script.",
+    "Arrays in JavaScript may hold values of any type, and their length grows as you add items.",
+    "Every JavaScript object has a prototype, which it asks for the properties it lacks itself.",
+    "An arrow function in JavaScript takes its meaning of this from the code around it.",
+    "JavaScript has no integer type of its own: numbers are doubles unless you ask for a BigInt.",
+    "Template strings in JavaScript are written with backticks and may span several lines.",
+    "The JavaScript spread syntax copies the items of an array into a new list or a call.",
+])
+
+
+@pytest.mark.parametrize("shape", ["one_line_a_paragraph", "hard_wrapped", "javascript"])
 def test_prose_filters_that_cut_most_of_the_kept_text_are_warned_about(
-        tmp_path, monkeypatch, capsys, hard_wrapped):
-    """Hard-wrapped prose (a paragraph over many lines): C4's line rules keep the document
-    but delete every line without terminal punctuation. Nothing said so: no document was
-    dropped, so no drop count or kept fraction showed it; the same text one paragraph a
-    line keeps its text and is not warned about."""
+        tmp_path, monkeypatch, capsys, shape):
+    """C4's line rules keep a document but may delete most of it; nothing said so (no
+    document was dropped, so no drop count or kept fraction showed it). An article about
+    JavaScript loses every line naming it: warned. Hard-wrapped prose (a paragraph over many
+    lines) keeps its lines since C4's terminal-punctuation rule is off, as in FineWeb (it
+    deleted every line but each paragraph's last, and this test warned about it): not warned,
+    like the same text one paragraph a line."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
     prose = PROSE + "\n" + MORE_PROSE  # one sentence a line: C4 keeps every line
-    text = "\n".join(_wrapped(line) for line in prose.splitlines()) if hard_wrapped else prose
+    text = {"one_line_a_paragraph": prose,
+            "hard_wrapped": "\n".join(_wrapped(line) for line in prose.splitlines()),
+            "javascript": JAVASCRIPT + "\n" + PROSE}[shape]
     (tmp_path / "data/book.txt").write_text(text + "\n")
     assert main(["prepare", "--set", f'run.dir="{tmp_path / "run"}"',
                  "--set", 'data.sources=["data"]',
@@ -154,11 +174,14 @@ def test_prose_filters_that_cut_most_of_the_kept_text_are_warned_about(
                  "--set", "prepare.workers=1"]) == 0
     err = capsys.readouterr().err
     warned = [line for line in err.splitlines() if "C4's line rules" in line]
-    if hard_wrapped:
+    if shape == "javascript":
         assert len(warned) == 1 and warned[0].startswith("warning: quality: C4's line rules")
         assert "of the text of the documents they kept" in warned[0]
     else:
         assert warned == []
+    [kept] = [d.text for d in read_documents(tmp_path / "run")]
+    if shape == "hard_wrapped":  # every line of 3+ words kept, as written
+        assert kept == "\n".join(line for line in text.splitlines() if len(line.split()) >= 3)
 
 
 @pytest.mark.parametrize("override, suggested", [

@@ -3,7 +3,14 @@
 MinHash (datatrove defaults, as in the digest): word 5-gram shingles of normalised text
 (datatrove's `simplify_text`: lowercase, punctuation stripped, numbers/diacritics/whitespace
 normalised), 14 buckets x 8 hashes, 64-bit hashes -> ~0.72 similarity threshold,
-P(match | s=0.8) = 1 - (1 - 0.8^8)^14 ~ 0.92. A document of fewer words than an n-gram (a
+P(match | s=0.8) = 1 - (1 - 0.8^8)^14 ~ 0.92: FineWeb's settings (5-grams, 112 hashes in 14
+buckets of 8). Measured through the prepare stage on pairs of known Jaccard similarity J
+(tests/test_dedup.py, 150 pairs each): one copy removed in 0.067 of pairs at J = 0.5
+(promised 0.055), 0.953 at J = 0.8 (0.920), 1.0 at J = 0.9. The normalisation folds every
+number (a run of digits, with one decimal separator) to `0`, as datatrove's default does:
+`x1` and `x2` are one word, and texts that differ only in their numbers are one text. On the
+standard library that removes 59 files where not folding removes 56 (the codec tables of
+`encodings/` cluster either way). A document of fewer words than an n-gram (a
 title, a one-line post, a text in a script written without spaces) has its whole word
 sequence as its one shingle (`MinhashSignature`): datatrove gives it no signature, which
 would keep every copy. Stages: signature (tasks = input tasks) -> buckets (tasks =
@@ -15,7 +22,9 @@ normalised form).
 
 Offline choices: the hash is sha1 (datatrove's other built-in, the one FineWeb used) because the
 default xxhash is not installed; words are split on whitespace after `simplify_text` (which has
-already removed punctuation), because datatrove's English word tokenizer needs spaCy.
+already removed punctuation), not by datatrove's English word tokenizer (spaCy): on 900 kB of
+normalised stdlib docstrings and Python docs the two give 148,607 and 148,731 words (spaCy
+splits a few stray symbols such as `‘` and `°` off), in 0.015 s against 4.05 s.
 
 Which copy survives. MinHash: one per cluster, the root datatrove's union-find leaves it
 (unions go by cluster size, so it need not be the earliest document: pairs (1, 2) then (0, 2)

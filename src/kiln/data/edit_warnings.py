@@ -1,9 +1,11 @@
 """Warn when a prepare stage kept documents but deleted most of their text.
 
 The drop counts and the kept fraction only see documents removed whole. C4's line rules
-(the `prose` quality domain) instead delete lines that do not end in terminal punctuation
-or hold under 3 words: on hard-wrapped text (books, licenses, RFCs, mail: one paragraph over
-many short lines) that is most of every line, and the documents that survive are fragments.
+(the `prose` quality domain) instead delete lines that hold under 3 words, mention
+javascript or cookie/terms-of-use phrases, or hold a > 1000-character word: on a page of
+mostly such lines (an article about JavaScript, a list of two-word lines) the document that
+survives is a fragment. (C4's terminal-punctuation rule, which cut hard-wrapped text to
+fragments, is off, as in FineWeb: `kiln.data.filters.quality`.)
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ def edit_warnings(run_dir: Path) -> list[str]:
             out.append(
                 f"{row['stage']}: C4's line rules (prepare.quality.domain = \"prose\") removed "
                 f"{(before - after) / before:.0%} of the text of the documents they kept "
-                f"({before:,} -> {after:,} bytes): they delete each line that does not end in "
-                ". ! ? or \" or has under 3 words, which leaves hard-wrapped text (a paragraph "
-                "over many lines) in fragments; join each paragraph onto one line before "
-                "prepare, or leave \"quality\" out of prepare.stages; see "
+                f"({before:,} -> {after:,} bytes): they delete each line that has under 3 "
+                "words, mentions javascript or a cookie/terms-of-use phrase, or holds a word "
+                "over 1000 characters; leave \"quality\" out of prepare.stages, or choose "
+                "another prepare.quality.domain, to keep such text whole; see "
                 f"{Path(run_dir) / 'yield.json'}")
     return out

@@ -3,7 +3,8 @@
 Why: the prose quality filters split a document into words with spaCy, at about 100 bytes of
 memory per character of text: a 200 MB text (one `text` field, a `.txt` dump with no line
 breaks) needs some 20 GB and fails hours into a run, though Gopher's 100,000-word bound
-would drop it in the end anyway. So the reader cuts any text longer than
+would drop it in the end anyway (the quality stage judges that bound on the whole text, over
+its parts: `kiln.data.filters.text_length`). So the reader cuts any text longer than
 `MAX_DOCUMENT_CHARS` (spaCy's own default `max_length`, 1,000,000 characters) into
 consecutive parts, none longer, each a document of its own, nothing left out:
 

@@ -4,6 +4,17 @@
 
 Metadata is filtered before any archive is read; archives are read in memory with safety limits;
 LaTeX is converted with includes resolved inside the archive and user macros expanded.
+
+Where this differs from the arXiv-to-model digest (papers/arxiv-latex-pipeline.md), on purpose:
+user macros are expanded (the digest's code expands none, so `\\R` stays `\\R`); `\\input` /
+`\\include` are followed from the main file (its code concatenates every .tex member in
+archive order, so a paper's sections come in that order); paragraph breaks are kept (it
+collapses all whitespace); tables and tabulars go with figures; a category matches exactly or as a sub-category (`metadata.category_matches`). There is no
+language filter: the digest's `langdetect` "en" rule needs a package (and fastText, datatrove's
+LanguageFilter, a model download) Kiln does not ship; the `latex` quality domain's Gopher
+stop-word rule (2 of the, be, to, of, and, that, have, with) is the only English check, and
+an English abstract alone passes it. Its >= 50-word rule is Gopher's 50-word minimum there,
+and its MD5 dedup of the final text is the `dedup_exact` stage (sha1).
 """
 
 from kiln.data.arxiv.archives import (

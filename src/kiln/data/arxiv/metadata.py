@@ -29,7 +29,11 @@ TEXT_FIELDS = ("title", "abstract", "comments")  # a string, null or absent
 
 
 def category_matches(categories: str | list[str], wanted: Iterable[str]) -> bool:
-    """True if any listed category is a wanted one or a sub-category of a wanted archive."""
+    """True if any listed category is a wanted one or a sub-category of a wanted archive.
+
+    Deliberately not the digest's code (`any(c in categories for c in allowed)`, a substring
+    test on the categories string): that also keeps `math-ph` ("math") and every `physics.*`
+    paper ("cs" in "physics"), which the category list does not mean."""
     cats = categories.split() if isinstance(categories, str) else list(categories)
     wanted = tuple(wanted)
     return any(c == w or c.startswith(w + ".") for c in cats for w in wanted)

@@ -57,6 +57,11 @@ class CodeRepetitionFilter(GopherRepetitionFilter):
         return True
 
 
+def code_words(text: str) -> int:
+    """Words of code: runs of `\\w` characters (identifiers, keywords, numbers)."""
+    return len(_WORD.findall(text))
+
+
 class CodeLengthFilter(BaseFilter):
     """Keep documents with min_words..max_words words (runs of `\\w` characters)."""
 
@@ -68,7 +73,7 @@ class CodeLengthFilter(BaseFilter):
         self.min_words, self.max_words = min_words, max_words
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
-        n = len(_WORD.findall(doc.text))
+        n = code_words(doc.text)
         if self.min_words is not None and n < self.min_words:
             return False, "gopher_short_doc"
         if self.max_words is not None and n > self.max_words:

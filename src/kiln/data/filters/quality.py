@@ -4,10 +4,14 @@ The web-text rules are tuned for HTML-extracted prose; applied unchanged they de
 LaTeX (C4's `{` rule, Gopher's symbol and alphabetic-word ratios) and most source code (line
 punctuation, sentences, stop words). Each domain therefore gets its own configuration:
 
-- ``prose``: every filter with its published defaults, in FineWeb's order (Gopher repetition,
-  Gopher quality, C4 quality, FineWeb quality). Note that C4QualityFilter *edits* the text:
-  it removes lines without terminal punctuation, with < 3 words, mentioning javascript or
-  cookie/terms-of-use phrases, and strips `[1]`-style citations.
+- ``prose``: FineWeb's filters as FineWeb configured them (datatrove's `examples/fineweb.py`):
+  Gopher repetition, Gopher quality, C4 quality and FineWeb quality, in that order, each with
+  its published defaults but for C4's terminal-punctuation line rule, which FineWeb turned off
+  (`filter_no_terminal_punct=False`: in the FineWeb paper it removed too many tokens; on
+  hard-wrapped text, a paragraph over many lines, it deleted every line but each paragraph's
+  last). C4QualityFilter still *edits* the text: it removes lines with < 3 words (blank lines
+  too: paragraphs are joined), mentioning javascript or cookie/terms-of-use phrases, or with
+  a > 1000-character word, and strips `[1]`-style citations.
 - ``latex``: Gopher repetition (defaults); Gopher quality without the `#`/ellipsis-per-word
   ratio (`#1` macro arguments) and without the 80 %-alphabetic-words rule (math tokens);
   C4 reduced to its document-level rules (lorem ipsum, >= 5 sentences) plus dropping lines
@@ -15,7 +19,9 @@ punctuation, sentences, stop words). Each domain therefore gets its own configur
   equations, `\\begin{...}` lines and `[1]` macro arities out of the source). FineWeb quality
   is left out: its line statistics (terminal punctuation share, 1 % duplicate-line chars)
   describe web-page lines, not hard-wrapped markup where `\\end{equation}` repeats legitimately.
-  C4 still strips the whitespace around every line (indentation is lost, content is not).
+  C4's rewrite of the text is undone but for those long-word lines (`LatexC4Filter`): it
+  stripped every line, which took the indentation out of the ``` code blocks the LaTeX
+  converter keeps exactly as written (a Python listing's indentation is its meaning).
 - ``code``: only rules that make sense for code: Gopher's *paragraph* repetition rules
   (duplicate blank-line-separated blocks <= 30 % of blocks and <= 20 % of characters: a file
   of repeated blocks is generated or data, not code) and the document length bounds of Gopher
@@ -27,6 +33,12 @@ punctuation, sentences, stop words). Each domain therefore gets its own configur
   `return NotImplemented` and indentation), so a file of one line repeated with no blank
   line passes. Word n-gram repetition, stop words, word length, symbol ratios, C4 and
   FineWeb are prose statistics and are left out.
+
+In every domain a text the reader cut into parts (over 1,000,000 characters: `part_of`) is
+judged by that length bound as a whole, first (`text_length.WholeTextLengthFilter`): all its
+parts go when the text has over 100,000 words, as Gopher drops the whole document (any
+English prose text that long has ~160,000), where each part judged alone lost every full
+part and could keep the last, shorter one. Its parts' other rules are judged part by part.
 
 Everything here runs offline: English word and sentence splitting uses `spacy.blank("en")`
 plus a rule-based sentencizer (the `spacy` package, no model download).
@@ -46,9 +58,11 @@ from datatrove.pipeline.filters import (
 )
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
-from kiln.data.filters.code_rules import CodeLengthFilter, CodeRepetitionFilter
+from kiln.data.filters.code_rules import CodeLengthFilter, CodeRepetitionFilter, code_words
+from kiln.data.filters.text_length import WholeTextLengthFilter, gopher_words
 
 DOMAINS = ("prose", "latex", "code")
+MAX_WORDS = 100_000  # Gopher's document-length bound (GopherQualityFilter's max_doc_words)
 
 ExclusionWriters = Callable[[str], DiskWriter] | None
 
@@ -65,9 +79,9 @@ def _check_offline() -> None:
 
 class MeasuredC4QualityFilter(C4QualityFilter):
     """C4QualityFilter that also counts the UTF-8 bytes of the documents it keeps before and
-    after its line removals (`edited_bytes_in` / `edited_bytes_out`): on hard-wrapped text
-    (a paragraph over many lines, each without terminal punctuation) it keeps the document
-    but deletes most of it, which no drop count shows (`yield.json` `edited`)."""
+    after its line removals (`edited_bytes_in` / `edited_bytes_out`): a document whose lines
+    are mostly short (< 3 words) or mention javascript (a JavaScript tutorial) is kept with
+    most of it deleted, which no drop count shows (`yield.json` `edited`)."""
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         before = len(doc.text.encode("utf-8"))
@@ -78,23 +92,40 @@ class MeasuredC4QualityFilter(C4QualityFilter):
         return result
 
 
+class LatexC4Filter(C4QualityFilter):
+    """C4's document rules and its long-word line removal, with every other line as written:
+    C4QualityFilter rewrites a kept text as its lines stripped, joined by newlines."""
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        original = doc.text
+        result = super().filter(doc)
+        if result is True:
+            limit = self.max_word_length
+            doc.text = "\n".join(
+                line for line in original.split("\n")
+                if limit == -1 or not any(len(word) > limit for word in line.split()))
+        return result
+
+
 def _prose(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
+        WholeTextLengthFilter(gopher_words, MAX_WORDS, exclusion_writer=ex("long_text")),
         GopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
         GopherQualityFilter(exclusion_writer=ex("gopher_quality")),
-        MeasuredC4QualityFilter(exclusion_writer=ex("c4_quality")),
+        MeasuredC4QualityFilter(filter_no_terminal_punct=False, exclusion_writer=ex("c4_quality")),
         FineWebQualityFilter(exclusion_writer=ex("fineweb_quality")),
     ]
 
 
 def _latex(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
+        WholeTextLengthFilter(gopher_words, MAX_WORDS, exclusion_writer=ex("long_text")),
         GopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
         GopherQualityFilter(
             max_symbol_word_ratio=None, max_non_alpha_words_ratio=None,
             exclusion_writer=ex("gopher_quality"),
         ),
-        C4QualityFilter(
+        LatexC4Filter(
             filter_curly_bracket=False, filter_no_terminal_punct=False, min_words_per_line=-1,
             remove_citations=False, filter_javascript=False, filter_policy=False,
             exclusion_writer=ex("c4_quality"),
@@ -104,8 +135,9 @@ def _latex(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
 
 def _code(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
+        WholeTextLengthFilter(code_words, MAX_WORDS, exclusion_writer=ex("long_text")),
         CodeRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
-        CodeLengthFilter(min_words=50, max_words=100_000, exclusion_writer=ex("gopher_quality")),
+        CodeLengthFilter(min_words=50, max_words=MAX_WORDS, exclusion_writer=ex("gopher_quality")),
     ]
 
 

@@ -1,0 +1,83 @@
+"""Gopher's document-length bound judged on the whole text, for the parts the reader cut.
+
+The reader cuts a text over 1,000,000 characters into parts (`kiln.data.long_documents`,
+`part_of` = the text's id) so that spaCy's word split fits in memory. Gopher's quality rule
+drops a document of over 100,000 words; applied to each part, that bound judged lengths the
+cut chose, not the text's: a full part of English prose (~1,000,000 characters, ~160,000
+words) always went, and the last part, shorter, was judged alone and could be kept (the end
+of a text Gopher drops, without its start). This filter counts the words of a text's parts as
+they come (they come one after another from the reader) with the domain's own counter, and
+drops *every* part of a text whose total is over the bound, with Gopher's reason
+`gopher_long_doc`, as Gopher would drop the whole text; a text within it goes on, its parts'
+other rules judged part by part (a last part under Gopher's 50-word minimum still goes).
+Documents that were not cut are not counted here: the domain's own length rule judges them.
+It stops counting a text once over the bound, so a long text costs one part's word split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from datatrove.pipeline.writers.disk_base import DiskWriter
+from datatrove.utils.text import PUNCTUATION_SET, split_into_words
+from datatrove.utils.typeshelper import Languages
+
+from kiln.data.long_documents import PART_OF
+
+LONG_REASON = "gopher_long_doc"  # GopherQualityFilter's own reason: yield reports read the same
+
+
+def gopher_words(text: str) -> int:
+    """GopherQualityFilter's count: words (datatrove's English split) with a non-punctuation
+    character."""
+    return sum(any(ch not in PUNCTUATION_SET for ch in w)
+               for w in split_into_words(text, Languages.english))
+
+
+class WholeTextLengthFilter(BaseFilter):
+    """Drop all parts of a cut text of over `max_words` words (counted by `count`, a picklable
+    function) and keep the parts of one within it; documents that were not cut pass."""
+
+    name = "📏 Whole-text length"
+
+    def __init__(self, count: Callable[[str], int], max_words: int,
+                 exclusion_writer: DiskWriter | None = None):
+        super().__init__(exclusion_writer)
+        self.count, self.max_words = count, max_words
+        self._verdicts: dict[str, bool | tuple[bool, str]] = {}
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        return super().run(self._judged(data or ()), rank, world_size)
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        return self._verdicts.pop(doc.id, True)
+
+    def _judged(self, data: DocumentsPipeline) -> Iterator[Document]:
+        """The documents in order; a text's parts held back until its verdict is known."""
+        held: list[Document] = []
+        text, words = None, 0
+        for doc in data:
+            of = doc.metadata.get(PART_OF)
+            if of is None or of != text:
+                yield from self._release(held, True)  # the previous text ended within the bound
+                text, words = of, 0
+                if of is None:
+                    yield doc
+                    continue
+            if words > self.max_words:  # already over: no need to count
+                yield from self._release([doc], (False, LONG_REASON))
+                continue
+            words += self.count(doc.text)
+            held.append(doc)
+            if words > self.max_words:
+                self.stat_update("texts_over_max_words")
+                yield from self._release(held, (False, LONG_REASON))
+        yield from self._release(held, True)
+
+    def _release(self, held: list[Document], verdict: bool | tuple[bool, str]) -> Iterator[Document]:
+        for doc in held:
+            self._verdicts[doc.id] = verdict
+            yield doc
+        held.clear()

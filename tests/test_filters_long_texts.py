@@ -1,0 +1,90 @@
+"""A text the reader cut into parts (over 1,000,000 characters) is judged by Gopher's
+100,000-word bound as a whole: every part goes, as the whole text would. Judged part by part,
+each full part (~160,000 words of prose) went and the last, shorter part could be kept alone."""
+
+from __future__ import annotations
+
+import random
+
+from datatrove.data import Document
+from datatrove.pipeline.filters.base_filter import get_filter_result
+
+from kiln.data.documents import SourceReader
+from kiln.data.filters import quality_filters
+from kiln.data.filters.code_rules import code_words
+from kiln.data.filters.text_length import WholeTextLengthFilter, gopher_words
+
+
+def _kept(steps, docs) -> list[str]:
+    stream = iter(docs)
+    for step in steps:
+        stream = step.run(stream)
+    return [d.id for d in stream]
+
+
+def _read(path) -> list[Document]:
+    return list(SourceReader([str(path)], progress=False).run())
+
+
+def _part(text_id: str, k: int, text: str) -> Document:
+    return Document(text=text, id=f"{text_id}#{k}", metadata={"part_of": text_id})
+
+
+def test_parts_are_judged_by_their_text_s_total():
+    step = WholeTextLengthFilter(code_words, max_words=10)
+    docs = [Document("one two three four five six seven eight nine ten eleven twelve", "a"),
+            _part("t", 1, "w " * 8), _part("t", 2, "w " * 4),  # 12 words: over
+            _part("u", 1, "w " * 5), _part("u", 2, "w " * 3),  # 8: within
+            _part("v", 1, "w " * 11), _part("v", 2, "w"), _part("v", 3, "w"),  # over at once
+            Document("twelve words " * 6, "b")]
+    assert _kept([step], docs) == ["a", "u#1", "u#2", "b"]  # uncut documents are not judged
+    stats = step.stats
+    assert stats["dropped_gopher_long_doc"].total == 5 and stats["texts_over_max_words"].total == 2
+
+
+def test_a_long_code_text_loses_every_part_not_only_the_full_ones(tmp_path):
+    """1.58M characters of code: part 1 (999,940 characters, 114,993 words) went for its
+    length and part 2 (577,839 characters, 65,007 words) was kept alone."""
+    blocks = [f"def handler_{i}(event, retries):\n    return dispatch(event, retries + {i})\n"
+              for i in range(20_000)]
+    (tmp_path / "gen.py").write_text("\n".join(blocks))
+    docs = _read(tmp_path / "gen.py")
+    assert len(docs) == 2 and code_words(docs[1].text) < 100_000
+    step, *_ = steps = quality_filters("code")
+    assert _kept(steps, docs) == []
+    assert step.stats["dropped_gopher_long_doc"].total == 2
+    # a text within the bound, cut all the same, keeps its parts: judged as the whole text
+    small = [_part("s", 1, "\n".join(blocks[:50])), _part("s", 2, "\n".join(blocks[50:100]))]
+    assert _kept(quality_filters("code"), small) == ["s#1", "s#2"]
+
+
+def _prose(n_chars: int, seed: int = 0) -> str:
+    """Varied English-like paragraphs (one a line) that pass every prose rule."""
+    rng = random.Random(seed)
+    vocab = ["".join(rng.choice("bcdfghklmnprstvw") + rng.choice("aeiou") for _ in range(3))
+             for _ in range(5000)]
+    stops = ["the", "of", "and", "to", "with", "that", "have", "be"]
+    out, size = [], 0
+    while size < n_chars:
+        sentences = [" ".join(rng.choice(vocab if rng.random() < 0.6 else stops)
+                              for _ in range(rng.randint(8, 20))).capitalize() + "."
+                     for _ in range(rng.randint(3, 7))]
+        out.append(" ".join(sentences) + "\n\n")
+        size += len(out[-1])
+    return "".join(out)
+
+
+def test_a_long_prose_text_loses_its_tail_with_its_other_parts(tmp_path):
+    """The reported case: prose over 1,000,000 characters. Part 1 went (gopher_long_doc);
+    the tail passed every rule and was kept, the end of a text Gopher drops."""
+    text = _prose(1_150_000)
+    (tmp_path / "book.txt").write_text(text)
+    docs = _read(tmp_path / "book.txt")
+    assert [d.id for d in docs] == ["book.txt#1", "book.txt#2"]
+    assert gopher_words(docs[1].text) < 100_000 < gopher_words(text[:1_000_000])
+    tail = Document(text=docs[1].text, id="tail")  # alone, not a part: every rule keeps it
+    for step in quality_filters("prose"):
+        assert get_filter_result(step.filter(tail)) == (True, None), type(step).__name__
+    steps = quality_filters("prose")
+    assert _kept(steps, docs) == []
+    assert steps[0].stats["dropped_gopher_long_doc"].total == 2
