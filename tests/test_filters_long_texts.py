@@ -88,3 +88,26 @@ def test_a_long_prose_text_loses_its_tail_with_its_other_parts(tmp_path):
     steps = quality_filters("prose")
     assert _kept(steps, docs) == []
     assert steps[0].stats["dropped_gopher_long_doc"].total == 2
+
+
+def test_parts_held_for_a_verdict_are_bounded_by_characters():
+    """A text of few, very long words (a blob without spaces: one word a part) is not held
+    back whole waiting for the word bound: past `max_held_chars` its parts go at once."""
+    step = WholeTextLengthFilter(code_words, max_words=10, max_held_chars=25)
+    seen: list[str] = []
+
+    def parts():
+        for k in range(1, 7):
+            seen.append(f"z#{k}")
+            yield _part("z", k, "x" * 10)  # one word each: never over 10 words
+        yield Document("a short one", "c")
+
+    judged: list[tuple[str, int]] = []
+    filter_ = step.filter
+    step.filter = lambda doc: judged.append((doc.id, len(seen))) or filter_(doc)
+    assert [d.id for d in step.run(parts())] == ["c"]
+    # z#1..z#3 (30 > 25 characters) were judged before z#4 was read, not all six at the end
+    assert judged[:3] == [("z#1", 3), ("z#2", 3), ("z#3", 3)]
+    assert judged[3:6] == [("z#4", 4), ("z#5", 5), ("z#6", 6)]
+    assert step.stats["dropped_long_text_few_words"].total == 6
+    assert step.stats["texts_over_max_held_chars"].total == 1

@@ -12,6 +12,10 @@ drops *every* part of a text whose total is over the bound, with Gopher's reason
 other rules judged part by part (a last part under Gopher's 50-word minimum still goes).
 Documents that were not cut are not counted here: the domain's own length rule judges them.
 It stops counting a text once over the bound, so a long text costs one part's word split.
+The parts it holds back are bounded too (`max_held_chars`, 16 parts): a text that long with
+at most 100,000 words has over 160 characters a word, a blob (base64, a sequence dump) that
+no domain keeps as prose or code, and holding all of it would undo the reader's streaming
+(a 20 GB text without spaces is one word a part); its parts go as `long_text_few_words`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from datatrove.utils.typeshelper import Languages
 from kiln.data.long_documents import PART_OF
 
 LONG_REASON = "gopher_long_doc"  # GopherQualityFilter's own reason: yield reports read the same
+BLOB_REASON = "long_text_few_words"
+MAX_HELD_CHARS = 16_000_000
 
 
 def gopher_words(text: str) -> int:
@@ -43,9 +49,10 @@ class WholeTextLengthFilter(BaseFilter):
     name = "📏 Whole-text length"
 
     def __init__(self, count: Callable[[str], int], max_words: int,
-                 exclusion_writer: DiskWriter | None = None):
+                 exclusion_writer: DiskWriter | None = None,
+                 max_held_chars: int = MAX_HELD_CHARS):
         super().__init__(exclusion_writer)
-        self.count, self.max_words = count, max_words
+        self.count, self.max_words, self.max_held_chars = count, max_words, max_held_chars
         self._verdicts: dict[str, bool | tuple[bool, str]] = {}
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
@@ -57,23 +64,29 @@ class WholeTextLengthFilter(BaseFilter):
     def _judged(self, data: DocumentsPipeline) -> Iterator[Document]:
         """The documents in order; a text's parts held back until its verdict is known."""
         held: list[Document] = []
-        text, words = None, 0
+        text, words, chars, over = None, 0, 0, None
         for doc in data:
             of = doc.metadata.get(PART_OF)
             if of is None or of != text:
                 yield from self._release(held, True)  # the previous text ended within the bound
-                text, words = of, 0
+                text, words, chars, over = of, 0, 0, None
                 if of is None:
                     yield doc
                     continue
-            if words > self.max_words:  # already over: no need to count
-                yield from self._release([doc], (False, LONG_REASON))
+            if over is not None:  # already judged: no need to count
+                yield from self._release([doc], (False, over))
                 continue
             words += self.count(doc.text)
+            chars += len(doc.text)
             held.append(doc)
             if words > self.max_words:
+                over = LONG_REASON
                 self.stat_update("texts_over_max_words")
-                yield from self._release(held, (False, LONG_REASON))
+            elif chars > self.max_held_chars:
+                over = BLOB_REASON
+                self.stat_update("texts_over_max_held_chars")
+            if over is not None:
+                yield from self._release(held, (False, over))
         yield from self._release(held, True)
 
     def _release(self, held: list[Document], verdict: bool | tuple[bool, str]) -> Iterator[Document]:
