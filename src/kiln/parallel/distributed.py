@@ -317,13 +317,14 @@ def _wait_for_main() -> tuple[tuple[bool, str, int] | None, KeyboardInterrupt | 
     failed = torch.zeros(1, dtype=torch.int64)
     pending = dist.broadcast(failed, src=0, group=group, async_op=True)
     stop: KeyboardInterrupt | None = None
-    deadline = float("inf")
+    deadline, pause = float("inf"), 0.001  # a short wait (a checkpoint's) ends soon after
     while True:
         try:
             while not pending.is_completed():
                 if time.monotonic() > deadline:
                     raise stop  # type: ignore[misc]  # deadline is set with stop
-                time.sleep(_POLL_S)
+                time.sleep(pause)
+                pause = min(2 * pause, _POLL_S)
             break
         except KeyboardInterrupt as e:
             if stop is not None:
