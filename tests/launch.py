@@ -24,13 +24,10 @@ def run_ranks(args: list[str], world_size: int, timeout: float = 300, cwd: Path 
     return run_python(["-m", "kiln.cli", *args], world_size, timeout, cwd, every_rank)
 
 
-def run_python(args: list[str], world_size: int, timeout: float = 300, cwd: Path | None = None,
-               every_rank: bool = False):
-    """Run `python ARGS` (a script path or `-m module`, then its arguments) as `world_size`
-    gloo ranks with torchrun's environment variables; returns rank 0's output (or all).
-
-    Every rank is killed if any fails or the timeout passes, so a hung collective fails the
-    test instead of hanging CI."""
+def start_python(args: list[str], world_size: int, cwd: Path | None = None,
+                 ) -> tuple[list[subprocess.Popen], list]:
+    """Start `python ARGS` as `world_size` gloo ranks with torchrun's environment variables;
+    each rank's output (stdout and stderr) goes to a temporary file of its own, returned."""
     port = free_port()
     procs, logs = [], []
     for rank in range(world_size):
@@ -40,6 +37,17 @@ def run_python(args: list[str], world_size: int, timeout: float = 300, cwd: Path
         logs.append(tempfile.TemporaryFile())  # a file, not a pipe: a chatty rank never blocks
         procs.append(subprocess.Popen([sys.executable, *args], env=env, cwd=cwd,
                                       stdout=logs[-1], stderr=subprocess.STDOUT))
+    return procs, logs
+
+
+def run_python(args: list[str], world_size: int, timeout: float = 300, cwd: Path | None = None,
+               every_rank: bool = False):
+    """Run `python ARGS` (a script path or `-m module`, then its arguments) as `world_size`
+    gloo ranks with torchrun's environment variables; returns rank 0's output (or all).
+
+    Every rank is killed if any fails or the timeout passes, so a hung collective fails the
+    test instead of hanging CI."""
+    procs, logs = start_python(args, world_size, cwd)
     deadline = time.monotonic() + timeout
     try:
         while any(p.poll() is None for p in procs):

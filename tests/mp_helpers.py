@@ -31,7 +31,8 @@ def _rank_main(fn: Callable, rank: int, world_size: int, port: int, out, args: t
             torch.save(fn(rank, world_size, *args), buf)
             out.put((rank, True, buf.getvalue()))
         finally:
-            dist.destroy_process_group()
+            if dist.is_initialized():  # `kiln run` ends its group itself when it fails
+                dist.destroy_process_group()
     except BaseException:  # report everything: the parent otherwise only sees a timeout
         out.put((rank, False, traceback.format_exc()))
 

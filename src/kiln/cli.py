@@ -26,10 +26,12 @@ from kiln.config import (
 from kiln.errors import (
     KilnError,
     MainRankInterrupted,
+    Terminated,
     TrainingInterrupted,
     alike_on_every_rank,
     met_alike_on_every_rank,
 )
+from kiln.interrupts import signals_stop_at_once, stop_under_way
 
 
 def _tokenizer_path(cfg: Config) -> Path:
@@ -373,7 +375,7 @@ def cmd_report(cfg: Config, compare: list[str] | tuple[str, ...] = ()) -> None:
 
 def cmd_run(cfg: Config) -> None:
     """The whole chain. Under torchrun, rank 0 prepares the data and finishes the run."""
-    from kiln.parallel.distributed import init_distributed, run_on_main
+    from kiln.parallel.distributed import init_distributed, run_on_main, shutdown
     from kiln.train.precision import resolve_device
 
     env = init_distributed(resolve_device(cfg.train.device), flat_settings(cfg))
@@ -386,7 +388,13 @@ def cmd_run(cfg: Config) -> None:
         _refuse_prompts_that_do_not_fit(cfg)  # before hours of training, not after
 
     # the data stages may take hours: the other ranks wait, then learn how they went
-    run_on_main(env, data_stages, _data_stages_told, KilnError)
+    try:
+        run_on_main(env, data_stages, _data_stages_told, KilnError)
+    except BaseException:
+        # the groups left standing at exit, the peers gone, gloo's threads abort the process
+        # (SIGABRT: "terminate called without an active exception") instead of its exit
+        shutdown(env)
+        raise
     try:
         _timed([("train", cmd_train)], cfg)
     except ConfigError:  # settings refused before any step ran: nothing new to report
@@ -679,12 +687,16 @@ _AFTER_INTERRUPT = {
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        with warnings.catch_warnings():
+        with signals_stop_at_once(), warnings.catch_warnings():
             warnings.showwarning = _show_warning(warnings.showwarning)
             return _main(argv)
-    except KeyboardInterrupt:  # while starting (importing torch), before any verb ran
-        print("\nkiln: interrupted while starting; nothing was changed", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # while starting (importing torch), before any verb ran
+        print(f"\nkiln: {_stopped_by(e)} while starting; nothing was changed", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
+
+
+def _stopped_by(e: KeyboardInterrupt) -> str:
+    return "stopped on SIGTERM" if isinstance(e, Terminated) else "interrupted"
 
 
 def _show_warning(shown: Callable) -> Callable:
@@ -737,6 +749,7 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     cfg = None
     from kiln.parallel.distributed import (
+        first_on_its_node,
         is_main_process,
         launched_ranks,
         lost_a_rank,
@@ -788,6 +801,7 @@ def _main(argv: list[str] | None) -> int:
             print(f"kiln: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
+        stop_under_way()  # torchrun's SIGTERM once another rank exits must not cut this short
         if isinstance(e, TrainingInterrupted):  # stopped at a step boundary and saved it
             if is_main_process():
                 again = "`kiln run` again" if args.verb == "run" else \
@@ -796,12 +810,13 @@ def _main(argv: list[str] | None) -> int:
                       file=sys.stderr)
             return e.exit_code
         if isinstance(e, MainRankInterrupted):  # rank 0 stopped in work this rank waited for
-            print(f"kiln: {args.verb} stopped: {e}; {_AFTER_INTERRUPT.get(args.verb, _KEPT)}",
-                  file=sys.stderr)
+            if first_on_its_node():  # rank 0 says it on its own node: one line per machine
+                print(f"kiln: {args.verb} stopped: {e}; "
+                      f"{_AFTER_INTERRUPT.get(args.verb, _KEPT)}", file=sys.stderr)
             return e.exit_code
-        print(f"\nkiln: {args.verb} interrupted; {_AFTER_INTERRUPT.get(args.verb, _KEPT)}",
+        print(f"\nkiln: {args.verb} {_stopped_by(e)}; {_AFTER_INTERRUPT.get(args.verb, _KEPT)}",
               file=sys.stderr)
-        return 130
+        return getattr(e, "exit_code", 130)
     except RuntimeError as e:
         if not lost_a_rank(e):
             raise

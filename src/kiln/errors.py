@@ -50,6 +50,16 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.exit_code = 143 if signal_name == "SIGTERM" else 130
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside training (`kiln.interrupts`): the command stops as on Ctrl-C, with
+    the exit status of a process ended by SIGTERM (128 + 15)."""
+
+    exit_code = 143
+
+    def __init__(self) -> None:
+        super().__init__("SIGTERM")
+
+
 class MainRankInterrupted(KeyboardInterrupt):
     """Rank 0 was interrupted (Ctrl-C, SIGTERM) in work the other ranks waited for (the
     data stages, a checkpoint write): raised on those ranks, so that they stop as rank 0

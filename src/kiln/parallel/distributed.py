@@ -11,6 +11,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 
 from kiln.config import ConfigError
-from kiln.errors import MainRankInterrupted
+from kiln.errors import MainRankInterrupted, Terminated
 
 
 @dataclass(frozen=True)
@@ -260,24 +261,101 @@ def run_on_main(env: DistEnv, work: Callable[[], None], told: Callable[[BaseExce
     hand launch hangs for a week, and either way they would die in a raw gloo error).
 
     The work can outlast the process group's timeout (NCCL 10 min, gloo 30 min), so the
-    wait is on a gloo group of its own with a week's."""
+    wait is on a gloo group of its own with a week's; and in Python (`_wait_for_main`), so
+    that a waiting rank still takes Ctrl-C and SIGTERM, which a blocking collective holds
+    back until it returns."""
     failure: BaseException | None = None
     if env.is_main:
         try:
             work()
         except BaseException as e:  # told to the other ranks first, then raised here
             failure = e
-    if env.distributed:
-        said: list[Any] = [None if failure is None else
-                           (isinstance(failure, KeyboardInterrupt), told(failure),
-                            getattr(failure, "exit_code", 130))]
-        dist.broadcast_object_list(said, src=0, group=_long_wait_group(),
-                                   device=torch.device("cpu"))
-        if failure is None and said[0] is not None:
-            interrupted, message, exit_code = said[0]
+    if env.distributed and env.is_main:
+        _tell_the_others(failure, told)
+    elif env.distributed:
+        said, stop = _wait_for_main()
+        if said is not None:
+            interrupted, message, exit_code = said
             raise MainRankInterrupted(message, exit_code) if interrupted else error(message)
+        if stop is not None:  # asked to stop while rank 0 finished: this rank stops alone
+            raise stop
     if failure is not None:
         raise failure
+
+
+# how long a rank asked to stop while it waits for rank 0 still waits, for rank 0's word that
+# it stopped too (a scheduler's SIGTERM, torchrun's forwarded Ctrl-C reach every rank): under
+# the 30 s torchrun and SLURM (KillWait) give before SIGKILL
+STOP_GRACE_S = 15.0
+_POLL_S = 0.05
+
+
+def _tell_the_others(failure: BaseException | None, told: Callable[[BaseException], str]) -> None:
+    """Rank 0's side of `run_on_main`: whether the work failed, then (if it did) how. Ranks
+    already gone (stopped on a signal of their own) cannot hear of a failure, which is then
+    rank 0's to raise; a success they cannot hear of is a lost rank, raised."""
+    group = _long_wait_group()
+    try:
+        dist.broadcast(torch.tensor([failure is not None], dtype=torch.int64), src=0,
+                       group=group)
+        if failure is not None:
+            said: list[Any] = [(isinstance(failure, KeyboardInterrupt), told(failure),
+                                getattr(failure, "exit_code", 130))]
+            dist.broadcast_object_list(said, src=0, group=group, device=torch.device("cpu"))
+    except RuntimeError as e:
+        if failure is None or not lost_a_rank(e):
+            raise
+
+
+def _wait_for_main() -> tuple[tuple[bool, str, int] | None, KeyboardInterrupt | None]:
+    """The other ranks' side of `run_on_main`: rank 0's word (None if its work went well),
+    and the stop this rank was asked for meanwhile, if any. The wait polls an asynchronous
+    broadcast, so that a signal's handler runs; asked to stop, the rank waits up to
+    `STOP_GRACE_S` more for rank 0 to stop as well (then stops as rank 0 did), and stops at
+    once when asked again or when the grace runs out."""
+    group = _long_wait_group()
+    failed = torch.zeros(1, dtype=torch.int64)
+    pending = dist.broadcast(failed, src=0, group=group, async_op=True)
+    stop: KeyboardInterrupt | None = None
+    deadline, pause = float("inf"), 0.001  # a short wait (a checkpoint's) ends soon after
+    while True:
+        try:
+            while not pending.is_completed():
+                if time.monotonic() > deadline:
+                    raise stop  # type: ignore[misc]  # deadline is set with stop
+                time.sleep(pause)
+                pause = min(2 * pause, _POLL_S)
+            break
+        except KeyboardInterrupt as e:
+            if stop is not None:
+                _never_freed(group, pending)
+                raise
+            stop, deadline = e, time.monotonic() + STOP_GRACE_S
+            _say_stopping(e)
+    pending.wait()  # raises a lost rank's error
+    if not failed.item():
+        return None, stop
+    said: list[Any] = [None]
+    dist.broadcast_object_list(said, src=0, group=group, device=torch.device("cpu"))
+    return said[0], stop
+
+
+def _never_freed(*objects: object) -> None:
+    """A wait given up leaves gloo's thread in the broadcast's receive (for the group's week:
+    gloo's abort does not end it), and the group's destructor joins that thread: freed (by
+    `shutdown`, or at exit), it would hang the rank's exit. The process is stopping: the
+    group is kept to the end, when the thread ends with it."""
+    for obj in objects:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def _say_stopping(e: KeyboardInterrupt) -> None:
+    """A hand launch's rank, in a terminal of its own, answers Ctrl-C at once; under
+    torchrun rank 0 speaks for the ranks (one line, said when it stops)."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ and first_on_its_node():
+        signame = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
+        print(f"\nkiln: {signame}: waiting up to {STOP_GRACE_S:.0f} s for rank 0 to stop as well "
+              "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
 
 
 def shutdown(env: DistEnv) -> None:

@@ -25,10 +25,11 @@ from typing import Any
 
 import torch
 
+from kiln.interrupts import REPEAT_WINDOW_S
+from kiln.interrupts import STOP_SIGNALS as _STOP_SIGNALS
 from kiln.parallel.distributed import DistEnv, all_reduce_sum, is_main_process
 
-REPEAT_WINDOW_S = 1.0
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+__all__ = ["REPEAT_WINDOW_S", "StopRequests"]
 
 
 class StopRequests:
