@@ -46,6 +46,19 @@ def test_a_missing_relative_source_names_the_folder_it_was_looked_for_in(
         f"kiln: data.sources: '{missing}' does not exist"
 
 
+def test_a_wildcard_source_says_wildcards_are_not_expanded(tmp_path, capsys):
+    """`sources = ["data/*.jsonl"]` in a recipe: no shell expands it, and the message used to
+    say only that the pattern does not exist, though the files it means do."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/a.jsonl").write_text('{"text": "A sentence of prose."}\n')
+    pattern = f"{tmp_path}/data/*.jsonl"
+    assert main(["prepare", "--set", f'run.dir="{tmp_path / "run"}"',
+                 "--set", f'data.sources=["{pattern}"]']) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kiln: data.sources: '{pattern}' does not exist")
+    assert "wildcards are not expanded: name the folder" in err and "\n" not in err
+
+
 def test_prepare_from_another_folder_resumes_the_same_sources(tmp_path, monkeypatch, capsys):
     """A recipe's relative source, prepared from its folder, then `kiln prepare RUN` from
     another folder (config.toml records the source absolute): the same sources and settings,
