@@ -238,3 +238,23 @@ def test_a_tilde_in_every_path_setting_is_the_home_folder(tmp_path, monkeypatch)
         'prepare.inject_replicas.benchmark="~/b/math.jsonl"']).prepare
     assert (arxiv.arxiv.snapshot, arxiv.arxiv.source_dir, arxiv.inject_replicas.benchmark) == (
         str(tmp_path / "meta.jsonl"), str(tmp_path / "src"), str(tmp_path / "b/math.jsonl"))
+
+
+def test_a_val_split_far_over_val_fraction_is_warned_about(tmp_path, capsys):
+    """Two files of the same size with data.val_fraction = 0.05: the split is by whole
+    document, so one of them, half the text, went to val without a word, and training
+    saw half the data the user gave."""
+    (tmp_path / "data").mkdir()
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / "data" / name).write_text(f"{name}\n{PROSE}")
+    sets = ["--set", f'run.dir="{tmp_path / "run"}"', "--set", f'data.sources=["{tmp_path / "data"}"]',
+            "--set", 'prepare.stages=["read", "write"]', "--set", "prepare.tasks=1",
+            "--set", "tokenizer.vocab_size=300", "--set", "data.val_fraction=0.05"]
+    for verb in ("prepare", "tokenizer", "tokenize"):
+        assert main([verb, *sets]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the val split holds 5" in err or "warning: the val split holds 4" in err
+    assert "(data.val_fraction = 0.05): the split is by whole document (1 of 2 documents in " \
+        "val)" in err
+    assert main(["tokenize", str(tmp_path / "run"), "--set", "data.val_fraction=0.5"]) == 0
+    assert "the val split holds" not in capsys.readouterr().err  # what was asked for
