@@ -187,6 +187,20 @@ def test_the_hint_names_the_configured_field_and_suggests_text(tmp_path):
             "text); to read 'text': --set data.text_field=text") in str(e.value)
 
 
+def test_a_dotted_text_field_is_told_it_is_no_path_into_a_nested_field(tmp_path):
+    """`data.text_field = "data.body"` for records `{"data": {"body": ...}}`: the hint said
+    to set data.text_field, which the user had just done, as if the path should work."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text(json.dumps({"data": {"body": "here"}, "id": 1}) + "\n")
+    with pytest.raises(NoDocumentsError) as e:
+        run_prepare(READ_WRITE, tmp_path / "run", [str(src)], progress=False,
+                    text_field="data.body")
+    assert (f'\n  {src / "a.jsonl"}: 1 record has no "data.body" field (fields seen: data, '
+            "id); data.text_field names a top-level field, not a path into a nested one") \
+        in str(e.value)
+
+
 def test_no_hint_where_the_field_is_there_but_null_or_no_field_looks_likely(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()

@@ -174,6 +174,9 @@ def field_hint(reason: str, example: dict, text_field: str) -> str | None:
         under = f' under "{example["key"]}"' if "key" in example else ""
         what = (f'{example["file"]}: {missing:,} record{"s" if missing != 1 else ""}{under} '
                 f'{"have" if missing != 1 else "has"} no "{text_field}" field (fields seen: {names})')
+    if "." in text_field and text_field.split(".")[0] in fields:  # `meta.body`: a path
+        return (f"{what}; data.text_field names a top-level field, not a path into a nested "
+                "one: move the text up to a field of its own")
     likely = [f for f in LIKELY_TEXT_FIELDS if f in fields and f != text_field]
     if likely:
         return f"{what}; to read {likely[0]!r}: --set data.text_field={likely[0]}"
