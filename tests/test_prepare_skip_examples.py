@@ -214,6 +214,25 @@ def test_a_dotted_text_field_is_told_it_is_no_path_into_a_nested_field(tmp_path)
         in str(e.value)
 
 
+def test_a_text_field_holding_a_list_or_a_number_is_named(tmp_path, capsys):
+    """Records whose "text" is a list of paragraphs were `no_text` with no hint, as if the
+    field were missing; a null one still gets none (it holds no text)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text(json.dumps({"text": ["one paragraph", "two"]}) + "\n"
+                                 + json.dumps({"text": "fine"}) + "\n")
+    pq.write_table(pa.table({"text": [1, 2]}), src / "n.parquet")
+    (src / "z.jsonl").write_text(json.dumps({"text": None}) + "\n")
+    assert _cli_prepare(tmp_path, src) == 0
+    err = capsys.readouterr().err
+    assert (f'warning: {src / "a.jsonl"}: "text" holds a list, not a string, in records '
+            "skipped as no_text: only a string is read; join a list of paragraphs into one "
+            "text\n") in err
+    assert (f'warning: {src / "n.parquet"}: "text" holds a number, not a string, in records '
+            "skipped as no_text: only a string is read\n") in err
+    assert f'warning: {src / "z.jsonl"}:' not in err and "z.jsonl" in err  # skipped, no hint
+
+
 def test_no_hint_where_the_field_is_there_but_null_or_no_field_looks_likely(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()

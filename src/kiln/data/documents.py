@@ -290,7 +290,7 @@ class SourceReader(PipelineStep):
             # the fields it has instead: the user may only need to set data.text_field
             is_object = isinstance(record, dict)
             note_fields(self._count("skipped/no_text"), record if is_object else (),
-                        has_field=is_object and self.text_field in record)
+                        has_field=is_object and self.text_field in record, value=text)
             return None
         return text
 
@@ -443,7 +443,8 @@ class SourceReader(PipelineStep):
                     self._count("skipped/non_utf8")
                     continue
             if not isinstance(text, str):  # a null: the column is there
-                note_fields(self._count("skipped/no_text"), batch.schema.names, has_field=True)
+                note_fields(self._count("skipped/no_text"), batch.schema.names, has_field=True,
+                            value=text)
             else:
                 yield from self._documents(text, f"{file.rel}:{row + i}", file.path,
                                            record_fields(dict(zip(names, values)),
