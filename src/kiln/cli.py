@@ -344,8 +344,8 @@ def cmd_generate(cfg: Config) -> None:
               f"{prompt}{completion}")
         if cut:
             print(f"note: {prompt[:40]!r}: the sample stopped inside a character; its last "
-                  f"{cut} byte{'s' if cut > 1 else ''} (an incomplete UTF-8 character) are "
-                  "left out", file=sys.stderr)
+                  f"{cut} byte{'s' if cut > 1 else ''} (an incomplete UTF-8 character) "
+                  f"{'are' if cut > 1 else 'is'} left out", file=sys.stderr)
     write_json_atomic(cfg.run_dir / "samples.json", samples)
 
 
