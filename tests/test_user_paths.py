@@ -258,3 +258,20 @@ def test_a_val_split_far_over_val_fraction_is_warned_about(tmp_path, capsys):
         "val)" in err
     assert main(["tokenize", str(tmp_path / "run"), "--set", "data.val_fraction=0.5"]) == 0
     assert "the val split holds" not in capsys.readouterr().err  # what was asked for
+
+
+def test_a_prepare_run_again_says_it_kept_the_documents(tmp_path, capsys):
+    """`kiln tokenizer` and `kiln tokenize` say "kept" when they keep their outputs; a
+    prepare run again with the same settings skipped every task and printed its summary as
+    if it had read everything again."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/a.txt").write_text(PROSE)
+    sets = ["--set", f'run.dir="{tmp_path / "run"}"', "--set", f'data.sources=["{tmp_path / "data"}"]',
+            "--set", 'prepare.stages=["read", "write"]', "--set", "prepare.tasks=1"]
+    assert main(["prepare", *sets]) == 0
+    assert "prepare: kept" not in capsys.readouterr().err
+    assert main(["prepare", *sets]) == 0
+    assert f"prepare: kept {tmp_path / 'run' / 'documents'} (every task finished before" in \
+        capsys.readouterr().err
+    assert main(["prepare", *sets, "--set", "prepare.resume=false"]) == 0
+    assert "prepare: kept" not in capsys.readouterr().err
