@@ -501,3 +501,13 @@ def test_every_expert_chosen_is_a_note_and_balancing_is_inert():
     loss.backward()
     torch.testing.assert_close(loss.detach(), torch.tensor(1.0))
     assert scores.grad.abs().max() < 1e-6
+
+
+@pytest.mark.parametrize(("override", "meant"), [
+    ('prepare.pii.types=["emails"]', "EMAIL"), ('prepare.pii.types=["names"]', "NAME"),
+    ('prepare.quality.domain="Prose"', "prose")])
+def test_a_prepare_choice_in_another_case_is_suggested(override, meant):
+    """The PII types are upper case: 'emails' was refused with no suggestion, since the
+    closest-match search compared letters with their case."""
+    with pytest.raises(ConfigError, match=f"is not one of .* \\(did you mean '{meant}'\\?\\)"):
+        load_config(None, [override])
