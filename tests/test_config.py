@@ -437,6 +437,10 @@ def test_a_list_given_as_one_value_shows_the_list_syntax():
     ("model.dropout=0.1", "'model.dropout' (Kiln's decoder has no dropout)"),
     ("model.bias=true", "(Kiln's linear layers have no biases)"),
     ("train.world_size=2", "(the number of processes is torchrun's: torchrun --nproc_per_node=N"),
+    # a parquet user's word for data.text_field had no suggestion; epochs got 'optim.eps'
+    ("data.text_column=content", "'data.text_column' (did you mean 'data.text_field'?)"),
+    ("train.epochs=2", "'train.epochs' (did you mean 'train.steps'? Kiln counts optimizer steps"),
+    ("train.num_train_epochs=2", "(did you mean 'train.steps'?"),
 ])
 def test_other_trainers_names_point_to_kilns(override, message):
     with pytest.raises(ConfigError) as e:
@@ -497,3 +501,13 @@ def test_every_expert_chosen_is_a_note_and_balancing_is_inert():
     loss.backward()
     torch.testing.assert_close(loss.detach(), torch.tensor(1.0))
     assert scores.grad.abs().max() < 1e-6
+
+
+@pytest.mark.parametrize(("override", "meant"), [
+    ('prepare.pii.types=["emails"]', "EMAIL"), ('prepare.pii.types=["names"]', "NAME"),
+    ('prepare.quality.domain="Prose"', "prose")])
+def test_a_prepare_choice_in_another_case_is_suggested(override, meant):
+    """The PII types are upper case: 'emails' was refused with no suggestion, since the
+    closest-match search compared letters with their case."""
+    with pytest.raises(ConfigError, match=f"is not one of .* \\(did you mean '{meant}'\\?\\)"):
+        load_config(None, [override])

@@ -56,6 +56,7 @@ def test_the_reader_notes_files_and_lines_by_reason(tmp_path):
     assert non_utf8["files"] == 8  # counted, but only the first few named
     assert [e["file"] for e in non_utf8["examples"]] == [
         str(src / f"latin{i}.txt") for i in range(MAX_EXAMPLES)]
+    assert {e["line"] for e in non_utf8["examples"]} == {1}  # where the first bad byte is
 
 
 def test_parquet_rows_and_json_entries_are_located(tmp_path):
@@ -98,16 +99,16 @@ def test_kiln_prepare_names_the_skipped_files_in_prepare_json_and_warnings(
         "hidden": {"files": 1, "examples": [{"file": "src/.hidden.txt", "count": 1}]},
         "no_text": {"files": 1, "examples": [{"file": "src/d.jsonl", "count": 1, "line": 5,
                                               "fields": ["title"]}]},
-        "non_utf8": {"files": 8, "examples": [{"file": f"src/latin{i}.txt", "count": 1}
-                                              for i in range(MAX_EXAMPLES)]},
+        "non_utf8": {"files": 8, "examples": [{"file": f"src/latin{i}.txt", "count": 1,
+                                               "line": 1} for i in range(MAX_EXAMPLES)]},
     }
     out, err = capsys.readouterr()
     assert "warning: skipped bad_json (2 in 1 file): src/d.jsonl:3 (2)\n" in err
     # a dot-file loses no text: named in a note, and the stdout summary leaves the lists out
     assert "note: skipped hidden (1 in 1 file): src/.hidden.txt\n" in err
     assert "warning: skipped hidden" not in err and "skipped_examples" not in out
-    assert ("warning: skipped non_utf8 (8 in 8 files): src/latin0.txt, src/latin1.txt, "
-            "src/latin2.txt, src/latin3.txt, src/latin4.txt and 3 more\n") in err
+    assert ("warning: skipped non_utf8 (8 in 8 files): src/latin0.txt:1, src/latin1.txt:1, "
+            "src/latin2.txt:1, src/latin3.txt:1, src/latin4.txt:1 and 3 more\n") in err
 
 
 def test_a_prepare_that_reads_nothing_names_the_files_in_its_error(tmp_path):
@@ -120,6 +121,18 @@ def test_a_prepare_that_reads_nothing_names_the_files_in_its_error(tmp_path):
         run_prepare(READ_WRITE, tmp_path / "run", [str(src)], progress=False)
     assert f"\n  skipped binary (1 in 1 file): {src / 'a.bin'}" in str(e.value)
     assert f"\n  skipped no_text (1 in 1 file): {src / 'c.jsonl'}:1" in str(e.value)
+
+
+def test_a_text_file_with_one_stray_byte_is_named_at_its_line(tmp_path):
+    """One Latin-1 byte in a long UTF-8 text skips the whole file; the skip named the file
+    alone, leaving the user to search it for the byte."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(b"line one\nline two\nthe caf\xe9 line\nline four\n")
+    (src / "b.txt").write_bytes(b"\xef\xbb\xbfa\n\xff\n")  # after a byte-order mark too
+    found = _examples(src)["non_utf8"]["examples"]
+    assert [(e["file"], e["line"]) for e in found] == [(str(src / "a.txt"), 3),
+                                                        (str(src / "b.txt"), 2)]
 
 
 def test_a_prepare_stopped_at_a_barrier_names_the_files_too(tmp_path):
@@ -185,6 +198,39 @@ def test_the_hint_names_the_configured_field_and_suggests_text(tmp_path):
                     text_field="content")
     assert (f'\n  {src / "a.jsonl"}: 1 record has no "content" field (fields seen: meta, '
             "text); to read 'text': --set data.text_field=text") in str(e.value)
+
+
+def test_a_dotted_text_field_is_told_it_is_no_path_into_a_nested_field(tmp_path):
+    """`data.text_field = "data.body"` for records `{"data": {"body": ...}}`: the hint said
+    to set data.text_field, which the user had just done, as if the path should work."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text(json.dumps({"data": {"body": "here"}, "id": 1}) + "\n")
+    with pytest.raises(NoDocumentsError) as e:
+        run_prepare(READ_WRITE, tmp_path / "run", [str(src)], progress=False,
+                    text_field="data.body")
+    assert (f'\n  {src / "a.jsonl"}: 1 record has no "data.body" field (fields seen: data, '
+            "id); data.text_field names a top-level field, not a path into a nested one") \
+        in str(e.value)
+
+
+def test_a_text_field_holding_a_list_or_a_number_is_named(tmp_path, capsys):
+    """Records whose "text" is a list of paragraphs were `no_text` with no hint, as if the
+    field were missing; a null one still gets none (it holds no text)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text(json.dumps({"text": ["one paragraph", "two"]}) + "\n"
+                                 + json.dumps({"text": "fine"}) + "\n")
+    pq.write_table(pa.table({"text": [1, 2]}), src / "n.parquet")
+    (src / "z.jsonl").write_text(json.dumps({"text": None}) + "\n")
+    assert _cli_prepare(tmp_path, src) == 0
+    err = capsys.readouterr().err
+    assert (f'warning: {src / "a.jsonl"}: "text" holds a list, not a string, in records '
+            "skipped as no_text: only a string is read; join a list of paragraphs into one "
+            "text\n") in err
+    assert (f'warning: {src / "n.parquet"}: "text" holds a number, not a string, in records '
+            "skipped as no_text: only a string is read\n") in err
+    assert f'warning: {src / "z.jsonl"}:' not in err and "z.jsonl" in err  # skipped, no hint
 
 
 def test_no_hint_where_the_field_is_there_but_null_or_no_field_looks_likely(tmp_path, capsys):

@@ -103,6 +103,20 @@ def test_cli_report_compare(runs, tmp_path, capsys):
     assert "Comparison" in (trinity / "report.html").read_text()
 
 
+def test_comparing_with_a_run_not_trained_yet_says_so(runs, tmp_path, capsys):
+    """A prepared run, not yet trained, was refused as if it were no Kiln run at all."""
+    trinity, _ = runs
+    prepared = tmp_path / "prepared"
+    prepared.mkdir()
+    (prepared / "config.toml").write_text(config_to_toml(Config()))
+    assert main(["report", str(trinity), "--compare", str(prepared)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot compare with {prepared}: metrics.jsonl missing (a run not trained yet: " \
+        "`kiln train` it first)" in err
+    assert main(["report", str(trinity), "--compare", str(tmp_path / "other")]) == 1
+    assert "(expected a Kiln run directory)" in capsys.readouterr().err
+
+
 def test_a_run_compared_with_itself_is_refused(runs, capsys):
     trinity, dense = runs
     for compare in ([str(trinity)], [str(dense), f"{dense}/"]):

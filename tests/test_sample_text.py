@@ -46,10 +46,12 @@ def test_invalid_bytes_the_model_wrote_stay_visible(tok):
     assert decode_sample(tok, [*tok.encode("a").ids, lone, *tok.encode("b").ids]) == ("a\ufffdb", 0)
 
 
+@pytest.mark.parametrize("char", ["🚀", "ʬ"])  # 4 bytes; 2, one of them left: "1 byte is"
 def test_generate_records_and_reports_a_sample_cut_inside_a_character(tiny_run, monkeypatch,
-                                                                     capsys):
+                                                                     capsys, char):
     """`kiln generate`'s printed text, samples.json and the report agree: the half
-    character is left out, and each says how many bytes were."""
+    character is left out, and each says how many bytes were (one byte: "1 bytes ... are"
+    until the wording counted)."""
     from conftest import tiny_config
 
     import kiln.model.sampling
@@ -59,18 +61,21 @@ def test_generate_records_and_reports_a_sample_cut_inside_a_character(tiny_run, 
 
     Trainer(tiny_config(tiny_run, "train.steps=2")).fit()
     run_tok = load_tokenizer(tiny_run / "tokenizer" / "tokenizer.json")
-    ids = run_tok.encode(" 🚀").ids
-    assert len(sample_bytes(run_tok, ids[-1:])) < 4  # the rocket is cut by dropping its last id
+    ids = run_tok.encode(f" {char}").ids
+    width = len(char.encode("utf-8"))
+    assert len(sample_bytes(run_tok, ids[-1:])) < width  # cut by dropping its last id
     monkeypatch.setattr(kiln.model.sampling, "generate", lambda *a, **k: ids[:-1])
     cfg = tiny_config(tiny_run, 'generate.prompts=["def"]')
     capsys.readouterr()
     cmd_generate(cfg)
     printed = capsys.readouterr()
     (sample,) = json.loads((tiny_run / "samples.json").read_text(encoding="utf-8"))
-    dropped = 4 - len(sample_bytes(run_tok, ids[-1:]))
+    dropped = width - len(sample_bytes(run_tok, ids[-1:]))
     assert sample["completion"] == " " and sample["incomplete_bytes_dropped"] == dropped
     assert "\ufffd" not in printed.out and printed.out.endswith("def \n")
-    assert f"its last {dropped} bytes" in printed.err
+    said = (f"its last {dropped} bytes (an incomplete UTF-8 character) are" if dropped > 1
+            else "its last 1 byte (an incomplete UTF-8 character) is")
+    assert said in printed.err
     cmd_report(cfg)
     html = (tiny_run / "report.html").read_text(encoding="utf-8")
-    assert "\ufffd" not in html and f"its last {dropped} bytes" in html
+    assert "\ufffd" not in html and said in html

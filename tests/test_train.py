@@ -264,6 +264,15 @@ def test_trainer_keeps_host_memory_only_when_configured(tiny_run, monkeypatch, k
     assert calls == ([1] if keep else [])
 
 
+def test_fsdp_asked_of_one_process_is_noted(tiny_run, capsys):
+    """`kiln train RUN --set train.parallel=fsdp` without torchrun trained unwrapped, with
+    no word that the setting did nothing."""
+    Trainer(tiny_config(tiny_run, "train.parallel=fsdp"), resume=False)
+    assert "note: train.parallel = 'fsdp' applies under torchrun" in capsys.readouterr().err
+    Trainer(tiny_config(tiny_run), resume=False)  # the default, ddp: nothing to say
+    assert "train.parallel" not in capsys.readouterr().err
+
+
 def test_checkpoint_for_another_model_is_refused_by_name(tiny_run):
     train_losses(tiny_run, "train.steps=6")
     path = latest_checkpoint(tiny_run / "checkpoints")

@@ -46,6 +46,19 @@ def test_a_missing_relative_source_names_the_folder_it_was_looked_for_in(
         f"kiln: data.sources: '{missing}' does not exist"
 
 
+def test_a_wildcard_source_says_wildcards_are_not_expanded(tmp_path, capsys):
+    """`sources = ["data/*.jsonl"]` in a recipe: no shell expands it, and the message used to
+    say only that the pattern does not exist, though the files it means do."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/a.jsonl").write_text('{"text": "A sentence of prose."}\n')
+    pattern = f"{tmp_path}/data/*.jsonl"
+    assert main(["prepare", "--set", f'run.dir="{tmp_path / "run"}"',
+                 "--set", f'data.sources=["{pattern}"]']) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kiln: data.sources: '{pattern}' does not exist")
+    assert "wildcards are not expanded: name the folder" in err and "\n" not in err
+
+
 def test_prepare_from_another_folder_resumes_the_same_sources(tmp_path, monkeypatch, capsys):
     """A recipe's relative source, prepared from its folder, then `kiln prepare RUN` from
     another folder (config.toml records the source absolute): the same sources and settings,
@@ -248,3 +261,40 @@ def test_a_tilde_in_every_path_setting_is_the_home_folder(tmp_path, monkeypatch)
         'prepare.inject_replicas.benchmark="~/b/math.jsonl"']).prepare
     assert (arxiv.arxiv.snapshot, arxiv.arxiv.source_dir, arxiv.inject_replicas.benchmark) == (
         str(tmp_path / "meta.jsonl"), str(tmp_path / "src"), str(tmp_path / "b/math.jsonl"))
+
+
+def test_a_val_split_far_over_val_fraction_is_warned_about(tmp_path, capsys):
+    """Two files of the same size with data.val_fraction = 0.05: the split is by whole
+    document, so one of them, half the text, went to val without a word, and training
+    saw half the data the user gave."""
+    (tmp_path / "data").mkdir()
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / "data" / name).write_text(f"{name}\n{PROSE}")
+    sets = ["--set", f'run.dir="{tmp_path / "run"}"', "--set", f'data.sources=["{tmp_path / "data"}"]',
+            "--set", 'prepare.stages=["read", "write"]', "--set", "prepare.tasks=1",
+            "--set", "tokenizer.vocab_size=300", "--set", "data.val_fraction=0.05"]
+    for verb in ("prepare", "tokenizer", "tokenize"):
+        assert main([verb, *sets]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the val split holds 5" in err or "warning: the val split holds 4" in err
+    assert "(data.val_fraction = 0.05): the split is by whole document (1 of 2 documents in " \
+        "val)" in err
+    assert main(["tokenize", str(tmp_path / "run"), "--set", "data.val_fraction=0.5"]) == 0
+    assert "the val split holds" not in capsys.readouterr().err  # what was asked for
+
+
+def test_a_prepare_run_again_says_it_kept_the_documents(tmp_path, capsys):
+    """`kiln tokenizer` and `kiln tokenize` say "kept" when they keep their outputs; a
+    prepare run again with the same settings skipped every task and printed its summary as
+    if it had read everything again."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/a.txt").write_text(PROSE)
+    sets = ["--set", f'run.dir="{tmp_path / "run"}"', "--set", f'data.sources=["{tmp_path / "data"}"]',
+            "--set", 'prepare.stages=["read", "write"]', "--set", "prepare.tasks=1"]
+    assert main(["prepare", *sets]) == 0
+    assert "prepare: kept" not in capsys.readouterr().err
+    assert main(["prepare", *sets]) == 0
+    assert f"prepare: kept {tmp_path / 'run' / 'documents'} (every task finished before" in \
+        capsys.readouterr().err
+    assert main(["prepare", *sets, "--set", "prepare.resume=false"]) == 0
+    assert "prepare: kept" not in capsys.readouterr().err

@@ -167,6 +167,7 @@ def cmd_tokenize(cfg: Config) -> None:
         return
     print(f"tokenize: train {index['train']['tokens']:,} tokens, val {index['val']['tokens']:,} "
           f"tokens, unigram baseline {index['unigram_bpb']:.3f} bits/byte")
+    _warn_val_share(index, cfg.data.val_fraction)
     window = cfg.train.seq_len + 1
     short = [s for s in ("train", "val") if index[s]["tokens"] < window]
     if short:
@@ -176,6 +177,18 @@ def cmd_tokenize(cfg: Config) -> None:
               f"is by whole document ({index['train']['documents']} train, "
               f"{index['val']['documents']} val), so change data.val_fraction or add data",
               file=sys.stderr)
+
+
+def _warn_val_share(index: dict, val_fraction: float) -> None:
+    """The split is by whole document, so a few large documents can put far more than
+    `data.val_fraction` of the text in val (2 files: half of it), which training never sees."""
+    val, total = index["val"]["tokens"], index["train"]["tokens"] + index["val"]["tokens"]
+    if total and val / total > max(2 * val_fraction, val_fraction + 0.05):
+        n_docs = index["train"]["documents"] + index["val"]["documents"]
+        print(f"warning: the val split holds {val / total:.0%} of the tokens (data.val_fraction "
+              f"= {val_fraction}): the split is by whole document ({index['val']['documents']} of "
+              f"{n_docs} documents in val), and training never sees val: add documents, or cut "
+              "long files into several", file=sys.stderr)
 
 
 def cmd_train(cfg: Config, resume: bool = True) -> None:
@@ -333,8 +346,8 @@ def cmd_generate(cfg: Config) -> None:
               f"{prompt}{completion}")
         if cut:
             print(f"note: {prompt[:40]!r}: the sample stopped inside a character; its last "
-                  f"{cut} byte{'s' if cut > 1 else ''} (an incomplete UTF-8 character) are "
-                  "left out", file=sys.stderr)
+                  f"{cut} byte{'s' if cut > 1 else ''} (an incomplete UTF-8 character) "
+                  f"{'are' if cut > 1 else 'is'} left out", file=sys.stderr)
     write_json_atomic(cfg.run_dir / "samples.json", samples)
 
 

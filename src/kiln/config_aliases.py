@@ -86,6 +86,10 @@ ALIASES: dict[str, tuple[str, ...]] = {
                     ("data.sources",)),
     **dict.fromkeys(("distributed", "strategy", "fsdp", "ddp", "data_parallel"),
                     ("train.parallel",)),
+    **dict.fromkeys(("text_column", "text_key", "text_col", "dataset_text_field", "content_field",
+                     "text_column_name", "column", "field"), ("data.text_field",)),
+    **dict.fromkeys(("epochs", "num_epochs", "num_train_epochs", "max_epochs", "n_epochs",
+                     "epoch"), ("train.steps",)),
 }
 
 # why a name has no Kiln twin, or how the twin differs
@@ -99,6 +103,10 @@ NOTES: dict[str, str] = {
                     "the number of processes is torchrun's: torchrun --nproc_per_node=N "
                     "-m kiln train RUN"),
     "fp16": "Kiln trains in bf16 or fp32",
+    **dict.fromkeys(("epochs", "num_epochs", "num_train_epochs", "max_epochs", "n_epochs",
+                     "epoch"),
+                    "Kiln counts optimizer steps of train.global_batch windows, not passes "
+                    "over the data; the start says how many passes train.steps makes, past one"),
     **dict.fromkeys(("dropout", "attention_dropout", "hidden_dropout", "attn_dropout",
                      "resid_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop",
                      "dropout_rate"), "Kiln's decoder has no dropout"),

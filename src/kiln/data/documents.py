@@ -295,8 +295,13 @@ class SourceReader(PipelineStep):
         try:  # UTF-8's leading byte-order mark is not text either
             decoder = codecs.getincrementaldecoder("utf-16" if utf16 else "utf-8-sig")()
             text = decoder.decode(raw, final=not cut)
-        except UnicodeDecodeError:
+        except UnicodeDecodeError as e:
+            if not utf16:  # one stray byte costs the whole file: name the line it is on
+                bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
+                offset = bom + e.start  # the decoder counts from after the byte-order mark
+                self._where = ("line", raw.count(b"\n", 0, offset) + 1)
             self._count("skipped/non_utf8")
+            self._where = None
             return
         del raw  # not held beside its text while the documents go downstream
         if "\x00" in text:  # UTF-32 (FF FE 00 00), or binary that starts like UTF-16
@@ -316,7 +321,7 @@ class SourceReader(PipelineStep):
             # the fields it has instead: the user may only need to set data.text_field
             is_object = isinstance(record, dict)
             note_fields(self._count("skipped/no_text"), record if is_object else (),
-                        has_field=is_object and self.text_field in record)
+                        has_field=is_object and self.text_field in record, value=text)
             return None
         return text
 
@@ -483,7 +488,8 @@ class SourceReader(PipelineStep):
                     self._count("skipped/non_utf8")
                     continue
             if not isinstance(text, str):  # a null: the column is there
-                note_fields(self._count("skipped/no_text"), batch.schema.names, has_field=True)
+                note_fields(self._count("skipped/no_text"), batch.schema.names, has_field=True,
+                            value=text)
             else:
                 yield from self._documents(text, f"{file.rel}:{row + i}", file.path,
                                            record_fields(dict(zip(names, values)),

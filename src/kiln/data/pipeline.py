@@ -629,6 +629,9 @@ def run_prepare(
     resume = cfg.resume and not redo and same
     if not resume:
         _clear_outputs(run_dir, keep_earlier=not same)
+    elif cfg.executor != "slurm" and all(_finished(logging_dir, p) for p in phases):
+        print(f"prepare: kept {run_dir / 'documents'} (every task finished before, with these "
+              "settings and sources; prepare.resume = false makes them again)", file=sys.stderr)
     # a resume keeps prepare.json: it describes this same pipeline's finished documents (it is
     # written only when every task finished) and marks them as worth archiving if a later
     # prepare with other settings replaces them, even when this resume is interrupted

@@ -213,9 +213,10 @@ def stage_options(settings: dict) -> dict[str, dict]:
 
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        close = difflib.get_close_matches(value, list(choices), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
+    if value not in choices:  # by letters whatever their case: 'emails' means 'EMAIL'
+        lower = {c.lower(): c for c in choices}
+        close = difflib.get_close_matches(str(value).lower(), list(lower), n=1)
+        hint = f" (did you mean '{lower[close[0]]}'?)" if close else ""
         raise ConfigError(f"prepare.{key}: '{value}' is not one of {list(choices)}{hint}")
 
 

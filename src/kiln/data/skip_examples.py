@@ -91,14 +91,18 @@ def shown_name(name: str) -> str:
     return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS - 3] + "..."
 
 
-def note_fields(example: dict | None, names: Iterable[str], has_field: bool) -> None:
+def note_fields(example: dict | None, names: Iterable[str], has_field: bool,
+                value: object = None) -> None:
     """Note a skipped record's field names (or a parquet file's columns) in its file's
     `example` (None: the file is not among those named); `has_field`: the text field was
-    there, but not a string."""
+    there, but not a string: `value`, unless null, is named ("held": a list, a number...),
+    since it may hold the text in another shape."""
     if example is None:
         return
     if has_field:
         example["not_string"] = example.get("not_string", 0) + 1
+        if value is not None and (kind := _json_kind(value)) not in example.setdefault("held", []):
+            example["held"].append(kind)
     sampled = example.get("sampled", 0)
     if sampled >= FIELD_SAMPLE_RECORDS:  # the first records say it; the rest cost nothing
         return
@@ -157,10 +161,23 @@ def _of(example: dict) -> str:
     return f' of "{example["key"]}"' if "key" in example else ""
 
 
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
 def field_hint(reason: str, example: dict, text_field: str) -> str | None:
     """For a file skipped for lacking the text field: the fields it has, and the setting
-    that reads one; None if its records had the field (null or not a string)."""
+    that reads one; for records whose field held no string but a list, a number...: what it
+    held; None if its records had the field, null."""
     missing = example["count"] - example.get("not_string", 0)
+    if reason in FIELD_REASONS and missing <= 0 and example.get("held"):
+        join = "; join a list of paragraphs into one text" if "a list" in example["held"] else ""
+        return (f'{example["file"]}: "{text_field}" holds {" or ".join(example["held"])}, not '
+                f"a string, in records skipped as no_text: only a string is read{join}")
     if reason not in FIELD_REASONS or missing <= 0:
         return None
     fields = sorted(example.get("fields", []))
@@ -174,6 +191,9 @@ def field_hint(reason: str, example: dict, text_field: str) -> str | None:
         under = f' under "{example["key"]}"' if "key" in example else ""
         what = (f'{example["file"]}: {missing:,} record{"s" if missing != 1 else ""}{under} '
                 f'{"have" if missing != 1 else "has"} no "{text_field}" field (fields seen: {names})')
+    if "." in text_field and text_field.split(".")[0] in fields:  # `meta.body`: a path
+        return (f"{what}; data.text_field names a top-level field, not a path into a nested "
+                "one: move the text up to a field of its own")
     likely = [f for f in LIKELY_TEXT_FIELDS if f in fields and f != text_field]
     if likely:
         return f"{what}; to read {likely[0]!r}: --set data.text_field={likely[0]}"
@@ -198,11 +218,12 @@ def describe(examples: dict, counts: dict[str, int], text_field: str = "text") -
     alike: dict[tuple, list[dict]] = {}
     for reason, entry in examples.items():
         for e in entry["examples"]:
-            alike.setdefault((reason, tuple(sorted(e.get("fields", []))), e.get("key")),
-                             []).append(e)
-    hints = [h for (reason, _, key), group in alike.items() if (h := field_hint(reason, {
+            alike.setdefault((reason, tuple(sorted(e.get("fields", []))), e.get("key"),
+                              tuple(e.get("held", []))), []).append(e)
+    hints = [h for (reason, _, key, _), group in alike.items() if (h := field_hint(reason, {
         "file": ", ".join(e["file"] for e in group), "count": sum(e["count"] for e in group),
         "not_string": sum(e.get("not_string", 0) for e in group),
+        "held": list(dict.fromkeys(k for e in group for k in e.get("held", []))),
         "fields": group[0].get("fields", []), **({"key": key} if key else {})}, text_field))]
     hints += [lists_hint(e) for e in examples.get("several_record_lists", {}).get("examples", [])]
     for reason, entry in examples.items():

@@ -119,6 +119,9 @@ def check_sources(sources: list[str]) -> None:
             where = "" if Path(source).is_absolute() else \
                 f" (relative to the current folder {os.getcwd()}, not to the recipe's; " \
                 "run kiln from the folder it is relative to, or give an absolute path)"
+            if any(c in source for c in "*?["):  # a TOML list is not a shell: nothing expands it
+                where += "; wildcards are not expanded: name the folder (every file under it " \
+                    "is read) or list the files"
             raise FileNotFoundError(f"data.sources: {source!r} does not exist{where}")
 
 

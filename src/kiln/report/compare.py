@@ -77,8 +77,10 @@ def load_run_figures(run_dir: Path, label: str, required: bool = True,
     metrics.jsonl already read (a long run's is gigabytes: read once per report)."""
     metrics = load_metrics(run_dir) if metrics is None else metrics
     if not metrics.ok and required:
-        raise FileNotFoundError(f"cannot compare with {run_dir}: {metrics.problem} "
-                                "(expected a Kiln run directory)")
+        untrained = (run_dir / "config.toml").is_file() and not (run_dir / "metrics.jsonl").exists()
+        why = ("a run not trained yet: `kiln train` it first" if untrained
+               else "expected a Kiln run directory")
+        raise FileNotFoundError(f"cannot compare with {run_dir}: {metrics.problem} ({why})")
     records = metrics.value if metrics.ok else []
     model = load_json(run_dir, "model.json")
     counts = model.value if model.ok else {}

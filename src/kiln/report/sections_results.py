@@ -133,8 +133,10 @@ def _sample_html(number: int, sample: Any) -> str:
     head = f"Sample {number}" + (f" — {knobs}" if knobs else "")
     prompt, completion = str(sample.get("prompt", "")), str(sample.get("completion", ""))
     cut = as_number(sample.get("incomplete_bytes_dropped"))
+    bytes_are = "byte (an incomplete UTF-8 character) is" if cut == 1 else \
+        "bytes (an incomplete UTF-8 character) are"
     note = (paragraph(f"The sample stopped inside a character: its last {fmt_value(cut)} "
-                      "bytes (an incomplete UTF-8 character) are left out.", "muted")
+                      f"{bytes_are} left out.", "muted")
             if cut else "")
     return f"<h3>{esc(head)}</h3>\n<pre><b>{esc(prompt)}</b>{esc(completion)}</pre>{note}"
 

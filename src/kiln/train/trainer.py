@@ -204,6 +204,10 @@ class Trainer:
             print(f"note: {share} train.global_batch = {t.global_batch}: each runs "
                   f"micro-batches of {self.micro_batch} (train.micro_batch = {t.micro_batch} is "
                   "the most one runs at once)", file=sys.stderr)
+        if t.parallel == "fsdp" and not self.env.distributed:  # ddp is the default: said only
+            print("note: train.parallel = 'fsdp' applies under torchrun (torchrun "  # if asked
+                  "--nproc_per_node=N -m kiln train RUN); one process trains the model unwrapped",
+                  file=sys.stderr)
         if self.env.is_main and self.device.type == "cpu":
             self._note_threads()
         if self.env.is_main:
