@@ -61,6 +61,8 @@ TEXTS = {
     "blank": lambda: b" \n\t" * 100,
     "late_nul": lambda: _prose(1_200_000, 5).encode() + b"\x00 then text",
     "late_bad_utf8": lambda: _prose(1_200_000, 6).encode() + b"\xff then text",
+    "bom_bad_utf8_mid_line": lambda: (b"\xef\xbb\xbf" + _prose(1_200_000, 8).encode()
+                                      + b"\nthe caf\xe9 line\n" + _prose(9_000, 9).encode()),
     "ends_inside_a_character": lambda: _prose(1_200_000, 7).encode() + "é".encode()[:1],
     "utf32": lambda: "some text".encode("utf-32") * 10,
 }

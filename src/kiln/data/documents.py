@@ -270,8 +270,11 @@ class SourceReader(PipelineStep):
             return
         del chunks
         scan = scan_text(lambda: opener(file.path, "rb"))
-        if scan.skip:  # as `_read_text` decides
+        if scan.skip:  # as `_read_text` decides (naming the line of a stray byte, as it does)
+            if scan.skip == "non_utf8" and scan.non_utf8_line is not None:
+                self._where = ("line", scan.non_utf8_line)
             self._count(f"skipped/{scan.skip}")
+            self._where = None
             return
         if scan.cut:
             self._where = ("line", scan.newlines + 1)

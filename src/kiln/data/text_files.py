@@ -82,6 +82,7 @@ class TextScan:
 
     nul_byte: bool = False  # not UTF-16: binary, whatever else it holds
     non_utf8: bool = False
+    non_utf8_line: int | None = None  # the line of the first invalid UTF-8 byte
     nul_char: bool = False  # once decoded: UTF-32 (FF FE 00 00), binary that starts like UTF-16
     cut: bool = False  # the file ends inside its compression (a truncated download)
     chars: int = 0
@@ -113,20 +114,22 @@ def scan_text(open_file: Callable[[], BinaryIO]) -> TextScan:
                 if not utf16 and b"\x00" in chunk:
                     scan.nul_byte = True  # read on: damage after it still makes it unreadable
                 if not (scan.nul_byte or scan.non_utf8):
-                    _scan_text(scan, decoder, chunk)
+                    _scan_text(scan, decoder, chunk, utf16)
         except EOFError:
             scan.cut = True
     if decoder is not None and not (scan.nul_byte or scan.non_utf8 or scan.cut):
-        _scan_text(scan, decoder, b"", final=True)
+        _scan_text(scan, decoder, b"", utf16, final=True)
     return scan
 
 
-def _scan_text(scan: TextScan, decoder: codecs.IncrementalDecoder, chunk: bytes,
+def _scan_text(scan: TextScan, decoder: codecs.IncrementalDecoder, chunk: bytes, utf16: bool,
                final: bool = False) -> None:
     try:
         text = decoder.decode(chunk, final=final)
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as e:  # e.object: the bytes decoded (held ones + this chunk)
         scan.non_utf8 = True
+        if not utf16:
+            scan.non_utf8_line = scan.newlines + e.object[:e.start].count(b"\n") + 1
         return
     scan.nul_char = scan.nul_char or "\x00" in text
     scan.chars += len(text)
