@@ -107,20 +107,29 @@ class Transformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Normal(0, std) weights; residual output projections scaled by 1/sqrt(2 * layers)
-        so the residual stream's variance does not grow with depth (GPT-2 / OLMo style);
-        norm gains 1, post-norm gains depth-scaled; MoE layers initialise their own."""
+        """Normal(0, std) weights, norm gains 1; MoE layers initialise their own.
+
+        Where the depth scaling lives depends on the block. Pre-norm: residual output
+        projections (wo, w_down) start at std / sqrt(2 * layers), so the residual stream's
+        variance does not grow with depth (GPT-2 / OLMo). Sandwich norm: the post-norm gains
+        carry it (1/sqrt(layers), Pangu Ultra's depth-scaled sandwich norm) and every matrix
+        starts at std, as Trinity (sigma 0.009 for Large) and afmoe's init. Scaling the
+        projections there as well put the branches' mean square (~4e-7 for Trinity Nano's
+        attention) below the post-norm's eps (1e-5): the norm then no longer normalised, and
+        a branch started at 0.19-0.54 of its gain instead of 0.83-0.99.
+        Kiln draws a plain normal; the report's is truncated at a cut it does not give."""
         std = self.cfg.init_std
+        out_std = std if self.cfg.sandwich_norm else std / math.sqrt(2 * self.cfg.n_layers)
         for name, p in self.named_parameters():
             if p.dim() == 1:
                 nn.init.ones_(p)
             elif name.endswith(("wo.weight", "w_down.weight")):
-                nn.init.normal_(p, 0.0, std / math.sqrt(2 * self.cfg.n_layers))
+                nn.init.normal_(p, 0.0, out_std)
             else:
                 nn.init.normal_(p, 0.0, std)
         for layer in self.layers:
             if isinstance(layer.ffn, MoE):
-                layer.ffn.reset_parameters(std, self.cfg.router_init_std, self.cfg.n_layers)
+                layer.ffn.reset_parameters(std, self.cfg.router_init_std, out_std)
             for norm in (layer.attn_post_norm, layer.ffn_post_norm):
                 if norm is not None:
                     nn.init.constant_(norm.weight, post_norm_gain(self.cfg))
