@@ -215,12 +215,10 @@ class MoE(nn.Module):
         self.last_counts: torch.Tensor = torch.zeros(n_experts, dtype=torch.int64)
         self.reset_parameters(init_std, router_init_std)
 
-    def reset_parameters(self, std: float = 0.02, router_std: float = 0.02,
-                         down_std: float | None = None) -> None:
-        """Normal(0, std) in-projections, Normal(0, down_std) down projections (the model
-        passes its residual-output std; default std / sqrt(2), one pre-norm layer's),
-        Normal(0, router_std) router (0 gives the HF afmoe zero init)."""
-        down_std = std / math.sqrt(2) if down_std is None else down_std
+    def reset_parameters(self, std: float = 0.02, router_std: float = 0.02, n_layers: int = 1) -> None:
+        """Normal(0, std) in-projections, std/sqrt(2 n_layers) down projections (as the dense
+        model), Normal(0, router_std) router (0 gives the HF afmoe zero init)."""
+        down_std = std / math.sqrt(2 * n_layers)
         if router_std > 0:
             nn.init.normal_(self.router.weight, 0.0, router_std)
         else:
