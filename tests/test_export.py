@@ -38,11 +38,12 @@ def tokenizer_path(tmp_path_factory):
     return path
 
 
-def tiny_model(vocab: int, tied: bool) -> Transformer:
+def tiny_model(vocab: int, tied: bool, head_dim: int = 0) -> Transformer:
     """Random weights far from init (norm gains too), so a misplaced tensor cannot hide."""
     torch.manual_seed(1)
     cfg = ModelConfig(vocab_size=vocab, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                      max_seq_len=48, rope_theta=500.0, norm_eps=1e-6, tie_embeddings=tied)
+                      max_seq_len=48, rope_theta=500.0, norm_eps=1e-6, tie_embeddings=tied,
+                      head_dim=head_dim)
     model = Transformer(cfg)
     with torch.no_grad():
         for p in model.parameters():
@@ -50,10 +51,11 @@ def tiny_model(vocab: int, tied: bool) -> Transformer:
     return model.eval()
 
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_hf_logits_match(tokenizer_path, tmp_path, tied):
+@pytest.mark.parametrize("tied, head_dim", [(True, 0), (False, 0), (False, 16)],
+                         ids=["tied", "untied", "head-dim-apart-from-dim"])
+def test_hf_logits_match(tokenizer_path, tmp_path, tied, head_dim):
     vocab = load_tokenizer(tokenizer_path).get_vocab_size()
-    model = tiny_model(vocab, tied)
+    model = tiny_model(vocab, tied, head_dim)
     out = export_hf(model, tokenizer_path, tmp_path / "hf")
     names = load_file(str(out / "model.safetensors")).keys()
     assert ("lm_head.weight" in names) != tied

@@ -74,9 +74,11 @@ def tokens(vocab: int) -> torch.Tensor:
                                    # rows of 24 and 136 bytes: transformers' default grouped_mm
                                    # experts refuse them, so the export asks for its eager loop
                                    ("model.expert_hidden=6",),
-                                   ("model.dim=34", "model.n_heads=1", "model.n_kv_heads=1")],
+                                   ("model.dim=34", "model.n_heads=1", "model.n_kv_heads=1"),
+                                   # heads wider than dim / n_heads, as Trinity Large's
+                                   ("model.head_dim=16",)],
                          ids=["moe", "tied", "dense-trinity", "all-global", "unaligned-experts",
-                              "unaligned-dim"])
+                              "unaligned-dim", "head-dim"])
 def test_afmoe_logits_match_kiln(tmp_path, tokenizer_path, extra):
     cfg, model = build(tmp_path, tokenizer_path, *extra)
     result = export_model(model, tokenizer_path, tmp_path / "hf", cfg)

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kiln.config import ModelConfig, load_config
+from kiln.config import ConfigError, ModelConfig, load_config
 from kiln.model import Transformer, count_params
 from kiln.model.layers import Attention, rope_tables, sliding_window_attention
 from kiln.model.moe import MoE
@@ -88,6 +88,73 @@ def test_gated_qk_normed_attention_matches_the_written_out_reference(rope):
     # RMSNorm keeps fp32 statistics by design: fp64 agrees to ~1e-8 (the mutants miss by ~1e-2)
     torch.testing.assert_close(att(x, cos[:t], sin[:t]), _reference_attention(att, x, cos, sin),
                                rtol=1e-6, atol=1e-6)
+
+
+def _rotate_half_by_hand(z: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
+    """RoPE of (B, H, T, D) in the rotate-half layout, angles in fp64 from scratch."""
+    d, t = z.shape[-1], z.shape[-2]
+    angle = torch.arange(t, dtype=torch.float64)[:, None] * theta ** (
+        -torch.arange(0, d, 2, dtype=torch.float64) / d)
+    c, s = angle.cos(), angle.sin()
+    z1, z2 = z[..., : d // 2], z[..., d // 2 :]
+    return torch.cat([z1 * c - z2 * s, z2 * c + z1 * s], dim=-1)
+
+
+@pytest.mark.parametrize("kernel, window", [("sdpa", 0), ("matmul", 0), ("sdpa", 4),
+                                            ("matmul", 4)])
+def test_head_dim_set_apart_from_dim_matches_a_reference(kernel, window):
+    """Trinity Large runs 48 heads of 128 at d_model 3072: the heads are 2 x dim wide. Here
+    4 heads of 8 (2 kv) at dim 16, with QK-norm, RoPE, the gate and a window, written out by
+    hand (RoPE tables included): q, gate and o projections are 32 wide, k and v 16."""
+    torch.manual_seed(0)
+    att = Attention(16, 4, 2, head_dim=8, window=window, qk_norm=True, gate=True,
+                    kernel=kernel).double()
+    assert att.wq.weight.shape == (32, 16) and att.wk.weight.shape == (16, 16)
+    assert att.wg.weight.shape == (32, 16) and att.wo.weight.shape == (16, 32)
+    with torch.no_grad():
+        for norm in (att.q_norm, att.k_norm):
+            norm.weight.uniform_(0.5, 1.5)
+    b, t = 2, 11
+    x = torch.randn(b, t, 16, dtype=torch.float64, requires_grad=True)
+
+    def rms(z, w):
+        return z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+
+    q = rms((x @ att.wq.weight.T).view(b, t, 4, 8), att.q_norm.weight).transpose(1, 2)
+    k = rms((x @ att.wk.weight.T).view(b, t, 2, 8), att.k_norm.weight).transpose(1, 2)
+    v = (x @ att.wv.weight.T).view(b, t, 2, 8).transpose(1, 2)
+    q, k = _rotate_half_by_hand(q), _rotate_half_by_hand(k)
+    k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    lag = torch.arange(t)[:, None] - torch.arange(t)[None, :]
+    hidden = (lag < 0) | ((lag >= window) if window else False)
+    scores = (q @ k.transpose(-1, -2) / 8**0.5).masked_fill(hidden, float("-inf"))
+    y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, 32)
+    want = (y * torch.sigmoid(x @ att.wg.weight.T)) @ att.wo.weight.T
+
+    cos, sin = rope_tables(8, 16, 10000.0)
+    got = att(x, cos[:t].double(), sin[:t].double())
+    # the rope tables are fp32 by design: fp64 agrees to ~1e-7
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    g_got, = torch.autograd.grad(got.square().sum(), x)
+    g_want, = torch.autograd.grad(want.square().sum(), x)
+    torch.testing.assert_close(g_got, g_want, rtol=1e-6, atol=1e-6)
+
+
+def test_model_head_dim_reaches_rope_flops_and_the_exports():
+    from kiln.export.hf_afmoe import afmoe_config
+    from kiln.model import flops_per_token
+
+    cfg = trinity_tiny(dim=16, n_heads=4, n_kv_heads=2, head_dim=8, n_layers=4)
+    model = Transformer(cfg)
+    assert model.rope_cos.shape == (64, 8)
+    assert model.layers[0].attn.wq.weight.shape == (32, 16)
+    assert afmoe_config(model, 0)["head_dim"] == 8
+    wide = flops_per_token(cfg, 32) - flops_per_token(dataclasses.replace(cfg, head_dim=4), 32)
+    # per layer: q, k, v, gate and o over head_dim 8 vs 4 (6 x params), attention 12 x H x span
+    span = 3 * 5 + 32  # three local layers see 5 positions, the global one 32
+    assert wide == 6 * 4 * 16 * 4 * (2 * 4 + 2 * 2 + 4) + 12 * 4 * 4 * span
+    with pytest.raises(ConfigError, match="model.head_dim .* must be even"):
+        load_config(None, ["model.head_dim=7"])
 
 
 def test_blocks_put_rope_on_local_layers_only():
@@ -255,6 +322,14 @@ def test_mini_parameter_count_matches_paper():
     counts = meta_counts("recipes/trinity-mini.toml")
     assert counts["params"] == pytest.approx(26e9, rel=0.05)
     assert counts["params_active"] == pytest.approx(3e9, rel=0.15)
+
+
+def test_large_parameter_count_matches_paper():
+    """48 heads of 128 at dim 3072 (head_dim apart from dim): 398.6B / 13.37B. Heads of
+    dim / n_heads = 64 would give 396.7B but 11.48B active, 12% short of the paper's 13B."""
+    counts = meta_counts("recipes/trinity-large.toml")
+    assert counts["params"] == pytest.approx(400e9, rel=0.05)
+    assert counts["params_active"] == pytest.approx(13e9, rel=0.05)
 
 
 def test_moe_module_is_used_through_model_config():

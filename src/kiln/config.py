@@ -64,6 +64,9 @@ class ModelConfig:
     n_layers: int = 4
     n_heads: int = 8
     n_kv_heads: int = 4  # grouped-query attention; == n_heads is plain multi-head
+    # width of one attention head; 0: dim // n_heads. Trinity Large sets it apart from dim:
+    # 48 query heads of 128 at dim 3072 (queries, gate and output projection are 6144 wide)
+    head_dim: int = 0
     ffn_hidden: int = 0  # 0: 8/3 * dim rounded up to a multiple of 64 (SwiGLU)
     max_seq_len: int = 256
     rope_theta: float = 10000.0
@@ -430,7 +433,7 @@ def validate(cfg: Config) -> Config:
         "model.n_experts": m.n_experts, "model.n_dense_layers": m.n_dense_layers,
         "model.n_shared": m.n_shared, "model.expert_hidden": m.expert_hidden,
         "model.local_per_global": m.local_per_global, "model.sliding_window": m.sliding_window,
-        "model.post_norm_gain": m.post_norm_gain,
+        "model.post_norm_gain": m.post_norm_gain, "model.head_dim": m.head_dim,
     }
     for key, value in non_negative.items():
         if value < 0:
@@ -444,10 +447,15 @@ def validate(cfg: Config) -> Config:
                                   "bytes from another encoding?); the run's config.toml cannot "
                                   "record it: rename it, or link to it under a UTF-8 name")
     _check_run_dir(cfg)
-    if m.dim % m.n_heads:
-        raise ConfigError(f"model.dim ({m.dim}) must be divisible by model.n_heads ({m.n_heads})")
-    if (m.dim // m.n_heads) % 2:
-        raise ConfigError("model.dim / model.n_heads must be even for rotary embeddings")
+    if m.head_dim:
+        if m.head_dim % 2:
+            raise ConfigError(f"model.head_dim ({m.head_dim}) must be even for rotary embeddings")
+    elif m.dim % m.n_heads:
+        raise ConfigError(f"model.dim ({m.dim}) must be divisible by model.n_heads ({m.n_heads}), "
+                          "or set model.head_dim")
+    elif (m.dim // m.n_heads) % 2:
+        raise ConfigError("model.dim / model.n_heads must be even for rotary embeddings "
+                          "(or set an even model.head_dim)")
     if m.n_heads % m.n_kv_heads:
         raise ConfigError(
             f"model.n_heads ({m.n_heads}) must be a multiple of model.n_kv_heads ({m.n_kv_heads})"

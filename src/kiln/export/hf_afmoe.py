@@ -38,6 +38,7 @@ from kiln.model.transformer import (
     Transformer,
     expert_hidden_size,
     ffn_hidden_size,
+    head_dim,
     is_local_layer,
     is_moe_layer,
 )
@@ -160,7 +161,7 @@ def afmoe_config(model: Transformer, eos: int) -> dict[str, Any]:
         "num_dense_layers": cfg.n_dense_layers if moe else cfg.n_layers,
         "num_attention_heads": cfg.n_heads,
         "num_key_value_heads": cfg.n_kv_heads,
-        "head_dim": cfg.dim // cfg.n_heads,
+        "head_dim": head_dim(cfg),
         "hidden_act": "silu",
         "max_position_embeddings": cfg.max_seq_len,
         "initializer_range": cfg.init_std,

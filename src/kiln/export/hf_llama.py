@@ -15,7 +15,7 @@ import torch
 
 from kiln.config import ModelConfig
 from kiln.export.hf_folder import is_tied, write_hf_folder
-from kiln.model.transformer import Transformer, ffn_hidden_size
+from kiln.model.transformer import Transformer, ffn_hidden_size, head_dim
 
 _TOP = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
         "head.weight": "lm_head.weight"}
@@ -91,7 +91,7 @@ def hf_config(model: Transformer, eos: int) -> dict[str, Any]:
         "num_hidden_layers": cfg.n_layers,
         "num_attention_heads": cfg.n_heads,
         "num_key_value_heads": cfg.n_kv_heads,
-        "head_dim": cfg.dim // cfg.n_heads,
+        "head_dim": head_dim(cfg),
         "max_position_embeddings": cfg.max_seq_len,
         "rms_norm_eps": cfg.norm_eps,
         "rope_theta": cfg.rope_theta,

@@ -159,6 +159,8 @@ class Attention(nn.Module):
     `window` > 0 for sliding-window (local) layers, `qk_norm` (RMSNorm over head_dim on q and
     k before RoPE) and `gate` (o = Wo[attn * sigmoid(x Wg)], one gate per channel). In
     training, `kernel` (auto | sdpa | matmul) picks Kiln's matmul attention or SDPA.
+    `head_dim` (0: dim // n_heads) sets the head width apart from `dim`, as Trinity Large's
+    48 heads of 128 at dim 3072.
     """
 
     def __init__(
@@ -173,11 +175,12 @@ class Attention(nn.Module):
         gate: bool = False,
         norm_eps: float = 1e-5,
         kernel: str = "auto",
+        head_dim: int = 0,
     ):
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.kernel = kernel  # uses_matmul_path's choice: auto | sdpa | matmul
-        self.head_dim = dim // n_heads
+        self.head_dim = head_dim or dim // n_heads
         self.rope, self.window = rope, window
         self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
         self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)

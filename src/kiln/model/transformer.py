@@ -30,6 +30,11 @@ def expert_hidden_size(cfg: ModelConfig) -> int:
     return cfg.expert_hidden or max(64, 64 * round(ffn_hidden_size(cfg) / 4 / 64))
 
 
+def head_dim(cfg: ModelConfig) -> int:
+    """Width of one attention head: `cfg.head_dim`, or dim // n_heads when it is 0."""
+    return cfg.head_dim or cfg.dim // cfg.n_heads
+
+
 def is_local_layer(cfg: ModelConfig, i: int) -> bool:
     """`local_per_global` local layers, then one global layer, repeated."""
     return cfg.local_per_global > 0 and (i + 1) % (cfg.local_per_global + 1) != 0
@@ -55,6 +60,7 @@ class Block(nn.Module):
             cfg.dim, cfg.n_heads, cfg.n_kv_heads, rope=local or cfg.global_rope,
             window=cfg.sliding_window if local else 0, qk_norm=cfg.qk_norm,
             gate=cfg.attn_gate, norm_eps=cfg.norm_eps, kernel=cfg.attn_kernel,
+            head_dim=head_dim(cfg),
         )
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         if is_moe_layer(cfg, index):
@@ -95,7 +101,7 @@ class Transformer(nn.Module):
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
-        cos, sin = rope_tables(cfg.dim // cfg.n_heads, cfg.max_seq_len, cfg.rope_theta)
+        cos, sin = rope_tables(head_dim(cfg), cfg.max_seq_len, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters()
@@ -103,7 +109,16 @@ class Transformer(nn.Module):
     def reset_parameters(self) -> None:
         """Normal(0, std) weights; residual output projections scaled by 1/sqrt(2 * layers)
         so the residual stream's variance does not grow with depth (GPT-2 / OLMo style);
-        norm gains 1, post-norm gains depth-scaled; MoE layers initialise their own."""
+        norm gains 1, post-norm gains depth-scaled; MoE layers initialise their own.
+
+        Kiln's choice, not the report's: Trinity draws a truncated normal (sigma 0.009 for
+        Large, cut not given) and does not say whether it scales output projections; afmoe's
+        init does not. With `sandwich_norm` the two depth scalings stack: a fresh branch's
+        mean square (~4e-7 for Trinity Nano's attention) falls under the post-norm's eps
+        (1e-5), so the norm does not yet normalise and branches start at 0.37-0.76 of their
+        gain (trinity-tiny's shape; 0.19-0.54 Nano's) instead of 0.84-0.98 unscaled. Kept:
+        unscaled trained trinity-tiny worse at 60 steps (val 2.331 against 2.271 bits/byte,
+        one seed; README, "departs")."""
         std = self.cfg.init_std
         for name, p in self.named_parameters():
             if p.dim() == 1:
@@ -180,10 +195,10 @@ def count_params(model: Transformer) -> dict[str, int]:
 
 def _layer_matmul_params(cfg: ModelConfig, i: int) -> int:
     """Weights multiplied per token in layer i's forward (routed experts: only top_k)."""
-    head_dim = cfg.dim // cfg.n_heads
-    attn = cfg.dim * head_dim * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)
+    width = head_dim(cfg)
+    attn = cfg.dim * width * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)
     if cfg.attn_gate:
-        attn += cfg.dim * cfg.n_heads * head_dim
+        attn += cfg.dim * cfg.n_heads * width
     if is_moe_layer(cfg, i):
         eh = expert_hidden_size(cfg)
         ffn = 3 * cfg.dim * eh * (cfg.top_k + cfg.n_shared) + cfg.dim * cfg.n_experts
@@ -193,8 +208,9 @@ def _layer_matmul_params(cfg: ModelConfig, i: int) -> int:
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
-    """Training FLOPs per token: 6 x (active matmul parameters) + 12 x dim x attended span
-    summed over layers.
+    """Training FLOPs per token: 6 x (active matmul parameters) + 12 x (n_heads x head_dim)
+    x attended span summed over layers (PaLM's 12 L H Q T; n_heads x head_dim is dim unless
+    `head_dim` sets it apart).
 
     Matmul parameters are every weight multiplied in a forward pass: the blocks (routed
     experts counted top_k times) and the output head (the embedding lookup is a gather).
@@ -205,4 +221,4 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
     matmul = sum(_layer_matmul_params(cfg, i) for i in range(cfg.n_layers)) + cfg.dim * cfg.vocab_size
     span = sum(min(seq_len, cfg.sliding_window) if is_local_layer(cfg, i) else seq_len
                for i in range(cfg.n_layers))
-    return 6 * matmul + 12 * cfg.dim * span
+    return 6 * matmul + 12 * cfg.n_heads * head_dim(cfg) * span
