@@ -70,6 +70,15 @@ def test_free_memory_is_read_from_the_kernel():
       "/sys/fs/cgroup/memory/memory.usage_in_bytes": "50000\n"}, 650000),  # cgroup v1
     ({"/sys/fs/cgroup/memory/memory.limit_in_bytes": str(1 << 62),
       "/sys/fs/cgroup/memory/memory.usage_in_bytes": "50000"}, (1000 + 24) * 1024),  # v1 "none"
+    # usage at the limit, mostly the page cache of files read (a dataset): its inactive part
+    # is reclaimable, not used (it made a container that had read its data have 0 free)
+    ({"/sys/fs/cgroup/memory.max": "600000\n", "/sys/fs/cgroup/memory.current": "600000\n",
+      "/sys/fs/cgroup/memory.stat": "anon 100000\nfile 500000\ninactive_file 450000\n"
+                                    "active_file 50000\n"}, 450000),
+    ({"/sys/fs/cgroup/memory/memory.limit_in_bytes": "700000\n",
+      "/sys/fs/cgroup/memory/memory.usage_in_bytes": "700000\n",
+      "/sys/fs/cgroup/memory/memory.stat": "cache 600000\ninactive_file 1\n"
+                                           "total_inactive_file 400000\n"}, 400000),  # v1
 ])
 def test_free_memory_figure_from_meminfo_and_the_cgroup_limit(monkeypatch, cgroup, expected):
     """The figure from given kernel files: MemAvailable + SwapFree (kB), capped by the
