@@ -48,6 +48,20 @@ def test_a_json_too_large_for_the_free_memory_is_refused_naming_the_file(tmp_pat
     assert isinstance(refused.value, KilnError)  # `kiln` prints it as one line
 
 
+def test_a_refused_compressed_json_is_measured_decompressed(tmp_path, monkeypatch):
+    """A .json.gz's size on disk is not what its parse takes: the message said '(1.00 GB on
+    disk) is more than this machine's 16.00 GB free' of a 1 GB .json.gz holding 10 GB, and
+    suggested a jq that cannot read it compressed."""
+    path = tmp_path / "list.json.gz"
+    path.write_bytes(SHAPES["list.json.gz"]())
+    monkeypatch.setattr(documents, "host_memory_available", lambda: FREE, raising=False)
+    with pytest.raises(InputTooLargeError) as refused:
+        _read(path)
+    message = str(refused.value)
+    assert "decompresses to over" in message and "compressed)" in message
+    assert "on disk" not in message and "zcat" in message
+
+
 @pytest.mark.parametrize("name", ["wrapped.json", "list.json.gz"])
 def test_a_refused_json_is_not_read_past_its_budget(tmp_path, monkeypatch, name):
     """Refused early: the memory it took stays near the budget (100 kB), not the file's

@@ -400,7 +400,7 @@ class SourceReader(PipelineStep):
                     return
             raw = None if first is not None else read_all()
         except TooLarge:
-            raise InputTooLargeError(_json_too_large(file, free)) from None
+            raise InputTooLargeError(_json_too_large(file, free, opener is not open)) from None
         if first is not None:  # one object on one line: parsed already
             data = first
         else:  # read once, where the file is not one object on one line
@@ -531,15 +531,23 @@ class SourceReader(PipelineStep):
             return value.decode("utf-8", "replace")
 
 
-def _json_too_large(file: SourceFile, free: int | None) -> str:
-    """What to do with a .json too large to parse whole here."""
-    size = file.path.stat().st_size
+def _json_too_large(file: SourceFile, free: int | None, compressed: bool = False) -> str:
+    """What to do with a .json too large to parse whole here. `compressed`: its size on disk
+    says nothing of its parse (a 1 GB .json.gz may hold 10 GB), and jq reads it decompressed."""
+    size, free_gb = file.path.stat().st_size / 1e9, (free or 0) / 1e9
+    if compressed:
+        which = (f"this one decompresses to over {free_gb / JSON_MEMORY_FACTOR:.2f} GB "
+                 f"({size:.2f} GB compressed), more than this machine's {free_gb:.2f} GB free "
+                 "can hold")
+        jq = "e.g. zcat (or xzcat, bzcat, zstdcat) FILE | jq -c '.[]' > FILE.jsonl"
+    else:
+        which = (f"this one ({size:.2f} GB on disk) is more than this machine's "
+                 f"{free_gb:.2f} GB free can hold")
+        jq = "e.g. jq -c '.[]' FILE > FILE.jsonl"
     return (f"{printable_name(str(file.path))}: a .json array or object is parsed whole, which "
-            f"takes about {JSON_MEMORY_FACTOR}x its size in memory, and this one "
-            f"({size / 1e9:.2f} GB on disk) is more than this machine's {(free or 0) / 1e9:.2f} "
-            f"GB free can hold; save its records as JSON lines (.jsonl: read a record at a "
-            f"time, at any size), e.g. jq -c '.[]' FILE > FILE.jsonl (or '.data[]' for "
-            f"records under \"data\")")
+            f"takes about {JSON_MEMORY_FACTOR}x its size in memory, and {which}; save its "
+            f"records as JSON lines (.jsonl: read a record at a time, at any size), {jq} (or "
+            "'.data[]' for records under \"data\")")
 
 
 def _opener(name: str):
