@@ -191,7 +191,8 @@ def test_m1_config_defaults_are_the_papers_rule():
 
 
 @pytest.mark.parametrize("template", ['Reply as {"label": ...}. Post: {text}', "{0} {text}",
-                                      "{text} }", "{text} {text:x!}"])
+                                      "{text} }", "{text} {text:x!}",
+                                      "{text} {text.title_case}"])
 def test_a_prompt_template_with_a_stray_brace_is_refused_when_the_judge_is_made(template):
     """str.format fills the template: a literal brace (a JSON example in the prompt) raised
     KeyError in a worker at the first post, after the stages before it ran."""

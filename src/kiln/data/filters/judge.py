@@ -79,7 +79,7 @@ class PromptJudge:
             raise ValueError("the prompt template must contain '{text}'")
         try:  # here, not in a worker at the first post: str.format reads every brace
             template.format(text="")
-        except (KeyError, IndexError, ValueError) as e:
+        except (KeyError, IndexError, ValueError, AttributeError) as e:
             raise ValueError(f"the prompt template has a brace that is not '{{text}}' "
                              f"({type(e).__name__}: {e}): write a literal brace as {{{{ or }}}}"
                              ) from e
