@@ -252,3 +252,15 @@ def test_latex_keeps_the_indentation_of_code_blocks():
     doc = Document(text=LATEX + "\n" + blob + "\n  indented", id="b")
     assert only(quality_filters("latex"), C4QualityFilter).filter(doc) is True
     assert doc.text == LATEX + "\n  indented"
+
+
+@pytest.mark.parametrize("sep", ["\r", "\f", "\r\n"])
+def test_latex_long_word_rule_removes_c4_s_line_not_the_text(sep):
+    """C4 splits lines at every line break (`splitlines`: a lone \\r, a form feed); the
+    latex domain's rewrite split at \\n alone, so a text with other breaks was one line: a
+    long word anywhere emptied the document C4 had kept."""
+    lines = LATEX.split("\n")
+    blob = "data:" + "A" * 1200
+    doc = Document(text=sep.join([*lines, blob, "  indented"]), id="r")
+    assert only(quality_filters("latex"), C4QualityFilter).filter(doc) is True
+    assert doc.text == sep.join([*lines, "  indented"])

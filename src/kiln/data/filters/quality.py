@@ -101,8 +101,8 @@ class LatexC4Filter(C4QualityFilter):
         result = super().filter(doc)
         if result is True:
             limit = self.max_word_length
-            doc.text = "\n".join(
-                line for line in original.split("\n")
+            doc.text = "".join(  # C4's lines (`splitlines`: a \r or \f ends one too)
+                line for line in original.splitlines(keepends=True)
                 if limit == -1 or not any(len(word) > limit for word in line.split()))
         return result
 
