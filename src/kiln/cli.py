@@ -11,6 +11,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
+from kiln.closed_streams import readers_may_leave
 from kiln.config import (
     MIN_VOCAB,
     Config,
@@ -700,7 +701,7 @@ _AFTER_INTERRUPT = {
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        with signals_stop_at_once(), warnings.catch_warnings():
+        with readers_may_leave(), signals_stop_at_once(), warnings.catch_warnings():
             warnings.showwarning = _show_warning(warnings.showwarning)
             return _main(argv)
     except KeyboardInterrupt as e:  # while starting (importing torch), before any verb ran
