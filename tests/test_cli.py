@@ -429,3 +429,26 @@ def test_fresh_help_says_the_earlier_run_moves_to_the_archive():
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     text = " ".join(train.format_help().split())
     assert "archive/before-fresh-" in text and "ignore" not in text
+
+
+def test_kiln_version_says_what_env_json_records(capsys):
+    """`kiln --version` was refused (exit 2, a VERB is required); `kiln version` now points
+    to it."""
+    import torch
+
+    import kiln
+    from kiln.cli import main
+    from kiln.run_dir import environment
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out.strip()
+    env = environment()
+    version = env["versions"]["kiln"] or kiln.__version__  # the package's metadata first
+    assert out.startswith(f"kiln {version}") and f"torch {torch.__version__}" in out
+    git = env["git_hash"]
+    assert (f"(git {git})" in out) == (git != "unknown")
+    with pytest.raises(SystemExit) as done:
+        main(["version"])
+    assert done.value.code == 2 and "`kiln --version`" in capsys.readouterr().err

@@ -658,13 +658,30 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         from kiln.parallel.distributed import first_on_its_node
 
+        if "invalid choice: 'version'" in message:  # `kiln version`: an option, not a verb
+            message += "; `kiln --version` prints Kiln's version"
         if first_on_its_node():
             super().error(message)
         self.exit(2)
 
 
+class _Version(argparse.Action):
+    """`kiln --version`, told only when asked (it imports torch and asks git)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="print Kiln's version, its git commit and torch's version, and exit"):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from kiln.run_dir import version_line
+
+        print(version_line())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kiln", description=__doc__)
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for name, (_, help_text) in VERBS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

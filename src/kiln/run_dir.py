@@ -57,6 +57,16 @@ def environment(device: str = "") -> dict[str, Any]:
     }
 
 
+def version_line() -> str:
+    """`kiln --version`: the facts env.json records of a run, for the code that would make one
+    (Kiln's version from its package metadata, else the source's own; the git commit where
+    Kiln runs from a checkout)."""
+    env = environment()
+    kiln = env["versions"]["kiln"] or __import__("kiln").__version__
+    git = "" if env["git_hash"] == "unknown" else f" (git {env['git_hash']})"
+    return f"kiln {kiln}{git}, torch {env['torch']}, python {env['python']}"
+
+
 def write_run_metadata(cfg: Config, device: str = "") -> None:
     """config.toml (resolved) and env.json (git hash, library versions) in the run dir.
 
