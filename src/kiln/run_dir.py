@@ -18,7 +18,7 @@ import torch
 
 from kiln.atomic import write_json_atomic, write_text_atomic
 from kiln.config import Config, config_to_toml
-from kiln.errors import KilnError
+from kiln.errors import ConfigError, KilnError
 
 _PACKAGES = ("torch", "numpy", "tokenizers", "safetensors", "datatrove", "transformers", "kiln")
 
@@ -79,6 +79,27 @@ def write_run_metadata(cfg: Config, device: str = "") -> None:
         cfg, data=dataclasses.replace(cfg.data, sources=[os.path.abspath(s) for s in cfg.data.sources]))
     write_text_atomic(run_dir / "config.toml", config_to_toml(anchored))
     write_json_atomic(run_dir / "env.json", environment(device))
+
+
+def check_run_dir_writable(cfg: Config, make: bool) -> None:
+    """Before a verb's work: the run directory (made first where `make`: the data verbs and
+    `kiln run` start a run) must be a folder this user can write. Met later, mkdir's own
+    error on an impossible path (`/proc/x`: "[Errno 2] No such file or directory") or a
+    read-only filesystem's named neither run.dir nor what to do."""
+    run_dir = cfg.run_dir
+    if make:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"run.dir: cannot make the folder {run_dir} ({e.strerror or e}): "
+                              "set run.dir to a folder this user can write") from e
+    if not run_dir.is_dir() or os.access(run_dir, os.W_OK):
+        return
+    read_only = os.statvfs(run_dir).f_flag & os.ST_RDONLY
+    raise ConfigError(f"run.dir: {run_dir} is "
+                      + ("on a read-only filesystem" if read_only else "not writable by this user")
+                      + ": Kiln writes its outputs there; make it writable, or set run.dir to a "
+                      "folder that is")
 
 
 @contextlib.contextmanager
