@@ -464,6 +464,11 @@ def test_a_run_dir_that_cannot_be_made_names_run_dir(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "kiln: config error: run.dir: cannot make the folder /proc/kiln-no-such/x " \
                "(No such file or directory)" in err and "[Errno" not in err
+    # the check makes the folder to know it can: a command refused after it leaves none
+    new = tmp_path / "new" / "run"
+    assert main(["prepare", "--set", f'run.dir="{new}"',
+                 "--set", f'data.sources=["{tmp_path / "missing"}"]']) == 1
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "new").exists()
 
 
 def test_a_run_dir_this_user_may_not_write_is_refused_before_the_work(tiny_run, monkeypatch,

@@ -910,7 +910,7 @@ def _refuse_unwritable_run_dir(cfg: Config, verb: str) -> None:
 
     if verb in _RANK_ZERO_VERBS and launched_ranks() > 1 and not is_main_process():
         return  # rank 0 alone works (and writes)
-    check_run_dir_writable(cfg, make=verb in (*_DATA_VERBS, "run"))
+    check_run_dir_writable(cfg, may_make=verb in (*_DATA_VERBS, "run"))
 
 
 # a write the disk refused, met outside the writers that say so themselves

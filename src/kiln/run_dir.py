@@ -81,18 +81,24 @@ def write_run_metadata(cfg: Config, device: str = "") -> None:
     write_json_atomic(run_dir / "env.json", environment(device))
 
 
-def check_run_dir_writable(cfg: Config, make: bool) -> None:
-    """Before a verb's work: the run directory (made first where `make`: the data verbs and
-    `kiln run` start a run) must be a folder this user can write. Met later, mkdir's own
-    error on an impossible path (`/proc/x`: "[Errno 2] No such file or directory") or a
-    read-only filesystem's named neither run.dir nor what to do."""
+def check_run_dir_writable(cfg: Config, may_make: bool) -> None:
+    """Before a verb's work: the run directory must be a folder this user can write, or
+    (`may_make`: the data verbs and `kiln run` start a run) one this user can make. Met
+    later, mkdir's own error on an impossible path (`/proc/x`: "[Errno 2] No such file or
+    directory") or a read-only filesystem's named neither run.dir nor what to do."""
     run_dir = cfg.run_dir
-    if make:
-        try:
+    if may_make and not run_dir.is_dir():
+        made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # deepest first
+        try:  # the kernel alone tells (/proc refuses a root that may write everywhere)
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ConfigError(f"run.dir: cannot make the folder {run_dir} ({e.strerror or e}): "
                               "set run.dir to a folder this user can write") from e
+        finally:  # a probe: a command refused later leaves no empty run directory behind
+            for p in made:
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+        return
     if not run_dir.is_dir() or os.access(run_dir, os.W_OK):
         return
     read_only = os.statvfs(run_dir).f_flag & os.ST_RDONLY
