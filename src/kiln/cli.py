@@ -10,6 +10,7 @@ import time
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 from kiln.closed_streams import readers_may_leave
@@ -416,7 +417,7 @@ def cmd_run(cfg: Config, fresh: bool = False) -> None:
         shutdown(env)
         raise
     try:
-        _timed([("train", lambda c: cmd_train(c, resume=not fresh))], cfg)
+        _timed([("train", partial(cmd_train, resume=False) if fresh else cmd_train)], cfg)
     except ConfigError:  # settings refused before any step ran: nothing new to report
         raise
     except KilnError:
