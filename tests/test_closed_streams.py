@@ -56,3 +56,14 @@ def test_no_broken_pipe_message_at_exit(tiny_run):
     err = p.stderr.read()
     assert p.wait(timeout=300) == 0, err
     assert "BrokenPipe" not in err and "Exception ignored" not in err
+
+
+def test_no_stdout_at_all_still_writes_nothing(monkeypatch):
+    """A process started without stdout (sys.stdout is None): print() writes nothing, and
+    the guard for a closed reader must not turn that into an AttributeError."""
+    import pytest
+
+    monkeypatch.setattr(sys, "stdout", None)
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0

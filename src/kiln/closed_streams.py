@@ -64,8 +64,8 @@ class _ReaderMayLeave:
 def _said_elsewhere(name: str) -> None:
     other = sys.stderr if name == "stdout" else sys.stdout
     if isinstance(other, _ReaderMayLeave) and not other.closed_reader:
-        print(f"kiln: the reader of {name} went away (a pipe closed); the command goes on "
-              f"and writes nothing more there", file=other)
+        print(f"kiln: the reader of {name} went away (a pipe closed): what kiln writes there "
+              "from here on is dropped; the command itself is not stopped", file=other)
 
 
 @contextmanager
@@ -73,8 +73,10 @@ def readers_may_leave() -> Iterator[None]:
     """While inside, sys.stdout and sys.stderr survive their reader leaving; both are
     flushed on the way out, so nothing buffered meets the closed pipe at exit."""
     before = sys.stdout, sys.stderr
-    sys.stdout = _ReaderMayLeave(sys.stdout, "stdout")  # type: ignore[assignment]
-    sys.stderr = _ReaderMayLeave(sys.stderr, "stderr")  # type: ignore[assignment]
+    if sys.stdout is not None:  # None (no stream at all): print() writes nothing, as before
+        sys.stdout = _ReaderMayLeave(sys.stdout, "stdout")  # type: ignore[assignment]
+    if sys.stderr is not None:
+        sys.stderr = _ReaderMayLeave(sys.stderr, "stderr")  # type: ignore[assignment]
     try:
         yield
     finally:
