@@ -463,8 +463,9 @@ def test_a_run_dir_that_cannot_be_made_names_run_dir(tmp_path, capsys):
         assert main([verb, "--set", 'run.dir="/proc/kiln-no-such/x"']) == 2
         err = capsys.readouterr().err
         assert "kiln: config error: run.dir: cannot make the folder /proc/kiln-no-such/x " \
-               "(No such file or directory)" in err and "[Errno" not in err
-    # the check makes the folder to know it can: a command refused after it leaves none
+               "(No such file or directory in /proc)" in err and "[Errno" not in err
+    # the check makes a folder to know it can, and removes it: a command refused later
+    # leaves none
     new = tmp_path / "new" / "run"
     assert main(["prepare", "--set", f'run.dir="{new}"',
                  "--set", f'data.sources=["{tmp_path / "missing"}"]']) == 1

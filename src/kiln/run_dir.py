@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,16 +89,15 @@ def check_run_dir_writable(cfg: Config, may_make: bool) -> None:
     directory") or a read-only filesystem's named neither run.dir nor what to do."""
     run_dir = cfg.run_dir
     if may_make and not run_dir.is_dir():
-        made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # deepest first
-        try:  # the kernel alone tells (/proc refuses a root that may write everywhere)
-            run_dir.mkdir(parents=True, exist_ok=True)
+        # the kernel alone tells (/proc refuses a root that may write anywhere): a folder of
+        # this process's own where the run's first missing one goes, removed at once, so a
+        # command refused later leaves nothing made, and ranks probing together never race
+        above = next(p for p in run_dir.absolute().parents if p.exists())
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".kiln-probe-", dir=above))
         except OSError as e:
-            raise ConfigError(f"run.dir: cannot make the folder {run_dir} ({e.strerror or e}): "
-                              "set run.dir to a folder this user can write") from e
-        finally:  # a probe: a command refused later leaves no empty run directory behind
-            for p in made:
-                with contextlib.suppress(OSError):
-                    p.rmdir()
+            raise ConfigError(f"run.dir: cannot make the folder {run_dir} ({e.strerror or e} "
+                              f"in {above}): set run.dir to a folder this user can write") from e
         return
     if not run_dir.is_dir() or os.access(run_dir, os.W_OK):
         return
