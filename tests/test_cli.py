@@ -429,3 +429,79 @@ def test_fresh_help_says_the_earlier_run_moves_to_the_archive():
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     text = " ".join(train.format_help().split())
     assert "archive/before-fresh-" in text and "ignore" not in text
+
+
+def test_kiln_version_says_what_env_json_records(capsys):
+    """`kiln --version` was refused (exit 2, a VERB is required); `kiln version` now points
+    to it."""
+    import torch
+
+    import kiln
+    from kiln.cli import main
+    from kiln.run_dir import environment
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out.strip()
+    env = environment()
+    version = env["versions"]["kiln"] or kiln.__version__  # the package's metadata first
+    assert out.startswith(f"kiln {version}") and f"torch {torch.__version__}" in out
+    git = env["git_hash"]
+    assert (f"(git {git})" in out) == (git != "unknown")
+    with pytest.raises(SystemExit) as done:
+        main(["version"])
+    assert done.value.code == 2 and "`kiln --version`" in capsys.readouterr().err
+
+
+def test_a_run_dir_that_cannot_be_made_names_run_dir(tmp_path, capsys):
+    """run.dir = "/proc/x" was a bare `kiln: [Errno 2] No such file or directory: '/proc/x'`
+    from deep in prepare."""
+    from kiln.cli import main
+
+    for verb in ("prepare", "run"):
+        assert main([verb, "--set", 'run.dir="/proc/kiln-no-such/x"']) == 2
+        err = capsys.readouterr().err
+        assert "kiln: config error: run.dir: cannot make the folder /proc/kiln-no-such/x " \
+               "(No such file or directory in /proc)" in err and "[Errno" not in err
+    # the check makes a folder to know it can, and removes it: a command refused later
+    # leaves none
+    new = tmp_path / "new" / "run"
+    assert main(["prepare", "--set", f'run.dir="{new}"',
+                 "--set", f'data.sources=["{tmp_path / "missing"}"]']) == 1
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "new").exists()
+
+
+def test_a_run_dir_this_user_may_not_write_is_refused_before_the_work(tiny_run, monkeypatch,
+                                                                      capsys):
+    """A run directory this user may not write (or on a read-only filesystem) is refused
+    before training, naming run.dir (as root nothing is denied: `os.access` says it is)."""
+    from kiln.cli import main
+
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False
+                        if Path(path) == tiny_run and mode & os.W_OK else access(path, mode))
+    assert main(["train", str(tiny_run)]) == 2
+    err = capsys.readouterr().err
+    assert f"kiln: config error: run.dir: {tiny_run} is not writable by this user" in err
+    assert not (tiny_run / "checkpoints").exists()
+
+
+def test_a_read_only_filesystem_met_in_a_verb_is_one_line_naming_run_dir(tmp_path, monkeypatch,
+                                                                         capsys):
+    """EROFS (a read-only mount) met in a verb's write was a traceback."""
+    import errno
+
+    from kiln import cli
+
+    run_dir = tmp_path / "r"
+
+    def read_only(cfg):
+        raise OSError(errno.EROFS, "Read-only file system", str(run_dir / "logs"))
+
+    monkeypatch.setitem(cli.VERBS, "prepare", (read_only, "read raw sources"))
+    assert cli.main(["prepare", "--set", f'run.dir="{run_dir}"']) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"kiln: prepare: cannot write {run_dir / 'logs'} (Read-only file system) in the run " \
+           f"directory (run.dir = {run_dir}): set run.dir to a folder on a writable disk" in err

@@ -3,6 +3,8 @@ model, so one failing does not cost the user the others; the run then fails nami
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import tiny_config
 
@@ -65,3 +67,37 @@ def test_a_failed_train_blocks_the_model_stages_but_is_reported(tmp_path, monkey
     with pytest.raises(KilnError, match="simulated"):
         cli.cmd_run(tiny_config(tmp_path / "run"))
     assert ran[3:] == ["train", "report"]
+
+
+def test_kiln_run_fresh_archives_the_trained_model_and_remakes_the_data(tiny_run, capsys):
+    """`kiln run` refused re-making a trained run's data and pointed to `kiln train
+    --fresh`, which needs the recipe's --set options again and re-makes no data; `kiln run`
+    had no --fresh. Now it has, with `kiln train --fresh`'s meaning: the earlier model's
+    outputs move to archive/ (never deleted), and the run trains again from step 0."""
+    from kiln.cli import main
+
+    assert main(["train", str(tiny_run)]) == 0
+    assert main(["run", str(tiny_run), "--set", "tokenizer.vocab_size=400"]) == 2
+    err = capsys.readouterr().err
+    assert "start the model over with `kiln run --fresh`" in err
+    assert main(["run", str(tiny_run), "--set", "model.dim=32"]) == 1
+    err = capsys.readouterr().err
+    assert "`kiln run --fresh` with the same recipe and --set options" in err
+    assert "`kiln train --fresh`" not in err
+
+    assert main(["run", str(tiny_run), "--fresh", "--set", "tokenizer.vocab_size=400"]) == 0
+    [archive] = (tiny_run / "archive").glob("before-fresh-*")
+    assert (archive / "checkpoints" / "step_00000012").is_dir()
+    assert (archive / "metrics.jsonl").is_file()
+    assert (tiny_run / "checkpoints" / "step_00000012").is_dir()  # trained again
+    assert "vocab_size = 400" in (tiny_run / "config.toml").read_text()
+    assert json.loads((tiny_run / "tokenizer" / "made_from.json").read_text())[
+        "vocab_size"] == 400  # the data re-made with the new setting
+
+
+def test_kiln_run_fresh_is_documented_in_its_help():
+    from kiln.cli import build_parser
+
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    text = " ".join(run.format_help().split())
+    assert "--fresh" in text and "archive/before-fresh-" in text

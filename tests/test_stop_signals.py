@@ -245,3 +245,33 @@ def test_torchrun_ranks_stop_together_on_ctrl_c(tiny_run):
     # the checkpoint is whole: both ranks reached the same step's save
     _, resumed = train_losses(tiny_run, "train.steps=" + str(saved + 2))
     assert len(resumed) == 2
+
+
+@pytest.mark.parametrize("sig, said, unsaid", [
+    (signal.SIGINT, "Ctrl-C again to stop at once", "SIGTERM"),
+    (signal.SIGTERM, "a second SIGTERM is the same stop; Ctrl-C or SIGINT stops at once",
+     "Ctrl-C again")])
+def test_the_stop_banner_names_what_stops_at_once_after_that_signal(monkeypatch, sig, said,
+                                                                    unsaid):
+    """After a SIGTERM (a scheduler's, a `kill`) the banner said "Ctrl-C again to stop at
+    once": no Ctrl-C was pressed, and a second SIGTERM is ignored as the same stop."""
+    import kiln.train.stop_signals as stop_signals
+
+    banners: list[str] = []
+    monkeypatch.setattr(stop_signals, "_say", banners.append)
+    stops = StopRequests()
+    stops.handle(sig)
+    assert len(banners) == 1 and said in banners[0] and unsaid not in banners[0]
+
+
+def test_a_waiting_rank_stopped_by_sigterm_is_not_told_to_press_ctrl_c_again(monkeypatch,
+                                                                            capsys):
+    """A rank waiting on rank 0 said "(Ctrl-C again to stop at once)" after a SIGTERM too."""
+    from kiln.errors import Terminated
+    from kiln.parallel.distributed import _say_stopping
+
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    _say_stopping(Terminated())
+    err = capsys.readouterr().err
+    assert "SIGTERM: waiting" in err and "Ctrl-C again" not in err
+    assert "a second SIGTERM is the same stop; Ctrl-C or SIGINT stops at once" in err

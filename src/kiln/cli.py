@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 import time
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
+from kiln.closed_streams import readers_may_leave
 from kiln.config import (
     MIN_VOCAB,
     Config,
@@ -386,8 +389,11 @@ def cmd_report(cfg: Config, compare: list[str] | tuple[str, ...] = ()) -> None:
     print(f"report: {build_report(cfg.run_dir, compare=[Path(c) for c in compare])}")
 
 
-def cmd_run(cfg: Config) -> None:
-    """The whole chain. Under torchrun, rank 0 prepares the data and finishes the run."""
+def cmd_run(cfg: Config, fresh: bool = False) -> None:
+    """The whole chain. Under torchrun, rank 0 prepares the data and finishes the run.
+    `fresh`: as `kiln train --fresh`, the model starts again from step 0, its earlier
+    outputs moved to archive/ first (before the data stages, which a trained model's
+    checkpoints would otherwise keep from re-making the data)."""
     from kiln.parallel.distributed import init_distributed, run_on_main, shutdown
     from kiln.train.precision import resolve_device
 
@@ -396,6 +402,8 @@ def cmd_run(cfg: Config) -> None:
               ("tokenize", _tokenize_unless_current)]
 
     def data_stages() -> None:
+        if fresh:
+            _archive_for_fresh(cfg)
         _timed(stages, cfg)
         _record_config(cfg)
         _refuse_prompts_that_do_not_fit(cfg)  # before hours of training, not after
@@ -409,7 +417,7 @@ def cmd_run(cfg: Config) -> None:
         shutdown(env)
         raise
     try:
-        _timed([("train", cmd_train)], cfg)
+        _timed([("train", partial(cmd_train, resume=False) if fresh else cmd_train)], cfg)
     except ConfigError:  # settings refused before any step ran: nothing new to report
         raise
     except KilnError:
@@ -424,6 +432,24 @@ def cmd_run(cfg: Config) -> None:
                            ("export", cmd_export), ("report", cmd_report)], cfg)
         if failed:
             raise _stages_failed(failed)
+
+
+def _archive_for_fresh(cfg: Config) -> None:
+    """`kiln run --fresh`: the earlier model's checkpoints, metrics and outputs move to
+    archive/before-fresh-<time>/ (never deleted), as `kiln train --fresh` moves them."""
+    from kiln.errors import CheckpointError
+    from kiln.train.checkpoint import archive_checkpoints
+
+    try:
+        moved = archive_checkpoints(cfg.run_dir, "fresh")
+    except OSError as e:
+        raise CheckpointError(
+            f"cannot move the earlier model's outputs to {cfg.run_dir / 'archive'} "
+            f"({type(e).__name__}: {e}): is the disk full or read-only? nothing was trained; "
+            "free space and run `kiln run --fresh` again") from e
+    if moved:
+        print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
+              file=sys.stderr)
 
 
 def _data_stages_told(e: BaseException) -> str:
@@ -474,7 +500,7 @@ def _report_anyway(cfg: Config) -> None:
 _DATA_VERBS = ("prepare", "tokenizer", "tokenize")
 
 
-def _refuse_remaking_trained_data(cfg: Config, verb: str) -> None:
+def _refuse_remaking_trained_data(cfg: Config, verb: str, fresh: bool = False) -> None:
     """A run with checkpoints keeps the data they were trained on: re-making it with other
     settings, or from sources that changed since (a file added or edited), would leave the
     checkpoints (and a resume's loader position) describing data that is gone. The same
@@ -482,7 +508,7 @@ def _refuse_remaking_trained_data(cfg: Config, verb: str) -> None:
     from kiln.data.pipeline import changed_inputs
     from kiln.train.checkpoint_dirs import latest_checkpoint
 
-    if latest_checkpoint(cfg.run_dir / "checkpoints") is None:
+    if fresh or latest_checkpoint(cfg.run_dir / "checkpoints") is None:  # fresh: archived first
         return
     old = recorded_config(cfg.run_dir)
     if old is None:
@@ -498,11 +524,14 @@ def _refuse_remaking_trained_data(cfg: Config, verb: str) -> None:
     if changed:
         raise ConfigError(
             f"{cfg.run_dir} holds checkpoints trained on {what}; re-making the data would "
-            "orphan them: use another run.dir, or move the trained model's "
-            f"{cfg.run_dir / 'checkpoints'} and metrics.jsonl aside first{touched}")
+            "orphan them: use another run.dir, "
+            + ("start the model over with `kiln run --fresh` (its checkpoints, metrics and "
+               "outputs move to archive/), " if verb == "run" else "")
+            + f"or move the trained model's {cfg.run_dir / 'checkpoints'} and metrics.jsonl "
+            f"aside first{touched}")
 
 
-def _refuse_new_model_design(cfg: Config) -> None:
+def _refuse_new_model_design(cfg: Config, fresh: bool = False) -> None:
     """The trainer refuses a global batch the ranks cannot share, a design that trains wrong
     for a new model, one whose training state cannot fit in memory, and for a trained one
     other [model] settings; `kiln run` asks before its data stages rather than after."""
@@ -514,7 +543,7 @@ def _refuse_new_model_design(cfg: Config) -> None:
 
     # a batch the ranks cannot share is refused before hours of data stages, not after
     fit_micro_batch(cfg.train.global_batch, cfg.train.micro_batch, launched_ranks())
-    ckpt = latest_checkpoint(cfg.run_dir / "checkpoints")
+    ckpt = None if fresh else latest_checkpoint(cfg.run_dir / "checkpoints")
     if ckpt is not None:  # a trained model goes on as it was: another [model] is refused now
         from kiln.errors import RunDataError
         from kiln.train.trainer import model_config_for_run, refuse_changed_model
@@ -657,13 +686,30 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         from kiln.parallel.distributed import first_on_its_node
 
+        if "invalid choice: 'version'" in message:  # `kiln version`: an option, not a verb
+            message += "; `kiln --version` prints Kiln's version"
         if first_on_its_node():
             super().error(message)
         self.exit(2)
 
 
+class _Version(argparse.Action):
+    """`kiln --version`, told only when asked (it imports torch and asks git)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="print Kiln's version, its git commit and torch's version, and exit"):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from kiln.run_dir import version_line
+
+        print(version_line())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kiln", description=__doc__)
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for name, (_, help_text) in VERBS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -675,6 +721,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--fresh", action="store_true",
                            help="start again from step 0: the earlier checkpoints, metrics and "
                            "outputs move to archive/before-fresh-<time>/")
+        if name == "run":
+            p.add_argument("--fresh", action="store_true",
+                           help="train the model again from step 0, as `kiln train --fresh`: "
+                           "the earlier checkpoints, metrics and outputs move to "
+                           "archive/before-fresh-<time>/ first, so the data stages may re-make "
+                           "the data with other settings")
         if name == "report":
             # one run per flag: `--compare A RUN` must not take RUN for a second compared run
             p.add_argument("--compare", action="append", default=[], metavar="RUN_DIR",
@@ -700,7 +752,7 @@ _AFTER_INTERRUPT = {
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        with signals_stop_at_once(), warnings.catch_warnings():
+        with readers_may_leave(), signals_stop_at_once(), warnings.catch_warnings():
             warnings.showwarning = _show_warning(warnings.showwarning)
             return _main(argv)
     except KeyboardInterrupt as e:  # while starting (importing torch), before any verb ran
@@ -760,7 +812,7 @@ def _all_missing_stages(cfg: Config | None, verb: str) -> str:
 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    cfg = None
+    cfg, fresh = None, getattr(args, "fresh", False)
     from kiln.parallel.distributed import (
         first_on_its_node,
         is_main_process,
@@ -771,6 +823,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         with alike_on_every_rank():
             cfg = resolve_config(args.target, args.overrides)
+            _refuse_unwritable_run_dir(cfg, args.verb)
         fn = VERBS[args.verb][0]
         if args.verb in _RANK_ZERO_VERBS and launched_ranks() > 1:
             if not is_main_process():  # one rank does the work: N would race on the same files
@@ -787,10 +840,13 @@ def _main(argv: list[str] | None) -> int:
             with alike_on_every_rank():  # the settings and the run's files, before any work
                 if args.verb in (*_DATA_VERBS, "run"):
                     check_run_dir_is_its_own(cfg)
-                    _refuse_remaking_trained_data(cfg, args.verb)
+                    _refuse_remaking_trained_data(cfg, args.verb, fresh)
                 if args.verb == "run":
-                    _refuse_new_model_design(cfg)  # before the data stages, not after them
-            fn(cfg)
+                    _refuse_new_model_design(cfg, fresh)  # before the data stages, not after
+            if args.verb == "run":
+                cmd_run(cfg, fresh)
+            else:
+                fn(cfg)
         if args.verb in _DATA_VERBS and is_main_process():
             _record_config(cfg)  # only after success: a failed command leaves the run's as it was
     except ConfigError as e:
@@ -798,7 +854,7 @@ def _main(argv: list[str] | None) -> int:
         # alike by every rank of a node: said once per node (a node whose recipe differs
         # still says why it stopped)
         if _said_here(e):
-            print(f"kiln: config error: {e}", file=sys.stderr)
+            print(f"kiln: config error: {_advice_for(args.verb, e)}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:  # a missing earlier stage: the message says what to run
         if _said_here(e):
@@ -809,9 +865,16 @@ def _main(argv: list[str] | None) -> int:
             print(f"kiln: {args.verb}: permission denied on {e.filename or e}; "
                   f"{_permission_advice(e, cfg)}; {_KEPT}", file=sys.stderr)
         return 1
+    except OSError as e:  # a read-only filesystem, a full disk: in the run directory
+        said = _unwritable_run_dir(e, cfg, args.verb)
+        if said is None:
+            raise
+        if _said_here(e):
+            print(said, file=sys.stderr)
+        return 1
     except KilnError as e:  # a damaged checkpoint or run file, data that does not fit
         if _said_here(e):
-            print(f"kiln: {e}", file=sys.stderr)
+            print(f"kiln: {_advice_for(args.verb, e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
         stop_under_way()  # torchrun's SIGTERM once another rank exits must not cut this short
@@ -838,6 +901,44 @@ def _main(argv: list[str] | None) -> int:
               f"({first}); {_AFTER_INTERRUPT.get(args.verb, _KEPT)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _refuse_unwritable_run_dir(cfg: Config, verb: str) -> None:
+    """Every verb writes into the run directory; the data verbs and `kiln run` make it. The
+    others on a folder not made yet say which stage to run first, as before."""
+    from kiln.parallel.distributed import is_main_process, launched_ranks
+    from kiln.run_dir import check_run_dir_writable
+
+    if verb in _RANK_ZERO_VERBS and launched_ranks() > 1 and not is_main_process():
+        return  # rank 0 alone works (and writes)
+    check_run_dir_writable(cfg, may_make=verb in (*_DATA_VERBS, "run"))
+
+
+# a write the disk refused, met outside the writers that say so themselves
+_UNWRITABLE = {errno.EROFS: "set run.dir to a folder on a writable disk",
+               errno.ENOSPC: "free space (or set run.dir to a folder on another disk) and run "
+                             "it again",
+               errno.EDQUOT: "free space within your quota (or set run.dir to a folder on "
+                             "another disk) and run it again"}
+
+
+def _unwritable_run_dir(e: OSError, cfg: Config | None, verb: str) -> str | None:
+    """The one line for a write into the run directory that the disk refused, naming
+    run.dir; None for any other OSError (a bug's traceback is its clue)."""
+    if cfg is None or e.errno not in _UNWRITABLE or e.filename is None or \
+            not Path(e.filename).absolute().is_relative_to(cfg.run_dir.absolute()):
+        return None
+    return (f"kiln: {verb}: cannot write {e.filename} ({e.strerror}) in the run directory "
+            f"(run.dir = {cfg.run_dir}): {_UNWRITABLE[e.errno]}; {_KEPT}")
+
+
+def _advice_for(verb: str, e: BaseException) -> str:
+    """`e`'s message, its advice to start over as `kiln run` gives it: `kiln train --fresh`
+    would need the recipe's --set options again, and would not re-make the data."""
+    if verb != "run":
+        return str(e)
+    return str(e).replace("`kiln train --fresh`", "`kiln run --fresh` with the same recipe "
+                          "and --set options")
 
 
 def _said_here(e: BaseException) -> bool:

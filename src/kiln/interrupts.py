@@ -34,6 +34,15 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _under_way = False
 
 
+def what_stops_at_once(signum: int) -> str:
+    """What ends a stop under way at once, said when signal `signum` began it: a second
+    Ctrl-C, never a repeated SIGTERM (a scheduler's or torchrun's: the same stop). After a
+    SIGTERM, "Ctrl-C again" would name a key nobody pressed, and promise it of a `kill`."""
+    if signum == signal.SIGTERM:
+        return "a second SIGTERM is the same stop; Ctrl-C or SIGINT stops at once"
+    return "Ctrl-C again to stop at once"
+
+
 def stop_under_way() -> None:
     """Say that this process is stopping on a signal (raised here, or training's stop): a
     SIGTERM from now on, to the end of the interpreter's exit, is ignored."""

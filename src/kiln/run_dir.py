@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import torch
 
 from kiln.atomic import write_json_atomic, write_text_atomic
 from kiln.config import Config, config_to_toml
-from kiln.errors import KilnError
+from kiln.errors import ConfigError, KilnError
 
 _PACKAGES = ("torch", "numpy", "tokenizers", "safetensors", "datatrove", "transformers", "kiln")
 
@@ -57,6 +58,16 @@ def environment(device: str = "") -> dict[str, Any]:
     }
 
 
+def version_line() -> str:
+    """`kiln --version`: the facts env.json records of a run, for the code that would make one
+    (Kiln's version from its package metadata, else the source's own; the git commit where
+    Kiln runs from a checkout)."""
+    env = environment()
+    kiln = env["versions"]["kiln"] or __import__("kiln").__version__
+    git = "" if env["git_hash"] == "unknown" else f" (git {env['git_hash']})"
+    return f"kiln {kiln}{git}, torch {env['torch']}, python {env['python']}"
+
+
 def write_run_metadata(cfg: Config, device: str = "") -> None:
     """config.toml (resolved) and env.json (git hash, library versions) in the run dir.
 
@@ -69,6 +80,32 @@ def write_run_metadata(cfg: Config, device: str = "") -> None:
         cfg, data=dataclasses.replace(cfg.data, sources=[os.path.abspath(s) for s in cfg.data.sources]))
     write_text_atomic(run_dir / "config.toml", config_to_toml(anchored))
     write_json_atomic(run_dir / "env.json", environment(device))
+
+
+def check_run_dir_writable(cfg: Config, may_make: bool) -> None:
+    """Before a verb's work: the run directory must be a folder this user can write, or
+    (`may_make`: the data verbs and `kiln run` start a run) one this user can make. Met
+    later, mkdir's own error on an impossible path (`/proc/x`: "[Errno 2] No such file or
+    directory") or a read-only filesystem's named neither run.dir nor what to do."""
+    run_dir = cfg.run_dir
+    if may_make and not run_dir.is_dir():
+        # the kernel alone tells (/proc refuses a root that may write anywhere): a folder of
+        # this process's own where the run's first missing one goes, removed at once, so a
+        # command refused later leaves nothing made, and ranks probing together never race
+        above = next(p for p in run_dir.absolute().parents if p.exists())
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".kiln-probe-", dir=above))
+        except OSError as e:
+            raise ConfigError(f"run.dir: cannot make the folder {run_dir} ({e.strerror or e} "
+                              f"in {above}): set run.dir to a folder this user can write") from e
+        return
+    if not run_dir.is_dir() or os.access(run_dir, os.W_OK):
+        return
+    read_only = os.statvfs(run_dir).f_flag & os.ST_RDONLY
+    raise ConfigError(f"run.dir: {run_dir} is "
+                      + ("on a read-only filesystem" if read_only else "not writable by this user")
+                      + ": Kiln writes its outputs there; make it writable, or set run.dir to a "
+                      "folder that is")
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from torch import nn
 
 from kiln.config import ConfigError
 from kiln.errors import MainRankInterrupted, Terminated
+from kiln.interrupts import what_stops_at_once
 
 
 @dataclass(frozen=True)
@@ -353,9 +354,10 @@ def _say_stopping(e: KeyboardInterrupt) -> None:
     """A hand launch's rank, in a terminal of its own, answers Ctrl-C at once; under
     torchrun rank 0 speaks for the ranks (one line, said when it stops)."""
     if "TORCHELASTIC_RUN_ID" not in os.environ and first_on_its_node():
-        signame = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
+        sig = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
+        signame = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
         print(f"\nkiln: {signame}: waiting up to {STOP_GRACE_S:.0f} s for rank 0 to stop as well "
-              "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+              f"({what_stops_at_once(sig)})", file=sys.stderr, flush=True)
 
 
 def shutdown(env: DistEnv) -> None:

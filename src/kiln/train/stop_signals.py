@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from kiln.interrupts import REPEAT_WINDOW_S
+from kiln.interrupts import REPEAT_WINDOW_S, what_stops_at_once
 from kiln.interrupts import STOP_SIGNALS as _STOP_SIGNALS
 from kiln.parallel.distributed import DistEnv, all_reduce_sum, is_main_process
 
@@ -59,7 +59,7 @@ class StopRequests:
         if self.signal is None:
             self.signal, self._first_at = signum, now
             _say(f"\n{signal.Signals(signum).name}: training stops after this step and saves a "
-                 "checkpoint (Ctrl-C again to stop at once)\n")
+                 f"checkpoint ({what_stops_at_once(signum)})\n")
         elif signum == signal.SIGINT and now - self._first_at > REPEAT_WINDOW_S:
             self.restore()
             raise KeyboardInterrupt
