@@ -240,7 +240,8 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
         e = cfg.eval
         with torch.inference_mode():
             result = evaluate(model, cfg.run_dir / "tokens", e.split, cfg.train.seq_len,
-                              e.batch_size, e.max_batches, device, precision, env)
+                              e.batch_size, e.max_batches, device, precision, env,
+                              doc_mask=cfg.model.doc_mask)
     finally:
         shutdown(env)
     if not env.is_main:

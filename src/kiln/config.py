@@ -79,6 +79,9 @@ class ModelConfig:
     global_rope: bool = True  # False: global layers use no positional encoding (NoPE)
     qk_norm: bool = False  # RMSNorm over head_dim on queries and keys, before RoPE
     attn_gate: bool = False  # elementwise sigmoid(x Wg) gate before the output projection
+    # intra-document masking (Trinity Large): a token attends only to earlier tokens of its own
+    # EOS-separated document in the packed window; positions are not reset (kiln.model.doc_mask)
+    doc_mask: bool = False
     # causal attention kernel: auto = blocked batched matmuls for bf16 / fp32 training on CPU
     # while the kept probabilities stay small (faster than SDPA's CPU backward), SDPA otherwise
     attn_kernel: str = "auto"  # auto | sdpa | matmul

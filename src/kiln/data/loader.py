@@ -264,3 +264,17 @@ class EvalBatches:
         for b in self.batch_ids:
             ids = np.arange(b * self.batch_size, min((b + 1) * self.batch_size, self.n_windows))
             yield _stack(self.stream, ids, self.seq_len)
+
+
+def masking_eos_id(token_dir: Path, doc_mask: bool) -> int | None:
+    """The EOS id that separates documents in `token_dir`'s shards when `model.doc_mask` is on
+    (None when off: no document ids are made). Shards whose index records none are refused,
+    naming the file: a guessed id would mask at the wrong tokens."""
+    if not doc_mask:
+        return None
+    eos = load_index(token_dir).get("eos_id")
+    if not isinstance(eos, int) or isinstance(eos, bool):
+        raise ConfigError(f"model.doc_mask = true needs the EOS id of the token shards, and "
+                          f"{Path(token_dir) / INDEX} records none: re-run `kiln tokenize`, or "
+                          "set model.doc_mask = false")
+    return eos

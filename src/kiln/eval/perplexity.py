@@ -8,9 +8,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from kiln.data.loader import eval_batches
+from kiln.data.loader import eval_batches, masking_eos_id
 from kiln.data.shards import load_index, load_token_bytes, load_unigram_bits
 from kiln.eval import perplexity_of
+from kiln.model.doc_mask import document_ids
 from kiln.parallel.distributed import DistEnv, all_reduce_max, all_reduce_sum
 from kiln.train.precision import autocast
 
@@ -27,6 +28,7 @@ def evaluate(
     precision: str,
     env: DistEnv | None = None,
     unigram_baseline: bool = True,
+    doc_mask: bool = False,
 ) -> dict[str, float]:
     """Mean next-token loss over deterministic windows of `split`.
 
@@ -36,7 +38,8 @@ def evaluate(
     split's bytes-per-token ratio, which is exact only for a pass over the whole split.
     `unigram_bpb_scored` is the unigram baseline's bits per byte on exactly the tokens
     scored (a part of the split, with `max_batches`, is compared with its own baseline;
-    `unigram_baseline=False` skips it, as periodic validation does).
+    `unigram_baseline=False` skips it, as periodic validation does). `doc_mask` (the run's
+    `model.doc_mask`) masks attention by document as training did, so the losses compare.
     """
     env = env or DistEnv()
     info = load_index(token_dir)[split]
@@ -46,6 +49,7 @@ def evaluate(
     baseline = load_unigram_bits(token_dir) if unigram_baseline else None
     if baseline is not None:
         baseline = torch.from_numpy(baseline).to(device, torch.float64)
+    eos = masking_eos_id(token_dir, doc_mask)
     was_training = model.training
     model.eval()
     batches = eval_batches(token_dir, split, seq_len, batch_size, max_batches, env.rank,
@@ -59,7 +63,8 @@ def evaluate(
         real = i < len(batches)
         batch = (next(read) if real else torch.zeros(1, seq_len + 1, dtype=torch.long)).to(device)
         with autocast(device, precision):
-            mean_loss = model(batch[:, :-1], targets=batch[:, 1:])
+            docs = None if eos is None else document_ids(batch[:, :-1], eos)
+            mean_loss = model(batch[:, :-1], targets=batch[:, 1:], doc_ids=docs)
         if not real:
             continue
         targets = batch[:, 1:]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiln.config import Config
+from kiln.config import Config, ModelConfig
 from kiln.export.hf_afmoe import afmoe_available, afmoe_incompatibilities, export_afmoe
 from kiln.export.hf_llama import export_hf, hf_config, hf_state_dict, llama_incompatibilities
 from kiln.export.native import export_native, load_native
@@ -33,12 +33,14 @@ def export_model(
     not_llama = llama_incompatibilities(model.cfg)
     if not not_llama:
         return ExportResult("hf-llama", export_hf(model, tokenizer_path, out_dir, checkpoint),
-                            "plain Llama: load with transformers.AutoModelForCausalLM")
+                            "plain Llama: load with transformers.AutoModelForCausalLM"
+                            + doc_mask_note(model.cfg))
     not_afmoe = afmoe_incompatibilities(model.cfg)
     unavailable = afmoe_available()
     if not not_afmoe and unavailable is None:
         return ExportResult("hf-afmoe", export_afmoe(model, tokenizer_path, out_dir, checkpoint),
-                            "Trinity/afmoe: load with transformers.AutoModelForCausalLM")
+                            "Trinity/afmoe: load with transformers.AutoModelForCausalLM"
+                            + doc_mask_note(model.cfg))
     why = not_afmoe or [unavailable]
     reason = (f"no Hugging Face format holds this model exactly: not Llama ({'; '.join(not_llama)})"
               f" and not afmoe ({'; '.join(why)})")
@@ -46,5 +48,18 @@ def export_model(
     return ExportResult("kiln-native", path, reason + "; load with kiln.export.load_native")
 
 
-__all__ = ["ExportResult", "export_afmoe", "export_hf", "export_model", "export_native",
+def doc_mask_note(cfg: ModelConfig) -> str:
+    """What a Hugging Face export of a model trained with `model.doc_mask` should be told:
+    transformers' Llama and afmoe attend causally across EOS (they make no document mask from
+    input ids), which is the trained function for one document per sequence, Kiln's own
+    generation included; packed documents need a per-document attention mask of the
+    caller's. The export stays valid, so it is said, not refused."""
+    if not cfg.doc_mask:
+        return ""
+    return ("; trained with intra-document masking (model.doc_mask): transformers masks "
+            "causally only, so the export is exact for one document per sequence (pass packed "
+            "documents with a per-document attention mask of your own)")
+
+
+__all__ = ["doc_mask_note", "ExportResult", "export_afmoe", "export_hf", "export_model", "export_native",
            "hf_config", "hf_state_dict", "load_native"]

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kiln.model.doc_mask import causal_document_mask
 from kiln.model.matmul_attention import matmul_attention, uses_matmul_path
 
 
@@ -108,16 +109,20 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def sliding_window_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
+    doc_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention to the last `window` positions (key j visible from query i when
     0 <= i - j < window), in O(T * window) memory: the sequence is cut into blocks of
     `window` queries. Block 0 attends causally to itself; every later block to the one
     before it and itself, under one (window, 2 * window) band mask. No T x T mask is ever
     built, and SDPA sees 4-D inputs only (the blocks become batch rows), which its fused
-    CUDA kernels need: 5-D inputs fall back to the math kernel, which builds the scores."""
+    CUDA kernels need: 5-D inputs fall back to the math kernel, which builds the scores.
+    With `doc_ids` (B, T) the masks also hide keys of other documents (per batch row)."""
     b, h, t, d = q.shape
     if t <= window:
+        if doc_ids is not None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_document_mask(doc_ids))
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     n = -(-t // window)
     pad = n * window - t  # padded keys sit in every real query's future: masked out
@@ -126,7 +131,6 @@ def sliding_window_attention(
         return F.pad(x, (0, 0, 0, pad)).view(b, h, n, window, d).transpose(1, 2)
 
     qb, kb, vb = blocks(q), blocks(k), blocks(v)
-    first = F.scaled_dot_product_attention(qb[:, 0], kb[:, 0], vb[:, 0], is_causal=True)
     rows = b * (n - 1)
 
     def with_previous(x: torch.Tensor) -> torch.Tensor:  # (B * (n-1), H, 2 * window, D)
@@ -134,9 +138,18 @@ def sliding_window_attention(
 
     i = torch.arange(window, device=q.device)[:, None]
     lag = i + window - torch.arange(2 * window, device=q.device)[None, :]  # query - key position
+    band = (lag >= 0) & (lag < window)
+    if doc_ids is None:
+        first = F.scaled_dot_product_attention(qb[:, 0], kb[:, 0], vb[:, 0], is_causal=True)
+    else:  # padded positions: a document of their own (-1), each sees itself
+        ids = F.pad(doc_ids, (0, pad), value=-1).view(b, n, window)
+        first = F.scaled_dot_product_attention(qb[:, 0], kb[:, 0], vb[:, 0],
+                                               attn_mask=causal_document_mask(ids[:, 0]))
+        keys = torch.cat([ids[:, :-1], ids[:, 1:]], dim=2).reshape(rows, 1, 2 * window)
+        band = band & (ids[:, 1:].reshape(rows, window, 1) == keys)[:, None]
     rest = F.scaled_dot_product_attention(
         qb[:, 1:].reshape(rows, h, window, d), with_previous(kb), with_previous(vb),
-        attn_mask=(lag >= 0) & (lag < window))
+        attn_mask=band)
     y = torch.cat([first[:, None], rest.view(b, n - 1, h, window, d)], dim=1)
     return y.transpose(1, 2).reshape(b, h, n * window, d)[:, :, :t]
 
@@ -160,7 +173,8 @@ class Attention(nn.Module):
     k before RoPE) and `gate` (o = Wo[attn * sigmoid(x Wg)], one gate per channel). In
     training, `kernel` (auto | sdpa | matmul) picks Kiln's matmul attention or SDPA.
     `head_dim` (0: dim // n_heads) sets the head width apart from `dim`, as Trinity Large's
-    48 heads of 128 at dim 3072.
+    48 heads of 128 at dim 3072. `doc_ids` (B, T) in forward restricts each query to keys of
+    its own document (`kiln.model.doc_mask`), on every path but KV-cache decoding.
     """
 
     def __init__(
@@ -191,9 +205,13 @@ class Attention(nn.Module):
         self.wg = nn.Linear(dim, n_heads * self.head_dim, bias=False) if gate else None
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None,
+        doc_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         b, t, _ = x.shape
+        if doc_ids is not None and cache is not None:
+            raise ValueError("document masking (doc_ids) is not supported with a KV cache: "
+                             "decode one document at a time")
         if torch.is_grad_enabled():  # training: one GEMM (decoding keeps the weights as they are)
             weights = [self.wq.weight, self.wk.weight, self.wv.weight]
             q, k, v = stacked_linear(x, weights).split([w.shape[0] for w in weights], dim=-1)
@@ -217,12 +235,15 @@ class Attention(nn.Module):
             k, v = k[:, :, -self.window :], v[:, :, -self.window :]
         gqa = self.n_kv_heads != self.n_heads
         if cache is None and uses_matmul_path(q, self.kernel, self.window):
-            y = matmul_attention(q, k, v, self.window)
+            y = matmul_attention(q, k, v, self.window, doc_ids)
         elif self.window and not decoding:
             if gqa:  # the banded path has no GQA kernel: share kv heads explicitly
                 rep = self.n_heads // self.n_kv_heads
                 k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-            y = sliding_window_attention(q, k, v, self.window)
+            y = sliding_window_attention(q, k, v, self.window, doc_ids)
+        elif doc_ids is not None:  # (B, 1, T, T) mask: SDPA's memory-efficient kernel, not flash
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_document_mask(doc_ids),
+                                               enable_gqa=gqa)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=not decoding, enable_gqa=gqa)
         y = y.transpose(1, 2).reshape(b, t, -1)

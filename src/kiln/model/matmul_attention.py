@@ -58,7 +58,7 @@ def _blocks(t: int, window: int) -> list[tuple[int, int, int]]:
 
 class _MatmulAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, window: int):
+    def forward(ctx, q, k, v, window: int, doc_ids: torch.Tensor | None):
         b, h, t, d = q.shape
         kv = k.shape[1]
         rep = h // kv
@@ -76,10 +76,15 @@ class _MatmulAttention(torch.autograd.Function):
         blocks = _blocks(t, window)
         probs = []
         for start, stop, lo in blocks:
-            bias = torch.zeros(stop - start, stop - lo, dtype=q.dtype, device=q.device)
-            bias.masked_fill_(hidden[start:stop, lo:stop], float("-inf"))
-            scores = torch.baddbmm(bias.repeat_interleave(rep, dim=0),
-                                   qs[:, start * rep : stop * rep], kg[:, lo:stop].transpose(1, 2))
+            if doc_ids is None:
+                bias = torch.zeros(stop - start, stop - lo, dtype=q.dtype, device=q.device)
+                bias.masked_fill_(hidden[start:stop, lo:stop], float("-inf"))
+                scores = torch.baddbmm(bias.repeat_interleave(rep, dim=0),
+                                       qs[:, start * rep : stop * rep],
+                                       kg[:, lo:stop].transpose(1, 2))
+            else:
+                scores = torch.bmm(qs[:, start * rep : stop * rep], kg[:, lo:stop].transpose(1, 2))
+                _hide_other_documents(scores, doc_ids, hidden, start, stop, lo, rep)
             p = torch.softmax(scores, dim=-1)
             block_out = torch.bmm(p, vg[:, lo:stop]).view(b, kv, stop - start, rep, d)
             out[:, start:stop] = block_out.permute(0, 2, 1, 3, 4)
@@ -108,16 +113,29 @@ class _MatmulAttention(torch.autograd.Function):
             grad_q[:, start:stop] = block_q.view(b, kv, stop - start, rep, d).permute(0, 2, 1, 3, 4)
             grad_k[:, lo:stop].baddbmm_(grad_s.transpose(1, 2), qs[:, rows])
         return (grad_q.view(b, t, h, d).transpose(1, 2), grad_k.view(b, kv, t, d),
-                grad_v.view(b, kv, t, d), None)
+                grad_v.view(b, kv, t, d), None, None)
+
+
+def _hide_other_documents(scores: torch.Tensor, doc_ids: torch.Tensor, hidden: torch.Tensor,
+                          start: int, stop: int, lo: int, rep: int) -> None:
+    """Set to -inf, in place, the block's scores (B * KV, (stop - start) * rep, stop - lo)
+    of keys hidden from the query: the shared causal / window mask, and keys of another
+    document than the query's (per batch row; one pass, broadcast over the heads). Their
+    probabilities come out 0, so backward needs no mask of its own."""
+    b = doc_ids.shape[0]
+    hide = (doc_ids[:, start:stop, None] != doc_ids[:, None, lo:stop]) | hidden[start:stop, lo:stop]
+    scores.view(b, -1, stop - start, rep, stop - lo).masked_fill_(hide[:, None, :, None],
+                                                                  float("-inf"))
 
 
 def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     window: int = 0) -> torch.Tensor:
+                     window: int = 0, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention of q (B, H, T, D) over k, v (B, KV, T, D), H a multiple of KV;
-    with `window` > 0, query i sees keys i - window < j <= i (sliding-window layers)."""
+    with `window` > 0, query i sees keys i - window < j <= i (sliding-window layers); with
+    `doc_ids` (B, T), only keys of the query's own document (`kiln.model.doc_mask`)."""
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"{q.shape[1]} query heads are not a multiple of {k.shape[1]} kv heads")
-    return _MatmulAttention.apply(q, k, v, window)
+    return _MatmulAttention.apply(q, k, v, window, doc_ids)
 
 
 def uses_matmul_path(q: torch.Tensor, kernel: str, window: int = 0) -> bool:

@@ -76,8 +76,8 @@ class Block(nn.Module):
         self.ffn_post_norm = RMSNorm(cfg.dim, cfg.norm_eps) if cfg.sandwich_norm else None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: KVCache | None = None) -> torch.Tensor:
-        h = self.attn(self.attn_norm(x), cos, sin, cache)
+                cache: KVCache | None = None, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.attn(self.attn_norm(x), cos, sin, cache, doc_ids)
         if self.attn_post_norm is not None:
             h = self.attn_post_norm(h)
         x = x + h
@@ -134,17 +134,21 @@ class Transformer(nn.Module):
                 if norm is not None:
                     nn.init.constant_(norm.weight, post_norm_gain(self.cfg))
 
-    def hidden_states(self, tokens: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
+    def hidden_states(self, tokens: torch.Tensor, caches: list[KVCache] | None = None,
+                      doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         start = caches[0].length if caches else 0
         t = tokens.shape[1]
         if start + t > self.cfg.max_seq_len:
             raise ValueError(f"sequence of {start + t} tokens exceeds max_seq_len {self.cfg.max_seq_len}")
+        if doc_ids is not None and doc_ids.shape != tokens.shape:
+            raise ValueError(f"doc_ids of shape {tuple(doc_ids.shape)} for tokens of shape "
+                             f"{tuple(tokens.shape)}: one document id per token")
         cos, sin = self.rope_cos[start : start + t], self.rope_sin[start : start + t]
         x = self.embed(tokens)
         if self.cfg.embed_scale:
             x = x * math.sqrt(self.cfg.dim)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, caches[i] if caches else None)
+            x = layer(x, cos, sin, caches[i] if caches else None, doc_ids)
         return self.norm(x)
 
     def forward(
@@ -152,12 +156,15 @@ class Transformer(nn.Module):
         tokens: torch.Tensor,
         caches: list[KVCache] | None = None,
         targets: torch.Tensor | None = None,
+        doc_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits (B, T, vocab) for tokens (B, T); with `targets`, the mean next-token
         cross-entropy instead, through the fused head + loss (`fused_loss`), so the full
         (tokens x vocab) logits never exist. With `caches`, positions continue from what
-        the caches hold (incremental decoding)."""
-        x = self.hidden_states(tokens, caches)
+        the caches hold (incremental decoding). With `doc_ids` (B, T), each token attends
+        only to its own document (`model.doc_mask`; `kiln.model.doc_mask.document_ids`
+        makes them; the callers pass them, the model does not read `cfg.doc_mask`)."""
+        x = self.hidden_states(tokens, caches, doc_ids)
         if targets is None:
             return self.head(x)
         y = targets.flatten()

@@ -69,6 +69,7 @@ class Validation(Callback):
             trainer.model, trainer.token_dir, "val", t.seq_len, trainer.cfg.eval.batch_size,
             t.eval_batches,
             trainer.device, trainer.precision, trainer.env, unigram_baseline=self.baseline,
+            doc_mask=trainer.model_cfg.doc_mask,
         )
         if not math.isfinite(result["loss"]):  # the update just made overflowed the weights
             raise trainer.diverged("the validation loss is not finite")

@@ -25,7 +25,7 @@ from kiln.config import (
     flat_settings,
     recorded_config,
 )
-from kiln.data.loader import TokenLoader, TokenStream, counts_only
+from kiln.data.loader import TokenLoader, TokenStream, counts_only, masking_eos_id
 from kiln.data.provenance import check_tokens_current, data_settings_differ
 from kiln.data.shards import load_index
 from kiln.errors import (
@@ -37,6 +37,7 @@ from kiln.errors import (
 from kiln.export_recovery import stranded_exports
 from kiln.model import Transformer, count_params, flops_per_token
 from kiln.model.balancing import max_violation
+from kiln.model.doc_mask import document_ids
 from kiln.optim import build_optimizer
 from kiln.parallel.distributed import (
     all_reduce_max,
@@ -229,6 +230,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, cfg.optim)
         check_tokens_current(self.run_dir)  # not made from documents or a tokenizer since replaced
         check_splits(self.token_dir, t.seq_len)  # before training, not at its end
+        self.eos_id = masking_eos_id(self.token_dir, self.model_cfg.doc_mask)  # None: no mask
         self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
                                   cfg.run.seed, self.env.rank, self.env.world_size)
         if counts_only(self.loader.stream.index) and self.env.is_main:
@@ -462,9 +464,10 @@ class Trainer:
         micro_batches = batch.split(self.micro_batch)
         for i, micro in enumerate(micro_batches):
             inputs, targets = micro[:, :-1], micro[:, 1:]
+            docs = None if self.eos_id is None else document_ids(inputs, self.eos_id)
             with grad_sync(self.model, i == len(micro_batches) - 1):
                 with autocast(self.device, self.precision):
-                    loss = self.model(inputs, targets=targets)
+                    loss = self.model(inputs, targets=targets, doc_ids=docs)
                 aux = self.raw_model.aux_loss()  # MoE balance / z-losses, if any
                 objective = loss if aux is None else loss + aux
                 (objective / len(micro_batches)).backward()
