@@ -64,7 +64,8 @@ def evaluate(
         batch = (next(read) if real else torch.zeros(1, seq_len + 1, dtype=torch.long)).to(device)
         with autocast(device, precision):
             docs = None if eos is None else document_ids(batch[:, :-1], eos)
-            mean_loss = model(batch[:, :-1], targets=batch[:, 1:], doc_ids=docs)
+            masked = {} if docs is None else {"doc_ids": docs}  # off: the plain call
+            mean_loss = model(batch[:, :-1], targets=batch[:, 1:], **masked)
         if not real:
             continue
         targets = batch[:, 1:]

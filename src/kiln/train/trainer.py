@@ -467,7 +467,8 @@ class Trainer:
             docs = None if self.eos_id is None else document_ids(inputs, self.eos_id)
             with grad_sync(self.model, i == len(micro_batches) - 1):
                 with autocast(self.device, self.precision):
-                    loss = self.model(inputs, targets=targets, doc_ids=docs)
+                    masked = {} if docs is None else {"doc_ids": docs}  # off: the plain call
+                    loss = self.model(inputs, targets=targets, **masked)
                 aux = self.raw_model.aux_loss()  # MoE balance / z-losses, if any
                 objective = loss if aux is None else loss + aux
                 (objective / len(micro_batches)).backward()
