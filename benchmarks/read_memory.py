@@ -4,9 +4,12 @@ Each file (generated under a temporary folder, deleted after) is read by `Source
 fresh process, its documents consumed one at a time as the pipeline does; the figure is that
 process's peak resident memory (`ru_maxrss`) less its peak before the read (the imports).
 
-    python benchmarks/read_memory.py                  # 200 MB .txt, .txt.gz, .txt.zst, .json
+    python benchmarks/read_memory.py                  # 200 MB .txt, .txt.gz, .txt.zst, .json...
     python benchmarks/read_memory.py --mb 200,1000    # and 1 GB ones (needs ~3 GB of disk)
     python benchmarks/read_memory.py --kinds txt      # only the plain text
+
+Kinds: txt, txt.gz, txt.zst; json (a list of records), json.gz (the same, compressed),
+json_wrapped (`{"version": 1, "data": [...]}` on one line).
 """
 
 from __future__ import annotations
@@ -71,18 +74,20 @@ def _zstd_writer(path: Path, mode: str):
     return zstandard.ZstdCompressor(level=1).stream_writer(open(path, mode), closefd=True)
 
 
-def write_json(path: Path, n_bytes: int) -> None:
-    """A list of records (`[{"text": ...}, ...]`), one paragraph each."""
+def write_json(path: Path, n_bytes: int, opener=open, wrapped: bool = False) -> None:
+    """A list of records (`[{"text": ...}, ...]`), one paragraph each; `wrapped`: in an
+    object beside another key, all on one line (`{"version": 1, "data": [...]}`)."""
     record = json.dumps({"text": PARAGRAPH * 4, "id": 0}).encode()
-    with open(path, "wb") as f:
-        f.write(b"[")
-        written, i = 1, 0
+    start, end = (b'{"version": 1, "data": [', b"]}") if wrapped else (b"[", b"]")
+    with opener(path, "wb") as f:
+        f.write(start)
+        written, i = len(start), 0
         while written < n_bytes:
             piece = (b"," if i else b"") + record
             f.write(piece)
             written += len(piece)
             i += 1
-        f.write(b"]")
+        f.write(end)
 
 
 def measure(path: Path) -> dict:
@@ -97,7 +102,7 @@ def measure(path: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", default="200", help="file sizes in MB, comma-separated")
-    parser.add_argument("--kinds", default="txt,txt.gz,txt.zst,json")
+    parser.add_argument("--kinds", default="txt,txt.gz,txt.zst,json,json.gz,json_wrapped")
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="kiln-read-memory-") as tmp:
@@ -113,8 +118,14 @@ def main() -> None:
                     write_text(path, mb * 1_000_000, _zstd_writer)
                 elif kind == "json":
                     write_json(path, mb * 1_000_000)
+                elif kind == "json.gz":
+                    write_json(path, mb * 1_000_000, lambda p, m: gzip.open(p, m, compresslevel=1))
+                elif kind == "json_wrapped":
+                    path = Path(tmp) / f"big_{mb}mb_wrapped.json"
+                    write_json(path, mb * 1_000_000, wrapped=True)
                 else:
-                    raise SystemExit(f"--kinds: txt, txt.gz, txt.zst or json, not {kind!r}")
+                    raise SystemExit("--kinds: txt, txt.gz, txt.zst, json, json.gz or "
+                                     f"json_wrapped, not {kind!r}")
                 got = measure(path)
                 path.unlink()
                 name = f"{kind.replace('.', '_')}_{mb}mb"

@@ -30,8 +30,9 @@ class NoDocumentsError(KilnError, ValueError):
 
 
 class InputTooLargeError(KilnError, RuntimeError):
-    """A source file that must be held whole to be read (a .json array or object) and that
-    this machine's free memory cannot hold: refused before it is read, not killed midway."""
+    """A source file, or a value in one, that must be held whole to be read (a .json that is
+    one record or JSONC, a long string in a .json) and that this machine's free memory
+    cannot hold: refused before it is held, not killed midway."""
 
 
 class TrainingDiverged(KilnError, RuntimeError):

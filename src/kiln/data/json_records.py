@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import BinaryIO
 
 BOM = b"\xef\xbb\xbf"
@@ -23,11 +23,12 @@ RECORD_SNIFF_BYTES = 8192
 RECORD_KEYS = frozenset(
     "data rows records examples items instances samples documents docs entries "
     "train training validation valid dev test".split())
-# A .json that is not JSON lines is parsed whole: its bytes, their text, the parsed values
-# and the documents made of them took 3.6x its size in the reader (a list of 2 kB records of
-# prose with some non-Latin-1 characters: benchmarks/read_memory.py; a text outside Latin-1
-# decodes to 2-4 bytes a character), so one over a quarter of the free memory is refused
-# (`TooLarge`) rather than read until the kernel kills the run.
+# A .json parsed whole (its bytes, their text, the parsed values and the documents made of
+# them) took 3.6x its size in the reader (a list of 8 kB records of prose with some
+# non-Latin-1 characters: benchmarks/read_memory.py; a text outside Latin-1 decodes to 2-4
+# bytes a character), so one over a quarter of the free memory is read in a stream
+# (kiln.data.json_stream), and what must still be held whole there (one record, JSONC, a
+# value too large) is refused (`TooLarge`) rather than read until the kernel kills the run.
 JSON_MEMORY_FACTOR = 4
 MAX_WRAPPER_DEPTH = 3  # `{"data": {"train": [...]}}` is two deep
 # `{"key": [{` at the start: a wrapper of records, even when cut off or damaged later on
@@ -41,12 +42,47 @@ def text_key_pattern(text_field: str) -> re.Pattern[bytes]:
     return re.compile(re.escape(key) + rb"\s*:")
 
 
+class ListFacts:
+    """What the record rules ask of a list, gathered an entry at a time, so a list streamed
+    from a file too large to parse whole (kiln.data.json_stream) is judged as the parsed
+    list is. `ordinal`: its place among its object's members (the streamed reader's)."""
+
+    __slots__ = ("entries", "all_objects", "with_text", "with_string", "ordinal")
+
+    def __init__(self, ordinal: int = 0):
+        self.entries = 0
+        self.all_objects = True
+        self.with_text = False  # an entry (an object) has the text field
+        self.with_string = False  # an entry (an object) has a string value
+        self.ordinal = ordinal
+
+    def add(self, entry: object, text_field: str) -> None:
+        self.entries += 1
+        if not isinstance(entry, dict):
+            self.all_objects = False
+            return
+        if not self.with_text and text_field in entry:
+            self.with_text = True
+        if not self.with_string:
+            self.with_string = any(isinstance(v, str) for v in entry.values())
+
+    @property
+    def records(self) -> bool:
+        """A list of records: every entry an object, or some entry with the text field (the
+        others are then counted, not the list read as markup)."""
+        return self.entries > 0 and (self.all_objects or self.with_text)
+
+
+def list_facts(value: list, text_field: str) -> ListFacts:
+    facts = ListFacts()
+    for entry in value:
+        facts.add(entry, text_field)
+    return facts
+
+
 def holds_records(value: object, text_field: str) -> bool:
-    """A list of records: every entry an object, or some entry with the text field (the
-    others are then counted, not the list read as markup)."""
-    return isinstance(value, list) and bool(value) and (
-        all(isinstance(r, dict) for r in value)
-        or any(isinstance(r, dict) and text_field in r for r in value))
+    """A list of records (`ListFacts.records`)."""
+    return isinstance(value, list) and list_facts(value, text_field).records
 
 
 def record_lists(data: dict, text_field: str) -> list[tuple[str, list]]:
@@ -59,21 +95,26 @@ def record_lists(data: dict, text_field: str) -> list[tuple[str, list]]:
     or a JSON schema fragment (`{"allOf": [{...}]}`: objects of objects), stays text. An
     object under a records key, or the file object's only value, is looked into the same
     way (there, only records keys and the text field make a list records)."""
-    return list(_record_lists(data, text_field, ""))
+    def facts(value: object) -> ListFacts | None:
+        return list_facts(value, text_field) if isinstance(value, list) else None
+
+    return [(where, value) for where, _, value in find_record_lists(data, facts)]
 
 
-def _record_lists(data: dict, text_field: str, path: str,
-                  depth: int = 1) -> Iterator[tuple[str, list]]:
+def find_record_lists(data: Mapping, facts: Callable[[object], ListFacts | None],
+                      path: str = "", depth: int = 1) -> Iterator[tuple[str, tuple, object]]:
+    """`record_lists` over `data` (a parsed object, or a streamed one's summary: `facts`
+    tells a list's ListFacts, None for any other value): (key path, keys, value)."""
     for key, value in data.items():
         where = f"{path}.{key}" if path else str(key)
         wrapped = str(key).lower() in RECORD_KEYS or (depth == 1 and len(data) == 1)
-        if holds_records(value, text_field):
-            if any(isinstance(r, dict) and text_field in r for r in value) or (
-                    wrapped and any(isinstance(r, dict) and any(isinstance(v, str) for v in
-                                                                 r.values()) for r in value)):
-                yield where, value
-        elif isinstance(value, dict) and wrapped and depth < MAX_WRAPPER_DEPTH:
-            yield from _record_lists(value, text_field, where, depth + 1)
+        found = facts(value)
+        if found is not None and found.records:
+            if found.with_text or (wrapped and found.with_string):
+                yield where, (key,), value
+        elif isinstance(value, Mapping) and wrapped and depth < MAX_WRAPPER_DEPTH:
+            for inner, keys, lst in find_record_lists(value, facts, where, depth + 1):
+                yield inner, (key, *keys), lst
 
 
 class TooLarge(Exception):
@@ -111,16 +152,28 @@ def first_line_object(f: BinaryIO, max_line: int | None = None) -> tuple[dict | 
     f.seek(0)
     if start[:1] not in (b"{", b""):
         return None, False
-    lines = _lines(f, JSON_LINES_SNIFF + 1, max_line)
+    return judge_lines(_lines(f, JSON_LINES_SNIFF + 1, max_line))
+
+
+def judge_lines(lines: list, as_object: Callable[[object], object] | None = None,
+                ) -> tuple[object, bool]:
+    """`first_line_object`'s answer from the file's first non-blank lines: each bytes, or
+    (kiln.data.json_stream) a line too long to hold, with its first non-blank byte (`lead`)
+    and `as_object` telling whether it is an object on its own."""
+    as_object = as_object or _object
     if not lines:
         return None, False
-    first = _object(lines[0])
+    first = as_object(lines[0])
     if first is not None:
         following = lines[1] if len(lines) > 1 else None
-        if following is not None and following.lstrip().startswith(b"/"):
+        if following is not None and _lead(following) == b"/":
             return None, False  # a comment: JSONC, not JSON lines
         return first, following is not None
-    return None, len(lines) > 1 and all(_object(line) is not None for line in lines[1:])
+    return None, len(lines) > 1 and all(as_object(line) is not None for line in lines[1:])
+
+
+def _lead(line: object) -> bytes:
+    return line.lstrip()[:1] if isinstance(line, bytes) else line.lead
 
 
 # a damaged first line is JSON lines where this many lines after it are objects (or all the
@@ -156,18 +209,24 @@ def _object(line: bytes) -> dict | None:
 
 
 def damaged_records(raw: bytes, text_key: re.Pattern[bytes], error: Exception) -> bool:
-    """Whether `raw`, a .json file that failed to parse with `error`, starts as records do:
-    a list of objects (`[{`), an object that wraps one (`{"data": [{`), a record with the
-    text field (`text_key`) near the start, or an object cut off at its end (a truncated
-    download). An object broken in its middle (a tsconfig.json's comments) is not."""
-    head = raw[:RECORD_SNIFF_BYTES].removeprefix(BOM).lstrip()
+    """Whether `raw`, a .json file that failed to parse with `error`, starts as records do
+    (`starts_as_records`, with whether the parse was cut off)."""
+    return starts_as_records(raw[:RECORD_SNIFF_BYTES], text_key, cut_off(error))
+
+
+def starts_as_records(head: bytes, text_key: re.Pattern[bytes], cut: bool) -> bool:
+    """Whether a .json file that failed to parse, starting with `head` (its first
+    RECORD_SNIFF_BYTES), starts as records do: a list of objects (`[{`), an object that
+    wraps one (`{"data": [{`), a record with the text field (`text_key`) near the start, or
+    an object cut off at its end (`cut`: a truncated download). An object broken in its
+    middle (a tsconfig.json's comments) is not."""
+    head = head[:RECORD_SNIFF_BYTES].removeprefix(BOM).lstrip()
     if not head.startswith((b"{", b"[")):
         return False
     after = head[1:].lstrip()[:1]
     if head.startswith(b"["):
         return after == b"{" or bool(text_key.search(head))
-    return after == b'"' and bool(text_key.search(head) or WRAPPER_START.match(head)
-                                  or cut_off(error))
+    return after == b'"' and bool(text_key.search(head) or WRAPPER_START.match(head) or cut)
 
 
 def cut_off(error: Exception) -> bool:

@@ -1,0 +1,233 @@
+"""A `.json` list of records (at its top or wrapped: `{"data": [...]}`) too large to parse
+whole was refused (it took 3.6x its size): it is read in a stream now (kiln.data.json_stream),
+in memory that does not grow with it, giving exactly what the whole parse gives: the same
+documents (ids, text, metadata, order), the same decisions (records or text, JSON lines,
+cut-off and damaged files) and the same counts and skip examples. Here every crafted file is
+read both ways, the stream with a read chunk of a few bytes (so every token, escape and
+multi-byte character is split across chunks somewhere) and long lines of a few bytes."""
+
+import gzip
+import json
+import random
+import tracemalloc
+
+import pytest
+import zstandard
+
+from kiln.data import documents, json_stream
+from kiln.data.documents import SourceReader
+from kiln.errors import InputTooLargeError
+
+RECORDS = [{"text": 'héllo "wörld" \\ € 😀 \ud83d\ude00', "id": 1, "n": 1.5e10, "x": None,
+            "t": True, "deep": {"a": [1, {"b": "c"}]}},
+           {"text": "two\nlines", "metadata": {"a": 1}, "source": "kept as record_source"},
+           {"body": "no text"}, 5, "s", {"text": "   "}, {"text": ["a list"]}]
+
+VALUES = {
+    "list": [{"text": "a"}, {"text": "b", "id": 2}],
+    "mixed": RECORDS,
+    "wrapped": {"data": RECORDS},
+    "beside_version": {"version": 1, "rows": [{"text": "x"}, {"text": "y"}]},
+    "depth2": {"data": {"train": [{"text": "deep"}]}},
+    "depth3": {"data": {"train": {"rows": [{"text": "three"}]}}},
+    "depth4": {"a": {"b": {"c": {"d": [{"text": "four: too deep, text"}]}}}},
+    "splits": {"train": [{"text": "t"}], "test": [{"text": "u"}, {"text": "v"}]},
+    "package": {"name": "pkg", "version": "1.0", "dependencies": {"a": "^1"}},
+    "empty_list": [], "empty_wrapped": {"data": []}, "strings": ["a", "b"],
+    "some_objects": [{"text": "x"}, 1, "two"], "list_in_list": [[1, 2], {"text": "q"}],
+    "one_record": {"text": "one record", "id": 3}, "string": "just a string", "number": 12,
+    "only_key": {"corpus": [{"body": "b3", "n": 1}]},
+    "only_key_nested": {"only": {"train": [{"text": "in only"}]}},
+    "no_text_wrapped": {"data": {"rows": [{"body": "b1"}, {"body": "b2"}]}},
+    "launch": {"version": "0.2.0", "configurations": [{"name": "run"}]},
+    "schema": {"allOf": [{"if": {"required": ["a"]}, "then": {"maximum": 3}}]},
+    "other_key_first": {"meta": {"x": [1, 2], "y": {"z": "w"}}, "data": [{"text": "z"}]},
+}
+
+RAW = [  # as the bytes are: duplicate keys, JSONC, cut and damaged files, odd whitespace
+    '{"data": [{"text": "a"}], "data": 5}', '{"data": 5, "data": [{"text": "b"}]}',
+    '{"x": 1, "data": [{"text": "c"}], "data": [{"text": "d"}]}',
+    '{"a": {"data": [{"text": "e"}]}, "a": {"rows": [{"text": "f"}]}}',
+    '{"data": [{"text":"a"},]}', '// c\n{"data": [{"text": "a"}]}',
+    '{"data": [{"text": "a"}] /* x */}', '{"data": [{"text": "a"}], }',
+    '[{"text": "a"}, {"text": "b"}', '[{"text": "a"}, {"te', '{"data": [{"text": "a"}, ',
+    '{"data": [{"text": "a\\u00', '{"a": 1 "b": 2}', '{"text": "x"}\n{"text": "y"}\n',
+    '{"text": "x"\n{"text": "y"}\n{"text": "z"}\n', '\x0c\n{"data": [{"text": "ff"}]}\n\x0c\n',
+    '{"data": [{"text": NaN}, {"text": "-Infinity", "v": -Infinity}]}',
+    '[1e5, 2E-3, -0, 0.5, {"text": "num"}]', '[{"text": "a"}] \x0c', '\ufeff\ufeff[]',
+    '{"text": "x"}\n// comment\n', '[{"text": "x"}]\n\n   ', '', '   ', '[', '{',
+    '[{"text": "\x01"}]', '{"data": [{"text": "a\\qb"}]}', '[{"text": "ok"}] \n [1]',
+    '{"version": 1,\n"data": [{"text": "on the second line"}]}',
+]
+RAW_BYTES = [b'[{"text": "a\xff"}]', b'[{"text": "a"}, x \xff]', b'{"data": [{"text": "\xe4\xb8',
+             b'{"data": [{"text": "ok"}]}\xe4', b'\xff\xfe[\x00]\x00',
+             b'[{"text": "a\xe4\xb8\xadb"}]', b'{"a": "\xc3\xa9"}\n{"b": 1}\n\xff\n',
+             b'\x00\x00[]']
+
+
+def _files() -> dict[str, bytes]:
+    files = {}
+    for name, value in VALUES.items():
+        for indent in (None, 1, "\t"):
+            text = json.dumps(value, indent=indent, ensure_ascii=indent == 1)
+            for k, v in enumerate((text, "\ufeff" + text, "  \n" + text + "\n\n", text + " x",
+                                   text + "\n" + text)):
+                files[f"{name}_{indent!r}_{k}.json"] = v.encode("utf-8", "surrogatepass")
+    files.update({f"raw{k}.json": v.encode() for k, v in enumerate(RAW)})
+    files.update({f"bytes{k}.json": v for k, v in enumerate(RAW_BYTES)})
+    return files
+
+
+def _read(path, text_field="text"):
+    reader = SourceReader([str(path)], progress=False, text_field=text_field)
+    docs = [(d.id, d.text, d.metadata) for d in reader.run()]
+    return docs, dict(reader.counts), reader.examples.to_json()
+
+
+def _streamed(monkeypatch, read_bytes=3, line_bytes=8):
+    monkeypatch.setattr(documents, "WHOLE_JSON_BYTES", 0)  # every file streamed
+    monkeypatch.setattr(json_stream, "READ_BYTES", read_bytes)
+    monkeypatch.setattr(json_stream, "LINE_BYTES", line_bytes)
+
+
+def _both_ways(monkeypatch, folder, files: dict[str, bytes]) -> None:
+    for name, raw in files.items():
+        (folder / name).write_bytes(raw)
+    whole = {name: _read(folder / name) for name in files}
+    with monkeypatch.context() as m:
+        _streamed(m)
+        for name in files:
+            assert _read(folder / name) == whole[name], name
+
+
+def test_every_crafted_file_reads_the_same_streamed(tmp_path, monkeypatch):
+    _both_ways(monkeypatch, tmp_path, _files())
+
+
+@pytest.mark.parametrize("read_bytes,line_bytes", [(1, 1), (7, 4096), (64, 8)])
+def test_chunk_and_line_sizes_change_nothing(tmp_path, monkeypatch, read_bytes, line_bytes):
+    files = _files()
+    for name, raw in files.items():
+        (tmp_path / name).write_bytes(raw)
+    whole = {name: _read(tmp_path / name) for name in files}
+    _streamed(monkeypatch, read_bytes, line_bytes)
+    for name in files:
+        assert _read(tmp_path / name) == whole[name], name
+
+
+BASES = [
+    json.dumps({"version": 1, "data": [{"text": "a é", "id": 1}, {"text": "b\\n", "n": [1, 2.5]}]},
+               indent=1, ensure_ascii=False),
+    json.dumps([{"text": "x 数据"}, {"body": "y"}, 3], ensure_ascii=False),
+    json.dumps({"data": {"train": [{"text": "t", "v": -1e-3}], "meta": {"k": "v"}}}),
+    '{"a": 1,\n // c\n "data": [{"text": "j"},]\n}',
+    '{"text": "one", "x": [true, false, null]}\n',
+    '{"text": "l1"}\n{"text": "l2"}\n',
+]
+
+
+def test_a_file_cut_anywhere_or_damaged_reads_the_same_streamed(tmp_path, monkeypatch):
+    """Cut at every byte (a truncated download: bad_json with the line, or text), and
+    bytes replaced at random (structure, quotes, escapes, invalid UTF-8)."""
+    rng = random.Random(0)
+    files = {}
+    for b, base in enumerate(BASES):
+        raw = base.encode()
+        files |= {f"cut{b}_{n}.json": raw[:n] for n in range(len(raw) + 1)}
+        for k in range(60):
+            damaged = bytearray(raw)
+            for _ in range(rng.randint(1, 3)):
+                damaged[rng.randrange(len(damaged))] = rng.choice(b'[]{},:" \n\\/x0-e\xff\x0c')
+            files[f"damaged{b}_{k}.json"] = bytes(damaged)
+    _both_ways(monkeypatch, tmp_path, files)
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_compressed_files_read_the_same_streamed(tmp_path, monkeypatch, suffix):
+    """Also cut off inside the compression: unreadable both ways."""
+    compress = gzip.compress if suffix == ".gz" else zstandard.ZstdCompressor().compress
+    files = {}
+    for b, base in enumerate(BASES):
+        raw = base.encode()
+        files |= {f"c{b}_{n}.json{suffix}": compress(raw[:n]) for n in range(0, len(raw), 9)}
+        whole = compress(raw)
+        files[f"cut{b}.json{suffix}"] = whole[:len(whole) - 5]
+    for name, value in VALUES.items():
+        files[f"{name}.json{suffix}"] = compress(json.dumps(value).encode())
+    _both_ways(monkeypatch, tmp_path, files)
+
+
+def test_another_text_field_reads_the_same_streamed(tmp_path, monkeypatch):
+    files = {"a.json": json.dumps({"data": [{"body": "b1"}, {"body": 2}]}).encode(),
+             "b.json": json.dumps({"rows": [{"text": "t", "body": "b"}]}).encode()}
+    for name, raw in files.items():
+        (tmp_path / name).write_bytes(raw)
+    whole = [_read(tmp_path / n, "body") for n in files]
+    _streamed(monkeypatch)
+    assert [_read(tmp_path / n, "body") for n in files] == whole
+
+
+def _big_records(n):
+    return [{"text": f"record {i} " + "words of prose " * 60, "id": i} for i in range(n)]
+
+
+@pytest.mark.parametrize("shape", ["list", "wrapped"])
+def test_a_large_json_is_read_in_memory_well_under_its_size(tmp_path, shape):
+    """A 32 MB list (pretty-printed), or one wrapped on one line, took 3.6x its size parsed
+    whole; streamed, a read chunk and a record or two."""
+    records = _big_records(35_000)
+    value = records if shape == "list" else {"version": 1, "data": records}
+    path = tmp_path / f"{shape}.json"
+    path.write_text(json.dumps(value, indent=1 if shape == "list" else None))
+    size = path.stat().st_size
+    assert size > 32_000_000
+    del records, value
+    tracemalloc.start()
+    try:
+        reader = SourceReader([str(path)], progress=False)
+        n = chars = 0
+        for doc in reader.run():
+            n += 1
+            chars += len(doc.text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert n == reader.counts["documents"] == 35_000
+    assert peak < size / 4, f"reading a .json of {size:,} bytes took {peak:,}"
+
+
+FREE = 4 * 100_000  # JSON_MEMORY_FACTOR (4) x a budget of 100 kB
+
+
+@pytest.mark.parametrize("name,make", [
+    ("list.json", lambda: json.dumps(_big_records(300), indent=1).encode()),
+    ("wrapped.json", lambda: json.dumps({"data": _big_records(300)}).encode()),
+    ("list.json.gz", lambda: gzip.compress(json.dumps(_big_records(300)).encode())),
+])
+def test_a_json_over_a_quarter_of_the_free_memory_is_read_not_refused(tmp_path, monkeypatch,
+                                                                      name, make):
+    """Just over the limit (a budget of 100 kB, a file of ~300 kB): refused before; read
+    now, as it reads with memory to spare."""
+    path = tmp_path / name
+    path.write_bytes(make())
+    monkeypatch.setattr(documents, "host_memory_available", lambda: 1 << 40)
+    plenty = _read(path)
+    monkeypatch.setattr(documents, "host_memory_available", lambda: FREE)
+    assert _read(path) == plenty
+    assert plenty[1]["documents"] == 300
+
+
+@pytest.mark.parametrize("name,raw", [
+    ("one_record.json", json.dumps({"text": "word " * 100_000, "id": 1}, indent=1).encode()),
+    ("commented.json", ("// a comment\n" + json.dumps({"data": _big_records(300)})).encode()),
+])
+def test_what_must_be_held_whole_is_still_refused_naming_the_file(tmp_path, monkeypatch, name,
+                                                                 raw):
+    """One record (its text is one document) and JSONC are parsed whole, as before."""
+    path = tmp_path / name
+    path.write_bytes(raw)
+    monkeypatch.setattr(documents, "host_memory_available", lambda: FREE)
+    with pytest.raises(InputTooLargeError) as refused:
+        _read(path)
+    message = str(refused.value)
+    assert name in message and "JSON lines" in message and "jq -c" in message
