@@ -105,6 +105,7 @@ class Cursor:
             return False
         self._drop()
         got = 0
+        texts = [self.buf]  # joined once: a long value is not copied once a chunk
         while got < want and not self.eof:
             raw = self.f.read(READ_BYTES)
             end = not raw
@@ -121,11 +122,13 @@ class Cursor:
                 end = True
             self.eof = end
             if text:
-                self.buf += text
+                texts.append(text)
                 got += len(text)
                 self.chars += len(text)
                 kept = text.rstrip()
                 self.trailing = len(text) - len(kept) if kept else self.trailing + len(text)
+        if got:
+            self.buf = "".join(texts)
         return got > 0
 
     def _drop(self) -> None:
