@@ -194,3 +194,14 @@ def test_a_text_without_a_sibling_key_is_not_walked(monkeypatch):
     escaped = '{"a": null, "a_not_finit\\u0065": "inf", "b": [null], "b_not_finite": {"0": "nan"}}'
     assert same(strict_json.loads(escaped), {"a": math.inf, "b": [math.nan]}) and walked
     assert same(strict_json.loads(escaped.encode()), {"a": math.inf, "b": [math.nan]})
+
+
+def test_a_key_already_named_as_a_sibling_is_refused():
+    """`{"loss": nan, "loss_not_finite": "x"}` written as before read back with the user's
+    key taken for the sibling (and the value lost to it): such a pair is refused instead,
+    naming both keys, at any depth; either key alone still writes."""
+    with pytest.raises(ValueError, match="'loss' and 'loss_not_finite'"):
+        strict_json.dumps({"loss": math.nan, "loss_not_finite": "x"})
+    with pytest.raises(ValueError, match="'a' and 'a_not_finite'"):
+        strict_json.dumps({"outer": [{"a": None, "a_not_finite": "nan"}]})
+    assert strict_json.loads(strict_json.dumps({"loss_not_finite": "x"})) == {"loss_not_finite": "x"}

@@ -25,6 +25,8 @@ import math
 from typing import Any
 
 NOT_FINITE = "_not_finite"  # suffix of the key that says which non-finite value was there
+# A dict that already holds both `K` and `K_not_finite` could not be read back as written
+# (the reader would take the second for the first's sibling): `finite_form` refuses it.
 _WORDS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
@@ -39,6 +41,7 @@ def _non_finite(value: Any) -> bool:
 def finite_form(value: Any) -> Any:
     """`value` with every non-finite float replaced by null (and, held by a key, named)."""
     if isinstance(value, dict):
+        _refuse_sibling_names(value)
         out: dict[Any, Any] = {}
         for key, item in value.items():
             if _non_finite(item):
@@ -55,6 +58,14 @@ def finite_form(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return _list_form(value, "", {})
     return value
+
+
+def _refuse_sibling_names(value: dict) -> None:
+    for key in value:
+        if isinstance(key, str) and key.endswith(NOT_FINITE) and key[: -len(NOT_FINITE)] in value:
+            raise ValueError(f"keys {key[: -len(NOT_FINITE)]!r} and {key!r} together cannot be "
+                             f"written: {key!r} is the name kiln.strict_json gives the first's "
+                             "non-finite value (rename one)")
 
 
 def _list_form(items: list | tuple, place: str, words: dict[str, str]) -> list:
