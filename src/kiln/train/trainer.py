@@ -226,7 +226,8 @@ class Trainer:
         self.raw_model = raw
         self.figures = {**count_params(raw),
                         "flops_per_token": flops_per_token(self.model_cfg, t.seq_len)}
-        self.model = parallelize(raw, t.parallel, self.env, compile=t.compile)
+        self.model = parallelize(raw, t.parallel, self.env, compile=t.compile,
+                                 device=self.device)
         self.optimizer = build_optimizer(self.model, cfg.optim)
         check_tokens_current(self.run_dir)  # not made from documents or a tokenizer since replaced
         check_splits(self.token_dir, t.seq_len)  # before training, not at its end
