@@ -12,7 +12,7 @@ quickstart's, say) and, on CUDA at the training precision `auto` picks (bf16 the
    FLOPs per token (model.json's `flops_per_token`), over the datasheet dense peak of the
    GPU at the run's precision (`common.SPEC_PEAKS`: 989 TFLOP/s bf16 on an H100 SXM or an
    H200). The quickstart's ~4M model at 16 x 128 tokens a step is launch-bound on such a
-   GPU (MFU of a few percent); `--set model.dim=... --set train.global_batch=...` give it
+   GPU (~0.4% at 140k tokens/s); `--set model.dim=... --set train.global_batch=...` give it
    more work per step.
 
     python benchmarks/gpu_train_check.py runs/quickstart --steps 300 --every 50

@@ -162,8 +162,16 @@ def local_device(device: torch.device, env: DistEnv) -> torch.device:
 
 def parallelize(model: nn.Module, kind: str, env: DistEnv, compile: bool = False,
                 device: torch.device | None = None) -> nn.Module:
-    """The single-device model, made ready to train: in DESIGN's fixed order, (activation
-    checkpointing: none yet), torch.compile when asked, then DDP or FSDP2 over the ranks."""
+    """The single-device model, made ready to train on `device` (None: where it is): in
+    DESIGN's fixed order, (activation checkpointing: none yet), torch.compile when asked,
+    then DDP or FSDP2 over the ranks.
+
+    FSDP2 moves each block to the device as it shards it, so a model to be sharded is left
+    where it was made: moved whole first, every GPU would hold all its fp32 weights at once,
+    which the 1/world_size share `memory_fit` checks does not cover (a model of ~20B
+    parameters and up on 8 x 80 GB failed in `.to()` with an allocator traceback)."""
+    if device is not None and not (kind == "fsdp" and env.distributed):
+        model.to(device)
     return wrap_model(torch.compile(model) if compile else model, kind, env, device)
 
 
