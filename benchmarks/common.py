@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks: threads, timing, matmul peak, the RESULT line."""
+"""Helpers shared by the benchmarks: threads, timing, matmul peak, GPU datasheet peaks,
+the RESULT line."""
 
 from __future__ import annotations
 
@@ -47,6 +48,26 @@ def matmul_flops(dtype: torch.dtype, n: int, repeats: int, device: str = "cpu") 
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     return 2 * n**3 / median_time(lambda: torch.matmul(a, b), repeats, warmup=2)
+
+
+# Datasheet dense (no sparsity) tensor-core FLOP/s by precision, matched against
+# torch.cuda.get_device_name(); the first match wins, so the PCIe and NVL variants (names
+# that also hold "H100" / "H200") come before the SXM parts. H200 and GH200 have the H100
+# SXM's compute.
+SPEC_PEAKS: list[tuple[str, dict[str, float]]] = [
+    ("H100 PCIe", {"bf16": 756e12, "fp32": 51e12}),
+    ("H100 NVL", {"bf16": 835e12, "fp32": 60e12}),
+    ("H200 NVL", {"bf16": 835e12, "fp32": 60e12}),
+    ("H100", {"bf16": 989e12, "fp32": 67e12}),  # SXM ("NVIDIA H100 80GB HBM3")
+    ("H200", {"bf16": 989e12, "fp32": 67e12}),  # also "NVIDIA GH200 480GB"
+    ("A100", {"bf16": 312e12, "fp32": 19.5e12}),
+]
+
+
+def chip_peak(name: str, precision: str) -> float | None:
+    """The datasheet dense peak of the GPU named `name` (torch.cuda.get_device_name) at
+    `precision`, or None for a chip the table does not know."""
+    return next((peaks.get(precision) for key, peaks in SPEC_PEAKS if key in name), None)
 
 
 def result_line(**figures: float) -> str:

@@ -7,7 +7,13 @@ quickstart's, say) and, on CUDA at the training precision `auto` picks (bf16 the
 2. trains the same run again in a copy, SIGKILLs the process after a random logged step,
    resumes it, and compares every logged loss with the reference: bitwise where the
    kernels are deterministic, otherwise the largest difference is printed;
-3. runs `kiln eval` and `kiln generate` on the result (both on the GPU).
+3. runs `kiln eval` and `kiln generate` on the result (both on the GPU);
+4. gives the reference run's MFU: its median logged tokens/s per rank x the model's training
+   FLOPs per token (model.json's `flops_per_token`), over the datasheet dense peak of the
+   GPU at the run's precision (`common.SPEC_PEAKS`: 989 TFLOP/s bf16 on an H100 SXM or an
+   H200). The quickstart's ~4M model at 16 x 128 tokens a step is launch-bound on such a
+   GPU (~0.4% at 140k tokens/s); `--set model.dim=... --set train.global_batch=...` give it
+   more work per step.
 
     python benchmarks/gpu_train_check.py runs/quickstart --steps 300 --every 50
 
@@ -30,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import result_line  # noqa: E402
+from common import chip_peak, result_line  # noqa: E402
 
 
 def losses(run: Path) -> dict[int, float]:
@@ -60,6 +66,29 @@ def kiln(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-3000:]}"
                  f"\n{done.stderr[-3000:]}")
     return done
+
+
+def gpu_name(device: str) -> str | None:
+    """The name of the GPU `device` trains on, or None on a CPU. Asked in a process of its
+    own, so that this one holds no CUDA context while the runs train."""
+    if not device.startswith("cuda"):
+        return None
+    index = device.partition(":")[2] or "0"
+    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name("
+                           f"{int(index)}))"], capture_output=True, text=True, timeout=120)
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def mfu(run: Path, tokens_per_s: float, gpu: str | None) -> tuple[float | None, float | None]:
+    """(model FLOPs utilisation, the peak it is taken against) of a run that trained at
+    `tokens_per_s` (all ranks together) on GPUs named `gpu`; (None, None) where the chip's
+    peak is unknown (a CPU, a GPU not in the table)."""
+    model = json.loads((run / "model.json").read_text())
+    peak = chip_peak(gpu, model["precision"]) if gpu else None
+    if peak is None:
+        return None, None
+    per_rank = tokens_per_s / model.get("world_size", 1)
+    return per_rank * model["flops_per_token"] / peak, peak
 
 
 def main() -> None:
@@ -120,10 +149,18 @@ def main() -> None:
     gen = kiln("generate", str(reference), "--set", f"train.device={args.device}", *more)
     print(gen.stdout[:800])
     tok_s = [r["tokens_per_s"] for r in train if "tokens_per_s" in r]
+    median_tok_s = sorted(tok_s)[len(tok_s) // 2] if tok_s else 0
+    gpu = gpu_name(args.device)
+    util, peak = mfu(reference, median_tok_s, gpu)
+    if util is not None:
+        print(f"MFU {100 * util:.2f}% against {gpu}'s {peak / 1e12:.0f} TFLOP/s dense peak "
+              f"({median_tok_s:,.0f} tokens/s, median of the logged windows)")
+    else:
+        print(f"MFU: no datasheet peak for {gpu or args.device} (common.SPEC_PEAKS)")
     print(result_line(bitwise_resume=int(bitwise), resume_max_diff=max(diffs),
                       killed_at=at_kill, final_loss=train[-1]["loss"],
-                      tokens_per_s=sorted(tok_s)[len(tok_s) // 2] if tok_s else 0,
-                      train_s=reference_s))
+                      tokens_per_s=median_tok_s, train_s=reference_s,
+                      **({"mfu": util, "peak_tflops": peak / 1e12} if util is not None else {})))
     if os.environ.get("KEEP_WORK") is None:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -29,7 +29,7 @@ run instead, the stricter figure.
 
 On a GPU the same comparison runs on the device (`--device auto` picks CUDA when one is
 visible), the peak probe is an 8192^3 matmul, and `mfu` sets Kiln's model FLOP/s against
-the GPU's datasheet dense bf16/fp32 peak where `SPEC_PEAKS` knows the chip. The ~20M model
+the GPU's datasheet dense bf16/fp32 peak where `common.SPEC_PEAKS` knows the chip. The ~20M model
 at the issue's batch (16 x 256 tokens) is far too small to fill a GPU; `--batch` shows how
 MFU grows with work per step.
 
@@ -56,7 +56,15 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import matmul_flops, median, median_time, result_line, set_threads, time_call  # noqa: E402
+from common import (  # noqa: E402
+    chip_peak,
+    matmul_flops,
+    median,
+    median_time,
+    result_line,
+    set_threads,
+    time_call,
+)
 from gemm_floor import Floor, gemm_floor  # noqa: E402
 
 from kiln.config import ModelConfig, OptimConfig  # noqa: E402
@@ -90,22 +98,11 @@ QUICK = Setting(
 )
 
 
-# Datasheet dense (no sparsity) tensor-core FLOP/s by precision, matched against
-# torch.cuda.get_device_name(); the first match wins, so PCIe variants come first.
-SPEC_PEAKS: list[tuple[str, dict[str, float]]] = [
-    ("H100 PCIe", {"bf16": 756e12, "fp32": 51e12}),
-    ("H100", {"bf16": 989e12, "fp32": 67e12}),  # SXM
-    ("H200", {"bf16": 989e12, "fp32": 67e12}),
-    ("A100", {"bf16": 312e12, "fp32": 19.5e12}),
-]
-
-
 def spec_peak(device: torch.device, precision: str) -> float | None:
     """The datasheet peak of this GPU at `precision`, or None (CPUs, unknown chips)."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((peaks[precision] for key, peaks in SPEC_PEAKS if key in name), None)
+    return chip_peak(torch.cuda.get_device_name(device), precision)
 
 
 HF_ATTENTION = ("sdpa", "eager")  # HF's attention choices; the peer is the faster one

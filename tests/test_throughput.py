@@ -19,6 +19,9 @@ from kiln.model import flops_per_token  # noqa: E402
     ("NVIDIA H100 PCIe", "bf16", 756e12),  # before the SXM part's entry, which "H100" also matches
     ("NVIDIA H100 80GB HBM3", "bf16", 989e12),
     ("NVIDIA H200", "bf16", 989e12),
+    ("NVIDIA H100 NVL", "bf16", 835e12),  # not the SXM part's 989, which "H100" also matches
+    ("NVIDIA H200 NVL", "bf16", 835e12),
+    ("NVIDIA GH200 480GB", "bf16", 989e12),
     ("NVIDIA A100-SXM4-80GB", "fp32", 19.5e12),
     ("NVIDIA GeForce RTX 4090", "bf16", None),
 ])

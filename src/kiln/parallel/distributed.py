@@ -160,15 +160,26 @@ def local_device(device: torch.device, env: DistEnv) -> torch.device:
     return torch.device("cuda", env.local_rank) if device.type == "cuda" else device
 
 
-def parallelize(model: nn.Module, kind: str, env: DistEnv, compile: bool = False) -> nn.Module:
-    """The single-device model, made ready to train: in DESIGN's fixed order, (activation
-    checkpointing: none yet), torch.compile when asked, then DDP or FSDP2 over the ranks."""
-    return wrap_model(torch.compile(model) if compile else model, kind, env)
+def parallelize(model: nn.Module, kind: str, env: DistEnv, compile: bool = False,
+                device: torch.device | None = None) -> nn.Module:
+    """The single-device model, made ready to train on `device` (None: where it is): in
+    DESIGN's fixed order, (activation checkpointing: none yet), torch.compile when asked,
+    then DDP or FSDP2 over the ranks.
+
+    FSDP2 moves each block to the device as it shards it, so a model to be sharded is left
+    where it was made: moved whole first, every GPU would hold all its fp32 weights at once,
+    which the 1/world_size share `memory_fit` checks does not cover (a model of ~20B
+    parameters and up on 8 x 80 GB failed in `.to()` with an allocator traceback)."""
+    if device is not None and not (kind == "fsdp" and env.distributed):
+        model.to(device)
+    return wrap_model(torch.compile(model) if compile else model, kind, env, device)
 
 
-def wrap_model(model: nn.Module, kind: str, env: DistEnv) -> nn.Module:
+def wrap_model(model: nn.Module, kind: str, env: DistEnv,
+               device: torch.device | None = None) -> nn.Module:
     """DDP replicates the model; FSDP2 shards each block, with the embedding, final norm
-    and head (tied weights live there) in the root unit."""
+    and head (tied weights live there) in the root unit, on a mesh of `device`'s type
+    (default: where the model's weights are)."""
     if not env.distributed:
         return model
     if kind == "ddp":
@@ -176,11 +187,16 @@ def wrap_model(model: nn.Module, kind: str, env: DistEnv) -> nn.Module:
 
         return DistributedDataParallel(model)
     if kind == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        # the mesh named: FSDP2's default is the machine's accelerator, so a CPU run
+        # (train.device = 'cpu', gloo) on a GPU machine had its weights moved to cuda:0
+        kind_here = (device or next(model.parameters()).device).type
+        mesh = init_device_mesh(kind_here, (env.world_size,))
         for layer in model.layers:
-            fully_shard(layer)
-        fully_shard(model)
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
         return model
     raise ValueError(f"unknown parallel mode '{kind}'")
 

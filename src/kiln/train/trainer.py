@@ -222,11 +222,12 @@ class Trainer:
         self.cfg = dataclasses.replace(cfg, model=self.model_cfg)
         check_training_fits(self.model_cfg, cfg.optim.name, self.device, t.parallel,
                             self.env.world_size)
-        raw = Transformer(self.model_cfg).to(self.device)
+        raw = Transformer(self.model_cfg)  # on the CPU: `parallelize` places it
         self.raw_model = raw
         self.figures = {**count_params(raw),
                         "flops_per_token": flops_per_token(self.model_cfg, t.seq_len)}
-        self.model = parallelize(raw, t.parallel, self.env, compile=t.compile)
+        self.model = parallelize(raw, t.parallel, self.env, compile=t.compile,
+                                 device=self.device)
         self.optimizer = build_optimizer(self.model, cfg.optim)
         check_tokens_current(self.run_dir)  # not made from documents or a tokenizer since replaced
         check_splits(self.token_dir, t.seq_len)  # before training, not at its end
