@@ -447,11 +447,21 @@ def test_kiln_version_says_what_env_json_records(capsys):
     env = environment()
     version = env["versions"]["kiln"] or kiln.__version__  # the package's metadata first
     assert out.startswith(f"kiln {version}") and f"torch {torch.__version__}" in out
+    assert f"python {env['python']}" in out  # as the README and --help say
     git = env["git_hash"]
     assert (f"(git {git})" in out) == (git != "unknown")
     with pytest.raises(SystemExit) as done:
         main(["version"])
     assert done.value.code == 2 and "`kiln --version`" in capsys.readouterr().err
+
+
+def test_version_help_names_every_fact_it_prints():
+    """`kiln --help` said --version prints "Kiln's version, its git commit and torch's
+    version"; it prints Python's too (the README says so), which the help left out."""
+    from kiln.cli import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "--version" in text and "Python's" in text and "torch's" in text
 
 
 def test_a_run_dir_that_cannot_be_made_names_run_dir(tmp_path, capsys):

@@ -698,7 +698,8 @@ class _Version(argparse.Action):
     """`kiln --version`, told only when asked (it imports torch and asks git)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
-                 help="print Kiln's version, its git commit and torch's version, and exit"):
+                 help="print Kiln's version, its git commit (from a checkout), torch's and "
+                 "Python's versions, and exit"):
         super().__init__(option_strings, dest, nargs=0, default=default, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
