@@ -5,7 +5,7 @@ hook, read back) against the earlier write-then-read-back of every file.
 
     python benchmarks/checkpoint_save.py [--mb 500] [--repeats 5] [--dir DIR]
 
-Each save runs in its own process, so its peak memory (ru_maxrss) above what the tensors
+Each save runs in its own process, so its peak memory (VmHWM) above what the tensors
 themselves take is its own; the variants alternate, round by round, on a noisy machine.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import median, result_line
+from common import median, peak_rss_mb, result_line
 
 VARIANTS = ("read_back", "hashed")
 
@@ -38,39 +37,46 @@ def _tensors(mb: int) -> tuple[dict, dict]:
     return weights, moments
 
 
-def _save(variant: str, weights: dict, moments: dict, out: Path) -> dict[str, str]:
+def _savers() -> tuple:
+    """Kiln's save and hash functions, imported before anything is measured: their imports
+    (torch, the trainer's modules: ~50 MB and ~0.5 s) are not part of a save."""
     import torch
 
     from kiln.hashing import file_sha256
     from kiln.tensor_files import save_tensors
     from kiln.train.checkpoint import _save_hashed
 
+    return torch.save, file_sha256, save_tensors, _save_hashed
+
+
+def _save(variant: str, weights: dict, moments: dict, out: Path) -> dict[str, str]:
+    torch_save, file_sha256, save_tensors, save_hashed = _savers()
     save_tensors(weights, out / "model.safetensors")
     sums = {"model.safetensors": file_sha256(out / "model.safetensors")}
     if variant == "read_back":  # before: write, then read the file again to hash it
-        torch.save(moments, out / "optimizer.pt")
+        torch_save(moments, out / "optimizer.pt")
         return {**sums, "optimizer.pt": file_sha256(out / "optimizer.pt")}
-    return {**sums, "optimizer.pt": _save_hashed(moments, out / "optimizer.pt")}
+    return {**sums, "optimizer.pt": save_hashed(moments, out / "optimizer.pt")}
 
 
 def child(variant: str, mb: int, where: str) -> None:
     import torch
 
+    _savers()  # every import done before the baseline
     torch.manual_seed(0)
     weights, moments = _tensors(mb)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = peak_rss_mb()
     out = Path(tempfile.mkdtemp(dir=where))
     try:
         start, cpu = time.perf_counter(), time.process_time()
         sums = _save(variant, weights, moments, out)
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         size = sum(p.stat().st_size for p in out.iterdir())
-        from kiln.hashing import file_sha256
-
+        file_sha256 = _savers()[1]
         assert sums == {n: file_sha256(out / n) for n in sums}, variant
     finally:
         shutil.rmtree(out)
-    extra = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    extra = peak_rss_mb() - before
     print(json.dumps({"s": seconds, "cpu_s": cpu, "extra_mb": extra, "file_mb": size / 2**20}))
 
 
@@ -86,8 +92,8 @@ def main() -> None:
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
     runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
-    for _ in range(a.repeats):
-        for v in VARIANTS:
+    for r in range(a.repeats):  # A B, then B A: drift hits both alike
+        for v in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
             line = subprocess.run([sys.executable, __file__, "--child", v, "--mb", str(a.mb),
                                    "--dir", a.dir], env=env, check=True, capture_output=True,
                                   text=True).stdout.strip().splitlines()[-1]
@@ -106,6 +112,7 @@ def main() -> None:
                       hashed_cpu_s=median([r["cpu_s"] for r in runs["hashed"]]),
                       hashed_extra_mb=max(r["extra_mb"] for r in runs["hashed"]),
                       read_back_extra_mb=max(r["extra_mb"] for r in runs["read_back"])))
+
 
 if __name__ == "__main__":
     main()

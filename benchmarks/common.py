@@ -4,9 +4,11 @@ the RESULT line."""
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -70,11 +72,24 @@ def chip_peak(name: str, precision: str) -> float | None:
     return next((peaks.get(precision) for key, peaks in SPEC_PEAKS if key in name), None)
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory, MB: Linux's VmHWM, which starts afresh at exec.
+    ru_maxrss does not: a child starts at its parent's peak (run from a 600 MB pytest, a
+    save's child read 600 MB before it allocated anything, and its extra memory as 0)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:  # not Linux
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def result_line(**figures: float) -> str:
     """`RESULT name=value ...` with plain numbers, the last line every benchmark prints."""
     def fmt(v: float) -> str:
-        if isinstance(v, int):
-            return str(v)
+        if isinstance(v, int):  # a bool too: 1 or 0, a number as the line promises
+            return str(int(v))
         return f"{v:.0f}" if abs(v) >= 100 else f"{v:.4g}"
 
     return "RESULT " + " ".join(f"{k}={fmt(v)}" for k, v in figures.items())

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import median, result_line, set_threads, time_call  # noqa: E402
+from common import median, peak_rss_mb, result_line, set_threads, time_call  # noqa: E402
 from throughput import FULL, QUICK, Setting  # noqa: E402
 
 from kiln.config import OptimConfig  # noqa: E402
@@ -101,13 +101,6 @@ def attention_times(s: Setting, batch: torch.Tensor, precision: str, device: tor
         for masked in (False, True) if r % 2 == 0 else (True, False):
             out[masked].append(time_call(lambda m=masked: run(m)))
     return out
-
-
-def peak_rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def memory_child(args: argparse.Namespace, masked: bool) -> None:

@@ -28,6 +28,7 @@ from common import median_time
 
 from kiln.config import ModelConfig
 from kiln.model import ffn_hidden_size
+from kiln.model.transformer import head_dim
 
 
 @dataclasses.dataclass
@@ -109,7 +110,8 @@ def gemm_floor(cfg: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
         raise ValueError("gemm_floor models dense decoders with global attention and no "
                          "attention gate only")
     _rates.clear()
-    m, d, hd = batch * seq_len, cfg.dim, cfg.dim // cfg.n_heads
+    # the head width as the model builds it (`head_dim` may set it apart from dim // n_heads)
+    m, d, hd = batch * seq_len, cfg.dim, head_dim(cfg)
     f, kv = ffn_hidden_size(cfg), cfg.n_kv_heads * hd
     with torch.no_grad():
         proj = _add(_linear_times(m, d, [cfg.n_heads * hd, kv, kv], dtype, repeats, device),

@@ -91,14 +91,28 @@ def mfu(run: Path, tokens_per_s: float, gpu: str | None) -> tuple[float | None, 
     return per_rank * model["flops_per_token"] / peak, peak
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path, help="a prepared and tokenized run directory")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--every", type=int, default=50, help="checkpoint every N steps")
     parser.add_argument("--device", default="cuda", help="train.device (cpu tries the script)")
     parser.add_argument("--set", action="append", default=[], help="more config overrides")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    # checked before anything runs: a GPU session's minutes are few, and the reference run
+    # alone can take ten of them
+    if args.steps < 2 * args.every + 2:
+        parser.error("--steps must leave room for a kill after the first checkpoint: "
+                     "at least 2 x --every + 2")
+    if not (args.run / "tokens" / "index.json").is_file():
+        parser.error(f"{args.run}: not a tokenized run directory (no tokens/index.json); "
+                     "run kiln prepare, tokenizer and tokenize on it first")
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            sys.exit("gpu_train_check: --device cuda but no CUDA device is visible here "
+                     "(nothing run); --device cpu tries the script on CPU")
     sets = [f"train.steps={args.steps}", f"train.checkpoint_every={args.every}",
             f"train.device={args.device}", *args.set]
     overrides = [a for s in sets for a in ("--set", s)]
@@ -119,9 +133,6 @@ def main() -> None:
           f"{train[0]['loss']:.3f}, last {train[-1]['loss']:.3f}; last val "
           f"{ {k: v for k, v in val[-1].items() if k != 'kind'} if val else None}")
 
-    if args.steps < 2 * args.every + 2:
-        sys.exit("--steps must leave room for a kill after the first checkpoint: "
-                 "at least 2 x --every + 2")
     kill_at = random.Random().randint(args.every + 1, args.steps - args.every)
     cmd = [sys.executable, "-m", "kiln.cli", "train", str(killed), "--fresh", *overrides]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -130,11 +141,17 @@ def main() -> None:
         if max(losses(killed), default=0) >= kill_at:
             break
         time.sleep(0.02)
+    exited = proc.poll()
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     at_kill = max(losses(killed), default=0)
     if at_kill >= args.steps:
         sys.exit("the run finished before it could be killed; give it more --steps")
+    if exited is not None:  # a crash is not the kill this checks: say so, rerun it to see why
+        sys.exit(f"the run to kill exited by itself (exit {exited}) after logged step "
+                 f"{at_kill}: {' '.join(cmd)}")
+    if at_kill < kill_at:
+        sys.exit(f"the run to kill logged only step {at_kill} of {kill_at} in 600 s")
     kiln("train", str(killed), *overrides)
     resumed = losses(killed)
     common = sorted(set(expected) & set(resumed))

@@ -2,7 +2,7 @@
 
 Each file (generated under a temporary folder, deleted after) is read by `SourceReader` in a
 fresh process, its documents consumed one at a time as the pipeline does; the figure is that
-process's peak resident memory (`ru_maxrss`) less its peak before the read (the imports).
+process's peak resident memory (VmHWM) less its peak before the read (the imports).
 
     python benchmarks/read_memory.py                  # 200 MB .txt, .txt.gz, .txt.zst, .json...
     python benchmarks/read_memory.py --mb 200,1000    # and 1 GB ones (needs ~3 GB of disk)
@@ -25,17 +25,22 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# VmHWM, not ru_maxrss: a child's ru_maxrss starts at its parent's peak (benchmarks/common.py)
 CHILD = """
-import json, resource, sys, time
+import json, sys, time
+from pathlib import Path
 from kiln.data.documents import SourceReader
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def hwm_kb():
+    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM:"))
+    return int(line.split()[1])
+before = hwm_kb()
 start = time.perf_counter()
 reader = SourceReader([sys.argv[1]], progress=False)
 docs = chars = 0
 for doc in reader.run():
     docs += 1
     chars += len(doc.text)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = hwm_kb()
 print(json.dumps({"before_kb": before, "peak_kb": peak, "s": time.perf_counter() - start, "docs": docs, "chars": chars,
                   "counts": dict(reader.counts)}))
 """
@@ -59,11 +64,17 @@ def prose_block(n_bytes: int = 4 << 20, seed: int = 0) -> bytes:
 
 
 def write_text(path: Path, n_bytes: int, opener=open) -> None:
+    """`n_bytes` of prose, less the bytes of a character the size would cut in two: a file
+    ending inside a character is not UTF-8, and the reader skips it whole (a 5 MB file did,
+    and the benchmark printed its 0 MB as a figure)."""
     block = prose_block()
     with opener(path, "wb") as f:
         written = 0
         while written < n_bytes:
             piece = block[:n_bytes - written]
+            if len(piece) < len(block):  # the last piece: drop a character cut at its end
+                f.write(piece.decode("utf-8", "ignore").encode())
+                break
             f.write(piece)
             written += len(piece)
 
@@ -91,12 +102,18 @@ def write_json(path: Path, n_bytes: int, opener=open, wrapped: bool = False) -> 
 
 
 def measure(path: Path) -> dict:
+    """The child's figures for reading `path`, or {"error": why}: a read that skipped the
+    file, or found nothing in it, measured no reading at all."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env, text=True,
                          capture_output=True, check=False)
     if out.returncode != 0:
         return {"error": (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    skipped = {k: v for k, v in got["counts"].items() if k.startswith("skipped")}
+    if skipped or not got["docs"]:
+        return {"error": f"{path.name} was not read: {got['docs']} documents, {skipped}"}
+    return got
 
 
 def main() -> None:

@@ -28,6 +28,16 @@ def test_floor_flops_equal_flops_per_token(kv, tied):
     assert floor.best_rate > 0
 
 
+def test_floor_uses_the_configured_head_width():
+    """`head_dim` apart from dim // n_heads (as Trinity Large sets it): the floor times the
+    projections and attention products at the model's head width, so its FLOPs are still
+    those `flops_per_token` counts (dim // n_heads once timed a model half the width)."""
+    cfg = ModelConfig(vocab_size=96, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
+                      max_seq_len=16)
+    floor = gemm_floor(cfg, batch=2, seq_len=16, dtype=torch.float32, repeats=1)
+    assert floor.flops == flops_per_token(cfg, 16) * 2 * 16
+
+
 def test_floor_refuses_models_it_does_not_model():
     moe = ModelConfig(vocab_size=96, dim=32, n_layers=2, n_heads=4, n_experts=4)
     with pytest.raises(ValueError, match="dense decoders"):
