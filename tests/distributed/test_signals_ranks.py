@@ -22,6 +22,7 @@ HANG_S = 30  # a rank still running this long after its signal is taken for hung
 SLOW_DATA = """
 import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's (a background suite ignores it)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # and a suite under nohup, SIGHUP
 from kiln import cli
 from kiln.parallel import distributed
 marks = sys.argv[1]
@@ -45,8 +46,8 @@ sys.exit(cli.main(sys.argv[2:]))
 
 EXIT_STATUS = """
 import os, signal, subprocess, sys
-for sig in (signal.SIGINT, signal.SIGTERM):  # torchrun signals the rank's whole group: the
-    signal.signal(sig, lambda *a: None)       # rank's own status is the one to record
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # torchrun signals the rank's
+    signal.signal(sig, lambda *a: None)  # whole group: the rank's own status is the one to record
 code = subprocess.call([sys.executable, *sys.argv[2:]])
 with open(os.path.join(sys.argv[1], f"exit{os.environ['RANK']}"), "w") as f:
     f.write(str(code))
@@ -155,7 +156,8 @@ def _torchrun(tmp_path: Path, args: list[str]) -> subprocess.Popen:
 @pytest.mark.parametrize(("sig", "code", "said"), [
     (signal.SIGTERM, 143, "kiln: run stopped on SIGTERM; "),
     (signal.SIGINT, 130, "kiln: run interrupted; "),
-], ids=["SIGTERM", "SIGINT"])
+    (signal.SIGHUP, 129, "kiln: run stopped on SIGHUP; "),  # the terminal of torchrun closed
+], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_to_torchrun_in_the_data_stages_ends_each_rank_cleanly(tmp_path, sig, code,
                                                                         said):
     """torchrun passes a signal it gets on to its ranks (then SIGTERMs the others as soon
