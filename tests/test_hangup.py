@@ -167,14 +167,16 @@ def test_the_ranks_agree_on_the_strongest_signal(monkeypatch):
     assert agreed(None, None) is None
 
 
-def _wait_for_records(run_dir, proc, master: int, count: int) -> None:
-    """Until `count` records are logged, reading the terminal meanwhile (a full one blocks
-    its writer)."""
+def _wait_for_records(run_dir, proc, count: int, master: int | None = None) -> None:
+    """Until `count` records are logged, reading the terminal (`master`) meanwhile, if any:
+    a full one blocks its writer."""
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         if (run_dir / "metrics.jsonl").exists() and len(logged_losses(run_dir)) >= count:
             return
-        if select.select([master], [], [], 0.02)[0]:
+        if master is None:
+            time.sleep(0.02)
+        elif select.select([master], [], [], 0.02)[0]:
             os.read(master, 65536)
     raise AssertionError("the run ended or hung before it could be signalled")
 
@@ -193,10 +195,36 @@ def test_kiln_train_in_a_terminal_that_hangs_up_saves_and_stops(tiny_run):
                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     os.close(slave)
     try:
-        _wait_for_records(tiny_run, proc, master, 3)
+        _wait_for_records(tiny_run, proc, 3, master)
     finally:
         os.close(master)  # the terminal hangs up
     proc.send_signal(signal.SIGHUP)
     assert proc.wait(timeout=120) == 129
     saved = checkpoint_step(latest_checkpoint(tiny_run / "checkpoints"))
     assert 3 <= saved < 1000 and max(logged_losses(tiny_run)) == saved
+
+
+def test_kiln_train_under_nohup_trains_on_through_a_hang_up(tiny_run):
+    """`nohup kiln train`: SIGHUP ignored is the user's choice, kept; the run goes on."""
+    cmd = [sys.executable, "-m", "kiln.cli", "train", str(tiny_run), "--set",
+           "train.steps=2000", "--set", "train.checkpoint_every=1000", "--set",
+           "train.eval_every=0"]
+
+    def nohup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=nohup)
+    try:
+        _wait_for_records(tiny_run, proc, 3)
+        proc.send_signal(signal.SIGHUP)
+        _wait_for_records(tiny_run, proc, len(logged_losses(tiny_run)) + 3)  # trains on
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "SIGHUP" not in err
