@@ -95,8 +95,8 @@ class _StopAtOnce:
 @contextmanager
 def signals_stop_at_once() -> Iterator[None]:
     """While inside, SIGTERM and SIGHUP raise `Terminated` and SIGINT `KeyboardInterrupt`,
-    once per stop; a signal ignored (`nohup`, a background job) stays ignored. Only the main thread
-    may take signals over: elsewhere this does nothing."""
+    once per stop; a signal ignored (`nohup`, a background job) stays ignored. Only the main
+    thread may take signals over: elsewhere this does nothing."""
     global _under_way
     _under_way = False  # a command of its own (tests call `kiln.cli.main` again in-process)
     previous: dict[int, Any] = {}

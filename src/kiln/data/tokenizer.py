@@ -66,7 +66,7 @@ def train_bpe(
     )
     if length is None and hasattr(texts, "__len__"):
         length = len(texts)  # type: ignore[arg-type]
-    # in a thread of its own: Ctrl-C and SIGTERM stop at once, not when training returns
+    # in a thread of its own: a stop signal comes at once, not when training returns
     taking_signals(lambda: tok.train_from_iterator(texts, trainer=trainer, length=length))
     tok.pre_tokenizer = pre_tokenizer
     return tok

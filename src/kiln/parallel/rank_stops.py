@@ -12,20 +12,31 @@ last moment the store is there (`on_the_way_out`).
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import torch.distributed as dist
 
-from kiln.errors import MainRankInterrupted, Terminated
+from kiln.errors import MainRankInterrupted, Terminated, TrainingInterrupted
 
 _KEY = "kiln/stopped/{}"
+_ANY = "kiln/stopped/any"  # one look for a failing rank, not one per rank (thousands of ranks)
+_WAIT = timedelta(seconds=5)  # on the way out: a store that does not answer is not waited for
 _read: dict[int, str] = {}  # what the other ranks said, read before the store went
 
 
 def on_the_way_out(e: BaseException) -> None:
     """Before the process group goes, with `e` ending this rank: a stop on a signal of its
-    own leaves word; anything else (a lost rank among them) reads the others' words."""
+    own leaves word (not one rank 0 told of, nor training's, which every rank agreed on);
+    anything else (a lost rank among them) reads the others' words."""
     global _read
-    if isinstance(e, KeyboardInterrupt) and not isinstance(e, MainRankInterrupted):
+    store = _store()
+    if store is not None:
+        try:
+            store.set_timeout(_WAIT)
+        except RuntimeError:
+            return
+    if isinstance(e, KeyboardInterrupt) and \
+            not isinstance(e, (MainRankInterrupted, TrainingInterrupted)):  # told, agreed
         leave_word(f"stopped on {e.signal_name}" if isinstance(e, Terminated)
                    else "was interrupted (Ctrl-C or SIGINT)")
     else:
@@ -48,6 +59,7 @@ def leave_word(how: str) -> None:
         return
     try:
         store.set(_KEY.format(dist.get_rank()), how)
+        store.set(_ANY, "1")
     except RuntimeError:  # the store went with its host: nobody is left to read it
         pass
 
@@ -59,6 +71,8 @@ def stopped_ranks() -> dict[int, str]:
     if store is None:
         return dict(_read)
     try:
+        if not store.check([_ANY]):
+            return said
         for rank in range(dist.get_world_size()):
             key = _KEY.format(rank)
             if rank != dist.get_rank() and store.check([key]):
