@@ -250,6 +250,8 @@ def test_torchrun_ranks_stop_together_on_ctrl_c(tiny_run):
 @pytest.mark.parametrize("sig, said, unsaid", [
     (signal.SIGINT, "Ctrl-C again to stop at once", "SIGTERM"),
     (signal.SIGTERM, "a second SIGTERM is the same stop; Ctrl-C or SIGINT stops at once",
+     "Ctrl-C again"),
+    (signal.SIGHUP, "a second SIGHUP is the same stop; Ctrl-C or SIGINT stops at once",
      "Ctrl-C again")])
 def test_the_stop_banner_names_what_stops_at_once_after_that_signal(monkeypatch, sig, said,
                                                                     unsaid):

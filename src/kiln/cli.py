@@ -753,17 +753,19 @@ _AFTER_INTERRUPT = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        with readers_may_leave(), signals_stop_at_once(), warnings.catch_warnings():
-            warnings.showwarning = _show_warning(warnings.showwarning)
-            return _main(argv)
-    except KeyboardInterrupt as e:  # while starting (importing torch), before any verb ran
-        print(f"\nkiln: {_stopped_by(e)} while starting; nothing was changed", file=sys.stderr)
-        return getattr(e, "exit_code", 130)
+    with readers_may_leave():  # its last line too may meet a closed pipe or hung-up terminal
+        try:
+            with signals_stop_at_once(), warnings.catch_warnings():
+                warnings.showwarning = _show_warning(warnings.showwarning)
+                return _main(argv)
+        except KeyboardInterrupt as e:  # while starting (importing torch), before any verb ran
+            print(f"\nkiln: {_stopped_by(e)} while starting; nothing was changed",
+                  file=sys.stderr)
+            return getattr(e, "exit_code", 130)
 
 
 def _stopped_by(e: KeyboardInterrupt) -> str:
-    return "stopped on SIGTERM" if isinstance(e, Terminated) else "interrupted"
+    return f"stopped on {e.signal_name}" if isinstance(e, Terminated) else "interrupted"
 
 
 def _show_warning(shown: Callable) -> Callable:
@@ -898,9 +900,17 @@ def _main(argv: list[str] | None) -> int:
     except RuntimeError as e:
         if not lost_a_rank(e):
             raise
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        from kiln.parallel.rank_stops import lost_rank_said, stopped_ranks
+
+        after = _AFTER_INTERRUPT.get(args.verb, _KEPT)
+        if stopped := stopped_ranks():  # a signal to those ranks alone: not a crash
+            who = "; ".join(f"rank {r} {how}" for r, how in sorted(stopped.items()))
+            print(f"kiln: {args.verb} stopped: {who} (a signal to it alone) while this rank "
+                  f"went on, and this launch cannot go on without it; {after}",
+                  file=sys.stderr)
+            return 1
         print(f"kiln: {args.verb} stopped: another rank of this launch failed or was killed "
-              f"({first}); {_AFTER_INTERRUPT.get(args.verb, _KEPT)}", file=sys.stderr)
+              f"({lost_rank_said(e)}); {after}", file=sys.stderr)
         return 1
     return 0
 

@@ -1,21 +1,34 @@
-"""A reader that goes away (`kiln train | head`, a pager quit) does not end the command.
+"""A reader that goes away (`kiln train | head`, a pager quit, a terminal hung up) does not
+end the command.
 
 Python ignores SIGPIPE, so a write to a pipe whose reader has closed raises
 BrokenPipeError: from the progress bar or a log line that is training's end, exit status 1
-and no word (the traceback itself goes to the closed pipe). What was written there is a
-view of the run, not the run: its records are in metrics.jsonl and its outputs in the run
-directory. So a stream whose reader is gone is pointed at os.devnull (Python's documented
-remedy, which also stops the interpreter's "Exception ignored ... BrokenPipeError" at
-exit) and the command goes on; the other stream, if it is still read, says so once.
+and no word (the traceback itself goes to the closed pipe). A terminal that hung up (closed,
+its ssh session dropped: `kiln.interrupts` makes the SIGHUP a clean stop) refuses writes
+with OSError EIO, the same end. What was written there is a view of the run, not the run:
+its records are in metrics.jsonl and its outputs in the run directory. So a stream whose
+reader is gone is pointed at os.devnull (Python's documented remedy, which also stops the
+interpreter's "Exception ignored ... BrokenPipeError" at exit) and the command goes on; the
+other stream, if it is still read, says so once.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
+
+
+def _reader_gone(e: OSError) -> str | None:
+    """How the reader of a stream went away, as `e` says, or None if it did not."""
+    if isinstance(e, BrokenPipeError):
+        return "a pipe closed"
+    if e.errno == errno.EIO:  # a terminal's writes after it hung up
+        return "its terminal hung up"
+    return None
 
 
 class _ReaderMayLeave:
@@ -31,8 +44,10 @@ class _ReaderMayLeave:
             return len(text)
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
-            self._reader_left()
+        except OSError as e:
+            if (how := _reader_gone(e)) is None:
+                raise  # a full disk under a redirect is the user's to hear of
+            self._reader_left(how)
             return len(text)
 
     def flush(self) -> None:
@@ -40,10 +55,12 @@ class _ReaderMayLeave:
             return
         try:
             self._stream.flush()
-        except BrokenPipeError:
-            self._reader_left()
+        except OSError as e:
+            if (how := _reader_gone(e)) is None:
+                raise
+            self._reader_left(how)
 
-    def _reader_left(self) -> None:
+    def _reader_left(self, how: str) -> None:
         if self.closed_reader:
             return
         self.closed_reader = True
@@ -55,16 +72,16 @@ class _ReaderMayLeave:
             self._stream.flush()  # what the pipe refused, to devnull now
         except (OSError, ValueError, AttributeError):  # a stream without a descriptor
             self._dropping = True
-        _said_elsewhere(self._name)
+        _said_elsewhere(self._name, how)
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the stream's own
         return getattr(self._stream, name)
 
 
-def _said_elsewhere(name: str) -> None:
+def _said_elsewhere(name: str, how: str) -> None:
     other = sys.stderr if name == "stdout" else sys.stdout
     if isinstance(other, _ReaderMayLeave) and not other.closed_reader:
-        print(f"kiln: the reader of {name} went away (a pipe closed): what kiln writes there "
+        print(f"kiln: the reader of {name} went away ({how}): what kiln writes there "
               "from here on is dropped; the command itself is not stopped", file=other)
 
 

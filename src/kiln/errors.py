@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -41,24 +42,30 @@ class TrainingDiverged(KilnError, RuntimeError):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Training stopped on Ctrl-C or SIGTERM after saving a checkpoint of `step`
+    """Training stopped on Ctrl-C, SIGTERM or SIGHUP after saving a checkpoint of `step`
     (`kiln.train.stop_signals`): a KeyboardInterrupt, so a `kiln run` stops its chain."""
 
     def __init__(self, step: int, signal_name: str, checkpoints: str) -> None:
         super().__init__(f"stopped on {signal_name} after step {step}; a checkpoint of that "
                          f"step is in {checkpoints}")
         self.step = step
-        self.exit_code = 143 if signal_name == "SIGTERM" else 130
+        self.exit_code = signal_exit_code(signal_name)
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM outside training (`kiln.interrupts`): the command stops as on Ctrl-C, with
-    the exit status of a process ended by SIGTERM (128 + 15)."""
+    """SIGTERM (or SIGHUP: a terminal hung up) outside training (`kiln.interrupts`): the
+    command stops as on Ctrl-C, with the exit status of a process ended by that signal
+    (128 + 15; 128 + 1)."""
 
-    exit_code = 143
+    def __init__(self, signal_name: str = "SIGTERM") -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+        self.exit_code = signal_exit_code(signal_name)
 
-    def __init__(self) -> None:
-        super().__init__("SIGTERM")
+
+def signal_exit_code(signal_name: str) -> int:
+    """128 + the signal's number, as a shell reports a process that signal ended."""
+    return 128 + signal.Signals[signal_name]
 
 
 class MainRankInterrupted(KeyboardInterrupt):

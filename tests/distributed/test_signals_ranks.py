@@ -22,6 +22,7 @@ HANG_S = 30  # a rank still running this long after its signal is taken for hung
 SLOW_DATA = """
 import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's (a background suite ignores it)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # and a suite under nohup, SIGHUP
 from kiln import cli
 from kiln.parallel import distributed
 marks = sys.argv[1]
@@ -45,8 +46,8 @@ sys.exit(cli.main(sys.argv[2:]))
 
 EXIT_STATUS = """
 import os, signal, subprocess, sys
-for sig in (signal.SIGINT, signal.SIGTERM):  # torchrun signals the rank's whole group: the
-    signal.signal(sig, lambda *a: None)       # rank's own status is the one to record
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # torchrun signals the rank's
+    signal.signal(sig, lambda *a: None)  # whole group: the rank's own status is the one to record
 code = subprocess.call([sys.executable, *sys.argv[2:]])
 with open(os.path.join(sys.argv[1], f"exit{os.environ['RANK']}"), "w") as f:
     f.write(str(code))
@@ -155,7 +156,8 @@ def _torchrun(tmp_path: Path, args: list[str]) -> subprocess.Popen:
 @pytest.mark.parametrize(("sig", "code", "said"), [
     (signal.SIGTERM, 143, "kiln: run stopped on SIGTERM; "),
     (signal.SIGINT, 130, "kiln: run interrupted; "),
-], ids=["SIGTERM", "SIGINT"])
+    (signal.SIGHUP, 129, "kiln: run stopped on SIGHUP; "),  # the terminal of torchrun closed
+], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_to_torchrun_in_the_data_stages_ends_each_rank_cleanly(tmp_path, sig, code,
                                                                         said):
     """torchrun passes a signal it gets on to its ranks (then SIGTERMs the others as soon
@@ -180,3 +182,62 @@ def test_a_signal_to_torchrun_in_the_data_stages_ends_each_rank_cleanly(tmp_path
         [next(line for line in ranks[0] if line.startswith(said))], output
     assert not any(line.startswith("kiln:") for line in ranks[1]), output
     assert [(tmp_path / f"exit{r}").read_text() for r in (0, 1)] == [str(code)] * 2, output
+
+
+STOPPED_ALONE = """
+import os, sys, time
+from kiln import cli
+from kiln.parallel import distributed
+marks = sys.argv[1]
+distributed.STOP_GRACE_S = 1.0
+def mark(name):
+    open(os.path.join(marks, f"{name}{os.environ['RANK']}"), "w").close()
+if os.environ["RANK"] == "0":
+    def gone(pid):  # ended: a zombie, until the test waits for it
+        try:
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in "ZX"
+        except FileNotFoundError:
+            return True
+    def data_stages(stages, cfg):  # rank 0's data stages go on until rank 1 has gone
+        mark("busy")
+        deadline, pid = time.monotonic() + 60, os.path.join(marks, "pid1")
+        while not (os.path.exists(pid) and gone(open(pid).read())):
+            assert time.monotonic() < deadline, "rank 1 did not stop"
+            time.sleep(0.05)
+        time.sleep(0.5)  # its connections' close reaches gloo
+    cli._timed = data_stages
+    cli._record_config = cli._refuse_prompts_that_do_not_fit = lambda cfg: None
+else:
+    with open(os.path.join(marks, "pid1"), "w") as f:
+        f.write(str(os.getpid()))
+    waited = distributed.run_on_main
+    def run_on_main(*args, **kwargs):
+        mark("busy")
+        return waited(*args, **kwargs)
+    distributed.run_on_main = run_on_main
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def test_a_waiting_rank_stopped_alone_is_named_by_rank_zero(tmp_path):
+    """A `kill` of rank 1 alone while rank 0 makes the data (a hand launch): rank 1 stops
+    after its grace; rank 0 meets its absence at the next collective, and said "another rank
+    of this launch failed or was killed ([/__w/pytorch/.../pair.cc:553] Connection closed by
+    peer ... Check the logs of the remote w)", cut mid-word. Now it names the rank and its
+    signal."""
+    args = _script(tmp_path)
+    (tmp_path / "stopped_alone.py").write_text(STOPPED_ALONE)
+    args[0] = str(tmp_path / "stopped_alone.py")
+    procs, logs = start_python(args, world_size=2)
+    try:
+        _when_busy(tmp_path, procs)
+        procs[1].send_signal(signal.SIGTERM)
+    finally:
+        (rank0, said0), (rank1, said1) = _ended(procs, logs)
+    assert (rank0, rank1) == (1, 143), said0[-2000:] + said1[-2000:]
+    assert "Traceback" not in said0 + said1, said0[-2000:] + said1[-2000:]
+    lines = _kiln_lines(said0)
+    assert len(lines) == 1 and lines[0].startswith(
+        "kiln: run stopped: rank 1 stopped on SIGTERM (a signal to it alone) while this rank "
+        "went on, and this launch cannot go on without it; "), said0
+    assert _kiln_lines(said1) == ["kiln: run stopped on SIGTERM; " + lines[0].split("; ", 1)[1]]

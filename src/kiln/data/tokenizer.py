@@ -19,6 +19,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from kiln.atomic import atomic_path
 from kiln.config import MIN_VOCAB
 from kiln.errors import RunDataError
+from kiln.interrupts import taking_signals
 
 EOS_TOKEN = "<|endoftext|>"
 # The BPE trainer slows down faster than linearly with a piece's length (one 400 KB line of
@@ -65,7 +66,8 @@ def train_bpe(
     )
     if length is None and hasattr(texts, "__len__"):
         length = len(texts)  # type: ignore[arg-type]
-    tok.train_from_iterator(texts, trainer=trainer, length=length)
+    # in a thread of its own: a stop signal comes at once, not when training returns
+    taking_signals(lambda: tok.train_from_iterator(texts, trainer=trainer, length=length))
     tok.pre_tokenizer = pre_tokenizer
     return tok
 

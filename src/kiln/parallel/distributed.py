@@ -24,6 +24,7 @@ from torch import nn
 from kiln.config import ConfigError
 from kiln.errors import MainRankInterrupted, Terminated
 from kiln.interrupts import what_stops_at_once
+from kiln.parallel.rank_stops import on_the_way_out
 
 
 @dataclass(frozen=True)
@@ -370,8 +371,8 @@ def _say_stopping(e: KeyboardInterrupt) -> None:
     """A hand launch's rank, in a terminal of its own, answers Ctrl-C at once; under
     torchrun rank 0 speaks for the ranks (one line, said when it stops)."""
     if "TORCHELASTIC_RUN_ID" not in os.environ and first_on_its_node():
-        sig = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
-        signame = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
+        signame = e.signal_name if isinstance(e, Terminated) else "Ctrl-C"
+        sig = signal.Signals[e.signal_name] if isinstance(e, Terminated) else signal.SIGINT
         print(f"\nkiln: {signame}: waiting up to {STOP_GRACE_S:.0f} s for rank 0 to stop as well "
               f"({what_stops_at_once(sig)})", file=sys.stderr, flush=True)
 
@@ -379,5 +380,8 @@ def _say_stopping(e: KeyboardInterrupt) -> None:
 def shutdown(env: DistEnv) -> None:
     global _LONG_WAIT
     if env.distributed and dist.is_initialized():
+        ending = sys.exc_info()[1]  # shut down on the way out of an exception
+        if ending is not None:
+            on_the_way_out(ending)  # while the store is there
         dist.destroy_process_group()
         _LONG_WAIT = None

@@ -1,12 +1,17 @@
-"""Ctrl-C and SIGTERM end training at a step boundary with a checkpoint, not mid-step.
+"""Ctrl-C, SIGTERM and SIGHUP end training at a step boundary with a checkpoint, not mid-step.
 
-The first SIGINT or SIGTERM only sets a flag: the step in flight finishes, the checkpoint
-callback saves that step and training stops with `TrainingInterrupted`, so nothing trained
-since the last periodic checkpoint is lost (a scheduler's SIGTERM before preemption is the
-same case); on the last step the run is complete and saved, and still stops there (a `kiln
-run` does not go on to eval and export). A second Ctrl-C stops at once, as Python's default would. Under torchrun in a
-terminal each rank gets Ctrl-C twice (from the terminal and forwarded by torchrun), so a
-second SIGINT within `REPEAT_WINDOW_S` of the first counts as the same press.
+The first SIGINT, SIGTERM or SIGHUP only sets a flag: the step in flight finishes, the
+checkpoint callback saves that step and training stops with `TrainingInterrupted`, so
+nothing trained since the last periodic checkpoint is lost (a scheduler's SIGTERM before
+preemption is the same case, and so is a SIGHUP: the terminal of a foreground `kiln train`
+closed, its ssh session dropped, where Python's default would end training at once, and
+where the banner and the last lines meet a hung-up terminal: `kiln.closed_streams`). On
+the last step the run is complete and saved, and still stops there (a `kiln run` does not
+go on to eval and export). A second Ctrl-C stops at once, as Python's default would. Under
+torchrun in a terminal each rank gets Ctrl-C twice (from the terminal and forwarded by
+torchrun), so a second SIGINT within `REPEAT_WINDOW_S` of the first counts as the same
+press; a repeated SIGTERM or SIGHUP (torchrun passes on what it gets, then SIGTERMs the
+ranks) is the same stop.
 
 Ranks may see the signal at different steps (or only one rank may get it): `agreed` sums
 the flags across ranks every step, so all of them stop after the same step and the
@@ -33,7 +38,8 @@ __all__ = ["REPEAT_WINDOW_S", "StopRequests"]
 
 
 class StopRequests:
-    """Handlers for SIGINT and SIGTERM that ask training to stop after the current step."""
+    """Handlers for SIGINT, SIGTERM and SIGHUP that ask training to stop after the current
+    step."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.signal: int | None = None
@@ -42,7 +48,7 @@ class StopRequests:
         self._previous: dict[int, Any] = {}
 
     def install(self) -> StopRequests:
-        """Take over SIGINT and SIGTERM, unless ignored (only the main thread may)."""
+        """Take over the stop signals, unless ignored (only the main thread may)."""
         if threading.current_thread() is threading.main_thread():
             for sig in _STOP_SIGNALS:
                 if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup`, a background job
@@ -63,19 +69,27 @@ class StopRequests:
         elif signum == signal.SIGINT and now - self._first_at > REPEAT_WINDOW_S:
             self.restore()
             raise KeyboardInterrupt
-        # a repeated SIGTERM (torchrun's shutdown) or the forwarded copy of Ctrl-C: stopping
+        # a repeated SIGTERM or SIGHUP (torchrun's shutdown) or the forwarded copy of Ctrl-C:
+        # stopping
 
     def agreed(self, env: DistEnv, device: torch.device) -> str | None:
         """The signal's name when any rank was asked to stop, the same on every rank."""
         if not env.distributed:
             return None if self.signal is None else signal.Signals(self.signal).name
-        # (asked to stop, asked by SIGTERM): a rank told to terminate outranks a Ctrl-C elsewhere
-        flags = torch.tensor([self.signal is not None, self.signal == signal.SIGTERM],
-                             dtype=torch.float32, device=device)
-        asked, terminate = all_reduce_sum(flags, env).tolist()
+        # a rank told to terminate outranks a hang-up elsewhere, and either a Ctrl-C: the
+        # exit status says the stronger cause
+        asked, terminate, hangup = all_reduce_sum(self._flags(device), env).tolist()
         if not asked:
             return None
-        return "SIGTERM" if terminate else "SIGINT"
+        return "SIGTERM" if terminate else "SIGHUP" if hangup else "SIGINT"
+
+    def _flags(self, device: torch.device) -> torch.Tensor:
+        """(asked to stop, by SIGTERM, by SIGHUP), to be summed across ranks."""
+        return torch.tensor([self.signal is not None, self.signal == signal.SIGTERM,
+                             self.signal == _SIGHUP], dtype=torch.float32, device=device)
+
+
+_SIGHUP = getattr(signal, "SIGHUP", None)  # POSIX
 
 
 def _say(text: str) -> None:

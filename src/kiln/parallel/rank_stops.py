@@ -1,0 +1,92 @@
+"""A rank that stops on a signal of its own leaves word of it where the other ranks can read.
+
+A `kill` of one rank, or a Ctrl-C in one terminal of a hand launch, may reach one rank alone
+while rank 0 works on (the data stages of `kiln run`): that rank stops cleanly, and rank 0
+meets its absence only at its next collective, a lost rank, which gloo's words call "a remote
+worker crashing". So the stopping rank sets a key in the rendezvous store (held by rank 0 in
+a hand launch, by torchrun's agent under torchrun), and a rank that meets a lost one reads
+the keys and names the rank and the signal it stopped on. Both happen in `shutdown`, the
+last moment the store is there (`on_the_way_out`).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from kiln.errors import MainRankInterrupted, Terminated, TrainingInterrupted
+
+_KEY = "kiln/stopped/{}"
+_ANY = "kiln/stopped/any"  # one look for a failing rank, not one per rank (thousands of ranks)
+_WAIT = timedelta(seconds=5)  # on the way out: a store that does not answer is not waited for
+_read: dict[int, str] = {}  # what the other ranks said, read before the store went
+
+
+def on_the_way_out(e: BaseException) -> None:
+    """Before the process group goes, with `e` ending this rank: a stop on a signal of its
+    own leaves word (not one rank 0 told of, nor training's, which every rank agreed on);
+    anything else (a lost rank among them) reads the others' words."""
+    global _read
+    store = _store()
+    if store is not None:
+        try:
+            store.set_timeout(_WAIT)
+        except RuntimeError:
+            return
+    if isinstance(e, KeyboardInterrupt) and \
+            not isinstance(e, (MainRankInterrupted, TrainingInterrupted)):  # told, agreed
+        leave_word(f"stopped on {e.signal_name}" if isinstance(e, Terminated)
+                   else "was interrupted (Ctrl-C or SIGINT)")
+    else:
+        _read = stopped_ranks()
+
+
+def _store() -> dist.Store | None:
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (RuntimeError, ValueError, AttributeError):  # a group made without a store
+        return None
+
+
+def leave_word(how: str) -> None:
+    """Say in the store that this rank stops, and how ("stopped on SIGTERM")."""
+    store = _store()
+    if store is None:
+        return
+    try:
+        store.set(_KEY.format(dist.get_rank()), how)
+        store.set(_ANY, "1")
+    except RuntimeError:  # the store went with its host: nobody is left to read it
+        pass
+
+
+def stopped_ranks() -> dict[int, str]:
+    """The other ranks that left word that they stopped, and how (read before the process
+    group went, if it has)."""
+    store, said = _store(), {}
+    if store is None:
+        return dict(_read)
+    try:
+        if not store.check([_ANY]):
+            return said
+        for rank in range(dist.get_world_size()):
+            key = _KEY.format(rank)
+            if rank != dist.get_rank() and store.check([key]):
+                said[rank] = store.get(key).decode()
+    except RuntimeError:  # the store is gone too: say what was read
+        pass
+    return said
+
+
+def lost_rank_said(e: BaseException) -> str:
+    """The error that met a lost rank, in a few words: gloo's first sentence, without the
+    source path it starts with ("Connection closed by peer [127.0.0.1]:13733")."""
+    text = str(e).strip()
+    if not text:
+        return type(e).__name__
+    first = re.sub(r"^\[[^\]]*\]\s*", "", text.splitlines()[0])
+    return first.split(". ", 1)[0][:200]
