@@ -240,12 +240,18 @@ class Members(dict):
 
 
 class Other:
-    """A member that is neither a list nor an object walked into (parsed, not kept)."""
+    """A member that is neither a list nor an object walked into (parsed, not kept): one
+    shared instance (`OTHER`), so an object of many members holds little for each."""
 
-    __slots__ = ("ordinal",)
+    __slots__ = ()
 
-    def __init__(self, ordinal: int):
-        self.ordinal = ordinal
+
+OTHER = Other()
+# what the walk holds for a member of an object it walks (a dict slot, a node), besides its
+# key, charged against the memory budget: an object of millions of small members (records
+# keyed by their ids) is refused, or parsed whole where it fits, not walked until the kernel
+# kills the run
+MEMBER_BYTES = 200
 
 
 Event = tuple[tuple[int, ...], int, object]
@@ -263,6 +269,7 @@ class Walk:
         self.text_field = text_field
         self.line = line
         self.top: ListFacts | Members | None = None
+        self.held = 0  # bytes the walked objects' members hold (MEMBER_BYTES and their keys)
 
     def run(self) -> Iterator[Event]:
         c = self.c
@@ -345,16 +352,21 @@ class Walk:
             c.skip()
             ch = c.peek()
             here = (*path, ordinal)
+            if not ordinal:
+                first = key
             if ch == "[":
                 node: ListFacts | Members | Other = ListFacts(ordinal)
                 yield from self._list(here, node)
-            elif ch == "{" and depth < MAX_WRAPPER_DEPTH and (
-                    depth == 1 or key.lower() in RECORD_KEYS):  # depth 1: the only key?
+            elif ch == "{" and depth < MAX_WRAPPER_DEPTH and (key.lower() in RECORD_KEYS or (
+                    depth == 1 and key == first)):  # depth 1: the only key (so far)?
                 node = Members(ordinal)
                 yield from self._object(here, node, depth + 1)
             else:
                 c.value()
-                node = Other(ordinal)
+                node = OTHER
+            self.held += MEMBER_BYTES + len(key)
+            if c.limit is not None and self.held > c.limit:
+                raise TooLarge
             members[key] = node
             ordinal += 1
             c.skip()
