@@ -270,3 +270,20 @@ def test_an_object_of_many_members_over_the_budget_is_refused_not_walked(tmp_pat
     streamed = _read(small)
     monkeypatch.setattr(documents, "WHOLE_JSON_BYTES", 1 << 30)
     assert streamed == _read(small) and streamed[1]["documents"] == 1
+
+
+@pytest.mark.parametrize("line_bytes", [1, 2])
+def test_a_bom_before_a_blank_first_line_is_not_a_line_however_short_lines_are(
+        tmp_path, monkeypatch, line_bytes):
+    """A line read `line_bytes` at a time had its first piece checked for the BOM, so a BOM
+    split across pieces made a blank first line a line that is no object: with an object
+    after it, the file was taken for JSON lines (its one object a record without text)."""
+    files = {"bom_blank.json": b'\xef\xbb\xbf  \n{"a": 1}\n',
+             "bom_blank_records.json": b'\xef\xbb\xbf\n{"text": "x"}\n',
+             "bom_object.json": b'\xef\xbb\xbf{"data": [{"text": "y"}]}'}
+    for name, raw in files.items():
+        (tmp_path / name).write_bytes(raw)
+    whole = {name: _read(tmp_path / name) for name in files}
+    _streamed(monkeypatch, 3, line_bytes)
+    for name in files:
+        assert _read(tmp_path / name) == whole[name], name

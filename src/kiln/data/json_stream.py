@@ -475,14 +475,15 @@ def _line_heads(f: BinaryIO, count: int, max_line: int) -> list[bytes | LongLine
     """The first `count` non-blank lines (json_records._lines), those over `max_line` bytes
     as a LongLine."""
     found: list[bytes | LongLine] = []
-    n = offset = 0
+    offset = 0
+    if f.read(len(BOM)) == BOM:  # off the first line (whatever `max_line`: not cut in it)
+        offset = len(BOM)
+    else:
+        f.seek(0)
     while line := f.readline(max_line + 1):
-        n += 1
         start = offset
         offset += len(line)
         long = len(line) > max_line and not line.endswith(b"\n")
-        if n == 1 and line.startswith(BOM):
-            line, start = line[len(BOM):], start + len(BOM)
         if long:  # read on to its end, a chunk at a time
             lead = _lead(line)
             while not line.endswith(b"\n") and (line := f.readline(READ_BYTES)):
