@@ -231,3 +231,59 @@ def test_what_must_be_held_whole_is_still_refused_naming_the_file(tmp_path, monk
         _read(path)
     message = str(refused.value)
     assert name in message and "JSON lines" in message and "jq -c" in message
+
+
+def _keyed(n, text_chars=8):
+    """Records keyed by their ids, `{"id0": {"text": ...}, ...}`: an object of many members."""
+    return json.dumps({f"id{i}": {"text": "w" * text_chars, "n": i} for i in range(n)}).encode()
+
+
+def test_an_object_of_many_members_is_walked_in_memory_well_under_its_size(tmp_path):
+    """Each member's object was walked into (a dict and a node per member, ~20x the file for
+    small ones): only the first member's is now, the rest parsed and dropped."""
+    path = tmp_path / "keyed.json"
+    path.write_bytes(_keyed(20_000, 1_000))
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        scan = json_stream.scan(lambda: open(path, "rb"), "text")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert scan.error is None and len(scan.top) == 20_000
+    assert peak < size / 3, f"walking a .json of {size:,} bytes took {peak:,}"
+
+
+def test_an_object_of_many_members_over_the_budget_is_refused_not_walked(tmp_path, monkeypatch):
+    """Its walk's members are charged against the budget: over it, the file is refused as
+    its whole parse was (InputTooLargeError naming it), not walked until the kernel kills
+    the run; under it (the file fits), it is parsed whole, as it always was."""
+    monkeypatch.setattr(documents, "host_memory_available", lambda: FREE)
+    big = tmp_path / "keyed.json"
+    big.write_bytes(_keyed(20_000))  # ~500 kB: over the 100 kB budget
+    with pytest.raises(InputTooLargeError) as refused:
+        _read(big)
+    assert "keyed.json" in str(refused.value)
+    small = tmp_path / "small.json"
+    small.write_bytes(_keyed(2_000))  # ~50 kB: fits, but its walk's members would not
+    monkeypatch.setattr(documents, "WHOLE_JSON_BYTES", 0)
+    streamed = _read(small)
+    monkeypatch.setattr(documents, "WHOLE_JSON_BYTES", 1 << 30)
+    assert streamed == _read(small) and streamed[1]["documents"] == 1
+
+
+@pytest.mark.parametrize("line_bytes", [1, 2])
+def test_a_bom_before_a_blank_first_line_is_not_a_line_however_short_lines_are(
+        tmp_path, monkeypatch, line_bytes):
+    """A line read `line_bytes` at a time had its first piece checked for the BOM, so a BOM
+    split across pieces made a blank first line a line that is no object: with an object
+    after it, the file was taken for JSON lines (its one object a record without text)."""
+    files = {"bom_blank.json": b'\xef\xbb\xbf  \n{"a": 1}\n',
+             "bom_blank_records.json": b'\xef\xbb\xbf\n{"text": "x"}\n',
+             "bom_object.json": b'\xef\xbb\xbf{"data": [{"text": "y"}]}'}
+    for name, raw in files.items():
+        (tmp_path / name).write_bytes(raw)
+    whole = {name: _read(tmp_path / name) for name in files}
+    _streamed(monkeypatch, 3, line_bytes)
+    for name in files:
+        assert _read(tmp_path / name) == whole[name], name

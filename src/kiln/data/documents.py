@@ -476,7 +476,8 @@ class SourceReader(PipelineStep):
         walk that keeps only what the rules ask, and its records read in a second walk
         (kiln.data.json_stream). What must be held whole (JSONC, an object that is one
         record) goes to `_read_json_whole`, refused there where it cannot fit, as is a file
-        with a value other than a list of records (a string) too large to hold."""
+        with a value other than a list of records (a string), or an object of members (records
+        keyed by id), too large to hold while it is walked."""
         try:
             yield from self._stream_json(file, opener, budget, free, whole)
         except TooLarge:
@@ -487,8 +488,15 @@ class SourceReader(PipelineStep):
         def open_file():
             return opener(file.path, "rb")
 
-        first, more = json_stream.first_line(open_file, self.text_field,
-                                             min(json_stream.LINE_BYTES, whole), budget)
+        try:
+            first, more = json_stream.first_line(open_file, self.text_field,
+                                                 min(json_stream.LINE_BYTES, whole), budget)
+            scan = first if first is not None or more else \
+                json_stream.scan(open_file, self.text_field, budget)
+        except TooLarge:  # a value, or an object's members, too large to hold while walked:
+            # parsed whole as it always was where the file fits, else refused there
+            yield from self._read_json_whole(file, opener, budget, free)
+            return
         if more:  # JSON lines saved as .json: read line by line, as a .jsonl is
             with open_file() as f:
                 yield from self._read_lines(file, f)
@@ -496,7 +504,6 @@ class SourceReader(PipelineStep):
         if isinstance(first, dict):  # one object alone on a line short enough to hold
             yield from self._json_value(file, first, lambda: self._read_text_file(file, opener))
             return
-        scan = first if first is not None else json_stream.scan(open_file, self.text_field, budget)
         error = scan.error
         if error is not None:
             if isinstance(error, json_stream.JsonStreamError) and error.may_be_jsonc:

@@ -240,12 +240,18 @@ class Members(dict):
 
 
 class Other:
-    """A member that is neither a list nor an object walked into (parsed, not kept)."""
+    """A member that is neither a list nor an object walked into (parsed, not kept): one
+    shared instance (`OTHER`), so an object of many members holds little for each."""
 
-    __slots__ = ("ordinal",)
+    __slots__ = ()
 
-    def __init__(self, ordinal: int):
-        self.ordinal = ordinal
+
+OTHER = Other()
+# what the walk holds for a member of an object it walks (a dict slot, a node), besides its
+# key, charged against the memory budget: an object of millions of small members (records
+# keyed by their ids) is refused, or parsed whole where it fits, not walked until the kernel
+# kills the run
+MEMBER_BYTES = 200
 
 
 Event = tuple[tuple[int, ...], int, object]
@@ -263,6 +269,7 @@ class Walk:
         self.text_field = text_field
         self.line = line
         self.top: ListFacts | Members | None = None
+        self.held = 0  # bytes the walked objects' members hold (MEMBER_BYTES and their keys)
 
     def run(self) -> Iterator[Event]:
         c = self.c
@@ -345,16 +352,21 @@ class Walk:
             c.skip()
             ch = c.peek()
             here = (*path, ordinal)
+            if not ordinal:
+                first = key
             if ch == "[":
                 node: ListFacts | Members | Other = ListFacts(ordinal)
                 yield from self._list(here, node)
-            elif ch == "{" and depth < MAX_WRAPPER_DEPTH and (
-                    depth == 1 or key.lower() in RECORD_KEYS):  # depth 1: the only key?
+            elif ch == "{" and depth < MAX_WRAPPER_DEPTH and (key.lower() in RECORD_KEYS or (
+                    depth == 1 and key == first)):  # depth 1: the only key (so far)?
                 node = Members(ordinal)
                 yield from self._object(here, node, depth + 1)
             else:
                 c.value()
-                node = Other(ordinal)
+                node = OTHER
+            self.held += MEMBER_BYTES + len(key)
+            if c.limit is not None and self.held > c.limit:
+                raise TooLarge
             members[key] = node
             ordinal += 1
             c.skip()
@@ -463,14 +475,15 @@ def _line_heads(f: BinaryIO, count: int, max_line: int) -> list[bytes | LongLine
     """The first `count` non-blank lines (json_records._lines), those over `max_line` bytes
     as a LongLine."""
     found: list[bytes | LongLine] = []
-    n = offset = 0
+    offset = 0
+    if f.read(len(BOM)) == BOM:  # off the first line (whatever `max_line`: not cut in it)
+        offset = len(BOM)
+    else:
+        f.seek(0)
     while line := f.readline(max_line + 1):
-        n += 1
         start = offset
         offset += len(line)
         long = len(line) > max_line and not line.endswith(b"\n")
-        if n == 1 and line.startswith(BOM):
-            line, start = line[len(BOM):], start + len(BOM)
         if long:  # read on to its end, a chunk at a time
             lead = _lead(line)
             while not line.endswith(b"\n") and (line := f.readline(READ_BYTES)):
