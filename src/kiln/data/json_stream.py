@@ -142,10 +142,8 @@ class Cursor:
 
     def _before(self, idx: int) -> str:
         """The last non-blank character before buf[idx]."""
-        j = idx - 1
-        while j >= 0 and self.buf[j].isspace():
-            j -= 1
-        return self.buf[j] if j >= 0 else self.prev
+        head = self.buf[:idx].rstrip()  # in C: a run of megabytes of blanks is common enough
+        return head[-1] if head else self.prev
 
     def drain(self) -> None:
         """Read the rest, keeping none of it: a decode error after a JSON error is the
