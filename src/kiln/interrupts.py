@@ -29,6 +29,7 @@ thread waits in short joins, so the stop comes at once.
 from __future__ import annotations
 
 import atexit
+import os
 import signal
 import threading
 import time
@@ -77,8 +78,11 @@ def _ignore_repeats() -> None:
 class _StopAtOnce:
     def __init__(self) -> None:
         self.first_at: float | None = None
+        self.pid = os.getpid()
 
     def handle(self, signum: int, frame: object = None) -> None:
+        if os.getpid() != self.pid:
+            return  # a fork that kept the handler (datatrove's manager): its parent stops it
         now = time.monotonic()
         if signum != signal.SIGINT and _under_way:
             return  # the stop under way
@@ -110,6 +114,15 @@ def signals_stop_at_once() -> Iterator[None]:
     finally:
         for sig, before in previous.items():
             signal.signal(sig, before)
+
+
+def stops_left_to_the_parent() -> None:
+    """In a pool worker: SIGINT and SIGHUP ignored, SIGTERM at its default. A Ctrl-C or a
+    hang-up reaches the terminal's whole process group; the parent takes it, stops, and ends
+    its workers with SIGTERM (`Pool.terminate`), which must still end them. Taken here, it
+    raised a traceback in each worker or ended it unseen, mid-task."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL if sig == signal.SIGTERM else signal.SIG_IGN)
 
 
 T = TypeVar("T")

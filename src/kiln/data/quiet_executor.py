@@ -12,12 +12,16 @@ dedup's, MinHash's, which take no switch) are turned off in every task too.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
 from datatrove.executor import LocalPipelineExecutor
 from loguru import logger
+
+from kiln.interrupts import STOP_SIGNALS, stops_left_to_the_parent
 
 
 def _console_for_warnings() -> None:
@@ -58,6 +62,30 @@ def progress_bars_off() -> Iterator[None]:
         std.tqdm.__init__ = made
 
 
+def start_helpers_deaf_to_stops() -> None:
+    """Start multiprocess's resource tracker and fork server (the pool's workers are forks of
+    it) with SIGINT and SIGHUP blocked, which they and the workers keep: a Ctrl-C or a hang-up
+    reaches the whole process group, and the parent alone should take it. The hang-up's default
+    ended both: the tracker said it "died unexpectedly" with a traceback per semaphore, and
+    with the fork server gone the pool took its workers for exited and left them running,
+    each failing with a traceback once its task was done. Blocked in this thread only while
+    they start, the signals reach the parent's handlers after (or in another thread), never
+    lost, as a moment of SIG_IGN could lose them. SIGTERM stays open: `Pool.terminate` ends
+    the workers with it. Nothing happens where they already run."""
+    from multiprocess import forkserver, resource_tracker
+
+    if not hasattr(signal, "pthread_sigmask"):
+        return
+    deaf = {s for s in STOP_SIGNALS if s != signal.SIGTERM}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, deaf)
+    try:
+        resource_tracker.ensure_running()  # unblocks SIGINT (and SIGTERM) after its start
+        signal.pthread_sigmask(signal.SIG_BLOCK, deaf)
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 class KilnLocalExecutor(LocalPipelineExecutor):
     """The local executor, its tasks' console logs (`quiet`: in the log files alone) and
     progress bars (`progress`) as Kiln's settings say. The bars are turned off in the task
@@ -69,8 +97,16 @@ class KilnLocalExecutor(LocalPipelineExecutor):
         self.quiet, self.progress = quiet, progress
 
     def run(self):
+        self._parent_pid = os.getpid()
+        if self.workers > 1 and self.start_method == "forkserver":
+            start_helpers_deaf_to_stops()
         with quiet_console() if self.quiet else nullcontext():
             return super().run()
+
+    def _launch_run_for_rank(self, rank: int, *args, **kwargs):
+        if getattr(self, "_parent_pid", os.getpid()) != os.getpid():  # a pool worker's
+            stops_left_to_the_parent()
+        return super()._launch_run_for_rank(rank, *args, **kwargs)
 
     def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
         with nullcontext() if self.progress else progress_bars_off():
