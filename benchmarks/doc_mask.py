@@ -5,13 +5,18 @@ fused loss, backward, clip, AdamW step).
 
 Off and on are the same model and batch: steps alternate in rounds (off on, then on off),
 so drift on a shared machine hits both alike; tokens/s are medians over steps. The batch
-holds documents of random lengths (EOS at random, 1 in `--doc-len` tokens on average);
-the mask's cost does not depend on how many documents there are. Peak memory is each
-mode's peak resident size in a process of its own (VmHWM after a few steps; CPU) or
-`torch.cuda.max_memory_allocated` (GPU).
+holds documents of random lengths (EOS at random, 1 in `--doc-len` tokens on average), or
+with `--aligned` documents of exactly `--doc-len` tokens in every row. On the matmul path
+a query block skips the keys of earlier documents that none of its queries sees in any
+batch row: with short documents the mask saves work, the more the more alike the rows'
+layouts; one attention layer's tensors kept for backward (off, on) show how much. Peak
+memory is each mode's peak resident size in a process of its own (VmHWM after a few
+steps; CPU) or `torch.cuda.max_memory_allocated` (GPU).
 
     python benchmarks/doc_mask.py                  # all-global layers, as throughput.py
     python benchmarks/doc_mask.py --window 64      # 1 local : 1 global, window 64
+    python benchmarks/doc_mask.py --doc-len 32     # short documents (T / 8), random lengths
+    python benchmarks/doc_mask.py --doc-len 32 --aligned  # every row: documents of 32 tokens
     python benchmarks/doc_mask.py --quick          # smoke test
 """
 
@@ -49,10 +54,14 @@ def setting(args: argparse.Namespace) -> Setting:
     return s
 
 
-def make_batch(s: Setting, doc_len: int, device: torch.device) -> torch.Tensor:
+def make_batch(s: Setting, doc_len: int, device: torch.device,
+               aligned: bool = False) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
     batch = torch.randint(1, s.model.vocab_size, (s.batch, s.seq_len + 1), generator=g)
-    eos = torch.rand(batch.shape, generator=g) < 1 / doc_len
+    if aligned:  # every row: an EOS ends each doc_len tokens
+        eos = (torch.arange(batch.shape[1]) % doc_len == doc_len - 1).expand(batch.shape)
+    else:
+        eos = torch.rand(batch.shape, generator=g) < 1 / doc_len
     return batch.masked_fill(eos, EOS).to(device)
 
 
@@ -76,10 +85,11 @@ class Stepper:
 
 
 def attention_times(s: Setting, batch: torch.Tensor, precision: str, device: torch.device,
-                    repeats: int) -> dict[bool, list[float]]:
-    """Seconds of one attention layer (local with `--window`, else global)'s forward + backward on the path training takes
-    (`Attention` as the model runs it), off and on, interleaved: the mask's own cost, which
-    the step's figures bury under the rest of the step and the machine's drift."""
+                    repeats: int) -> tuple[dict[bool, list[float]], dict[bool, float]]:
+    """Seconds of one attention layer (local with `--window`, else global)'s forward +
+    backward on the path training takes (`Attention` as the model runs it), off and on,
+    interleaved: the mask's own cost, which the step's figures bury under the rest of the
+    step and the machine's drift; and the MB the layer keeps for backward, off and on."""
     from kiln.model.layers import Attention, rope_tables
 
     m = s.model
@@ -94,13 +104,24 @@ def attention_times(s: Setting, batch: torch.Tensor, precision: str, device: tor
             y = attn(x, cos, sin, doc_ids=docs if masked else None)
         y.float().sum().backward()
 
+    saved: dict[bool, float] = {}
+    for masked in (False, True):
+        sizes: list[int] = []
+
+        def pack(x: torch.Tensor, sizes: list[int] = sizes) -> torch.Tensor:
+            sizes.append(x.numel() * x.element_size())
+            return x
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+            run(masked)
+        saved[masked] = sum(sizes) / 2**20
     out: dict[bool, list[float]] = {False: [], True: []}
     for masked in (False, True, False, True):
         run(masked)
     for r in range(repeats):
         for masked in (False, True) if r % 2 == 0 else (True, False):
             out[masked].append(time_call(lambda m=masked: run(m)))
-    return out
+    return out, saved
 
 
 def memory_child(args: argparse.Namespace, masked: bool) -> None:
@@ -110,7 +131,8 @@ def memory_child(args: argparse.Namespace, masked: bool) -> None:
     if device.type == "cpu":
         keep_freed_memory()
     precision = resolve_precision(args.precision, device)
-    stepper, batch = Stepper(s, device, precision), make_batch(s, args.doc_len, device)
+    stepper = Stepper(s, device, precision)
+    batch = make_batch(s, args.doc_len, device, args.aligned)
     for _ in range(3):
         stepper.step(batch, masked)
     peak = (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda"
@@ -124,6 +146,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=0, help="sliding window of the local "
                         "layers (1 local : 1 global); 0: every layer global")
     parser.add_argument("--doc-len", type=int, default=64, help="mean document length")
+    parser.add_argument("--aligned", action="store_true", help="documents of exactly "
+                        "--doc-len tokens in every row (not random lengths)")
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--rounds", type=int, default=6)
@@ -137,13 +161,13 @@ def main() -> None:
     if device.type == "cpu":
         keep_freed_memory()
     precision = resolve_precision(args.precision, device)
-    batch = make_batch(s, args.doc_len, device)
+    batch = make_batch(s, args.doc_len, device, args.aligned)
     docs = int(document_ids(batch[:, :-1], EOS).amax(dim=1).add(1).sum())
     m = s.model
     print(f"torch {torch.__version__}, {device.type}, {threads} threads, {precision}; dim {m.dim}, "
           f"{m.n_layers} layers, {m.n_heads}/{m.n_kv_heads} heads, window {m.sliding_window} "
           f"(local_per_global {m.local_per_global}); batch {s.batch} x {s.seq_len}, "
-          f"{docs} documents in it")
+          f"{docs} documents in it{' (aligned)' if args.aligned else ''}")
     stepper = Stepper(s, device, precision)
     for masked in (False, True, False, True):  # warmup
         stepper.step(batch, masked)
@@ -158,12 +182,13 @@ def main() -> None:
                 cpu[masked].append(time.process_time() - start)
     tokens = s.batch * s.seq_len
     tps = {k: tokens / median(v) for k, v in times.items()}
-    layer = attention_times(s, batch, precision, device, 6 if args.quick else 40)
+    layer, saved = attention_times(s, batch, precision, device, 6 if args.quick else 40)
     peaks = {}
     for mode in ("off", "on"):
         cmd = [sys.executable, __file__, "--memory-child", mode, "--doc-len", str(args.doc_len),
                "--precision", args.precision, "--device", args.device, "--window",
-               str(args.window)] + (["--quick"] if args.quick else [])
+               str(args.window)] + (["--quick"] if args.quick else []) + (
+               ["--aligned"] if args.aligned else [])
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         peaks[mode] = json.loads(out.strip().splitlines()[-1])["peak_mb"]
     print(f"{'mask':<6}{'tokens/s':>10}{'step ms':>10}{'range ms':>14}{'peak MB':>10}")
@@ -184,6 +209,8 @@ def main() -> None:
     print("one attention layer, forward + backward, ms (fastest / median): "
           f"off {layer_ms[False][0]:.1f} / {layer_ms[False][1]:.1f}, "
           f"on {layer_ms[True][0]:.1f} / {layer_ms[True][1]:.1f}")
+    print(f"one attention layer's tensors kept for backward, MB: off {saved[False]:.1f}, "
+          f"on {saved[True]:.1f}")
     best = {k: 1000 * min(v) for k, v in times.items()}
     print(f"fastest step ms: off {best[False]:.0f}, on {best[True]:.0f}")
     print(result_line(tokens_per_s_off=tps[False], tokens_per_s_on=tps[True],
@@ -191,7 +218,8 @@ def main() -> None:
                       cpu_ms_on=cpu_ms[True], best_step_ms_off=best[False],
                       best_step_ms_on=best[True], attn_layer_ms_off=layer_ms[False][0],
                       attn_layer_ms_on=layer_ms[True][0], peak_mb_off=peaks["off"],
-                      peak_mb_on=peaks["on"]))
+                      peak_mb_on=peaks["on"], attn_saved_mb_off=saved[False],
+                      attn_saved_mb_on=saved[True]))
 
 
 if __name__ == "__main__":

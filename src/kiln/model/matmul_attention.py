@@ -9,7 +9,8 @@ only the keys the block can see (causal, and inside the window for sliding-windo
 layers), it skips most of the hidden part of the T x T square: 5/8 of the products
 remain at T = 256, and the layer takes ~20 ms (the attention of a 6-layer step: ~125 ms
 -> ~95 ms). In fp32 the blocks take 41-49 ms against SDPA's 58-61 ms (the whole fp32
-step ~5% faster).
+step ~5% faster). With document ids (`kiln.model.doc_mask`) a block also starts after the
+keys of earlier documents that none of its queries sees (`_leading_hidden_keys`).
 
 In bf16 the numerics are those of plain ("eager") attention under autocast: scores and
 probabilities rounded to bf16, softmax in fp32 inside the kernel, key and value
@@ -73,9 +74,8 @@ class _MatmulAttention(torch.autograd.Function):
         kg, vg = k.reshape(b * kv, t, d), v.reshape(b * kv, t, d)
         hidden = _hidden_keys(t, window, q.device)
         out = torch.empty(b, t, kv, rep, d, dtype=q.dtype, device=q.device)  # (B, T, H, D)
-        blocks = _blocks(t, window)
-        probs = []
-        for start, stop, lo in blocks:
+        blocks, probs = [], []
+        for start, stop, lo in _blocks(t, window):
             if doc_ids is None:
                 bias = torch.zeros(stop - start, stop - lo, dtype=q.dtype, device=q.device)
                 bias.masked_fill_(hidden[start:stop, lo:stop], float("-inf"))
@@ -83,8 +83,13 @@ class _MatmulAttention(torch.autograd.Function):
                                        qs[:, start * rep : stop * rep],
                                        kg[:, lo:stop].transpose(1, 2))
             else:
+                hide = _hidden_from_documents(doc_ids, hidden, start, stop, lo)
+                skip = _leading_hidden_keys(hide)
+                lo, hide = lo + skip, hide[:, :, skip:]
                 scores = torch.bmm(qs[:, start * rep : stop * rep], kg[:, lo:stop].transpose(1, 2))
-                _hide_other_documents(scores, doc_ids, hidden, start, stop, lo, rep)
+                scores.view(b, kv, stop - start, rep, stop - lo).masked_fill_(
+                    hide[:, None, :, None], float("-inf"))
+            blocks.append((start, stop, lo))
             p = torch.softmax(scores, dim=-1)
             block_out = torch.bmm(p, vg[:, lo:stop]).view(b, kv, stop - start, rep, d)
             out[:, start:stop] = block_out.permute(0, 2, 1, 3, 4)
@@ -116,16 +121,29 @@ class _MatmulAttention(torch.autograd.Function):
                 grad_v.view(b, kv, t, d), None, None)
 
 
-def _hide_other_documents(scores: torch.Tensor, doc_ids: torch.Tensor, hidden: torch.Tensor,
-                          start: int, stop: int, lo: int, rep: int) -> None:
-    """Set to -inf, in place, the block's scores (B * KV, (stop - start) * rep, stop - lo)
-    of keys hidden from the query: the shared causal / window mask, and keys of another
-    document than the query's (per batch row; one pass, broadcast over the heads). Their
-    probabilities come out 0, so backward needs no mask of its own."""
-    b = doc_ids.shape[0]
-    hide = (doc_ids[:, start:stop, None] != doc_ids[:, None, lo:stop]) | hidden[start:stop, lo:stop]
-    scores.view(b, -1, stop - start, rep, stop - lo).masked_fill_(hide[:, None, :, None],
-                                                                  float("-inf"))
+def _hidden_from_documents(doc_ids: torch.Tensor, hidden: torch.Tensor, start: int, stop: int,
+                           lo: int) -> torch.Tensor:
+    """(B, stop - start, stop - lo) keys hidden from the block's queries, per batch row: the
+    shared causal / window mask, and keys of another document than the query's. Their
+    scores are set to -inf (one pass, broadcast over the heads), so their probabilities
+    come out 0 and backward needs no mask of its own."""
+    return (doc_ids[:, start:stop, None] != doc_ids[:, None, lo:stop]) | hidden[start:stop, lo:stop]
+
+
+def _leading_hidden_keys(hide: torch.Tensor) -> int:
+    """How many of the block's first keys no query of any batch row sees (earlier documents'):
+    the block's matmuls start after them, forward and backward. Hidden keys get probability
+    exactly 0, so the result is the same but for the order of float sums over the remaining
+    keys. The key range is shared by the batch rows (one batched matmul), so the skip ends
+    at the earliest start, over the rows, of the document holding the block's first query:
+    much with short documents in alike layouts, little with random lengths over many rows
+    (benchmarks/README.md). It depends on the data, so under torch.compile (which would
+    have to guard on it) nothing is skipped. A query sees itself: its key always remains."""
+    if torch.compiler.is_compiling():
+        return 0
+    # per key, 1 if hidden from every (row, query); the first 0 (argmin takes the first of
+    # ties). As uint8 this is ~7 us a block, where bool all() over two dims took ~130 us
+    return int(hide.view(-1, hide.shape[-1]).view(torch.uint8).amin(dim=0).argmin())
 
 
 def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -153,6 +171,7 @@ def uses_matmul_path(q: torch.Tensor, kernel: str, window: int = 0) -> bool:
 
 
 def kept_probs(t: int, window: int = 0) -> int:
-    """Probabilities per head the matmul path keeps for backward: the visible blocks."""
+    """Probabilities per head the matmul path keeps for backward: the visible blocks. With
+    document ids the blocks may start later (data-dependent): this is their upper bound."""
     return sum((stop - start) * (stop - lo) for start, stop, lo in _blocks(t, window))
 
