@@ -154,6 +154,7 @@ def test_data_verbs_refuse_to_remake_a_trained_runs_data_from_changed_sources(ma
         err = capsys.readouterr().err
         assert "checkpoints trained on the sources as they were; they changed since" in err
         assert "read: 40 files" in err and "-> 41 files" in err
+        assert "`kiln run --fresh`" in err  # the way to start over that loses nothing
     (src / "new.txt").unlink()
     edited = src / "f3.txt"
     stat = edited.stat()

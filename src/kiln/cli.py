@@ -526,8 +526,9 @@ def _refuse_remaking_trained_data(cfg: Config, verb: str, fresh: bool = False) -
         raise ConfigError(
             f"{cfg.run_dir} holds checkpoints trained on {what}; re-making the data would "
             "orphan them: use another run.dir, "
-            + ("start the model over with `kiln run --fresh` (its checkpoints, metrics and "
-               "outputs move to archive/), " if verb == "run" else "")
+            + "start the model over with `kiln run --fresh` (its checkpoints, metrics and "
+            "outputs move to archive/"
+            + ("), " if verb == "run" else "; it then makes the data and trains again), ")
             + f"or move the trained model's {cfg.run_dir / 'checkpoints'} and metrics.jsonl "
             f"aside first{touched}")
 
