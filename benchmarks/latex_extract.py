@@ -132,6 +132,8 @@ def main() -> None:
         math_out += count_math_spans(result.body)
     ours = n_bytes / 1e6 / elapsed
     peer_mbs, peer_leak, peer_n = peer(docs, args.peer_seconds)
+    if not peer_mbs:
+        raise SystemExit("the peer converted nothing in its time: raise --peer-seconds")
     for rate, a, label in sorted(per_doc, reverse=True)[: args.show_leaks]:
         print(f"  leak {rate:.3f} ({a} words) {label}")
     conv = converted / len(docs)

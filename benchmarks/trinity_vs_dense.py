@@ -83,6 +83,9 @@ def main() -> None:
         print(f"{name:<14}{f['params']:>10,}{f['params_active']:>10,}{f['final_loss']:>12.4f}"
               f"{f['val_bpb']:>10.4f}{f['tokens_per_s']:>10.0f}{wall[name]:>9.0f}")
     t, d = results["trinity-tiny"], results["dense-tiny"]
+    if not (t["tokens_per_s"] and d["tokens_per_s"]):  # a run too short to log a rate
+        raise SystemExit("a run logged no tokens/s (too few steps for a log record past the "
+                         "first): run with more --steps")
     print(f"comparison report: {trinity / 'report.html'}")
     print(result_line(trinity_val_bpb=t["val_bpb"], dense_val_bpb=d["val_bpb"],
                       trinity_over_dense_tokens_per_s=t["tokens_per_s"] / d["tokens_per_s"]))
