@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -73,3 +74,23 @@ def gpt2_byte_symbols() -> dict[str, int]:
             chars[chr(256 + extra)] = b
             extra += 1
     return chars
+
+
+def sighup_would_end_the_process(signum, frame):
+    raise AssertionError("SIGHUP met Python's default: it ends the process at once")
+
+
+@pytest.fixture
+def signals_as_in_a_terminal():
+    """What a shell in a terminal gives a foreground command (a suite started under `nohup`
+    or in the background inherits SIGINT ignored, which Kiln leaves ignored), but for
+    SIGHUP's default, which would end the whole suite: a handler that fails the test in its
+    stead. For the tests of Kiln's stop signals (`pytestmark = usefixtures(...)`)."""
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = [signal.getsignal(s) for s in sigs]
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, sighup_would_end_the_process)
+    yield
+    for sig, handler in zip(sigs, before):
+        signal.signal(sig, handler)

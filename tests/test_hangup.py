@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from conftest import sighup_would_end_the_process
 from test_train import logged_losses, train_losses
 
 from kiln.cli import main
@@ -20,24 +21,7 @@ from kiln.interrupts import signals_stop_at_once
 from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint
 from kiln.train.stop_signals import StopRequests
 
-
-def _would_end_the_process(signum, frame):
-    raise AssertionError("SIGHUP met Python's default: it ends the process at once")
-
-
-@pytest.fixture(autouse=True)
-def signals_as_in_a_terminal():
-    """What a shell in a terminal gives a foreground command (a suite started under
-    `nohup` or in the background inherits some of these ignored), but for SIGHUP's default,
-    which would end the whole suite: a handler that fails the test in its stead."""
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    before = [signal.getsignal(s) for s in sigs]
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, _would_end_the_process)
-    yield
-    for sig, handler in zip(sigs, before):
-        signal.signal(sig, handler)
+pytestmark = pytest.mark.usefixtures("signals_as_in_a_terminal")
 
 
 def _hung_up_terminal():
@@ -112,7 +96,7 @@ def test_sighup_raises_terminated_with_the_status_of_a_hang_up():
             time.sleep(0.1)
             raise
     assert stopped.value.exit_code == 129 and str(stopped.value) == "SIGHUP"
-    assert signal.getsignal(signal.SIGHUP) is _would_end_the_process  # given back
+    assert signal.getsignal(signal.SIGHUP) is sighup_would_end_the_process  # given back
 
 
 def test_a_nohup_ignored_sighup_stays_ignored():

@@ -19,14 +19,7 @@ from kiln.interrupts import signals_stop_at_once
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def signals_as_in_a_terminal():
-    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    yield
-    signal.signal(signal.SIGINT, before[0])
-    signal.signal(signal.SIGTERM, before[1])
+pytestmark = pytest.mark.usefixtures("signals_as_in_a_terminal")
 
 
 def test_sigterm_raises_once_and_the_handlers_come_back():

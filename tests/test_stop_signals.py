@@ -25,17 +25,7 @@ from kiln.train.callbacks import (
 from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint
 from kiln.train.stop_signals import REPEAT_WINDOW_S, StopRequests
 
-
-@pytest.fixture(autouse=True)
-def signals_as_in_a_terminal():
-    """A suite started in the background inherits an ignored SIGINT, which Kiln leaves
-    ignored; these tests need the disposition a terminal gives."""
-    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    yield
-    signal.signal(signal.SIGINT, before[0])
-    signal.signal(signal.SIGTERM, before[1])
+pytestmark = pytest.mark.usefixtures("signals_as_in_a_terminal")
 
 
 def _terminal_signals() -> None:  # for a child process: what a terminal's shell gives it

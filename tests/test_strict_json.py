@@ -38,6 +38,21 @@ RECORD = {"split": "val", "loss": 800.0, "perplexity": math.inf, "bpb": math.nan
           "low": -math.inf, "nested": {"x": math.nan, "ok": 1.5}, "name": "inf"}
 
 
+def _texts_drawn(monkeypatch) -> list[str]:
+    """The texts written on the report's plots, gathered as each figure is saved."""
+    from matplotlib.figure import Figure
+
+    texts: list[str] = []
+    real = Figure.savefig
+
+    def spy(fig, *a, **k):
+        texts.extend(t.get_text() for ax in fig.axes for t in ax.texts)
+        return real(fig, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    return texts
+
+
 def test_write_json_atomic_writes_strict_json_that_reads_back(tmp_path):
     write_json_atomic(tmp_path / "eval.json", RECORD)
     text = (tmp_path / "eval.json").read_text()
@@ -66,8 +81,6 @@ def test_metrics_lines_are_strict_and_read_back_old_and_new(tmp_path):
 @pytest.mark.parametrize("form", ["old", "new"])
 def test_the_report_reads_both_forms_alike(tmp_path, form, monkeypatch):
     """The report's eval table and its plots' non-finite notes from either form."""
-    from matplotlib.figure import Figure
-
     from kiln.report import build_report
 
     run = tmp_path / "run"
@@ -82,14 +95,7 @@ def test_the_report_reads_both_forms_alike(tmp_path, form, monkeypatch):
     else:  # the new form as such (the writers are tested above)
         (run / "metrics.jsonl").write_text("".join(strict_json.dumps(r) + "\n" for r in records))
         (run / "eval.json").write_text(strict_json.dumps(evaluation))
-    texts: list[str] = []
-    real = Figure.savefig
-
-    def spy(fig, *a, **k):
-        texts.extend(t.get_text() for ax in fig.axes for t in ax.texts)
-        return real(fig, *a, **k)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
+    texts = _texts_drawn(monkeypatch)
     page = build_report(run).read_text(encoding="utf-8")
     assert "<td>inf (exp of a loss above 709.78 overflows a float)</td>" in page
     assert "train loss: 1 non-finite point not drawn (first inf at step 3)" in "\n".join(texts)
@@ -154,8 +160,6 @@ def test_a_sibling_that_does_not_fit_is_left_as_it_is(text):
 def test_the_report_notes_a_non_finite_point_inside_a_list(tmp_path, monkeypatch):
     """A MoE layer's MaxVio that is nan: drawn as a gap and noted on the plot, and an
     expert's load that is not a number shown as such, not a TypeError from the report."""
-    from matplotlib.figure import Figure
-
     from kiln.report import build_report
 
     run = tmp_path / "run"
@@ -164,14 +168,7 @@ def test_the_report_notes_a_non_finite_point_inside_a_list(tmp_path, monkeypatch
                 "moe_load": [[0.5, 0.5], [w, 0.25]]}
                for s, v, w in [(1, 0.2, 0.75), (2, math.nan, math.nan)]]
     (run / "metrics.jsonl").write_text("".join(strict_json.dumps(r) + "\n" for r in records))
-    texts: list[str] = []
-    real = Figure.savefig
-
-    def spy(fig, *a, **k):
-        texts.extend(t.get_text() for ax in fig.axes for t in ax.texts)
-        return real(fig, *a, **k)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
+    texts = _texts_drawn(monkeypatch)
     page = build_report(run).read_text(encoding="utf-8")
     assert "MoE layer 1: 1 non-finite point not drawn (first nan at step 2)" in texts
     assert '<td class="num">nan</td><td class="num">25.0%</td>' in page
