@@ -736,9 +736,45 @@ def test_more_ranks_than_gpus_is_a_clear_error(monkeypatch):
 
     for key, value in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # no GPU chosen per process
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(ConfigError, match="local rank 1 has no GPU of its own: 1 are visible"):
         init_distributed(torch.device("cuda"))
+
+
+@pytest.mark.parametrize("torchrun", [False, True])
+def test_a_process_given_one_gpu_of_its_own_trains_on_it(monkeypatch, torchrun):
+    """srun --gpus-per-task (no torchrun): each task sees its GPU alone, as cuda:0, whatever
+    its LOCAL_RANK; refused before. Under torchrun every worker sees every GPU of the node:
+    local rank 1 of one GPU is a process too many, refused still."""
+    import torch.distributed as dist
+
+    import kiln.parallel.distributed as distributed
+    from kiln.config import ConfigError
+    from kiln.parallel.distributed import init_distributed, local_device
+
+    for key, value in {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "3",
+                       "CUDA_VISIBLE_DEVICES": "3"}.items():
+        monkeypatch.setenv(key, value)
+    if torchrun:
+        monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    else:
+        monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    chosen: list[object] = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda **kw: chosen.append(kw["device_id"]))
+    monkeypatch.setattr(distributed, "_long_wait_group", lambda: None)
+    monkeypatch.setattr(distributed, "die_with_launcher", lambda: None)
+    if torchrun:
+        with pytest.raises(ConfigError, match="local rank 3 has no GPU of its own"):
+            init_distributed(torch.device("cuda"))
+        return
+    env = init_distributed(torch.device("cuda"))
+    assert chosen == [0, torch.device("cuda", 0)]
+    assert (env.rank, env.local_rank) == (3, 3)
+    assert local_device(torch.device("cuda"), env) == torch.device("cuda", 0)
 
 
 def test_gradients_are_clipped_to_grad_clip_and_the_log_keeps_the_norm_before(tiny_run):

@@ -24,6 +24,7 @@ from torch import nn
 from kiln.config import ConfigError
 from kiln.errors import MainRankInterrupted, Terminated
 from kiln.interrupts import what_stops_at_once
+from kiln.parallel.meta_init import InitPlan, materialize
 from kiln.parallel.rank_stops import on_the_way_out
 
 
@@ -97,13 +98,10 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
-            if local >= torch.cuda.device_count():
-                raise ConfigError(f"local rank {local} has no GPU of its own: "
-                                  f"{torch.cuda.device_count()} are visible; start at most that "
-                                  "many processes per node (torchrun --nproc_per_node)")
-            torch.cuda.set_device(local)
+            index = gpu_index(local, launched)
+            torch.cuda.set_device(index)
             # NCCL told its device up front, rather than guessing it at the first collective
-            dist.init_process_group(backend=backend, device_id=torch.device("cuda", local))
+            dist.init_process_group(backend=backend, device_id=torch.device("cuda", index))
         else:
             dist.init_process_group(backend=backend)
     if launched:
@@ -157,12 +155,32 @@ def _check_same_settings(settings: dict[str, Any], env: DistEnv) -> None:
                           "recipe with the same --set overrides")
 
 
+def gpu_index(local_rank: int, launched: bool) -> int:
+    """The GPU a rank trains on: its local rank's, among the GPUs it sees. A launcher that
+    gives each task a GPU of its own (srun --gpus-per-task: CUDA_VISIBLE_DEVICES set per
+    task, to one GPU) leaves one visible, numbered 0 whatever the local rank: that one is
+    the rank's. Without such a choice (no CUDA_VISIBLE_DEVICES, or under torchrun, which
+    shows each worker every GPU of the node) a local rank past the GPUs is one process too
+    many: a lone GPU would be shared, which NCCL refuses."""
+    count = torch.cuda.device_count()
+    if local_rank < count:
+        return local_rank
+    given = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if count == 1 and len(given) == 1 and not launched:
+        return 0
+    raise ConfigError(f"local rank {local_rank} has no GPU of its own: {count} are visible; "
+                      "start at most that many processes per node (torchrun --nproc_per_node), "
+                      "or give each its own GPU (CUDA_VISIBLE_DEVICES set per process)")
+
+
 def local_device(device: torch.device, env: DistEnv) -> torch.device:
-    return torch.device("cuda", env.local_rank) if device.type == "cuda" else device
+    if device.type != "cuda":
+        return device
+    return torch.device("cuda", gpu_index(env.local_rank, env.launched))
 
 
 def parallelize(model: nn.Module, kind: str, env: DistEnv, compile: bool = False,
-                device: torch.device | None = None) -> nn.Module:
+                device: torch.device | None = None, init: InitPlan | None = None) -> nn.Module:
     """The single-device model, made ready to train on `device` (None: where it is): in
     DESIGN's fixed order, (activation checkpointing: none yet), torch.compile when asked,
     then DDP or FSDP2 over the ranks.
@@ -170,10 +188,22 @@ def parallelize(model: nn.Module, kind: str, env: DistEnv, compile: bool = False
     FSDP2 moves each block to the device as it shards it, so a model to be sharded is left
     where it was made: moved whole first, every GPU would hold all its fp32 weights at once,
     which the 1/world_size share `memory_fit` checks does not cover (a model of ~20B
-    parameters and up on 8 x 80 GB failed in `.to()` with an allocator traceback)."""
-    if device is not None and not (kind == "fsdp" and env.distributed):
+    parameters and up on 8 x 80 GB failed in `.to()` with an allocator traceback).
+
+    A model built by `meta_init.build_on_meta` comes with its `init`: its weights are made
+    on `device` (default: the CPU) before DDP, and into each rank's shards after FSDP2
+    shards it, so no rank holds the whole model on the host (a GPU run: no CPU copy first)."""
+    sharded = kind == "fsdp" and env.distributed
+    if init is not None:
+        device = device or torch.device("cpu")
+        if not sharded:
+            materialize(model, init, device)
+    elif device is not None and not sharded:
         model.to(device)
-    return wrap_model(torch.compile(model) if compile else model, kind, env, device)
+    wrapped = wrap_model(torch.compile(model) if compile else model, kind, env, device)
+    if init is not None and sharded:
+        materialize(unwrap(wrapped), init, device, outer=wrapped)
+    return wrapped
 
 
 def wrap_model(model: nn.Module, kind: str, env: DistEnv,

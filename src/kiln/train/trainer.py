@@ -48,6 +48,7 @@ from kiln.parallel.distributed import (
     local_device,
     parallelize,
 )
+from kiln.parallel.meta_init import build_on_meta
 from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import Callback, append_jsonl, default_callbacks
 from kiln.train.checkpoint import (
@@ -222,12 +223,14 @@ class Trainer:
         self.cfg = dataclasses.replace(cfg, model=self.model_cfg)
         check_training_fits(self.model_cfg, cfg.optim.name, self.device, t.parallel,
                             self.env.world_size)
-        raw = Transformer(self.model_cfg)  # on the CPU: `parallelize` places it
+        # weights on the meta device: `parallelize` makes them where they train (a device,
+        # FSDP2 shards), drawn as a CPU build draws them, one parameter at a time
+        raw, init = build_on_meta(lambda: Transformer(self.model_cfg))
         self.raw_model = raw
         self.figures = {**count_params(raw),
                         "flops_per_token": flops_per_token(self.model_cfg, t.seq_len)}
         self.model = parallelize(raw, t.parallel, self.env, compile=t.compile,
-                                 device=self.device)
+                                 device=self.device, init=init)
         self.optimizer = build_optimizer(self.model, cfg.optim)
         check_tokens_current(self.run_dir)  # not made from documents or a tokenizer since replaced
         check_splits(self.token_dir, t.seq_len)  # before training, not at its end
