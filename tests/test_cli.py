@@ -191,28 +191,28 @@ def test_kiln_run_reports_a_run_whose_later_stage_failed(tmp_path, monkeypatch):
     started leave nothing new to report."""
     from conftest import tiny_config
 
-    import kiln.cli as cli
+    from kiln.commands import run as run_chain
     from kiln.config import ConfigError
 
     reported = []
     for name in ("cmd_prepare", "cmd_tokenizer", "cmd_tokenize", "cmd_eval", "cmd_export",
                  "cmd_train"):
-        monkeypatch.setattr(cli, name, lambda cfg: None)
-    monkeypatch.setattr(cli, "_record_config", lambda cfg: None)
-    monkeypatch.setattr(cli, "cmd_report", lambda cfg: reported.append(cfg.run_dir))
+        monkeypatch.setattr(run_chain, name, lambda cfg: None)
+    monkeypatch.setattr(run_chain, "record_config", lambda cfg: None)
+    monkeypatch.setattr(run_chain, "cmd_report", lambda cfg: reported.append(cfg.run_dir))
 
     def refuse(cfg):
         raise ConfigError("generate.prompts: too long (simulated)")
 
-    monkeypatch.setattr(cli, "cmd_generate", refuse)
+    monkeypatch.setattr(run_chain, "cmd_generate", refuse)
     cfg = tiny_config(tmp_path / "run")
     with pytest.raises(ConfigError, match="simulated"):
-        cli.cmd_run(cfg)
+        run_chain.cmd_run(cfg)
     assert reported == [cfg.run_dir]
     reported.clear()
-    monkeypatch.setattr(cli, "cmd_train", refuse)
+    monkeypatch.setattr(run_chain, "cmd_train", refuse)
     with pytest.raises(ConfigError, match="simulated"):
-        cli.cmd_run(cfg)
+        run_chain.cmd_run(cfg)
     assert reported == []
 
 

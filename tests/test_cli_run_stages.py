@@ -9,12 +9,14 @@ import pytest
 from conftest import tiny_config
 
 import kiln.cli as cli
+from kiln.commands import run as run_chain
 from kiln.config import ConfigError
 from kiln.errors import CheckpointError, KilnError
 
 
 def _stub_run(monkeypatch, failing: dict[str, Exception]) -> list[str]:
-    """Every stage of `kiln run` stubbed; those in `failing` raise. Returns those run."""
+    """Every stage of `kiln run` stubbed (where the chain looks them up: kiln.commands.run);
+    those in `failing` raise. Returns those run."""
     ran: list[str] = []
 
     def stage(name):
@@ -26,11 +28,11 @@ def _stub_run(monkeypatch, failing: dict[str, Exception]) -> list[str]:
 
     for name in ("prepare", "tokenizer", "tokenize", "train", "eval", "generate", "export",
                  "report"):
-        monkeypatch.setattr(cli, f"cmd_{name}", stage(name))
-    monkeypatch.setattr(cli, "_record_config", lambda cfg: None)
-    monkeypatch.setattr(cli, "_refuse_prompts_that_do_not_fit", lambda cfg: None)
-    monkeypatch.setattr(cli, "_tokenizer_unless_current", stage("tokenizer"))
-    monkeypatch.setattr(cli, "_tokenize_unless_current", stage("tokenize"))
+        monkeypatch.setattr(run_chain, f"cmd_{name}", stage(name))
+    monkeypatch.setattr(run_chain, "record_config", lambda cfg: None)
+    monkeypatch.setattr(run_chain, "refuse_prompts_that_do_not_fit", lambda cfg: None)
+    monkeypatch.setattr(run_chain, "_tokenizer_unless_current", stage("tokenizer"))
+    monkeypatch.setattr(run_chain, "_tokenize_unless_current", stage("tokenize"))
     return ran
 
 
@@ -39,7 +41,7 @@ def test_a_failed_generate_still_exports_and_reports(tmp_path, monkeypatch, caps
     run, and the run ends with generate's own error."""
     ran = _stub_run(monkeypatch, {"generate": ConfigError("generate.prompts: simulated")})
     with pytest.raises(ConfigError, match="simulated"):
-        cli.cmd_run(tiny_config(tmp_path / "run"))
+        run_chain.cmd_run(tiny_config(tmp_path / "run"))
     assert ran == ["prepare", "tokenizer", "tokenize", "train", "eval", "generate", "export",
                    "report"]
     err = capsys.readouterr().err
@@ -65,7 +67,7 @@ def test_several_failures_are_each_named_and_the_exit_status_is_not_zero(tmp_pat
 def test_a_failed_train_blocks_the_model_stages_but_is_reported(tmp_path, monkeypatch):
     ran = _stub_run(monkeypatch, {"train": KilnError("diverged (simulated)")})
     with pytest.raises(KilnError, match="simulated"):
-        cli.cmd_run(tiny_config(tmp_path / "run"))
+        run_chain.cmd_run(tiny_config(tmp_path / "run"))
     assert ran[3:] == ["train", "report"]
 
 

@@ -46,11 +46,12 @@ def test_an_ignored_signal_stays_ignored():
 TERMINATED_IN_PREPARE = """
 import os, signal, sys, time
 from kiln import cli
+from kiln.commands import run as run_chain
 signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a terminal's
 def prepare(cfg):  # a scheduler's SIGTERM (or a terminal's SIGHUP) while prepare runs
     os.kill(os.getpid(), getattr(signal, os.environ.get("KILN_TEST_SIGNAL", "SIGTERM")))
     time.sleep(30)
-cli.cmd_prepare = prepare
+run_chain.cmd_prepare = prepare  # as `kiln run` calls it
 cli.VERBS["prepare"] = (prepare, *cli.VERBS["prepare"][1:])
 sys.exit(cli.main(sys.argv[1:]))
 """

@@ -14,7 +14,7 @@ import tracemalloc
 import pytest
 import zstandard
 
-from kiln.data import documents, json_stream
+from kiln.data import json_documents, json_stream
 from kiln.data.documents import SourceReader
 from kiln.errors import InputTooLargeError
 
@@ -85,7 +85,7 @@ def _read(path, text_field="text"):
 
 
 def _streamed(monkeypatch, read_bytes=3, line_bytes=8):
-    monkeypatch.setattr(documents, "WHOLE_JSON_BYTES", 0)  # every file streamed
+    monkeypatch.setattr(json_documents, "WHOLE_JSON_BYTES", 0)  # every file streamed
     monkeypatch.setattr(json_stream, "READ_BYTES", read_bytes)
     monkeypatch.setattr(json_stream, "LINE_BYTES", line_bytes)
 
@@ -210,9 +210,9 @@ def test_a_json_over_a_quarter_of_the_free_memory_is_read_not_refused(tmp_path, 
     now, as it reads with memory to spare."""
     path = tmp_path / name
     path.write_bytes(make())
-    monkeypatch.setattr(documents, "host_memory_available", lambda: 1 << 40)
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: 1 << 40)
     plenty = _read(path)
-    monkeypatch.setattr(documents, "host_memory_available", lambda: FREE)
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE)
     assert _read(path) == plenty
     assert plenty[1]["documents"] == 300
 
@@ -226,7 +226,7 @@ def test_what_must_be_held_whole_is_still_refused_naming_the_file(tmp_path, monk
     """One record (its text is one document) and JSONC are parsed whole, as before."""
     path = tmp_path / name
     path.write_bytes(raw)
-    monkeypatch.setattr(documents, "host_memory_available", lambda: FREE)
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE)
     with pytest.raises(InputTooLargeError) as refused:
         _read(path)
     message = str(refused.value)
@@ -258,7 +258,7 @@ def test_an_object_of_many_members_over_the_budget_is_refused_not_walked(tmp_pat
     """Its walk's members are charged against the budget: over it, the file is refused as
     its whole parse was (InputTooLargeError naming it), not walked until the kernel kills
     the run; under it (the file fits), it is parsed whole, as it always was."""
-    monkeypatch.setattr(documents, "host_memory_available", lambda: FREE)
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE)
     big = tmp_path / "keyed.json"
     big.write_bytes(_keyed(20_000))  # ~500 kB: over the 100 kB budget
     with pytest.raises(InputTooLargeError) as refused:
@@ -266,9 +266,9 @@ def test_an_object_of_many_members_over_the_budget_is_refused_not_walked(tmp_pat
     assert "keyed.json" in str(refused.value)
     small = tmp_path / "small.json"
     small.write_bytes(_keyed(2_000))  # ~50 kB: fits, but its walk's members would not
-    monkeypatch.setattr(documents, "WHOLE_JSON_BYTES", 0)
+    monkeypatch.setattr(json_documents, "WHOLE_JSON_BYTES", 0)
     streamed = _read(small)
-    monkeypatch.setattr(documents, "WHOLE_JSON_BYTES", 1 << 30)
+    monkeypatch.setattr(json_documents, "WHOLE_JSON_BYTES", 1 << 30)
     assert streamed == _read(small) and streamed[1]["documents"] == 1
 
 

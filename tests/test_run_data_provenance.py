@@ -375,7 +375,7 @@ def test_a_word_edited_in_the_documents_after_prepare_is_not_kept_by_kiln_run(ma
     the old text. Now prepare records each file's sha256: `kiln run` re-makes them, and the
     re-make refuses the edited file by name (prepare.json, yield.json and the report would
     describe other text; edited documents go in as data.sources)."""
-    from kiln.cli import _tokenize_unless_current, _tokenizer_unless_current
+    from kiln.commands.run import _tokenize_unless_current, _tokenizer_unless_current
 
     cfg, src, run = made
     shards = (run / "tokens" / "index.json").read_bytes()

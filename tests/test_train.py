@@ -561,11 +561,11 @@ def test_a_data_verb_keeps_a_trained_runs_config(tiny_run, capsys):
     """`kiln run` records the data stages' config before training; with checkpoints there it
     must not, or the resume would compare the new settings with themselves (no note) and a
     refused resume would leave a config.toml that no longer fits the checkpoints."""
-    from kiln.cli import _record_config
+    from kiln.commands.data_stages import record_config
 
     train_losses(tiny_run, "train.steps=6")
     recorded = (tiny_run / "config.toml").read_text()
-    _record_config(tiny_config(tiny_run, "optim.lr=0.01", "model.n_layers=3"))
+    record_config(tiny_config(tiny_run, "optim.lr=0.01", "model.n_layers=3"))
     assert (tiny_run / "config.toml").read_text() == recorded
     capsys.readouterr()
     Trainer(tiny_config(tiny_run, "train.steps=6", "optim.lr=0.01"))

@@ -20,14 +20,14 @@ def _stopped(e: BaseException) -> str:
 
 
 def _run_with_prepare_interrupted_on_rank_zero(rank: int, world_size: int, run_dir) -> str:
-    from kiln import cli
+    from kiln.commands import run as run_chain
 
     def interrupted(cfg):
         raise KeyboardInterrupt
 
-    cli.cmd_prepare = interrupted  # runs on rank 0 only: the others must be told
+    run_chain.cmd_prepare = interrupted  # runs on rank 0 only: the others must be told
     try:
-        cli.cmd_run(tiny_config(run_dir / "run", "train.parallel=ddp", "train.steps=1"))
+        run_chain.cmd_run(tiny_config(run_dir / "run", "train.parallel=ddp", "train.steps=1"))
     except BaseException as e:  # what each rank would end with
         return _stopped(e)
     return "ran"
@@ -72,10 +72,11 @@ def test_a_checkpoint_write_interrupted_on_rank_zero_stops_every_rank(tiny_run):
 KILLED_IN_PREPARE = """
 import os, signal, sys
 from kiln import cli
+from kiln.commands import run as run_chain
 if os.environ["RANK"] == "0":
     def prepare(cfg):  # rank 0 dies at once (a SIGTERM is a stop now, said and told)
         os.kill(os.getpid(), signal.SIGKILL)
-    cli.cmd_prepare = prepare
+    run_chain.cmd_prepare = prepare
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -8,15 +8,15 @@ from mp_helpers import run_function_on_ranks
 
 
 def _run_with_prepare_failing_on_rank_zero(rank: int, world_size: int, run_dir) -> str:
-    from kiln import cli
+    from kiln.commands import run as run_chain
     from kiln.errors import KilnError, NoDocumentsError
 
     def no_documents(cfg):
         raise NoDocumentsError("every input was skipped (simulated)")
 
-    cli.cmd_prepare = no_documents  # runs on rank 0 only: the others must be told
+    run_chain.cmd_prepare = no_documents  # runs on rank 0 only: the others must be told
     try:
-        cli.cmd_run(tiny_config(run_dir / "run", "train.parallel=ddp", "train.steps=1"))
+        run_chain.cmd_run(tiny_config(run_dir / "run", "train.parallel=ddp", "train.steps=1"))
     except KilnError as e:
         return f"{type(e).__name__}: {e}"
     return "ran"

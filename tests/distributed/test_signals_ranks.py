@@ -24,6 +24,7 @@ import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's (a background suite ignores it)
 signal.signal(signal.SIGHUP, signal.SIG_DFL)  # and a suite under nohup, SIGHUP
 from kiln import cli
+from kiln.commands import run as run_chain
 from kiln.parallel import distributed
 marks = sys.argv[1]
 distributed.STOP_GRACE_S = float(os.environ.get("KILN_TEST_GRACE", "15"))
@@ -33,7 +34,7 @@ if os.environ["RANK"] == "0":
     def prepare(cfg):  # hours of data on rank 0: a sleep stops on a signal's exception as they do
         mark("busy")
         time.sleep(120)
-    cli.cmd_prepare = prepare
+    run_chain.cmd_prepare = prepare
 else:
     waited = distributed.run_on_main
     def run_on_main(*args, **kwargs):
@@ -187,6 +188,7 @@ def test_a_signal_to_torchrun_in_the_data_stages_ends_each_rank_cleanly(tmp_path
 STOPPED_ALONE = """
 import os, sys, time
 from kiln import cli
+from kiln.commands import run as run_chain
 from kiln.parallel import distributed
 marks = sys.argv[1]
 distributed.STOP_GRACE_S = 1.0
@@ -205,8 +207,8 @@ if os.environ["RANK"] == "0":
             assert time.monotonic() < deadline, "rank 1 did not stop"
             time.sleep(0.05)
         time.sleep(0.5)  # its connections' close reaches gloo
-    cli._timed = data_stages
-    cli._record_config = cli._refuse_prompts_that_do_not_fit = lambda cfg: None
+    run_chain._timed = data_stages
+    run_chain.record_config = run_chain.refuse_prompts_that_do_not_fit = lambda cfg: None
 else:
     with open(os.path.join(marks, "pid1"), "w") as f:
         f.write(str(os.getpid()))

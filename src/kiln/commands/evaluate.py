@@ -1,0 +1,64 @@
+"""`kiln eval`: loss, perplexity and bits per byte of the latest checkpoint on a split,
+written to the run directory and set against the unigram baseline."""
+
+from __future__ import annotations
+
+import sys
+
+from kiln.config import Config, flat_settings, recorded_config
+from kiln.errors import alike_on_every_rank
+
+
+def cmd_eval(cfg: Config, distributed: bool = False) -> None:
+    """`distributed`: under torchrun, the ranks share the windows and rank 0 reports (`kiln
+    run` evaluates on rank 0 alone, after training has closed the process group)."""
+    import torch
+
+    from kiln.atomic import write_json_atomic
+    from kiln.data.shards import load_index
+    from kiln.eval import eval_file, perplexity_text
+    from kiln.eval.perplexity import evaluate
+    from kiln.parallel.distributed import DistEnv, init_distributed, local_device, shutdown
+    from kiln.train.precision import resolve_device, resolve_precision
+    from kiln.train.trained_run import load_trained_model
+
+    device = resolve_device(cfg.train.device)
+    env = init_distributed(device, flat_settings(cfg)) if distributed else DistEnv()
+    device = local_device(device, env)
+    try:
+        with alike_on_every_rank():  # every rank reads the same checkpoint
+            model, ckpt = load_trained_model(cfg)
+        precision = resolve_precision(cfg.train.precision, device)
+        model.to(device)
+        e = cfg.eval
+        with torch.inference_mode():
+            result = evaluate(model, cfg.run_dir / "tokens", e.split, cfg.train.seq_len,
+                              e.batch_size, e.max_batches, device, precision, env,
+                              doc_mask=cfg.model.doc_mask)
+    finally:
+        shutdown(env)
+    if not env.is_main:
+        return
+    result["unigram_bpb"] = load_index(cfg.run_dir / "tokens")["unigram_bpb"]
+    result["checkpoint"], result["ranks"] = ckpt.name, env.world_size
+    result["batch_size"], result["max_batches"] = e.batch_size, e.max_batches
+    result["seq_len"], result["precision"] = cfg.train.seq_len, precision
+    name = eval_file(e.split)
+    write_json_atomic(cfg.run_dir / name, result)
+    trained = recorded_config(cfg.run_dir)
+    if trained is not None and trained.train.seq_len != cfg.train.seq_len:
+        print(f"note: scored with {cfg.train.seq_len}-token windows; the model trained on "
+              f"{trained.train.seq_len} (recorded in {name})", file=sys.stderr)
+    baseline = result.get("unigram_bpb_scored")
+    if baseline is not None:  # the baseline on exactly the tokens scored, whatever the split
+        verdict = "below" if result["bpb"] < baseline else "NOT below"
+        against = f"{verdict} the unigram baseline {baseline:.4f} on the same tokens"
+    elif e.split == "val" and not e.max_batches:
+        verdict = "below" if result["bpb"] < result["unigram_bpb"] else "NOT below"
+        against = f"{verdict} the unigram baseline {result['unigram_bpb']:.4f}"
+    else:  # shards from before the counts were saved: the baseline is the whole val split's
+        against = (f"the whole val split's unigram baseline is {result['unigram_bpb']:.4f}, "
+                   "not measured on these tokens: re-run `kiln tokenize` for one that is")
+    print(f"eval ({e.split}): loss {result['loss']:.4f}, "
+          f"perplexity {perplexity_text(result['perplexity'])}, "
+          f"{result['bpb']:.4f} bits/byte ({against})")
