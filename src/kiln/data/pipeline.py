@@ -56,6 +56,7 @@ from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline
     PrepareConfig,
     StageSpec,
     decontaminate_pii_types,
+    unused_option_tables,
     validate_prepare,
 )
 from kiln.data.prepared import HASHES, hash_documents, recorded_hashes
@@ -471,6 +472,12 @@ def _same_pipeline(logging_dir: Path, layout: dict) -> bool:
         return False
     before, now = dict(saved["signature"]), dict(layout["signature"])
     before["sources"], now["sources"] = (_real(before.get("sources")), _real(now["sources"]))
+    # the options of a stage that does not run made no document: another value of one (a
+    # recipe's decontaminate.n with no decontaminate stage) is the same pipeline
+    stages = [before.get("stages"), now["stages"]]
+    for table in unused_option_tables(*(s for s in stages if isinstance(s, list))):
+        before.pop(table, None)
+        now.pop(table, None)
     return before == now and saved.get("phases") == layout["phases"]
 
 
