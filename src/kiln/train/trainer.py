@@ -171,12 +171,14 @@ def refuse_changed_model(ckpt: Path, old: Config | None, cfg: Config) -> None:
     """A checkpoint continues the function it was trained as, on the data it was trained
     on: other model settings would silently train another model (see
     `changed_model_settings`); another optimizer cannot take the checkpoint's optimizer
-    state; other data settings describe data that is not on disk. (`kiln run` asks this
-    before its data stages too.)"""
+    state; other data settings (or windows: train.seq_len) describe data that is not on
+    disk. (`kiln run` asks this before its data stages too.)"""
     if old is None:
         return
     changed = changed_model_settings(old, cfg)
-    changed += config_changes(old, cfg, ("optim.name",))
+    # train.seq_len cuts the shards into other windows: the loader's position means other
+    # data (named here, and by `kiln run` before its data stages, not by the loader after)
+    changed += config_changes(old, cfg, ("optim.name", "train.seq_len"))
     changed += data_changes(old, cfg)
     if changed:
         raise CheckpointError(
