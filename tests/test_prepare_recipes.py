@@ -255,6 +255,31 @@ def test_resume_of_a_completed_run_skips_every_task(tmp_path, monkeypatch):
     assert "changed after the run" not in " ".join(_texts(run))
 
 
+def test_options_of_a_stage_that_does_not_run_change_no_data(tmp_path):
+    """A recipe's `[prepare.decontaminate] n` (or `[prepare.arxiv]`) with no such stage made
+    no document: another value re-made the same documents (prepare did not resume) and
+    refused a trained run's resume as 'trained with other settings'; a stage that runs
+    still counts."""
+    from kiln.config import data_changes
+
+    src = text_corpus(tmp_path)
+    run = tmp_path / "run"
+    cfg = PrepareConfig(stages=STREAM, tasks=1)
+    run_prepare(cfg, run, [str(src)], progress=False)
+    docs_mtime = {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()}
+    inert = PrepareConfig(stages=STREAM, tasks=1)
+    inert.decontaminate.n, inert.arxiv.min_year = 8, 2000
+    run_prepare(inert, run, [str(src)], progress=False)
+    assert {p: p.stat().st_mtime_ns for p in (run / "documents").iterdir()} == docs_mtime
+    old = load_config(None, ['prepare.stages=["read", "quality", "write"]'])
+    new = load_config(None, ['prepare.stages=["read", "quality", "write"]',
+                             "prepare.decontaminate.n=8", "prepare.arxiv.min_year=2000"])
+    assert data_changes(old, new) == []
+    assert data_changes(old, load_config(None, ['prepare.stages=["read", "quality", "write"]',
+                                                "prepare.quality.domain=prose"])) == [
+        "prepare.quality.domain: 'code' -> 'prose'"]
+
+
 def test_minhash_drops_near_duplicates_through_the_pipeline(tmp_path):
     """2 and 1 tasks keep the same documents; the 1-task re-run of the same run directory starts
     over, so the 2-task run's stale signatures do not mix in."""

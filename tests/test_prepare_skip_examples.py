@@ -233,6 +233,23 @@ def test_a_text_field_holding_a_list_or_a_number_is_named(tmp_path, capsys):
     assert f'warning: {src / "z.jsonl"}:' not in err and "z.jsonl" in err  # skipped, no hint
 
 
+def test_a_file_mixing_missing_fields_and_lists_names_both(tmp_path, capsys):
+    """A file where some records lack "text" and others hold a list of paragraphs in it: the
+    hint counted the first and said nothing of the list, so 3 skips were explained as 2."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        {"content": "x"}, {"content": "y"}, {"text": ["one paragraph", "two"]},
+        {"text": "fine"})))
+    assert _cli_prepare(tmp_path, src) == 0
+    err = capsys.readouterr().err
+    assert "skipped no_text (3 in 1 file)" in err
+    assert (f'warning: {src / "a.jsonl"}: 2 records have no "text" field (fields seen: '
+            "content, text); to read 'content': --set data.text_field=content; in others, "
+            '"text" holds a list, not a string, in records skipped as no_text: only a string '
+            "is read; join a list of paragraphs into one text\n") in err
+
+
 def test_no_hint_where_the_field_is_there_but_null_or_no_field_looks_likely(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()

@@ -198,3 +198,14 @@ def test_the_default_field_leaves_the_recorded_signature_as_before(tmp_path):
     assert "text_field" not in layout["signature"]
     _, layout = build_pipeline(READ_WRITE, tmp_path / "run", [str(src)], text_field="content")
     assert layout["signature"]["text_field"] == "content"
+
+
+def test_a_parquet_file_without_the_column_counts_its_rows(tmp_path):
+    """Each row of a parquet file without the text column is a record lost, as each line of
+    a .jsonl without the field is: counted once per file, a file of many rows left the
+    yield's kept fraction near 1 however much of the data it held."""
+    pq.write_table(pa.table({"body": [f"row {i}" for i in range(5)]}), tmp_path / "q.parquet")
+    pq.write_table(pa.table({"text": ["read"]}), tmp_path / "p.parquet")
+    docs, counts = _read(tmp_path / "p.parquet", tmp_path / "q.parquet", text_field="text")
+    assert [d.text for d in docs] == ["read"]
+    assert counts["skipped/no_text_column"] == 5

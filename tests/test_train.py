@@ -305,6 +305,19 @@ def test_resume_with_another_seq_len_is_a_clear_error(tiny_run):
         Trainer(tiny_config(tiny_run, "train.seq_len=16"))
 
 
+def test_kiln_run_names_another_seq_len_before_its_data_stages(tiny_run):
+    """`kiln run --set train.seq_len=...` on a trained run went through every data stage
+    (hours on a large corpus) and then failed in the loader with 'loader state has
+    seq_len=...', listing three possible causes; it is refused first, naming the key."""
+    from kiln.cli import _refuse_new_model_design
+
+    train_losses(tiny_run, "train.steps=6")
+    seq_len = tiny_config(tiny_run).train.seq_len
+    with pytest.raises(CheckpointError, match=f"trained with other settings \\(train.seq_len: "
+                                              f"{seq_len} -> 16\\)"):
+        _refuse_new_model_design(tiny_config(tiny_run, "train.seq_len=16"))
+
+
 def test_val_split_shorter_than_a_window_fails_before_training(tiny_run):
     from kiln.config import ConfigError
 
@@ -1060,6 +1073,11 @@ def test_records_past_the_checkpoint_move_aside_even_with_nothing_left_to_train(
     ("run.seed=1", "run.seed: made with 0, set to 1"),
     ("data.val_fraction=0.3", "data.val_fraction: made with 0.05, set to 0.3"),
     ("tokenizer.vocab_size=1024", "tokenizer.vocab_size: made with 512, set to 1024"),
+    # the documents' own settings: trained on documents of the code filters, the run said
+    # prose, and the next `kiln run` re-made the documents under the trained model
+    ("prepare.quality.domain=prose", "prepare.quality.domain: made with 'code', set to 'prose'"),
+    ("data.max_bytes=300000", "data.max_bytes: made with 400000, set to 300000"),
+    ("data.text_field=content", "data.text_field: made with 'text', set to 'content'"),
 ])
 def test_a_new_model_on_data_made_otherwise_is_refused_before_anything_moves(tiny_run, override,
                                                                              named):
@@ -1071,6 +1089,14 @@ def test_a_new_model_on_data_made_otherwise_is_refused_before_anything_moves(tin
         Trainer(tiny_config(tiny_run, override), resume=False)
     assert latest_checkpoint(tiny_run / "checkpoints").name == "step_00000003"
     Trainer(tiny_config(tiny_run), resume=False)  # the data's own settings: a new model is fine
+
+
+def test_a_new_model_may_change_what_did_not_make_the_data(tiny_run):
+    """How the documents were made (workers, kept rejects) and the options of a stage that
+    does not run describe the same data: a new model trains on it."""
+    Trainer(tiny_config(tiny_run, "prepare.workers=2", "prepare.keep_rejected=true",
+                        "prepare.decontaminate.n=8", "prepare.arxiv.min_year=2000"),
+            resume=False)
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt", "trainer.pt"])

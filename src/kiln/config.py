@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.config_aliases import alias_hint
-from kiln.data.prepare_config import PrepareConfig, validate_prepare
+from kiln.data.prepare_config import PrepareConfig, unused_option_tables, validate_prepare
 from kiln.data.sources import printable_name
 from kiln.errors import ConfigError  # re-exported: `from kiln.config import ConfigError` works
 from kiln.inert_settings import inert_settings
@@ -742,11 +742,14 @@ EXECUTION_KEYS = ("executor", "workers", "resume", "slurm_partition", "slurm_tim
 
 def data_changes(old: Config, new: Config) -> list[str]:
     """'key: old -> new' for the settings that change what data is made (not how, nor
-    whether rejected documents are also kept for inspection)."""
+    whether rejected documents are also kept for inspection, nor the options of a stage
+    that neither runs: the documents' fingerprint leaves those out too)."""
     how = {f"prepare.{k}" for k in (*EXECUTION_KEYS, "keep_rejected")}
+    unused = tuple(f"prepare.{t}." for t in
+                   unused_option_tables(old.prepare.stages, new.prepare.stages))
     before, after = flat_settings(old), flat_settings(new)
     return [c for c in config_changes(old, new, DATA_KEYS) if (key := c.split(":")[0]) not in how
-            and not _same_paths(before.get(key), after.get(key))]
+            and not key.startswith(unused) and not _same_paths(before.get(key), after.get(key))]
 
 
 def _same_paths(a: object, b: object) -> bool:

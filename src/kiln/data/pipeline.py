@@ -56,6 +56,7 @@ from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline
     PrepareConfig,
     StageSpec,
     decontaminate_pii_types,
+    unused_option_tables,
     validate_prepare,
 )
 from kiln.data.prepared import HASHES, hash_documents, recorded_hashes
@@ -471,7 +472,53 @@ def _same_pipeline(logging_dir: Path, layout: dict) -> bool:
         return False
     before, now = dict(saved["signature"]), dict(layout["signature"])
     before["sources"], now["sources"] = (_real(before.get("sources")), _real(now["sources"]))
+    # the options of a stage that does not run made no document: another value of one (a
+    # recipe's decontaminate.n with no decontaminate stage) is the same pipeline
+    stages = [before.get("stages"), now["stages"]]
+    for table in unused_option_tables(*(s for s in stages if isinstance(s, list))):
+        before.pop(table, None)
+        now.pop(table, None)
     return before == now and saved.get("phases") == layout["phases"]
+
+
+# signature entries that are no setting a user gives (how a stage works in this Kiln, the
+# inputs' fingerprint), or that change how the documents are made, not what (the number of
+# tasks: where it makes other documents, with data.max_bytes, their fingerprint tells)
+_NOT_SETTINGS = ("input_files", "keep_rejected", "tasks", "decontaminate_normalisation",
+                 "decontaminate_pii_forms", "perplexity_scored_tokens")
+_DATA_KEYS = {"sources": "data.sources", "max_bytes": "data.max_bytes",
+              "text_field": "data.text_field"}
+
+
+def prepare_settings_differ(cfg: PrepareConfig, run_dir: Path | str, sources: Sequence[str],
+                            max_bytes: int, text_field: str = DEFAULT_TEXT_FIELD) -> list[str]:
+    """'key: made with X, set to Y' for each setting the run's last prepare made its
+    documents with (its recorded signature) that these differ from: a new model trained on
+    them would record settings that do not describe its data, and the next `kiln run` would
+    re-make the data under it. [] where no prepare is recorded; a setting the record lacks
+    (a Kiln from before it existed) is not compared."""
+    saved = _saved_layout(Path(run_dir) / "logs" / "prepare")
+    if saved is None or not isinstance(saved.get("signature"), dict):
+        return []
+    before, now = dict(saved["signature"]), _signature(cfg, sources, max_bytes, None, text_field)
+    if isinstance(before.get("stages"), list):
+        for table in unused_option_tables(before["stages"], now["stages"]):
+            before.pop(table, None)
+            now.pop(table, None)
+    before.setdefault("text_field", DEFAULT_TEXT_FIELD)  # recorded only when not the default
+    now.setdefault("text_field", DEFAULT_TEXT_FIELD)
+    out = []
+    for key in now:
+        if key in _NOT_SETTINGS or key not in before:
+            continue
+        was, set_to = before[key], now[key]
+        if key == "sources":
+            was, set_to = _real(was), _real(set_to)
+        pairs = ({f"{key}.{k}": (was.get(k), v) for k, v in set_to.items() if k in was}
+                 if isinstance(was, dict) and isinstance(set_to, dict) else {key: (was, set_to)})
+        out += [f"{_DATA_KEYS.get(name, f'prepare.{name}')}: made with {a!r}, set to {b!r}"
+                for name, (a, b) in pairs.items() if a != b]
+    return out
 
 
 def _real(sources: object) -> object:

@@ -205,6 +205,15 @@ OPTION_TABLES = {"perplexity_select": "perplexity", "arxiv_metadata": "arxiv",
                  "arxiv_sources": "arxiv"}
 
 
+def unused_option_tables(*stage_lists: list[str]) -> set[str]:
+    """The option tables (`decontaminate`, `arxiv`...) that no stage of `stage_lists` reads:
+    their settings change no data, so a resume or a re-run prepare ignores them."""
+    used = {OPTION_TABLES.get(s, s) for stages in stage_lists for s in stages}
+    tables = {f.name for f in dataclasses.fields(PrepareConfig)
+              if dataclasses.is_dataclass(f.default_factory)}  # type: ignore[arg-type]
+    return tables - used
+
+
 def stage_options(settings: dict) -> dict[str, dict]:
     """{stage: its options table} for the stages `settings` runs (a prepare signature, or
     `dataclasses.asdict` of a PrepareConfig); stages without options are left out."""

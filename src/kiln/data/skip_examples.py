@@ -172,14 +172,24 @@ def _json_kind(value: object) -> str:
 def field_hint(reason: str, example: dict, text_field: str) -> str | None:
     """For a file skipped for lacking the text field: the fields it has, and the setting
     that reads one; for records whose field held no string but a list, a number...: what it
-    held; None if its records had the field, null."""
-    missing = example["count"] - example.get("not_string", 0)
-    if reason in FIELD_REASONS and missing <= 0 and example.get("held"):
-        join = "; join a list of paragraphs into one text" if "a list" in example["held"] else ""
-        return (f'{example["file"]}: "{text_field}" holds {" or ".join(example["held"])}, not '
-                f"a string, in records skipped as no_text: only a string is read{join}")
-    if reason not in FIELD_REASONS or missing <= 0:
+    held (in a file with both, both are named); None if its records had the field, null."""
+    if reason not in FIELD_REASONS:
         return None
+    missing = example["count"] - example.get("not_string", 0)
+    held = None
+    if example.get("held"):
+        join = "; join a list of paragraphs into one text" if "a list" in example["held"] else ""
+        held = (f'"{text_field}" holds {" or ".join(example["held"])}, not a string, in '
+                f"records skipped as no_text: only a string is read{join}")
+    if missing <= 0:
+        return f'{example["file"]}: {held}' if held else None
+    hint = _missing_field_hint(reason, example, text_field, missing)
+    # a file mixing both: the records whose field held a list were left out of the count
+    return f"{hint}; in others, {held}" if held else hint
+
+
+def _missing_field_hint(reason: str, example: dict, text_field: str, missing: int) -> str:
+    """The hint for `missing` records (or a parquet file) without the text field."""
     fields = sorted(example.get("fields", []))
     if not fields:
         return (f'{example["file"]}: {missing:,} records have no "{text_field}" field, nor any '

@@ -172,12 +172,14 @@ def refuse_changed_model(ckpt: Path, old: Config | None, cfg: Config) -> None:
     """A checkpoint continues the function it was trained as, on the data it was trained
     on: other model settings would silently train another model (see
     `changed_model_settings`); another optimizer cannot take the checkpoint's optimizer
-    state; other data settings describe data that is not on disk. (`kiln run` asks this
-    before its data stages too.)"""
+    state; other data settings (or windows: train.seq_len) describe data that is not on
+    disk. (`kiln run` asks this before its data stages too.)"""
     if old is None:
         return
     changed = changed_model_settings(old, cfg)
-    changed += config_changes(old, cfg, ("optim.name",))
+    # train.seq_len cuts the shards into other windows: the loader's position means other
+    # data (named here, and by `kiln run` before its data stages, not by the loader after)
+    changed += config_changes(old, cfg, ("optim.name", "train.seq_len"))
     changed += data_changes(old, cfg)
     if changed:
         raise CheckpointError(
@@ -266,14 +268,18 @@ class Trainer:
         if resume:
             self._maybe_resume()
         if self.step == 0:  # a new model records its settings: they must describe its data
+            from kiln.data.pipeline import prepare_settings_differ  # datatrove: only here
+
             t = cfg.tokenizer
-            differ = data_settings_differ(self.run_dir, cfg.run.seed, cfg.data.val_fraction, {
+            differ = prepare_settings_differ(cfg.prepare, self.run_dir, cfg.data.sources,
+                                             cfg.data.max_bytes, cfg.data.text_field)
+            differ += data_settings_differ(self.run_dir, cfg.run.seed, cfg.data.val_fraction, {
                 "kind": t.kind, "vocab_size": t.vocab_size, "min_frequency": t.min_frequency})
             if differ:
                 raise ConfigError(
                     f"the data in {self.run_dir} was made with other settings "
                     f"({'; '.join(differ)}): train on it with those, or re-make it "
-                    "(`kiln tokenizer` / `kiln tokenize`, or `kiln run`) first")
+                    "(`kiln prepare` / `kiln tokenizer` / `kiln tokenize`, or `kiln run`) first")
         for problem in design_problems(self.model_cfg):
             if self.step == 0:  # a new model: refused; a run trained so goes on as it was
                 raise ConfigError(problem)
