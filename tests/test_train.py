@@ -309,13 +309,13 @@ def test_kiln_run_names_another_seq_len_before_its_data_stages(tiny_run):
     """`kiln run --set train.seq_len=...` on a trained run went through every data stage
     (hours on a large corpus) and then failed in the loader with 'loader state has
     seq_len=...', listing three possible causes; it is refused first, naming the key."""
-    from kiln.cli import _refuse_new_model_design
+    from kiln.commands.early_refusals import refuse_new_model_design
 
     train_losses(tiny_run, "train.steps=6")
     seq_len = tiny_config(tiny_run).train.seq_len
     with pytest.raises(CheckpointError, match=f"trained with other settings \\(train.seq_len: "
                                               f"{seq_len} -> 16\\)"):
-        _refuse_new_model_design(tiny_config(tiny_run, "train.seq_len=16"))
+        refuse_new_model_design(tiny_config(tiny_run, "train.seq_len=16"))
 
 
 def test_val_split_shorter_than_a_window_fails_before_training(tiny_run):
