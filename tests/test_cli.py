@@ -181,6 +181,11 @@ def test_no_target_continues_the_recorded_run(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="the target is the run directory runs/quickstart, "
                        "but --set run.dir=runs/other names another"):
         resolve_config("runs/quickstart", ["run.dir=runs/other"])
+    # written as a table, it went past the check and trained in the other folder
+    with pytest.raises(ConfigError, match="names another"):
+        resolve_config("runs/quickstart", ['run={dir="runs/other"}'])
+    # no target: a table's run.dir is the run whose recorded settings are used
+    assert resolve_config(None, ['run={dir="runs/quickstart"}']).train.steps == 77
     same = resolve_config("runs/quickstart", [f"run.dir={tmp_path / 'runs/quickstart'}"])
     assert same.train.steps == 77  # the same folder spelled another way is fine
 

@@ -58,6 +58,16 @@ def test_int_widens_to_float_but_not_bool_to_int():
         load_config(None, ["train.steps=true"])
 
 
+def test_a_table_override_merges_into_the_section():
+    """`--set 'train={steps=5}'` replaced the recipe's whole [train] table: its other keys
+    (eval_every 80, checkpoint_every 80 in the quickstart) fell back to their defaults."""
+    recipe = load_config("recipes/quickstart.toml", [])
+    table = load_config("recipes/quickstart.toml", ["train={steps=5}", " train . seq_len =32"])
+    assert table.train.steps == 5 and table.train.seq_len == 32
+    assert table.train.eval_every == recipe.train.eval_every != 100  # 100: the default
+    assert table.train.checkpoint_every == recipe.train.checkpoint_every
+
+
 def test_bare_word_override_is_a_string():
     assert load_config(None, ["train.precision=bf16"]).train.precision == "bf16"
 

@@ -22,7 +22,14 @@ from kiln.commands.generate import cmd_generate
 from kiln.commands.report import cmd_report
 from kiln.commands.run import cmd_run
 from kiln.commands.train import cmd_train
-from kiln.config import Config, ConfigError, check_run_dir_is_its_own, load_config, run_dir_override
+from kiln.config import (
+    Config,
+    ConfigError,
+    check_run_dir_is_its_own,
+    load_config,
+    run_dir_override,
+    run_dir_overrides,
+)
 from kiln.errors import (
     KilnError,
     MainRankInterrupted,
@@ -58,7 +65,7 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
     with its own settings, not the built-in ones."""
     if target is None:
         # run.dir alone first: the other overrides are checked against the recorded config
-        where = load_config(None, [o for o in overrides if o.split("=", 1)[0].strip() == "run.dir"])
+        where = load_config(None, run_dir_overrides(overrides))
         if (where.run_dir / "config.toml").exists():
             return resolve_config(str(where.run_dir), overrides)
         return load_config(None, overrides)
@@ -71,7 +78,7 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
     if path.is_dir():
         if not (path / "config.toml").exists():
             raise ConfigError(f"{path} is not a run directory (no config.toml)")
-        moved = [o for o in overrides if o.split("=", 1)[0].strip() == "run.dir"]
+        moved = run_dir_overrides(overrides)
         if moved and load_config(None, moved).run_dir.resolve() != path.resolve():
             raise ConfigError(f"the target is the run directory {path}, but --set {moved[-1]} "
                               "names another: give the run directory once, as the target")

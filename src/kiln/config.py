@@ -331,11 +331,13 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw.strip()  # a bare word is a string: --set train.precision=bf16
-    return key.strip().split("."), value
+    return [part.strip() for part in key.split(".")], value
 
 
 def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> dict[str, Any]:
-    """Merge `a.b=value` overrides into a raw TOML dict (values parsed as TOML)."""
+    """Merge `a.b=value` overrides into a raw TOML dict (values parsed as TOML). A table
+    (`train={steps=5}`) is merged into the section, key by key, as `train.steps=5` would be:
+    put in its place, it dropped the recipe's other keys of that section for their defaults."""
     for text in overrides:
         path, value = _parse_override(text)
         node = data
@@ -343,8 +345,27 @@ def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> di
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override '{text}': '{part}' is not a section")
-        node[path[-1]] = value
+        _merge(node, path[-1], value)
     return data
+
+
+def _merge(node: dict[str, Any], key: str, value: Any) -> None:
+    if isinstance(value, dict) and isinstance(node.get(key), dict):
+        for k, v in value.items():
+            _merge(node[key], k, v)
+    else:
+        node[key] = value
+
+
+def run_dir_overrides(overrides: typing.Iterable[str]) -> list[str]:
+    """The overrides that set run.dir, however written (`run.dir=...`, `run={dir=...}`)."""
+    out = []
+    for text in overrides:
+        path, value = _parse_override(text)
+        if path == ["run", "dir"] or (path == ["run"] and isinstance(value, dict)
+                                      and "dir" in value):
+            out.append(text)
+    return out
 
 
 def flat_settings(cfg: Config) -> dict[str, Any]:
