@@ -181,10 +181,29 @@ class _KeepsItsConstructorsValue(nn.Module):
         self.scale = nn.Parameter(torch.full((4,), 2.0))
 
 
+class _BufferOfItsWeights(nn.Linear):
+    """A buffer made from a parameter is on the meta device too (no values): `materialize`
+    failed copying it ("Cannot copy out of meta tensor"), after the wrapping."""
+    def __init__(self) -> None:
+        super().__init__(4, 4)
+        self.register_buffer("col_norms", self.weight.detach().norm(dim=0))
+
+
+class _AttributeOfItsWeights(nn.Module):
+    """A plain tensor attribute made from a parameter stayed on the meta device unseen,
+    to fail (or give meta results) only where the forward used it."""
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+        self.inner.scale = self.inner.weight.detach().abs().mean()
+
+
 @pytest.mark.parametrize("module, says", [
     (_DrawsAFreshTensor, "draws random numbers"),
     (_WritesPartOfAParameter, "part of parameter 'weight'"),
     (_KeepsItsConstructorsValue, "parameter 'scale' is not set"),
+    (_BufferOfItsWeights, "'col_norms' is computed from a parameter"),
+    (_AttributeOfItsWeights, "'inner.scale' is computed from a parameter"),
 ])
 def test_an_init_that_cannot_be_replayed_is_refused_at_the_build(module, says):
     with pytest.raises(NotImplementedError, match=says):
