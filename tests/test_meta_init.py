@@ -210,6 +210,27 @@ def test_an_init_that_cannot_be_replayed_is_refused_at_the_build(module, says):
         build_on_meta(module)
 
 
+class _CopiesFromATensorItReuses(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(2, 3))
+        source = torch.ones(2, 3)
+        with torch.no_grad():
+            self.w.copy_(source)
+        source.zero_()  # reused after the copy: the weight keeps the ones
+
+
+def test_a_tensor_an_init_copies_from_is_replayed_as_it_was_then():
+    """The replay copied the source as it was at the replay (zeros): silently not the CPU
+    build's weights."""
+    torch.manual_seed(SEED)
+    want = _CopiesFromATensorItReuses().state_dict()
+    torch.manual_seed(SEED)
+    model, init = build_on_meta(_CopiesFromATensorItReuses)
+    model = parallelize(model, "ddp", DistEnv(), device=torch.device("cpu"), init=init)
+    assert_same(full_state(model), want)
+
+
 def test_the_trainer_builds_on_the_meta_device_with_the_cpu_builds_weights(tiny_run,
                                                                           monkeypatch):
     """One launched gloo rank in this process, FSDP2: the model the trainer made had no

@@ -81,7 +81,10 @@ class _Recorder(TorchDispatchMode):
                 "its own: it cannot be replayed; build this model on the CPU")
         if starts:
             self.writes.append(_Write(target))
-        self.writes[-1].ops.append((func, args[1:], kwargs))
+        # a tensor read (a copy_'s source) as it is now: the build may change it afterwards
+        kept = [a.clone() if isinstance(a, torch.Tensor) else a for a in (*args[1:], *kwargs.values())]
+        self.writes[-1].ops.append((func, tuple(kept[:len(args) - 1]),
+                                    dict(zip(kwargs, kept[len(args) - 1:]))))
 
 
 @contextlib.contextmanager
