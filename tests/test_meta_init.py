@@ -198,12 +198,21 @@ class _AttributeOfItsWeights(nn.Module):
         self.inner.scale = self.inner.weight.detach().abs().mean()
 
 
+class _SeedsItsOwnInit(nn.Linear):
+    """The replay drew from the state the build began with, not from this seed: silently
+    other weights than the CPU build's."""
+    def __init__(self) -> None:
+        torch.manual_seed(1234)
+        super().__init__(4, 4)
+
+
 @pytest.mark.parametrize("module, says", [
     (_DrawsAFreshTensor, "draws random numbers"),
     (_WritesPartOfAParameter, "part of parameter 'weight'"),
     (_KeepsItsConstructorsValue, "parameter 'scale' is not set"),
     (_BufferOfItsWeights, "'col_norms' is computed from a parameter"),
     (_AttributeOfItsWeights, "'inner.scale' is computed from a parameter"),
+    (_SeedsItsOwnInit, "set the CPU generator"),
 ])
 def test_an_init_that_cannot_be_replayed_is_refused_at_the_build(module, says):
     with pytest.raises(NotImplementedError, match=says):

@@ -130,6 +130,11 @@ def build_on_meta(build: Callable[[], nn.Module]) -> tuple[nn.Module, InitPlan]:
     recorder = _Recorder()
     with _parameters_on_meta(), recorder:
         model = build()
+    if not torch.equal(torch.get_rng_state(), rng_state):  # draws on meta take none from it
+        raise NotImplementedError(
+            "the model's build set the CPU generator (torch.manual_seed or set_rng_state in a "
+            "constructor): the draws after it cannot be replayed from the state the build began "
+            "with; build this model on the CPU")
     names: dict[int, str] = {}
     storages: dict[int, str] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
