@@ -181,14 +181,63 @@ class _KeepsItsConstructorsValue(nn.Module):
         self.scale = nn.Parameter(torch.full((4,), 2.0))
 
 
+class _BufferOfItsWeights(nn.Linear):
+    """A buffer made from a parameter is on the meta device too (no values): `materialize`
+    failed copying it ("Cannot copy out of meta tensor"), after the wrapping."""
+    def __init__(self) -> None:
+        super().__init__(4, 4)
+        self.register_buffer("col_norms", self.weight.detach().norm(dim=0))
+
+
+class _AttributeOfItsWeights(nn.Module):
+    """A plain tensor attribute made from a parameter stayed on the meta device unseen,
+    to fail (or give meta results) only where the forward used it."""
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+        self.inner.scale = self.inner.weight.detach().abs().mean()
+
+
+class _SeedsItsOwnInit(nn.Linear):
+    """The replay drew from the state the build began with, not from this seed: silently
+    other weights than the CPU build's."""
+    def __init__(self) -> None:
+        torch.manual_seed(1234)
+        super().__init__(4, 4)
+
+
 @pytest.mark.parametrize("module, says", [
     (_DrawsAFreshTensor, "draws random numbers"),
     (_WritesPartOfAParameter, "part of parameter 'weight'"),
     (_KeepsItsConstructorsValue, "parameter 'scale' is not set"),
+    (_BufferOfItsWeights, "'col_norms' is computed from a parameter"),
+    (_AttributeOfItsWeights, "'inner.scale' is computed from a parameter"),
+    (_SeedsItsOwnInit, "set the CPU generator"),
 ])
 def test_an_init_that_cannot_be_replayed_is_refused_at_the_build(module, says):
     with pytest.raises(NotImplementedError, match=says):
         build_on_meta(module)
+
+
+class _CopiesFromATensorItReuses(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(2, 3))
+        source = torch.ones(2, 3)
+        with torch.no_grad():
+            self.w.copy_(source)
+        source.zero_()  # reused after the copy: the weight keeps the ones
+
+
+def test_a_tensor_an_init_copies_from_is_replayed_as_it_was_then():
+    """The replay copied the source as it was at the replay (zeros): silently not the CPU
+    build's weights."""
+    torch.manual_seed(SEED)
+    want = _CopiesFromATensorItReuses().state_dict()
+    torch.manual_seed(SEED)
+    model, init = build_on_meta(_CopiesFromATensorItReuses)
+    model = parallelize(model, "ddp", DistEnv(), device=torch.device("cpu"), init=init)
+    assert_same(full_state(model), want)
 
 
 def test_the_trainer_builds_on_the_meta_device_with_the_cpu_builds_weights(tiny_run,

@@ -15,8 +15,9 @@ parameter beyond its own. Draws into tensors the model no longer holds (an `nn.L
 default init, a tied head's own weight) are replayed too: they move the generator.
 
 What cannot be replayed so (a random op that makes a new tensor, an init that writes part of
-a parameter, an in-place op that reads another meta tensor) is refused when the model is
-built, naming the op: build such a model on the CPU.
+a parameter, an in-place op that reads another meta tensor, a buffer or tensor attribute
+computed from a parameter) is refused when the model is built, naming the op or the tensor:
+build such a model on the CPU.
 """
 
 from __future__ import annotations
@@ -80,7 +81,10 @@ class _Recorder(TorchDispatchMode):
                 "its own: it cannot be replayed; build this model on the CPU")
         if starts:
             self.writes.append(_Write(target))
-        self.writes[-1].ops.append((func, args[1:], kwargs))
+        # a tensor read (a copy_'s source) as it is now: the build may change it afterwards
+        kept = [a.clone() if isinstance(a, torch.Tensor) else a for a in (*args[1:], *kwargs.values())]
+        self.writes[-1].ops.append((func, tuple(kept[:len(args) - 1]),
+                                    dict(zip(kwargs, kept[len(args) - 1:]))))
 
 
 @contextlib.contextmanager
@@ -126,6 +130,11 @@ def build_on_meta(build: Callable[[], nn.Module]) -> tuple[nn.Module, InitPlan]:
     recorder = _Recorder()
     with _parameters_on_meta(), recorder:
         model = build()
+    if not torch.equal(torch.get_rng_state(), rng_state):  # draws on meta take none from it
+        raise NotImplementedError(
+            "the model's build set the CPU generator (torch.manual_seed or set_rng_state in a "
+            "constructor): the draws after it cannot be replayed from the state the build began "
+            "with; build this model on the CPU")
     names: dict[int, str] = {}
     storages: dict[int, str] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
@@ -144,7 +153,25 @@ def build_on_meta(build: Callable[[], nn.Module]) -> tuple[nn.Module, InitPlan]:
     if unset:
         raise NotImplementedError(f"parameter '{unset[0]}' is not set by an in-place init "
                                   "(its value came with its tensor): build this model on the CPU")
+    computed = _tensors_on_meta(model)
+    if computed:
+        raise NotImplementedError(f"'{computed[0]}' is computed from a parameter while the model "
+                                  "is built with its parameters on the meta device, where they "
+                                  "hold no values: build this model on the CPU")
     return model, InitPlan(recorder.writes, rng_state)
+
+
+def _tensors_on_meta(model: nn.Module) -> list[str]:
+    """Buffers and plain tensor attributes left on the meta device: made from a parameter
+    (a buffer of its norms); `materialize` could not restore them, and a plain attribute
+    would stay without values, failing only where it is used."""
+    found = []
+    for owner, module in model.named_modules():
+        held = [*module._buffers.items(),
+                *((k, v) for k, v in vars(module).items() if isinstance(v, torch.Tensor))]
+        found += [f"{owner}.{name}" if owner else name for name, t in held
+                  if isinstance(t, torch.Tensor) and t.device == META]
+    return found
 
 
 def materialize(model: nn.Module, plan: InitPlan, device: torch.device,
