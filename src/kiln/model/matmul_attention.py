@@ -166,14 +166,16 @@ def _row_runs(hide: torch.Tensor, lo: int, stop: int, per_key: int,
     batched matmul over slices of the inputs (no copies), so the split trades the keys
     computed (`per_key` multiply-adds each per row) against RUN_COST per run (at `dtype`):
     the least total, by dynamic programming over where runs end (B^2 / 2 steps; ties:
-    fewer, longer runs). Skipped keys get probability exactly 0, so the result is the un-narrowed one but
-    for the order of float sums. It depends on the data, so under torch.compile (which would
+    fewer, longer runs). Skipped keys get probability exactly 0, so the result is the
+    un-narrowed one but for the order of float sums. It depends on the data, so under torch.compile (which would
     have to guard on it) all rows take one run from `lo`: nothing is skipped."""
     n = hide.shape[0]
     if torch.compiler.is_compiling():
         return [(0, n, lo)]
     firsts = [lo + skip for skip in _leading_hidden_keys(hide)]
     overhead = RUN_COST.get(dtype, RUN_COST[torch.float32]) / per_key  # keys of one row
+    if overhead == math.inf:  # one run (bf16)
+        return [(0, n, min(firsts))]
     best, cut = [0.0] + [math.inf] * n, [0] * (n + 1)
     for end in range(1, n + 1):  # best[end]: rows [0, end) split at their cheapest
         first = stop
