@@ -7,9 +7,12 @@ Off and on are the same model and batch: steps alternate in rounds (off on, then
 so drift on a shared machine hits both alike; tokens/s are medians over steps. The batch
 holds documents of random lengths (EOS at random, 1 in `--doc-len` tokens on average), or
 with `--aligned` documents of exactly `--doc-len` tokens in every row. On the matmul path
-a query block skips the keys of earlier documents that none of its queries sees in any
-batch row: with short documents the mask saves work, the more the more alike the rows'
-layouts; one attention layer's tensors kept for backward (off, on) show how much. Peak
+a query block skips, in each batch row, the keys of earlier documents that none of the
+row's queries sees (rows in contiguous runs, one batched matmul each): with short documents
+the mask saves work; one attention layer's tensors kept for backward (off, on) show how
+much, and its time and tensors with one key range for all rows ("shared", RUN_COST
+infinite: the kernel before per-row ranges, and bf16's), interleaved with the others, what
+the per-row ranges gain (`--precision fp32`; in bf16 "on" is "shared"). Peak
 memory is each mode's peak resident size in a process of its own (VmHWM after a few
 steps; CPU) or `torch.cuda.max_memory_allocated` (GPU).
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 import time
@@ -85,11 +89,13 @@ class Stepper:
 
 
 def attention_times(s: Setting, batch: torch.Tensor, precision: str, device: torch.device,
-                    repeats: int) -> tuple[dict[bool, list[float]], dict[bool, float]]:
+                    repeats: int) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Seconds of one attention layer (local with `--window`, else global)'s forward +
-    backward on the path training takes (`Attention` as the model runs it), off and on,
-    interleaved: the mask's own cost, which the step's figures bury under the rest of the
-    step and the machine's drift; and the MB the layer keeps for backward, off and on."""
+    backward on the path training takes (`Attention` as the model runs it), off, on and on
+    with one key range shared by the batch rows, interleaved: the mask's own cost, which the
+    step's figures bury under the rest of the step and the machine's drift; and the MB the
+    layer keeps for backward in each mode."""
+    import kiln.model.matmul_attention as ma
     from kiln.model.layers import Attention, rope_tables
 
     m = s.model
@@ -99,13 +105,18 @@ def attention_times(s: Setting, batch: torch.Tensor, precision: str, device: tor
     cos, sin = (t.to(device) for t in rope_tables(m.dim // m.n_heads, s.seq_len, m.rope_theta))
     docs = document_ids(batch[:, :-1], EOS)
 
-    def run(masked: bool) -> None:
-        with autocast(device, precision):
-            y = attn(x, cos, sin, doc_ids=docs if masked else None)
-        y.float().sum().backward()
+    run_cost = ma.RUN_COST
 
-    saved: dict[bool, float] = {}
-    for masked in (False, True):
+    def run(mode: str) -> None:
+        ma.RUN_COST = dict.fromkeys(run_cost, math.inf) if mode == "shared" else run_cost
+        with autocast(device, precision):
+            y = attn(x, cos, sin, doc_ids=None if mode == "off" else docs)
+        y.float().sum().backward()
+        ma.RUN_COST = run_cost
+
+    modes = ("off", "on", "shared")
+    saved: dict[str, float] = {}
+    for mode in modes:
         sizes: list[int] = []
 
         def pack(x: torch.Tensor, sizes: list[int] = sizes) -> torch.Tensor:
@@ -113,14 +124,14 @@ def attention_times(s: Setting, batch: torch.Tensor, precision: str, device: tor
             return x
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
-            run(masked)
-        saved[masked] = sum(sizes) / 2**20
-    out: dict[bool, list[float]] = {False: [], True: []}
-    for masked in (False, True, False, True):
-        run(masked)
+            run(mode)
+        saved[mode] = sum(sizes) / 2**20
+    out: dict[str, list[float]] = {mode: [] for mode in modes}
+    for mode in modes * 2:
+        run(mode)
     for r in range(repeats):
-        for masked in (False, True) if r % 2 == 0 else (True, False):
-            out[masked].append(time_call(lambda m=masked: run(m)))
+        for mode in modes if r % 2 == 0 else modes[::-1]:
+            out[mode].append(time_call(lambda m=mode: run(m)))
     return out, saved
 
 
@@ -206,20 +217,20 @@ def main() -> None:
     print(f"CPU ms per step (all threads): off {cpu_ms[False]:.0f}, on {cpu_ms[True]:.0f}")
     # the fastest of many interleaved calls: the least disturbed, the cost of the work itself
     layer_ms = {k: (1000 * min(v), 1000 * median(v)) for k, v in layer.items()}
-    print("one attention layer, forward + backward, ms (fastest / median): "
-          f"off {layer_ms[False][0]:.1f} / {layer_ms[False][1]:.1f}, "
-          f"on {layer_ms[True][0]:.1f} / {layer_ms[True][1]:.1f}")
-    print(f"one attention layer's tensors kept for backward, MB: off {saved[False]:.1f}, "
-          f"on {saved[True]:.1f}")
+    print("one attention layer, forward + backward, ms (fastest / median): " + ", ".join(
+        f"{mode} {layer_ms[mode][0]:.1f} / {layer_ms[mode][1]:.1f}" for mode in layer_ms))
+    print("one attention layer's tensors kept for backward, MB: " + ", ".join(
+        f"{mode} {mb:.1f}" for mode, mb in saved.items()))
     best = {k: 1000 * min(v) for k, v in times.items()}
     print(f"fastest step ms: off {best[False]:.0f}, on {best[True]:.0f}")
     print(result_line(tokens_per_s_off=tps[False], tokens_per_s_on=tps[True],
                       on_over_off=tps[True] / tps[False], cpu_ms_off=cpu_ms[False],
                       cpu_ms_on=cpu_ms[True], best_step_ms_off=best[False],
-                      best_step_ms_on=best[True], attn_layer_ms_off=layer_ms[False][0],
-                      attn_layer_ms_on=layer_ms[True][0], peak_mb_off=peaks["off"],
-                      peak_mb_on=peaks["on"], attn_saved_mb_off=saved[False],
-                      attn_saved_mb_on=saved[True]))
+                      best_step_ms_on=best[True], attn_layer_ms_off=layer_ms["off"][0],
+                      attn_layer_ms_on=layer_ms["on"][0],
+                      attn_layer_ms_shared=layer_ms["shared"][0], peak_mb_off=peaks["off"],
+                      peak_mb_on=peaks["on"], attn_saved_mb_off=saved["off"],
+                      attn_saved_mb_on=saved["on"], attn_saved_mb_shared=saved["shared"]))
 
 
 if __name__ == "__main__":

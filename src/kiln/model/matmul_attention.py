@@ -9,8 +9,10 @@ only the keys the block can see (causal, and inside the window for sliding-windo
 layers), it skips most of the hidden part of the T x T square: 5/8 of the products
 remain at T = 256, and the layer takes ~20 ms (the attention of a 6-layer step: ~125 ms
 -> ~95 ms). In fp32 the blocks take 41-49 ms against SDPA's 58-61 ms (the whole fp32
-step ~5% faster). With document ids (`kiln.model.doc_mask`) a block also starts after the
-keys of earlier documents that none of its queries sees (`_leading_hidden_keys`).
+step ~5% faster). With document ids (`kiln.model.doc_mask`) a block also starts, in each
+batch row, after the keys of earlier documents that none of the row's queries sees: rows
+are taken in contiguous runs, each one batched matmul from its rows' earliest start
+(`_row_runs`; in bf16 one run of all rows, where more did not pay: `RUN_COST`).
 
 In bf16 the numerics are those of plain ("eager") attention under autocast: scores and
 probabilities rounded to bf16, softmax in fp32 inside the kernel, key and value
@@ -76,24 +78,30 @@ class _MatmulAttention(torch.autograd.Function):
         out = torch.empty(b, t, kv, rep, d, dtype=q.dtype, device=q.device)  # (B, T, H, D)
         blocks, probs = [], []
         for start, stop, lo in _blocks(t, window):
+            cols = slice(start * rep, stop * rep)
             if doc_ids is None:
                 bias = torch.zeros(stop - start, stop - lo, dtype=q.dtype, device=q.device)
                 bias.masked_fill_(hidden[start:stop, lo:stop], float("-inf"))
-                scores = torch.baddbmm(bias.repeat_interleave(rep, dim=0),
-                                       qs[:, start * rep : stop * rep],
+                scores = torch.baddbmm(bias.repeat_interleave(rep, dim=0), qs[:, cols],
                                        kg[:, lo:stop].transpose(1, 2))
-            else:
+                runs = [(0, b, lo, scores)]
+            else:  # each run of batch rows from its own first key, one batched matmul
                 hide = _hidden_from_documents(doc_ids, hidden, start, stop, lo)
-                skip = _leading_hidden_keys(hide)
-                lo, hide = lo + skip, hide[:, :, skip:]
-                scores = torch.bmm(qs[:, start * rep : stop * rep], kg[:, lo:stop].transpose(1, 2))
-                scores.view(b, kv, stop - start, rep, stop - lo).masked_fill_(
-                    hide[:, None, :, None], float("-inf"))
-            blocks.append((start, stop, lo))
-            p = torch.softmax(scores, dim=-1)
-            block_out = torch.bmm(p, vg[:, lo:stop]).view(b, kv, stop - start, rep, d)
-            out[:, start:stop] = block_out.permute(0, 2, 1, 3, 4)
-            probs.append(p)
+                runs = []
+                per_key = kv * rep * (stop - start) * d
+                for r0, r1, first in _row_runs(hide, lo, stop, per_key, q.dtype):
+                    rows = slice(r0 * kv, r1 * kv)
+                    scores = torch.bmm(qs[rows, cols], kg[rows, first:stop].transpose(1, 2))
+                    scores.view(r1 - r0, kv, stop - start, rep, stop - first).masked_fill_(
+                        hide[r0:r1, None, :, None, first - lo:], float("-inf"))
+                    runs.append((r0, r1, first, scores))
+            for r0, r1, first, scores in runs:
+                p = torch.softmax(scores, dim=-1)
+                block_out = torch.bmm(p, vg[r0 * kv : r1 * kv, first:stop])
+                out[r0:r1, start:stop] = block_out.view(r1 - r0, kv, stop - start, rep, d).permute(
+                    0, 2, 1, 3, 4)
+                blocks.append((start, stop, r0, r1, first))
+                probs.append(p)
         ctx.save_for_backward(qs, kg, vg, *probs)
         ctx.scale, ctx.blocks = scale, blocks
         # (B, H, T, D) over (B, T, H, D) memory: the caller's transpose back is free
@@ -108,15 +116,16 @@ class _MatmulAttention(torch.autograd.Function):
         go = grad_out.reshape(b, kv, rep, t, d).permute(0, 1, 3, 2, 4).reshape(b * kv, t * rep, d)
         grad_q = torch.empty(b, t, kv, rep, d, dtype=qs.dtype, device=qs.device)
         grad_k, grad_v = torch.zeros_like(kg), torch.zeros_like(vg)
-        for (start, stop, lo), p in zip(ctx.blocks, probs):
-            rows = slice(start * rep, stop * rep)
-            g = go[:, rows]
-            grad_v[:, lo:stop].baddbmm_(p.transpose(1, 2), g)
-            grad_p = torch.bmm(g, vg[:, lo:stop].transpose(1, 2))
+        for (start, stop, r0, r1, lo), p in zip(ctx.blocks, probs):
+            rows, cols = slice(r0 * kv, r1 * kv), slice(start * rep, stop * rep)
+            g = go[rows, cols]
+            grad_v[rows, lo:stop].baddbmm_(p.transpose(1, 2), g)
+            grad_p = torch.bmm(g, vg[rows, lo:stop].transpose(1, 2))
             grad_s = torch._softmax_backward_data(grad_p, p, -1, p.dtype)
-            block_q = torch.bmm(grad_s, kg[:, lo:stop]).mul_(ctx.scale)
-            grad_q[:, start:stop] = block_q.view(b, kv, stop - start, rep, d).permute(0, 2, 1, 3, 4)
-            grad_k[:, lo:stop].baddbmm_(grad_s.transpose(1, 2), qs[:, rows])
+            block_q = torch.bmm(grad_s, kg[rows, lo:stop]).mul_(ctx.scale)
+            grad_q[r0:r1, start:stop] = block_q.view(r1 - r0, kv, stop - start, rep, d).permute(
+                0, 2, 1, 3, 4)
+            grad_k[rows, lo:stop].baddbmm_(grad_s.transpose(1, 2), qs[rows, cols])
         return (grad_q.view(b, t, h, d).transpose(1, 2), grad_k.view(b, kv, t, d),
                 grad_v.view(b, kv, t, d), None, None)
 
@@ -130,20 +139,57 @@ def _hidden_from_documents(doc_ids: torch.Tensor, hidden: torch.Tensor, start: i
     return (doc_ids[:, start:stop, None] != doc_ids[:, None, lo:stop]) | hidden[start:stop, lo:stop]
 
 
-def _leading_hidden_keys(hide: torch.Tensor) -> int:
-    """How many of the block's first keys no query of any batch row sees (earlier documents'):
-    the block's matmuls start after them, forward and backward. Hidden keys get probability
-    exactly 0, so the result is the same but for the order of float sums over the remaining
-    keys. The key range is shared by the batch rows (one batched matmul), so the skip ends
-    at the earliest start, over the rows, of the document holding the block's first query:
-    much with short documents in alike layouts, little with random lengths over many rows
-    (benchmarks/README.md). It depends on the data, so under torch.compile (which would
-    have to guard on it) nothing is skipped. A query sees itself: its key always remains."""
+def _leading_hidden_keys(hide: torch.Tensor) -> list[int]:
+    """Per batch row, how many of the block's first keys none of the row's queries sees (the
+    keys of the documents before the one holding its first query): 0 up to the whole block's
+    keys but its own (a query sees itself)."""
+    # per (row, key), 1 if hidden from every query; the first 0 (argmin takes the first of
+    # ties). As uint8 this is a few us a block, where bool all() took ~130 us
+    return hide.view(torch.uint8).amin(dim=1).argmin(dim=1).tolist()
+
+
+# what one more run of batch rows costs (its dozen kernel calls, forward and backward), in
+# multiply-adds of one of the block's products, by dtype. At B 16, T 256, 8 / 4 heads of
+# 64, 2 threads, fp32 ran fastest at 2-4e6 (the kernel's forward + backward 15-23% faster
+# than with one range for all rows, documents of random lengths); bf16 products run ~2x
+# faster (AMX), so the runs' own cost weighs more, and no value was measurably faster
+# there (4e6-6.4e7: 9% slower to 3% faster, benchmarks/README.md): bf16 takes one run
+RUN_COST: dict[torch.dtype, float] = {torch.float32: 4e6, torch.bfloat16: math.inf}
+
+
+def _row_runs(hide: torch.Tensor, lo: int, stop: int, per_key: int,
+              dtype: torch.dtype = torch.float32) -> list[tuple[int, int, int]]:
+    """The block's batch rows in contiguous runs (first row, end row, first key), a run's keys
+    starting at the earliest of its rows' first keys seen (`_leading_hidden_keys`).
+
+    Rows whose documents start at different places need different key ranges; a run is one
+    batched matmul over slices of the inputs (no copies), so the split trades the keys
+    computed (`per_key` multiply-adds each per row) against RUN_COST per run (at `dtype`):
+    the least total, by dynamic programming over where runs end (B^2 / 2 steps; ties:
+    fewer, longer runs). Skipped keys get probability exactly 0, so the result is the
+    un-narrowed one but for the order of float sums. It depends on the data, so under torch.compile (which would
+    have to guard on it) all rows take one run from `lo`: nothing is skipped."""
+    n = hide.shape[0]
     if torch.compiler.is_compiling():
-        return 0
-    # per key, 1 if hidden from every (row, query); the first 0 (argmin takes the first of
-    # ties). As uint8 this is ~7 us a block, where bool all() over two dims took ~130 us
-    return int(hide.view(-1, hide.shape[-1]).view(torch.uint8).amin(dim=0).argmin())
+        return [(0, n, lo)]
+    firsts = [lo + skip for skip in _leading_hidden_keys(hide)]
+    overhead = RUN_COST.get(dtype, RUN_COST[torch.float32]) / per_key  # keys of one row
+    if overhead == math.inf:  # one run (bf16)
+        return [(0, n, min(firsts))]
+    best, cut = [0.0] + [math.inf] * n, [0] * (n + 1)
+    for end in range(1, n + 1):  # best[end]: rows [0, end) split at their cheapest
+        first = stop
+        for r0 in range(end - 1, -1, -1):
+            first = min(first, firsts[r0])
+            cost = best[r0] + overhead + (end - r0) * (stop - first)
+            if cost <= best[end]:
+                best[end], cut[end] = cost, r0
+    runs, end = [], n
+    while end:
+        r0 = cut[end]
+        runs.append((r0, end, min(firsts[r0:end])))
+        end = r0
+    return runs[::-1]
 
 
 def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
