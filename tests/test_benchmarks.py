@@ -65,6 +65,7 @@ def test_the_key_check_reads_placeholders():
     ("moe_layer.py", ["--quick"]),
     ("muon_step.py", ["--quick"]),
     ("kv_cache.py", ["--quick", "--rounds", "1"]),
+    ("load_memory.py", ["--quick", "--rounds", "1"]),
     ("pii_eval.py", []),
 ])
 def test_quick_mode_ends_with_documented_result(script, argv, monkeypatch, capsys):

@@ -22,6 +22,7 @@ from kiln.config import Config, ConfigError, config_to_toml, load_config, valida
 from kiln.export.hf_folder import EXPORT_RECORD, is_tied
 from kiln.export_recovery import describe_stranded, is_run_export, recover_export
 from kiln.model.transformer import Transformer
+from kiln.parallel.meta_init import assign_weights, build_on_meta
 from kiln.tensor_files import save_tensors
 
 NATIVE_FORMAT = "kiln-native"
@@ -75,11 +76,11 @@ def load_native(path: Path | str) -> Transformer:
         cfg = load_config(path / "config.toml", recorded=True).model
     except ConfigError as e:
         raise ValueError(f"{path / 'config.toml'}: {e}") from e
-    model = Transformer(cfg)
+    model, _ = build_on_meta(lambda: Transformer(cfg))  # no init: every weight is loaded
     state = load_file(str(path / "model.safetensors"))
     if is_tied(model):
         if "head.weight" in state:
             raise ValueError(f"{path}: config says tied embeddings but the file has a head.weight")
         state["head.weight"] = state["embed.weight"]
-    model.load_state_dict(state, strict=True)
+    assign_weights(model, state)
     return model.eval()

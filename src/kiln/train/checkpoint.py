@@ -42,6 +42,7 @@ from kiln.eval import EVAL_FILES
 from kiln.export_recovery import recover_export
 from kiln.hashing import HashingWriter, file_sha256
 from kiln.parallel.distributed import DistEnv, all_reduce_max, run_on_main, unwrap
+from kiln.parallel.meta_init import assign_weights
 from kiln.tensor_files import save_tensors
 from kiln.train.checkpoint_dirs import (
     PREFIX,
@@ -67,7 +68,8 @@ def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
     """Load full weights, refusing any missing, unexpected or differently shaped tensor
-    (set_model_state_dict alone lets missing ones keep their random init)."""
+    (set_model_state_dict alone lets missing ones keep their random init). A model built with
+    its parameters on the meta device (`build_on_meta`) takes the tensors themselves."""
     tensors = dict(tensors)
     if _tied(model) and "embed.weight" in tensors:
         tensors["head.weight"] = tensors["embed.weight"]
@@ -84,7 +86,10 @@ def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> No
         raise CheckpointError(f"the checkpoint does not fit this model ({shown}): it was made "
                               "with another [model] config (use the run's config, or start "
                               "over with `kiln train --fresh`), or the file was altered")
-    set_model_state_dict(model, tensors, options=StateDictOptions(full_state_dict=True))
+    if any(p.is_meta for p in model.parameters()):  # built by build_on_meta: no init to undo
+        assign_weights(unwrap(model), tensors)
+    else:
+        set_model_state_dict(model, tensors, options=StateDictOptions(full_state_dict=True))
 
 
 def _described(this: tuple[tuple[int, ...], torch.dtype],

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from kiln.config import Config, ConfigError, recorded_config
+from kiln.config import Config, ConfigError, ModelConfig, recorded_config
 from kiln.data.loader import accepts_fingerprint
 from kiln.data.shards import load_index
 from kiln.errors import CheckpointError, RunDataError
 from kiln.model import Transformer
+from kiln.parallel.meta_init import build_on_meta
 from kiln.train.checkpoint import load_weights, trained_shards
 from kiln.train.checkpoint_dirs import latest_checkpoint
 from kiln.train.trainer import changed_model_settings, model_config_for_run
@@ -33,13 +34,22 @@ def load_trained_model(cfg: Config):
                           "[model] overrides, or train these settings in another run.dir")
     try:
         refuse_other_shards(ckpt, cfg.run_dir / "tokens")
-        model = Transformer(model_cfg)
-        load_weights(ckpt, model)
+        model = loaded_model(model_cfg, ckpt)
     except (CheckpointError, OSError) as e:
         if (ckpt / "trainer.pt").exists():  # still there: damaged, as the error says
             raise
         raise removed_while_read(ckpt) from e
     return model.eval(), ckpt
+
+
+def loaded_model(model_cfg: ModelConfig, ckpt: Path) -> Transformer:
+    """The model of `model_cfg` with checkpoint `ckpt`'s weights, fp32 on the CPU. Built with
+    its parameters on the meta device and given the loaded tensors in their place: a CPU
+    build drew a random init (seconds for a large model) only to overwrite it, and held the
+    model twice at its peak."""
+    model, _ = build_on_meta(lambda: Transformer(model_cfg))  # its init plan: never needed
+    load_weights(ckpt, model)
+    return model
 
 
 def removed_while_read(ckpt: Path) -> CheckpointError:
