@@ -102,7 +102,7 @@ def _described(this: tuple[tuple[int, ...], torch.dtype],
 def refuse_non_finite(tensors: dict[str, torch.Tensor], ckpt: Path) -> None:
     """A diverged model's weights hold NaN or inf: resuming from them, or exporting them,
     gives a model that only outputs NaN."""
-    bad = [k for k, v in tensors.items() if not torch.isfinite(v).all()]
+    bad = [k for k, v in tensors.items() if not is_finite(v)]
     if bad:
         raise TrainingDiverged(f"{ckpt} holds non-finite weights ({', '.join(bad[:3])}"
                                f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}): the run "
@@ -110,10 +110,22 @@ def refuse_non_finite(tensors: dict[str, torch.Tensor], ckpt: Path) -> None:
                                "use the one before it")
 
 
+def is_finite(t: torch.Tensor) -> bool:
+    """No NaN or inf in `t`. A float of 32 bits or fewer is summed in float64, which no
+    finite values of it can overflow while NaN and inf carry through: one pass with no
+    temporaries, where `isfinite(t).all()` wrote a bool per element (~100 MB for a 400 MB
+    model's largest weight; half the time of loading a checkpoint)."""
+    if not t.is_floating_point():
+        return True
+    if t.element_size() <= 4:
+        return bool(torch.isfinite(t.sum(dtype=torch.float64)))
+    return bool(torch.isfinite(t).all())
+
+
 def weights_are_finite(model: nn.Module, env: DistEnv) -> bool:
     """Every rank's shard of every weight is finite (all ranks get the same answer)."""
     local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
-    bad = torch.tensor([float(not all(bool(torch.isfinite(p).all()) for p in local))],
+    bad = torch.tensor([float(not all(is_finite(p) for p in local))],
                        device=local[0].device)  # NCCL reduces device tensors only
     return not bool(all_reduce_max(bad, env))
 
