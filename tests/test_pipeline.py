@@ -8,6 +8,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 
 from kiln.config import ConfigError
 from kiln.data import pipeline as pl
+from kiln.data import prepare_executor, stage_registry
 from kiln.data.documents import read_documents
 from kiln.data.pipeline import (
     PrepareConfig,
@@ -35,11 +36,11 @@ class DropContaining(BaseFilter):
 @pytest.fixture
 def registry():
     """Register test stages; restore the registry afterwards."""
-    saved, saved_f = dict(pl.STAGES), dict(pl._FACTORIES)
+    saved, saved_f = dict(pl.STAGES), dict(stage_registry._FACTORIES)
     register_stage("no_spam", lambda ctx: DropContaining("spam", "spam"))
     yield
     pl.STAGES.clear(), pl.STAGES.update(saved)
-    pl._FACTORIES.clear(), pl._FACTORIES.update(saved_f)
+    stage_registry._FACTORIES.clear(), stage_registry._FACTORIES.update(saved_f)
 
 
 def corpus(root, n=7):
@@ -180,12 +181,12 @@ def test_executor_choices(tmp_path, monkeypatch):
         build_pipeline(PrepareConfig(executor="slurm"), tmp_path)
     with pytest.raises(ConfigError, match="prepare.executor"):
         build_pipeline(PrepareConfig(executor="dask"), tmp_path)
-    monkeypatch.setattr(pl.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(prepare_executor.importlib.util, "find_spec", lambda name: None)
     phases, _ = build_pipeline(PrepareConfig(stages=["read", "write"], executor="ray"), tmp_path)
     steps = phases[0].pipeline
     with pytest.raises(RuntimeError, match="ray"):
         make_executor(PrepareConfig(executor="ray"), steps, tmp_path / "logs", False)
-    monkeypatch.setattr(pl.shutil, "which", lambda name: None)
+    monkeypatch.setattr(prepare_executor.shutil, "which", lambda name: None)
     cfg = PrepareConfig(executor="slurm", slurm_partition="cpu")
     with pytest.raises(RuntimeError, match="sbatch"):
         make_executor(cfg, steps, tmp_path / "logs", False)
@@ -274,8 +275,8 @@ def test_perplexity_scores_from_before_the_whole_context_window_are_not_resumed(
     """The scorer now scores a model's whole context (one token more than before): a prepare
     with the perplexity stage records so, so one made before re-scores instead of resuming
     with old and new scores under one threshold; runs without the stage keep resuming."""
-    from kiln.data.pipeline import _signature
+    from kiln.data.prepare_signature import make_signature
 
-    scored = _signature(PrepareConfig(stages=["read", "perplexity", "write"]), ["src"], 0)
+    scored = make_signature(PrepareConfig(stages=["read", "perplexity", "write"]), ["src"], 0)
     assert scored["perplexity_scored_tokens"] == "max_seq_len"
-    assert "perplexity_scored_tokens" not in _signature(_cfg(), ["src"], 0)
+    assert "perplexity_scored_tokens" not in make_signature(_cfg(), ["src"], 0)

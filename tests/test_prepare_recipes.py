@@ -18,6 +18,7 @@ from kiln.cli import cmd_prepare, cmd_tokenize, cmd_tokenizer, main
 from kiln.config import ConfigError, config_to_toml, load_config
 from kiln.data import pipeline as pl
 from kiln.data import prepare_config as pc
+from kiln.data import stage_registry
 from kiln.data.documents import read_documents
 from kiln.data.filters.selection import threshold_for_fraction
 from kiln.data.pipeline import PrepareConfig, register_stage, run_prepare
@@ -235,10 +236,11 @@ def test_resume_of_a_completed_run_skips_every_task(tmp_path, monkeypatch):
     yield_before = (run / "yield.json").read_text()
     # changed behind the input fingerprint's back (blinded here: a real fingerprint sees any
     # edit and re-runs prepare from scratch): a skipped task never sees it
-    from kiln.data import pipeline
+    from kiln.data import prepare_inputs, prepare_signature
 
-    recorded = pipeline._input_files(cfg, [str(src)], run)
-    monkeypatch.setattr(pipeline, "_input_files", lambda *a, **k: recorded)
+    recorded = prepare_inputs.input_files(cfg, [str(src)], run)
+    # where the signature looks it up (build_pipeline's, and a run's recorded by mtime)
+    monkeypatch.setattr(prepare_signature, "input_files", lambda *a, **k: recorded)
     f0 = src / "f0.txt"
     st = f0.stat()
     f0.write_text("changed after the run".ljust(st.st_size, "!"))
@@ -382,11 +384,11 @@ class FakeScorer(PipelineStep):
 
 @pytest.fixture
 def fake_scorer():
-    saved, saved_f = dict(pl.STAGES), dict(pl._FACTORIES)
+    saved, saved_f = dict(pl.STAGES), dict(stage_registry._FACTORIES)
     register_stage("perplexity", lambda ctx: FakeScorer())
     yield
     pl.STAGES.clear(), pl.STAGES.update(saved)
-    pl._FACTORIES.clear(), pl._FACTORIES.update(saved_f)
+    stage_registry._FACTORIES.clear(), stage_registry._FACTORIES.update(saved_f)
 
 
 def test_perplexity_selection_uses_a_global_threshold(tmp_path, fake_scorer):

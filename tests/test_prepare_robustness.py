@@ -329,7 +329,7 @@ def test_the_content_cache_keeps_only_the_files_read_now(tmp_path):
     from the config leaves the cache, and an unchanged fingerprint re-reads nothing."""
     import json
 
-    from kiln.data import pipeline
+    from kiln.data import prepare_inputs
     from kiln.data.prepare_config import PrepareConfig
 
     a, b, run = tmp_path / "a", tmp_path / "b", tmp_path / "run"
@@ -338,14 +338,14 @@ def test_the_content_cache_keeps_only_the_files_read_now(tmp_path):
         for i in range(n):
             (d / f"{i}.txt").write_text(f"{d.name} {i}")
     cfg = PrepareConfig(stages=["read", "write"], tasks=1)
-    cache = run / "logs" / pipeline.HASH_CACHE
-    pipeline._input_files(cfg, [str(a), str(b)], run)
+    cache = run / "logs" / prepare_inputs.HASH_CACHE
+    prepare_inputs.input_files(cfg, [str(a), str(b)], run)
     assert len(json.loads(cache.read_text())) == 5
-    first = pipeline._input_files(cfg, [str(b)], run)
+    first = prepare_inputs.input_files(cfg, [str(b)], run)
     kept = json.loads(cache.read_text())
     assert sorted(kept) == sorted(str(p.resolve()) for p in b.iterdir())
     cache.write_text(json.dumps({k: [*v[:4], "not read again"] for k, v in kept.items()}))
-    again = pipeline._input_files(cfg, [str(b)], run)  # every entry reused, none re-read
+    again = prepare_inputs.input_files(cfg, [str(b)], run)  # every entry reused, none re-read
     assert again != first and "not read again" in cache.read_text()
 
 

@@ -8,6 +8,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.formatters.base import BaseFormatter
 
 from kiln.data import pipeline as pl
+from kiln.data import stage_registry
 from kiln.data.pipeline import PrepareConfig, register_stage, run_prepare
 from kiln.data.yield_report import UNATTRIBUTED, add_token_counts, compute_yield, write_yield_report
 from kiln.report import build_report
@@ -45,7 +46,7 @@ class StripBangs(BaseFormatter):
 
 @pytest.fixture
 def run(tmp_path):
-    saved, saved_f = dict(pl.STAGES), dict(pl._FACTORIES)
+    saved, saved_f = dict(pl.STAGES), dict(stage_registry._FACTORIES)
     register_stage("min_len", lambda ctx: MinLength())
     register_stage("no_secret", lambda ctx: NoSecret())
     register_stage("strip", lambda ctx: StripBangs())
@@ -59,7 +60,7 @@ def run(tmp_path):
     run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
     yield tmp_path / "run"
     pl.STAGES.clear(), pl.STAGES.update(saved)
-    pl._FACTORIES.clear(), pl._FACTORIES.update(saved_f)
+    stage_registry._FACTORIES.clear(), stage_registry._FACTORIES.update(saved_f)
 
 
 def _n(texts):

@@ -388,7 +388,7 @@ def _check_period(cfg: PrepareConfig, on: set[str]) -> None:
 
 
 def validate_prepare(cfg: PrepareConfig, making_data: bool = False) -> PrepareConfig:
-    """Reject impossible prepare configs, naming the key (called by kiln.config.validate).
+    """Reject impossible prepare configs, naming the key (called by kiln.config_checks.validate).
     `making_data` (build_pipeline): also the checks added since runs were prepared without
     them (a reader after the first stage), which refuse making data that way again but not
     loading such a run's recorded config, so its model still trains, evaluates and exports."""

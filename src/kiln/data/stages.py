@@ -17,8 +17,8 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 
 from kiln import strict_json
 from kiln.atomic import write_json_atomic
-from kiln.data.pipeline import StageContext, StagePlan
 from kiln.data.prepare_config import decontaminate_pii_types, period_bounds
+from kiln.data.stage_registry import StageContext, StagePlan
 from kiln.errors import ConfigError, KilnError
 
 

@@ -1,0 +1,49 @@
+"""Prepare's output folders, cleared before a new pipeline writes them: never ones Kiln did
+not write, and a finished earlier prepare's documents archived rather than deleted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from kiln.atomic import new_archive_folder
+from kiln.data.stage_registry import WORK_DIR
+from kiln.data.yield_report import LAYOUT_FILE
+from kiln.errors import ConfigError
+
+_OUTPUT_FOLDERS = ("documents", "rejected", WORK_DIR, "logs/prepare")
+
+
+def _refuse_foreign_folders(run_dir: Path) -> None:
+    """prepare replaces its output folders: never ones it did not write (a user's own
+    `documents/` in a folder chosen as run.dir). Kiln's prepare records its pipeline in
+    logs/prepare before it writes any of them."""
+    if (run_dir / "logs" / "prepare" / LAYOUT_FILE).is_file() or (run_dir / "prepare.json").is_file():
+        return
+    foreign = [name for name in _OUTPUT_FOLDERS if (run_dir / name).is_file()
+               or ((run_dir / name).is_dir() and any((run_dir / name).iterdir()))]
+    if foreign:
+        raise ConfigError(f"run.dir {run_dir} already holds {', '.join(foreign)}, "
+                          "which `kiln prepare` did not write and would replace: set run.dir "
+                          "to another folder (or move them away)")
+
+
+def clear_outputs(run_dir: Path, keep_earlier: bool) -> None:
+    """Out of the new pipeline's way. With `keep_earlier` (other settings or sources), a
+    finished earlier prepare's documents move to archive/before-prepare-*/ (a re-make with a
+    wrong source or an over-eager filter must not throw hours of work away); a re-make of
+    the same (prepare.resume = false) and an unfinished one's partial outputs go."""
+    _refuse_foreign_folders(run_dir)
+    if keep_earlier and (run_dir / "prepare.json").is_file() and (run_dir / "documents").is_dir():
+        dest = new_archive_folder(run_dir, "before-prepare")
+        for name in ("prepare.json", "yield.json", "documents", "rejected", "logs/prepare"):
+            if (run_dir / name).exists():
+                os.replace(run_dir / name, dest / Path(name).name)
+        print(f"prepare: the earlier documents (made with other settings or sources) moved to "
+              f"{dest}; delete it once the new ones are right", file=sys.stderr)
+    for name in ("prepare.json", "yield.json"):
+        (run_dir / name).unlink(missing_ok=True)
+    for folder in _OUTPUT_FOLDERS:
+        shutil.rmtree(run_dir / folder, ignore_errors=True)

@@ -1,0 +1,136 @@
+"""A prepare's signature: the settings and inputs its documents were made from, recorded in
+logs/prepare. A re-run resumes only under the same signature, and a new model is refused
+settings that differ from the recorded ones (its config would not describe its data)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from kiln.config import EXECUTION_KEYS
+from kiln.data.prepare_config import PrepareConfig, decontaminate_pii_types, unused_option_tables
+from kiln.data.prepare_inputs import input_files
+from kiln.data.record_fields import DEFAULT_TEXT_FIELD
+from kiln.data.yield_report import LAYOUT_FILE
+
+
+def make_signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
+                   run_dir: Path | None = None, text_field: str = DEFAULT_TEXT_FIELD) -> dict:
+    """What the documents are made from: the prepare options (not how they are executed),
+    the sources, the cap, and (with `run_dir`) the inputs' fingerprint."""
+    options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in EXECUTION_KEYS}
+    # absolute, as config.toml records them: `kiln prepare RUN` from another folder compares
+    # the folders the recipe named, not the same words read against another current folder
+    signature = {**options, "sources": [os.path.abspath(s) for s in sources],
+                 "max_bytes": max_bytes}
+    # another field reads other documents from the same files: a resume would mix them, and
+    # the documents' fingerprint (kiln.data.provenance) must change. Recorded only when not
+    # the default, so runs prepared before the setting existed keep resuming and their shards
+    # stay current.
+    if "read" in cfg.stages and text_field != DEFAULT_TEXT_FIELD:
+        signature["text_field"] = text_field
+    if "decontaminate" in cfg.stages:  # another normalisation: rebuild the index, re-filter
+        from kiln.data.decontam.ngram_index import NORMALISATION
+
+        signature["decontaminate_normalisation"] = NORMALISATION
+        # a pii stage before it: the index holds the redacted forms of the items too (recorded
+        # only then, so other runs keep resuming)
+        if decontaminate_pii_types(cfg) is not None:
+            signature["decontaminate_pii_forms"] = True
+    # the scorer scores a model's whole context (it scored one token fewer before): a
+    # resume must not mix the two kinds of score under one threshold
+    if "perplexity" in cfg.stages:
+        signature["perplexity_scored_tokens"] = "max_seq_len"
+    if run_dir is not None:
+        signature["input_files"] = input_files(cfg, sources, run_dir)
+    return signature
+
+
+def saved_layout(logging_dir: Path) -> dict | None:
+    try:
+        saved = json.loads((logging_dir / LAYOUT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def keep_recorded_times(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path,
+                        logging_dir: Path, layout: dict) -> None:
+    """A run prepared before contents were hashed recorded its inputs by modification time:
+    while they are unchanged by that measure, its record stands (so the prepare resumes and
+    the documents' fingerprint, which the shards and checkpoints were made against, stays)."""
+    saved = saved_layout(logging_dir)
+    recorded = (saved or {}).get("signature", {}).get("input_files")
+    if not isinstance(recorded, dict) or not recorded or any(
+            not isinstance(fp, dict) or "by" in fp for fp in recorded.values()):
+        return
+    if input_files(cfg, sources, run_dir, by="mtime") == recorded:
+        layout["signature"]["input_files"] = recorded
+
+
+def same_pipeline(logging_dir: Path, layout: dict) -> bool:
+    saved = saved_layout(logging_dir)
+    if saved is None or not isinstance(saved.get("signature"), dict):
+        return False
+    before, now = dict(saved["signature"]), dict(layout["signature"])
+    before["sources"], now["sources"] = (_real(before.get("sources")), _real(now["sources"]))
+    # the options of a stage that does not run made no document: another value of one (a
+    # recipe's decontaminate.n with no decontaminate stage) is the same pipeline
+    stages = [before.get("stages"), now["stages"]]
+    for table in unused_option_tables(*(s for s in stages if isinstance(s, list))):
+        before.pop(table, None)
+        now.pop(table, None)
+    return before == now and saved.get("phases") == layout["phases"]
+
+
+# signature entries that are no setting a user gives (how a stage works in this Kiln, the
+# inputs' fingerprint), or that change how the documents are made, not what (the number of
+# tasks: where it makes other documents, with data.max_bytes, their fingerprint tells)
+_NOT_SETTINGS = ("input_files", "keep_rejected", "tasks", "decontaminate_normalisation",
+                 "decontaminate_pii_forms", "perplexity_scored_tokens")
+
+
+_DATA_KEYS = {"sources": "data.sources", "max_bytes": "data.max_bytes",
+              "text_field": "data.text_field"}
+
+
+def prepare_settings_differ(cfg: PrepareConfig, run_dir: Path | str, sources: Sequence[str],
+                            max_bytes: int, text_field: str = DEFAULT_TEXT_FIELD) -> list[str]:
+    """'key: made with X, set to Y' for each setting the run's last prepare made its
+    documents with (its recorded signature) that these differ from: a new model trained on
+    them would record settings that do not describe its data, and the next `kiln run` would
+    re-make the data under it. [] where no prepare is recorded; a setting the record lacks
+    (a Kiln from before it existed) is not compared."""
+    saved = saved_layout(Path(run_dir) / "logs" / "prepare")
+    if saved is None or not isinstance(saved.get("signature"), dict):
+        return []
+    before, now = dict(saved["signature"]), make_signature(cfg, sources, max_bytes, None,
+                                                               text_field)
+    if isinstance(before.get("stages"), list):
+        for table in unused_option_tables(before["stages"], now["stages"]):
+            before.pop(table, None)
+            now.pop(table, None)
+    before.setdefault("text_field", DEFAULT_TEXT_FIELD)  # recorded only when not the default
+    now.setdefault("text_field", DEFAULT_TEXT_FIELD)
+    out = []
+    for key in now:
+        if key in _NOT_SETTINGS or key not in before:
+            continue
+        was, set_to = before[key], now[key]
+        if key == "sources":
+            was, set_to = _real(was), _real(set_to)
+        pairs = ({f"{key}.{k}": (was.get(k), v) for k, v in set_to.items() if k in was}
+                 if isinstance(was, dict) and isinstance(set_to, dict) else {key: (was, set_to)})
+        out += [f"{_DATA_KEYS.get(name, f'prepare.{name}')}: made with {a!r}, set to {b!r}"
+                for name, (a, b) in pairs.items() if a != b]
+    return out
+
+
+def _real(sources: object) -> object:
+    """`d`, `d/`, `./d` and a link to d are one source (the files read are fingerprinted)."""
+    if not isinstance(sources, list) or not all(isinstance(x, str) for x in sources):
+        return sources
+    return [os.path.realpath(x) for x in sources]
