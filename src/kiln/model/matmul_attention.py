@@ -171,9 +171,10 @@ def _row_runs(hide: torch.Tensor, lo: int, stop: int, per_key: int,
     batched matmul over slices of the inputs (no copies), so the split trades the keys
     computed (`per_key` multiply-adds each per row) against RUN_COST per run (at `dtype`):
     the least total, by dynamic programming over where runs end (G^2 / 2 steps for G groups
-    of adjacent rows, at most MAX_RUN_GROUPS; ties: fewer, longer runs). Skipped keys get probability exactly 0, so the result is the
-    un-narrowed one but for the order of float sums. It depends on the data, so under torch.compile (which would
-    have to guard on it) all rows take one run from `lo`: nothing is skipped."""
+    of adjacent rows, at most MAX_RUN_GROUPS; ties: fewer, longer runs). Skipped keys get
+    probability exactly 0, so the result is the un-narrowed one but for the order of float
+    sums. It depends on the data, so under torch.compile (which would have to guard on it)
+    all rows take one run from `lo`: nothing is skipped."""
     n = hide.shape[0]
     if torch.compiler.is_compiling():
         return [(0, n, lo)]
