@@ -172,3 +172,57 @@ def test_the_compiled_kernel_takes_doc_ids_in_one_graph(monkeypatch):
     eager = matmul_attention(q, k, v, 0, ids)
     compiled = torch.compile(matmul_attention, fullgraph=True)(q, k, v, 0, ids)
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_past_max_run_groups_runs_cut_only_between_groups(seed, monkeypatch):
+    """Past MAX_RUN_GROUPS rows the dynamic program (B^2 / 2 Python steps a block: ~1.3 ms
+    at B 128) weighs groups of adjacent rows: runs cut only at a group's edge, there are at
+    most MAX_RUN_GROUPS of them, and of those splits it takes the cheapest (brute force)."""
+    g = torch.Generator().manual_seed(seed)
+    groups, size, lo, stop = 4, 3, 10, 74
+    n = groups * size - int(torch.randint(0, 2, (1,), generator=g))  # the last group short
+    skips = torch.randint(0, stop - lo, (n,), generator=g).tolist()
+    per_key = 1000
+    run_cost = float(torch.randint(0, 40, (1,), generator=g)) * per_key
+    monkeypatch.setattr(ma, "_leading_hidden_keys", lambda hide: skips)
+    monkeypatch.setattr(ma, "RUN_COST", {torch.float32: run_cost})
+    monkeypatch.setattr(ma, "MAX_RUN_GROUPS", groups, raising=False)
+    firsts = [lo + s for s in skips]
+    edges = [*range(0, n, size), n]
+
+    def cost(runs):
+        return sum(run_cost / per_key + (r1 - r0) * (stop - first) for r0, r1, first in runs)
+
+    def runs_of(ends):
+        starts = [0, *ends[:-1]]
+        return [(r0, r1, min(firsts[r0:r1])) for r0, r1 in zip(starts, ends)]
+
+    splits = [runs_of([*cuts, n]) for m in range(groups)
+              for cuts in itertools.combinations(edges[1:-1], m)]
+    runs = ma._row_runs(torch.zeros(n, 1, 1, dtype=torch.bool), lo, stop, per_key)
+    assert runs in splits  # cut at group edges only, each run from its rows' earliest key
+    assert cost(runs) == pytest.approx(min(cost(s) for s in splits))
+
+
+def test_grouped_rows_give_the_unnarrowed_result(monkeypatch):
+    """With rows grouped (more rows than MAX_RUN_GROUPS), output and gradients are still the
+    un-narrowed computation's (fp32, a few ulps)."""
+    monkeypatch.setattr(ma, "BLOCK", 16)
+    monkeypatch.setattr(ma, "RUN_COST", {torch.float32: 0})
+    monkeypatch.setattr(ma, "MAX_RUN_GROUPS", 3, raising=False)
+    lengths = [[1000], [1], [5, 30], [40], [3], [1000], [7, 2]]
+    t, b = 70, len(lengths)
+    ids = doc_ids(lengths, t)
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(b, t, n, 8, generator=g).transpose(1, 2).requires_grad_()
+               for n in (4, 2, 2))
+    grad = torch.randn(b, 4, t, 8, generator=g)
+    got, kept = _run(q, k, v, grad, 0, ids)
+    with monkeypatch.context() as m:
+        m.setattr(ma, "_leading_hidden_keys", lambda hide: [0] * hide.shape[0])
+        ref, _ = _run(q, k, v, grad, 0, ids)
+    for name, a, r in zip(("out", "dq", "dk", "dv"), got, ref):
+        torch.testing.assert_close(a, r, rtol=1e-5, atol=1e-6, msg=name)
+    # groups of 3, 3 and 1 rows (2 kv heads a row): a run holds whole adjacent groups
+    assert {shape[0] // 2 for shape in kept} <= {3, 1, 6, 4, 7}

@@ -155,6 +155,11 @@ def _leading_hidden_keys(hide: torch.Tensor) -> list[int]:
 # faster (AMX), so the runs' own cost weighs more, and no value was measurably faster
 # there (4e6-6.4e7: 9% slower to 3% faster, benchmarks/README.md): bf16 takes one run
 RUN_COST: dict[torch.dtype, float] = {torch.float32: 4e6, torch.bfloat16: math.inf}
+# the most cut points `_row_runs`'s dynamic program weighs: its B^2 / 2 Python steps took
+# ~1.3 ms a block at B 128 (5-9% of the kernel's forward + backward with heads of 16-32),
+# so past this many rows adjacent rows are grouped and a run starts and ends at a group's
+# edge (B 128: groups of 4; ~0.1 ms). Up to it every row is its own group, as before
+MAX_RUN_GROUPS = 32
 
 
 def _row_runs(hide: torch.Tensor, lo: int, stop: int, per_key: int,
@@ -165,10 +170,11 @@ def _row_runs(hide: torch.Tensor, lo: int, stop: int, per_key: int,
     Rows whose documents start at different places need different key ranges; a run is one
     batched matmul over slices of the inputs (no copies), so the split trades the keys
     computed (`per_key` multiply-adds each per row) against RUN_COST per run (at `dtype`):
-    the least total, by dynamic programming over where runs end (B^2 / 2 steps; ties:
-    fewer, longer runs). Skipped keys get probability exactly 0, so the result is the
-    un-narrowed one but for the order of float sums. It depends on the data, so under torch.compile (which would
-    have to guard on it) all rows take one run from `lo`: nothing is skipped."""
+    the least total, by dynamic programming over where runs end (G^2 / 2 steps for G groups
+    of adjacent rows, at most MAX_RUN_GROUPS; ties: fewer, longer runs). Skipped keys get
+    probability exactly 0, so the result is the un-narrowed one but for the order of float
+    sums. It depends on the data, so under torch.compile (which would have to guard on it)
+    all rows take one run from `lo`: nothing is skipped."""
     n = hide.shape[0]
     if torch.compiler.is_compiling():
         return [(0, n, lo)]
@@ -176,19 +182,23 @@ def _row_runs(hide: torch.Tensor, lo: int, stop: int, per_key: int,
     overhead = RUN_COST.get(dtype, RUN_COST[torch.float32]) / per_key  # keys of one row
     if overhead == math.inf:  # one run (bf16)
         return [(0, n, min(firsts))]
-    best, cut = [0.0] + [math.inf] * n, [0] * (n + 1)
-    for end in range(1, n + 1):  # best[end]: rows [0, end) split at their cheapest
+    size = -(-n // MAX_RUN_GROUPS)  # rows per group
+    edges = [*range(0, n, size), n]
+    groups = len(edges) - 1
+    group_first = [min(firsts[a:z]) for a, z in zip(edges, edges[1:])]
+    best, cut = [0.0] + [math.inf] * groups, [0] * (groups + 1)
+    for end in range(1, groups + 1):  # best[end]: groups [0, end) split at their cheapest
         first = stop
-        for r0 in range(end - 1, -1, -1):
-            first = min(first, firsts[r0])
-            cost = best[r0] + overhead + (end - r0) * (stop - first)
+        for g0 in range(end - 1, -1, -1):
+            first = min(first, group_first[g0])
+            cost = best[g0] + overhead + (edges[end] - edges[g0]) * (stop - first)
             if cost <= best[end]:
-                best[end], cut[end] = cost, r0
-    runs, end = [], n
+                best[end], cut[end] = cost, g0
+    runs, end = [], groups
     while end:
-        r0 = cut[end]
-        runs.append((r0, end, min(firsts[r0:end])))
-        end = r0
+        g0 = cut[end]
+        runs.append((edges[g0], edges[end], min(group_first[g0:end])))
+        end = g0
     return runs[::-1]
 
 
