@@ -412,6 +412,21 @@ def test_grouped_mm_probe_answers_the_same_when_first_asked_without_gradients(co
     grouped_mm_works.cache_clear()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_mm_probe_draws_nothing_from_the_global_generator(dtype):
+    """The probe runs at the first MoE forward: its random inputs moved the global CPU
+    generator there, a step's place apart in a resumed and an uninterrupted run."""
+    from kiln.model.moe import grouped_mm_works
+
+    if not hasattr(torch.nn.functional, "grouped_mm"):
+        pytest.skip("no grouped_mm in this torch")
+    grouped_mm_works.cache_clear()
+    state = torch.get_rng_state()
+    assert grouped_mm_works("cpu", dtype)  # torch 2.13 runs it on the CPU
+    assert torch.equal(torch.get_rng_state(), state)
+    grouped_mm_works.cache_clear()
+
+
 @pytest.mark.parametrize("dtype, hidden", [(torch.float32, 30), (torch.bfloat16, 36)])
 def test_expert_widths_grouped_mm_cannot_take_fall_back(dtype, hidden):
     """grouped_mm needs 16-byte row strides; `auto` must not hand it an expert width that
