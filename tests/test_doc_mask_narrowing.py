@@ -226,3 +226,17 @@ def test_grouped_rows_give_the_unnarrowed_result(monkeypatch):
         torch.testing.assert_close(a, r, rtol=1e-5, atol=1e-6, msg=name)
     # groups of 3, 3 and 1 rows (2 kv heads a row): a run holds whole adjacent groups
     assert {shape[0] // 2 for shape in kept} <= {3, 1, 6, 4, 7}
+
+
+def test_one_row_of_doc_ids_is_shared_by_every_batch_row():
+    """A (1, T) doc_ids broadcast over the batch, as the un-narrowed mask would: with the
+    skip worked out per row of doc_ids, rows past the first were left uncomputed."""
+    torch.manual_seed(0)
+    b, t = 3, 70
+    q, k, v = (torch.randn(b, 2, t, 16) for _ in range(3))
+    ids = torch.cat([torch.zeros(30), torch.ones(40)]).long()[None]
+    shared = matmul_attention(q, k, v, doc_ids=ids)
+    torch.testing.assert_close(shared, matmul_attention(q, k, v, doc_ids=ids.expand(b, t)),
+                               rtol=0, atol=0)
+    with pytest.raises(ValueError, match="one row per batch row"):
+        matmul_attention(q, k, v, doc_ids=ids[:, :-1])

@@ -209,6 +209,11 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     `doc_ids` (B, T), only keys of the query's own document (`kiln.model.doc_mask`)."""
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"{q.shape[1]} query heads are not a multiple of {k.shape[1]} kv heads")
+    if doc_ids is not None and doc_ids.dim() == 2 and doc_ids.shape[0] == 1:
+        doc_ids = doc_ids.expand(q.shape[0], -1)  # the skip is worked out per row of doc_ids
+    if doc_ids is not None and tuple(doc_ids.shape) != (q.shape[0], q.shape[2]):
+        raise ValueError(f"doc_ids of shape {tuple(doc_ids.shape)} for queries of batch "
+                         f"{q.shape[0]} and length {q.shape[2]}: give one row per batch row")
     return _MatmulAttention.apply(q, k, v, window, doc_ids)
 
 
