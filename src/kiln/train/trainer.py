@@ -220,7 +220,8 @@ class Trainer:
         self.accum_steps = t.global_batch // self.env.world_size // self.micro_batch
 
         torch.manual_seed(cfg.run.seed)
-        self.model_cfg = model_config_for_run(cfg, self.token_dir)
+        with alike_on_every_rank():  # the run's shards and the settings: said once, not per rank
+            self.model_cfg = model_config_for_run(cfg, self.token_dir)
         self.given_vocab = cfg.model.vocab_size  # 0: the tokenizer's, recorded so
         self.cfg = dataclasses.replace(cfg, model=self.model_cfg)
         check_training_fits(self.model_cfg, cfg.optim.name, self.device, t.parallel,
