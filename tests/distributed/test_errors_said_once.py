@@ -49,3 +49,9 @@ def test_a_vocabulary_below_the_tokenizers_is_said_once(tiny_run):
     out = _failed_output(["train", str(tiny_run), "--set", "model.vocab_size=258"])
     assert "rank 1 exited 2" in out
     assert out.count("model.vocab_size (258) is smaller than the tokenizer's") == 1
+
+
+def test_data_made_with_other_settings_is_said_once(tiny_run):
+    out = _failed_output(["train", str(tiny_run), "--set", "tokenizer.vocab_size=300"])
+    assert "rank 1 exited 2" in out
+    assert out.count("was made with other settings") == 1
