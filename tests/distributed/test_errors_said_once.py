@@ -3,6 +3,8 @@ said once per node, not once per rank: the same line twice reads as two problems
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from launch import run_ranks
 
@@ -32,3 +34,24 @@ def test_a_command_line_mistake_is_said_once(tiny_run):
     out = _failed_output(["train", str(tiny_run), "--bogus"])
     assert "rank 1 exited 2" in out
     assert out.count("unrecognized arguments: --bogus") == 1
+
+
+def test_missing_token_shards_are_said_once(tiny_run):
+    """The trainer reads the vocabulary from the shards before any rank's work differs:
+    `kiln train` before `kiln tokenize` (the commonest slip) said its advice once per rank."""
+    shutil.rmtree(tiny_run / "tokens")
+    out = _failed_output(["train", str(tiny_run)])
+    assert "rank 1 exited 1" in out
+    assert out.count("no token shards at") == 1
+
+
+def test_a_vocabulary_below_the_tokenizers_is_said_once(tiny_run):
+    out = _failed_output(["train", str(tiny_run), "--set", "model.vocab_size=258"])
+    assert "rank 1 exited 2" in out
+    assert out.count("model.vocab_size (258) is smaller than the tokenizer's") == 1
+
+
+def test_data_made_with_other_settings_is_said_once(tiny_run):
+    out = _failed_output(["train", str(tiny_run), "--set", "tokenizer.vocab_size=300"])
+    assert "rank 1 exited 2" in out
+    assert out.count("was made with other settings") == 1

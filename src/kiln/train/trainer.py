@@ -220,7 +220,8 @@ class Trainer:
         self.accum_steps = t.global_batch // self.env.world_size // self.micro_batch
 
         torch.manual_seed(cfg.run.seed)
-        self.model_cfg = model_config_for_run(cfg, self.token_dir)
+        with alike_on_every_rank():  # the run's shards and the settings: said once, not per rank
+            self.model_cfg = model_config_for_run(cfg, self.token_dir)
         self.given_vocab = cfg.model.vocab_size  # 0: the tokenizer's, recorded so
         self.cfg = dataclasses.replace(cfg, model=self.model_cfg)
         check_training_fits(self.model_cfg, cfg.optim.name, self.device, t.parallel,
@@ -267,25 +268,27 @@ class Trainer:
         self._archive_earlier = None if resume else "fresh"  # why earlier outputs move aside
         if resume:
             self._maybe_resume()
-        if self.step == 0:  # a new model records its settings: they must describe its data
-            from kiln.data.pipeline import prepare_settings_differ  # datatrove: only here
+        # the settings against the run's data and design: every rank meets these alike
+        with alike_on_every_rank():
+            if self.step == 0:  # a new model records its settings: they must describe its data
+                from kiln.data.pipeline import prepare_settings_differ  # datatrove: only here
 
-            t = cfg.tokenizer
-            differ = prepare_settings_differ(cfg.prepare, self.run_dir, cfg.data.sources,
-                                             cfg.data.max_bytes, cfg.data.text_field)
-            differ += data_settings_differ(self.run_dir, cfg.run.seed, cfg.data.val_fraction, {
-                "kind": t.kind, "vocab_size": t.vocab_size, "min_frequency": t.min_frequency})
-            if differ:
-                raise ConfigError(
-                    f"the data in {self.run_dir} was made with other settings "
-                    f"({'; '.join(differ)}): train on it with those, or re-make it "
-                    "(`kiln prepare` / `kiln tokenizer` / `kiln tokenize`, or `kiln run`) first")
-        for problem in design_problems(self.model_cfg):
-            if self.step == 0:  # a new model: refused; a run trained so goes on as it was
-                raise ConfigError(problem)
-            if self.env.is_main:
-                print(f"note: {problem} (this run was trained so; it resumes as it was)",
-                      file=sys.stderr)
+                t = cfg.tokenizer
+                differ = prepare_settings_differ(cfg.prepare, self.run_dir, cfg.data.sources,
+                                                 cfg.data.max_bytes, cfg.data.text_field)
+                differ += data_settings_differ(self.run_dir, cfg.run.seed, cfg.data.val_fraction, {
+                    "kind": t.kind, "vocab_size": t.vocab_size, "min_frequency": t.min_frequency})
+                if differ:
+                    raise ConfigError(
+                        f"the data in {self.run_dir} was made with other settings "
+                        f"({'; '.join(differ)}): train on it with those, or re-make it "
+                        "(`kiln prepare` / `kiln tokenizer` / `kiln tokenize`, or `kiln run`) first")
+            for problem in design_problems(self.model_cfg):
+                if self.step == 0:  # a new model: refused; a run trained so goes on as it was
+                    raise ConfigError(problem)
+                if self.env.is_main:
+                    print(f"note: {problem} (this run was trained so; it resumes as it was)",
+                          file=sys.stderr)
         if self.step == 0 and self.env.is_main:  # said once, when the model is made
             for line in design_notes(self.model_cfg):
                 print(f"note: {line}", file=sys.stderr)
