@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -423,7 +424,9 @@ def test_a_rank_told_that_rank_zero_was_interrupted_stops_in_one_line(tmp_path, 
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [
         "kiln: train stopped: rank 0 was interrupted while it wrote checkpoint X; the "
-        "checkpoints are written atomically; `kiln train RUN` resumes from the latest"]
+        "checkpoints are written atomically; "
+        f"`kiln train {shlex.quote(str(tmp_path / 'run'))}` resumes from the latest (starts, "
+        "if none was saved yet)"]  # the run named: it said `kiln train RUN`
 
 
 def test_fresh_help_says_the_earlier_run_moves_to_the_archive():

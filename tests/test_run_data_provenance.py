@@ -204,7 +204,7 @@ def test_a_run_that_recorded_file_times_is_compared_by_times(made, capsys):
     os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
     assert main(["prepare", str(run)]) == 2
     err = capsys.readouterr().err
-    assert "touched: this run recorded times" in err and "`kiln train RUN` and the later verbs go on" in err
+    assert "touched: this run recorded times" in err and f"`kiln train {run}` and the later verbs go on" in err
 
 
 def test_a_source_spelled_another_way_resumes_and_another_folder_is_refused(made, tmp_path,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import shlex
 import sys
 import warnings
 from collections.abc import Callable
@@ -162,11 +163,18 @@ _AFTER_INTERRUPT = {
     "tokenizer": "tokenizer.json is written atomically, so the previous one (if any) is intact",
     "tokenize": "tokens/ is replaced only when complete, so the previous shards (if any) are "
                 "intact; run it again",
-    "train": "the checkpoints are written atomically; `kiln train RUN` resumes from the latest",
+    "train": "the checkpoints are written atomically; `kiln train {run}` resumes from the "
+             "latest (starts, if none was saved yet)",
     "run": "what it had finished is kept (checkpoints and outputs are written atomically); "
            "`kiln run` again goes on (prepare skips finished tasks, train resumes from its last "
            "checkpoint, or starts over with the earlier records archived if it had none)",
 }
+
+
+def _after_interrupt(verb: str, cfg: Config | None) -> str:
+    """What is kept after `verb` stopped, and the command that goes on (naming the run)."""
+    run = "RUN" if cfg is None else shlex.quote(str(cfg.run_dir))
+    return _AFTER_INTERRUPT.get(verb, _KEPT).replace("{run}", run)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,9 +317,9 @@ def _main(argv: list[str] | None) -> int:
         if isinstance(e, MainRankInterrupted):  # rank 0 stopped in work this rank waited for
             if first_on_its_node():  # rank 0 says it on its own node: one line per machine
                 print(f"kiln: {args.verb} stopped: {e}; "
-                      f"{_AFTER_INTERRUPT.get(args.verb, _KEPT)}", file=sys.stderr)
+                      f"{_after_interrupt(args.verb, cfg)}", file=sys.stderr)
             return e.exit_code
-        print(f"\nkiln: {args.verb} {_stopped_by(e)}; {_AFTER_INTERRUPT.get(args.verb, _KEPT)}",
+        print(f"\nkiln: {args.verb} {_stopped_by(e)}; {_after_interrupt(args.verb, cfg)}",
               file=sys.stderr)
         return getattr(e, "exit_code", 130)
     except RuntimeError as e:
@@ -319,7 +327,7 @@ def _main(argv: list[str] | None) -> int:
             raise
         from kiln.parallel.rank_stops import lost_rank_said, stopped_ranks
 
-        after = _AFTER_INTERRUPT.get(args.verb, _KEPT)
+        after = _after_interrupt(args.verb, cfg)
         if stopped := stopped_ranks():  # a signal to those ranks alone: not a crash
             who = "; ".join(f"rank {r} {how}" for r, how in sorted(stopped.items()))
             print(f"kiln: {args.verb} stopped: {who} (a signal to it alone) while this rank "

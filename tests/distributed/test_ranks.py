@@ -243,7 +243,7 @@ def test_a_killed_rank_stops_the_other_with_one_line(tiny_run):
     logs[0].seek(0)
     out = logs[0].read().decode(errors="replace")
     assert "kiln: train stopped: another rank of this launch failed or was killed" in out
-    assert "`kiln train RUN` resumes from the latest" in out
+    assert f"`kiln train {tiny_run}` resumes from the latest" in out
     assert "Traceback" not in out
     assert latest_checkpoint(tiny_run / "checkpoints") is not None
 

@@ -4,6 +4,8 @@ from, and a model design (or batch, or memory need) the trainer would not take."
 
 from __future__ import annotations
 
+import shlex
+
 from kiln.config import (
     MIN_VOCAB,
     Config,
@@ -34,7 +36,8 @@ def refuse_remaking_trained_data(cfg: Config, verb: str, fresh: bool = False) ->
         what = f"the sources as they were; they changed since ({'; '.join(changed[:4])})"
         if any("touched" in c for c in changed):
             touched = ("; if only the files' times changed (a touch, a checkout), `kiln train "
-                       "RUN` and the later verbs go on with the data already made")
+                       f"{shlex.quote(str(cfg.run_dir))}` and the later verbs go on with the "
+                       "data already made")
     if changed:
         raise ConfigError(
             f"{cfg.run_dir} holds checkpoints trained on {what}; re-making the data would "
