@@ -85,6 +85,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+# the models of the host-memory benchmarks (build_memory.py, load_memory.py): "full" 512 MB
+# of fp32 weights, "quick" (--quick) ~40 MB; untied, so the head is a weight of its own
+MEMORY_SHAPES = {
+    "full": dict(vocab_size=32000, dim=768, n_layers=12, n_heads=12, n_kv_heads=12,
+                 max_seq_len=1024, tie_embeddings=False),
+    "quick": dict(vocab_size=8000, dim=256, n_layers=8, n_heads=4, n_kv_heads=4,
+                  max_seq_len=256, tie_embeddings=False)}
+
+
 def result_line(**figures: float) -> str:
     """`RESULT name=value ...` with plain numbers, the last line every benchmark prints."""
     def fmt(v: float) -> str:

@@ -26,12 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import MEMORY_SHAPES as SHAPES  # noqa: E402
 from common import median, peak_rss_mb, result_line  # noqa: E402
-
-SHAPES = {"full": dict(vocab_size=32000, dim=768, n_layers=12, n_heads=12, n_kv_heads=12,
-                       max_seq_len=1024, tie_embeddings=False),
-          "quick": dict(vocab_size=8000, dim=256, n_layers=8, n_heads=4, n_kv_heads=4,
-                        max_seq_len=256, tie_embeddings=False)}
 
 
 def save(ckpt: Path, shape: str) -> float:
