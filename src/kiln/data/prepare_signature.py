@@ -71,18 +71,28 @@ def keep_recorded_times(cfg: PrepareConfig, sources: Sequence[str], run_dir: Pat
         layout["signature"]["input_files"] = recorded
 
 
-def same_pipeline(logging_dir: Path, layout: dict) -> bool:
+def _against_recorded(logging_dir: Path, signature: dict) -> tuple[dict, dict, dict] | None:
+    """(the saved layout, its signature, `signature`), both signatures without the options
+    of stages that neither runs; None where no signature is recorded. Those options made no
+    document: another value of one (a recipe's decontaminate.n with no decontaminate stage)
+    is the same pipeline, and no data setting."""
     saved = saved_layout(logging_dir)
     if saved is None or not isinstance(saved.get("signature"), dict):
-        return False
-    before, now = dict(saved["signature"]), dict(layout["signature"])
-    before["sources"], now["sources"] = (_real(before.get("sources")), _real(now["sources"]))
-    # the options of a stage that does not run made no document: another value of one (a
-    # recipe's decontaminate.n with no decontaminate stage) is the same pipeline
-    stages = [before.get("stages"), now["stages"]]
-    for table in unused_option_tables(*(s for s in stages if isinstance(s, list))):
+        return None
+    before, now = dict(saved["signature"]), dict(signature)
+    stages = [s for s in (before.get("stages"), now.get("stages")) if isinstance(s, list)]
+    for table in unused_option_tables(*stages):
         before.pop(table, None)
         now.pop(table, None)
+    return saved, before, now
+
+
+def same_pipeline(logging_dir: Path, layout: dict) -> bool:
+    compared = _against_recorded(logging_dir, layout["signature"])
+    if compared is None:
+        return False
+    saved, before, now = compared
+    before["sources"], now["sources"] = (_real(before.get("sources")), _real(now["sources"]))
     return before == now and saved.get("phases") == layout["phases"]
 
 
@@ -104,15 +114,11 @@ def prepare_settings_differ(cfg: PrepareConfig, run_dir: Path | str, sources: Se
     them would record settings that do not describe its data, and the next `kiln run` would
     re-make the data under it. [] where no prepare is recorded; a setting the record lacks
     (a Kiln from before it existed) is not compared."""
-    saved = saved_layout(Path(run_dir) / "logs" / "prepare")
-    if saved is None or not isinstance(saved.get("signature"), dict):
+    compared = _against_recorded(Path(run_dir) / "logs" / "prepare",
+                                 make_signature(cfg, sources, max_bytes, None, text_field))
+    if compared is None:
         return []
-    before, now = dict(saved["signature"]), make_signature(cfg, sources, max_bytes, None,
-                                                               text_field)
-    if isinstance(before.get("stages"), list):
-        for table in unused_option_tables(before["stages"], now["stages"]):
-            before.pop(table, None)
-            now.pop(table, None)
+    _, before, now = compared
     before.setdefault("text_field", DEFAULT_TEXT_FIELD)  # recorded only when not the default
     now.setdefault("text_field", DEFAULT_TEXT_FIELD)
     out = []
