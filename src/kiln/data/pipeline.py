@@ -65,7 +65,6 @@ from kiln.data.prepare_outputs import clear_outputs
 from kiln.data.prepare_signature import (  # noqa: F401  (re-exported)
     keep_recorded_times,
     make_signature,
-    prepare_settings_differ,
     same_pipeline,
 )
 from kiln.data.prepare_summary import check_not_empty, no_documents_message, write_summary

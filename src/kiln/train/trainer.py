@@ -26,6 +26,7 @@ from kiln.config import (
     recorded_config,
 )
 from kiln.data.loader import TokenLoader, TokenStream, counts_only, masking_eos_id
+from kiln.data.prepare_signature import prepare_settings_differ
 from kiln.data.provenance import check_tokens_current, data_settings_differ
 from kiln.data.shards import load_index
 from kiln.errors import (
@@ -271,8 +272,6 @@ class Trainer:
         # the settings against the run's data and design: every rank meets these alike
         with alike_on_every_rank():
             if self.step == 0:  # a new model records its settings: they must describe its data
-                from kiln.data.pipeline import prepare_settings_differ  # datatrove: only here
-
                 t = cfg.tokenizer
                 differ = prepare_settings_differ(cfg.prepare, self.run_dir, cfg.data.sources,
                                                  cfg.data.max_bytes, cfg.data.text_field)
