@@ -173,3 +173,61 @@ def test_load_native_casts_a_tensor_of_another_dtype_to_the_models(tiny_run):
     back = load_native(out)
     assert all(t.dtype == torch.float32 for t in back.state_dict().values())
     assert torch.equal(back.norm.weight, tensors["norm.weight"].float())
+
+
+def _with_head(tensors: dict[str, torch.Tensor], differs: bool) -> None:
+    """A tied model's file that also holds a head.weight: the embedding's, or another."""
+    tensors["head.weight"] = tensors["embed.weight"].clone() + (1.0 if differs else 0.0)
+
+
+@pytest.mark.parametrize("way", ["meta", "cpu"])
+def test_a_tied_checkpoint_with_a_head_of_its_own_is_refused_if_it_differs(tiny_run, way):
+    """A checkpoint whose head.weight is not its embed.weight, loaded into a tied model, had
+    its head silently replaced by the embedding: another model, without a word. Now it is
+    refused, naming the file, by every way of loading it (the meta build of eval, generate
+    and export; a CPU build, as a resume loads); a head equal to the embedding loads."""
+    cfg = _trained(tiny_run, TIED)
+    model_cfg = model_config_for_run(cfg, tiny_run / "tokens")
+    load = (lambda: load_trained_model(cfg)[0]) if way == "meta" else \
+        (lambda: old_way(model_cfg, latest_checkpoint(tiny_run / "checkpoints")))
+    before = load()
+    ckpt = _checkpoint_altered(tiny_run, lambda t: _with_head(t, differs=False))
+    same = load()
+    assert same.head.weight is same.embed.weight
+    assert all(torch.equal(a, b) for a, b in zip(same.state_dict().values(),
+                                                 before.state_dict().values(), strict=True))
+    _checkpoint_altered(tiny_run, lambda t: _with_head(t, differs=True))
+    with pytest.raises(CheckpointError) as refused:
+        load()
+    said = str(refused.value)
+    assert said.startswith(f"{ckpt / 'model.safetensors'}: its head.weight is not tied to its "
+                           "embed.weight") and "model.tie_embeddings" in said and "\n" not in said
+
+
+def test_kiln_eval_of_a_tied_run_whose_head_differs_says_so_in_one_line(tiny_run, capsys):
+    _trained(tiny_run, TIED)
+    ckpt = _checkpoint_altered(tiny_run, lambda t: _with_head(t, differs=True))
+    capsys.readouterr()
+    assert main(["eval", str(tiny_run)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and not (tiny_run / "eval.json").exists()
+    assert err.strip() == next(line for line in err.splitlines() if line.startswith("kiln: "))
+    assert f"{ckpt / 'model.safetensors'}: its head.weight is not tied" in err
+
+
+@pytest.mark.parametrize("differs", [False, True], ids=["equal", "different"])
+def test_load_native_of_a_tied_file_with_a_head_of_its_own(tiny_run, differs):
+    """A native export of a tied model that holds a head.weight too: equal to the embedding,
+    it loads (it was refused, equal or not); different, it is refused as a checkpoint is."""
+    out, model = _native(tiny_run)
+    tensors = load_file(str(out / "model.safetensors"))
+    _with_head(tensors, differs)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "kiln-native"})
+    if differs:
+        with pytest.raises(CheckpointError, match=r"model\.safetensors: its head\.weight is not "
+                                                  r"tied to its embed\.weight"):
+            load_native(out)
+        return
+    back = load_native(out)
+    assert back.head.weight is back.embed.weight
+    assert torch.equal(back.embed.weight, model.embed.weight)

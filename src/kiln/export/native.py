@@ -77,10 +77,6 @@ def load_native(path: Path | str) -> Transformer:
     except ConfigError as e:
         raise ValueError(f"{path / 'config.toml'}: {e}") from e
     model, _ = build_on_meta(lambda: Transformer(cfg))  # no init: every weight is loaded
-    state = load_file(str(path / "model.safetensors"))
-    if is_tied(model):
-        if "head.weight" in state:
-            raise ValueError(f"{path}: config says tied embeddings but the file has a head.weight")
-        state["head.weight"] = state["embed.weight"]
-    assign_weights(model, state)
+    weights = path / "model.safetensors"
+    assign_weights(model, load_file(str(weights)), weights)
     return model.eval()

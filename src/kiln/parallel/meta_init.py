@@ -28,11 +28,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from kiln.tied_weights import tie_again, ties, with_ties
 
 META = torch.device("meta")
 
@@ -184,43 +187,30 @@ def materialize(model: nn.Module, plan: InitPlan, device: torch.device,
     wrapper of `model` (torch.compile's) that FSDP2 made its root: its hook takes in the
     root's new shards at once (else only at the first forward)."""
     buffers = dict(model.named_buffers())
-    tied = _ties(model)
+    tied = ties(model)
     (model if outer is None else outer).to_empty(device=device)
-    _tie_again(model, tied)  # to_empty gives each name a tensor of its own
+    tie_again(model, tied)  # to_empty gives each name a tensor of its own
     with torch.no_grad():
         for name, b in model.named_buffers():
             b.copy_(buffers[name])
     plan.replay(model)
 
 
-def assign_weights(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+def assign_weights(model: nn.Module, state: dict[str, torch.Tensor], source: Path | str) -> None:
     """Give a model built by `build_on_meta` the tensors of `state` (a loaded checkpoint or
-    export) as its parameters and persistent buffers: no init is replayed and nothing is
-    copied, so a loaded model costs its weights once, not a random model beside them.
-    `load_state_dict(strict=True, assign=True)`: a missing, unexpected or mis-shaped tensor
-    gets torch's own error, as the copy into a built model did. A tensor of another dtype
-    is cast to its parameter's first, as that copy cast it (assign would hand the model
-    the file's dtype); tied parameters are tied again (assign gives each name its own)."""
+    export, read from file `source`) as its parameters and persistent buffers: no init is
+    replayed and nothing is copied, so a loaded model costs its weights once, not a random
+    model beside them. `load_state_dict(strict=True, assign=True)`: a missing, unexpected or
+    mis-shaped tensor gets torch's own error, as the copy into a built model did. A tensor of
+    another dtype is cast to its parameter's first, as that copy cast it (assign would hand
+    the model the file's dtype); tied parameters are filled in, and checked, by
+    `tied_weights.with_ties`, then tied again (assign gives each name its own)."""
     own = {k: v.dtype for k, v in model.state_dict().items()}
-    state = {k: v.to(own[k]) if k in own and v.dtype != own[k] else v for k, v in state.items()}
-    tied = _ties(model)
+    state = {k: v.to(own[k]) if k in own and v.dtype != own[k] else v
+             for k, v in with_ties(model, state, source).items()}
+    tied = ties(model)
     model.load_state_dict(state, strict=True, assign=True)
-    _tie_again(model, tied)
-
-
-def _ties(model: nn.Module) -> list[tuple[str, str]]:
-    """(name, the first name of the same parameter) for every parameter name."""
-    first: dict[int, str] = {}
-    return [(name, first.setdefault(id(p), name))
-            for name, p in model.named_parameters(remove_duplicate=False)]
-
-
-def _tie_again(model: nn.Module, tied: list[tuple[str, str]]) -> None:
-    """Point each name of a tied parameter at the first name's Parameter again."""
-    for name, same_as in tied:
-        if name != same_as:
-            owner, _, leaf = name.rpartition(".")
-            model.get_submodule(owner)._parameters[leaf] = model.get_parameter(same_as)
+    tie_again(model, tied)
 
 
 def _replay_one(write: _Write, dest: torch.Tensor | None) -> None:

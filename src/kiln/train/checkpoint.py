@@ -44,6 +44,7 @@ from kiln.hashing import HashingWriter, file_sha256
 from kiln.parallel.distributed import DistEnv, all_reduce_max, run_on_main, unwrap
 from kiln.parallel.meta_init import assign_weights
 from kiln.tensor_files import save_tensors
+from kiln.tied_weights import with_ties
 from kiln.train.checkpoint_dirs import (
     PREFIX,
     checkpoint_step,
@@ -66,13 +67,13 @@ def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous().cpu() for k, v in state.items()}
 
 
-def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-    """Load full weights, refusing any missing, unexpected or differently shaped tensor
-    (set_model_state_dict alone lets missing ones keep their random init). A model built with
+def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor],
+                       source: Path | str) -> None:
+    """Load full weights (read from file `source`), refusing any missing, unexpected or
+    differently shaped tensor (set_model_state_dict alone lets missing ones keep their random
+    init), and a tied head that differs from its embedding (`with_ties`). A model built with
     its parameters on the meta device (`build_on_meta`) takes the tensors themselves."""
-    tensors = dict(tensors)
-    if _tied(model) and "embed.weight" in tensors:
-        tensors["head.weight"] = tensors["embed.weight"]
+    tensors = with_ties(unwrap(model), tensors, source)
     own = unwrap(model).state_dict()
     expected = {k: (tuple(v.shape), v.dtype) for k, v in own.items()}
     got = {k: (tuple(v.shape), v.dtype) for k, v in tensors.items()}
@@ -87,7 +88,7 @@ def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> No
                               "with another [model] config (use the run's config, or start "
                               "over with `kiln train --fresh`), or the file was altered")
     if any(p.is_meta for p in model.parameters()):  # built by build_on_meta: no init to undo
-        assign_weights(unwrap(model), tensors)
+        assign_weights(unwrap(model), tensors, source)
     else:
         set_model_state_dict(model, tensors, options=StateDictOptions(full_state_dict=True))
 
@@ -407,4 +408,4 @@ def load_weights(path: Path, model: nn.Module) -> None:
     """Weights only (eval, generate, export), refused if not finite."""
     tensors = _read_weights(path)
     refuse_non_finite(tensors, path)
-    load_model_tensors(model, tensors)
+    load_model_tensors(model, tensors, path / "model.safetensors")
