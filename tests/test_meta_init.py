@@ -19,7 +19,7 @@ from torch import nn
 from kiln.config import ModelConfig, load_config
 from kiln.model import Transformer
 from kiln.parallel.distributed import DistEnv, parallelize, unwrap
-from kiln.parallel.meta_init import build_on_meta
+from kiln.parallel.meta_init import build_on_meta, materialize
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 SEED = 7
@@ -283,3 +283,28 @@ def test_the_trainer_builds_on_the_meta_device_with_the_cpu_builds_weights(tiny_
     monkeypatch.setattr(Transformer, "__init__", real_init)
     torch.manual_seed(cfg.run.seed)
     assert_same(got, Transformer(trainer.model_cfg).state_dict())
+
+
+def test_a_meta_parameter_added_after_the_build_is_refused_by_materialize():
+    """A parameter with no recorded init got to_empty's memory, whatever it held, and was
+    trained as weights without a word."""
+    model, init = build_on_meta(lambda: nn.Linear(4, 4))
+    model.extra = nn.Parameter(torch.empty(3, device="meta"))
+    with pytest.raises(RuntimeError, match="parameter 'extra' is on the meta device with no "
+                                           "recorded init"):
+        materialize(model, init, torch.device("cpu"))
+
+
+def test_a_parameter_given_values_after_the_build_keeps_them_through_materialize():
+    """One added with values (not on the meta device) has no init to replay: it keeps them,
+    as buffers do (to_empty dropped them); a new name of a planned parameter is no new one."""
+    torch.manual_seed(SEED)
+    want = nn.Linear(4, 4).state_dict()
+    torch.manual_seed(SEED)
+    model, init = build_on_meta(lambda: nn.Linear(4, 4))
+    model.extra = nn.Parameter(torch.arange(1.0, 6.0))
+    model.register_parameter("same_weight", model.weight)
+    materialize(model, init, torch.device("cpu"))
+    assert torch.equal(model.extra, torch.arange(1.0, 6.0))
+    assert model.same_weight is model.weight
+    assert_same({k: model.state_dict()[k] for k in want}, want)

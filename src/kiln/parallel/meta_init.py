@@ -185,15 +185,40 @@ def materialize(model: nn.Module, plan: InitPlan, device: torch.device,
     """Give `model`'s meta parameters storage on `device` (an FSDP2 model: its shards only)
     and replay `plan` into them; buffers keep the values they were made with. `outer`: a
     wrapper of `model` (torch.compile's) that FSDP2 made its root: its hook takes in the
-    root's new shards at once (else only at the first forward)."""
+    root's new shards at once (else only at the first forward).
+
+    A parameter added to the model after its build has no recorded init: on the meta device
+    it is refused, naming it (to_empty would leave it uninitialised memory, trained as
+    weights without a word); one given values (not on the meta device) keeps them, as
+    buffers do."""
+    _refuse_unplanned(model, plan)
     buffers = dict(model.named_buffers())
+    given = {n: p.detach().clone() for n, p in model.named_parameters() if p.device != META}
     tied = ties(model)
     (model if outer is None else outer).to_empty(device=device)
     tie_again(model, tied)  # to_empty gives each name a tensor of its own
     with torch.no_grad():
         for name, b in model.named_buffers():
             b.copy_(buffers[name])
+        for name, values in given.items():
+            model.get_parameter(name).copy_(values)
     plan.replay(model)
+
+
+def _refuse_unplanned(model: nn.Module, plan: InitPlan) -> None:
+    """A meta parameter that no recorded write names, under any of its names (tied)."""
+    planned = {w.name for w in plan.writes if w.name}
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if p.device == META:
+            names.setdefault(id(p), []).append(name)
+    for held in names.values():
+        if not planned.intersection(held):
+            raise RuntimeError(
+                f"parameter '{held[0]}' is on the meta device with no recorded init: it was "
+                "added after `build_on_meta` built the model, and `materialize` would leave it "
+                "uninitialised memory; make it in the model's constructor, or give it values "
+                "(a tensor not on the meta device) before materializing")
 
 
 def assign_weights(model: nn.Module, state: dict[str, torch.Tensor], source: Path | str) -> None:
