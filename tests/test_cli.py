@@ -429,6 +429,27 @@ def test_a_rank_told_that_rank_zero_was_interrupted_stops_in_one_line(tmp_path, 
         "if none was saved yet)"]  # the run named: it said `kiln train RUN`
 
 
+
+def test_training_stopped_on_a_signal_names_a_run_with_spaces_as_a_shell_reads_it(
+        tmp_path, monkeypatch, capsys):
+    """The line after a stop at a step boundary gave `kiln train /a run dir` unquoted: pasted,
+    the shell split it into three paths. It is quoted as the other stop lines quote it."""
+    from kiln import cli
+    from kiln.errors import TrainingInterrupted
+
+    run = tmp_path / "my run"
+
+    def stopped(cfg, resume=True):
+        raise TrainingInterrupted(3, "SIGINT", str(cfg.run_dir / "checkpoints"))
+
+    monkeypatch.setattr(cli, "cmd_train", stopped)
+    assert cli.main(["train", "--set", f'run.dir="{run}"']) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"kiln: train: training stopped on SIGINT after step 3; a checkpoint of that step is in "
+        f"{run / 'checkpoints'}; `kiln train {shlex.quote(str(run))}` goes on from there"]
+    assert shlex.split(err.split("`")[1]) == ["kiln", "train", str(run)]
+
 def test_fresh_help_says_the_earlier_run_moves_to_the_archive():
     """`kiln train --help` said --fresh would "ignore existing checkpoints": they move (with
     the metrics, eval, samples, export and report) to archive/before-fresh-<time>/."""

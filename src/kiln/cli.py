@@ -173,8 +173,12 @@ _AFTER_INTERRUPT = {
 
 def _after_interrupt(verb: str, cfg: Config | None) -> str:
     """What is kept after `verb` stopped, and the command that goes on (naming the run)."""
-    run = "RUN" if cfg is None else shlex.quote(str(cfg.run_dir))
-    return _AFTER_INTERRUPT.get(verb, _KEPT).replace("{run}", run)
+    return _AFTER_INTERRUPT.get(verb, _KEPT).replace("{run}", "RUN" if cfg is None else _run_arg(cfg))
+
+
+def _run_arg(cfg: Config) -> str:
+    """The run directory as a command line names it (quoted where the shell would split it)."""
+    return shlex.quote(str(cfg.run_dir))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -310,7 +314,7 @@ def _main(argv: list[str] | None) -> int:
         if isinstance(e, TrainingInterrupted):  # stopped at a step boundary and saved it
             if is_main_process():
                 again = "`kiln run` again" if args.verb == "run" else \
-                    f"`kiln train {cfg.run_dir}`"
+                    f"`kiln train {_run_arg(cfg)}`"
                 print(f"kiln: {args.verb}: training {e}; {again} goes on from there",
                       file=sys.stderr)
             return e.exit_code
