@@ -19,28 +19,37 @@ from launch import free_port, start_python
 REPO = Path(__file__).resolve().parents[2]
 HANG_S = 30  # a rank still running this long after its signal is taken for hung
 
-SLOW_DATA = """
-import os, signal, sys, time
-signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's (a background suite ignores it)
-signal.signal(signal.SIGHUP, signal.SIG_DFL)  # and a suite under nohup, SIGHUP
+# both scripts' ranks mark themselves busy in marks/ (argv[1]): rank 0 in its data stages
+# (each script's own), the other ranks as they enter the wait for rank 0 (`mark_the_wait`)
+RANK_MARKS = """
+import os, sys, time
 from kiln import cli
 from kiln.commands import run as run_chain
 from kiln.parallel import distributed
 marks = sys.argv[1]
-distributed.STOP_GRACE_S = float(os.environ.get("KILN_TEST_GRACE", "15"))
 def mark(name):
     open(os.path.join(marks, f"{name}{os.environ['RANK']}"), "w").close()
+def mark_the_wait():
+    waited = distributed.run_on_main
+    def run_on_main(*args, **kwargs):
+        mark("busy")
+        return waited(*args, **kwargs)
+    distributed.run_on_main = run_on_main
+"""
+
+SLOW_DATA = """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's (a background suite ignores it)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # and a suite under nohup, SIGHUP
+""" + RANK_MARKS + """
+distributed.STOP_GRACE_S = float(os.environ.get("KILN_TEST_GRACE", "15"))
 if os.environ["RANK"] == "0":
     def prepare(cfg):  # hours of data on rank 0: a sleep stops on a signal's exception as they do
         mark("busy")
         time.sleep(120)
     run_chain.cmd_prepare = prepare
 else:
-    waited = distributed.run_on_main
-    def run_on_main(*args, **kwargs):
-        mark("busy")
-        return waited(*args, **kwargs)
-    distributed.run_on_main = run_on_main
+    mark_the_wait()
 sys.exit(cli.main(sys.argv[2:]))
 """
 
@@ -185,15 +194,8 @@ def test_a_signal_to_torchrun_in_the_data_stages_ends_each_rank_cleanly(tmp_path
     assert [(tmp_path / f"exit{r}").read_text() for r in (0, 1)] == [str(code)] * 2, output
 
 
-STOPPED_ALONE = """
-import os, sys, time
-from kiln import cli
-from kiln.commands import run as run_chain
-from kiln.parallel import distributed
-marks = sys.argv[1]
+STOPPED_ALONE = RANK_MARKS + """
 distributed.STOP_GRACE_S = 1.0
-def mark(name):
-    open(os.path.join(marks, f"{name}{os.environ['RANK']}"), "w").close()
 if os.environ["RANK"] == "0":
     def gone(pid):  # ended: a zombie, until the test waits for it
         try:
@@ -212,11 +214,7 @@ if os.environ["RANK"] == "0":
 else:
     with open(os.path.join(marks, "pid1"), "w") as f:
         f.write(str(os.getpid()))
-    waited = distributed.run_on_main
-    def run_on_main(*args, **kwargs):
-        mark("busy")
-        return waited(*args, **kwargs)
-    distributed.run_on_main = run_on_main
+    mark_the_wait()
 sys.exit(cli.main(sys.argv[2:]))
 """
 
