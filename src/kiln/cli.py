@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import shlex
 import sys
 import warnings
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from kiln.errors import (
     met_alike_on_every_rank,
 )
 from kiln.interrupts import signals_stop_at_once, stop_under_way
+from kiln.run_dir import run_arg
 
 # verbs that make the run's data: they record the config they used (train records its own;
 # eval, generate, export and report read a run and leave its config.toml alone)
@@ -173,12 +173,7 @@ _AFTER_INTERRUPT = {
 
 def _after_interrupt(verb: str, cfg: Config | None) -> str:
     """What is kept after `verb` stopped, and the command that goes on (naming the run)."""
-    return _AFTER_INTERRUPT.get(verb, _KEPT).replace("{run}", "RUN" if cfg is None else _run_arg(cfg))
-
-
-def _run_arg(cfg: Config) -> str:
-    """The run directory as a command line names it (quoted where the shell would split it)."""
-    return shlex.quote(str(cfg.run_dir))
+    return _AFTER_INTERRUPT.get(verb, _KEPT).replace("{run}", "RUN" if cfg is None else run_arg(cfg.run_dir))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,7 +309,7 @@ def _main(argv: list[str] | None) -> int:
         if isinstance(e, TrainingInterrupted):  # stopped at a step boundary and saved it
             if is_main_process():
                 again = "`kiln run` again" if args.verb == "run" else \
-                    f"`kiln train {_run_arg(cfg)}`"
+                    f"`kiln train {run_arg(cfg.run_dir)}`"
                 print(f"kiln: {args.verb}: training {e}; {again} goes on from there",
                       file=sys.stderr)
             return e.exit_code

@@ -8,6 +8,7 @@ import fcntl
 import importlib.metadata
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,12 @@ from kiln.config import Config, config_to_toml
 from kiln.errors import ConfigError, KilnError
 
 _PACKAGES = ("torch", "numpy", "tokenizers", "safetensors", "datatrove", "transformers", "kiln")
+
+
+def run_arg(run_dir: Path) -> str:
+    """The run directory as a command line the user pastes names it (quoted where the shell
+    would split it: a path with spaces)."""
+    return shlex.quote(str(run_dir))
 
 
 def git_hash() -> str:

@@ -4,8 +4,6 @@ from, and a model design (or batch, or memory need) the trainer would not take."
 
 from __future__ import annotations
 
-import shlex
-
 from kiln.config import (
     MIN_VOCAB,
     Config,
@@ -22,6 +20,7 @@ def refuse_remaking_trained_data(cfg: Config, verb: str, fresh: bool = False) ->
     checkpoints (and a resume's loader position) describing data that is gone. The same
     settings on the same files re-make the same data, so a plain re-run is fine."""
     from kiln.data.pipeline import changed_inputs
+    from kiln.run_dir import run_arg
     from kiln.train.checkpoint_dirs import latest_checkpoint
 
     if fresh or latest_checkpoint(cfg.run_dir / "checkpoints") is None:  # fresh: archived first
@@ -36,7 +35,7 @@ def refuse_remaking_trained_data(cfg: Config, verb: str, fresh: bool = False) ->
         what = f"the sources as they were; they changed since ({'; '.join(changed[:4])})"
         if any("touched" in c for c in changed):
             touched = ("; if only the files' times changed (a touch, a checkout), `kiln train "
-                       f"{shlex.quote(str(cfg.run_dir))}` and the later verbs go on with the "
+                       f"{run_arg(cfg.run_dir)}` and the later verbs go on with the "
                        "data already made")
     if changed:
         raise ConfigError(
