@@ -41,8 +41,9 @@ from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.eval import EVAL_FILES
 from kiln.export_recovery import recover_export
 from kiln.hashing import HashingWriter, file_sha256
-from kiln.parallel.distributed import DistEnv, all_reduce_max, run_on_main, unwrap
+from kiln.parallel.distributed import DistEnv, all_reduce_max, run_on_main
 from kiln.parallel.meta_init import assign_weights
+from kiln.parallel.model_wrapping import unwrap
 from kiln.tensor_files import save_tensors
 from kiln.train.checkpoint_dirs import (
     PREFIX,

@@ -30,12 +30,11 @@ from kiln.optim import build_optimizer
 from kiln.parallel.distributed import (
     all_reduce_mean,
     all_reduce_sum,
-    grad_sync,
     init_distributed,
     local_device,
-    parallelize,
 )
 from kiln.parallel.meta_init import build_on_meta
+from kiln.parallel.model_wrapping import grad_sync, parallelize
 from kiln.train.callbacks import Callback, default_callbacks
 from kiln.train.checkpoint import check_writable, unreadable
 from kiln.train.checkpoint_dirs import complete_checkpoints
