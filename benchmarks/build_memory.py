@@ -35,8 +35,9 @@ def child(way: str, kind: str, shape: str) -> None:
 
     from kiln.config import ModelConfig
     from kiln.model import Transformer
-    from kiln.parallel.distributed import DistEnv, parallelize
+    from kiln.parallel.distributed import DistEnv
     from kiln.parallel.meta_init import build_on_meta
+    from kiln.parallel.model_wrapping import parallelize
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))

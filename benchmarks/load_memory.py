@@ -38,7 +38,8 @@ def save(ckpt: Path, shape: str) -> float:
     from kiln.hashing import file_sha256
     from kiln.model import Transformer
     from kiln.tensor_files import save_tensors
-    from kiln.train.checkpoint import CHECKSUMS, model_tensors
+    from kiln.train.checkpoint import CHECKSUMS
+    from kiln.train.checkpoint_weights import model_tensors
 
     torch.manual_seed(0)
     tensors = model_tensors(Transformer(ModelConfig(**SHAPES[shape])))

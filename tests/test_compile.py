@@ -46,7 +46,7 @@ def test_unwrap_finds_the_model_inside_ddp_around_a_compiled_model():
     unwrap through it."""
     from torch import nn
 
-    from kiln.parallel.distributed import unwrap
+    from kiln.parallel.model_wrapping import unwrap
 
     model = Transformer(ModelConfig(vocab_size=97, dim=32, n_layers=1, n_heads=4, n_kv_heads=2,
                                     max_seq_len=16))

@@ -475,7 +475,8 @@ def test_benchmark_counts_reach_yield_and_report(tmp_path, bench, mode, capsys):
 
 
 def test_inject_options_without_the_stage_are_a_config_error():
-    from kiln.data.prepare_config import InjectOptions, PrepareConfig, validate_prepare
+    from kiln.data.prepare_checks import validate_prepare
+    from kiln.data.prepare_config import InjectOptions, PrepareConfig
     from kiln.errors import ConfigError
 
     with pytest.raises(ConfigError, match="prepare.inject_replicas.seed is set but "
@@ -490,12 +491,8 @@ def test_inject_options_without_the_stage_are_a_config_error():
 def test_a_stage_that_would_remove_the_replicas_is_refused_after_injection(after, mode, refused):
     from dataclasses import replace
 
-    from kiln.data.prepare_config import (
-        DecontaminateOptions,
-        InjectOptions,
-        PrepareConfig,
-        validate_prepare,
-    )
+    from kiln.data.prepare_checks import validate_prepare
+    from kiln.data.prepare_config import DecontaminateOptions, InjectOptions, PrepareConfig
     from kiln.errors import ConfigError
 
     cfg = PrepareConfig(stages=["read", "inject_replicas", after, "write"],

@@ -21,7 +21,8 @@ from kiln.model import Transformer
 from kiln.model.doc_mask import document_ids
 from kiln.model.layers import Attention
 from kiln.model.transformer import Block, is_local_layer
-from kiln.train.trainer import Trainer, changed_model_settings
+from kiln.train.resume_settings import changed_model_settings
+from kiln.train.trainer import Trainer
 
 EOS = 0
 LENGTHS = (11, 17, 9)  # three documents, each ended by EOS (the last one cut by the window)

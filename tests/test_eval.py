@@ -15,7 +15,7 @@ from kiln.data.loader import eval_batches
 from kiln.data.tokenizer import load_tokenizer
 from kiln.eval.perplexity import evaluate
 from kiln.model import Transformer
-from kiln.train.trainer import model_config_for_run
+from kiln.train.train_setup import model_config_for_run
 
 
 def model_for(run_dir) -> Transformer:

@@ -1,4 +1,4 @@
-"""`checkpoint.is_finite`, the check every checkpoint load and save makes of each weight: a
+"""`checkpoint_weights.is_finite`, the check every checkpoint load and save makes of each weight: a
 one-pass float64 sum in place of a bool per element. It must not call the largest finite
 values of a dtype infinite (a sum in the dtype itself overflows), nor miss NaN, inf, or an
 inf and a -inf that cancel into NaN."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kiln.train.checkpoint import is_finite
+from kiln.train.checkpoint_weights import is_finite
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])

@@ -17,7 +17,8 @@ import torch.distributed as dist
 
 from kiln.config import ModelConfig
 from kiln.model import Transformer
-from kiln.parallel.distributed import DistEnv, parallelize
+from kiln.parallel.distributed import DistEnv
+from kiln.parallel.model_wrapping import parallelize
 
 
 @pytest.fixture

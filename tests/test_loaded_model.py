@@ -22,8 +22,9 @@ from kiln.model import Transformer
 from kiln.train import trained_run
 from kiln.train.checkpoint import load_weights
 from kiln.train.checkpoint_dirs import latest_checkpoint
+from kiln.train.train_setup import model_config_for_run
 from kiln.train.trained_run import load_trained_model
-from kiln.train.trainer import Trainer, model_config_for_run
+from kiln.train.trainer import Trainer
 
 TIED = "model.tie_embeddings=true"
 

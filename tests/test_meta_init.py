@@ -18,8 +18,9 @@ from torch import nn
 
 from kiln.config import ModelConfig, load_config
 from kiln.model import Transformer
-from kiln.parallel.distributed import DistEnv, parallelize, unwrap
+from kiln.parallel.distributed import DistEnv
 from kiln.parallel.meta_init import build_on_meta, materialize
+from kiln.parallel.model_wrapping import parallelize, unwrap
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 SEED = 7

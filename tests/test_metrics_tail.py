@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import tracemalloc
 
-from kiln.train import trainer  # the function the trainer calls at a resume
+from kiln.train import run_records  # where the trainer calls it at a resume
 
 
 def _line(step: int, kind: str = "train") -> bytes:
@@ -20,7 +20,7 @@ def test_only_the_records_past_the_step_move_and_every_other_line_stays_as_it_is
     head = b"".join(_line(s) for s in range(1, 5)) + torn + b"\n" + _line(4, "val")
     tail = [_line(5), foreign, _line(6), b'{"step": true}\n', _line(3, "val")]
     (tmp_path / "metrics.jsonl").write_bytes(head + b"".join(tail) + b'{"kind": "tr')
-    dest = trainer.set_aside_records_after(tmp_path, 4)
+    dest = run_records.set_aside_records_after(tmp_path, 4)
     assert (dest / "metrics.jsonl").read_bytes() == _line(5) + _line(6)
     assert (tmp_path / "metrics.jsonl").read_bytes() == (
         head + foreign + b'{"step": true}\n' + _line(3, "val") + b'{"kind": "tr\n')
@@ -29,10 +29,10 @@ def test_only_the_records_past_the_step_move_and_every_other_line_stays_as_it_is
 def test_nothing_past_the_step_leaves_the_file_and_the_archive_alone(tmp_path):
     body = b"".join(_line(s) for s in range(1, 50)) + b'{"kind": "train", "st'
     (tmp_path / "metrics.jsonl").write_bytes(body)
-    assert trainer.set_aside_records_after(tmp_path, 49) is None
+    assert run_records.set_aside_records_after(tmp_path, 49) is None
     assert (tmp_path / "metrics.jsonl").read_bytes() == body
     assert not (tmp_path / "archive").exists()
-    assert trainer.set_aside_records_after(tmp_path / "nowhere", 3) is None
+    assert run_records.set_aside_records_after(tmp_path / "nowhere", 3) is None
 
 
 def test_a_long_runs_metrics_are_streamed_not_held_in_memory(tmp_path):
@@ -46,7 +46,7 @@ def test_a_long_runs_metrics_are_streamed_not_held_in_memory(tmp_path):
     size = path.stat().st_size
     tracemalloc.start()
     try:
-        dest = trainer.set_aside_records_after(tmp_path, n - 100)
+        dest = run_records.set_aside_records_after(tmp_path, n - 100)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -14,7 +14,7 @@ import tracemalloc
 import pytest
 import zstandard
 
-from kiln.data import json_documents, json_stream
+from kiln.data import json_cursor, json_documents, json_stream
 from kiln.data.documents import SourceReader
 from kiln.errors import InputTooLargeError
 
@@ -86,7 +86,7 @@ def _read(path, text_field="text"):
 
 def _streamed(monkeypatch, read_bytes=3, line_bytes=8):
     monkeypatch.setattr(json_documents, "WHOLE_JSON_BYTES", 0)  # every file streamed
-    monkeypatch.setattr(json_stream, "READ_BYTES", read_bytes)
+    monkeypatch.setattr(json_cursor, "READ_BYTES", read_bytes)
     monkeypatch.setattr(json_stream, "LINE_BYTES", line_bytes)
 
 

@@ -12,7 +12,7 @@ import tracemalloc
 
 import pytest
 
-from kiln.data import json_documents, json_records, json_stream
+from kiln.data import json_cursor, json_documents, json_records
 from kiln.data.documents import SourceReader
 from kiln.errors import InputTooLargeError, KilnError
 
@@ -52,7 +52,7 @@ def test_a_json_too_large_for_the_free_memory_is_refused_naming_the_file(tmp_pat
                                                                          name):
     path = tmp_path / name
     path.write_bytes(HELD[name]())
-    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE, raising=False)
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE)
     with pytest.raises(InputTooLargeError) as refused:
         _read(path)
     message = str(refused.value)
@@ -65,9 +65,9 @@ def test_a_list_of_records_too_large_to_parse_whole_is_read(tmp_path, monkeypatc
     """Refused before, at a quarter of the free memory: read now, as with memory to spare."""
     path = tmp_path / name
     path.write_bytes(SHAPES[name]())
-    monkeypatch.setattr(json_documents, "host_memory_available", lambda: None, raising=False)
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: None)
     docs, counts = _read(path)
-    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE, raising=False)
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE)
     assert _read(path) == (docs, counts)
     assert counts["documents"] == 2000
 
@@ -78,7 +78,7 @@ def test_a_refused_compressed_json_is_measured_decompressed(tmp_path, monkeypatc
     suggested a jq that cannot read it compressed."""
     path = tmp_path / "one_record.json.gz"
     path.write_bytes(HELD["one_record.json.gz"]())
-    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE, raising=False)
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE)
     with pytest.raises(InputTooLargeError) as refused:
         _read(path)
     message = str(refused.value)
@@ -93,9 +93,9 @@ def test_a_refused_json_is_not_read_past_its_budget(tmp_path, monkeypatch, name)
     size (1.5 MB here; read whole, three times that)."""
     path = tmp_path / name
     path.write_bytes(HELD[name]())
-    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE, raising=False)
-    monkeypatch.setattr(json_records, "READ_CHUNK", 64 << 10, raising=False)  # of 16 MiB
-    monkeypatch.setattr(json_stream, "READ_BYTES", 64 << 10, raising=False)  # of 1 MiB
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE)
+    monkeypatch.setattr(json_records, "READ_CHUNK", 64 << 10)  # of 16 MiB
+    monkeypatch.setattr(json_cursor, "READ_BYTES", 64 << 10)  # of 1 MiB
     tracemalloc.start()
     try:
         with pytest.raises(InputTooLargeError):
@@ -111,7 +111,7 @@ def test_json_lines_saved_as_json_are_read_at_any_size(tmp_path, monkeypatch):
     path = tmp_path / "c4.json.gz"
     path.write_bytes(gzip.compress(b"".join(json.dumps(r).encode() + b"\n"
                                             for r in _records(2000))))
-    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE, raising=False)
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE)
     docs, counts = _read(path)
     assert len(docs) == counts["documents"] == 2000
 
@@ -121,7 +121,7 @@ def test_a_json_that_fits_is_read_as_before(tmp_path, monkeypatch, free):
     """Plenty of memory, or none told (no /proc/meminfo): read as it always was."""
     for name, make in SHAPES.items():
         (tmp_path / name).write_bytes(make())
-    monkeypatch.setattr(json_documents, "host_memory_available", lambda: free, raising=False)
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: free)
     docs, counts = _read(tmp_path)
     assert counts["documents"] == len(docs) == 2000 * len(SHAPES)
 
@@ -132,7 +132,7 @@ def test_prepare_stops_with_the_message_not_a_killed_run(tmp_path, monkeypatch):
     src = tmp_path / "src"
     src.mkdir()
     (src / "big.json").write_bytes(HELD["one_record.json"]())
-    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE, raising=False)
+    monkeypatch.setattr(json_documents, "host_memory_available", lambda: FREE)
     with pytest.raises(InputTooLargeError, match=r"big\.json: a \.json is parsed whole"):
         run_prepare(PrepareConfig(stages=["read", "write"], tasks=1), tmp_path / "run",
                     [str(src)], progress=False)

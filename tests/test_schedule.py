@@ -66,10 +66,10 @@ def test_the_multiplier_is_the_closed_form_at_every_step(name, steps, warmup, de
 ])
 def test_a_resume_with_another_schedule_names_the_lr_it_changes(old, new, step, jump):
     from kiln.config import load_config
-    from kiln.train.trainer import _changed_since_recorded
+    from kiln.train.resume_settings import changed_since_recorded
 
-    said = _changed_since_recorded(load_config(None, ["train.steps=100", *old]),
-                                   load_config(None, ["train.steps=100", *new]), step)
+    said = changed_since_recorded(load_config(None, ["train.steps=100", *old]),
+                                  load_config(None, ["train.steps=100", *new]), step)
     assert said and not said[0].startswith("so the lr")  # the setting itself first
     lr_lines = [line for line in said if line.startswith("so the lr")]
     if jump is None:

@@ -80,14 +80,14 @@ def test_micro_batch_times_accumulation_invariance(tiny_run, tmp_path):
     (16, 5, 1, 4), (4, 8, 1, 4),  # one process follows the same rule
 ])
 def test_micro_batch_fits_each_ranks_share(global_batch, micro, world, expected):
-    from kiln.train.trainer import fit_micro_batch
+    from kiln.train.train_setup import fit_micro_batch
 
     assert fit_micro_batch(global_batch, micro, world) == expected
 
 
 def test_global_batch_that_ranks_cannot_share_is_refused():
     from kiln.config import ConfigError
-    from kiln.train.trainer import fit_micro_batch
+    from kiln.train.train_setup import fit_micro_batch
 
     with pytest.raises(ConfigError, match="divisible by the number of ranks"):
         fit_micro_batch(16, 16, 3)
@@ -892,10 +892,10 @@ def test_a_design_that_trains_wrong_is_refused_for_a_new_model_only(tiny_run, ca
     assert main(["run", str(tiny_run), *[a for kv in moe for a in ("--set", kv)]]) == 2
     assert "model.top_k = 1" in capsys.readouterr().err
     # as if trained before the check: the design check is skipped to make the checkpoint
-    import kiln.train.trainer as trainer_module
+    import kiln.train.train_setup as train_setup
 
     with monkeypatch.context() as patch:
-        patch.setattr(trainer_module, "design_problems", lambda m: [])
+        patch.setattr(train_setup, "design_problems", lambda m: [])
         cfg = tiny_config(tiny_run, *moe)
         write_run_metadata(cfg)
         Trainer(cfg).fit()
@@ -977,12 +977,12 @@ def test_a_full_disk_in_any_writer_is_one_clear_error(tiny_run, monkeypatch):
                                  trainer.state_dict(), trainer.env)
     monkeypatch.undo()
 
-    import kiln.train.trainer as trainer_module
+    import kiln.train.run_records as run_records
 
     def no_space(path, record):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(trainer_module, "append_jsonl", no_space)
+    monkeypatch.setattr(run_records, "append_jsonl", no_space)
     with pytest.raises(CheckpointError, match="cannot write .*metrics.jsonl .*No space.*the "
                        "last checkpoint, step_00000006, is intact"):
         trainer.log({"kind": "train", "step": 9})

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from kiln.config_changes import flat_settings
 from kiln.config_suggestions import suggest
-from kiln.data.prepare_config import validate_prepare
+from kiln.data.prepare_checks import validate_prepare
 from kiln.data.sources import printable_name
 from kiln.errors import ConfigError
 

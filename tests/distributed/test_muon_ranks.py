@@ -84,7 +84,8 @@ def full_weights(*models: nn.Module) -> dict[str, torch.Tensor]:
 def main(out_path: str) -> None:
     import torch.distributed as dist
 
-    from kiln.parallel.distributed import DistEnv, init_distributed, wrap_model
+    from kiln.parallel.distributed import DistEnv, init_distributed
+    from kiln.parallel.model_wrapping import wrap_model
 
     env: DistEnv = init_distributed(torch.device("cpu"))
     lm, experts = build(0)

@@ -56,14 +56,15 @@ def refuse_new_model_design(cfg: Config, fresh: bool = False) -> None:
 
     from kiln.parallel.distributed import launched_ranks
     from kiln.train.checkpoint_dirs import latest_checkpoint
-    from kiln.train.trainer import fit_micro_batch
+    from kiln.train.train_setup import fit_micro_batch
 
     # a batch the ranks cannot share is refused before hours of data stages, not after
     fit_micro_batch(cfg.train.global_batch, cfg.train.micro_batch, launched_ranks())
     ckpt = None if fresh else latest_checkpoint(cfg.run_dir / "checkpoints")
     if ckpt is not None:  # a trained model goes on as it was: another [model] is refused now
         from kiln.errors import RunDataError
-        from kiln.train.trainer import model_config_for_run, refuse_changed_model
+        from kiln.train.resume_settings import refuse_changed_model
+        from kiln.train.train_setup import model_config_for_run
 
         try:  # model.vocab_size 0 is the tokenizer's, as the trainer resolves it
             model = model_config_for_run(cfg, cfg.run_dir / "tokens")

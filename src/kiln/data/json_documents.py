@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datatrove.data import Document
 
 from kiln.data import json_stream
+from kiln.data.json_cursor import JsonStreamError
 from kiln.data.json_records import (
     JSON_MEMORY_FACTOR,
     ListFacts,
@@ -26,6 +27,7 @@ from kiln.data.json_records import (
     starts_as_records,
 )
 from kiln.data.json_stream import WHOLE_JSON_BYTES
+from kiln.data.json_walk import Members
 from kiln.data.jsonc import jsonc_value
 from kiln.data.skip_examples import MAX_FIELDS, shown_name
 from kiln.data.sources import SourceFile, printable_name
@@ -171,17 +173,17 @@ class JsonReading:
             return
         error = scan.error
         if error is not None:
-            if isinstance(error, json_stream.JsonStreamError) and error.may_be_jsonc:
+            if isinstance(error, JsonStreamError) and error.may_be_jsonc:
                 yield from self._read_json_whole(file, opener, budget, free)
             elif starts_as_records(scan.head, self._text_key, scan.cut):
-                if isinstance(error, json_stream.JsonStreamError) and not error.recursion:
+                if isinstance(error, JsonStreamError) and not error.recursion:
                     self._where = ("line", error.lineno)  # where it broke off
                 self._count("skipped/bad_json")
             else:  # broken in its middle, not cut off: text, like the source tree
                 yield from self._read_text_file(file, opener)
             return
         top = scan.top
-        if isinstance(top, json_stream.Members):
+        if isinstance(top, Members):
             if self.text_field in top:  # one record: held whole, as its document is
                 yield from self._read_json_whole(file, opener, budget, free)
                 return

@@ -42,6 +42,7 @@ from datatrove.pipeline.base import PipelineStep
 from kiln import strict_json
 from kiln.atomic import write_json_atomic
 from kiln.data.documents import DEFAULT_TEXT_FIELD
+from kiln.data.prepare_checks import validate_prepare
 from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline's vocabulary)
     ARXIV_STAGES,
     DEFAULT_STAGES,
@@ -52,7 +53,6 @@ from kiln.data.prepare_config import (  # noqa: F401  (re-exported: the pipeline
     StageSpec,
     decontaminate_pii_types,
     unused_option_tables,
-    validate_prepare,
 )
 from kiln.data.prepare_executor import make_executor
 from kiln.data.prepare_inputs import (  # noqa: F401  (re-exported)

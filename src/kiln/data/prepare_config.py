@@ -3,14 +3,13 @@
 Kept free of heavy imports (no datatrove, torch or spaCy), so `import kiln.config` stays cheap:
 the stage factories in `kiln.data.stages` import what they need only when a pipeline is built.
 Per-stage options are sub-tables (`[prepare.quality]`, `[prepare.decontaminate]`...); an unknown
-key fails with the closest valid one (kiln.config's loader), and `validate_prepare` rejects
-impossible combinations naming the key, before any work is done.
+key fails with the closest valid one (kiln.config's loader), and `validate_prepare`
+(`prepare_checks`) rejects impossible combinations naming the key, before any work is done.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from dataclasses import dataclass, field
 
@@ -221,146 +220,6 @@ def stage_options(settings: dict) -> dict[str, dict]:
     return {stage: settings[t] for stage, t in tables.items() if isinstance(settings.get(t), dict)}
 
 
-def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:  # by letters whatever their case: 'emails' means 'EMAIL'
-        lower = {c.lower(): c for c in choices}
-        close = difflib.get_close_matches(str(value).lower(), list(lower), n=1)
-        hint = f" (did you mean '{lower[close[0]]}'?)" if close else ""
-        raise ConfigError(f"prepare.{key}: '{value}' is not one of {list(choices)}{hint}")
-
-
-def _check_stage_list(cfg: PrepareConfig, making_data: bool) -> None:
-    stages = cfg.stages
-    if not stages:
-        raise ConfigError("prepare.stages is empty; the shortest pipeline is [\"read\", \"write\"]")
-    for name in stages:
-        if name not in STAGES:
-            close = difflib.get_close_matches(name, list(STAGES), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"prepare.stages: unknown stage '{name}'{hint}; known: {sorted(STAGES)}")
-    if not STAGES[stages[0]].reader:
-        readers = sorted(n for n, s in STAGES.items() if s.reader)
-        raise ConfigError(f"prepare.stages must start with a reader stage {readers}, not '{stages[0]}'")
-    if making_data:
-        _refuse_late_readers(stages)
-    if stages[-1] != "write" or stages.count("write") != 1:
-        raise ConfigError("prepare.stages must end with 'write' (and name it once)")
-    dupes = sorted({n for n in stages if stages.count(n) > 1})
-    if dupes:
-        raise ConfigError(f"prepare.stages names {dupes} more than once")
-    for name, before in NEEDS_BEFORE.items():
-        if name in stages and not any(b in stages[: stages.index(name)] for b in before):
-            raise ConfigError(f"prepare.stages: '{name}' needs {' or '.join(map(repr, before))} "
-                         "before it")
-    for name, after in NEEDS_AFTER.items():
-        if name in stages and after not in stages[stages.index(name) + 1:]:
-            raise ConfigError(f"prepare.stages: '{name}' needs '{after}' after it")
-
-
-def _refuse_late_readers(stages: list[str]) -> None:
-    """One reader per prepare, first: a later one's documents would join the stream unseen
-    by the stages before it (and uncounted by prepare.json), but for READS_FROM."""
-    for i, name in enumerate(stages[1:], start=1):
-        if STAGES[name].reader and READS_FROM.get(name) not in stages[:i]:
-            raise ConfigError(
-                f"prepare.stages: '{name}' reads documents of its own and must come first"
-                + (f" (or after '{READS_FROM[name]}', whose documents it reads)"
-                   if name in READS_FROM else "")
-                + f", not after '{stages[i - 1]}': its documents would join the stream unseen "
-                f"by the stages before it (one reader per prepare: here '{stages[0]}')")
-
-
-def _check_stage_options(cfg: PrepareConfig) -> None:
-    on = set(cfg.stages)
-    _choice("quality.domain", cfg.quality.domain, QUALITY_DOMAINS)
-    for t in cfg.pii.types:
-        _choice("pii.types", t, PII_TYPE_NAMES)
-    d = cfg.decontaminate
-    _choice("decontaminate.mode", d.mode, ("drop", "tag"))
-    if "decontaminate" in on and not d.benchmarks:
-        raise ConfigError("prepare.decontaminate.benchmarks is empty: list benchmark JSONL files, "
-                     "or remove 'decontaminate' from prepare.stages")
-    if d.benchmarks and "decontaminate" not in on:
-        raise ConfigError("prepare.decontaminate.benchmarks is set but 'decontaminate' is not in "
-                     "prepare.stages: add it before 'write' (or clear the benchmarks)")
-    if d.n < 1:
-        raise ConfigError(f"prepare.decontaminate.n must be >= 1, got {d.n}")
-    _check_inject(cfg, on)
-    m = cfg.dedup_minhash
-    for key in ("n_grams", "num_buckets", "hashes_per_bucket"):
-        if getattr(m, key) < 1:
-            raise ConfigError(f"prepare.dedup_minhash.{key} must be >= 1, got {getattr(m, key)}")
-    _check_perplexity(cfg, on)
-    b1, b2 = cfg.brain_rot_m1, cfg.brain_rot_m2
-    _choice("brain_rot_m1.mode", b1.mode, ("drop", "tag"))
-    if "brain_rot_m1" in on and not b1.tokenizer:
-        raise ConfigError("prepare.brain_rot_m1.tokenizer is empty: give a local tokenizer.json for "
-                     "token lengths (the paper counts Llama-3 tokens)")
-    if not b1.popularity_keys:
-        raise ConfigError("prepare.brain_rot_m1.popularity_keys must name at least one field")
-    _choice("brain_rot_m2.mode", b2.mode, ("drop", "tag"))
-    if b2.judge != "heuristic" and not (b2.judge.startswith("kiln:") and len(b2.judge) > 5):
-        raise ConfigError(f"prepare.brain_rot_m2.judge: '{b2.judge}' is neither 'heuristic' nor "
-                     "'kiln:RUN_DIR'")
-    if not 0.0 <= b2.threshold <= 1.0:
-        raise ConfigError(f"prepare.brain_rot_m2.threshold must be in [0, 1], got {b2.threshold}")
-    _check_period(cfg, on)
-    a = cfg.arxiv
-    if "arxiv_metadata" in on and not a.snapshot:
-        raise ConfigError("prepare.arxiv.snapshot is empty: the arXiv metadata snapshot (JSON lines)")
-    if "arxiv_sources" in on and not a.source_dir:
-        raise ConfigError("prepare.arxiv.source_dir is empty: the folder of source archives")
-    if not a.categories:
-        raise ConfigError("prepare.arxiv.categories is empty: no paper would be kept")
-
-
-# stages that would remove injected replicas (all but one copy, or every one) after they are
-# put in: the study would not train on the k replicas it reports
-UNDO_INJECTION = ("dedup_exact", "dedup_minhash", "decontaminate")
-
-
-def _check_inject(cfg: PrepareConfig, on: set[str]) -> None:
-    o = cfg.inject_replicas
-    if "inject_replicas" not in on:
-        changed = [f.name for f in dataclasses.fields(o)
-                   if getattr(o, f.name) != getattr(InjectOptions(), f.name)]
-        if changed:
-            raise ConfigError(f"prepare.inject_replicas.{changed[0]} is set but 'inject_replicas' "
-                              "is not in prepare.stages: add it before 'write' (or remove the "
-                              "setting)")
-        return
-    if not o.benchmark:
-        raise ConfigError("prepare.inject_replicas.benchmark is empty: name the benchmark JSONL")
-    if o.k < 0:
-        raise ConfigError(f"prepare.inject_replicas.k must be >= 0, got {o.k}")
-    after = cfg.stages[cfg.stages.index("inject_replicas") + 1:]
-    undo = [s for s in after if s in UNDO_INJECTION
-            and not (s == "decontaminate" and cfg.decontaminate.mode == "tag")]
-    if undo:
-        raise ConfigError(f"prepare.stages: '{undo[0]}' after 'inject_replicas' would remove the "
-                          "injected replicas: put 'inject_replicas' after it (a decontaminate "
-                          "stage may follow in mode 'tag', to check that they are found)")
-
-
-def _check_perplexity(cfg: PrepareConfig, on: set[str]) -> None:
-    p = cfg.perplexity
-    _choice("perplexity.mode", p.mode, SELECTION_MODES)
-    if "perplexity" in on and not p.run_dir:
-        raise ConfigError("prepare.perplexity.run_dir is empty: name the Kiln run whose checkpoint "
-                     "scores the documents")
-    if p.batch_size < 1 or p.max_tokens_per_doc < 0:
-        raise ConfigError("prepare.perplexity: batch_size >= 1 and max_tokens_per_doc >= 0 required")
-    if "perplexity_select" not in on:
-        return
-    if p.mode == "drop_extremes":
-        if not 0.0 <= p.low_q < p.high_q <= 1.0:
-            raise ConfigError(f"prepare.perplexity.low_q/high_q: need 0 <= low_q < high_q <= 1 for "
-                         f"mode 'drop_extremes', got {p.low_q}, {p.high_q}")
-    elif not 0.0 < p.fraction <= 1.0:
-        raise ConfigError(f"prepare.perplexity.fraction must be in (0, 1] for mode '{p.mode}', "
-                     f"got {p.fraction}")
-
-
 def decontaminate_pii_types(cfg: PrepareConfig) -> list[str] | None:
     """The PII types a `pii` stage redacts before `decontaminate` (None when it does not run
     before it): the index then holds each benchmark item as that stage leaves it too."""
@@ -378,27 +237,3 @@ def period_bounds(name: str) -> tuple[int, int]:
     if not m or int(m.group(1)) > int(m.group(2)):
         raise ConfigError(f"prepare.period.periods: '{name}' is not a period like '1800-1849'")
     return int(m.group(1)), int(m.group(2))
-
-
-def _check_period(cfg: PrepareConfig, on: set[str]) -> None:
-    for name in cfg.period.periods:
-        period_bounds(name)
-    if "period" in on and not cfg.period.periods:
-        raise ConfigError("prepare.period.periods is empty: name buckets such as '1800-1849'")
-
-
-def validate_prepare(cfg: PrepareConfig, making_data: bool = False) -> PrepareConfig:
-    """Reject impossible prepare configs, naming the key (called by kiln.config_checks.validate).
-    `making_data` (build_pipeline): also the checks added since runs were prepared without
-    them (a reader after the first stage), which refuse making data that way again but not
-    loading such a run's recorded config, so its model still trains, evaluates and exports."""
-    _check_stage_list(cfg, making_data)
-    _check_stage_options(cfg)
-    if cfg.executor not in EXECUTORS:
-        raise ConfigError(f"prepare.executor: '{cfg.executor}' is not one of {list(EXECUTORS)}")
-    for key in ("tasks", "workers", "cpus_per_task", "mem_per_cpu_gb"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"prepare.{key} must be >= 1, got {getattr(cfg, key)}")
-    if cfg.executor == "slurm" and not cfg.slurm_partition:
-        raise ConfigError("prepare.executor = 'slurm' needs prepare.slurm_partition")
-    return cfg

@@ -13,7 +13,8 @@ from kiln import strict_json
 from kiln.data.shards import load_unigram_bits
 from kiln.errors import RunDataError, TrainingInterrupted
 from kiln.eval.perplexity import evaluate
-from kiln.train.checkpoint import save_checkpoint, weights_are_finite
+from kiln.train.checkpoint import save_checkpoint
+from kiln.train.checkpoint_weights import weights_are_finite
 from kiln.train.stop_signals import StopRequests
 
 if TYPE_CHECKING:

@@ -14,7 +14,8 @@ from kiln.model import Transformer
 from kiln.parallel.meta_init import build_on_meta
 from kiln.train.checkpoint import load_weights, trained_shards
 from kiln.train.checkpoint_dirs import latest_checkpoint
-from kiln.train.trainer import changed_model_settings, model_config_for_run
+from kiln.train.resume_settings import changed_model_settings
+from kiln.train.train_setup import model_config_for_run
 
 
 def load_trained_model(cfg: Config):

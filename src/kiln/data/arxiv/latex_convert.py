@@ -1,8 +1,8 @@
 """LaTeX body -> plain text with Markdown headings and LaTeX math, one pass over a token list.
 
 Tokens come from one regex (control words/symbols, $, braces, brackets, text runs); braces and
-environments are matched up front, so nesting is handled by index ranges, not by regexes, and
-walked with an explicit stack, not recursion, so any depth converts. Literal spans
+environments are matched up front (`latex_tokens`), so nesting is handled by index ranges, not
+by regexes, and walked with an explicit stack, not recursion, so any depth converts. Literal spans
 (`latex_literal`) are cut out first: an inline one (\\verb, \\url, a short verb...) is one LITERAL
 token and a verbatim-like environment's body one TEXT token, so no brace or \\end inside them is
 read as LaTeX; an environment is read as the declarations in force at its \\begin say
@@ -14,13 +14,12 @@ construct.
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections import Counter
 from collections.abc import Callable
 
 from kiln.data.arxiv.latex_declared import DECLARATION_TAILS, ROLE_CODE, ROLE_DROP, ROLE_LATEX
-from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans, Span
+from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared
 from kiln.data.arxiv.latex_rules import (
     ACCENT_WORDS,
     ACCENTS,
@@ -42,9 +41,18 @@ from kiln.data.arxiv.latex_rules import (
     macro_args,
     symbol_text,
 )
+from kiln.data.arxiv.latex_tokens import (
+    BRACE,
+    BRACKET,
+    DOLLAR,
+    LITERAL,
+    SYMBOL,
+    TEXT,
+    TIE,
+    WORD,
+    LatexTokens,
+)
 
-TOKEN = re.compile(r"(\\[a-zA-Z@]+\*?)|(\\.|\\\Z)|(\$\$?)|([{}])|([\[\]])|([~&])|([^\\{}\[\]$~&]+)", re.S)
-WORD, SYMBOL, DOLLAR, BRACE, BRACKET, TIE, TEXT, LITERAL = range(1, 9)
 LABEL = re.compile(r"\\label\s*\{[^{}]*\}")
 BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
 SPACES = re.compile(r"[ \t\r\f\v]+")
@@ -83,7 +91,7 @@ PUNCT_SPACE = re.compile(r"[ ]+(?=[.,;:!?])")
 PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
 
 
-class LatexConverter:
+class LatexConverter(LatexTokens):
     """Convert one LaTeX fragment; `theorems` maps environment names to printed titles."""
 
     def __init__(
@@ -97,137 +105,12 @@ class LatexConverter:
         `source` starts."""
         if "\x00" in source or "\x01" in source:  # reserved for placeholders
             source = source.replace("\x00", "").replace("\x01", "")
-        self.src = source
+        super().__init__(source, declared)
         self.theorems = {**THEOREMS, **(theorems or {})}
         self.counts = counts if counts is not None else Counter()
-        self.kind: list[int] = []
-        self.val: list[str] = []
-        self.start: list[int] = []
-        self.end: list[int] = []
-        self.literal: dict[int, Span] = {}  # token index -> its inline literal span
-        self.env_body: dict[int, Span] = {}  # start of a literal environment -> its span
-        pos = 0
-        self.spans = LiteralSpans(source, declared)
-        for span in self.spans.spans:
-            self._tokenize(pos, span.start)
-            if span.kind == "env":  # \begin{name}[args], the body as one TEXT token, \end{name}
-                self.env_body[span.start] = span
-                self._tokenize(span.start, span.inner_start)
-                self._add(TEXT, span.inner_start, span.inner_end)
-                self._tokenize(span.inner_end, span.end)
-            else:
-                self.literal[len(self.kind)] = span
-                self._add(LITERAL, span.start, span.end)
-            pos = span.end
-        self._tokenize(pos, len(source))
-        self.n = len(self.kind)
         self.code: list[str] = []
         self.frames: list[Frame] = []  # `convert`'s stack
         self.captures = 0  # `_capture`s open
-        self.closers: dict[str, list[int]] = {}  # \) or \] -> its token indices, for `_find_symbol`
-        self.stops: dict[int, int | None] = {}  # token -> the ']' a bracket walk through it stops at
-        self._match_braces()
-        self._match_environments()
-
-    # --- structure -------------------------------------------------------------------------
-    def _tokenize(self, start: int, end: int) -> None:
-        for m in TOKEN.finditer(self.src, start, end):
-            self.kind.append(m.lastindex)
-            self.val.append(m.group(m.lastindex))
-            self.start.append(m.start())
-            self.end.append(m.end())
-
-    def _add(self, kind: int, start: int, end: int) -> None:
-        if start < end:
-            self.kind.append(kind)
-            self.val.append(self.src[start:end])
-            self.start.append(start)
-            self.end.append(end)
-
-    def _match_braces(self) -> None:
-        self.match: dict[int, int] = {}
-        stack: list[int] = []
-        for i, (k, v) in enumerate(zip(self.kind, self.val)):
-            if k == BRACE:
-                if v == "{":
-                    stack.append(i)
-                elif stack:
-                    self.match[stack.pop()] = i
-        for i in stack:
-            self.match[i] = self.n
-
-    def _env_name(self, i: int) -> tuple[str, int] | None:
-        """Name in `\\begin{name}` / `\\end{name}` at token i, and the token index after it."""
-        j = i + 1
-        if j < self.n and self.kind[j] == TEXT and not self.val[j].strip():
-            j += 1
-        if j + 2 < self.n and self.val[j] == "{" and self.kind[j + 1] == TEXT and self.val[j + 2] == "}":
-            return self.val[j + 1].strip(), j + 3
-        return None
-
-    def _match_environments(self) -> None:
-        self.env_end: dict[int, int] = {}
-        stack: list[tuple[str, int]] = []
-        open_names: Counter = Counter()  # names on the stack: an \end of no open one is skipped in O(1)
-        for i in range(self.n):
-            if self.kind[i] != WORD or self.val[i] not in ("\\begin", "\\end"):
-                continue
-            named = self._env_name(i)
-            if named is None:
-                continue
-            if self.val[i] == "\\begin":
-                stack.append((named[0], i))
-                open_names[named[0]] += 1
-            elif open_names[named[0]]:
-                while stack:
-                    name, b = stack.pop()
-                    open_names[name] -= 1
-                    self.env_end[b] = i
-                    if name == named[0]:
-                        break
-
-    # --- argument helpers --------------------------------------------------------------------
-    def _next(self, i: int) -> int:
-        """Index of the next token that is not a blank text run (no blank line crossed)."""
-        while i < self.n and self.kind[i] == TEXT and not self.val[i].strip() and self.val[i].count("\n") < 2:
-            i += 1
-        return i
-
-    def _bracket_end(self, i: int) -> int | None:
-        """For '[' at i: index of its ']' at brace depth 0, None when a blank line or the end comes
-        first. Remembered: the stop found from each token walked holds for every '[' whose walk
-        reaches that token, so a run of unclosed \\item[ in one paragraph stays linear."""
-        k, walked = i + 1, []
-        while k < self.n and k not in self.stops:
-            walked.append(k)
-            if self.kind[k] == BRACE and self.val[k] == "{":
-                k = self.match[k] + 1
-            elif (self.val[k] == "]" and self.kind[k] == BRACKET) or (
-                self.kind[k] == TEXT and self.val[k].count("\n") >= 2
-            ):
-                break
-            else:
-                k += 1
-        stop = self.stops.get(k, k if k < self.n and self.kind[k] == BRACKET else None)
-        for w in walked:
-            self.stops[w] = stop
-        return stop
-
-    def _skip_args(self, i: int, shape: str) -> int:
-        for c in shape:
-            j = self._next(i)
-            if j >= self.n:
-                return j
-            if c == "[" and self.val[j] == "[" and self.kind[j] == BRACKET:
-                close = self._bracket_end(j)
-                if close is not None:
-                    i = close + 1
-            elif c == "{":
-                if self.val[j] == "{" and self.kind[j] == BRACE:
-                    i = self.match[j] + 1
-                elif self.kind[j] in (WORD, SYMBOL) or (self.kind[j] == TEXT and len(self.val[j]) == 1):
-                    i = j + 1
-        return i
 
     # --- conversion ----------------------------------------------------------------------------
     def convert(self, i: int, j: int, out: list[str]) -> None:
@@ -295,22 +178,6 @@ class LatexConverter:
 
         self._enter(i, j, out, finish)
         return True
-
-    def _find(self, i: int, j: int, kind: int, value: str) -> int | None:
-        for k in range(i, j):
-            if self.kind[k] == kind and self.val[k] == value:
-                return k
-            if kind == DOLLAR and self.kind[k] == TEXT and self.val[k].count("\n") >= 2:
-                return None  # TeX forbids a paragraph break inside $...$
-        return None
-
-    def _find_symbol(self, i: int, j: int, value: str) -> int | None:
-        """First `value` symbol token in [i, j): a bisect, so unclosed \\( runs stay linear."""
-        if value not in self.closers:
-            self.closers[value] = [k for k in range(self.n) if self.kind[k] == SYMBOL and self.val[k] == value]
-        at = self.closers[value]
-        k = bisect.bisect_left(at, i)
-        return at[k] if k < len(at) and at[k] < j else None
 
     def _dollar(self, i: int, j: int, out: list[str]) -> int:
         close = self._find(i + 1, j, DOLLAR, self.val[i])
