@@ -22,6 +22,7 @@ from kiln.data.prepare_config import (
     STAGES,
     InjectOptions,
     PrepareConfig,
+    arms_labels,
     period_bounds,
 )
 from kiln.errors import ConfigError
@@ -110,6 +111,7 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
                      "'kiln:RUN_DIR'")
     if not 0.0 <= b2.threshold <= 1.0:
         raise ConfigError(f"prepare.brain_rot_m2.threshold must be in [0, 1], got {b2.threshold}")
+    _check_arms(cfg, on)
     _check_period(cfg, on)
     a = cfg.arxiv
     if "arxiv_metadata" in on and not a.snapshot:
@@ -165,6 +167,35 @@ def _check_perplexity(cfg: PrepareConfig, on: set[str]) -> None:
     elif not 0.0 < p.fraction <= 1.0:
         raise ConfigError(f"prepare.perplexity.fraction must be in (0, 1] for mode '{p.mode}', "
                      f"got {p.fraction}")
+
+
+def _check_arms(cfg: PrepareConfig, on: set[str]) -> None:
+    o = cfg.brain_rot_arms
+    _choice("brain_rot_arms.labels", o.labels, ("", "m1", "m2"))
+    if not 0.0 <= o.ratio <= 1.0:
+        raise ConfigError(f"prepare.brain_rot_arms.ratio must be in [0, 1] (the junk share of the "
+                          f"budget), got {o.ratio}")
+    if o.budget < 0:
+        raise ConfigError(f"prepare.brain_rot_arms.budget must be >= 0 tokens (0: as many as the "
+                          f"scarcer arm holds), got {o.budget}")
+    if "brain_rot_arms" not in on:
+        return
+    before = cfg.stages[: cfg.stages.index("brain_rot_arms")]
+    labels = arms_labels(cfg)
+    if not labels:
+        raise ConfigError("prepare.stages: 'brain_rot_arms' follows both 'brain_rot_m1' and "
+                          "'brain_rot_m2': set prepare.brain_rot_arms.labels to 'm1' or 'm2'")
+    stage = f"brain_rot_{labels}"
+    if stage not in before:
+        raise ConfigError(f"prepare.brain_rot_arms.labels = '{labels}' needs '{stage}' before "
+                          "'brain_rot_arms' in prepare.stages")
+    if getattr(cfg, stage).mode != "tag":
+        raise ConfigError(f"prepare.{stage}.mode must be 'tag' before 'brain_rot_arms': mode "
+                          f"'{getattr(cfg, stage).mode}' drops the junk the arms are built from")
+    if labels == "m2" and not (o.tokenizer or cfg.brain_rot_m1.tokenizer):
+        raise ConfigError("prepare.brain_rot_arms.tokenizer is empty: M2 labels need a local "
+                          "tokenizer.json to count the budget's tokens (the paper counts Llama-3 "
+                          "tokens; a Kiln run's tokenizer/tokenizer.json will do)")
 
 
 def _check_period(cfg: PrepareConfig, on: set[str]) -> None:

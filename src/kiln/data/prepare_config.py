@@ -107,6 +107,15 @@ class BrainRotM2Options:
 
 
 @dataclass
+class BrainRotArmsOptions:
+    labels: str = ""  # m1 | m2 | "" (the one of brain_rot_m1 / brain_rot_m2 before the stage)
+    ratio: float = 0.5  # junk share of the budget's tokens, in [0, 1] (0: control arm, 1: junk)
+    budget: int = 0  # tokens of the arm; 0: min(junk, control tokens of the pool)
+    seed: int = 0  # fill order (filters.arms.order_key)
+    tokenizer: str = ""  # m2 labels: tokenizer.json for counts ("": brain_rot_m1.tokenizer)
+
+
+@dataclass
 class PeriodOptions:
     periods: list[str] = field(default_factory=list)  # "1800-1849" (Chronoberg) or "START-END"
     keep_undated: bool = False
@@ -150,6 +159,7 @@ class PrepareConfig:
     perplexity: PerplexityOptions = field(default_factory=PerplexityOptions)
     brain_rot_m1: BrainRotM1Options = field(default_factory=BrainRotM1Options)
     brain_rot_m2: BrainRotM2Options = field(default_factory=BrainRotM2Options)
+    brain_rot_arms: BrainRotArmsOptions = field(default_factory=BrainRotArmsOptions)
     period: PeriodOptions = field(default_factory=PeriodOptions)
     arxiv: ArxivOptions = field(default_factory=ArxivOptions)
 
@@ -171,6 +181,7 @@ STAGES: dict[str, StageSpec] = {
     "quality": StageSpec(f"{_S}:quality_stage"),
     "brain_rot_m1": StageSpec(f"{_S}:brain_rot_m1_stage"),
     "brain_rot_m2": StageSpec(f"{_S}:brain_rot_m2_stage"),
+    "brain_rot_arms": StageSpec(f"{_S}:brain_rot_arms_stage"),
     "perplexity": StageSpec(f"{_S}:perplexity_stage"),
     "perplexity_select": StageSpec(f"{_S}:perplexity_select_stage"),
     "pii": StageSpec(f"{_S}:pii_stage"),
@@ -187,6 +198,7 @@ STAGES: dict[str, StageSpec] = {
 NEEDS_BEFORE = {
     "latex": ("arxiv_sources",),
     "perplexity_select": ("perplexity",),
+    "brain_rot_arms": ("brain_rot_m1", "brain_rot_m2"),
     "period": ("dating", "arxiv_metadata"),
 }
 # reader -> the stage whose documents it reads when it is not first (arxiv_sources fetches
@@ -229,6 +241,17 @@ def decontaminate_pii_types(cfg: PrepareConfig) -> list[str] | None:
     if stages.index("pii") > stages.index("decontaminate"):
         return None
     return list(cfg.pii.types or PII_TYPE_NAMES)
+
+
+def arms_labels(cfg: PrepareConfig) -> str:
+    """The labels `brain_rot_arms` reads: `brain_rot_arms.labels`, or "m1" / "m2" for the
+    labelling stage before it ("" when neither or both are, which `prepare_checks` refuses)."""
+    if cfg.brain_rot_arms.labels:
+        return cfg.brain_rot_arms.labels
+    stages = cfg.stages
+    before = stages[: stages.index("brain_rot_arms")] if "brain_rot_arms" in stages else stages
+    found = [m for m in ("m1", "m2") if f"brain_rot_{m}" in before]
+    return found[0] if len(found) == 1 else ""
 
 
 def period_bounds(name: str) -> tuple[int, int]:

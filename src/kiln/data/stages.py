@@ -17,7 +17,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 
 from kiln import strict_json
 from kiln.atomic import write_json_atomic
-from kiln.data.prepare_config import decontaminate_pii_types, period_bounds
+from kiln.data.prepare_config import arms_labels, decontaminate_pii_types, period_bounds
 from kiln.data.stage_registry import StageContext, StagePlan
 from kiln.errors import ConfigError, KilnError
 
@@ -324,6 +324,71 @@ def perplexity_select_stage(ctx: StageContext) -> StagePlan:
                 [StoredThresholdSelector(p.mode, out, ctx.exclusion_writer())])
 
     return StagePlan(barrier=barrier)
+
+
+class ArmPlanner(PipelineStep):
+    """One task over every labelled document: each Brain Rot arm's cut -> a JSON file.
+
+    Token counts: M1's `m1_tokens` (its tokenizer, special tokens included, as the paper), or
+    for M2 labels the count of `tokenizer` (a local tokenizer.json) in the same way.
+    """
+
+    type = "📊 - SCORER"
+    name = "⚖️ Kiln Brain Rot arms plan"
+
+    def __init__(self, labels: str, ratio: float, budget: int, seed: int, tokenizer: str,
+                 out: Path):
+        super().__init__()
+        self.labels, self.ratio, self.budget, self.seed = labels, ratio, budget, seed
+        self.tokenizer, self.out = tokenizer, Path(out)
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
+        from kiln.data.filters.arms import arm_of, order_key, plan_arms
+        from kiln.data.filters.engagement import TokenizerLength
+        from kiln.errors import RunDataError
+
+        if world_size != 1:
+            raise ValueError("the Brain Rot arms plan needs every document: run with tasks=1")
+        length = TokenizerLength(self.tokenizer) if self.labels == "m2" else None
+
+        def items():
+            for doc in data or ():
+                arm, _ = arm_of(doc, self.labels)
+                if arm is not None:
+                    tokens = length(doc.text) if length else doc.metadata["m1_tokens"]
+                    yield arm, order_key(self.seed, doc.id, doc.text), tokens
+
+        try:
+            plan = plan_arms(items(), self.ratio, self.budget)
+        except ValueError as e:
+            raise RunDataError(f"prepare.brain_rot_arms.budget: {e}") from None
+        for arm in ("junk", "control"):
+            self.stat_update(f"{arm}_tokens", value=plan[arm]["tokens"])
+        write_json_atomic(self.out, {"labels": self.labels, "seed": self.seed, **plan})
+        return
+        yield  # a generator that yields nothing: the documents stay in the intermediate folder
+
+
+def brain_rot_arms_stage(ctx: StageContext) -> StagePlan:
+    """Junk / control documents at `ratio` within `budget` tokens: plan (one task), then keep."""
+    from kiln.data.dedup import Stage
+    from kiln.data.filters.arms import ArmSelector
+
+    o = ctx.cfg.brain_rot_arms
+    labels = arms_labels(ctx.cfg)
+    tokenizer = o.tokenizer or ctx.cfg.brain_rot_m1.tokenizer
+    if labels == "m2":
+        _need_tokenizer("brain_rot_arms.tokenizer" if o.tokenizer else "brain_rot_m1.tokenizer",
+                        tokenizer)
+
+    def barrier(make_reader, work_dir: Path):
+        out = work_dir / "arms.json"
+        step = ArmPlanner(labels, o.ratio, o.budget, o.seed, tokenizer, out)
+        return ([Stage("arms_plan", [make_reader(), step], 1)],
+                [ArmSelector(labels, o.seed, out, ctx.exclusion_writer())])
+
+    return StagePlan(barrier=barrier, record={"labels": labels, "ratio": o.ratio,
+                                              "budget": o.budget, "seed": o.seed})
 
 
 def dating_stage(ctx: StageContext) -> PipelineStep:

@@ -1,0 +1,136 @@
+"""Brain Rot token-matched arms: junk and control documents mixed at a junk ratio r within a
+fixed token budget B (Xing et al. 2025, arXiv:2510.13928: "classify until control tokens
+exceed 1,223,412, cap junk at the same budget"; dose-response arms r in {0, .2, .5, .8, 1},
+"total tokens fixed").
+
+A budget needs every labelled document's token count, so, as perplexity selection does, it
+is two passes: `plan_arms` (one task over the whole labelled pool) picks each arm's cut in a
+fixed order, and `ArmSelector` applies the cut while streaming.
+
+- Labels: M1's `m1_class` ("junk" / "control"; "neither" and "unknown" are dropped as
+  `arms_m1_neither` / `arms_m1_unknown`), or M2's `m2_label` ("junk" / "high_quality" =
+  control; "unparsed" dropped as `arms_m2_unparsed`).
+- Targets: junk = round(r * B) tokens, control = B - junk (they add up to B exactly).
+- Order: each arm's documents sorted by `order_key` = sha256 of (seed, id, text): seeded,
+  and the same whatever `prepare.tasks` shards the input into (pool order is not).
+- Fill: documents are taken in that order while the arm's total is still below its target,
+  so the arm stops *after* crossing it (as the paper's "until control tokens exceed"): its
+  tokens are in [target, target + the last document's tokens), one document of overshoot at
+  most; a target of 0 takes nothing. Documents past the cut are dropped as
+  `arms_junk_over_budget` / `arms_control_over_budget`.
+- B = 0: B = min(junk tokens, control tokens) of the pool, the largest budget *every* ratio
+  can fill, so the five dose-response arms made with B = 0 from one pool share their total
+  (for r = 0.5 alone, 2 * min would fit, but then the arms' totals would differ).
+- Exact duplicates (same id and text) share a key and are kept or cut together: run
+  `dedup_exact` first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+
+from datatrove.data import Document
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from datatrove.pipeline.writers.disk_base import DiskWriter
+
+ARMS = ("junk", "control")
+LABEL_KEYS = {"m1": "m1_class", "m2": "m2_label"}
+# label value -> arm; any other value is dropped as arms_<labels>_<value>
+ARM_OF = {"m1": {"junk": "junk", "control": "control"},
+          "m2": {"junk": "junk", "high_quality": "control"}}
+
+
+def order_key(seed: int, doc_id: str, text: str) -> str:
+    """The document's place in its arm's fill order (hex sha256; a seed reorders all)."""
+    h = hashlib.sha256(f"{seed}\0{doc_id}\0".encode("utf-8", "surrogatepass"))
+    h.update(text.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def arm_of(doc: Document, labels: str) -> tuple[str | None, str]:
+    """(arm, "") for a junk / control document, else (None, drop reason)."""
+    key = LABEL_KEYS[labels]
+    if key not in doc.metadata:
+        raise KeyError(f"document {doc.id} has no metadata[{key!r}]: run brain_rot_{labels} "
+                       "(mode 'tag') before brain_rot_arms")
+    label = doc.metadata[key]
+    arm = ARM_OF[labels].get(label)
+    return (arm, "") if arm else (None, f"arms_{labels}_{label}")
+
+
+def targets(ratio: float, budget: int) -> dict[str, int]:
+    """Token targets of the two arms: junk round(r * B), control the rest of B."""
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"ratio must be in [0, 1], got {ratio}")
+    junk = round(ratio * budget)
+    return {"junk": junk, "control": budget - junk}
+
+
+def plan_arms(items: Iterable[tuple[str, str, int]], ratio: float, budget: int) -> dict:
+    """Each arm's cut from (arm, order_key, tokens) of every labelled document.
+
+    Returns {"budget", "ratio", "pool": {arm: tokens}, arm: {"target", "tokens", "docs",
+    "cutoff"}}, `cutoff` the largest key kept (None: none kept). Raises ValueError when the
+    pool holds fewer tokens than an arm's target, naming what each arm has.
+    """
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    by_arm: dict[str, list[tuple[str, int]]] = {arm: [] for arm in ARMS}
+    for arm, key, tokens in items:
+        by_arm[arm].append((key, int(tokens)))
+    pool = {arm: sum(t for _, t in docs) for arm, docs in by_arm.items()}
+    if budget == 0:
+        budget = min(pool.values())
+    want = targets(ratio, budget)
+    short = [arm for arm in ARMS if pool[arm] < want[arm]]
+    if short:
+        raise ValueError(
+            f"budget {budget:,} tokens at ratio {ratio} needs {want['junk']:,} junk and "
+            f"{want['control']:,} control tokens, but the pool has {pool['junk']:,} junk tokens "
+            f"({len(by_arm['junk'])} documents) and {pool['control']:,} control tokens "
+            f"({len(by_arm['control'])} documents): lower the budget (0: the most both arms "
+            "allow)")
+    plan: dict = {"budget": budget, "ratio": ratio, "pool": pool}
+    for arm in ARMS:
+        total, taken, cutoff = 0, 0, None
+        for key, tokens in sorted(by_arm[arm]):
+            if total >= want[arm]:
+                break
+            total, taken, cutoff = total + tokens, taken + 1, key
+        plan[arm] = {"target": want[arm], "tokens": total, "docs": taken, "cutoff": cutoff}
+    return plan
+
+
+class ArmSelector(BaseFilter):
+    """Keep the documents of the plan's arms (`order_key <= cutoff`), tagging `brain_rot_arm`;
+    the plan is a dict or the JSON file the planning pass wrote (read in the worker)."""
+
+    name = "⚖️ Brain Rot arms"
+
+    def __init__(self, labels: str, seed: int, plan: dict | Path,
+                 exclusion_writer: DiskWriter | None = None):
+        super().__init__(exclusion_writer)
+        if labels not in LABEL_KEYS:
+            raise ValueError(f"labels must be one of {list(LABEL_KEYS)}, got {labels!r}")
+        self.labels, self.seed = labels, seed
+        self.plan_path = None if isinstance(plan, dict) else Path(plan)
+        self._plan = plan if isinstance(plan, dict) else None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_plan": None if self.plan_path else self._plan}
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        if self._plan is None:
+            from kiln import strict_json
+
+            self._plan = strict_json.loads(self.plan_path.read_text(encoding="utf-8"))
+        arm, reason = arm_of(doc, self.labels)
+        if arm is None:
+            return False, reason
+        cutoff = self._plan[arm]["cutoff"]
+        if cutoff is None or order_key(self.seed, doc.id, doc.text) > cutoff:
+            return False, f"arms_{arm}_over_budget"
+        doc.metadata["brain_rot_arm"] = arm
+        return True

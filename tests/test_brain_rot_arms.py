@@ -1,0 +1,228 @@
+"""Brain Rot token-matched arms (`brain_rot_arms`): the digest's budget-matcher checks, the
+fill order (seeded, the same for any `prepare.tasks`) and the refusals."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from datatrove.data import Document
+from datatrove.pipeline.base import PipelineStep
+
+from kiln.config import ConfigError
+from kiln.data import pipeline as pl
+from kiln.data import prepare_config as pc
+from kiln.data import stage_registry
+from kiln.data.filters.arms import ArmSelector, order_key, plan_arms, targets
+from kiln.data.pipeline import PrepareConfig, register_stage, run_prepare
+from kiln.data.prepare_checks import validate_prepare
+from kiln.data.prepared import read_documents
+from kiln.errors import RunDataError
+
+
+def pool(n: int = 2000, seed: int = 7) -> list[Document]:
+    """Labelled tweets of random lengths: junk 3..29 tokens, control 101..300, some neither."""
+    rng = random.Random(seed)
+    docs = []
+    for i in range(n):
+        label = rng.choice(["junk", "control", "neither"])
+        tokens = rng.randint(3, 29) if label == "junk" else rng.randint(101, 300)
+        docs.append(Document(text=f"tweet {i}", id=f"d{i}",
+                             metadata={"m1_class": label, "m1_tokens": tokens}))
+    return docs
+
+
+def build(docs: list[Document], ratio: float, budget: int, seed: int = 0) -> tuple[dict, list]:
+    items = [(d.metadata["m1_class"], order_key(seed, d.id, d.text), d.metadata["m1_tokens"])
+             for d in docs if d.metadata["m1_class"] in ("junk", "control")]
+    plan = plan_arms(items, ratio, budget)
+    sel = ArmSelector("m1", seed, plan)
+    kept = [d for d in docs if sel.filter(d) is True]
+    return plan, kept
+
+
+def arm_tokens(kept: list[Document], arm: str) -> list[int]:
+    return [d.metadata["m1_tokens"] for d in kept if d.metadata["brain_rot_arm"] == arm]
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.2, 0.5, 0.8, 1.0])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_each_arm_reaches_its_target_and_overshoots_by_at_most_one_document(ratio, seed):
+    docs = pool(seed=seed)
+    budget = 8_000
+    plan, kept = build(docs, ratio, budget, seed)
+    want = targets(ratio, budget)
+    for arm in ("junk", "control"):
+        tokens = arm_tokens(kept, arm)
+        assert sum(tokens) == plan[arm]["tokens"] and len(tokens) == plan[arm]["docs"]
+        if want[arm] == 0:
+            assert tokens == []  # r = 0 and r = 1 are pure
+            continue
+        last = sorted((order_key(seed, d.id, d.text), d.metadata["m1_tokens"]) for d in kept
+                      if d.metadata["brain_rot_arm"] == arm)[-1][1]
+        assert want[arm] <= sum(tokens) < want[arm] + last  # stops just after crossing
+        assert sum(tokens) - last < want[arm]  # one document fewer would fall short
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_20_percent_mixture_has_a_fifth_junk_tokens(seed):
+    _, kept = build(pool(seed=seed), 0.2, 8_000, seed)
+    junk, control = sum(arm_tokens(kept, "junk")), sum(arm_tokens(kept, "control"))
+    assert 0.19 <= junk / (junk + control) <= 0.21
+
+
+def test_pure_arms_and_neither_documents_dropped_by_reason():
+    docs = pool()
+    for ratio, arm in ((0.0, "control"), (1.0, "junk")):
+        _, kept = build(docs, ratio, 3_000)
+        assert kept and {d.metadata["m1_class"] for d in kept} == {arm}
+    sel = ArmSelector("m1", 0, build(docs, 0.5, 3_000)[0])
+    neither = next(d for d in docs if d.metadata["m1_class"] == "neither")
+    assert sel.filter(neither) == (False, "arms_m1_neither")
+    reasons = {sel.filter(d) for d in docs if d.metadata["m1_class"] != "neither"}
+    assert {(False, "arms_junk_over_budget"), (False, "arms_control_over_budget"), True} == reasons
+
+
+def test_the_fill_order_is_seeded_and_deterministic():
+    docs = pool()
+    ids = [sorted(d.id for d in build(docs, 0.5, 6_000, seed)[1]) for seed in (0, 0, 1)]
+    assert ids[0] == ids[1] and ids[0] != ids[2]
+
+
+def test_budget_zero_is_what_the_scarcer_arm_holds():
+    docs = pool()
+    plan, _ = build(docs, 0.5, 0)
+    assert plan["budget"] == min(plan["pool"].values())
+    for ratio in (0.0, 1.0):  # every ratio fills that budget, so the arms share their total
+        assert build(docs, ratio, 0)[0]["budget"] == plan["budget"]
+
+
+def test_a_budget_past_the_pool_names_what_each_arm_has():
+    docs = pool()
+    plan, _ = build(docs, 0.5, 0)
+    junk, control = plan["pool"]["junk"], plan["pool"]["control"]
+    with pytest.raises(ValueError, match=rf"pool has {junk:,} junk tokens .* {control:,} control"):
+        build(docs, 1.0, junk + 1)
+    with pytest.raises(ValueError, match="ratio must be in"):
+        targets(1.5, 10)
+
+
+def test_m2_labels_high_quality_is_control_and_unparsed_is_dropped():
+    plan = {"junk": {"cutoff": "f" * 64}, "control": {"cutoff": "f" * 64}}
+    sel = ArmSelector("m2", 0, plan)
+    labelled = {lab: Document(text="t", id=lab, metadata={"m2_label": lab})
+                for lab in ("junk", "high_quality", "unparsed")}
+    assert sel.filter(labelled["junk"]) is True
+    assert sel.filter(labelled["high_quality"]) is True
+    assert labelled["high_quality"].metadata["brain_rot_arm"] == "control"
+    assert sel.filter(labelled["unparsed"]) == (False, "arms_m2_unparsed")
+    with pytest.raises(KeyError, match="m2_label.*brain_rot_m2"):
+        sel.filter(Document(text="t", id="x", metadata={}))
+
+
+# ---- through the prepare pipeline --------------------------------------------------------------
+
+class FakeM1(PipelineStep):
+    """M1's tags from each record's `kind` field, tokens = words (no tokenizer file needed)."""
+
+    name = "fake M1"
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        for doc in data:
+            doc.metadata.update(m1_class=doc.metadata["kind"], m1_tokens=len(doc.text.split()))
+            yield doc
+
+
+@pytest.fixture
+def fake_m1():
+    saved, saved_f = dict(pl.STAGES), dict(stage_registry._FACTORIES)
+    register_stage("brain_rot_m1", lambda ctx: FakeM1())
+    yield
+    pl.STAGES.clear(), pl.STAGES.update(saved)
+    stage_registry._FACTORIES.clear(), stage_registry._FACTORIES.update(saved_f)
+
+
+def tweets_corpus(tmp_path):
+    rng = random.Random(3)
+    src = tmp_path / "src"
+    src.mkdir()
+    for f in range(6):
+        with open(src / f"s{f}.jsonl", "w") as out:
+            for i in range(60):
+                kind = rng.choice(["junk", "control", "neither"])
+                n = rng.randint(2, 29) if kind == "junk" else rng.randint(101, 160)
+                words = " ".join(f"w{f}_{i}_{k}" for k in range(n))
+                out.write(json.dumps({"text": words, "kind": kind}) + "\n")
+    return src
+
+
+def arms_cfg(tasks: int, **options) -> PrepareConfig:
+    return PrepareConfig(stages=["read", "brain_rot_m1", "brain_rot_arms", "write"], tasks=tasks,
+                         brain_rot_m1=pc.BrainRotM1Options(tokenizer="unused", mode="tag"),
+                         brain_rot_arms=pc.BrainRotArmsOptions(**options))
+
+
+def test_the_arms_are_the_same_for_one_and_three_tasks(tmp_path, fake_m1):
+    src = tweets_corpus(tmp_path)
+    kept, plans = [], []
+    for tasks in (1, 3):
+        run = tmp_path / f"t{tasks}"
+        run_prepare(arms_cfg(tasks, ratio=0.2, budget=6000, seed=5), run, [str(src)],
+                    progress=False)
+        docs = list(read_documents(run))
+        kept.append(sorted((d.id, d.metadata["brain_rot_arm"]) for d in docs))
+        plans.append(json.loads((run / "prepare_work/brain_rot_arms/arms.json").read_text()))
+        junk = sum(d.metadata["m1_tokens"] for d in docs if d.metadata["brain_rot_arm"] == "junk")
+        total = sum(d.metadata["m1_tokens"] for d in docs)
+        assert 0.19 <= junk / total <= 0.21 and 6000 <= total
+        assert plans[-1]["junk"]["target"] == 1200 and plans[-1]["control"]["target"] == 4800
+        yields = json.loads((run / "yield.json").read_text())
+        assert "arms_m1_neither" in json.dumps(yields)  # dropped, counted by reason
+    assert kept[0] == kept[1] and plans[0] == plans[1]
+
+
+def test_a_budget_the_pool_cannot_fill_stops_the_prepare(tmp_path, fake_m1):
+    src = tweets_corpus(tmp_path)
+    with pytest.raises(RunDataError, match=r"prepare.brain_rot_arms.budget: .*pool has [\d,]+ "
+                                           r"junk tokens .* [\d,]+ control tokens"):
+        run_prepare(arms_cfg(1, ratio=1.0, budget=10**9), tmp_path / "run", [str(src)],
+                    progress=False)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (dict(arms=dict(ratio=1.5)), r"brain_rot_arms.ratio must be in \[0, 1\].*1.5"),
+    (dict(arms=dict(ratio=-0.1)), r"brain_rot_arms.ratio must be in \[0, 1\]"),
+    (dict(arms=dict(budget=-1)), r"brain_rot_arms.budget must be >= 0"),
+    (dict(arms=dict(labels="m3")), r"brain_rot_arms.labels: 'm3'"),
+    (dict(stages=["read", "brain_rot_arms", "write"]),
+     r"'brain_rot_arms' needs 'brain_rot_m1' or 'brain_rot_m2' before it"),
+    (dict(stages=["read", "brain_rot_arms", "brain_rot_m1", "write"]),
+     r"'brain_rot_arms' needs 'brain_rot_m1' or 'brain_rot_m2' before it"),
+    (dict(m1_mode="drop"), r"brain_rot_m1.mode must be 'tag' before 'brain_rot_arms'"),
+    (dict(stages=["read", "brain_rot_m1", "brain_rot_m2", "brain_rot_arms", "write"]),
+     r"set prepare.brain_rot_arms.labels"),
+    (dict(arms=dict(labels="m2")), r"labels = 'm2' needs 'brain_rot_m2' before"),
+    (dict(stages=["read", "brain_rot_m2", "brain_rot_arms", "write"], m1_tokenizer=""),
+     r"brain_rot_arms.tokenizer is empty"),
+])
+def test_bad_arms_settings_are_refused_at_load(change, message):
+    stages = change.get("stages", ["read", "brain_rot_m1", "brain_rot_arms", "write"])
+    cfg = PrepareConfig(stages=stages,
+                        brain_rot_m1=pc.BrainRotM1Options(tokenizer=change.get("m1_tokenizer", "t"),
+                                                          mode=change.get("m1_mode", "tag")),
+                        brain_rot_m2=pc.BrainRotM2Options(mode="tag"),
+                        brain_rot_arms=pc.BrainRotArmsOptions(**change.get("arms", {})))
+    if "brain_rot_m1" not in stages:
+        cfg.brain_rot_m1.tokenizer = change.get("m1_tokenizer", "t")
+    with pytest.raises(ConfigError, match=message):
+        validate_prepare(cfg)
+
+
+def test_a_good_arms_config_loads():
+    validate_prepare(arms_cfg(1, ratio=0.8, budget=1000))
+    cfg = arms_cfg(1, labels="m2", tokenizer="tok.json")
+    cfg.stages = ["read", "brain_rot_m2", "brain_rot_arms", "write"]
+    cfg.brain_rot_m2.mode = "tag"
+    validate_prepare(cfg)
+    assert pc.arms_labels(cfg) == "m2"
