@@ -18,6 +18,7 @@ from kiln.data.filters.arms import ArmSelector, order_key, plan_arms, targets
 from kiln.data.pipeline import PrepareConfig, register_stage, run_prepare
 from kiln.data.prepare_checks import validate_prepare
 from kiln.data.prepared import read_documents
+from kiln.data.tokenizer import train_tokenizer
 from kiln.errors import RunDataError
 
 
@@ -106,6 +107,9 @@ def test_a_budget_past_the_pool_names_what_each_arm_has():
         build(docs, 1.0, junk + 1)
     with pytest.raises(ValueError, match="ratio must be in"):
         targets(1.5, 10)
+    only_control = [d for d in docs if d.metadata["m1_class"] != "junk"]
+    with pytest.raises(ValueError, match=r"budget 0 tokens .* pool has 0 junk tokens \(0 doc"):
+        build(only_control, 0.0, 0)  # a budget of 0 would keep nothing, not even at ratio 0
 
 
 def test_m2_labels_high_quality_is_control_and_unparsed_is_dropped():
@@ -226,3 +230,38 @@ def test_a_good_arms_config_loads():
     cfg.brain_rot_m2.mode = "tag"
     validate_prepare(cfg)
     assert pc.arms_labels(cfg) == "m2"
+
+
+JUNK_TWEETS = ["You WON'T BELIEVE what happened next!!! #viral @everyone",
+               "Doctors HATE this one weird trick!!! Click now #shocking",
+               "Living my best life on a yacht again, so blessed!!! #rich #winning"]
+GOOD_TWEETS = ["The survey of river temperatures found that late summer reduced oxygen levels, "
+               "which means fish moved upstream to the colder tributaries.",
+               "Our analysis of the census tables shows that household size fell in most "
+               "districts, because younger residents moved to the larger towns."]
+
+
+def test_m2_arms_count_tokens_with_the_tokenizer_through_the_pipeline(tmp_path):
+    """The real M2 heuristic judge tags; tokens are the tokenizer's count of each kept text."""
+    from kiln.data.filters.engagement import TokenizerLength
+
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "t.jsonl", "w") as out:
+        for i in range(40):
+            text = JUNK_TWEETS[i % 3] if i % 2 else GOOD_TWEETS[i // 2 % 2]
+            out.write(json.dumps({"text": f"{text} ({i})"}) + "\n")
+    tok = tmp_path / "tok.json"
+    train_tokenizer(JUNK_TWEETS + GOOD_TWEETS, 300, tok, show_progress=False)
+    cfg = PrepareConfig(stages=["read", "brain_rot_m2", "brain_rot_arms", "write"],
+                        brain_rot_m2=pc.BrainRotM2Options(mode="tag"),
+                        brain_rot_arms=pc.BrainRotArmsOptions(ratio=0.5, tokenizer=str(tok)))
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    plan = json.loads((tmp_path / "run/prepare_work/brain_rot_arms/arms.json").read_text())
+    assert plan["labels"] == "m2" and plan["budget"] == min(plan["pool"].values()) > 0
+    length = TokenizerLength(tok)
+    docs = list(read_documents(tmp_path / "run"))
+    for arm, label in (("junk", "junk"), ("control", "high_quality")):
+        mine = [d for d in docs if d.metadata["brain_rot_arm"] == arm]
+        assert mine and {d.metadata["m2_label"] for d in mine} == {label}
+        assert sum(length(d.text) for d in mine) == plan[arm]["tokens"] >= plan[arm]["target"]

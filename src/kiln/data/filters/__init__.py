@@ -1,6 +1,8 @@
 """Document filters as datatrove pipeline steps: per-domain quality rules, Brain Rot junk rules
-(M1 engagement, M2 semantic judge) and perplexity scoring + surplexity selection."""
+(M1 engagement, M2 semantic judge, token-matched arms) and perplexity scoring + surplexity
+selection."""
 
+from kiln.data.filters.arms import ArmSelector, order_key, plan_arms
 from kiln.data.filters.engagement import EngagementFilter, TokenizerLength, m1_class, popularity
 from kiln.data.filters.judge import (
     M2_PROMPT,
@@ -23,6 +25,7 @@ from kiln.data.filters.selection import (
 from kiln.data.filters.semantic import SemanticQualityFilter
 
 __all__ = [
+    "ArmSelector", "order_key", "plan_arms",
     "DOMAINS", "EngagementFilter", "HeuristicJudge", "Judge", "KilnLabelJudge", "M2_PROMPT",
     "PerplexityScorer", "PerplexitySelector", "PromptJudge", "SemanticQualityFilter",
     "StyleThresholds", "TokenizerLength", "Verdict", "m1_class", "parse_label", "popularity",

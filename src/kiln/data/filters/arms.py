@@ -73,7 +73,8 @@ def plan_arms(items: Iterable[tuple[str, str, int]], ratio: float, budget: int) 
 
     Returns {"budget", "ratio", "pool": {arm: tokens}, arm: {"target", "tokens", "docs",
     "cutoff"}}, `cutoff` the largest key kept (None: none kept). Raises ValueError when the
-    pool holds fewer tokens than an arm's target, naming what each arm has.
+    pool holds fewer tokens than an arm's target, or (budget 0) an arm has none, naming what
+    each arm has.
     """
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
@@ -84,8 +85,7 @@ def plan_arms(items: Iterable[tuple[str, str, int]], ratio: float, budget: int) 
     if budget == 0:
         budget = min(pool.values())
     want = targets(ratio, budget)
-    short = [arm for arm in ARMS if pool[arm] < want[arm]]
-    if short:
+    if budget == 0 or any(pool[arm] < want[arm] for arm in ARMS):
         raise ValueError(
             f"budget {budget:,} tokens at ratio {ratio} needs {want['junk']:,} junk and "
             f"{want['control']:,} control tokens, but the pool has {pool['junk']:,} junk tokens "

@@ -16,8 +16,8 @@ The released script is the length-only ablation and differs in two more ways: it
 is `<= 30` tokens (the paper's rule, kept here, is `< 30`), and it first keeps only tweets
 that are pure ASCII (its English filter), which is a choice of source, not of M1, and is not
 applied here. The source's text field is `tweet` (read it with `data.text_field = "tweet"`).
-Kiln tags and drops; it does not build the paper's token-matched junk / control arms or their
-mixtures (`mode="tag"` gives the classes to build them from).
+Kiln tags and drops here; the paper's token-matched junk / control arms and their mixtures
+are built from the tags (`mode="tag"`) by the `brain_rot_arms` stage (`filters.arms`).
 """
 
 from __future__ import annotations
