@@ -192,6 +192,9 @@ def _check_arms(cfg: PrepareConfig, on: set[str]) -> None:
     if getattr(cfg, stage).mode != "tag":
         raise ConfigError(f"prepare.{stage}.mode must be 'tag' before 'brain_rot_arms': mode "
                           f"'{getattr(cfg, stage).mode}' drops the junk the arms are built from")
+    if labels == "m1" and o.tokenizer:
+        raise ConfigError("prepare.brain_rot_arms.tokenizer is for M2 labels: with M1's the budget "
+                          "counts M1's own `m1_tokens` (prepare.brain_rot_m1.tokenizer); clear it")
     if labels == "m2" and not (o.tokenizer or cfg.brain_rot_m1.tokenizer):
         raise ConfigError("prepare.brain_rot_arms.tokenizer is empty: M2 labels need a local "
                           "tokenizer.json to count the budget's tokens (the paper counts Llama-3 "
