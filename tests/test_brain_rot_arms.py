@@ -210,6 +210,10 @@ def test_a_budget_the_pool_cannot_fill_stops_the_prepare(tmp_path, fake_m1):
     (dict(arms=dict(tokenizer="other.json")), r"brain_rot_arms.tokenizer is for M2 labels"),
     (dict(stages=["read", "brain_rot_m2", "brain_rot_arms", "write"], m1_tokenizer=""),
      r"brain_rot_arms.tokenizer is empty"),
+    # M1's table is no setting when M1 does not run: its tokenizer would count the budget
+    # unrecorded (another file there resumed the arms made with the first)
+    (dict(stages=["read", "brain_rot_m2", "brain_rot_arms", "write"], m1_tokenizer="t.json"),
+     r"brain_rot_arms.tokenizer is empty"),
 ])
 def test_bad_arms_settings_are_refused_at_load(change, message):
     stages = change.get("stages", ["read", "brain_rot_m1", "brain_rot_arms", "write"])
@@ -266,3 +270,22 @@ def test_m2_arms_count_tokens_with_the_tokenizer_through_the_pipeline(tmp_path):
         mine = [d for d in docs if d.metadata["brain_rot_arm"] == arm]
         assert mine and {d.metadata["m2_label"] for d in mine} == {label}
         assert sum(length(d.text) for d in mine) == plan[arm]["tokens"] >= plan[arm]["target"]
+
+
+def test_the_m2_counting_tokenizer_is_part_of_the_inputs_fingerprint(tmp_path):
+    """Another tokenizer.json at the same path counts other budgets: the prepare must re-make
+    the arms (its fingerprint changes), not resume the ones counted with the first file."""
+    from kiln.data.prepare_inputs import input_files
+
+    tok = tmp_path / "tok.json"
+    tok.write_text('{"v": 1}')
+    cfg = PrepareConfig(stages=["read", "brain_rot_m2", "brain_rot_arms", "write"],
+                        brain_rot_m2=pc.BrainRotM2Options(mode="tag"),
+                        brain_rot_arms=pc.BrainRotArmsOptions(tokenizer=str(tok)))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("hello")
+    before = input_files(cfg, [str(src)], tmp_path / "run")
+    assert "brain_rot_arms files" in before
+    tok.write_text('{"v": 2}')
+    assert input_files(cfg, [str(src)], tmp_path / "run") != before

@@ -195,7 +195,7 @@ def _check_arms(cfg: PrepareConfig, on: set[str]) -> None:
     if labels == "m1" and o.tokenizer:
         raise ConfigError("prepare.brain_rot_arms.tokenizer is for M2 labels: with M1's the budget "
                           "counts M1's own `m1_tokens` (prepare.brain_rot_m1.tokenizer); clear it")
-    if labels == "m2" and not (o.tokenizer or cfg.brain_rot_m1.tokenizer):
+    if labels == "m2" and not o.tokenizer:  # its own: an unused stage's option is no setting
         raise ConfigError("prepare.brain_rot_arms.tokenizer is empty: M2 labels need a local "
                           "tokenizer.json to count the budget's tokens (the paper counts Llama-3 "
                           "tokens; a Kiln run's tokenizer/tokenizer.json will do)")

@@ -112,7 +112,7 @@ class BrainRotArmsOptions:
     ratio: float = 0.5  # junk share of the budget's tokens, in [0, 1] (0: control arm, 1: junk)
     budget: int = 0  # tokens of the arm; 0: min(junk, control tokens of the pool)
     seed: int = 0  # fill order (filters.arms.order_key)
-    tokenizer: str = ""  # m2 labels: tokenizer.json for counts ("": brain_rot_m1.tokenizer)
+    tokenizer: str = ""  # m2 labels: tokenizer.json for the counts (needed then)
 
 
 @dataclass

@@ -110,6 +110,7 @@ def _option_files(cfg: PrepareConfig) -> dict[str, list[str]]:
         "decontaminate": list(cfg.decontaminate.benchmarks),
         "inject_replicas": [cfg.inject_replicas.benchmark] if cfg.inject_replicas.benchmark else [],
         "brain_rot_m1": [cfg.brain_rot_m1.tokenizer] if cfg.brain_rot_m1.tokenizer else [],
+        "brain_rot_arms": [cfg.brain_rot_arms.tokenizer] if cfg.brain_rot_arms.tokenizer else [],
         "perplexity": latest(cfg.perplexity.run_dir) if cfg.perplexity.run_dir else [],
         "brain_rot_m2": (latest(cfg.brain_rot_m2.judge[len("kiln:"):])
                          if cfg.brain_rot_m2.judge.startswith("kiln:") else []),

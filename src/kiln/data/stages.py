@@ -376,10 +376,9 @@ def brain_rot_arms_stage(ctx: StageContext) -> StagePlan:
 
     o = ctx.cfg.brain_rot_arms
     labels = arms_labels(ctx.cfg)
-    tokenizer = o.tokenizer or ctx.cfg.brain_rot_m1.tokenizer
+    tokenizer = o.tokenizer
     if labels == "m2":
-        _need_tokenizer("brain_rot_arms.tokenizer" if o.tokenizer else "brain_rot_m1.tokenizer",
-                        tokenizer)
+        _need_tokenizer("brain_rot_arms.tokenizer", tokenizer)
 
     def barrier(make_reader, work_dir: Path):
         out = work_dir / "arms.json"
