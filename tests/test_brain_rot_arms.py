@@ -207,6 +207,8 @@ def test_a_budget_the_pool_cannot_fill_stops_the_prepare(tmp_path, fake_m1):
     (dict(stages=["read", "brain_rot_m1", "brain_rot_m2", "brain_rot_arms", "write"]),
      r"set prepare.brain_rot_arms.labels"),
     (dict(arms=dict(labels="m2")), r"labels = 'm2' needs 'brain_rot_m2' before"),
+    (dict(stages=["read", "brain_rot_m1", "brain_rot_arms", "dedup_exact", "write"]),
+     r"'brain_rot_arms' must be the last stage before 'write' \(after it: 'dedup_exact'"),
     (dict(arms=dict(tokenizer="other.json")), r"brain_rot_arms.tokenizer is for M2 labels"),
     (dict(stages=["read", "brain_rot_m2", "brain_rot_arms", "write"], m1_tokenizer=""),
      r"brain_rot_arms.tokenizer is empty"),

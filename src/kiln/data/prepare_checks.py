@@ -181,6 +181,12 @@ def _check_arms(cfg: PrepareConfig, on: set[str]) -> None:
     if "brain_rot_arms" not in on:
         return
     before = cfg.stages[: cfg.stages.index("brain_rot_arms")]
+    after = [s for s in cfg.stages[cfg.stages.index("brain_rot_arms") + 1:] if s != "write"]
+    if after:  # a stage after it drops or edits what the budget counted: arms off their shares
+        raise ConfigError(f"prepare.stages: 'brain_rot_arms' must be the last stage before "
+                          f"'write' (after it: {', '.join(map(repr, after))}, which would drop "
+                          "or change documents the budget counted, leaving the arms off their "
+                          "shares); move those before it")
     labels = arms_labels(cfg)
     if not labels:
         raise ConfigError("prepare.stages: 'brain_rot_arms' follows both 'brain_rot_m1' and "
