@@ -36,6 +36,7 @@ from kiln.atomic import (
     new_archive_folder,
     recover_killed_swaps,
     write_text_atomic,
+    writer_killed,
 )
 from kiln.errors import CheckpointError, TrainingDiverged
 from kiln.eval import EVAL_FILES
@@ -252,10 +253,13 @@ def cannot_write(ckpt_root: Path, what: str, e: Exception) -> CheckpointError:
                            f"read-only? {kept}; free space and run `kiln train` again to resume")
 
 
+_PROBE = ".write-test-"
+
+
 def check_writable(ckpt_root: Path) -> None:
     """Before step 1: a checkpoints folder that cannot be written would lose every step
     trained until the first checkpoint."""
-    probe = ckpt_root / f".write-test-{os.getpid()}"
+    probe = ckpt_root / f"{_PROBE}{os.getpid()}"
     try:
         ckpt_root.mkdir(parents=True, exist_ok=True)
         try:
@@ -281,6 +285,9 @@ def _clear_killed_writes(ckpt_root: Path) -> None:
             recover_killed_swaps(ckpt_root / name)
     for legacy in ckpt_root.glob(".tmp-*"):  # an older Kiln's half-written checkpoints
         shutil.rmtree(legacy, ignore_errors=True)
+    for probe in ckpt_root.glob(f"{_PROBE}*"):  # `check_writable`'s, its writer killed
+        if writer_killed(probe):
+            probe.unlink(missing_ok=True)
 
 
 _TRASH = "trash-"  # .step_N.trash-PID: a pruned checkpoint, out of the way, being deleted
@@ -312,6 +319,9 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     restart at step 0: nothing is deleted, and the new run's curves and outputs do not mix
     with the old model's."""
     recover_export(run_dir / "export", run_dir)  # a killed export's previous one goes too
+    _clear_killed_writes(run_dir / "checkpoints")  # half-written folders are no outputs
+    with contextlib.suppress(OSError):  # nothing left in it (a run killed in its first save)
+        (run_dir / "checkpoints").rmdir()
     old = [run_dir / name for name in _MODEL_OUTPUTS if (run_dir / name).exists()]
     if not old:
         return None
