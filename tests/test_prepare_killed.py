@@ -97,3 +97,24 @@ def test_a_kill_while_clearing_the_earlier_outputs_is_no_foreign_folder(tmp_path
             run_prepare(again, run, [good], progress=False)
     run_prepare(again, run, [good], progress=False)
     assert _texts(run) == ["alpha", "beta"]
+
+
+def test_a_first_prepare_killed_as_it_records_its_pipeline_is_no_foreign_folder(tmp_path):
+    """The first thing a prepare writes is its pipeline record, logs/prepare/kiln_pipeline.json
+    (atomically). Killed between that file's write and its rename, it left only the temporary
+    file there, and every later prepare (`kiln run` too) refused the run as holding a
+    logs/prepare Kiln did not write."""
+    from kill_points import kiln_killed_at
+
+    from kiln.cli import main
+
+    good = _source(tmp_path, "good", ["alpha", "beta"])
+    run = tmp_path / "run"
+    args = ["prepare", "--set", f'run.dir="{run}"', "--set", f'data.sources=["{good}"]',
+            "--set", 'prepare.stages=["read", "write"]']
+    kiln_killed_at("os:replace", *args, matching=LAYOUT_FILE)
+    assert [p.name for p in (run / "logs" / "prepare").iterdir()][0].startswith(
+        f".{LAYOUT_FILE}.tmp-")
+    assert main(args) == 0
+    assert _texts(run) == ["alpha", "beta"]
+    assert not list((run / "logs" / "prepare").glob(".*.tmp-*"))

@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from kiln.atomic import new_archive_folder
+from kiln.atomic import new_archive_folder, recover_killed_swaps
 from kiln.data.stage_registry import WORK_DIR
 from kiln.data.yield_report import LAYOUT_FILE
 from kiln.errors import ConfigError
@@ -20,7 +20,10 @@ def _refuse_foreign_folders(run_dir: Path) -> None:
     """prepare replaces its output folders: never ones it did not write (a user's own
     `documents/` in a folder chosen as run.dir). Kiln's prepare records its pipeline in
     logs/prepare before it writes any of them."""
-    if (run_dir / "logs" / "prepare" / LAYOUT_FILE).is_file() or (run_dir / "prepare.json").is_file():
+    record = run_dir / "logs" / "prepare" / LAYOUT_FILE
+    if record.parent.is_dir():  # a prepare killed as it wrote the record left its temporary file
+        recover_killed_swaps(record)
+    if record.is_file() or (run_dir / "prepare.json").is_file():
         return
     foreign = [name for name in _OUTPUT_FOLDERS if (run_dir / name).is_file()
                or ((run_dir / name).is_dir() and any((run_dir / name).iterdir()))]
