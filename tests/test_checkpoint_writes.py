@@ -82,3 +82,21 @@ def test_a_restart_archives_no_half_written_checkpoint(tiny_run):
     left = [str(p.relative_to(archived)) for p in archived.rglob("*")]
     assert left == ["metrics.jsonl"]
     assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_00000003"]
+
+
+def test_a_kill_while_pruning_after_the_last_step_leaves_no_hidden_checkpoint(tiny_run):
+    """Killed while deleting the checkpoint its last save pruned, a run left a hidden
+    `.step_N.trash-PID` (a checkpoint's size) that only a later save clears: the re-run
+    that finds nothing left to train clears it."""
+    from kill_points import kiln_killed_at
+
+    keep = ("--set", "train.steps=6", "--set", "train.checkpoint_every=3",
+            "--set", "train.keep_checkpoints=1")
+    kiln_killed_at("shutil:rmtree", "train", str(tiny_run), *keep, matching=".trash-")
+    ckpts = tiny_run / "checkpoints"
+    assert [p.name for p in ckpts.glob(".step_00000003.trash-*")]  # what the kill left
+
+    _, losses = train_losses(tiny_run, "train.steps=6", "train.checkpoint_every=3",
+                             "train.keep_checkpoints=1")
+    assert losses == []
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_00000006"]

@@ -204,7 +204,7 @@ def _as_told(e: BaseException, final: Path) -> str:
 def _write(ckpt_root: Path, final: Path, weights: dict[str, torch.Tensor], optim_state: Any,
            trainer_state: dict[str, Any], keep: int) -> None:
     """Rank 0's part of `save_checkpoint`: the folder, the `latest` pointer, the pruning."""
-    _clear_killed_writes(ckpt_root)
+    clear_killed_writes(ckpt_root)
     try:
         with atomic_dir(final) as tmp:  # a re-saved step (after a resume) replaces its copy
             # torch.save's files (the optimizer's moments: most of the bytes) hashed as
@@ -271,7 +271,7 @@ def check_writable(ckpt_root: Path) -> None:
                               "or set run.dir to a folder that is") from e
 
 
-def _clear_killed_writes(ckpt_root: Path) -> None:
+def clear_killed_writes(ckpt_root: Path) -> None:
     """What writes of other steps left when killed (`atomic_dir` clears its own step's):
     half-written folders go, a folder moved aside for a replacement comes back, and a
     pruned one whose deletion was cut short goes."""
@@ -319,7 +319,7 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     restart at step 0: nothing is deleted, and the new run's curves and outputs do not mix
     with the old model's."""
     recover_export(run_dir / "export", run_dir)  # a killed export's previous one goes too
-    _clear_killed_writes(run_dir / "checkpoints")  # half-written folders are no outputs
+    clear_killed_writes(run_dir / "checkpoints")  # half-written folders are no outputs
     with contextlib.suppress(OSError):  # nothing left in it (a run killed in its first save)
         (run_dir / "checkpoints").rmdir()
     old = [run_dir / name for name in _MODEL_OUTPUTS if (run_dir / name).exists()]

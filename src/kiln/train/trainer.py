@@ -56,6 +56,7 @@ from kiln.train.checkpoint import (
     archive_checkpoints,
     cannot_write,
     check_writable,
+    clear_killed_writes,
     load_checkpoint,
     missing_state,
     unreadable,
@@ -559,6 +560,8 @@ class Trainer:
         self._start = time.perf_counter()
         if self.step >= self.cfg.train.steps:  # nothing to train: leave the run as it is
             self._set_aside_later_records()
+            if self.env.is_main:  # but for what a kill in its last save left: no save clears it
+                clear_killed_writes(self.run_dir / "checkpoints")
             return []
         if self.env.is_main:
             if self._archive_earlier:  # kept, but out of the new run's way
