@@ -62,3 +62,41 @@ def test_fresh_on_a_disk_that_cannot_take_archive_is_one_line(tiny_run, monkeypa
         Trainer(tiny_config(tiny_run, "train.steps=3"), resume=False).fit()
     assert checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 3
     assert not (tiny_run / "archive").exists()
+
+
+def test_a_restart_archives_no_half_written_checkpoint(tiny_run):
+    """A run killed while its first checkpoint was written (its weights on disk, the rest
+    not) restarts at step 0 with its records archived: the half-written folder it left is
+    garbage (as large as a checkpoint), cleared, not carried into archive/ to stay forever."""
+    from kill_points import kiln_killed_at
+
+    kiln_killed_at("kiln.train.checkpoint:file_sha256", "train", str(tiny_run),
+                   "--set", "train.steps=3", "--set", "train.checkpoint_every=3")
+    ckpts = tiny_run / "checkpoints"
+    assert [p.name for p in ckpts.glob(".step_00000003.tmp-*")]  # what the kill left
+    assert (tiny_run / "metrics.jsonl").stat().st_size > 0
+
+    _, losses = train_losses(tiny_run, "train.steps=3", "train.checkpoint_every=3")
+    assert len(losses) == 3
+    (archived,) = (tiny_run / "archive").iterdir()
+    left = [str(p.relative_to(archived)) for p in archived.rglob("*")]
+    assert left == ["metrics.jsonl"]
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_00000003"]
+
+
+def test_a_kill_while_pruning_after_the_last_step_leaves_no_hidden_checkpoint(tiny_run):
+    """Killed while deleting the checkpoint its last save pruned, a run left a hidden
+    `.step_N.trash-PID` (a checkpoint's size) that only a later save clears: the re-run
+    that finds nothing left to train clears it."""
+    from kill_points import kiln_killed_at
+
+    keep = ("--set", "train.steps=6", "--set", "train.checkpoint_every=3",
+            "--set", "train.keep_checkpoints=1")
+    kiln_killed_at("shutil:rmtree", "train", str(tiny_run), *keep, matching=".trash-")
+    ckpts = tiny_run / "checkpoints"
+    assert [p.name for p in ckpts.glob(".step_00000003.trash-*")]  # what the kill left
+
+    _, losses = train_losses(tiny_run, "train.steps=6", "train.checkpoint_every=3",
+                             "train.keep_checkpoints=1")
+    assert losses == []
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_00000006"]

@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from kiln.atomic import new_archive_folder
+from kiln.atomic import new_archive_folder, recover_killed_swaps
 from kiln.data.stage_registry import WORK_DIR
 from kiln.data.yield_report import LAYOUT_FILE
 from kiln.errors import ConfigError
@@ -20,7 +20,10 @@ def _refuse_foreign_folders(run_dir: Path) -> None:
     """prepare replaces its output folders: never ones it did not write (a user's own
     `documents/` in a folder chosen as run.dir). Kiln's prepare records its pipeline in
     logs/prepare before it writes any of them."""
-    if (run_dir / "logs" / "prepare" / LAYOUT_FILE).is_file() or (run_dir / "prepare.json").is_file():
+    record = run_dir / "logs" / "prepare" / LAYOUT_FILE
+    if record.parent.is_dir():  # a prepare killed as it wrote the record left its temporary file
+        recover_killed_swaps(record)
+    if record.is_file() or (run_dir / "prepare.json").is_file():
         return
     foreign = [name for name in _OUTPUT_FOLDERS if (run_dir / name).is_file()
                or ((run_dir / name).is_dir() and any((run_dir / name).iterdir()))]
@@ -30,15 +33,23 @@ def _refuse_foreign_folders(run_dir: Path) -> None:
                           "to another folder (or move them away)")
 
 
+# moved in this order, prepare.json last: while it is in the run, what is left there is a
+# finished prepare's, and a prepare killed between two moves has the next one finish them
+_ARCHIVED = ("logs/prepare", "rejected", "yield.json", "documents", "prepare.json")
+_ARCHIVE_LABEL = "before-prepare"
+
+
 def clear_outputs(run_dir: Path, keep_earlier: bool) -> None:
     """Out of the new pipeline's way. With `keep_earlier` (other settings or sources), a
     finished earlier prepare's documents move to archive/before-prepare-*/ (a re-make with a
     wrong source or an over-eager filter must not throw hours of work away); a re-make of
     the same (prepare.resume = false) and an unfinished one's partial outputs go."""
     _refuse_foreign_folders(run_dir)
-    if keep_earlier and (run_dir / "prepare.json").is_file() and (run_dir / "documents").is_dir():
-        dest = new_archive_folder(run_dir, "before-prepare")
-        for name in ("prepare.json", "yield.json", "documents", "rejected", "logs/prepare"):
+    unfinished = _unfinished_archive(run_dir)
+    if keep_earlier and (run_dir / "prepare.json").is_file() and (
+            (run_dir / "documents").is_dir() or unfinished):
+        dest = unfinished or new_archive_folder(run_dir, _ARCHIVE_LABEL)
+        for name in _ARCHIVED:
             if (run_dir / name).exists():
                 os.replace(run_dir / name, dest / Path(name).name)
         print(f"prepare: the earlier documents (made with other settings or sources) moved to "
@@ -46,4 +57,28 @@ def clear_outputs(run_dir: Path, keep_earlier: bool) -> None:
     for name in ("prepare.json", "yield.json"):
         (run_dir / name).unlink(missing_ok=True)
     for folder in _OUTPUT_FOLDERS:
-        shutil.rmtree(run_dir / folder, ignore_errors=True)
+        _remove_folder(run_dir / folder)
+
+
+def _unfinished_archive(run_dir: Path) -> Path | None:
+    """The archive folder a prepare killed while moving the earlier documents there had
+    begun (prepare.json, moved last, not in it yet), for the rest to join them."""
+    folders = sorted((run_dir / "archive").glob(f"{_ARCHIVE_LABEL}-*"), key=lambda p: p.name)
+    return next((f for f in reversed(folders)
+                 if f.is_dir() and not (f / "prepare.json").exists()), None)
+
+
+def _remove_folder(folder: Path) -> None:
+    """Delete one of prepare's folders; its pipeline record, which tells it from a user's
+    folder, goes last, so that a prepare killed partway leaves it Kiln's (the next one
+    clears it rather than refusing the run)."""
+    record = folder / LAYOUT_FILE
+    if record.is_file() and not folder.is_symlink():
+        for entry in folder.iterdir():
+            if entry == record:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)

@@ -34,6 +34,7 @@ from kiln.atomic import (
     new_archive_folder,
     recover_killed_swaps,
     write_text_atomic,
+    writer_killed,
 )
 from kiln.errors import CheckpointError
 from kiln.eval import EVAL_FILES
@@ -127,7 +128,7 @@ def _as_told(e: BaseException, final: Path) -> str:
 def _write(ckpt_root: Path, final: Path, weights: dict[str, torch.Tensor], optim_state: Any,
            trainer_state: dict[str, Any], keep: int) -> None:
     """Rank 0's part of `save_checkpoint`: the folder, the `latest` pointer, the pruning."""
-    _clear_killed_writes(ckpt_root)
+    clear_killed_writes(ckpt_root)
     try:
         with atomic_dir(final) as tmp:  # a re-saved step (after a resume) replaces its copy
             # torch.save's files (the optimizer's moments: most of the bytes) hashed as
@@ -176,10 +177,13 @@ def cannot_write(ckpt_root: Path, what: str, e: Exception) -> CheckpointError:
                            f"read-only? {kept}; free space and run `kiln train` again to resume")
 
 
+_PROBE = ".write-test-"
+
+
 def check_writable(ckpt_root: Path) -> None:
     """Before step 1: a checkpoints folder that cannot be written would lose every step
     trained until the first checkpoint."""
-    probe = ckpt_root / f".write-test-{os.getpid()}"
+    probe = ckpt_root / f"{_PROBE}{os.getpid()}"
     try:
         ckpt_root.mkdir(parents=True, exist_ok=True)
         try:
@@ -191,7 +195,7 @@ def check_writable(ckpt_root: Path) -> None:
                               "or set run.dir to a folder that is") from e
 
 
-def _clear_killed_writes(ckpt_root: Path) -> None:
+def clear_killed_writes(ckpt_root: Path) -> None:
     """What writes of other steps left when killed (`atomic_dir` clears its own step's):
     half-written folders go, a folder moved aside for a replacement comes back, and a
     pruned one whose deletion was cut short goes."""
@@ -205,6 +209,9 @@ def _clear_killed_writes(ckpt_root: Path) -> None:
             recover_killed_swaps(ckpt_root / name)
     for legacy in ckpt_root.glob(".tmp-*"):  # an older Kiln's half-written checkpoints
         shutil.rmtree(legacy, ignore_errors=True)
+    for probe in ckpt_root.glob(f"{_PROBE}*"):  # `check_writable`'s, its writer killed
+        if writer_killed(probe):
+            probe.unlink(missing_ok=True)
 
 
 _TRASH = "trash-"  # .step_N.trash-PID: a pruned checkpoint, out of the way, being deleted
@@ -236,6 +243,9 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     restart at step 0: nothing is deleted, and the new run's curves and outputs do not mix
     with the old model's."""
     recover_export(run_dir / "export", run_dir)  # a killed export's previous one goes too
+    clear_killed_writes(run_dir / "checkpoints")  # half-written folders are no outputs
+    with contextlib.suppress(OSError):  # nothing left in it (a run killed in its first save)
+        (run_dir / "checkpoints").rmdir()
     old = [run_dir / name for name in _MODEL_OUTPUTS if (run_dir / name).exists()]
     if not old:
         return None

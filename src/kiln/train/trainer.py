@@ -36,7 +36,7 @@ from kiln.parallel.distributed import (
 from kiln.parallel.meta_init import build_on_meta
 from kiln.parallel.model_wrapping import grad_sync, parallelize
 from kiln.train.callbacks import Callback, default_callbacks
-from kiln.train.checkpoint import check_writable, unreadable
+from kiln.train.checkpoint import check_writable, clear_killed_writes, unreadable
 from kiln.train.checkpoint_dirs import complete_checkpoints
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.memory_fit import check_training_fits
@@ -200,6 +200,8 @@ class Trainer(Resuming, RunRecords):
         self._start = time.perf_counter()
         if self.step >= self.cfg.train.steps:  # nothing to train: leave the run as it is
             self._set_aside_later_records()
+            if self.env.is_main:  # but for what a kill in its last save left: no save clears it
+                clear_killed_writes(self.run_dir / "checkpoints")
             return []
         if self.env.is_main:
             if self._archive_earlier:  # kept, but out of the new run's way
