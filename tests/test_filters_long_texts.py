@@ -15,11 +15,15 @@ from kiln.data.filters.code_rules import code_words
 from kiln.data.filters.text_length import WholeTextLengthFilter, gopher_words
 
 
-def _kept(steps, docs) -> list[str]:
+def _run(steps, docs) -> list[Document]:
     stream = iter(docs)
     for step in steps:
         stream = step.run(stream)
-    return [d.id for d in stream]
+    return list(stream)
+
+
+def _kept(steps, docs) -> list[str]:
+    return [d.id for d in _run(steps, docs)]
 
 
 def _read(path) -> list[Document]:
@@ -111,3 +115,63 @@ def test_parts_held_for_a_verdict_are_bounded_by_characters():
     assert judged[3:6] == [("z#4", 4), ("z#5", 5), ("z#6", 6)]
     assert step.stats["dropped_long_text_few_words"].total == 6
     assert step.stats["texts_over_max_held_chars"].total == 1
+
+
+def _code_file(min_chars: int) -> str:
+    """Functions with long names (~12 characters a word: a text over 1,000,000 characters
+    within 100,000 words) until past `min_chars`: the reader cuts before the last function."""
+    blocks, size, i = [], 0, 0
+    while size <= min_chars:
+        blocks.append(f"def handle_incoming_customer_account_request_{i}(incoming_event_payload):\n"
+                      f"    return dispatch_customer_account_event(incoming_event_payload, {i})\n")
+        size += len(blocks[-1]) + 1
+        i += 1
+    return "\n".join(blocks)
+
+
+def test_a_kept_long_text_keeps_its_short_last_part(tmp_path):
+    """The reported case: a 1,000,102-character source file of 47,089 words, cut before its
+    last function (12 words): judged alone by Gopher's 50-word minimum, that last part went,
+    and the file was kept without its end. Its whole text has the words: every part stays."""
+    text = _code_file(1_000_000)
+    (tmp_path / "Service.py").write_text(text)
+    docs = _read(tmp_path / "Service.py")
+    assert len(docs) == 2 and code_words(docs[1].text) < 50 < code_words(text) < 100_000
+    steps = quality_filters("code")
+    assert "".join(d.text for d in _run(steps, docs)) == text
+    assert not any(k.startswith("dropped") for s in steps for k in s.stats.stats)
+
+
+def test_a_prose_part_under_the_minimum_is_judged_with_its_text():
+    """Prose: the last part (five short sentences, under 50 words) passes every other rule
+    and stays with its text; a text's parts all go when its whole text is under 50 words."""
+    tail = "The ship came in at dawn. We met it at the pier. All of them were home. " \
+           "The town was glad. And that is the end of the tale.\n"
+    assert gopher_words(tail) < 50
+    parts = [_part("p", 1, _prose(20_000)), _part("p", 2, tail)]
+    assert _kept(quality_filters("prose"), parts) == ["p#1", "p#2"]
+    steps = quality_filters("prose")
+    few = [_part("q", 1, "x" * 30 + " the of and\n"), _part("q", 2, tail), Document(tail, "c")]
+    assert _kept(steps, few) == []  # 24 words in all; "c", not cut, is judged alone
+    assert steps[0].stats["dropped_gopher_short_doc"].total == 2
+    assert steps[0].stats["texts_under_min_words"].total == 1
+    assert steps[2].stats["dropped_gopher_short_doc"].total == 1  # "c", by Gopher itself
+
+
+def test_a_last_part_without_words_goes_without_an_error():
+    """A last part of blank lines or punctuation: Gopher's ratios divide by the word count,
+    so a prose part needs one word; a code part (a closing brace) stays."""
+    body = _prose(20_000)
+    assert _kept(quality_filters("prose"), [_part("p", 1, body), _part("p", 2, "   \n")]) == ["p#1"]
+    code = _code_file(5_000)
+    assert _kept(quality_filters("code"), [_part("k", 1, code), _part("k", 2, "}\n")]) == \
+        ["k#1", "k#2"]
+
+
+def test_the_minimum_holds_no_more_parts_than_the_maximum_did():
+    """The whole-text count of a text within the bounds holds its parts until the text ends,
+    as the maximum did: a text of few, long words still goes at `max_held_chars`."""
+    step = WholeTextLengthFilter(code_words, max_words=10, min_words=3, max_held_chars=25)
+    docs = [_part("z", k, "x" * 10) for k in range(1, 5)] + [_part("y", 1, "a b"), _part("y", 2, "c")]
+    assert _kept([step], docs) == ["y#1", "y#2"]
+    assert step.stats["dropped_long_text_few_words"].total == 4

@@ -20,6 +20,8 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.filters.gopher_repetition_filter import find_duplicates
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
+from kiln.data.filters.text_length import is_part
+
 _WORD = re.compile(r"\w+")
 
 
@@ -63,7 +65,9 @@ def code_words(text: str) -> int:
 
 
 class CodeLengthFilter(BaseFilter):
-    """Keep documents with min_words..max_words words (runs of `\\w` characters)."""
+    """Keep documents with min_words..max_words words (runs of `\\w` characters). A part of
+    a cut text passes: `text_length.WholeTextLengthFilter` judges its whole text (its last
+    part, a file's closing lines, may have no word at all)."""
 
     name = "📏 Code Length"
 
@@ -73,6 +77,8 @@ class CodeLengthFilter(BaseFilter):
         self.min_words, self.max_words = min_words, max_words
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        if is_part(doc):
+            return True
         n = code_words(doc.text)
         if self.min_words is not None and n < self.min_words:
             return False, "gopher_short_doc"

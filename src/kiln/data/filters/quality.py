@@ -35,10 +35,12 @@ punctuation, sentences, stop words). Each domain therefore gets its own configur
   FineWeb are prose statistics and are left out.
 
 In every domain a text the reader cut into parts (over 1,000,000 characters: `part_of`) is
-judged by that length bound as a whole, first (`text_length.WholeTextLengthFilter`): all its
+judged by the length bounds as a whole, first (`text_length.WholeTextLengthFilter`): all its
 parts go when the text has over 100,000 words, as Gopher drops the whole document (any
 English prose text that long has ~160,000), where each part judged alone lost every full
-part and could keep the last, shorter one. Its parts' other rules are judged part by part.
+part and could keep the last, shorter one; and under 50 (a blob), where the last part, often
+a few lines, judged alone went and left a kept text without its end. Its parts' other rules
+are judged part by part.
 
 Everything here runs offline: English word and sentence splitting uses `spacy.blank("en")`
 plus a rule-based sentencizer (the `spacy` package, no model download).
@@ -53,16 +55,20 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters import (
     C4QualityFilter,
     FineWebQualityFilter,
-    GopherQualityFilter,
     GopherRepetitionFilter,
 )
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.data.filters.code_rules import CodeLengthFilter, CodeRepetitionFilter, code_words
-from kiln.data.filters.text_length import WholeTextLengthFilter, gopher_words
+from kiln.data.filters.text_length import (
+    PartGopherQualityFilter,
+    WholeTextLengthFilter,
+    gopher_words,
+)
 
 DOMAINS = ("prose", "latex", "code")
-MAX_WORDS = 100_000  # Gopher's document-length bound (GopherQualityFilter's max_doc_words)
+MAX_WORDS = 100_000  # Gopher's document-length bounds (GopherQualityFilter's max_doc_words
+MIN_WORDS = 50  # and min_doc_words)
 
 ExclusionWriters = Callable[[str], DiskWriter] | None
 
@@ -109,9 +115,9 @@ class LatexC4Filter(C4QualityFilter):
 
 def _prose(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
-        WholeTextLengthFilter(gopher_words, MAX_WORDS, exclusion_writer=ex("long_text")),
+        WholeTextLengthFilter(gopher_words, MAX_WORDS, MIN_WORDS, exclusion_writer=ex("long_text")),
         GopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
-        GopherQualityFilter(exclusion_writer=ex("gopher_quality")),
+        PartGopherQualityFilter(exclusion_writer=ex("gopher_quality")),
         MeasuredC4QualityFilter(filter_no_terminal_punct=False, exclusion_writer=ex("c4_quality")),
         FineWebQualityFilter(exclusion_writer=ex("fineweb_quality")),
     ]
@@ -119,9 +125,9 @@ def _prose(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
 
 def _latex(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
-        WholeTextLengthFilter(gopher_words, MAX_WORDS, exclusion_writer=ex("long_text")),
+        WholeTextLengthFilter(gopher_words, MAX_WORDS, MIN_WORDS, exclusion_writer=ex("long_text")),
         GopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
-        GopherQualityFilter(
+        PartGopherQualityFilter(
             max_symbol_word_ratio=None, max_non_alpha_words_ratio=None,
             exclusion_writer=ex("gopher_quality"),
         ),
@@ -135,9 +141,9 @@ def _latex(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
 
 def _code(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
-        WholeTextLengthFilter(code_words, MAX_WORDS, exclusion_writer=ex("long_text")),
+        WholeTextLengthFilter(code_words, MAX_WORDS, MIN_WORDS, exclusion_writer=ex("long_text")),
         CodeRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
-        CodeLengthFilter(min_words=50, max_words=MAX_WORDS, exclusion_writer=ex("gopher_quality")),
+        CodeLengthFilter(min_words=MIN_WORDS, max_words=MAX_WORDS, exclusion_writer=ex("gopher_quality")),
     ]
 
 
