@@ -94,12 +94,17 @@ def effect_size_rows(labels: list[str], runs: list[WindowLosses]) -> tuple[list[
     return rows, notes
 
 
-def effect_size_html(labels: list[str], runs: list[WindowLosses]) -> str:
+def effect_size_html(labels: list[str], runs: list[WindowLosses]) -> tuple[str, list[str]]:
+    """The section's HTML, and an alert for each run whose windows have a non-trivially
+    higher loss (the health check's "bad direction"), for the console too."""
     rows, notes = effect_size_rows(labels, runs)
+    alerts = [f"{row[0]}'s held-out windows have a non-trivially higher loss than {row[1]}'s "
+              f"(Hedges' g {row[5]}, past {NON_TRIVIAL_G})"
+              for row in rows if row[6] == "non-trivial: higher loss"]
     body = "".join(paragraph(n, "missing") for n in notes)
     if rows:
         body += grid_table(COLUMNS, rows) + paragraph(
             "Hedges' g of the per-window held-out losses of the last `kiln eval` of each run "
             f"(same windows; pooled SD, small-sample correction); |g| > {NON_TRIVIAL_G} is "
             "flagged as non-trivial. Positive: the run's windows have the higher loss.", "muted")
-    return body
+    return body, alerts
