@@ -500,6 +500,16 @@ def test_a_fresh_start_moves_every_eval_file_aside(tmp_path):
     assert not any((tmp_path / name).exists() for name in made)
 
 
+def test_a_fresh_start_moves_the_window_losses_aside(tmp_path):
+    """`kiln eval`'s per-window losses are the old model's too: a fresh start moves them
+    aside with eval.json, or `kiln report --compare` would pair them with the new model."""
+    made = ["eval.json", "eval_windows.npy", "eval-train.json", "eval-train_windows.npy"]
+    for name in made:
+        (tmp_path / name).write_text("{}")
+    archived = ckpt_mod.archive_checkpoints(tmp_path, "fresh")
+    assert sorted(p.name for p in archived.iterdir()) == sorted(made)
+
+
 def test_pruning_counts_only_complete_checkpoints(tiny_run):
     """Empty or half-copied step_* folders are not checkpoints: counting them would prune
     every real one (and the next run would then start again from step 0)."""

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import tiny_config
 from launch import free_port, run_ranks
@@ -147,12 +148,21 @@ def test_eval_on_two_ranks_matches_one(tiny_run):
                          capture_output=True, text=True, timeout=300, env=env)
     assert one.returncode == 0, one.stderr[-3000:]
     single = json.loads((tiny_run / "eval.json").read_text())
+    single_windows = np.load(tiny_run / "eval_windows.npy")
     out = run_ranks(["eval", str(tiny_run)], world_size=2)
     assert out.count("bits/byte") == 1  # printed once, by rank 0
     two = json.loads((tiny_run / "eval.json").read_text())
     assert (single["ranks"], two["ranks"]) == (1, 2)  # the windows were shared
     assert two["tokens"] == single["tokens"] > 0
     assert two["bpb"] == pytest.approx(single["bpb"], rel=1e-6)
+    # next-token concentration: sums over the ranks' positions, not a mean of rank means
+    assert set(two["next_token"]) == set(single["next_token"])
+    for key, value in single["next_token"].items():
+        assert two["next_token"][key] == pytest.approx(value, rel=1e-6), key
+    assert out.count("next-token concentration") == 1
+    # every window's loss, in the split's order, whichever rank scored it
+    assert two["window_losses"]["count"] == single["window_losses"]["count"] > 1
+    assert np.load(tiny_run / "eval_windows.npy") == pytest.approx(single_windows, rel=1e-6)
 
 
 def _resume_on_own_dir(rank: int, world_size: int, dirs: list) -> str:

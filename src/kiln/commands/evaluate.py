@@ -1,5 +1,7 @@
 """`kiln eval`: loss, perplexity and bits per byte of the latest checkpoint on a split,
-written to the run directory and set against the unigram baseline."""
+written to the run directory and set against the unigram baseline; with them, from the same
+forward pass, the next-token concentration (`kiln.eval.concentration`) and each window's
+loss (`kiln.eval.window_losses`, for `kiln report --compare`)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     from kiln.atomic import write_json_atomic
     from kiln.data.shards import load_index
     from kiln.eval import eval_file, perplexity_text
+    from kiln.eval.concentration import concentration_text
     from kiln.eval.perplexity import evaluate
+    from kiln.eval.window_losses import split_sha256, write_window_losses
     from kiln.parallel.distributed import DistEnv, init_distributed, local_device, shutdown
     from kiln.train.precision import resolve_device, resolve_precision
     from kiln.train.trained_run import load_trained_model
@@ -34,12 +38,17 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
         with torch.inference_mode():
             result = evaluate(model, cfg.run_dir / "tokens", e.split, cfg.train.seq_len,
                               e.batch_size, e.max_batches, device, precision, env,
-                              doc_mask=cfg.model.doc_mask)
+                              doc_mask=cfg.model.doc_mask, details=True)
     finally:
         shutdown(env)
     if not env.is_main:
         return
-    result["unigram_bpb"] = load_index(cfg.run_dir / "tokens")["unigram_bpb"]
+    index = load_index(cfg.run_dir / "tokens")
+    result["unigram_bpb"] = index["unigram_bpb"]
+    result["split_sha256"] = split_sha256(index, e.split)  # which tokens the windows hold
+    if "window_losses" in result:  # written first: eval.json records the file's hash
+        result["window_losses"] = write_window_losses(cfg.run_dir, e.split,
+                                                      result.pop("window_losses"))
     result["checkpoint"], result["ranks"] = ckpt.name, env.world_size
     result["batch_size"], result["max_batches"] = e.batch_size, e.max_batches
     result["seq_len"], result["precision"] = cfg.train.seq_len, precision
@@ -62,3 +71,6 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     print(f"eval ({e.split}): loss {result['loss']:.4f}, "
           f"perplexity {perplexity_text(result['perplexity'])}, "
           f"{result['bpb']:.4f} bits/byte ({against})")
+    if "next_token" in result:
+        print(f"eval ({e.split}) next-token concentration: "
+              f"{concentration_text(result['next_token'])}")

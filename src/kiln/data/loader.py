@@ -256,6 +256,8 @@ class EvalBatches:
         if max_batches:
             n_batches = min(n_batches, max_batches)
         self.batch_ids = range(rank, n_batches, world_size)
+        # windows the batches of every rank cover together: [0, scored_windows)
+        self.scored_windows = min(self.n_windows, n_batches * batch_size)
 
     def __len__(self) -> int:
         return len(self.batch_ids)

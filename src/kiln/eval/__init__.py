@@ -9,9 +9,15 @@ def eval_file(split: str) -> str:
     return "eval.json" if split == "val" else f"eval-{split}.json"
 
 
+def windows_file(split: str) -> str:
+    """The per-window losses `kiln eval` writes beside `eval_file(split)`
+    (`kiln.eval.window_losses`)."""
+    return "eval_windows.npy" if split == "val" else f"eval-{split}_windows.npy"
+
+
 # every file `kiln eval` can write (eval.split's choices): a trained model's outputs, which
 # `kiln train --fresh` moves aside with its checkpoints
-EVAL_FILES = tuple(eval_file(split) for split in ("val", "train"))
+EVAL_FILES = tuple(name(split) for split in ("val", "train") for name in (eval_file, windows_file))
 
 
 def perplexity_of(loss: float) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -11,6 +12,7 @@ from torch import nn
 from kiln.data.loader import eval_batches, masking_eos_id
 from kiln.data.shards import load_index, load_token_bytes, load_unigram_bits
 from kiln.eval import perplexity_of
+from kiln.eval.concentration import KEYS, score_positions
 from kiln.model.doc_mask import document_ids
 from kiln.parallel.distributed import DistEnv, all_reduce_max, all_reduce_sum
 from kiln.train.precision import autocast
@@ -29,7 +31,8 @@ def evaluate(
     env: DistEnv | None = None,
     unigram_baseline: bool = True,
     doc_mask: bool = False,
-) -> dict[str, float]:
+    details: bool = False,
+) -> dict[str, Any]:
     """Mean next-token loss over deterministic windows of `split`.
 
     Bits per byte divides the summed loss (in bits) by the UTF-8 bytes the scored tokens
@@ -40,6 +43,12 @@ def evaluate(
     scored (a part of the split, with `max_batches`, is compared with its own baseline;
     `unigram_baseline=False` skips it, as periodic validation does). `doc_mask` (the run's
     `model.doc_mask`) masks attention by document as training did, so the losses compare.
+
+    `details` (`kiln eval`; the model unwrapped, a `Transformer`): the same forward also
+    gives the next-token concentration means (`kiln.eval.concentration`, under
+    "next_token") and each window's mean loss in window order (under "window_losses", a
+    list; the caller writes it beside eval.json), both summed over the ranks. A model
+    without `hidden_states` and `head` (a stand-in that returns a loss alone) gives neither.
     """
     env = env or DistEnv()
     info = load_index(token_dir)[split]
@@ -50,6 +59,7 @@ def evaluate(
     if baseline is not None:
         baseline = torch.from_numpy(baseline).to(device, torch.float64)
     eos = masking_eos_id(token_dir, doc_mask)
+    details = details and hasattr(model, "hidden_states") and hasattr(model, "head")
     was_training = model.training
     model.eval()
     batches = eval_batches(token_dir, split, seq_len, batch_size, max_batches, env.rank,
@@ -57,25 +67,40 @@ def evaluate(
     # sharded models need every rank in every forward: pad short ranks with ignored batches
     rounds = int(all_reduce_max(torch.tensor(len(batches), device=device), env))
     # summed nats, tokens, bytes, and the unigram baseline's bits on the same tokens
-    total = torch.zeros(4, dtype=torch.float64, device=device)
+    # (then, with `details`, the concentration sums)
+    total = torch.zeros(4 + len(KEYS) * details, dtype=torch.float64, device=device)
+    # each window's mean loss at its place in the split's order (zero where another rank's)
+    windows = torch.zeros(batches.scored_windows if details else 0, dtype=torch.float64,
+                          device=device)
     read = iter(batches)
     for i in range(rounds):
         real = i < len(batches)
         batch = (next(read) if real else torch.zeros(1, seq_len + 1, dtype=torch.long)).to(device)
+        targets = batch[:, 1:]
         with autocast(device, precision):
             docs = None if eos is None else document_ids(batch[:, :-1], eos)
             masked = {} if docs is None else {"doc_ids": docs}  # off: the plain call
-            mean_loss = model(batch[:, :-1], targets=batch[:, 1:], **masked)
+            if details:
+                hidden = model.hidden_states(batch[:, :-1], None, docs)
+                nats, sums = score_positions(hidden.flatten(0, 1), model.head.weight,
+                                             targets.flatten())
+                mean_loss = nats.double().mean()
+            else:
+                mean_loss = model(batch[:, :-1], targets=targets, **masked)
         if not real:
             continue
-        targets = batch[:, 1:]
         n = targets.numel()
+        if details:
+            first = batches.batch_ids[i] * batch_size
+            windows[first : first + len(batch)] = nats.view(len(batch), -1).double().mean(1)
         n_bytes = byte_lengths[targets].sum() if byte_lengths is not None else torch.zeros(())
         unigram = baseline[targets].sum() if baseline is not None else torch.zeros(())
-        total += torch.stack([mean_loss.double() * n, torch.tensor(n, device=device),
+        counts = torch.stack([mean_loss.double() * n, torch.tensor(n, device=device),
                               n_bytes.to(device, torch.float64), unigram.to(device, torch.float64)])
+        total += torch.cat([counts, sums]) if details else counts
     model.train(was_training)
-    nats, tokens, bytes_covered, unigram_bits = all_reduce_sum(total, env).tolist()
+    summed = all_reduce_sum(total, env).tolist()
+    nats, tokens, bytes_covered, unigram_bits = summed[:4]
     if tokens == 0:
         raise ValueError(f"split '{split}' has no complete window of {seq_len + 1} tokens")
     loss = nats / tokens
@@ -85,6 +110,9 @@ def evaluate(
     scored_baseline = {}
     if baseline is not None and exact and bytes_covered:
         scored_baseline["unigram_bpb_scored"] = unigram_bits / bytes_covered
+    if details:
+        scored_baseline["next_token"] = dict(zip(KEYS, (s / tokens for s in summed[4:])))
+        scored_baseline["window_losses"] = all_reduce_sum(windows, env).tolist()
     return {
         "split": split,
         "loss": loss,

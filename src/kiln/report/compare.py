@@ -4,7 +4,8 @@
 "Comparison" section with ``plots/compare_loss.png`` (train loss and validation bits per
 byte of every run against step) and one table row per run: final train loss, best val bpb,
 parameters, active parameters per token (MoE runs count top_k of their experts) and mean
-tokens/s. The runs named with --compare must be run directories with a ``metrics.jsonl``;
+tokens/s; then Hedges' g between the runs' per-window held-out losses where their evals
+scored the same windows (`kiln.report.effect_sizes`). The runs named with --compare must be run directories with a ``metrics.jsonl``;
 a missing one is an error, since the user asked for it by name.
 
 Loss is nats per token of each run's own tokenizer, and bits per byte are measured on each
@@ -25,6 +26,7 @@ from matplotlib.ticker import MaxNLocator
 
 from kiln.atomic import atomic_path
 from kiln.errors import ConfigError
+from kiln.report.effect_sizes import WindowLosses, effect_size_html, load_window_losses
 from kiln.report.fmt import as_number, fmt_count, fmt_float
 from kiln.report.html_parts import grid_table, image, paragraph, section
 from kiln.report.metrics_io import records_of_kind
@@ -54,6 +56,7 @@ class RunFigures:
     params_active: float | None = None
     tokenizer: str | None = None  # the tokenizer file's hash its shards record
     val_data: tuple | None = None  # (documents fingerprint, val_fraction, seed)
+    windows: WindowLosses | None = None  # per-window eval losses, for Hedges' g
 
 
 def _labels(paths: list[Path]) -> list[str]:
@@ -91,7 +94,7 @@ def load_run_figures(run_dir: Path, label: str, required: bool = True,
                 index.value.get("seed")) if made.get("documents") else None
     return RunFigures(label, records, summarize(records) if records else Summary(),
                       as_number(counts.get("params")), as_number(counts.get("params_active")),
-                      made.get("tokenizer"), val_data)
+                      made.get("tokenizer"), val_data, load_window_losses(run_dir))
 
 
 def comparability_warnings(runs: list[RunFigures]) -> list[str]:
@@ -176,8 +179,10 @@ def compare_section(runs: list[RunFigures], plots_dir: Path) -> str:
     note = paragraph("tokens/s: mean over the second half of each run's steps; active params: "
                      "per token (routed experts count top_k of n_experts).", "muted")
     notes = comparability_warnings(runs)
-    for note_text in notes:  # on the console too: the plot alone would hide it
+    effects, alerts = effect_size_html(
+        [r.label for r in runs], [r.windows or WindowLosses(problem="not loaded") for r in runs])
+    for note_text in [*notes, *alerts]:  # on the console too: the page alone would hide it
         warnings.warn(f"--compare: {note_text}", stacklevel=2)
     body = ("".join(paragraph(f"Note: {w}.", "missing") for w in notes) + image(f"plots/{COMPARE_PLOT}.png", "train loss and val bits/byte of every run")
-            + grid_table(COLUMNS, comparison_rows(runs)) + note)
+            + grid_table(COLUMNS, comparison_rows(runs)) + note + effects)
     return section("Comparison", body)

@@ -76,6 +76,7 @@ def eval_section(evaluation: Loaded, index_unigram: float | None,
         ("unigram baseline bpb (the same tokens)", fmt_float(scored)) if scored is not None
         else ("unigram baseline bpb (the whole val split)", fmt_float(unigram)),
     ]
+    rows += _concentration_rows(data.get("next_token"))
     if "seq_len" in data:  # recorded since eval could score other windows than trained on
         rows.insert(2, ("window (tokens), precision",
                         f"{fmt_value(data['seq_len'])}, {fmt_value(data.get('precision', '—'))}"))
@@ -97,6 +98,26 @@ def eval_section(evaluation: Loaded, index_unigram: float | None,
                              f"the first {_batches(data['max_batches'])} of the {split} split."),
                           "muted")
     return section("Evaluation", body)
+
+
+# eval.json's "next_token" figures (`kiln.eval.concentration`), as the report labels them
+CONCENTRATION_LABELS = (
+    ("top1_prob", "next-token top-1 probability (mean)"),
+    ("top5_mass", "next-token top-5 mass (mean)"),
+    ("top10_mass", "next-token top-10 mass (mean)"),
+    ("k90", "next-token tokens to 90% mass (mean)"),
+    ("top100_entropy", "next-token top-100 entropy, renormalised (nats, mean)"),
+    ("entropy", "next-token entropy (nats, mean)"),
+)
+
+
+def _concentration_rows(figures: Any) -> list[tuple[str, str]]:
+    """Rows for eval.json's next-token concentration; none for an eval from before Kiln took
+    it (or a value not a dict: shown as missing, never a crash)."""
+    if not isinstance(figures, dict):
+        return []
+    return [(label, fmt_float(figures.get(key), 1 if key == "k90" else 4))
+            for key, label in CONCENTRATION_LABELS]
 
 
 def _perplexity_cell(data: dict[str, Any]) -> str:
