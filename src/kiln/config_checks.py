@@ -114,7 +114,9 @@ def validate(cfg: Config) -> Config:
         if value <= 0:
             raise ConfigError(f"{key} must be > 0, got {value}")
     non_negative = {  # 0 means off, auto or everything
-        "eval.max_batches": cfg.eval.max_batches, "tokenizer.min_frequency": cfg.tokenizer.min_frequency,
+        "eval.max_batches": cfg.eval.max_batches,
+        "eval.next_token_positions": cfg.eval.next_token_positions,
+        "tokenizer.min_frequency": cfg.tokenizer.min_frequency,
         "model.ffn_hidden": m.ffn_hidden, "data.max_bytes": cfg.data.max_bytes,
         "train.eval_every": t.eval_every, "train.eval_batches": t.eval_batches,
         "train.checkpoint_every": t.checkpoint_every, "train.keep_checkpoints": t.keep_checkpoints,

@@ -38,7 +38,8 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
         with torch.inference_mode():
             result = evaluate(model, cfg.run_dir / "tokens", e.split, cfg.train.seq_len,
                               e.batch_size, e.max_batches, device, precision, env,
-                              doc_mask=cfg.model.doc_mask, details=True)
+                              doc_mask=cfg.model.doc_mask, details=True,
+                              next_token_positions=e.next_token_positions)
     finally:
         shutdown(env)
     if not env.is_main:

@@ -65,11 +65,13 @@ def concentration_sums(log_p: torch.Tensor) -> torch.Tensor:
 
 
 def score_positions(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                    chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each position's loss in nats (N,) fp32 and the KEYS sums (6,) fp64, from hidden
-    states (N, D), the head's weight (V, D) and the targets (N,). The logits are made
-    `chunk` rows at a time (as `fused_loss` does: the full N x V never exists), in the
-    compute dtype the autocast would use, then upcast to fp32 for the log-softmax."""
+                    chunk: int | None = None, measured: torch.Tensor | None = None,
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each position's loss in nats (N,) fp32 and the KEYS sums (6,) fp64 over the positions
+    `measured` (N,) bool marks (None: all), from hidden states (N, D), the head's weight
+    (V, D) and the targets (N,). The logits are made `chunk` rows at a time (as `fused_loss`
+    does: the full N x V never exists), in the compute dtype the autocast would use, then
+    upcast to fp32 for the log-softmax."""
     dtype = compute_dtype(hidden)
     hidden, weight = hidden.to(dtype), weight.to(dtype)
     acc = torch.promote_types(dtype, torch.float32)
@@ -81,8 +83,21 @@ def score_positions(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
             c1 = min(c0 + chunk, hidden.shape[0])
             log_p = torch.log_softmax((hidden[c0:c1] @ weight.t()).to(acc), dim=1)
             losses[c0:c1] = -log_p.gather(1, targets[c0:c1, None].long())[:, 0]
-            sums += concentration_sums(log_p)
+            rows = log_p if measured is None else log_p[measured[c0:c1]]
+            if len(rows):
+                sums += concentration_sums(rows)
     return losses, sums
+
+
+def measured_stride(windows: int, seq_len: int, positions: int) -> int:
+    """Every how many windows (by their place in the split, so the same windows whatever
+    the ranks) the concentration is measured to cover about `positions` positions: the sort
+    of each distribution costs far more than the loss (~10x the head's matmul at a 32k
+    vocabulary), and a mean over tens of thousands of positions is already precise. 0: off."""
+    if positions <= 0 or windows <= 0:
+        return 0
+    wanted = -(-positions // seq_len)  # windows of seq_len positions
+    return max(1, -(-windows // wanted))
 
 
 def concentration_text(means: dict[str, float]) -> str:
@@ -90,4 +105,5 @@ def concentration_text(means: dict[str, float]) -> str:
     return (f"top-1 p {means['top1_prob']:.4f}, top-5 mass {means['top5_mass']:.4f}, "
             f"top-10 mass {means['top10_mass']:.4f}, k for 90% mass {means['k90']:.1f}, "
             f"top-100 entropy {means['top100_entropy']:.4f} nats, "
-            f"entropy {means['entropy']:.4f} nats")
+            f"entropy {means['entropy']:.4f} nats"
+            + (f" (over {means['positions']:,} positions)" if "positions" in means else ""))

@@ -12,7 +12,7 @@ from torch import nn
 from kiln.data.loader import eval_batches, masking_eos_id
 from kiln.data.shards import load_index, load_token_bytes, load_unigram_bits
 from kiln.eval import perplexity_of
-from kiln.eval.concentration import KEYS, score_positions
+from kiln.eval.concentration import KEYS, measured_stride, score_positions
 from kiln.model.doc_mask import document_ids
 from kiln.parallel.distributed import DistEnv, all_reduce_max, all_reduce_sum
 from kiln.train.precision import autocast
@@ -32,6 +32,7 @@ def evaluate(
     unigram_baseline: bool = True,
     doc_mask: bool = False,
     details: bool = False,
+    next_token_positions: int = 65_536,
 ) -> dict[str, Any]:
     """Mean next-token loss over deterministic windows of `split`.
 
@@ -46,7 +47,8 @@ def evaluate(
 
     `details` (`kiln eval`; the model unwrapped, a `Transformer`): the same forward also
     gives the next-token concentration means (`kiln.eval.concentration`, under
-    "next_token") and each window's mean loss in window order (under "window_losses", a
+    "next_token", over about `next_token_positions` positions of evenly spaced windows; 0:
+    not measured) and each window's mean loss in window order (under "window_losses", a
     list; the caller writes it beside eval.json), both summed over the ranks. A model
     without `hidden_states` and `head` (a stand-in that returns a loss alone) gives neither.
     """
@@ -67,8 +69,9 @@ def evaluate(
     # sharded models need every rank in every forward: pad short ranks with ignored batches
     rounds = int(all_reduce_max(torch.tensor(len(batches), device=device), env))
     # summed nats, tokens, bytes, and the unigram baseline's bits on the same tokens
-    # (then, with `details`, the concentration sums)
-    total = torch.zeros(4 + len(KEYS) * details, dtype=torch.float64, device=device)
+    # (then, with `details`, the concentration sums and the positions they were taken on)
+    stride = measured_stride(batches.scored_windows, seq_len, next_token_positions) if details else 0
+    total = torch.zeros(4 + (len(KEYS) + 1) * details, dtype=torch.float64, device=device)
     # each window's mean loss at its place in the split's order (zero where another rank's)
     windows = torch.zeros(batches.scored_windows if details else 0, dtype=torch.float64,
                           device=device)
@@ -82,8 +85,14 @@ def evaluate(
             masked = {} if docs is None else {"doc_ids": docs}  # off: the plain call
             if details:
                 hidden = model.hidden_states(batch[:, :-1], None, docs)
+                measured = torch.zeros(len(batch), dtype=torch.bool, device=device)
+                if real and stride:  # windows by their place in the split: any rank count
+                    first = batches.batch_ids[i] * batch_size
+                    measured = torch.arange(first, first + len(batch), device=device) % stride == 0
                 nats, sums = score_positions(hidden.flatten(0, 1), model.head.weight,
-                                             targets.flatten())
+                                             targets.flatten(),
+                                             measured=measured.repeat_interleave(seq_len))
+                sums = torch.cat([sums, (measured.sum() * seq_len).double().view(1)])
                 mean_loss = nats.double().mean()
             else:
                 mean_loss = model(batch[:, :-1], targets=targets, **masked)
@@ -110,8 +119,12 @@ def evaluate(
     scored_baseline = {}
     if baseline is not None and exact and bytes_covered:
         scored_baseline["unigram_bpb_scored"] = unigram_bits / bytes_covered
-    if details:
-        scored_baseline["next_token"] = dict(zip(KEYS, (s / tokens for s in summed[4:])))
+    measured_positions = int(summed[-1]) if details else 0
+    if measured_positions:
+        scored_baseline["next_token"] = {
+            **dict(zip(KEYS, (s / measured_positions for s in summed[4:-1]))),
+            "positions": measured_positions}
+    if details:  # every rank: a collective
         scored_baseline["window_losses"] = all_reduce_sum(windows, env).tolist()
     return {
         "split": split,
