@@ -54,3 +54,18 @@ def test_the_rule_is_recorded_for_the_read_stage_only():
         "long_text_cut"] == "halved_end"
     assert "long_text_cut" not in make_signature(
         PrepareConfig(stages=["arxiv", "write"]), ["src"], 0)
+
+
+def test_a_stats_file_that_cannot_be_read_counts_as_one_that_cut(tmp_path):
+    """A resume keeps the finished tasks' documents: where their stats cannot tell whether
+    one cut a text, the prepare is made again rather than risk mixing parts."""
+    from kiln.data.prepare_signature import cut_texts
+
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    (stats / "00000.json").write_text(json.dumps([{"name": "read", "stats": {"documents": 3}}]))
+    assert not cut_texts(tmp_path)
+    (stats / "00001.json").write_text(json.dumps([{"name": "r", "stats": {"long_texts_split": 1}}]))
+    assert cut_texts(tmp_path)
+    (stats / "00001.json").write_text("[{")
+    assert cut_texts(tmp_path)
