@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import get_filter_result
 
@@ -13,6 +14,7 @@ from kiln.data.documents import SourceReader
 from kiln.data.filters import quality_filters
 from kiln.data.filters.code_rules import code_words
 from kiln.data.filters.text_length import WholeTextLengthFilter, gopher_words
+from kiln.data.long_documents import split_long_text
 
 
 def _run(steps, docs) -> list[Document]:
@@ -132,14 +134,20 @@ def _code_file(min_chars: int) -> str:
 def test_a_kept_long_text_keeps_its_short_last_part(tmp_path):
     """The reported case: a 1,000,102-character source file of 47,089 words, cut before its
     last function (12 words): judged alone by Gopher's 50-word minimum, that last part went,
-    and the file was kept without its end. Its whole text has the words: every part stays."""
+    and the file was kept without its end. Its whole text has the words: every part stays.
+    (The reader now cuts such a file near its middle, kiln.data.long_documents: the short
+    last part is made here as it cut it before.)"""
     text = _code_file(1_000_000)
-    (tmp_path / "Service.py").write_text(text)
-    docs = _read(tmp_path / "Service.py")
-    assert len(docs) == 2 and code_words(docs[1].text) < 50 < code_words(text) < 100_000
+    cut = text.rfind("\n\n", 0, 1_000_000) + 2
+    docs = [_part("Service.py", 1, text[:cut]), _part("Service.py", 2, text[cut:])]
+    assert code_words(docs[1].text) < 50 < code_words(text) < 100_000
     steps = quality_filters("code")
     assert "".join(d.text for d in _run(steps, docs)) == text
     assert not any(k.startswith("dropped") for s in steps for k in s.stats.stats)
+    (tmp_path / "Service.py").write_text(text)
+    read = _read(tmp_path / "Service.py")
+    assert len(read) == 2 and all(len(d.text) > 400_000 for d in read)
+    assert "".join(d.text for d in _run(quality_filters("code"), read)) == text
 
 
 def test_a_prose_part_under_the_minimum_is_judged_with_its_text():
@@ -156,6 +164,28 @@ def test_a_prose_part_under_the_minimum_is_judged_with_its_text():
     assert steps[0].stats["dropped_gopher_short_doc"].total == 2
     assert steps[0].stats["texts_under_min_words"].total == 1
     assert steps[2].stats["dropped_gopher_short_doc"].total == 1  # "c", by Gopher itself
+
+
+@pytest.mark.parametrize("ending", ["THE END\n", "Yours faithfully,\nJohn Smith\n",
+                                    "And that was how the old harbour came to be closed.\n"])
+def test_a_kept_prose_text_keeps_its_ending(ending):
+    """A text whose usual cut left its ending alone ('THE END', a signature, a last
+    sentence) lost it: a few words, that part went by a rule whose statistic they do not
+    describe (C4's five sentences, Gopher's top-2-gram share), though the text was kept. The
+    reader now cuts the rest of the text near its middle where the end is near: every part
+    is kept, and its lines are judged by C4's line rules as in any text (lines of under three
+    words go). A small part limit stands for the reader's 1,000,000 characters."""
+    body = _prose(20_000)
+    text, limit = body + ending, len(body)
+    assert text.rfind("\n\n", limit // 2, limit) + 2 == len(body)  # the usual cut: after it
+    parts = [_part("b", k, t) for k, t in enumerate(split_long_text(text, limit), 1)]
+    assert len(parts) == 2 and all(len(p.text) >= limit // 4 for p in parts)
+    steps = quality_filters("prose")
+    kept = _run(steps, parts)
+    assert [d.id for d in kept] == ["b#1", "b#2"]
+    assert not any(k.startswith("dropped") for s in steps for k in s.stats.stats)
+    last_line = ending.splitlines()[-1]
+    assert kept[-1].text.endswith(last_line) == (len(last_line.split()) >= 3)
 
 
 def test_a_last_part_without_words_goes_without_an_error():

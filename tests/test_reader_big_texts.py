@@ -113,18 +113,25 @@ def test_a_text_damaged_at_its_end_loses_all_of_it_read_in_chunks_too(tmp_path, 
     assert _streamed(monkeypatch, path, read_bytes=1 << 20) == whole
 
 
-@pytest.mark.parametrize("limit", [2, 3, 10, 57])
+@pytest.mark.parametrize("limit", [2, 3, 4, 10, 57, 100])
 def test_split_text_stream_cuts_where_split_long_text_does(limit):
+    """Where the end of the text is near (a rest of at most 1.5 x the limit) the rest is cut
+    near its middle (no short last part): the stream must hold that much to know it."""
     rng = random.Random(limit)
     for _ in range(200):
-        text = "".join(rng.choice("ab \n\t.é") for _ in range(rng.randint(0, 400)))
-        sizes = [rng.randint(0, 30) for _ in range(100)]
+        alphabet = rng.choice(["ab \n\t.é", "abcdefgh \n", "abcdefghijklmnop\n", "abc"])
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8 * limit)))
+        top = rng.choice([1, 30, 2 * limit])
+        sizes = [rng.randint(0, top) for _ in range(rng.randint(1, 10 * limit))]
         chunks, at = [], 0
         for size in sizes:
             chunks.append(text[at:at + size])
             at += size
         chunks.append(text[at:])
-        assert list(split_text_stream(chunks, limit)) == list(split_long_text(text, limit))
+        parts = list(split_text_stream(chunks, limit))
+        assert parts == list(split_long_text(text, limit))
+        assert "".join(parts) == text
+        assert len(text) <= limit or all(limit <= 4 * len(p) and len(p) <= limit for p in parts)
 
 
 @pytest.mark.parametrize("suffix", ["", ".gz"])

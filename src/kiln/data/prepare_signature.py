@@ -11,10 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kiln.config import EXECUTION_KEYS
+from kiln.data.long_documents import CUT_RULE
 from kiln.data.prepare_config import PrepareConfig, decontaminate_pii_types, unused_option_tables
 from kiln.data.prepare_inputs import input_files
 from kiln.data.record_fields import DEFAULT_TEXT_FIELD
 from kiln.data.yield_report import LAYOUT_FILE
+
+CUT_RULE_KEY = "long_text_cut"
 
 
 def make_signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
@@ -44,6 +47,11 @@ def make_signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
     # resume must not mix the two kinds of score under one threshold
     if "perplexity" in cfg.stages:
         signature["perplexity_scored_tokens"] = "max_seq_len"
+    # texts over the reader's limit are cut into parts by this rule; a run whose prepare cut
+    # none made the same documents under any rule, so a record without it compares as equal
+    # there (`same_pipeline`): only runs that cut texts re-make them
+    if "read" in cfg.stages:
+        signature[CUT_RULE_KEY] = CUT_RULE
     if run_dir is not None:
         signature["input_files"] = input_files(cfg, sources, run_dir)
     return signature
@@ -93,14 +101,31 @@ def same_pipeline(logging_dir: Path, layout: dict) -> bool:
         return False
     saved, before, now = compared
     before["sources"], now["sources"] = (_real(before.get("sources")), _real(now["sources"]))
+    if CUT_RULE_KEY in now and CUT_RULE_KEY not in before and not cut_texts(logging_dir):
+        before[CUT_RULE_KEY] = now[CUT_RULE_KEY]  # recorded before the rule was: none cut
     return before == now and saved.get("phases") == layout["phases"]
+
+
+def cut_texts(logging_dir: Path) -> bool:
+    """Whether a task of the recorded prepare that finished cut a text into parts (its stats
+    count `long_texts_split`; the reader runs in the first phase, whose stats are in
+    `logging_dir`/stats). An unreadable stats file counts as one that did: re-made, not
+    resumed. The tasks that did not finish are run again from the start on a resume."""
+    for path in sorted((logging_dir / "stats").glob("*.json")):
+        try:
+            steps = json.loads(path.read_text(encoding="utf-8"))
+            if any("long_texts_split" in step.get("stats", {}) for step in steps):
+                return True
+        except (OSError, ValueError, TypeError, AttributeError):
+            return True
+    return False
 
 
 # signature entries that are no setting a user gives (how a stage works in this Kiln, the
 # inputs' fingerprint), or that change how the documents are made, not what (the number of
 # tasks: where it makes other documents, with data.max_bytes, their fingerprint tells)
 _NOT_SETTINGS = ("input_files", "keep_rejected", "tasks", "decontaminate_normalisation",
-                 "decontaminate_pii_forms", "perplexity_scored_tokens")
+                 "decontaminate_pii_forms", "perplexity_scored_tokens", CUT_RULE_KEY)
 
 
 _DATA_KEYS = {"sources": "data.sources", "max_bytes": "data.max_bytes",

@@ -49,6 +49,10 @@ def documents_fingerprint(run_dir: Path) -> str | None:
         options = [stage_options(signature), signature.get("decontaminate_normalisation")]
         if "text_field" in signature:  # recorded only when not "text": older runs' stand
             options.append({"text_field": signature["text_field"]})
+        # parts cut by another rule are other documents, perhaps with the same counts; only
+        # where texts were cut (`long_texts`), so the documents of other runs keep theirs
+        if "long_texts" in summary and "long_text_cut" in signature:
+            options.append({"long_text_cut": signature["long_text_cut"]})
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise RunDataError(f"{path} or {layout} is damaged ({e}); re-run `kiln prepare`") from e
     # the skipped files are named as the sources were spelled (`d/x`, `./d/x`): not what

@@ -11,9 +11,10 @@ drops *every* part of a text whose total is over the bound, with Gopher's reason
 `gopher_long_doc`, as Gopher would drop the whole text; a text within it goes on, its parts'
 other rules judged part by part. The minimum (Gopher's 50 words) is the whole text's too
 (`min_words`: every part goes, `gopher_short_doc`, when the total is under it): the last part
-is whatever follows the last cut, often a few lines, and judged alone by the minimum it went,
-so a kept text lost its ending (a 1,000,102-character source file kept without its last
-function). The domain's own length rule therefore leaves a part's minimum to this filter
+was whatever followed the last cut, often a few lines, and judged alone by the minimum it
+went, so a kept text lost its ending (a 1,000,102-character source file kept without its last
+function; the reader now cuts a text's end in halves, so no part is under a quarter of its
+limit, but a part's words are still its text's to judge). The domain's own length rule therefore leaves a part's minimum to this filter
 (`PartGopherQualityFilter`, `code_rules.CodeLengthFilter`).
 Documents that were not cut are not counted here: the domain's own length rule judges them.
 It stops counting a text once over the bound, so a long text costs one part's word split.
