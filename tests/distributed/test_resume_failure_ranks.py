@@ -1,0 +1,66 @@
+"""A resume that fails on one rank alone (its node's copy of a checkpoint damaged, a file
+missing there) stops every rank with the same status and one line, rank 0's, naming the
+file and the rank that found it. Rank 0 said another rank "failed or was killed", or
+blamed its own checkpoint for the collective the failed rank left, and the failed rank
+said its error as well."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import tiny_config
+from launch import run_python
+
+from kiln.train.trainer import Trainer
+
+# each rank resumes its own copy of the run: one shared folder mounted at other paths on
+# each node (`run.dir` may differ by rank), one copy damaged
+BY_RANK = """
+import os, sys
+from kiln.cli import main
+sys.exit(main(["train", sys.argv[1 + int(os.environ["RANK"])], "--set", "train.parallel=fsdp"]))
+"""
+
+
+def _copies(tiny_run: Path, tmp_path: Path) -> list[Path]:
+    """Two copies of a run with a checkpoint of step 6 (FSDP2 on 2 ranks reads it whole)."""
+    Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=6")).fit()
+    copies = [tmp_path / "node0", tmp_path / "node1"]
+    for copy in copies:
+        shutil.copytree(tiny_run, copy)
+    return copies
+
+
+def _damage(ckpt: Path, how: str) -> str:
+    if how == "missing":
+        (ckpt / "optimizer.pt").unlink()
+        return "optimizer.pt"
+    weights = ckpt / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    return "model.safetensors"
+
+
+@pytest.mark.parametrize("how", ["damaged", "missing"])
+def test_a_checkpoint_unreadable_on_rank_one_alone_is_said_once_by_rank_zero(tiny_run, tmp_path,
+                                                                             how):
+    copies = _copies(tiny_run, tmp_path)
+    ckpt = copies[1] / "checkpoints" / "step_00000006"
+    name = _damage(ckpt, how)
+    script = tmp_path / "by_rank.py"
+    script.write_text(BY_RANK)
+    with pytest.raises(RuntimeError) as failed:
+        run_python([str(script), *map(str, copies)], world_size=2, timeout=120)
+    said = str(failed.value)
+    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
+    rank0, rank1 = said.split("rank 0 exited 1:", 1)[1].split("rank 1 exited 1:", 1)
+    assert "Traceback" not in said, said
+    lines = [line for line in rank0.splitlines() if line.startswith("kiln:")]
+    assert len(lines) == 1, rank0
+    assert lines[0].startswith(f"kiln: rank 1 could not resume: checkpoint {ckpt} is "
+                               "unreadable ("), lines
+    assert name in lines[0]
+    assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1
