@@ -20,12 +20,13 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.constants import default_pg_nccl_timeout, default_pg_timeout
 
 from kiln.config import ConfigError
 from kiln.errors import KilnError, MainRankInterrupted, Terminated, alike_on_every_rank
 from kiln.interrupts import what_stops_at_once
 from kiln.parallel.meta_init import InitPlan, materialize
-from kiln.parallel.rank_stops import on_the_way_out
+from kiln.parallel.rank_stops import keep_store, on_the_way_out
 
 
 @dataclass(frozen=True)
@@ -97,13 +98,16 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
+        on_gpu: dict[str, Any] = {}
         if device.type == "cuda":
             index = gpu_index(local, launched)
             torch.cuda.set_device(index)
             # NCCL told its device up front, rather than guessing it at the first collective
-            dist.init_process_group(backend=backend, device_id=torch.device("cuda", index))
-        else:
-            dist.init_process_group(backend=backend)
+            on_gpu["device_id"] = torch.device("cuda", index)
+        store = _rendezvous(backend)
+        dist.init_process_group(backend=backend, store=dist.PrefixStore("default_pg", store),
+                                rank=rank, world_size=world, **on_gpu)
+        keep_store(dist.PrefixStore("kiln", store))
     if launched:
         die_with_launcher()
     env = DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
@@ -111,6 +115,17 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
         _check_same_settings(settings, env)
     _long_wait_group()  # now, while every rank is here: see `run_on_main`
     return env
+
+
+def _rendezvous(backend: str) -> dist.Store:
+    """The store `init_process_group` would meet the other ranks in (torchrun's agent's, or
+    rank 0's in a hand launch: env://), made here by torch's public `rendezvous`, so that
+    Kiln keeps it (`rank_stops`): torch hands the default group's store out only by a
+    private function. The timeout is init_process_group's own default for the backend."""
+    timeout = (default_pg_nccl_timeout if backend == "nccl" else None) or default_pg_timeout
+    store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
+    store.set_timeout(timeout)
+    return store
 
 
 def die_with_launcher() -> None:
@@ -491,3 +506,4 @@ def shutdown(env: DistEnv) -> None:
             on_the_way_out(ending)  # while the store is there
         dist.destroy_process_group()
         _LONG_WAIT = None
+    keep_store(None)  # rank 0 of a hand launch holds it: it goes with the group
