@@ -1,5 +1,5 @@
 """A resume that fails on one rank alone (its node's copy of a checkpoint damaged, a file
-missing there) stops every rank with the same status and one line, rank 0's, naming the
+missing there, a loader position it cannot take) stops every rank with the same status and one line, rank 0's, naming the
 file and the rank that found it. Rank 0 said another rank "failed or was killed", or
 blamed its own checkpoint for the collective the failed rank left, and the failed rank
 said its error as well."""
@@ -10,7 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import tiny_config
+import torch
+from conftest import as_written, tiny_config
 from launch import run_python
 
 from kiln.train.trainer import Trainer
@@ -34,22 +35,28 @@ def _copies(tiny_run: Path, tmp_path: Path) -> list[Path]:
 
 
 def _damage(ckpt: Path, how: str) -> str:
+    """Damage rank 1's copy of `ckpt` so; returns what rank 0 is to say of it."""
     if how == "missing":
         (ckpt / "optimizer.pt").unlink()
-        return "optimizer.pt"
+        return f"checkpoint {ckpt} is unreadable (FileNotFoundError: "
+    if how == "loader":  # its loader's position taken on other token shards (the sums agree)
+        state = torch.load(ckpt / "trainer.pt", weights_only=True)
+        state["loader"]["data"] = "0" * 64
+        torch.save(state, ckpt / "trainer.pt")
+        as_written(ckpt)
+        return f"cannot resume from {ckpt}: the loader state was saved on other token shards"
     weights = ckpt / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[len(data) // 2] ^= 0xFF
     weights.write_bytes(bytes(data))
-    return "model.safetensors"
+    return f"checkpoint {ckpt} is unreadable (ValueError: model.safetensors is not what was written"
 
 
-@pytest.mark.parametrize("how", ["damaged", "missing"])
-def test_a_checkpoint_unreadable_on_rank_one_alone_is_said_once_by_rank_zero(tiny_run, tmp_path,
-                                                                             how):
+@pytest.mark.parametrize("how", ["damaged", "missing", "loader"])
+def test_a_resume_failing_on_rank_one_alone_is_said_once_by_rank_zero(tiny_run, tmp_path, how):
     copies = _copies(tiny_run, tmp_path)
     ckpt = copies[1] / "checkpoints" / "step_00000006"
-    name = _damage(ckpt, how)
+    expected = _damage(ckpt, how)
     script = tmp_path / "by_rank.py"
     script.write_text(BY_RANK)
     with pytest.raises(RuntimeError) as failed:
@@ -60,7 +67,5 @@ def test_a_checkpoint_unreadable_on_rank_one_alone_is_said_once_by_rank_zero(tin
     assert "Traceback" not in said, said
     lines = [line for line in rank0.splitlines() if line.startswith("kiln:")]
     assert len(lines) == 1, rank0
-    assert lines[0].startswith(f"kiln: rank 1 could not resume: checkpoint {ckpt} is "
-                               "unreadable ("), lines
-    assert name in lines[0]
+    assert lines[0].startswith(f"kiln: rank 1 could not resume: {expected}"), lines
     assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1

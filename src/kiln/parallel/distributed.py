@@ -498,9 +498,13 @@ def _say_stopping(e: KeyboardInterrupt, waiting_for: str = "rank 0") -> None:
               f"as well ({what_stops_at_once(sig)})", file=sys.stderr, flush=True)
 
 
-def shutdown(env: DistEnv) -> None:
+def shutdown(env: DistEnv | None) -> None:
+    """Leave the process group: `env`'s, or (None) the one this process joined, if any (a
+    failure before the caller had its env: the trainer's setup). Groups left standing at
+    exit, the peers gone, gloo's threads abort the process (SIGABRT: "terminate called
+    without an active exception") instead of its exit with its status."""
     global _LONG_WAIT
-    if env.distributed and dist.is_initialized():
+    if (env is None or env.distributed) and dist.is_initialized():
         ending = sys.exc_info()[1]  # shut down on the way out of an exception
         if ending is not None:
             on_the_way_out(ending)  # while the store is there
