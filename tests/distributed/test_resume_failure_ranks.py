@@ -69,3 +69,34 @@ def test_a_resume_failing_on_rank_one_alone_is_said_once_by_rank_zero(tiny_run, 
     assert len(lines) == 1, rank0
     assert lines[0].startswith(f"kiln: rank 1 could not resume: {expected}"), lines
     assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1
+
+
+FULL_ON_RANK_ZERO = """
+import errno, os, sys
+from kiln.cli import main
+from kiln.train import trainer
+if os.environ["RANK"] == "0":  # rank 0 alone writes the run's files: its disk is full
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    trainer.set_aside_records_after = full
+sys.exit(main(["train", sys.argv[1], "--set", "train.parallel=fsdp", "--set", "train.steps=12"]))
+"""
+
+
+def test_a_resume_whose_records_rank_zero_cannot_write_is_said_once(tiny_run, tmp_path):
+    """Rank 0 sets aside what an earlier stretch logged after the checkpoint, alone: its
+    failure reached rank 1 as a lost rank at the first step ("another rank of this launch
+    failed or was killed"), a second line for one problem."""
+    Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=6")).fit()
+    script = tmp_path / "full.py"
+    script.write_text(FULL_ON_RANK_ZERO)
+    with pytest.raises(RuntimeError) as failed:
+        run_python([str(script), str(tiny_run)], world_size=2, timeout=120)
+    said = str(failed.value)
+    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
+    rank0, rank1 = said.split("rank 0 exited 1:", 1)[1].split("rank 1 exited 1:", 1)
+    assert "Traceback" not in said, said
+    lines = [line for line in rank0.splitlines() if line.startswith("kiln:")]
+    assert len(lines) == 1 and lines[0].startswith("kiln: cannot write metrics.jsonl"), rank0
+    assert "No space left on device" in lines[0]
+    assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1

@@ -319,7 +319,7 @@ def run_on_main(env: DistEnv, work: Callable[[], None], told: Callable[[BaseExce
                 error: type[Exception]) -> None:
     """Run `work` on rank 0 alone (data stages, a checkpoint write) while the other ranks
     wait, and end every rank alike: rank 0 raises what `work` raised; the others raise
-    `error(told(it))`, or `MainRankInterrupted` if rank 0 was interrupted (a Ctrl-C or a
+    `error(told(it))` (met alike: `kiln` says it once per node, rank 0 on its own), or `MainRankInterrupted` if rank 0 was interrupted (a Ctrl-C or a
     SIGTERM's stop on rank 0 alone must not leave them waiting: torchrun stops them, but a
     hand launch hangs for a week, and either way they would die in a raw gloo error).
 
@@ -339,7 +339,10 @@ def run_on_main(env: DistEnv, work: Callable[[], None], told: Callable[[BaseExce
         said, stop = _wait_for_main()
         if said is not None:
             interrupted, message, exit_code = said
-            raise MainRankInterrupted(message, exit_code) if interrupted else error(message)
+            if interrupted:
+                raise MainRankInterrupted(message, exit_code)
+            with alike_on_every_rank():  # rank 0's error, said by rank 0 (once per node)
+                raise error(message)
         if stop is not None:  # asked to stop while rank 0 finished: this rank stops alone
             raise stop
     if failure is not None:
