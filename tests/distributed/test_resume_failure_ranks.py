@@ -6,6 +6,7 @@ said its error as well."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -100,3 +101,36 @@ def test_a_resume_whose_records_rank_zero_cannot_write_is_said_once(tiny_run, tm
     assert len(lines) == 1 and lines[0].startswith("kiln: cannot write metrics.jsonl"), rank0
     assert "No space left on device" in lines[0]
     assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1
+
+
+SLOW_EXIT_ON_RANK_ZERO = """
+import atexit, os, runpy, sys, time
+if os.environ["RANK"] == "0":  # its way out outlasts rank 1's: torchrun's SIGTERM meets it
+    atexit.register(time.sleep, 3)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_under_torchrun_every_rank_exits_with_the_agreed_status(tiny_run, tmp_path):
+    """torchrun SIGTERMs the ranks still running once one has exited: rank 0, on its way out
+    with the same error as rank 1, was ended by that signal (torchrun: "exitcode : -15
+    (SIGTERM)" for rank 0, 1 for rank 1)."""
+    from distributed.test_signals_ranks import HANG_S, _torchrun
+
+    copies = _copies(tiny_run, tmp_path)
+    _damage(copies[1] / "checkpoints" / "step_00000006", "damaged")
+    for name, text in (("by_rank.py", BY_RANK), ("slow_exit.py", SLOW_EXIT_ON_RANK_ZERO)):
+        (tmp_path / name).write_text(text)
+    launcher = _torchrun(tmp_path, [str(tmp_path / "slow_exit.py"), str(tmp_path / "by_rank.py"),
+                                    *map(str, copies)])
+    try:
+        launcher.wait(timeout=HANG_S + 60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    output = (tmp_path / "torchrun.log").read_text(errors="replace")
+    assert sorted(re.findall(r"exitcode\s*: (-?\d+) \(pid", output)) == ["1", "1"], output
+    said = [line for line in output.splitlines() if ":kiln:" in line]
+    assert len(said) == 1 and said[0].startswith("[default0]:kiln: rank 1 could not resume: "), output
