@@ -774,6 +774,7 @@ def test_a_process_given_one_gpu_of_its_own_trains_on_it(monkeypatch, torchrun):
 
     import kiln.parallel.distributed as distributed
     from kiln.config import ConfigError
+    from kiln.parallel import rank_stops
     from kiln.parallel.distributed import init_distributed, local_device
 
     for key, value in {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "3",
@@ -788,6 +789,8 @@ def test_a_process_given_one_gpu_of_its_own_trains_on_it(monkeypatch, torchrun):
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     monkeypatch.setattr(dist, "init_process_group", lambda **kw: chosen.append(kw["device_id"]))
+    monkeypatch.setattr(distributed, "_rendezvous", lambda backend: dist.HashStore())
+    monkeypatch.setattr(rank_stops, "_kept", None)  # the store kept, given back after
     monkeypatch.setattr(distributed, "_long_wait_group", lambda: None)
     monkeypatch.setattr(distributed, "die_with_launcher", lambda: None)
     if torchrun:

@@ -278,6 +278,7 @@ def _main(argv: list[str] | None) -> int:
         if args.verb in _DATA_VERBS and is_main_process():
             record_config(cfg)  # only after success: a failed command leaves the run's as it was
     except ConfigError as e:
+        _ending_with_the_others(e)
         # a recipe or --set refused (while loading, or checked before any work) is refused
         # alike by every rank of a node: said once per node (a node whose recipe differs
         # still says why it stopped)
@@ -301,6 +302,7 @@ def _main(argv: list[str] | None) -> int:
             print(said, file=sys.stderr)
         return 1
     except KilnError as e:  # a damaged checkpoint or run file, data that does not fit
+        _ending_with_the_others(e)
         if _said_here(e):
             print(f"kiln: {_advice_for(args.verb, e)}", file=sys.stderr)
         return 1
@@ -375,6 +377,17 @@ def _advice_for(verb: str, e: BaseException) -> str:
         return str(e)
     return str(e).replace("`kiln train --fresh`", "`kiln run --fresh` with the same recipe "
                           "and --set options")
+
+
+def _ending_with_the_others(e: BaseException) -> None:
+    """An error every rank of a launch ends with (met alike, or agreed on): once one rank
+    has exited, torchrun SIGTERMs the others, which would end this one, on its way out with
+    the same status, as killed by SIGTERM. Ignored from here, as a stop under way ignores a
+    repeated signal."""
+    from kiln.parallel.distributed import launched_ranks
+
+    if met_alike_on_every_rank(e) and launched_ranks() > 1:
+        stop_under_way()
 
 
 def _said_here(e: BaseException) -> bool:

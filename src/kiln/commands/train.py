@@ -22,7 +22,11 @@ def _train(cfg: Config, resume: bool) -> None:
     from kiln.train.trainer import Trainer
 
     # first: a setting it refuses leaves the run alone (--fresh archives when training starts)
-    trainer = Trainer(cfg, resume=resume)
+    try:
+        trainer = Trainer(cfg, resume=resume)
+    except BaseException:  # a resume refused or stopped: the group it joined is left too
+        shutdown(None)
+        raise
     try:
         trainer.fit()
     finally:

@@ -4,9 +4,10 @@ A `kill` of one rank, or a Ctrl-C in one terminal of a hand launch, may reach on
 while rank 0 works on (the data stages of `kiln run`): that rank stops cleanly, and rank 0
 meets its absence only at its next collective, a lost rank, which gloo's words call "a remote
 worker crashing". So the stopping rank sets a key in the rendezvous store (held by rank 0 in
-a hand launch, by torchrun's agent under torchrun), and a rank that meets a lost one reads
-the keys and names the rank and the signal it stopped on. Both happen in `shutdown`, the
-last moment the store is there (`on_the_way_out`).
+a hand launch, by torchrun's agent under torchrun; `init_distributed` keeps it: torch gives
+the default group's store only by a private function), and a rank that meets a lost one
+reads the keys and names the rank and the signal it stopped on. Both happen in `shutdown`,
+the last moment the store is there (`on_the_way_out`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,19 @@ import torch.distributed as dist
 
 from kiln.errors import MainRankInterrupted, Terminated, TrainingInterrupted
 
-_KEY = "kiln/stopped/{}"
-_ANY = "kiln/stopped/any"  # one look for a failing rank, not one per rank (thousands of ranks)
+_KEY = "stopped/{}"
+_ANY = "stopped/any"  # one look for a failing rank, not one per rank (thousands of ranks)
 _WAIT = timedelta(seconds=5)  # on the way out: a store that does not answer is not waited for
 _read: dict[int, str] = {}  # what the other ranks said, read before the store went
+_kept: dist.Store | None = None  # the rendezvous store, under a prefix of Kiln's
+
+
+def keep_store(store: dist.Store | None) -> None:
+    """The store the ranks met in (`init_distributed` makes it), kept for the words here;
+    None when the process group goes. A group made otherwise (a test's own) has none: a
+    rank's word is then not left, nor read."""
+    global _kept
+    _kept = store
 
 
 def on_the_way_out(e: BaseException) -> None:
@@ -44,12 +54,9 @@ def on_the_way_out(e: BaseException) -> None:
 
 
 def _store() -> dist.Store | None:
-    if not dist.is_available() or not dist.is_initialized():
+    if _kept is None or not dist.is_initialized():
         return None
-    try:
-        return dist.distributed_c10d._get_default_store()
-    except (RuntimeError, ValueError, AttributeError):  # a group made without a store
-        return None
+    return _kept
 
 
 def leave_word(how: str) -> None:

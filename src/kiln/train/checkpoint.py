@@ -40,7 +40,7 @@ from kiln.errors import CheckpointError
 from kiln.eval import EVAL_FILES
 from kiln.export_recovery import recover_export
 from kiln.hashing import HashingWriter, file_sha256
-from kiln.parallel.distributed import DistEnv, run_on_main
+from kiln.parallel.distributed import DistEnv, lost_a_rank, run_on_main
 from kiln.tensor_files import save_tensors
 from kiln.train.checkpoint_dirs import (
     PREFIX,
@@ -75,8 +75,8 @@ def verified(path: Path, name: str) -> Path:
     return path / name
 
 
-def _read_weights(path: Path) -> dict[str, torch.Tensor]:
-    file = verified(path, "model.safetensors")
+def _read_weights(path: Path, checked: bool = False) -> dict[str, torch.Tensor]:
+    file = path / "model.safetensors" if checked else verified(path, "model.safetensors")
     try:
         return load_file(str(file))
     except Exception as e:  # safetensors raises its own error type for a damaged file
@@ -256,19 +256,41 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     return dest
 
 
+def check_checkpoint(path: Path, optimizer: bool = True) -> dict[str, Any]:
+    """Checkpoint `path`'s files checked against their recorded sums (every byte read: most
+    of a resume's time), and its trainer state, read and checked: the part of a resume that
+    reads this rank's copy of the files and no other rank's, with no collective. A copy
+    damaged on one node fails on its ranks alone: the ranks agree on this before the
+    collectives of loading (`kiln.parallel.distributed.run_on_every_rank`), where the others
+    would wait for the failed rank, or fail in a collective it left."""
+    verified(path, "model.safetensors")
+    if optimizer:
+        verified(path, "optimizer.pt")
+    state = _read_trainer_state(path)
+    missing_state(path, state, ("rng",))
+    return state
+
+
 def load_checkpoint(
-    path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None
+    path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+    state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Restore weights (and optimizer, RNG) in place; returns the trainer state.
+    """Restore weights (and optimizer, RNG) in place; returns the trainer state. `state`:
+    what `check_checkpoint` returned (its files are not checked again).
 
     The optimizer's state (moments, momentum, step counts) comes from the checkpoint; its
     settings (weight decay, betas, Muon's lr ratio...) stay as `optimizer` was built from
     the config, so a resume with changed settings uses them, as a fresh run would."""
-    load_weights(path, model)
-    optim_file = verified(path, "optimizer.pt") if optimizer is not None else None
+    if state is None:
+        state = check_checkpoint(path, optimizer is not None)
+    state = dict(state)
+    tensors = _read_weights(path, checked=True)
+    refuse_non_finite(tensors, path)
+    load_model_tensors(model, tensors, path / "model.safetensors")
+    del tensors
     try:
         if optimizer is not None:
-            optim_state = torch.load(optim_file, weights_only=True)
+            optim_state = torch.load(path / "optimizer.pt", weights_only=True)
             settings = [{k: v for k, v in g.items() if k != "params"}
                         for g in optimizer.param_groups]
             set_optimizer_state_dict(
@@ -278,9 +300,9 @@ def load_checkpoint(
                 group.update(built)
                 _place_steps(optimizer, group)
     except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
+        if isinstance(e, RuntimeError) and lost_a_rank(e):  # another rank's failure, not the file
+            raise
         raise unreadable(path, e) from e
-    state = _read_trainer_state(path)
-    missing_state(path, state, ("rng",))
     try:
         torch.set_rng_state(state.pop("rng"))
     except (RuntimeError, TypeError) as e:  # a state of the wrong size

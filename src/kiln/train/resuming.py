@@ -16,12 +16,22 @@ from typing import Any
 import torch
 
 from kiln.config import recorded_config
-from kiln.errors import CheckpointError, alike_on_every_rank
+from kiln.errors import CheckpointError, KilnError, alike_on_every_rank
 from kiln.export_recovery import stranded_exports
-from kiln.parallel.distributed import all_reduce_max
-from kiln.train.checkpoint import load_checkpoint, missing_state, unreadable
+from kiln.parallel.distributed import all_reduce_max, run_on_every_rank
+from kiln.train.checkpoint import check_checkpoint, load_checkpoint, missing_state, unreadable
 from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint, pointed_name
 from kiln.train.resume_settings import changed_since_recorded, refuse_changed_model
+
+
+def _resume_told(e: BaseException, ckpt: Path) -> str:
+    """How a rank's failure to read checkpoint `ckpt` is told, after "rank R"."""
+    if isinstance(e, KeyboardInterrupt):
+        return (f"was interrupted while it read checkpoint {ckpt} "
+                f"({type(e).__name__}{f': {e}' if str(e) else ''})")
+    if isinstance(e, KilnError):
+        return f"could not resume: {e}"
+    return f"could not read checkpoint {ckpt} ({type(e).__name__}: {e})"
 
 
 class Resuming:
@@ -42,20 +52,16 @@ class Resuming:
         recorded = recorded_config(self.run_dir)
         with alike_on_every_rank():  # the settings and the checkpoint every rank agreed on
             refuse_changed_model(ckpt, recorded, self.cfg)
-        state = load_checkpoint(ckpt, self.model, self.optimizer)
-        missing_state(ckpt, state, ("step", "tokens_seen", "elapsed_s", "loader"))
+        # what may fail on some ranks alone (a node's own copy of the files, its token shards),
+        # agreed before the collectives of loading, which the others would wait in
+        state = run_on_every_rank(self.env, lambda: self._read_resume_state(ckpt),
+                                  lambda e: _resume_told(e, ckpt), CheckpointError)
+        with alike_on_every_rank():  # the same checked bytes on every rank
+            state = load_checkpoint(ckpt, self.model, self.optimizer, state)
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
         self._elapsed_before = state["elapsed_s"]
         self._callback_states = state.get("callbacks", {})  # none in older checkpoints
         self._resumed_from = ckpt
-        try:
-            self.loader.load_state_dict(state["loader"])
-        except (KeyError, TypeError, AttributeError) as e:  # not a loader's state: altered
-            raise unreadable(ckpt, e) from e
-        except ValueError as e:
-            raise CheckpointError(f"cannot resume from {ckpt}: {e}; the token shards, "
-                                  "train.seq_len or run.seed changed since it was saved; use "
-                                  "the run's config, or `kiln train --fresh`") from e
         if self.env.is_main:
             print(f"resumed from {ckpt} at step {self.step}", file=sys.stderr)
             if self.loader.resumed_on_counts:
@@ -70,6 +76,21 @@ class Resuming:
             if self.step >= self.cfg.train.steps:
                 print(f"step {self.step} >= train.steps = {self.cfg.train.steps}: nothing to "
                       "train; raise train.steps to go on", file=sys.stderr)
+
+    def _read_resume_state(self, ckpt: Path) -> dict[str, Any]:
+        """Checkpoint `ckpt`'s files checked and its trainer state read, the loader set to
+        its position: this rank's part of a resume, without a collective."""
+        state = check_checkpoint(ckpt)
+        missing_state(ckpt, state, ("step", "tokens_seen", "elapsed_s", "loader"))
+        try:
+            self.loader.load_state_dict(state["loader"])
+        except (KeyError, TypeError, AttributeError) as e:  # not a loader's state: altered
+            raise unreadable(ckpt, e) from e
+        except ValueError as e:
+            raise CheckpointError(f"cannot resume from {ckpt}: {e}; the token shards, "
+                                  "train.seq_len or run.seed changed since it was saved; use "
+                                  "the run's config, or `kiln train --fresh`") from e
+        return state
 
     def _refuse_mixing_with_earlier_outputs(self) -> None:
         """No checkpoint to resume from, yet a run trained here. A run stopped before its

@@ -9,6 +9,7 @@ import dataclasses
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from kiln.data.loader import TokenLoader, masking_eos_id
 from kiln.data.provenance import check_tokens_current
 from kiln.errors import (
     CheckpointError,
+    KilnError,
     TrainingDiverged,
     TrainingInterrupted,
     alike_on_every_rank,
@@ -32,6 +34,7 @@ from kiln.parallel.distributed import (
     all_reduce_sum,
     init_distributed,
     local_device,
+    run_on_main,
 )
 from kiln.parallel.meta_init import build_on_meta
 from kiln.parallel.model_wrapping import grad_sync, parallelize
@@ -53,6 +56,15 @@ from kiln.train.train_setup import (
     note_settings,
 )
 
+
+def _told_by_rank_zero(e: BaseException) -> str:
+    """Rank 0's failure in its own part of the start (`Trainer._on_main`), as the other
+    ranks raise it: a Kiln error's own line."""
+    if isinstance(e, KilnError):
+        return str(e)
+    if isinstance(e, KeyboardInterrupt):
+        return f"rank 0 was interrupted before training started ({type(e).__name__})"
+    return f"rank 0 failed before training started ({type(e).__name__}: {e})"
 
 class Trainer(Resuming, RunRecords):
     """One run's training: built from its config and run directory (resumed where a checkpoint
@@ -195,21 +207,39 @@ class Trainer(Resuming, RunRecords):
             record["moe_load"] = [(c.double() / max(1, int(c.sum()))).tolist() for c in step_counts]
         return record
 
+    def _on_main(self, work: Callable[[], None]) -> None:
+        """`work` (on the run's files) on rank 0 alone, the other ranks told how it went: a
+        disk that refuses rank 0's writes stops every rank with its error, said once, where
+        the others met a lost rank at their first step (or, with nothing to train, exited 0)."""
+        run_on_main(self.env, work, _told_by_rank_zero, CheckpointError)
+
+    def _leave_as_is(self) -> None:
+        """Nothing to train: but for the records past its checkpoint, and what a kill in its
+        last save left (no later save clears it)."""
+        self._set_aside_later_records()
+        clear_killed_writes(self.run_dir / "checkpoints")
+
+    def _make_way(self) -> None:
+        """Before anything is written or trained: the earlier model's outputs moved aside
+        (kept, but out of the new run's way), the checkpoints folder found writable."""
+        if self._archive_earlier:
+            moved = self._archive_earlier_outputs()
+            if moved:
+                print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
+                      file=sys.stderr)
+        check_writable(self.run_dir / "checkpoints")
+
+    def _record_the_start(self) -> None:
+        self._set_aside_later_records()
+        self._write_metadata()
+
     def fit(self) -> list[float]:
         """Train to `train.steps`; returns the losses of the steps run here."""
         self._start = time.perf_counter()
         if self.step >= self.cfg.train.steps:  # nothing to train: leave the run as it is
-            self._set_aside_later_records()
-            if self.env.is_main:  # but for what a kill in its last save left: no save clears it
-                clear_killed_writes(self.run_dir / "checkpoints")
+            self._on_main(self._leave_as_is)
             return []
-        if self.env.is_main:
-            if self._archive_earlier:  # kept, but out of the new run's way
-                moved = self._archive_earlier_outputs()
-                if moved:
-                    print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
-                          file=sys.stderr)
-            check_writable(self.run_dir / "checkpoints")  # before anything is written or trained
+        self._on_main(self._make_way)
         losses, started = [], []
         try:
             for cb in self.callbacks:
@@ -221,9 +251,8 @@ class Trainer(Resuming, RunRecords):
                         cb.load_state_dict(saved)
                     except (KeyError, TypeError, ValueError, AttributeError) as e:  # altered
                         raise unreadable(self._resumed_from, e) from e
-            if self.env.is_main:  # once the checkpoint has loaded whole: a refused one changes nothing
-                self._set_aside_later_records()
-                self._write_metadata()
+            # once the checkpoint has loaded whole: a refused one changes nothing
+            self._on_main(self._record_the_start)
             while self.step < self.cfg.train.steps:
                 for cb in self.callbacks:
                     cb.on_step_start(self)

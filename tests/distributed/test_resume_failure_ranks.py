@@ -1,0 +1,136 @@
+"""A resume that fails on one rank alone (its node's copy of a checkpoint damaged, a file
+missing there, a loader position it cannot take) stops every rank with the same status and one line, rank 0's, naming the
+file and the rank that found it. Rank 0 said another rank "failed or was killed", or
+blamed its own checkpoint for the collective the failed rank left, and the failed rank
+said its error as well."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import as_written, tiny_config
+from launch import run_python
+
+from kiln.train.trainer import Trainer
+
+# each rank resumes its own copy of the run: one shared folder mounted at other paths on
+# each node (`run.dir` may differ by rank), one copy damaged
+BY_RANK = """
+import os, sys
+from kiln.cli import main
+sys.exit(main(["train", sys.argv[1 + int(os.environ["RANK"])], "--set", "train.parallel=fsdp"]))
+"""
+
+
+def _copies(tiny_run: Path, tmp_path: Path) -> list[Path]:
+    """Two copies of a run with a checkpoint of step 6 (FSDP2 on 2 ranks reads it whole)."""
+    Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=6")).fit()
+    copies = [tmp_path / "node0", tmp_path / "node1"]
+    for copy in copies:
+        shutil.copytree(tiny_run, copy)
+    return copies
+
+
+def _damage(ckpt: Path, how: str) -> str:
+    """Damage rank 1's copy of `ckpt` so; returns what rank 0 is to say of it."""
+    if how == "missing":
+        (ckpt / "optimizer.pt").unlink()
+        return f"checkpoint {ckpt} is unreadable (FileNotFoundError: "
+    if how == "loader":  # its loader's position taken on other token shards (the sums agree)
+        state = torch.load(ckpt / "trainer.pt", weights_only=True)
+        state["loader"]["data"] = "0" * 64
+        torch.save(state, ckpt / "trainer.pt")
+        as_written(ckpt)
+        return f"cannot resume from {ckpt}: the loader state was saved on other token shards"
+    weights = ckpt / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    return f"checkpoint {ckpt} is unreadable (ValueError: model.safetensors is not what was written"
+
+
+@pytest.mark.parametrize("how", ["damaged", "missing", "loader"])
+def test_a_resume_failing_on_rank_one_alone_is_said_once_by_rank_zero(tiny_run, tmp_path, how):
+    copies = _copies(tiny_run, tmp_path)
+    ckpt = copies[1] / "checkpoints" / "step_00000006"
+    expected = _damage(ckpt, how)
+    script = tmp_path / "by_rank.py"
+    script.write_text(BY_RANK)
+    with pytest.raises(RuntimeError) as failed:
+        run_python([str(script), *map(str, copies)], world_size=2, timeout=120)
+    said = str(failed.value)
+    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
+    rank0, rank1 = said.split("rank 0 exited 1:", 1)[1].split("rank 1 exited 1:", 1)
+    assert "Traceback" not in said, said
+    lines = [line for line in rank0.splitlines() if line.startswith("kiln:")]
+    assert len(lines) == 1, rank0
+    assert lines[0].startswith(f"kiln: rank 1 could not resume: {expected}"), lines
+    assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1
+
+
+FULL_ON_RANK_ZERO = """
+import errno, os, sys
+from kiln.cli import main
+from kiln.train import run_records
+if os.environ["RANK"] == "0":  # rank 0 alone writes the run's files: its disk is full
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    run_records.set_aside_records_after = full  # where the trainer looks it up
+sys.exit(main(["train", sys.argv[1], "--set", "train.parallel=fsdp", "--set", "train.steps=12"]))
+"""
+
+
+def test_a_resume_whose_records_rank_zero_cannot_write_is_said_once(tiny_run, tmp_path):
+    """Rank 0 sets aside what an earlier stretch logged after the checkpoint, alone: its
+    failure reached rank 1 as a lost rank at the first step ("another rank of this launch
+    failed or was killed"), a second line for one problem."""
+    Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=6")).fit()
+    script = tmp_path / "full.py"
+    script.write_text(FULL_ON_RANK_ZERO)
+    with pytest.raises(RuntimeError) as failed:
+        run_python([str(script), str(tiny_run)], world_size=2, timeout=120)
+    said = str(failed.value)
+    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
+    rank0, rank1 = said.split("rank 0 exited 1:", 1)[1].split("rank 1 exited 1:", 1)
+    assert "Traceback" not in said, said
+    lines = [line for line in rank0.splitlines() if line.startswith("kiln:")]
+    assert len(lines) == 1 and lines[0].startswith("kiln: cannot write metrics.jsonl"), rank0
+    assert "No space left on device" in lines[0]
+    assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1
+
+
+SLOW_EXIT_ON_RANK_ZERO = """
+import atexit, os, runpy, sys, time
+if os.environ["RANK"] == "0":  # its way out outlasts rank 1's: torchrun's SIGTERM meets it
+    atexit.register(time.sleep, 3)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_under_torchrun_every_rank_exits_with_the_agreed_status(tiny_run, tmp_path):
+    """torchrun SIGTERMs the ranks still running once one has exited: rank 0, on its way out
+    with the same error as rank 1, was ended by that signal (torchrun: "exitcode : -15
+    (SIGTERM)" for rank 0, 1 for rank 1)."""
+    from distributed.test_signals_ranks import HANG_S, _torchrun
+
+    copies = _copies(tiny_run, tmp_path)
+    _damage(copies[1] / "checkpoints" / "step_00000006", "damaged")
+    for name, text in (("by_rank.py", BY_RANK), ("slow_exit.py", SLOW_EXIT_ON_RANK_ZERO)):
+        (tmp_path / name).write_text(text)
+    launcher = _torchrun(tmp_path, [str(tmp_path / "slow_exit.py"), str(tmp_path / "by_rank.py"),
+                                    *map(str, copies)])
+    try:
+        launcher.wait(timeout=HANG_S + 60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    output = (tmp_path / "torchrun.log").read_text(errors="replace")
+    assert sorted(re.findall(r"exitcode\s*: (-?\d+) \(pid", output)) == ["1", "1"], output
+    said = [line for line in output.splitlines() if ":kiln:" in line]
+    assert len(said) == 1 and said[0].startswith("[default0]:kiln: rank 1 could not resume: "), output

@@ -1,0 +1,88 @@
+"""A rank that waits for a slower one at a resume (rank 0 still reading a large checkpoint)
+takes SIGTERM and Ctrl-C: the ranks agree on the read in a polled wait
+(`run_on_every_rank`). Rank 1 sat in the scatter of `set_model_state_dict`, a blocking gloo
+collective that held the signal back until rank 0 came."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from conftest import tiny_config
+from launch import start_python
+
+from distributed.test_signals_ranks import HANG_S, _ended, _kiln_lines, _when_busy
+from kiln.train.trainer import Trainer
+
+SLOW_RANK_ZERO = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's (a background suite ignores it)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # and a suite under nohup, SIGHUP
+from kiln import cli
+from kiln.parallel import distributed
+from kiln.train import checkpoint
+marks = sys.argv[1]
+distributed.STOP_GRACE_S = 2.0
+def mark(name):
+    open(os.path.join(marks, f"{name}{os.environ['RANK']}"), "w").close()
+checked = checkpoint.verified
+def verified(path, name):  # rank 0's copy on a slow disk: a sleep stops on a signal as reading does
+    mark("busy")
+    if os.environ["RANK"] == "0":
+        time.sleep(120)
+    return checked(path, name)
+checkpoint.verified = verified
+sys.exit(cli.main(["train", sys.argv[2], "--set", "train.parallel=fsdp"]))
+"""
+
+
+@pytest.fixture
+def slow_resume(tiny_run, tmp_path) -> list[str]:
+    """The script and its arguments: a resume of a step-6 checkpoint on 2 ranks, rank 0's
+    reading of it slow."""
+    Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=6")).fit()
+    (tmp_path / "marks").mkdir()
+    script = tmp_path / "slow_rank_zero.py"
+    script.write_text(SLOW_RANK_ZERO)
+    return [str(script), str(tmp_path / "marks"), str(tiny_run)]
+
+
+def test_a_rank_waiting_for_rank_zeros_resume_stops_on_sigterm(slow_resume, tmp_path):
+    """A `kill` of rank 1 alone: it stops after its grace with SIGTERM's status and line,
+    while rank 0 reads on."""
+    procs, logs = start_python(slow_resume, world_size=2)
+    try:
+        _when_busy(tmp_path, procs)
+        procs[1].send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + HANG_S
+        while procs[1].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        rank0_busy = procs[0].poll() is None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        (_, said0), (rank1, said1) = _ended(procs, logs)
+    assert rank1 == 143, said1[-2000:]
+    assert rank0_busy, said0[-2000:]
+    assert "Traceback" not in said1, said1
+    lines = _kiln_lines(said1)
+    assert len(lines) == 1 and lines[0].startswith("kiln: train stopped on SIGTERM; "), said1
+
+
+def test_sigterm_to_every_rank_in_a_slow_resume_is_one_line(slow_resume, tmp_path):
+    """A scheduler's SIGTERM reaches every rank: rank 0 stops in its reading and tells the
+    others, which stop with its status, silent (its node's line is rank 0's)."""
+    procs, logs = start_python(slow_resume, world_size=2)
+    try:
+        _when_busy(tmp_path, procs)
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+    finally:
+        (rank0, said0), (rank1, said1) = _ended(procs, logs)
+    assert (rank0, rank1) == (143, 143), said0[-2000:] + said1[-2000:]
+    assert "Traceback" not in said0 + said1, said0[-2000:] + said1[-2000:]
+    lines = _kiln_lines(said0)
+    assert len(lines) == 1 and lines[0].startswith("kiln: train stopped on SIGTERM; "), said0
+    assert _kiln_lines(said1) == [], said1
