@@ -69,3 +69,42 @@ def test_a_stats_file_that_cannot_be_read_counts_as_one_that_cut(tmp_path):
     assert cut_texts(tmp_path)
     (stats / "00001.json").write_text("[{")
     assert cut_texts(tmp_path)
+
+
+@pytest.mark.parametrize("long", [False, True])
+def test_a_trained_run_whose_texts_were_cut_by_the_earlier_rule_keeps_its_data(tmp_path, capsys,
+                                                                               long):
+    """A run with checkpoints keeps the data they were trained on: a plain `kiln prepare` /
+    `kiln run` of one whose texts were cut by the earlier rule made its documents again
+    (archived the ones trained on), so the tokens were re-made under the checkpoints and the
+    resume was refused. It is refused before any work, with the way on."""
+    from conftest import tiny_config
+
+    from kiln.cli import cmd_prepare, main
+    from kiln.run_dir import write_run_metadata
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("a short text of words. " * 20)
+    if long:
+        (src / "book.txt").write_text("Some words in a sentence here.\n\n" * 40_000)
+    run = tmp_path / "run"
+    cfg = tiny_config(run, f'data.sources=["{src}"]', 'prepare.stages=["read", "write"]')
+    cmd_prepare(cfg)
+    write_run_metadata(cfg)
+    _as_recorded_before_the_rule(run)
+    ckpt = run / "checkpoints" / "step_00000002"  # trained: a complete checkpoint
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer.pt").write_bytes(b"")
+    made = documents_fingerprint(run)
+    docs = {p.name: p.read_bytes() for p in (run / "documents").iterdir()}
+    capsys.readouterr()
+    for verb in ("prepare", "run") if long else ("prepare",):  # (run: it would train)
+        assert main([verb, str(run)]) == (2 if long else 0)
+        err = capsys.readouterr().err
+        assert ("long texts were cut into parts by an earlier rule" in err) == long, err
+        assert documents_fingerprint(run) == made
+        assert {p.name: p.read_bytes() for p in (run / "documents").iterdir()} == docs
+        assert not (run / "archive").exists()
+    if long:
+        assert f"`kiln train {run}` and the later verbs go on with the data already made" in err

@@ -20,6 +20,7 @@ def refuse_remaking_trained_data(cfg: Config, verb: str, fresh: bool = False) ->
     checkpoints (and a resume's loader position) describing data that is gone. The same
     settings on the same files re-make the same data, so a plain re-run is fine."""
     from kiln.data.pipeline import changed_inputs
+    from kiln.data.prepare_signature import cut_by_another_rule
     from kiln.run_dir import run_arg
     from kiln.train.checkpoint_dirs import latest_checkpoint
 
@@ -37,6 +38,13 @@ def refuse_remaking_trained_data(cfg: Config, verb: str, fresh: bool = False) ->
             touched = ("; if only the files' times changed (a touch, a checkout), `kiln train "
                        f"{run_arg(cfg.run_dir)}` and the later verbs go on with the "
                        "data already made")
+    if not changed and verb in ("prepare", "run") and cut_by_another_rule(
+            cfg.prepare, cfg.run_dir / "logs" / "prepare"):
+        changed = ["the long-text cut rule"]
+        what = ("documents whose long texts were cut into parts by an earlier rule (this "
+                "Kiln cuts them otherwise, so it would make them again)")
+        touched = (f"; `kiln train {run_arg(cfg.run_dir)}` and the later verbs go on with "
+                   "the data already made")
     if changed:
         raise ConfigError(
             f"{cfg.run_dir} holds checkpoints trained on {what}; re-making the data would "

@@ -121,6 +121,18 @@ def cut_texts(logging_dir: Path) -> bool:
     return False
 
 
+def cut_by_another_rule(cfg: PrepareConfig, logging_dir: Path) -> bool:
+    """Whether the recorded prepare cut texts into parts by another rule than this Kiln's
+    (`CUT_RULE`), so that `same_pipeline` makes its documents again (a trained run's must
+    not be: `kiln.commands.early_refusals`)."""
+    signature = (saved_layout(logging_dir) or {}).get("signature")
+    if "read" not in cfg.stages or not isinstance(signature, dict):
+        return False
+    if CUT_RULE_KEY in signature:
+        return signature[CUT_RULE_KEY] != CUT_RULE
+    return cut_texts(logging_dir)
+
+
 # signature entries that are no setting a user gives (how a stage works in this Kiln, the
 # inputs' fingerprint), or that change how the documents are made, not what (the number of
 # tasks: where it makes other documents, with data.max_bytes, their fingerprint tells)
