@@ -20,7 +20,7 @@ def refuse_remaking_trained_data(cfg: Config, verb: str, fresh: bool = False) ->
     checkpoints (and a resume's loader position) describing data that is gone. The same
     settings on the same files re-make the same data, so a plain re-run is fine."""
     from kiln.data.pipeline import changed_inputs
-    from kiln.data.prepare_signature import cut_by_another_rule
+    from kiln.data.prepare_signature import rules_made_otherwise
     from kiln.run_dir import run_arg
     from kiln.train.checkpoint_dirs import latest_checkpoint
 
@@ -38,11 +38,11 @@ def refuse_remaking_trained_data(cfg: Config, verb: str, fresh: bool = False) ->
             touched = ("; if only the files' times changed (a touch, a checkout), `kiln train "
                        f"{run_arg(cfg.run_dir)}` and the later verbs go on with the "
                        "data already made")
-    if not changed and verb in ("prepare", "run") and cut_by_another_rule(
-            cfg.prepare, cfg.run_dir / "logs" / "prepare"):
-        changed = ["the long-text cut rule"]
-        what = ("documents whose long texts were cut into parts by an earlier rule (this "
-                "Kiln cuts them otherwise, so it would make them again)")
+    if not changed and verb in ("prepare", "run"):  # a rule of how Kiln makes them changed
+        changed = rules_made_otherwise(cfg.prepare, cfg.data.sources, cfg.data.max_bytes,
+                                       cfg.run_dir / "logs" / "prepare", cfg.data.text_field)
+        what = (f"documents whose {', and whose '.join(changed)}: this Kiln makes them "
+                "otherwise, so it would make them again")
         touched = (f"; `kiln train {run_arg(cfg.run_dir)}` and the later verbs go on with "
                    "the data already made")
     if changed:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kiln.config import EXECUTION_KEYS
@@ -49,7 +49,7 @@ def make_signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
         signature["perplexity_scored_tokens"] = "max_seq_len"
     # texts over the reader's limit are cut into parts by this rule; a run whose prepare cut
     # none made the same documents under any rule, so a record without it compares as equal
-    # there (`same_pipeline`): only runs that cut texts re-make them
+    # (RULE_MARKERS): only runs that cut texts re-make them
     if "read" in cfg.stages:
         signature[CUT_RULE_KEY] = CUT_RULE
     if run_dir is not None:
@@ -95,14 +95,60 @@ def _against_recorded(logging_dir: Path, signature: dict) -> tuple[dict, dict, d
     return saved, before, now
 
 
+@dataclasses.dataclass(frozen=True)
+class RuleMarker:
+    """A rule of how this Kiln makes documents that a prepare records (no user setting): a
+    prepare made under another one, or under none (by a Kiln from before it was recorded),
+    is made again rather than resumed, and a trained run's is refused before (its documents
+    are the ones its checkpoints were trained on: `kiln.commands.early_refusals`)."""
+
+    what: str  # "documents whose <what>": the rule, to the user
+    # where a record without the marker made the same documents as this rule would (judged
+    # from its logs), so a run from before it keeps its data
+    unrecorded_is_same: Callable[[Path], bool] | None = None
+
+
+def _cut_none(logging_dir: Path) -> bool:
+    return not cut_texts(logging_dir)
+
+
+RULE_MARKERS = {
+    "decontaminate_normalisation": RuleMarker(
+        "benchmark n-grams were matched under an earlier text normalisation (decontaminate)"),
+    "decontaminate_pii_forms": RuleMarker(
+        "decontaminate index was built by an earlier rule for the items' redacted forms (pii)"),
+    "perplexity_scored_tokens": RuleMarker(
+        "perplexity scores were taken by an earlier rule (one token fewer than a context)"),
+    # a run whose prepare cut no text made the same documents under any rule
+    CUT_RULE_KEY: RuleMarker("long texts were cut into parts by an earlier rule", _cut_none),
+}
+
+
+def _rules_otherwise(before: dict, now: dict, logging_dir: Path) -> list[str]:
+    """The RULE_MARKERS keys that the recorded signature `before` holds otherwise than `now`
+    (a key one lacks differs, unless the marker says the record's data is the same)."""
+    out = []
+    for key, marker in RULE_MARKERS.items():
+        if before.get(key) == now.get(key):
+            continue
+        if (key in now and key not in before and marker.unrecorded_is_same is not None
+                and marker.unrecorded_is_same(logging_dir)):
+            continue
+        out.append(key)
+    return out
+
+
 def same_pipeline(logging_dir: Path, layout: dict) -> bool:
     compared = _against_recorded(logging_dir, layout["signature"])
     if compared is None:
         return False
     saved, before, now = compared
     before["sources"], now["sources"] = (_real(before.get("sources")), _real(now["sources"]))
-    if CUT_RULE_KEY in now and CUT_RULE_KEY not in before and not cut_texts(logging_dir):
-        before[CUT_RULE_KEY] = now[CUT_RULE_KEY]  # recorded before the rule was: none cut
+    if _rules_otherwise(before, now, logging_dir):
+        return False
+    for key in RULE_MARKERS:
+        before.pop(key, None)
+        now.pop(key, None)
     return before == now and saved.get("phases") == layout["phases"]
 
 
@@ -121,23 +167,22 @@ def cut_texts(logging_dir: Path) -> bool:
     return False
 
 
-def cut_by_another_rule(cfg: PrepareConfig, logging_dir: Path) -> bool:
-    """Whether the recorded prepare cut texts into parts by another rule than this Kiln's
-    (`CUT_RULE`), so that `same_pipeline` makes its documents again (a trained run's must
-    not be: `kiln.commands.early_refusals`)."""
-    signature = (saved_layout(logging_dir) or {}).get("signature")
-    if "read" not in cfg.stages or not isinstance(signature, dict):
-        return False
-    if CUT_RULE_KEY in signature:
-        return signature[CUT_RULE_KEY] != CUT_RULE
-    return cut_texts(logging_dir)
+def rules_made_otherwise(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
+                         logging_dir: Path, text_field: str = DEFAULT_TEXT_FIELD) -> list[str]:
+    """How (RULE_MARKERS' words) the recorded prepare made its documents otherwise than this
+    Kiln would, so that `same_pipeline` makes them again; [] where none is recorded."""
+    compared = _against_recorded(logging_dir,
+                                 make_signature(cfg, sources, max_bytes, None, text_field))
+    if compared is None:
+        return []
+    _, before, now = compared
+    return [RULE_MARKERS[key].what for key in _rules_otherwise(before, now, logging_dir)]
 
 
 # signature entries that are no setting a user gives (how a stage works in this Kiln, the
 # inputs' fingerprint), or that change how the documents are made, not what (the number of
 # tasks: where it makes other documents, with data.max_bytes, their fingerprint tells)
-_NOT_SETTINGS = ("input_files", "keep_rejected", "tasks", "decontaminate_normalisation",
-                 "decontaminate_pii_forms", "perplexity_scored_tokens", CUT_RULE_KEY)
+_NOT_SETTINGS = ("input_files", "keep_rejected", "tasks", *RULE_MARKERS)
 
 
 _DATA_KEYS = {"sources": "data.sources", "max_bytes": "data.max_bytes",
