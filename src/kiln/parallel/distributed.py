@@ -105,7 +105,7 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
         store = _rendezvous(backend)
         dist.init_process_group(backend=backend, store=dist.PrefixStore("default_pg", store),
                                 rank=rank, world_size=world, **on_gpu)
-        keep_store(dist.PrefixStore("kiln", store))
+        keep_store(dist.PrefixStore("kiln", store), os.getppid() if launched else None)
     if launched:
         die_with_launcher()
     env = DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
