@@ -20,7 +20,8 @@ from kiln.config import recorded_config
 from kiln.errors import CheckpointError, KilnError, alike_on_every_rank
 from kiln.export_recovery import stranded_exports
 from kiln.hashing import file_sha256
-from kiln.parallel.distributed import all_reduce_max, run_on_every_rank
+from kiln.parallel.distributed import all_reduce_max
+from kiln.parallel.rank_waits import run_on_every_rank
 from kiln.train.checkpoint import (
     CHECKSUMS,
     check_checkpoint,
