@@ -7,15 +7,17 @@ worker crashing". So the stopping rank sets a key in the rendezvous store (held 
 a hand launch, by torchrun's agent under torchrun; `init_distributed` keeps it: torch gives
 the default group's store only by a private function), and a rank that meets a lost one
 reads the keys and names the rank and the signal it stopped on. Both happen in `shutdown`,
-the last moment the store is there (`on_the_way_out`). Under torchrun the store dies with
-the agent: a rank whose launcher was killed (`die_with_launcher`) leaves it alone, as every
-call on a store gone prints pages of C++ frames before its error.
+the last moment the store is there (`on_the_way_out`). The store dies with its host
+(torchrun's agent, or rank 0 of a hand launch), and every call on a store gone prints pages
+of C++ frames before its error: a rank whose launcher was killed (`die_with_launcher`), or
+whose store's port no longer takes a connection, leaves the store alone.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -60,7 +62,7 @@ def on_the_way_out(e: BaseException) -> None:
 
 
 def _store() -> dist.Store | None:
-    if _kept is None or not dist.is_initialized() or _launcher_gone():
+    if _kept is None or not dist.is_initialized() or _launcher_gone() or not _answers(_kept):
         return None
     return _kept
 
@@ -70,6 +72,21 @@ def _launcher_gone() -> bool:
     SIGTERM that stops it (`die_with_launcher`), so the store is known gone without a call
     on it (a store's failed call logs a C++ stack, each rank its own, before its error)."""
     return _launcher is not None and os.getppid() != _launcher
+
+
+def _answers(store: dist.Store) -> bool:
+    """Whether the TCP store under `store` still takes a connection: a plain socket's
+    refusal is silent where the store's own call logs a C++ stack (its host was rank 0 of a
+    hand launch, killed; or another node's torchrun). Another kind of store answers."""
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    if not isinstance(store, dist.TCPStore):
+        return True
+    try:
+        with socket.create_connection((store.host, store.port), timeout=_WAIT.total_seconds()):
+            return True
+    except OSError:
+        return False
 
 
 def leave_word(how: str) -> None:
