@@ -260,7 +260,7 @@ def test_a_waiting_rank_stopped_by_sigterm_is_not_told_to_press_ctrl_c_again(mon
                                                                             capsys):
     """A rank waiting on rank 0 said "(Ctrl-C again to stop at once)" after a SIGTERM too."""
     from kiln.errors import Terminated
-    from kiln.parallel.distributed import _say_stopping
+    from kiln.parallel.rank_waits import _say_stopping
 
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     _say_stopping(Terminated())

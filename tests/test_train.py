@@ -791,7 +791,8 @@ def test_a_process_given_one_gpu_of_its_own_trains_on_it(monkeypatch, torchrun):
     monkeypatch.setattr(dist, "init_process_group", lambda **kw: chosen.append(kw["device_id"]))
     monkeypatch.setattr(distributed, "_rendezvous", lambda backend: dist.HashStore())
     monkeypatch.setattr(rank_stops, "_kept", None)  # the store kept, given back after
-    monkeypatch.setattr(distributed, "_long_wait_group", lambda: None)
+    monkeypatch.setattr(rank_stops, "_launcher", None)  # and its host's pid
+    monkeypatch.setattr(distributed, "long_wait_group", lambda: None)
     monkeypatch.setattr(distributed, "die_with_launcher", lambda: None)
     if torchrun:
         with pytest.raises(ConfigError, match="local rank 3 has no GPU of its own"):

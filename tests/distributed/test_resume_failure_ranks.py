@@ -134,3 +134,32 @@ def test_under_torchrun_every_rank_exits_with_the_agreed_status(tiny_run, tmp_pa
     assert sorted(re.findall(r"exitcode\s*: (-?\d+) \(pid", output)) == ["1", "1"], output
     said = [line for line in output.splitlines() if ":kiln:" in line]
     assert len(said) == 1 and said[0].startswith("[default0]:kiln: rank 1 could not resume: "), output
+
+
+def test_ranks_holding_different_copies_of_a_step_are_refused(tiny_run, tmp_path):
+    """Each node's own copy of the run, one holding another valid checkpoint of the same
+    step (a stale copy; here one trained at another learning rate, the same data order):
+    every file matched its own sums, so each rank loaded its own weights and FSDP trained
+    on a mix of the two, silently. Now refused, the ranks named, said once by rank 0."""
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run, other)
+    copies = _copies(tiny_run, tmp_path)
+    Trainer(tiny_config(other, "train.parallel=fsdp", "train.steps=6", "optim.lr=1e-3")).fit()
+    step = copies[1] / "checkpoints" / "step_00000006"
+    shutil.rmtree(step)
+    shutil.copytree(other / "checkpoints" / "step_00000006", step)
+    script = tmp_path / "by_rank.py"
+    script.write_text(BY_RANK)
+    with pytest.raises(RuntimeError) as failed:
+        run_python([str(script), *map(str, copies)], world_size=2, timeout=120)
+    said = str(failed.value)
+    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
+    rank0, rank1 = said.split("rank 0 exited 1:", 1)[1].split("rank 1 exited 1:", 1)
+    assert "Traceback" not in said, said
+    lines = [line for line in rank0.splitlines() if line.startswith("kiln:")]
+    assert len(lines) == 1, rank0
+    assert lines[0].startswith("kiln: the ranks hold different copies of checkpoint "
+                               "step_00000006 (their checksums.json differ: rank 0 holds one, "
+                               "rank 1 another; rank 0's is "), lines
+    assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1
+    assert not (copies[0] / "checkpoints" / "step_00000012").exists()

@@ -20,10 +20,10 @@ import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's (a background suite ignores it)
 signal.signal(signal.SIGHUP, signal.SIG_DFL)  # and a suite under nohup, SIGHUP
 from kiln import cli
-from kiln.parallel import distributed
+from kiln.parallel import rank_waits
 from kiln.train import checkpoint
 marks = sys.argv[1]
-distributed.STOP_GRACE_S = 2.0
+rank_waits.STOP_GRACE_S = 2.0
 def mark(name):
     open(os.path.join(marks, f"{name}{os.environ['RANK']}"), "w").close()
 checked = checkpoint.verified

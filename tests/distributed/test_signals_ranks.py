@@ -25,16 +25,16 @@ RANK_MARKS = """
 import os, sys, time
 from kiln import cli
 from kiln.commands import run as run_chain
-from kiln.parallel import distributed
+from kiln.parallel import rank_waits
 marks = sys.argv[1]
 def mark(name):
     open(os.path.join(marks, f"{name}{os.environ['RANK']}"), "w").close()
 def mark_the_wait():
-    waited = distributed.run_on_main
+    waited = rank_waits.run_on_main
     def run_on_main(*args, **kwargs):
         mark("busy")
         return waited(*args, **kwargs)
-    distributed.run_on_main = run_on_main
+    rank_waits.run_on_main = run_on_main  # where `kiln run` looks it up
 """
 
 SLOW_DATA = """
@@ -42,7 +42,7 @@ import signal
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's (a background suite ignores it)
 signal.signal(signal.SIGHUP, signal.SIG_DFL)  # and a suite under nohup, SIGHUP
 """ + RANK_MARKS + """
-distributed.STOP_GRACE_S = float(os.environ.get("KILN_TEST_GRACE", "15"))
+rank_waits.STOP_GRACE_S = float(os.environ.get("KILN_TEST_GRACE", "15"))
 if os.environ["RANK"] == "0":
     def prepare(cfg):  # hours of data on rank 0: a sleep stops on a signal's exception as they do
         mark("busy")
@@ -195,7 +195,7 @@ def test_a_signal_to_torchrun_in_the_data_stages_ends_each_rank_cleanly(tmp_path
 
 
 STOPPED_ALONE = RANK_MARKS + """
-distributed.STOP_GRACE_S = 1.0
+rank_waits.STOP_GRACE_S = 1.0
 if os.environ["RANK"] == "0":
     def gone(pid):  # ended: a zombie, until the test waits for it
         try:

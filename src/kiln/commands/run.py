@@ -24,7 +24,8 @@ def cmd_run(cfg: Config, fresh: bool = False) -> None:
     `fresh`: as `kiln train --fresh`, the model starts again from step 0, its earlier
     outputs moved to archive/ first (before the data stages, which a trained model's
     checkpoints would otherwise keep from re-making the data)."""
-    from kiln.parallel.distributed import init_distributed, run_on_main, shutdown
+    from kiln.parallel.distributed import init_distributed, shutdown
+    from kiln.parallel.rank_waits import run_on_main
     from kiln.train.precision import resolve_device
 
     env = init_distributed(resolve_device(cfg.train.device), flat_settings(cfg))

@@ -7,12 +7,17 @@ worker crashing". So the stopping rank sets a key in the rendezvous store (held 
 a hand launch, by torchrun's agent under torchrun; `init_distributed` keeps it: torch gives
 the default group's store only by a private function), and a rank that meets a lost one
 reads the keys and names the rank and the signal it stopped on. Both happen in `shutdown`,
-the last moment the store is there (`on_the_way_out`).
+the last moment the store is there (`on_the_way_out`). The store dies with its host
+(torchrun's agent, or rank 0 of a hand launch), and every call on a store gone prints pages
+of C++ frames before its error: a rank whose launcher was killed (`die_with_launcher`), or
+whose store's port no longer takes a connection, leaves the store alone.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -24,14 +29,17 @@ _ANY = "stopped/any"  # one look for a failing rank, not one per rank (thousands
 _WAIT = timedelta(seconds=5)  # on the way out: a store that does not answer is not waited for
 _read: dict[int, str] = {}  # what the other ranks said, read before the store went
 _kept: dist.Store | None = None  # the rendezvous store, under a prefix of Kiln's
+_launcher: int | None = None  # torchrun's agent: this rank's parent, the store's host
 
 
-def keep_store(store: dist.Store | None) -> None:
+def keep_store(store: dist.Store | None, launcher: int | None = None) -> None:
     """The store the ranks met in (`init_distributed` makes it), kept for the words here;
     None when the process group goes. A group made otherwise (a test's own) has none: a
-    rank's word is then not left, nor read."""
-    global _kept
-    _kept = store
+    rank's word is then not left, nor read. `launcher`: the pid of torchrun's agent, the
+    parent whose end takes the store with it (on its node, the store's host); once it has
+    gone, the store is not asked."""
+    global _kept, _launcher
+    _kept, _launcher = store, launcher
 
 
 def on_the_way_out(e: BaseException) -> None:
@@ -54,9 +62,31 @@ def on_the_way_out(e: BaseException) -> None:
 
 
 def _store() -> dist.Store | None:
-    if _kept is None or not dist.is_initialized():
+    if _kept is None or not dist.is_initialized() or _launcher_gone() or not _answers(_kept):
         return None
     return _kept
+
+
+def _launcher_gone() -> bool:
+    """This rank's torchrun was killed: the kernel gave it another parent before the
+    SIGTERM that stops it (`die_with_launcher`), so the store is known gone without a call
+    on it (a store's failed call logs a C++ stack, each rank its own, before its error)."""
+    return _launcher is not None and os.getppid() != _launcher
+
+
+def _answers(store: dist.Store) -> bool:
+    """Whether the TCP store under `store` still takes a connection: a plain socket's
+    refusal is silent where the store's own call logs a C++ stack (its host was rank 0 of a
+    hand launch, killed; or another node's torchrun). Another kind of store answers."""
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    if not isinstance(store, dist.TCPStore):
+        return True
+    try:
+        with socket.create_connection((store.host, store.port), timeout=_WAIT.total_seconds()):
+            return True
+    except OSError:
+        return False
 
 
 def leave_word(how: str) -> None:

@@ -40,7 +40,8 @@ from kiln.errors import CheckpointError
 from kiln.eval import EVAL_FILES
 from kiln.export_recovery import recover_export
 from kiln.hashing import HashingWriter, file_sha256
-from kiln.parallel.distributed import DistEnv, lost_a_rank, run_on_main
+from kiln.parallel.distributed import DistEnv, lost_a_rank
+from kiln.parallel.rank_waits import run_on_main
 from kiln.tensor_files import save_tensors
 from kiln.train.checkpoint_dirs import (
     PREFIX,
@@ -261,7 +262,7 @@ def check_checkpoint(path: Path, optimizer: bool = True) -> dict[str, Any]:
     of a resume's time), and its trainer state, read and checked: the part of a resume that
     reads this rank's copy of the files and no other rank's, with no collective. A copy
     damaged on one node fails on its ranks alone: the ranks agree on this before the
-    collectives of loading (`kiln.parallel.distributed.run_on_every_rank`), where the others
+    collectives of loading (`kiln.parallel.rank_waits.run_on_every_rank`), where the others
     would wait for the failed rank, or fail in a collective it left."""
     verified(path, "model.safetensors")
     if optimizer:

@@ -14,12 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from kiln.config import recorded_config
 from kiln.errors import CheckpointError, KilnError, alike_on_every_rank
 from kiln.export_recovery import stranded_exports
-from kiln.parallel.distributed import all_reduce_max, run_on_every_rank
-from kiln.train.checkpoint import check_checkpoint, load_checkpoint, missing_state, unreadable
+from kiln.hashing import file_sha256
+from kiln.parallel.distributed import all_reduce_max
+from kiln.parallel.rank_waits import run_on_every_rank
+from kiln.train.checkpoint import (
+    CHECKSUMS,
+    check_checkpoint,
+    load_checkpoint,
+    missing_state,
+    unreadable,
+)
 from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint, pointed_name
 from kiln.train.resume_settings import changed_since_recorded, refuse_changed_model
 
@@ -32,6 +41,13 @@ def _resume_told(e: BaseException, ckpt: Path) -> str:
     if isinstance(e, KilnError):
         return f"could not resume: {e}"
     return f"could not read checkpoint {ckpt} ({type(e).__name__}: {e})"
+
+
+def _ranks(ranks: list[int], shown: int = 8) -> str:
+    """"rank 1", "ranks 0, 2", or the first `shown` and how many more."""
+    listed = ", ".join(map(str, ranks[:shown]))
+    more = f" and {len(ranks) - shown} more" if len(ranks) > shown else ""
+    return f"rank {listed}" if len(ranks) == 1 else f"ranks {listed}{more}"
 
 
 class Resuming:
@@ -54,8 +70,9 @@ class Resuming:
             refuse_changed_model(ckpt, recorded, self.cfg)
         # what may fail on some ranks alone (a node's own copy of the files, its token shards),
         # agreed before the collectives of loading, which the others would wait in
-        state = run_on_every_rank(self.env, lambda: self._read_resume_state(ckpt),
-                                  lambda e: _resume_told(e, ckpt), CheckpointError)
+        state, copy = run_on_every_rank(self.env, lambda: self._read_resume_state(ckpt),
+                                        lambda e: _resume_told(e, ckpt), CheckpointError)
+        self._refuse_other_copies(ckpt, copy)
         with alike_on_every_rank():  # the same checked bytes on every rank
             state = load_checkpoint(ckpt, self.model, self.optimizer, state)
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
@@ -77,9 +94,11 @@ class Resuming:
                 print(f"step {self.step} >= train.steps = {self.cfg.train.steps}: nothing to "
                       "train; raise train.steps to go on", file=sys.stderr)
 
-    def _read_resume_state(self, ckpt: Path) -> dict[str, Any]:
+    def _read_resume_state(self, ckpt: Path) -> tuple[dict[str, Any], str | None]:
         """Checkpoint `ckpt`'s files checked and its trainer state read, the loader set to
-        its position: this rank's part of a resume, without a collective."""
+        its position: this rank's part of a resume, without a collective. With it, the
+        sha256 of the copy's checksums.json (None for a checkpoint from before them): what
+        this copy is, compared across ranks (`_refuse_other_copies`)."""
         state = check_checkpoint(ckpt)
         missing_state(ckpt, state, ("step", "tokens_seen", "elapsed_s", "loader"))
         try:
@@ -90,7 +109,35 @@ class Resuming:
             raise CheckpointError(f"cannot resume from {ckpt}: {e}; the token shards, "
                                   "train.seq_len or run.seed changed since it was saved; use "
                                   "the run's config, or `kiln train --fresh`") from e
-        return state
+        sums = ckpt / CHECKSUMS
+        try:
+            return state, file_sha256(sums) if sums.is_file() else None
+        except OSError as e:
+            raise unreadable(ckpt, e) from e
+
+    def _refuse_other_copies(self, ckpt: Path, copy: str | None) -> None:
+        """Ranks reading their own copies of the run (a node's own disk) may hold different
+        checkpoints of one step, each valid (one copy stale, or from another run): each rank
+        would load its own weights, and FSDP's shards or DDP's replicas would mix two states
+        silently. The copies' checksums.json must be the same on every rank."""
+        if not self.env.distributed:
+            return
+        copies: list[Any] = [None] * self.env.world_size
+        dist.all_gather_object(copies, copy)
+        if len(set(copies)) == 1:
+            return
+        groups: dict[str | None, list[int]] = {}
+        for rank, digest in enumerate(copies):
+            groups.setdefault(digest, []).append(rank)
+        first, *others = (_ranks(ranks) for ranks in groups.values())
+        held = f"{first} {'holds' if first.startswith('rank ') else 'hold'} one, " + \
+            ", ".join(f"{ranks} another" for ranks in others)
+        with alike_on_every_rank():  # every rank gathered the same copies
+            raise CheckpointError(
+                f"the ranks hold different copies of checkpoint {ckpt.name} (their {CHECKSUMS} "
+                f"differ: {held}; rank {self.env.rank}'s is {ckpt}): "
+                "every rank must read the same run directory (one shared filesystem across "
+                "nodes), or the same copy of it")
 
     def _refuse_mixing_with_earlier_outputs(self) -> None:
         """No checkpoint to resume from, yet a run trained here. A run stopped before its

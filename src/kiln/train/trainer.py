@@ -34,10 +34,10 @@ from kiln.parallel.distributed import (
     all_reduce_sum,
     init_distributed,
     local_device,
-    run_on_main,
 )
 from kiln.parallel.meta_init import build_on_meta
 from kiln.parallel.model_wrapping import grad_sync, parallelize
+from kiln.parallel.rank_waits import run_on_main
 from kiln.train.callbacks import Callback, default_callbacks
 from kiln.train.checkpoint import check_writable, clear_killed_writes, unreadable
 from kiln.train.checkpoint_dirs import complete_checkpoints
