@@ -35,10 +35,14 @@ MAX_DOCUMENT_CHARS = 1_000_000
 PART_OF = "part_of"
 
 _WHITESPACE = (" ", "\t", "\r", "\f", "\v")
+# the kinds of break a part ends after, the first kind found taken: a paragraph, a line,
+# whitespace (each kind's separators are of one length)
+_BREAKS = (("\n\n",), ("\n",), _WHITESPACE)
 # the cut rule, recorded in the signature of a prepare that cut texts
 # (kiln.data.prepare_signature): a resume must not mix parts cut by another rule (before
 # it, the usual cut to the end, which could leave a last part of a few words)
 CUT_RULE = "halved_end"
+CUT_RULE_KEY = "long_text_cut"  # its key in the signature and the documents' fingerprint
 
 
 def split_long_text(text: str, limit: int = MAX_DOCUMENT_CHARS) -> Iterator[str]:
@@ -96,22 +100,20 @@ def _next_cut(text: str, start: int, rest: int, limit: int) -> int:
 
 
 def _cut(text: str, lo: int, end: int) -> int:
-    """Where the part that must end by `end` ends: after a separator in [lo, end)."""
-    at = text.rfind("\n\n", lo, end)
-    if at >= 0:
-        return at + 2
-    at = text.rfind("\n", lo, end)
-    if at >= 0:
-        return at + 1
-    at = max(text.rfind(ws, lo, end) for ws in _WHITESPACE)
-    return at + 1 if at >= 0 else end
+    """Where the part that must end by `end` ends: after the last separator in [lo, end)
+    of the first kind of `_BREAKS` there is one of; else at `end`."""
+    for seps in _BREAKS:
+        at = max(text.rfind(sep, lo, end) for sep in seps)
+        if at >= 0:
+            return at + len(seps[0])
+    return end
 
 
 def _cut_near(text: str, lo: int, middle: int, end: int) -> int:
     """Where a rest is cut in two: after the separator in [lo, end) nearest `middle` (the
     earlier of two as near), of the first kind there is one of, as `_cut` orders them; else
     at `middle`. Each kind is searched from `middle` outwards, to the first hit each way."""
-    for seps in (("\n\n",), ("\n",), _WHITESPACE):
+    for seps in _BREAKS:
         cuts = []
         for sep in seps:
             before = text.rfind(sep, lo, min(end, middle + len(sep) - 1))

@@ -11,13 +11,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kiln.config import EXECUTION_KEYS
-from kiln.data.long_documents import CUT_RULE
+from kiln.data.long_documents import CUT_RULE, CUT_RULE_KEY
 from kiln.data.prepare_config import PrepareConfig, decontaminate_pii_types, unused_option_tables
 from kiln.data.prepare_inputs import input_files
 from kiln.data.record_fields import DEFAULT_TEXT_FIELD
 from kiln.data.yield_report import LAYOUT_FILE
-
-CUT_RULE_KEY = "long_text_cut"
 
 
 def make_signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,

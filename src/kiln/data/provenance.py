@@ -15,6 +15,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from kiln import strict_json
+from kiln.data.long_documents import CUT_RULE_KEY
 from kiln.data.prepare_config import stage_options
 from kiln.data.prepared import HASHES, check_documents_unchanged, documents_renamed
 from kiln.data.shard_hashes import check_shard_hashes
@@ -51,8 +52,8 @@ def documents_fingerprint(run_dir: Path) -> str | None:
             options.append({"text_field": signature["text_field"]})
         # parts cut by another rule are other documents, perhaps with the same counts; only
         # where texts were cut (`long_texts`), so the documents of other runs keep theirs
-        if "long_texts" in summary and "long_text_cut" in signature:
-            options.append({"long_text_cut": signature["long_text_cut"]})
+        if "long_texts" in summary and CUT_RULE_KEY in signature:
+            options.append({CUT_RULE_KEY: signature[CUT_RULE_KEY]})
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise RunDataError(f"{path} or {layout} is damaged ({e}); re-run `kiln prepare`") from e
     # the skipped files are named as the sources were spelled (`d/x`, `./d/x`): not what

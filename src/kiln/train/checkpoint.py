@@ -285,10 +285,7 @@ def load_checkpoint(
     if state is None:
         state = check_checkpoint(path, optimizer is not None)
     state = dict(state)
-    tensors = _read_weights(path, checked=True)
-    refuse_non_finite(tensors, path)
-    load_model_tensors(model, tensors, path / "model.safetensors")
-    del tensors
+    load_weights(path, model, checked=True)
     try:
         if optimizer is not None:
             optim_state = torch.load(path / "optimizer.pt", weights_only=True)
@@ -360,8 +357,9 @@ def trained_shards(path: Path) -> str | None:
     return _read_trainer_state(path).get("loader", {}).get("data")
 
 
-def load_weights(path: Path, model: nn.Module) -> None:
-    """Weights only (eval, generate, export), refused if not finite."""
-    tensors = _read_weights(path)
+def load_weights(path: Path, model: nn.Module, checked: bool = False) -> None:
+    """Weights only (eval, generate, export; and a resume's, `checked` against checksums.json
+    already), refused if not finite."""
+    tensors = _read_weights(path, checked)
     refuse_non_finite(tensors, path)
     load_model_tensors(model, tensors, path / "model.safetensors")
