@@ -35,6 +35,22 @@ def _copies(tiny_run: Path, tmp_path: Path) -> list[Path]:
     return copies
 
 
+def _said_once_by_rank_zero(script: Path, text: str, args: list[str]) -> str:
+    """Run `text` as `script` on 2 ranks with `args`: both exit 1, rank 0 says one `kiln:`
+    line and rank 1 none, no traceback; returns rank 0's line."""
+    script.write_text(text)
+    with pytest.raises(RuntimeError) as failed:
+        run_python([str(script), *args], world_size=2, timeout=120)
+    said = str(failed.value)
+    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
+    rank0, rank1 = said.split("rank 0 exited 1:", 1)[1].split("rank 1 exited 1:", 1)
+    assert "Traceback" not in said, said
+    lines = [line for line in rank0.splitlines() if line.startswith("kiln:")]
+    assert len(lines) == 1, rank0
+    assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1
+    return lines[0]
+
+
 def _damage(ckpt: Path, how: str) -> str:
     """Damage rank 1's copy of `ckpt` so; returns what rank 0 is to say of it."""
     if how == "missing":
@@ -58,18 +74,8 @@ def test_a_resume_failing_on_rank_one_alone_is_said_once_by_rank_zero(tiny_run, 
     copies = _copies(tiny_run, tmp_path)
     ckpt = copies[1] / "checkpoints" / "step_00000006"
     expected = _damage(ckpt, how)
-    script = tmp_path / "by_rank.py"
-    script.write_text(BY_RANK)
-    with pytest.raises(RuntimeError) as failed:
-        run_python([str(script), *map(str, copies)], world_size=2, timeout=120)
-    said = str(failed.value)
-    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
-    rank0, rank1 = said.split("rank 0 exited 1:", 1)[1].split("rank 1 exited 1:", 1)
-    assert "Traceback" not in said, said
-    lines = [line for line in rank0.splitlines() if line.startswith("kiln:")]
-    assert len(lines) == 1, rank0
-    assert lines[0].startswith(f"kiln: rank 1 could not resume: {expected}"), lines
-    assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1
+    line = _said_once_by_rank_zero(tmp_path / "by_rank.py", BY_RANK, [*map(str, copies)])
+    assert line.startswith(f"kiln: rank 1 could not resume: {expected}"), line
 
 
 FULL_ON_RANK_ZERO = """
@@ -89,18 +95,9 @@ def test_a_resume_whose_records_rank_zero_cannot_write_is_said_once(tiny_run, tm
     failure reached rank 1 as a lost rank at the first step ("another rank of this launch
     failed or was killed"), a second line for one problem."""
     Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=6")).fit()
-    script = tmp_path / "full.py"
-    script.write_text(FULL_ON_RANK_ZERO)
-    with pytest.raises(RuntimeError) as failed:
-        run_python([str(script), str(tiny_run)], world_size=2, timeout=120)
-    said = str(failed.value)
-    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
-    rank0, rank1 = said.split("rank 0 exited 1:", 1)[1].split("rank 1 exited 1:", 1)
-    assert "Traceback" not in said, said
-    lines = [line for line in rank0.splitlines() if line.startswith("kiln:")]
-    assert len(lines) == 1 and lines[0].startswith("kiln: cannot write metrics.jsonl"), rank0
-    assert "No space left on device" in lines[0]
-    assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1
+    line = _said_once_by_rank_zero(tmp_path / "full.py", FULL_ON_RANK_ZERO, [str(tiny_run)])
+    assert line.startswith("kiln: cannot write metrics.jsonl"), line
+    assert "No space left on device" in line
 
 
 SLOW_EXIT_ON_RANK_ZERO = """
@@ -148,18 +145,8 @@ def test_ranks_holding_different_copies_of_a_step_are_refused(tiny_run, tmp_path
     step = copies[1] / "checkpoints" / "step_00000006"
     shutil.rmtree(step)
     shutil.copytree(other / "checkpoints" / "step_00000006", step)
-    script = tmp_path / "by_rank.py"
-    script.write_text(BY_RANK)
-    with pytest.raises(RuntimeError) as failed:
-        run_python([str(script), *map(str, copies)], world_size=2, timeout=120)
-    said = str(failed.value)
-    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
-    rank0, rank1 = said.split("rank 0 exited 1:", 1)[1].split("rank 1 exited 1:", 1)
-    assert "Traceback" not in said, said
-    lines = [line for line in rank0.splitlines() if line.startswith("kiln:")]
-    assert len(lines) == 1, rank0
-    assert lines[0].startswith("kiln: the ranks hold different copies of checkpoint "
-                               "step_00000006 (their checksums.json differ: rank 0 holds one, "
-                               "rank 1 another; rank 0's is "), lines
-    assert not any(line.startswith("kiln:") for line in rank1.splitlines()), rank1
+    line = _said_once_by_rank_zero(tmp_path / "by_rank.py", BY_RANK, [*map(str, copies)])
+    assert line.startswith("kiln: the ranks hold different copies of checkpoint "
+                           "step_00000006 (their checksums.json differ: rank 0 holds one, "
+                           "rank 1 another; rank 0's is "), line
     assert not (copies[0] / "checkpoints" / "step_00000012").exists()
