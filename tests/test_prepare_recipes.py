@@ -58,6 +58,13 @@ def paper_files(topic: str, extra: str = "") -> dict[str, str]:
             "paper-macros.sty": (LATEX / "paper" / "paper-macros.sty").read_text()}
 
 
+GERMAN = ("In diesem Abschnitt untersuchen wir die Verteilung der Primzahlen in kurzen "
+          "Intervallen und erklären, warum der klassische Ansatz für alle Fälle funktioniert. "
+          "Die Hauptidee besteht darin, die Lücken mit einem Modell zu vergleichen, das seit "
+          "langer Zeit verstanden wird. Wir zeigen, dass die Abschätzung scharf ist und im "
+          "Allgemeinen nicht verbessert werden kann, was eine Frage mehrerer Autoren beantwortet.")
+
+
 def lecture_tex(topic: str) -> str:
     return (LATEX / "lecture.tex").read_text().replace("\\end{document}",
                                                        prose(topic) + "\\end{document}")
@@ -83,6 +90,8 @@ def build_arxiv_corpus(root: Path) -> dict:
     (src / "2101.00006.tar.gz").write_bytes(tar_gz({"../../evil.tex": "\\documentclass{x}"}))
     (src / "2101.00007.tar.gz").write_bytes(
         tar_gz(paper_files(TOPICS[5], f"Questions are welcome at {EMAIL} any time.")))
+    (src / "2101.00011.gz").write_bytes(gzip.compress(  # German: the language stage drops it
+        lecture_tex(TOPICS[2]).replace(prose(TOPICS[2]), "\n\n".join([GERMAN] * 3)).encode()))
     title = "Sharp bounds for smooth operators"
     records = [
         record("2101.00001", title), record("2101.00002", "Lectures on random walks"),
@@ -91,6 +100,7 @@ def build_arxiv_corpus(root: Path) -> dict:
         record("2101.00007", "Sparse graphs"), record("2101.00008", "Missing source paper"),
         record("2101.00009", "Withdrawn", comments="This paper has been withdrawn"),
         record("2101.00010", "Astro", categories="astro-ph.GA"),
+        record("2101.00011", "Primzahlen in kurzen Intervallen", abstract=GERMAN),
         record("math/0501001", "Too old", versions=[{"created": "Mon, 3 Jan 2005 10:00:00 GMT"}]),
     ]
     lines = [json.dumps(r) for r in records] + ["{not json"]
@@ -135,11 +145,12 @@ def test_arxiv_recipe_yield_adds_up(arxiv_run):
     assert list(rows) == cfg.prepare.stages
     check_yield_adds_up(y["stages"])
     meta = rows["arxiv_metadata"]
-    assert meta["documents_in"] == 12 and meta["documents_out"] == 8
+    assert meta["documents_in"] == 13 and meta["documents_out"] == 9
     assert meta["drop_reasons"] == expected
     assert rows["arxiv_sources"]["drop_reasons"] == {  # 00008, 00005 (garbage), 00006 (../..)
         "missing_source": 1, "empty_tex_not_latex": 1, "empty_tex_no_tex_file": 1}
-    assert rows["latex"]["documents_out"] == 5
+    assert rows["latex"]["documents_out"] == 6
+    assert rows["language"]["drop_reasons"] == {"other_language": 1}  # 00011, in German
     assert rows["dedup_exact"]["drop_reasons"] == {"duplicate": 1}
     assert rows["quality"]["documents_dropped"] == 0
     assert rows["decontaminate"]["drop_reasons"] == {"contaminated": 1}

@@ -13,6 +13,7 @@ import difflib
 
 from kiln.data.prepare_config import (
     EXECUTORS,
+    LANGUAGES,
     NEEDS_AFTER,
     NEEDS_BEFORE,
     PII_TYPE_NAMES,
@@ -80,6 +81,12 @@ def _refuse_late_readers(stages: list[str]) -> None:
 def _check_stage_options(cfg: PrepareConfig) -> None:
     on = set(cfg.stages)
     _choice("quality.domain", cfg.quality.domain, QUALITY_DOMAINS)
+    _choice("language.mode", cfg.language.mode, ("drop", "tag"))
+    for code in cfg.language.languages:
+        _choice("language.languages", code, LANGUAGES)
+    if "language" in on and cfg.language.mode == "drop" and not cfg.language.languages:
+        raise ConfigError("prepare.language.languages is empty: every document would be dropped "
+                          "(list the codes to keep, e.g. [\"en\"], or set language.mode = \"tag\")")
     for t in cfg.pii.types:
         _choice("pii.types", t, PII_TYPE_NAMES)
     d = cfg.decontaminate

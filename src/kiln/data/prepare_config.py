@@ -21,7 +21,7 @@ EXECUTORS = ("local", "slurm", "ray")
 DEFAULT_STAGES = ["read", "quality", "pii", "dedup_exact", "write"]
 QUICKSTART_STAGES = DEFAULT_STAGES  # + "decontaminate" before "write" when benchmarks are given
 ARXIV_STAGES = [
-    "arxiv_metadata", "arxiv_sources", "latex", "quality", "pii", "dedup_exact",
+    "arxiv_metadata", "arxiv_sources", "latex", "language", "quality", "pii", "dedup_exact",
     "decontaminate", "write",
 ]
 # Copies of constants that live next to heavy imports; tests assert they stay equal.
@@ -29,6 +29,13 @@ QUALITY_DOMAINS = ("prose", "latex", "code")  # kiln.data.filters.quality.DOMAIN
 PII_TYPE_NAMES = ("KEY", "USERNAME", "EMAIL", "PASSWORD", "NAME", "IP_ADDRESS")  # pii.spans
 ARXIV_CATEGORIES = ("math", "cs", "hep-th", "hep-ph", "quant-ph", "stat.ML", "stat.TH")
 SELECTION_MODES = ("top_fraction", "bottom_fraction", "drop_extremes")  # filters.selection
+# filters.language.profile_languages(): the languages langdetect has profiles for
+LANGUAGES = (
+    "af", "ar", "bg", "bn", "ca", "cs", "cy", "da", "de", "el", "en", "es", "et", "fa", "fi",
+    "fr", "gu", "he", "hi", "hr", "hu", "id", "it", "ja", "kn", "ko", "lt", "lv", "mk", "ml",
+    "mr", "ne", "nl", "no", "pa", "pl", "pt", "ro", "ru", "sk", "sl", "so", "sq", "sv", "sw",
+    "ta", "te", "th", "tl", "tr", "uk", "ur", "vi", "zh-cn", "zh-tw",
+)
 PERIOD = re.compile(r"^(\d{3,4})-(\d{3,4})$")  # Chronoberg bucket names have this form too
 
 
@@ -36,6 +43,13 @@ PERIOD = re.compile(r"^(\d{3,4})-(\d{3,4})$")  # Chronoberg bucket names have th
 class QualityOptions:
     # the default corpus is the Python standard library, hence "code"; use "prose" for web text
     domain: str = "code"  # prose | latex | code
+
+
+@dataclass
+class LanguageOptions:
+    languages: list[str] = field(default_factory=lambda: ["en"])  # langdetect codes kept
+    mode: str = "drop"  # drop | tag (keep all; metadata language, language_score)
+    strip_math: bool = True  # judge the text without math spans and LaTeX commands
 
 
 @dataclass
@@ -151,6 +165,7 @@ class PrepareConfig:
     cpus_per_task: int = 1  # slurm / ray
     mem_per_cpu_gb: int = 2  # slurm / ray
     quality: QualityOptions = field(default_factory=QualityOptions)
+    language: LanguageOptions = field(default_factory=LanguageOptions)
     pii: PIIOptions = field(default_factory=PIIOptions)
     decontaminate: DecontaminateOptions = field(default_factory=DecontaminateOptions)
     inject_replicas: InjectOptions = field(default_factory=InjectOptions)
@@ -179,6 +194,7 @@ STAGES: dict[str, StageSpec] = {
     "arxiv_sources": StageSpec(f"{_S}:arxiv_sources_stage", reader=True),
     "latex": StageSpec(f"{_S}:latex_stage"),
     "quality": StageSpec(f"{_S}:quality_stage"),
+    "language": StageSpec(f"{_S}:language_stage"),
     "brain_rot_m1": StageSpec(f"{_S}:brain_rot_m1_stage"),
     "brain_rot_m2": StageSpec(f"{_S}:brain_rot_m2_stage"),
     "brain_rot_arms": StageSpec(f"{_S}:brain_rot_arms_stage"),

@@ -127,6 +127,13 @@ def latex_stage(ctx: StageContext) -> PipelineStep:
     return LatexToText()
 
 
+def language_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.filters.language import LanguageFilter
+
+    o = ctx.cfg.language
+    return LanguageFilter(o.languages, o.mode, o.strip_math, ctx.exclusion_writer())
+
+
 def quality_stage(ctx: StageContext) -> list[PipelineStep]:
     from kiln.data.filters.quality import quality_filters
 

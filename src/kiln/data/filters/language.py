@@ -1,0 +1,97 @@
+"""Language identification: keep documents written in one of `languages` (the arXiv digest's
+"`langdetect` must say `en`" rule, counted there as `non_english`).
+
+Why langdetect: it is the digest's tool, and its 55 language profiles ship inside the package
+(datatrove's LanguageFilter needs fastText weights downloaded). Its detector samples n-grams at
+random, so every document is scored with the same fixed seed: the decision is a function of
+the text alone (the same for any task, worker or re-run).
+
+Where this differs from the digest, on purpose (`strip_math = false` gives its rule): math spans
+and LaTeX commands are removed before detection, since the digest notes that formula-heavy
+papers are mis-detected when their raw text is scored (`$x_1$` is not a word of any language).
+langdetect reads at most its first 10,000 characters of what it is given (its own default).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+
+from datatrove.data import Document
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from datatrove.pipeline.writers.disk_base import DiskWriter
+
+from kiln.data.arxiv.markup_metrics import MATH_SPAN
+
+MODES = ("drop", "tag")
+SEED = 0  # langdetect's sampling seed for every document
+UNDETERMINED = "und"  # ISO 639-2's code for "undetermined": no letters left to judge
+_COMMAND = re.compile(r"\\[A-Za-z@]+\*?|\\.")  # \frac, \section*, \\ ...
+_BRACES = re.compile(r"[{}]")
+
+
+def profile_languages() -> tuple[str, ...]:
+    """The language codes langdetect has profiles for ('en', 'de', 'zh-cn', ...)."""
+    from langdetect.detector_factory import PROFILES_DIRECTORY
+
+    return tuple(sorted(os.listdir(PROFILES_DIRECTORY)))
+
+
+@functools.cache
+def _factory():
+    """langdetect's profiles, loaded once per process (~1 s; not pickled with the filter)."""
+    from langdetect.detector_factory import PROFILES_DIRECTORY, DetectorFactory
+
+    factory = DetectorFactory()
+    factory.load_profile(PROFILES_DIRECTORY)
+    factory.set_seed(SEED)
+    return factory
+
+
+def prose(text: str) -> str:
+    """The text without math spans, LaTeX commands and braces: what a language is read from."""
+    return _BRACES.sub(" ", _COMMAND.sub(" ", MATH_SPAN.sub(" ", text)))
+
+
+def detect_language(text: str, strip_math: bool = True) -> tuple[str, float]:
+    """(language code, its probability) by langdetect, seeded; ('und', 0.0) when the text has
+    nothing to judge (no letters once math and commands are gone)."""
+    from langdetect.lang_detect_exception import LangDetectException
+
+    detector = _factory().create()
+    detector.append(prose(text) if strip_math else text)
+    try:
+        best = detector.get_probabilities()[0]
+    except LangDetectException:
+        return UNDETERMINED, 0.0
+    return best.lang, float(best.prob)
+
+
+class LanguageFilter(BaseFilter):
+    """Keep documents whose detected language is in `languages` (mode "drop"), or keep every
+    document (mode "tag"); both record metadata["language"] and ["language_score"].
+
+    Drop reasons: `other_language` (detected, not wanted) and `undetermined_language` (nothing
+    to judge). Stats count each detected language as `language/<code>`.
+    """
+
+    name = "🔥 Kiln language"
+
+    def __init__(self, languages: list[str], mode: str = "drop", strip_math: bool = True,
+                 exclusion_writer: DiskWriter | None = None):
+        super().__init__(exclusion_writer)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.languages = set(languages)
+        self.mode = mode
+        self.strip_math = strip_math
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        lang, prob = detect_language(doc.text, self.strip_math)
+        doc.metadata["language"] = lang
+        doc.metadata["language_score"] = round(prob, 4)
+        self.stat_update(f"language/{lang}")
+        if self.mode == "tag" or lang in self.languages:
+            return True
+        return False, "undetermined_language" if lang == UNDETERMINED else "other_language"

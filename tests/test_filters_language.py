@@ -1,0 +1,96 @@
+"""The `language` prepare stage: langdetect, seeded, judged without math (arXiv digest)."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+from datatrove.data import Document
+
+from kiln.config import load_config
+from kiln.data.filters.language import LanguageFilter, detect_language, profile_languages, prose
+from kiln.data.prepare_config import LANGUAGES
+from kiln.errors import ConfigError
+
+EN = ("We study the distribution of primes in short intervals and prove a new bound on the gaps "
+      "between consecutive primes.")
+DE = ("Wir untersuchen die Verteilung der Primzahlen in kurzen Intervallen und beweisen eine "
+      "neue Abschätzung für die Lücken zwischen aufeinanderfolgenden Primzahlen.")
+FR = ("Nous étudions la répartition des nombres premiers dans les intervalles courts et nous "
+      "démontrons une nouvelle borne pour les écarts entre nombres premiers consécutifs.")
+MATH = [r"$\alpha_{ij}^{k}$", r"$\sum_{n=1}^\infty a_n$",
+        r"\begin{align} x &= \frac{\partial u}{\partial t} + \Delta u \\ y &= \sin(\theta) "
+        r"\end{align}", r"$\mathcal{O}(n \log n)$", r"$\lim_{t\to 0} \phi_t(x) = \psi$",
+        r"\[ \det(A - \lambda I) = 0 \]", r"$\tan\vartheta = \cos\varphi$"]
+# six English words among formulas: langdetect on the raw text says Catalan (the digest's warning)
+MATH_HEAVY = "Hence the estimate holds for every " + " ".join(
+    MATH[i] for i in (2, 6, 0, 6, 0, 0, 4, 5, 0, 4, 2, 5, 6, 5, 5))
+
+
+@pytest.mark.parametrize("text, lang", [(EN, "en"), (DE, "de"), (FR, "fr")])
+def test_prose_is_detected(text, lang):
+    got, prob = detect_language(text)
+    assert got == lang and prob > 0.9
+
+
+def test_math_is_not_read_as_a_language():
+    assert detect_language(MATH_HEAVY, strip_math=False)[0] != "en"  # the digest's rule fails
+    assert detect_language(MATH_HEAVY)[0] == "en"
+    assert "\\" not in prose(MATH_HEAVY) and "$" not in prose(MATH_HEAVY)
+    assert detect_language(r"$x^2 + y^2 = z^2$ \[ \int_0^1 f \]") == ("und", 0.0)
+    assert detect_language("") == ("und", 0.0)
+
+
+def test_the_answer_is_the_same_in_every_process():
+    """langdetect samples at random: unseeded, short mixed texts flip between runs."""
+    mixed = "Der Beweis folgt. The proof follows. La preuve suit."
+    here = [detect_language(mixed) for _ in range(20)]
+    assert len(set(here)) == 1
+    code = ("from kiln.data.filters.language import detect_language; "
+            f"print(detect_language({mixed!r}))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert other == repr(here[0])
+
+
+def _run(filt: LanguageFilter, texts: list[str]) -> list[Document]:
+    docs = [Document(text=t, id=str(i)) for i, t in enumerate(texts)]
+    return list(filt.run(iter(docs)))
+
+
+def test_drop_keeps_the_languages_asked_for_and_counts_why():
+    filt = LanguageFilter(["en", "fr"])
+    kept = _run(filt, [EN, DE, FR, "$x$", MATH_HEAVY])
+    assert [d.id for d in kept] == ["0", "2", "4"]
+    assert [d.metadata["language"] for d in kept] == ["en", "fr", "en"]
+    assert all(0.5 < d.metadata["language_score"] <= 1 for d in kept)
+    stats = filt.stats.to_dict()["stats"]
+    assert stats["dropped_other_language"] == 1 and stats["dropped_undetermined_language"] == 1
+    assert stats["language/en"] == 2 and stats["language/de"] == 1
+
+
+def test_tag_keeps_every_document():
+    kept = _run(LanguageFilter(["en"], mode="tag"), [EN, DE, ""])
+    assert [d.metadata["language"] for d in kept] == ["en", "de", "und"]
+
+
+def test_the_light_copy_of_the_language_codes_matches_langdetect():
+    assert LANGUAGES == profile_languages()
+
+
+@pytest.mark.parametrize("override, message", [
+    ('prepare.language.languages=["english"]', "prepare.language.languages: 'english'"),
+    ('prepare.language.languages=["EN"]', "(did you mean 'en'?)"),
+    ('prepare.language.mode="keep"', "prepare.language.mode: 'keep'"),
+    ("prepare.language.languages=[]", "prepare.language.languages is empty"),
+])
+def test_bad_language_settings_are_refused_at_load(override, message):
+    stages = 'prepare.stages=["read", "language", "write"]'
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, [stages, override])
+
+
+def test_tag_mode_needs_no_languages():
+    cfg = load_config(None, ['prepare.stages=["read", "language", "write"]',
+                             'prepare.language.mode="tag"', "prepare.language.languages=[]"])
+    assert cfg.prepare.language.mode == "tag"
