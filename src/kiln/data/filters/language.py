@@ -9,7 +9,9 @@ the text alone (the same for any task, worker or re-run).
 Where this differs from the digest, on purpose (`strip_math = false` gives its rule): math spans
 and LaTeX commands are removed before detection, since the digest notes that formula-heavy
 papers are mis-detected when their raw text is scored (`$x_1$` is not a word of any language).
-langdetect reads at most its first 10,000 characters of what it is given (its own default).
+langdetect reads at most its first 10,000 characters of what it is given (its own default);
+the math is stripped from the first 100,000 (a 1 MB part is not scanned whole for 10 KB).
+Cost: ~20 ms a document on one core (~40 documents/s per task; langdetect's sampling is most of it).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kiln.data.arxiv.markup_metrics import MATH_SPAN
 
 MODES = ("drop", "tag")
 SEED = 0  # langdetect's sampling seed for every document
+READ_CHARS = 100_000  # of a document's start, where its first 10,000 characters of prose are
 UNDETERMINED = "und"  # ISO 639-2's code for "undetermined": no letters left to judge
 _COMMAND = re.compile(r"\\[A-Za-z@]+\*?|\\.")  # \frac, \section*, \\ ...
 _BRACES = re.compile(r"[{}]")
@@ -60,6 +63,7 @@ def detect_language(text: str, strip_math: bool = True) -> tuple[str, float]:
     from langdetect.lang_detect_exception import LangDetectException
 
     detector = _factory().create()
+    text = text[:READ_CHARS]
     detector.append(prose(text) if strip_math else text)
     try:
         best = detector.get_probabilities()[0]
