@@ -9,11 +9,9 @@ Where this differs from the arXiv-to-model digest (papers/arxiv-latex-pipeline.m
 user macros are expanded (the digest's code expands none, so `\\R` stays `\\R`); `\\input` /
 `\\include` are followed from the main file (its code concatenates every .tex member in
 archive order, so a paper's sections come in that order); paragraph breaks are kept (it
-collapses all whitespace); tables and tabulars go with figures; a category matches exactly or as a sub-category (`metadata.category_matches`). There is no
-language filter: the digest's `langdetect` "en" rule needs a package (and fastText, datatrove's
-LanguageFilter, a model download) Kiln does not ship; the `latex` quality domain's Gopher
-stop-word rule (2 of the, be, to, of, and, that, have, with) is the only English check, and
-an English abstract alone passes it. Its >= 50-word rule is Gopher's 50-word minimum there,
+collapses all whitespace); tables and tabulars go with figures; a category matches exactly or as a sub-category (`metadata.category_matches`). Its
+`langdetect` "en" rule is the `language` stage (`kiln.data.filters.language`, after `latex`),
+judged on the text without math, which the digest notes misleads it. Its >= 50-word rule is Gopher's 50-word minimum there,
 and its MD5 dedup of the final text is the `dedup_exact` stage (sha1).
 """
 
