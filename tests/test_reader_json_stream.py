@@ -287,3 +287,46 @@ def test_a_bom_before_a_blank_first_line_is_not_a_line_however_short_lines_are(
     _streamed(monkeypatch, 3, line_bytes)
     for name in files:
         assert _read(tmp_path / name) == whole[name], name
+
+
+def _nested(depth: int, shape: str) -> bytes:
+    """A .json whose deepest value is `depth` lists and objects deep, counting the file's."""
+    def inner(n):  # n levels of lists, a string with brackets in the middle
+        return "[" * n + '"[[{ \\" \\\\"' + "]" * n
+    if shape == "records":  # [{"text": ..., "m": <depth - 2>}]
+        return ('[{"text": "a", "m": ' + inner(depth - 2) + "}]").encode()
+    if shape == "wrapped":  # {"data": [{"text": ..., "m": <depth - 3>}]}
+        return ('{"data": [{"text": "a"}, {"text": "b", "m": ' + inner(depth - 3) + "}]}").encode()
+    if shape == "beside":  # {"data": [...], "meta": <depth - 1>}
+        return ('{"data": [{"text": "a"}],\n "meta": ' + inner(depth - 1) + "}").encode()
+    return inner(depth).encode()  # no records: the file is text
+
+
+@pytest.mark.parametrize("shape", ["records", "wrapped", "beside", "lists"])
+def test_both_readers_nest_to_the_same_depth(tmp_path, monkeypatch, shape):
+    """The stream was stopped by the recursion limit ~3 levels before the whole parse (a file
+    ~986 deep was records one way, skipped the other); both stop at MAX_JSON_DEPTH now, and
+    the skip example names the file and the limit."""
+    from kiln.data.json_depth import MAX_JSON_DEPTH
+
+    depths = (MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 986, 987, 988, 3000)
+    files = {f"{shape}{d}.json": _nested(d, shape) for d in depths}
+    _both_ways(monkeypatch, tmp_path, files)
+    for depth in depths:
+        docs, counts, examples = _read(tmp_path / f"{shape}{depth}.json")
+        if shape == "lists":  # no records: read as text either way, as before
+            assert counts.get("skipped/bad_json") is None and len(docs) == 1
+        elif depth <= MAX_JSON_DEPTH:
+            assert counts.get("skipped/bad_json") is None and docs, (depth, counts)
+        else:
+            assert counts == {"skipped/bad_json": 1} and not docs, (depth, counts)
+            example = examples["bad_json"]["examples"][0]
+            assert example["nested_deeper_than"] == MAX_JSON_DEPTH
+            assert example["file"].endswith(f"{shape}{depth}.json")
+
+
+def test_a_skip_example_says_how_deep():
+    from kiln.data.skip_examples import where
+
+    assert where({"file": "d/a.json", "nested_deeper_than": 512}) == (
+        "d/a.json (nested deeper than 512 levels)")
