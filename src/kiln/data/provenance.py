@@ -105,6 +105,23 @@ def tokens_match_documents(run_dir: Path) -> bool:
     return now is None or made.get("documents") == now
 
 
+def shards_documents(run_dir: Path, made: dict) -> object:
+    """The documents `made` (the run's index's `made_from`) records, as this Kiln's format
+    hashes them, so that runs whose shards were recorded in two formats compare by their data
+    (`kiln report --compare`): a record in an older format still compared stands for the
+    documents now where they still match it; else (format, fingerprint) as recorded, equal
+    to no record of another format."""
+    fmt, recorded = made.get("format"), made.get("documents")
+    if fmt == FINGERPRINT_FORMAT or fmt not in COMPARED_FORMATS or not recorded:
+        return recorded
+    try:
+        if documents_fingerprint(run_dir, fmt) == recorded:
+            return documents_fingerprint(run_dir)
+    except (OSError, RunDataError):
+        pass
+    return (fmt, recorded)
+
+
 def documents_unchanged(run_dir: Path) -> bool:
     """The documents files are the ones prepare wrote (by the sha256 it recorded, taken again
     only where a file's stat changed), or prepare.json records none to compare (a prepare from
