@@ -330,3 +330,32 @@ def test_a_skip_example_says_how_deep():
 
     assert where({"file": "d/a.json", "nested_deeper_than": 512}) == (
         "d/a.json (nested deeper than 512 levels)")
+
+
+def test_the_depth_is_counted_as_json_nests():
+    """Brackets in strings (after escaped quotes and backslashes, beside characters of
+    several bytes) are not nesting; the reference is the parsed value's own depth."""
+    from kiln.data.json_depth import deeper_than
+
+    def depth(v):
+        inner = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        return 0 if inner is None else 1 + max(map(depth, inner), default=0)
+
+    rng = random.Random(3)
+    strings = ['[', '{"', '\\', '\\"[', '"]', 'é😀[', '\\\\', "]}", "\n"]
+
+    def value(d):
+        if d == 0 or rng.random() < 0.2:
+            return "".join(rng.choices(strings, k=rng.randint(0, 4)))
+        if rng.random() < 0.5:
+            return [value(d - 1) for _ in range(rng.randint(0, 3))]
+        return {"".join(rng.choices(strings, k=2)): value(d - 1) for _ in range(rng.randint(0, 3))}
+
+    for _ in range(300):
+        v = value(rng.randint(0, 12))
+        text = json.dumps(v, ensure_ascii=rng.random() < 0.5)
+        d = depth(v)
+        for limit in (d - 1, d):
+            assert deeper_than(text, limit) == (d > limit) == deeper_than(text.encode(), limit)
+            framed = "[1, " + text + "]"  # a slice: the value alone
+            assert deeper_than(framed, limit, 4, len(framed) - 1) == (d > limit)
