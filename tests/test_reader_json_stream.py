@@ -287,3 +287,75 @@ def test_a_bom_before_a_blank_first_line_is_not_a_line_however_short_lines_are(
     _streamed(monkeypatch, 3, line_bytes)
     for name in files:
         assert _read(tmp_path / name) == whole[name], name
+
+
+def _nested(depth: int, shape: str) -> bytes:
+    """A .json whose deepest value is `depth` lists and objects deep, counting the file's."""
+    def inner(n):  # n levels of lists, a string with brackets in the middle
+        return "[" * n + '"[[{ \\" \\\\"' + "]" * n
+    if shape == "records":  # [{"text": ..., "m": <depth - 2>}]
+        return ('[{"text": "a", "m": ' + inner(depth - 2) + "}]").encode()
+    if shape == "wrapped":  # {"data": [{"text": ..., "m": <depth - 3>}]}
+        return ('{"data": [{"text": "a"}, {"text": "b", "m": ' + inner(depth - 3) + "}]}").encode()
+    if shape == "beside":  # {"data": [...], "meta": <depth - 1>}
+        return ('{"data": [{"text": "a"}],\n "meta": ' + inner(depth - 1) + "}").encode()
+    return inner(depth).encode()  # no records: the file is text
+
+
+@pytest.mark.parametrize("shape", ["records", "wrapped", "beside", "lists"])
+def test_both_readers_nest_to_the_same_depth(tmp_path, monkeypatch, shape):
+    """The stream was stopped by the recursion limit ~3 levels before the whole parse (a file
+    ~986 deep was records one way, skipped the other); both stop at MAX_JSON_DEPTH now, and
+    the skip example names the file and the limit."""
+    from kiln.data.json_depth import MAX_JSON_DEPTH
+
+    depths = (MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 986, 987, 988, 3000)
+    files = {f"{shape}{d}.json": _nested(d, shape) for d in depths}
+    _both_ways(monkeypatch, tmp_path, files)
+    for depth in depths:
+        docs, counts, examples = _read(tmp_path / f"{shape}{depth}.json")
+        if shape == "lists":  # no records: read as text either way, as before
+            assert counts.get("skipped/bad_json") is None and len(docs) == 1
+        elif depth <= MAX_JSON_DEPTH:
+            assert counts.get("skipped/bad_json") is None and docs, (depth, counts)
+        else:
+            assert counts == {"skipped/bad_json": 1} and not docs, (depth, counts)
+            example = examples["bad_json"]["examples"][0]
+            assert example["nested_deeper_than"] == MAX_JSON_DEPTH
+            assert example["file"].endswith(f"{shape}{depth}.json")
+
+
+def test_a_skip_example_says_how_deep():
+    from kiln.data.skip_examples import where
+
+    assert where({"file": "d/a.json", "nested_deeper_than": 512}) == (
+        "d/a.json (nested deeper than 512 levels)")
+
+
+def test_the_depth_is_counted_as_json_nests():
+    """Brackets in strings (after escaped quotes and backslashes, beside characters of
+    several bytes) are not nesting; the reference is the parsed value's own depth."""
+    from kiln.data.json_depth import deeper_than
+
+    def depth(v):
+        inner = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        return 0 if inner is None else 1 + max(map(depth, inner), default=0)
+
+    rng = random.Random(3)
+    strings = ['[', '{"', '\\', '\\"[', '"]', 'é😀[', '\\\\', "]}", "\n"]
+
+    def value(d):
+        if d == 0 or rng.random() < 0.2:
+            return "".join(rng.choices(strings, k=rng.randint(0, 4)))
+        if rng.random() < 0.5:
+            return [value(d - 1) for _ in range(rng.randint(0, 3))]
+        return {"".join(rng.choices(strings, k=2)): value(d - 1) for _ in range(rng.randint(0, 3))}
+
+    for _ in range(300):
+        v = value(rng.randint(0, 12))
+        text = json.dumps(v, ensure_ascii=rng.random() < 0.5)
+        d = depth(v)
+        for limit in (d - 1, d):
+            assert deeper_than(text, limit) == (d > limit) == deeper_than(text.encode(), limit)
+            framed = "[1, " + text + "]"  # a slice: the value alone
+            assert deeper_than(framed, limit, 4, len(framed) - 1) == (d > limit)

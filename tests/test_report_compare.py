@@ -172,11 +172,12 @@ def test_run_names_are_plain_text_in_the_legend(tmp_path, monkeypatch):
         assert texts == [r"cost\$1k_vs_\$2k", "_ablation"]
 
 
-def _index(run: Path, tokenizer: str, documents: str, val_fraction: float = 0.05) -> None:
+def _index(run: Path, tokenizer: str, documents: str, val_fraction: float = 0.05,
+           fmt: int = 3) -> None:
     (run / "tokens").mkdir(exist_ok=True)
     (run / "tokens/index.json").write_text(json.dumps({
         "val_fraction": val_fraction, "seed": 0,
-        "made_from": {"documents": documents, "format": 3, "tokenizer": tokenizer}}))
+        "made_from": {"documents": documents, "format": fmt, "tokenizer": tokenizer}}))
 
 
 def test_runs_with_other_tokenizers_or_val_data_are_compared_with_a_warning(runs, capsys):
@@ -195,6 +196,32 @@ def test_runs_with_other_tokenizers_or_val_data_are_compared_with_a_warning(runs
     assert "validation data differ" in err
     html = (trinity / "report.html").read_text()
     assert html.count("Note: the runs&#x27;") + html.count("Note: the runs'") == 2
+
+
+def test_shards_recorded_in_another_fingerprint_format_compare_by_their_documents(runs, capsys):
+    """A run tokenized before the documents' fingerprint took its format 4 (format 3) and
+    one after, from the same documents, hold the same validation data: no warning. Other
+    documents than the format-3 record's still warn."""
+    from kiln.data.provenance import documents_fingerprint
+    from kiln.data.yield_report import LAYOUT_FILE
+
+    for run in runs:
+        (run / "logs" / "prepare").mkdir(parents=True, exist_ok=True)
+        (run / "prepare.json").write_text(json.dumps(
+            {"documents": 3, "bytes": 30, "stages": ["read", "perplexity", "write"]}))
+        (run / "logs" / "prepare" / LAYOUT_FILE).write_text(json.dumps({"signature": {
+            "stages": ["read", "perplexity", "write"], "perplexity_scored_tokens": "max_seq_len",
+            "input_files": {"a.txt": {"size": 3, "sha256": "cd"}}}}))
+    trinity, dense = runs
+    assert documents_fingerprint(trinity, 3) != documents_fingerprint(trinity)
+    _index(trinity, "tok-a", documents_fingerprint(trinity), fmt=4)
+    _index(dense, "tok-a", documents_fingerprint(dense, 3), fmt=3)
+    assert main(["report", str(trinity), "--compare", str(dense)]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+    _index(dense, "tok-a", "other-documents", fmt=3)
+    assert main(["report", str(trinity), "--compare", str(dense)]) == 0
+    assert "validation data differ" in capsys.readouterr().err
 
 
 def test_report_with_compare_reads_each_metrics_file_once(runs, monkeypatch):

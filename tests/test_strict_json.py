@@ -107,7 +107,7 @@ def test_a_stored_infinite_perplexity_threshold_reads_back(tmp_path: Path):
     perplexity overflowed) keeps working once written strictly."""
     from datatrove.data import Document
 
-    from kiln.data.stages import StoredThresholdSelector
+    from kiln.data.filters.selection import StoredThresholdSelector
 
     write_json_atomic(tmp_path / "thresholds.json",
                       {"mode": "drop_extremes", "scores": 3, "low": 2.0, "high": math.inf})

@@ -12,8 +12,9 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
+from kiln.data.json_depth import MAX_JSON_DEPTH, NestedTooDeep, deeper_than
 from kiln.data.json_records import BOM, TooLarge
 
 # bytes asked of the file (or its decompressor) at a time
@@ -152,8 +153,9 @@ class Cursor:
         self.fill(max(READ_BYTES, len(self.buf) - self.pos))
         return True
 
-    def value(self) -> object:
-        """The JSON value at `pos`, parsed by `json`, `pos` after it."""
+    def value(self, above: int = 0) -> object:
+        """The JSON value at `pos`, parsed by `json`, `pos` after it; `above`: the lists and
+        objects it is in (MAX_JSON_DEPTH counts them, as for the whole file)."""
         while True:
             try:
                 value, end = _DECODER.raw_decode(self.buf, self.pos)
@@ -162,25 +164,34 @@ class Cursor:
                     continue
                 self.fail(e.msg, e.pos)
             except RecursionError:
-                raise JsonStreamError("nested too deep", self.base + self.pos,
-                                      recursion=True) from None
+                self._too_deep()
             if self._again(end):
                 continue
+            self._check_depth(end, above)
             self.pos = end
             return value
 
-    def next_value(self) -> object:
+    def next_value(self, above: int = 0) -> object:
         """`value`, parsed at once where it ends well before the end of what is read (the
         usual case: a record), else as `value` parses it (more read, or the error)."""
         buf, pos = self.buf, self.pos
         try:
             value, end = _scan_once(buf, pos)
         except (StopIteration, json.JSONDecodeError, RecursionError):
-            return self.value()
+            return self.value(above)
         if end > len(buf) - MARGIN and not self.eof:
-            return self.value()
+            return self.value(above)
+        self._check_depth(end, above)
         self.pos = end
         return value
+
+    def _check_depth(self, end: int, above: int) -> None:
+        if deeper_than(self.buf, MAX_JSON_DEPTH - above, self.pos, end):
+            self._too_deep()
+
+    def _too_deep(self) -> NoReturn:
+        raise JsonStreamError(str(NestedTooDeep()), self.base + self.pos,
+                              recursion=True) from None
 
     def key(self) -> str:
         """The string at `pos` (a `"`), `pos` after it."""

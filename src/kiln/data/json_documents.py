@@ -14,6 +14,7 @@ from datatrove.data import Document
 
 from kiln.data import json_stream
 from kiln.data.json_cursor import JsonStreamError
+from kiln.data.json_depth import MAX_JSON_DEPTH, TOO_DEEP, NestedTooDeep, deeper_than
 from kiln.data.json_records import (
     JSON_MEMORY_FACTOR,
     ListFacts,
@@ -94,12 +95,16 @@ class JsonReading:
         else:  # read once, where the file is not one object on one line
             try:
                 data = json.loads(raw.decode("utf-8-sig"))
+                if deeper_than(raw, MAX_JSON_DEPTH):  # as the stream would find it
+                    raise NestedTooDeep
             except (ValueError, RecursionError) as e:  # not UTF-8 or not JSON
                 jsonc = jsonc_value(e)  # a tsconfig.json's comments: the JSON it stands for
                 if jsonc is None:
                     if damaged_records(raw, self._text_key, e):  # never one document of markup
                         if isinstance(e, json.JSONDecodeError):  # where it broke off
                             self._where = ("line", e.lineno)
+                        elif isinstance(e, (NestedTooDeep, RecursionError)):
+                            self._where = TOO_DEEP
                         self._count("skipped/bad_json")
                     else:  # broken in its middle, not cut off: text, like the source tree
                         yield from self._read_text(file, raw)
@@ -176,8 +181,8 @@ class JsonReading:
             if isinstance(error, JsonStreamError) and error.may_be_jsonc:
                 yield from self._read_json_whole(file, opener, budget, free)
             elif starts_as_records(scan.head, self._text_key, scan.cut):
-                if isinstance(error, JsonStreamError) and not error.recursion:
-                    self._where = ("line", error.lineno)  # where it broke off
+                if isinstance(error, JsonStreamError):  # where it broke off, or how deep
+                    self._where = TOO_DEEP if error.recursion else ("line", error.lineno)
                 self._count("skipped/bad_json")
             else:  # broken in its middle, not cut off: text, like the source tree
                 yield from self._read_text_file(file, opener)

@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import BinaryIO
 
+from kiln.data.json_depth import MAX_JSON_DEPTH, deeper_than
+
 BOM = b"\xef\xbb\xbf"
 # A .json file that does not parse and has the text field as a key this near its start
 # holds records (cut off), not prose or code.
@@ -204,6 +206,8 @@ def _object(line: bytes) -> dict | None:
     try:
         value = json.loads(line.decode("utf-8"))
     except (ValueError, RecursionError):
+        return None
+    if deeper_than(line, MAX_JSON_DEPTH):  # judged with the file, as the stream judges it
         return None
     return value if isinstance(value, dict) else None
 

@@ -100,7 +100,7 @@ class Walk:
             return
         i = 0
         while True:
-            value = c.next_value()
+            value = c.next_value(len(path) + 1)  # in the list and the objects above
             facts.add(value, self.text_field)
             yield path, i, value
             i += 1
@@ -151,7 +151,7 @@ class Walk:
                 node = Members(ordinal)
                 yield from self._object(here, node, depth + 1)
             else:
-                c.value()
+                c.value(depth)
                 node = OTHER
             self.held += MEMBER_BYTES + len(key)
             if c.limit is not None and self.held > c.limit:

@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 from kiln import strict_json
 from kiln.data.long_documents import CUT_RULE_KEY
 from kiln.data.prepare_config import stage_options
+from kiln.data.prepare_signature import RULE_MARKERS
 from kiln.data.prepared import HASHES, check_documents_unchanged, documents_renamed
 from kiln.data.shard_hashes import check_shard_hashes
 from kiln.data.shards import load_index, load_token_bytes
@@ -25,19 +26,30 @@ from kiln.data.yield_report import LAYOUT_FILE
 from kiln.errors import RunDataError
 from kiln.hashing import file_sha256
 
+# 1 hashed prepare.json's bytes alone; 2 left out the stages' options; 3 left out the rule
+# markers but the decontamination normalisation and the cut rule (documents re-made under
+# another PII-forms or perplexity rule with the same counts kept their fingerprint)
+FINGERPRINT_FORMAT = 4
+# records still compared, each as its format hashed: a format-3 record (the documents and
+# the tokenizer a run's shards were made from) stands while those documents are unchanged,
+# so no run re-makes its shards, nor refuses its resume, for a change of format alone. Its
+# fingerprint cannot tell a re-make under another of those two rules (the gap this closes).
+COMPARED_FORMATS = (3, 4)
+
 
 def tokenizer_path(run_dir: Path) -> Path:
     return Path(run_dir) / "tokenizer" / "tokenizer.json"
 
 
-def documents_fingerprint(run_dir: Path) -> str | None:
+def documents_fingerprint(run_dir: Path, fmt: int = FINGERPRINT_FORMAT) -> str | None:
     """What the finished prepare made, hashed: its summary (stages, document and byte
     counts), the options of its stages (an injection seed, a filter threshold: other
-    documents, or another order, with the same counts) and the fingerprint of the files it
-    read (names under their source folder, sizes, contents). Re-made documents that differ
-    change it, even with the same counts (an edited file); the same prepare re-run does not,
+    documents, or another order, with the same counts), the fingerprint of the files it
+    read (names under their source folder, sizes, contents) and the rules of this Kiln its
+    documents were made under (RULE_MARKERS). Re-made documents that differ change it, even
+    with the same counts (an edited file, a rule changed); the same prepare re-run does not,
     nor one in another number of tasks, nor the same folder spelled another way (`d`, `d/`,
-    an absolute path)."""
+    an absolute path). `fmt`: as a Kiln that recorded that FINGERPRINT_FORMAT hashed it."""
     path = Path(run_dir) / "prepare.json"  # written last by a finished `kiln prepare`
     if not path.is_file():
         return None
@@ -54,6 +66,10 @@ def documents_fingerprint(run_dir: Path) -> str | None:
         # where texts were cut (`long_texts`), so the documents of other runs keep theirs
         if "long_texts" in summary and CUT_RULE_KEY in signature:
             options.append({CUT_RULE_KEY: signature[CUT_RULE_KEY]})
+        parts = [inputs, options]
+        if fmt >= 4:  # each marker is recorded only where its stage ran (the cut rule: above)
+            parts.append({k: signature[k] for k in RULE_MARKERS
+                          if k in signature and k != CUT_RULE_KEY})
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise RunDataError(f"{path} or {layout} is damaged ({e}); re-run `kiln prepare`") from e
     # the skipped files are named as the sources were spelled (`d/x`, `./d/x`): not what
@@ -61,28 +77,49 @@ def documents_fingerprint(run_dir: Path) -> str | None:
     # nor the documents files' hashes: gzip stamps the time, and tasks split them otherwise
     what = {k: v for k, v in summary.items()
             if k not in ("tasks", "sources", "skipped_examples", HASHES)}
-    made = json.dumps([what, inputs, options], sort_keys=True)
+    made = json.dumps([what, *parts], sort_keys=True)
     return hashlib.sha256(made.encode()).hexdigest()[:16]
 
 
-# 1 hashed prepare.json's bytes alone; 2 left out the stages' options
-FINGERPRINT_FORMAT = 3
-
-
-def made_from(run_dir: Path) -> dict:
+def made_from(run_dir: Path, fmt: int = FINGERPRINT_FORMAT) -> dict:
     """What `kiln tokenize` records in the index it writes."""
-    return {"documents": documents_fingerprint(run_dir), "format": FINGERPRINT_FORMAT}
+    return {"documents": documents_fingerprint(run_dir, fmt), "format": fmt}
+
+
+def recorded_format(record: object) -> int:
+    """The fingerprint format a record (an index's `made_from`, a tokenizer's record) was
+    written in, where it is one still compared; else this Kiln's (it then differs)."""
+    fmt = record.get("format") if isinstance(record, dict) else None
+    return fmt if fmt in COMPARED_FORMATS else FINGERPRINT_FORMAT
 
 
 def tokens_match_documents(run_dir: Path) -> bool:
     """The shards were made from the documents now in the run (True where it cannot be
-    told: an index written before Kiln recorded this or with another fingerprint format,
+    told: an index written before Kiln recorded this or in a format no longer compared,
     and a run with no prepared documents to compare)."""
     made = load_index(Path(run_dir) / "tokens").get("made_from")
-    if not isinstance(made, dict) or made.get("format") != FINGERPRINT_FORMAT:
+    if not isinstance(made, dict) or made.get("format") not in COMPARED_FORMATS:
         return True
-    now = documents_fingerprint(run_dir)  # None: shards brought into a run without documents
+    # None: shards brought into a run without documents
+    now = documents_fingerprint(run_dir, made["format"])
     return now is None or made.get("documents") == now
+
+
+def shards_documents(run_dir: Path, made: dict) -> object:
+    """The documents `made` (the run's index's `made_from`) records, as this Kiln's format
+    hashes them, so that runs whose shards were recorded in two formats compare by their data
+    (`kiln report --compare`): a record in an older format still compared stands for the
+    documents now where they still match it; else (format, fingerprint) as recorded, equal
+    to no record of another format."""
+    fmt, recorded = made.get("format"), made.get("documents")
+    if fmt == FINGERPRINT_FORMAT or fmt not in COMPARED_FORMATS or not recorded:
+        return recorded
+    try:
+        if documents_fingerprint(run_dir, fmt) == recorded:
+            return documents_fingerprint(run_dir)
+    except (OSError, RunDataError):
+        pass
+    return (fmt, recorded)
 
 
 def documents_unchanged(run_dir: Path) -> bool:
@@ -139,9 +176,10 @@ def _file_hash(path: Path) -> str:
     return file_sha256(path)[:16]
 
 
-def _tokenizer_inputs(run_dir: Path, kind: str, vocab_size: int, min_frequency: int) -> dict:
-    return {"documents": documents_fingerprint(run_dir), "kind": kind, "vocab_size": vocab_size,
-            "min_frequency": min_frequency, "format": FINGERPRINT_FORMAT}
+def _tokenizer_inputs(run_dir: Path, kind: str, vocab_size: int, min_frequency: int,
+                      fmt: int = FINGERPRINT_FORMAT) -> dict:
+    return {"documents": documents_fingerprint(run_dir, fmt), "kind": kind,
+            "vocab_size": vocab_size, "min_frequency": min_frequency, "format": fmt}
 
 
 def record_tokenizer(run_dir: Path, kind: str, vocab_size: int, min_frequency: int) -> None:
@@ -158,15 +196,16 @@ def tokenizer_is_current(run_dir: Path, kind: str, vocab_size: int, min_frequenc
     (unchanged since prepare) with these settings, and is unchanged since: training it again would make the same one."""
     path = tokenizer_path(run_dir)
     record = path.parent / TOKENIZER_RECORD
-    inputs = _tokenizer_inputs(run_dir, kind, vocab_size, min_frequency)
-    if (inputs["documents"] is None or not path.is_file() or not record.is_file()
+    if (documents_fingerprint(run_dir) is None or not path.is_file() or not record.is_file()
             or not documents_unchanged(run_dir)):
         return False
     try:
-        return json.loads(record.read_text(encoding="utf-8")) == {
-            **inputs, "tokenizer": _file_hash(path)}
+        recorded = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
+    inputs = _tokenizer_inputs(run_dir, kind, vocab_size, min_frequency,
+                               recorded_format(recorded))
+    return recorded == {**inputs, "tokenizer": _file_hash(path)}
 
 
 def tokenizer_fits_other_documents(run_dir: Path, made: dict) -> bool:
@@ -178,15 +217,16 @@ def tokenizer_fits_other_documents(run_dir: Path, made: dict) -> bool:
         record = strict_json.loads((tokenizer_path(run_dir).parent / TOKENIZER_RECORD)
                             .read_text(encoding="utf-8"))
         return (made["documents"] is not None and record.get("tokenizer") == made["tokenizer"]
-                and record.get("documents") != made["documents"])
+                and record.get("documents")
+                != documents_fingerprint(run_dir, recorded_format(record)))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
         return False
 
 
-def shards_made_from(run_dir: Path) -> dict:
+def shards_made_from(run_dir: Path, fmt: int = FINGERPRINT_FORMAT) -> dict:
     """What `kiln tokenize` records in the index: the documents (checked before training)
     and the tokenizer file (so `kiln run` can tell the shards current)."""
-    return {**made_from(run_dir), "tokenizer": _file_hash(tokenizer_path(run_dir))}
+    return {**made_from(run_dir, fmt), "tokenizer": _file_hash(tokenizer_path(run_dir))}
 
 
 def tokens_are_current(run_dir: Path, val_fraction: float, seed: int) -> bool:
@@ -198,11 +238,11 @@ def tokens_are_current(run_dir: Path, val_fraction: float, seed: int) -> bool:
     tokens = Path(run_dir) / "tokens"
     if not tokenizer_path(run_dir).is_file():
         return False
-    expected = shards_made_from(run_dir)
-    if expected["documents"] is None or not documents_unchanged(run_dir):
+    if documents_fingerprint(run_dir) is None or not documents_unchanged(run_dir):
         return False
     try:
         index = load_index(tokens)
+        expected = shards_made_from(run_dir, recorded_format(index.get("made_from")))
         itemsize = np.dtype(index["dtype"]).itemsize
         whole = all((tokens / shard["file"]).stat().st_size == shard["tokens"] * itemsize
                     for split in ("train", "val") for shard in index[split]["shards"])

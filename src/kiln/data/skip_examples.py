@@ -151,6 +151,8 @@ def where(example: dict) -> str:
     "data")` for an entry of a wrapped list, the file alone else."""
     if "line" in example:
         return f"{example['file']}:{example['line']}"
+    if "nested_deeper_than" in example:
+        return f"{example['file']} (nested deeper than {example['nested_deeper_than']} levels)"
     for key in ("row", "record"):
         if key in example:
             return f"{example['file']} ({key} {example[key]}{_of(example)})"

@@ -3,7 +3,9 @@
 Each `<name>_stage(ctx)` is what `kiln.data.prepare_config.STAGES` points at. Factories check
 their inputs (files exist, run directories are trained) when the pipeline is built, before any
 work is done, and import their stage module only when called. Barrier stages (dedup, perplexity
-selection) return a `StagePlan` whose `barrier` the runner turns into executor phases.
+selection, Brain Rot arms) return a `StagePlan` whose `barrier` the runner turns into executor
+phases; a selection's one-task plan step lives beside its selector (kiln.data.filters.selection,
+kiln.data.filters.arms), the steps of the others in their stage modules.
 """
 
 from __future__ import annotations
@@ -11,12 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
-from datatrove.pipeline.filters.base_filter import BaseFilter
 
-from kiln import strict_json
-from kiln.atomic import write_json_atomic
 from kiln.data.prepare_config import arms_labels, decontaminate_pii_types, period_bounds
 from kiln.data.stage_registry import StageContext, StagePlan
 from kiln.errors import ConfigError, KilnError
@@ -261,66 +259,10 @@ def perplexity_stage(ctx: StageContext) -> PipelineStep:
         raise ConfigError(f"prepare.perplexity.{e} (the scoring model: {p.run_dir})") from None
 
 
-class PerplexityThresholds(PipelineStep):
-    """One task over every scored document: the selection threshold(s) -> a JSON file.
-
-    The threshold is computed exactly as `PerplexitySelector` does from the scores, so the
-    streaming selection afterwards keeps the same documents as an in-memory selection would.
-    """
-
-    type = "📊 - SCORER"
-    name = "🔥 Kiln perplexity thresholds"
-
-    def __init__(self, mode: str, fraction: float, low_q: float, high_q: float, out: Path):
-        super().__init__()
-        self.mode, self.fraction, self.low_q, self.high_q = mode, fraction, low_q, high_q
-        self.out = Path(out)
-
-    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
-        from kiln.data.filters import PerplexitySelector, scores_from
-
-        if world_size != 1:
-            raise ValueError("perplexity thresholds need every score: run with tasks=1")
-        scores = scores_from(data or ())
-        self.stat_update("scores", value=len(scores))
-        if self.mode == "drop_extremes":
-            sel = PerplexitySelector(self.mode, scores=scores, low_q=self.low_q, high_q=self.high_q)
-            found = {"low": sel.low, "high": sel.high}
-        else:
-            sel = PerplexitySelector(self.mode, scores=scores, fraction=self.fraction)
-            found = {"threshold": sel.threshold}
-        write_json_atomic(self.out, {"mode": self.mode, "scores": len(scores), **found})
-        return
-        yield  # a generator that yields nothing: the documents stay in the intermediate folder
-
-
-class StoredThresholdSelector(BaseFilter):
-    """`PerplexitySelector` with the threshold(s) read, in the worker, from the thresholds file."""
-
-    name = "🎯 Perplexity selection"
-
-    def __init__(self, mode: str, thresholds: Path, exclusion_writer=None):
-        super().__init__(exclusion_writer)
-        self.mode, self.thresholds = mode, Path(thresholds)
-        self._selector = None
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_selector": None}
-
-    def filter(self, doc: Document) -> bool | tuple[bool, str]:
-        if self._selector is None:
-            from kiln.data.filters import PerplexitySelector
-
-            found = strict_json.loads(self.thresholds.read_text(encoding="utf-8"))
-            kwargs = ({"low": found["low"], "high": found["high"]} if self.mode == "drop_extremes"
-                      else {"threshold": found["threshold"]})
-            self._selector = PerplexitySelector(self.mode, **kwargs)
-        return self._selector.filter(doc)
-
-
 def perplexity_select_stage(ctx: StageContext) -> StagePlan:
     """Keep documents by the stored `ppl`: thresholds from every score (one task), then filter."""
     from kiln.data.dedup import Stage
+    from kiln.data.filters.selection import PerplexityThresholds, StoredThresholdSelector
 
     p = ctx.cfg.perplexity
 
@@ -333,53 +275,10 @@ def perplexity_select_stage(ctx: StageContext) -> StagePlan:
     return StagePlan(barrier=barrier)
 
 
-class ArmPlanner(PipelineStep):
-    """One task over every labelled document: each Brain Rot arm's cut -> a JSON file.
-
-    Token counts: M1's `m1_tokens` (its tokenizer, special tokens included, as the paper), or
-    for M2 labels the count of `tokenizer` (a local tokenizer.json) in the same way.
-    """
-
-    type = "📊 - SCORER"
-    name = "⚖️ Kiln Brain Rot arms plan"
-
-    def __init__(self, labels: str, ratio: float, budget: int, seed: int, tokenizer: str,
-                 out: Path):
-        super().__init__()
-        self.labels, self.ratio, self.budget, self.seed = labels, ratio, budget, seed
-        self.tokenizer, self.out = tokenizer, Path(out)
-
-    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
-        from kiln.data.filters.arms import arm_of, order_key, plan_arms
-        from kiln.data.filters.engagement import TokenizerLength
-        from kiln.errors import RunDataError
-
-        if world_size != 1:
-            raise ValueError("the Brain Rot arms plan needs every document: run with tasks=1")
-        length = TokenizerLength(self.tokenizer) if self.labels == "m2" else None
-
-        def items():
-            for doc in data or ():
-                arm, _ = arm_of(doc, self.labels)
-                if arm is not None:
-                    tokens = length(doc.text) if length else doc.metadata["m1_tokens"]
-                    yield arm, order_key(self.seed, doc.id, doc.text), tokens
-
-        try:
-            plan = plan_arms(items(), self.ratio, self.budget)
-        except ValueError as e:
-            raise RunDataError(f"prepare.brain_rot_arms.budget: {e}") from None
-        for arm in ("junk", "control"):
-            self.stat_update(f"{arm}_tokens", value=plan[arm]["tokens"])
-        write_json_atomic(self.out, {"labels": self.labels, "seed": self.seed, **plan})
-        return
-        yield  # a generator that yields nothing: the documents stay in the intermediate folder
-
-
 def brain_rot_arms_stage(ctx: StageContext) -> StagePlan:
     """Junk / control documents at `ratio` within `budget` tokens: plan (one task), then keep."""
     from kiln.data.dedup import Stage
-    from kiln.data.filters.arms import ArmSelector
+    from kiln.data.filters.arms import ArmPlanner, ArmSelector
 
     o = ctx.cfg.brain_rot_arms
     labels = arms_labels(ctx.cfg)

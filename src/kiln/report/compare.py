@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from kiln.atomic import atomic_path
+from kiln.data.provenance import shards_documents
 from kiln.errors import ConfigError
 from kiln.report.effect_sizes import WindowLosses, effect_size_html, load_window_losses
 from kiln.report.fmt import as_number, fmt_count, fmt_float
@@ -90,7 +91,7 @@ def load_run_figures(run_dir: Path, label: str, required: bool = True,
     index = load_json(run_dir, "tokens/index.json")
     made = index.value.get("made_from") if index.ok else None
     made = made if isinstance(made, dict) else {}
-    val_data = (made.get("documents"), index.value.get("val_fraction"),
+    val_data = (shards_documents(run_dir, made), index.value.get("val_fraction"),
                 index.value.get("seed")) if made.get("documents") else None
     return RunFigures(label, records, summarize(records) if records else Summary(),
                       as_number(counts.get("params")), as_number(counts.get("params_active")),

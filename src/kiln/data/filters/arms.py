@@ -4,8 +4,8 @@ exceed 1,223,412, cap junk at the same budget"; dose-response arms r in {0, .2, 
 "total tokens fixed").
 
 A budget needs every labelled document's token count, so, as perplexity selection does, it
-is two passes: `plan_arms` (one task over the whole labelled pool) picks each arm's cut in a
-fixed order, and `ArmSelector` applies the cut while streaming.
+is two passes: `plan_arms` (one task over the whole labelled pool: `ArmPlanner`) picks each
+arm's cut in a fixed order, and `ArmSelector` applies the cut while streaming.
 
 - Labels: M1's `m1_class` ("junk" / "control"; "neither" and "unknown" are dropped as
   `arms_m1_neither` / `arms_m1_unknown`), or M2's `m2_label` ("junk" / "high_quality" =
@@ -31,9 +31,12 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
-from datatrove.data import Document
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
+
+from kiln.atomic import write_json_atomic
 
 ARMS = ("junk", "control")
 LABEL_KEYS = {"m1": "m1_class", "m2": "m2_label"}
@@ -134,3 +137,45 @@ class ArmSelector(BaseFilter):
             return False, f"arms_{arm}_over_budget"
         doc.metadata["brain_rot_arm"] = arm
         return True
+
+
+class ArmPlanner(PipelineStep):
+    """One task over every labelled document: each Brain Rot arm's cut -> a JSON file.
+
+    Token counts: M1's `m1_tokens` (its tokenizer, special tokens included, as the paper), or
+    for M2 labels the count of `tokenizer` (a local tokenizer.json) in the same way.
+    """
+
+    type = "📊 - SCORER"
+    name = "⚖️ Kiln Brain Rot arms plan"
+
+    def __init__(self, labels: str, ratio: float, budget: int, seed: int, tokenizer: str,
+                 out: Path):
+        super().__init__()
+        self.labels, self.ratio, self.budget, self.seed = labels, ratio, budget, seed
+        self.tokenizer, self.out = tokenizer, Path(out)
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
+        from kiln.data.filters.engagement import TokenizerLength
+        from kiln.errors import RunDataError
+
+        if world_size != 1:
+            raise ValueError("the Brain Rot arms plan needs every document: run with tasks=1")
+        length = TokenizerLength(self.tokenizer) if self.labels == "m2" else None
+
+        def items():
+            for doc in data or ():
+                arm, _ = arm_of(doc, self.labels)
+                if arm is not None:
+                    tokens = length(doc.text) if length else doc.metadata["m1_tokens"]
+                    yield arm, order_key(self.seed, doc.id, doc.text), tokens
+
+        try:
+            plan = plan_arms(items(), self.ratio, self.budget)
+        except ValueError as e:
+            raise RunDataError(f"prepare.brain_rot_arms.budget: {e}") from None
+        for arm in ("junk", "control"):
+            self.stat_update(f"{arm}_tokens", value=plan[arm]["tokens"])
+        write_json_atomic(self.out, {"labels": self.labels, "seed": self.seed, **plan})
+        return
+        yield  # a generator that yields nothing: the documents stay in the intermediate folder

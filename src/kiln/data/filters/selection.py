@@ -5,7 +5,9 @@ the top `ndoc` ("MPP"); keeping the *least* surprising documents is their conver
 to accelerate collapse. A fraction needs the whole score distribution, so selection is two
 passes: `PerplexityScorer` writes `ppl` into metadata (and a writer saves the documents),
 then `threshold_for_fraction` turns the collected scores into a threshold and
-`PerplexitySelector` applies it while streaming. The digest's caution that the highest
+`PerplexitySelector` applies it while streaming (in `kiln prepare`: `PerplexityThresholds`,
+one task over every score, writes the threshold(s) to a file that `StoredThresholdSelector`
+reads in each task). The digest's caution that the highest
 perplexities are often noise is what `mode="drop_extremes"` (a quantile band) is for.
 
 Ties: the selector compares each score with the threshold, so every document tied with the
@@ -22,11 +24,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
-from datatrove.data import Document
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
+
+from kiln import strict_json
+from kiln.atomic import write_json_atomic
 
 MODES = ("top_fraction", "bottom_fraction", "drop_extremes")
 
@@ -143,3 +150,56 @@ class PerplexitySelector(BaseFilter):
         if score < self.low:
             return False, "ppl_below_band"
         return True if score <= self.high else (False, "ppl_above_band")
+
+
+class PerplexityThresholds(PipelineStep):
+    """One task over every scored document: the selection threshold(s) -> a JSON file.
+
+    The threshold is computed exactly as `PerplexitySelector` does from the scores, so the
+    streaming selection afterwards keeps the same documents as an in-memory selection would.
+    """
+
+    type = "📊 - SCORER"
+    name = "🔥 Kiln perplexity thresholds"
+
+    def __init__(self, mode: str, fraction: float, low_q: float, high_q: float, out: Path):
+        super().__init__()
+        self.mode, self.fraction, self.low_q, self.high_q = mode, fraction, low_q, high_q
+        self.out = Path(out)
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
+        if world_size != 1:
+            raise ValueError("perplexity thresholds need every score: run with tasks=1")
+        scores = scores_from(data or ())
+        self.stat_update("scores", value=len(scores))
+        if self.mode == "drop_extremes":
+            sel = PerplexitySelector(self.mode, scores=scores, low_q=self.low_q, high_q=self.high_q)
+            found = {"low": sel.low, "high": sel.high}
+        else:
+            sel = PerplexitySelector(self.mode, scores=scores, fraction=self.fraction)
+            found = {"threshold": sel.threshold}
+        write_json_atomic(self.out, {"mode": self.mode, "scores": len(scores), **found})
+        return
+        yield  # a generator that yields nothing: the documents stay in the intermediate folder
+
+
+class StoredThresholdSelector(BaseFilter):
+    """`PerplexitySelector` with the threshold(s) read, in the worker, from the thresholds file."""
+
+    name = "🎯 Perplexity selection"
+
+    def __init__(self, mode: str, thresholds: Path, exclusion_writer=None):
+        super().__init__(exclusion_writer)
+        self.mode, self.thresholds = mode, Path(thresholds)
+        self._selector = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_selector": None}
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        if self._selector is None:
+            found = strict_json.loads(self.thresholds.read_text(encoding="utf-8"))
+            kwargs = ({"low": found["low"], "high": found["high"]} if self.mode == "drop_extremes"
+                      else {"threshold": found["threshold"]})
+            self._selector = PerplexitySelector(self.mode, **kwargs)
+        return self._selector.filter(doc)
