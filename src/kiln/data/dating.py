@@ -33,6 +33,8 @@ Order of evidence (first that gives a year wins; metadata["year_method"] says wh
    Tie-break: equal counts go to the source listed first — the released Chronoberg catalogue
    shows Wikipedia beating Open Library on 1-1 ties (e.g. Kennedy's address: 1961 vs 1962 -> 1961).
    Within one source's mode, equal counts go to the year seen first (Python's statistics.mode).
+A book whose header the `gutenberg` stage stripped is read from metadata["gutenberg_header"],
+where that stage keeps it; the "text" source then reads the body alone, not the licence.
 Gutenberg "Release Date:"/"Posting Date:" are e-text dates, never the writing date: they are
 recorded as metadata["gutenberg_release_year"] only.
 """
@@ -72,6 +74,7 @@ ARXIV_OLD_ARCHIVES = (
 # the earliest year a candidate may name when the author's lifetime is unknown (printing)
 EARLIEST_UNBOUNDED_YEAR = 1450
 HEADER_CHARS = 20_000  # Gutenberg headers sit at the top of the file
+GUTENBERG_HEADER_KEY = "gutenberg_header"  # where the `gutenberg` stage keeps the header
 
 _FOUR_DIGITS = re.compile(r"(?<!\d)(\d{4})(?!\d)")
 _VERB_YEAR = re.compile(
@@ -225,7 +228,8 @@ def date_document(doc: Document) -> dict:
     for value in [md.get(k) for k in ARXIV_FIELDS] + bare_id:
         if isinstance(value, str) and (y := arxiv_year(value)) is not None:
             return {"year": y, "year_method": "arxiv"}
-    header = parse_gutenberg_header(doc.text)
+    stored = md.get(GUTENBERG_HEADER_KEY)  # the header the `gutenberg` stage took off the text
+    header = parse_gutenberg_header(stored if isinstance(stored, str) else doc.text)
     birth, death = _lifetime(md, header)
     candidates = vote_candidates(doc.text, md, birth, death, header)
     out: dict = {"year_candidates": candidates}

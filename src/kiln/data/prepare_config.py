@@ -205,6 +205,7 @@ STAGES: dict[str, StageSpec] = {
     "inject_replicas": StageSpec(f"{_S}:inject_replicas_stage"),
     "dedup_exact": StageSpec(f"{_S}:dedup_exact_stage"),
     "dedup_minhash": StageSpec(f"{_S}:dedup_minhash_stage"),
+    "gutenberg": StageSpec(f"{_S}:gutenberg_stage"),
     "dating": StageSpec(f"{_S}:dating_stage"),
     "period": StageSpec(f"{_S}:period_stage"),
     "write": StageSpec(f"{_S}:write_stage"),

@@ -296,6 +296,12 @@ def brain_rot_arms_stage(ctx: StageContext) -> StagePlan:
                                               "budget": o.budget, "seed": o.seed})
 
 
+def gutenberg_stage(ctx: StageContext) -> PipelineStep:
+    from kiln.data.gutenberg import GutenbergStripper
+
+    return GutenbergStripper(ctx.exclusion_writer())
+
+
 def dating_stage(ctx: StageContext) -> PipelineStep:
     from kiln.data.dating import DateDocuments
 

@@ -1,0 +1,148 @@
+"""Strip Project Gutenberg's header and licence footer from a book, keeping only its body.
+
+Chronoberg (arXiv:2509.22360, cleaning step 4) strips every book with the pgcorpus /
+`gutenberg` "strip headers" approach before concatenating books: without it each book brings
+~3,000 words of the same licence, which is both junk and near-duplicate text in every
+document. The rule, as that approach (a port of J. Krugel's strip_headers.cpp) runs it:
+
+- header: everything up to and including the *last* start-marker line among the first
+  `HEADER_LINES` (600) lines ("*** START OF THE/THIS PROJECT GUTENBERG EBOOK ... ***", the
+  older "*END*THE SMALL PRINT!..." and "*** START OF THE COPYRIGHTED ...");
+- footer: from the first end-marker line after the body starts ("*** END OF THE/THIS PROJECT
+  GUTENBERG EBOOK ...", "End of (the) Project Gutenberg's ...", "*** END OF THE COPYRIGHTED
+  ..."); in a text with no start marker (a part of a long book that `read` cut, a file whose
+  header was already removed) only after `FOOTER_MIN_LINE` (100) lines, as the reference
+  guards against a title line that names Project Gutenberg;
+- the 1990s legal blocks ("<<THIS ELECTRONIC VERSION OF ..." to "... SERVICE THAT CHARGES
+  FOR DOWNLOAD ...") are dropped wherever they are.
+
+Where this differs from the reference, on purpose: markers are matched on the line with
+leading whitespace removed and case-insensitively (the reference lists indented and
+upper-case variants one by one and misses the rest); its looser start markers ("Produced
+by", "The Project Gutenberg", "http://www.pgdp.net"...), which it accepts anywhere in the
+first 600 lines and which then discard every line before them, are used only for the
+producer-credit paragraph that opens the body ("Produced by X and the Online Distributed
+Proofreading Team"), so a book whose chapter 1 says "Produced by ..." keeps chapter 1; the
+German and French markers are left out (Chronoberg is English). A text with no marker at
+all is returned unchanged (the reference re-joins its lines with the OS separator).
+
+The header is what `dating` reads (Title, Author (birth-death), Original publication): it
+is kept in metadata["gutenberg_header"] (at most `dating.HEADER_CHARS` characters), where
+`dating.date_document` finds it, so `gutenberg` may run before or after `dating`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from datatrove.data import Document
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from datatrove.pipeline.writers.disk_base import DiskWriter
+
+from kiln.data.dating import GUTENBERG_HEADER_KEY as HEADER_KEY
+from kiln.data.dating import HEADER_CHARS as HEADER_KEEP_CHARS  # all of it that dating reads
+
+HEADER_LINES = 600  # a start marker counts within the first 600 lines (the reference's bound)
+FOOTER_MIN_LINE = 100  # with no start marker, an end marker counts from line 100 on
+
+_START = re.compile(
+    r"\*{3}\s*START\s+OF\s+(THE|THIS)\s+PROJECT\s+GUTENBERG"
+    r"|\*{3}\s*START\s+OF\s+THE\s+COPYRIGHTED"
+    r"|\*END\*?\s*THE\s+SMALL\s+PRINT",
+    re.IGNORECASE,
+)
+_END = re.compile(
+    r"\*{3}\s*END\s+OF\s+(THE|THIS)\s+PROJECT\s+GUTENBERG"
+    r"|\*{3}\s*END\s+OF\s+THE\s+COPYRIGHTED"
+    r"|END\s+OF\s+(THE\s+|THIS\s+)?PROJECT\s+GUTENBERG",
+    re.IGNORECASE,
+)
+_LEGAL_START = re.compile(r"<<THIS ELECTRONIC VERSION OF", re.IGNORECASE)
+_LEGAL_END = re.compile(r"SERVICE THAT CHARGES FOR DOWNLOAD", re.IGNORECASE)
+_CREDIT = re.compile(
+    r"(Produced\s+by|E-?text\s+prepared\s+by|This\s+e-?(text|book)\s+was\s+(prepared|produced)\s+by"
+    r"|Transcribed\s+from)",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Stripped:
+    """The body, the header before it ("" when no start marker) and whether a marker was found."""
+
+    body: str
+    header: str
+    found: bool
+
+
+def _matches(pattern: re.Pattern[str], line: str) -> bool:
+    return pattern.match(line.lstrip()) is not None
+
+
+def _skip_credit(lines: list[str], start: int, end: int) -> int:
+    """Past the producer-credit paragraph when it is the first thing in the body."""
+    i = start
+    while i < end and not lines[i].strip():
+        i += 1
+    if i < end and _matches(_CREDIT, lines[i]):
+        while i < end and lines[i].strip():
+            i += 1
+        return i
+    return start
+
+
+def strip_gutenberg(text: str) -> Stripped:
+    """The book's body without Project Gutenberg's header, credits, legal blocks and footer."""
+    lines = text.splitlines(keepends=True)
+    start = 0
+    for i, line in enumerate(lines[:HEADER_LINES]):
+        if _matches(_START, line):
+            start = i + 1
+    first_end = start if start else FOOTER_MIN_LINE
+    end = next((i for i in range(first_end, len(lines)) if _matches(_END, lines[i])), len(lines))
+    legal = any(_matches(_LEGAL_START, line) for line in lines)
+    if not start and end == len(lines) and not legal:
+        return Stripped(text, "", False)
+    body_start = _skip_credit(lines, start, end) if start else start
+    kept, in_legal = [], False
+    for line in lines[body_start:end]:
+        if _matches(_LEGAL_START, line):
+            in_legal = True
+        elif in_legal and _LEGAL_END.search(line):
+            in_legal = False
+        elif not in_legal:
+            kept.append(line)
+    body = "".join(kept)
+    body = re.sub(r"\A(?:[ \t]*(?:\r\n|\r|\n))+", "", body).rstrip()  # blank lines at both ends
+    return Stripped(body, "".join(lines[:start])[:HEADER_KEEP_CHARS], True)
+
+
+def _nbytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+class GutenbergStripper(BaseFilter):
+    """`strip_gutenberg` as a stage: the text becomes the body, the header goes to
+    metadata["gutenberg_header"]; a book with nothing left is dropped (`gutenberg_empty`).
+    Stats: `gutenberg_stripped` / `gutenberg_no_markers` documents, `gutenberg_bytes_removed`."""
+
+    name = "📚 Gutenberg header/footer strip"
+
+    def __init__(self, exclusion_writer: DiskWriter | None = None):
+        super().__init__(exclusion_writer)
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        result = strip_gutenberg(doc.text)
+        if not result.found:
+            self.stat_update("gutenberg_no_markers")
+            return True
+        self.stat_update("gutenberg_stripped")
+        self.stat_update("gutenberg_bytes_removed",
+                         value=_nbytes(doc.text) - _nbytes(result.body))
+        if result.header:
+            doc.metadata[HEADER_KEY] = result.header
+        if not result.body.strip():
+            return False, "gutenberg_empty"
+        doc.text = result.body
+        return True
