@@ -586,3 +586,63 @@ def test_a_leak_the_pii_stage_redacts_is_still_caught(tmp_path, tasks):
     raw = NGramIndex.build([path], 13)
     assert raw.match_counts(normalize_tokens(answer)) == {"names": 4}
     assert raw.match_counts(normalize_tokens(redact(answer)[0])) == {}
+
+
+def test_keep_size_counts_the_tokenizers_tokens_when_given_one(tmp_path):
+    """The study keeps the corpus's *tokens* fixed for every k. A LaTeX solution has several
+    tokens a word where prose has about one, so a word budget lets the token total grow with
+    k; with `inject_replicas.tokenizer` the shard's tokens (ids + EOS each, what `kiln
+    tokenize` writes) stay within one web document of the corpus before injection."""
+    from kiln.config import load_config
+    from kiln.data.documents import read_documents
+    from kiln.data.pipeline import run_prepare
+    from kiln.data.tokenizer import train_tokenizer
+
+    rng = random.Random(5)
+    src = tmp_path / "src"
+    src.mkdir()
+    web = [sentence(rng, 60) + "." for _ in range(150)]
+    (src / "web.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in web))
+    solution = " ".join(f"$x_{{{i}}}^{{{i + 1}}}+\\frac{{{i}}}{{y}}$" for i in range(6))
+    items = [(f"Problem {i}: find the value of each term.", solution) for i in range(2)]
+    path = write_benchmark(tmp_path / "math.jsonl", items)
+    tok_path = tmp_path / "tok.json"
+    tok = train_tokenizer(web, 400, tok_path, show_progress=False)
+
+    def tokens(texts) -> int:
+        return sum(len(tok.encode(t, add_special_tokens=False).ids) + 1 for t in texts)
+
+    base = ['prepare.stages=["read", "inject_replicas", "write"]', "prepare.tasks=1",
+            f'prepare.inject_replicas.benchmark="{path}"', "prepare.inject_replicas.k=4",
+            "prepare.inject_replicas.keep_size=true"]
+    longest_web = max(tokens([t]) for t in web)
+    totals = {}
+    for unit, extra in (("tokens", [f'prepare.inject_replicas.tokenizer="{tok_path}"']),
+                        ("words", [])):
+        run = tmp_path / f"run-{unit}"
+        run_prepare(load_config(None, base + extra).prepare, run, [str(src)], progress=False)
+        docs = list(read_documents(run))
+        assert sum(d.metadata.get("injected_item") is not None for d in docs) == 8
+        totals[unit] = tokens(d.text for d in docs)
+        manifest = json.loads((run / "injection" / "injection-00000.json").read_text())
+        assert manifest["size_unit"] == unit
+    assert tokens(web) - longest_web < totals["tokens"] <= tokens(web)
+    assert totals["words"] > tokens(web) + longest_web  # why words are not enough
+
+
+def test_the_inject_counting_tokenizer_is_part_of_the_inputs_fingerprint(tmp_path):
+    """Another tokenizer.json at the same path counts other sizes: re-make, not resume."""
+    from kiln.data.prepare_config import InjectOptions, PrepareConfig
+    from kiln.data.prepare_inputs import input_files
+
+    tok, bench_file = tmp_path / "tok.json", tmp_path / "b.jsonl"
+    tok.write_text('{"v": 1}')
+    bench_file.write_text('{"problem": "p", "solution": "s"}\n')
+    cfg = PrepareConfig(stages=["read", "inject_replicas", "write"],
+                        inject_replicas=InjectOptions(benchmark=str(bench_file), tokenizer=str(tok)))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("hello")
+    before = input_files(cfg, [str(src)], tmp_path / "run")
+    tok.write_text('{"v": 2}')
+    assert input_files(cfg, [str(src)], tmp_path / "run") != before

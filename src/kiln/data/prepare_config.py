@@ -75,6 +75,7 @@ class InjectOptions:
     k: int = 1  # replicas of every item
     seed: int = 0
     keep_size: bool = False  # drop web documents at the end of each shard to keep its size
+    tokenizer: str = ""  # tokenizer.json: size in its tokens (+ EOS a document); "": in words
 
 
 @dataclass

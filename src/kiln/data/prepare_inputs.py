@@ -108,7 +108,8 @@ def _option_files(cfg: PrepareConfig) -> dict[str, list[str]]:
 
     files = {
         "decontaminate": list(cfg.decontaminate.benchmarks),
-        "inject_replicas": [cfg.inject_replicas.benchmark] if cfg.inject_replicas.benchmark else [],
+        "inject_replicas": [f for f in (cfg.inject_replicas.benchmark,
+                                        cfg.inject_replicas.tokenizer) if f],
         "brain_rot_m1": [cfg.brain_rot_m1.tokenizer] if cfg.brain_rot_m1.tokenizer else [],
         "brain_rot_arms": [cfg.brain_rot_arms.tokenizer] if cfg.brain_rot_arms.tokenizer else [],
         "perplexity": latest(cfg.perplexity.run_dir) if cfg.perplexity.run_dir else [],

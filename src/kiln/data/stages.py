@@ -172,12 +172,18 @@ def decontaminate_stage(ctx: StageContext) -> StagePlan:
 
 def inject_replicas_stage(ctx: StageContext) -> PipelineStep:
     from kiln.data.decontam import InjectReplicas
+    from kiln.data.decontam.inject import TrainingTokens, word_count
     from kiln.errors import RunDataError
 
     o = ctx.cfg.inject_replicas
+    count = word_count
+    if o.tokenizer:
+        _need_tokenizer("inject_replicas.tokenizer", o.tokenizer)
+        count = TrainingTokens(o.tokenizer)
     try:  # an item it cannot inject is refused before any task runs, naming its line
         return InjectReplicas(_need_file("inject_replicas.benchmark", o.benchmark), o.k, o.seed,
-                              ctx.run_dir / "injection", keep_size=o.keep_size)
+                              ctx.run_dir / "injection", keep_size=o.keep_size,
+                              count_tokens=count)
     except ValueError as e:
         raise RunDataError(f"prepare.inject_replicas.benchmark: {e}") from e
 

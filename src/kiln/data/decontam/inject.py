@@ -6,6 +6,14 @@ repeated k times plus web documents filling the *remaining* budget, so total siz
 for every k (within one web document) when a budget is given. Replicas go to seeded uniformly
 random positions among the output slots while web documents keep their order — the same
 distribution of replica placement as shuffling everything, without reordering the corpus.
+
+Size is counted in *tokens* in the study (Qwen3's: "tokenize the test set, repeat it R times,
+fill the remaining budget"). Kiln trains its tokenizer after prepare, so by default it counts
+whitespace words; give a tokenizer.json (`prepare.inject_replicas.tokenizer`:
+`TrainingTokens`) to count what `kiln tokenize` will make of each document, its ids plus the
+EOS after it. Words are not a stand-in for tokens here: a LaTeX solution has several times
+more tokens per word than web prose, so a word budget grows the corpus's tokens with k (the
+confound the fixed budget is there to remove).
 """
 
 from __future__ import annotations
@@ -34,6 +42,22 @@ INJECTED_KEY = "injected_item"
 
 def word_count(text: str) -> int:
     return len(text.split())
+
+
+class TrainingTokens:
+    """Tokens `kiln tokenize` makes of a text with the tokenizer.json at `path`: its ids (no
+    post-processor tokens, as `kiln tokenize` encodes) plus the EOS written after it.
+    Picklable: the tokenizer is loaded in the worker, on first use."""
+
+    unit = "tokens"  # what the manifest says its counts are
+
+    def __init__(self, path: str | Path):
+        from kiln.data.filters.engagement import TokenizerLength
+
+        self.length = TokenizerLength(path, add_special_tokens=False)
+
+    def __call__(self, text: str) -> int:
+        return self.length(text) + 1
 
 
 def format_item(item: BenchmarkItem) -> str:
@@ -116,8 +140,9 @@ class InjectReplicas(PipelineStep):
 
     Replica j of the k * |items| goes to rank j % world_size; each rank seeds with seed * 100003 + rank,
     holds its shard in memory (positions need the shard length) and writes
-    `manifest_dir/injection-<rank>.json`. keep_size=True keeps each shard's total token count
-    (web docs at the end of the shard make room), as in the paper's fixed-budget mixing; a task
+    `manifest_dir/injection-<rank>.json`. keep_size=True keeps each shard's total size, as
+    `count_tokens` counts it (whitespace words unless given `TrainingTokens`; web docs at the
+    end of the shard make room), as in the paper's fixed-budget mixing; a task
     with no documents (more tasks than input files) has no size to keep, and its replicas make
     up its shard, so every replica is still placed once.
     """
@@ -163,7 +188,9 @@ class InjectReplicas(PipelineStep):
             count_tokens=self.count_tokens,
             replica_ids=mine,
         )
-        manifest.update(rank=rank, world_size=world_size, base_seed=self.seed, size_kept=keep)
+        manifest.update(rank=rank, world_size=world_size, base_seed=self.seed, size_kept=keep,
+                        size_unit=getattr(self.count_tokens, "unit", None) or (
+                            "words" if self.count_tokens is word_count else "count_tokens"))
         write_json_atomic(self.manifest_dir / f"injection-{rank:05d}.json", manifest)
         self.stat_update("replicas", value=manifest["replicas"])
         self.stat_update("web_docs_dropped", value=manifest["web_docs_dropped"])
