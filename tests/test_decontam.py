@@ -646,3 +646,17 @@ def test_the_inject_counting_tokenizer_is_part_of_the_inputs_fingerprint(tmp_pat
     before = input_files(cfg, [str(src)], tmp_path / "run")
     tok.write_text('{"v": 2}')
     assert input_files(cfg, [str(src)], tmp_path / "run") != before
+
+
+def test_a_run_that_injected_before_the_tokenizer_setting_keeps_its_signature():
+    """The setting is recorded only when set: a run prepared (or trained) before it existed
+    counted words, as an unset one does now, and must resume, not be re-made or refused."""
+    from kiln.data.prepare_config import InjectOptions, PrepareConfig
+    from kiln.data.prepare_signature import make_signature
+
+    cfg = PrepareConfig(stages=["read", "inject_replicas", "write"],
+                        inject_replicas=InjectOptions(benchmark="b.jsonl"))
+    recorded = {"benchmark": "b.jsonl", "k": 1, "seed": 0, "keep_size": False}
+    assert make_signature(cfg, ["src"], 0)["inject_replicas"] == recorded
+    cfg.inject_replicas.tokenizer = "tok.json"
+    assert make_signature(cfg, ["src"], 0)["inject_replicas"] == {**recorded, "tokenizer": "tok.json"}

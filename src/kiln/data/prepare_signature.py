@@ -33,6 +33,10 @@ def make_signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
     # stay current.
     if "read" in cfg.stages and text_field != DEFAULT_TEXT_FIELD:
         signature["text_field"] = text_field
+    # the counting tokenizer of inject_replicas, likewise only when set: a run that injected
+    # before the setting existed counted words, as one without it does now, and keeps resuming
+    if not cfg.inject_replicas.tokenizer:
+        signature["inject_replicas"].pop("tokenizer", None)
     if "decontaminate" in cfg.stages:  # another normalisation: rebuild the index, re-filter
         from kiln.data.decontam.ngram_index import NORMALISATION
 
