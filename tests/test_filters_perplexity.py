@@ -209,6 +209,19 @@ def test_selector_modes_on_known_pool():
     assert sorted(selector_keeps(fixed, pool)) == [25.0, 40.0, 60.0, 90.0]
 
 
+def test_selector_keeps_a_count_the_papers_ndoc():
+    """MPP keeps the ndoc most surprising documents of the pool; the converse the ndoc least."""
+    pool = [12.0, 3.0, 40.0, 7.5, 25.0, 1.5, 90.0, 18.0, 5.0, 60.0]
+    assert sorted(selector_keeps(PerplexitySelector("top_fraction", count=4, scores=pool),
+                                 pool)) == [25.0, 40.0, 60.0, 90.0]
+    assert sorted(selector_keeps(PerplexitySelector("bottom_fraction", count=3, scores=pool),
+                                 pool)) == [1.5, 3.0, 5.0]
+    with pytest.raises(ValueError, match="count 11 is more than the 10 scored"):
+        PerplexitySelector("top_fraction", count=11, scores=pool)
+    with pytest.raises(ValueError, match="exactly one of threshold, fraction or count"):
+        PerplexitySelector("top_fraction", count=2, fraction=0.5, scores=pool)
+
+
 def test_selector_missing_scores_and_bad_config():
     sel = PerplexitySelector("top_fraction", threshold=1.0)
     assert get_filter_result(sel.filter(Document("", "e", metadata={"ppl": None}))) == (

@@ -436,6 +436,52 @@ def test_perplexity_selection_is_the_same_for_any_task_count(tmp_path, fake_scor
         assert kept == expected, tasks
 
 
+@pytest.mark.parametrize("mode, expected", [("top_fraction", [590, 657, 959]),
+                                            ("bottom_fraction", [116, 297, 297])])
+def test_perplexity_selection_keeps_a_count_of_documents(tmp_path, fake_scorer, mode, expected):
+    """The paper keeps the top `ndoc` of the pool (1000 of several thousand), a count and
+    not a share: `prepare.perplexity.count` keeps that many over every task's scores; a
+    count past the scored pool stops the prepare rather than keep a smaller set."""
+    src = text_corpus(tmp_path)
+    for tasks in (1, 3):
+        cfg = PrepareConfig(stages=["read", "perplexity", "perplexity_select", "write"], tasks=tasks,
+                            perplexity=pc.PerplexityOptions(run_dir="unused", mode=mode, count=3))
+        run_prepare(cfg, tmp_path / f"t{tasks}", [str(src)], progress=False)
+        kept = sorted(float(d.metadata["ppl"]) for d in read_documents(tmp_path / f"t{tasks}"))
+        assert kept == expected, tasks
+    cfg = PrepareConfig(stages=["read", "perplexity", "perplexity_select", "write"], tasks=1,
+                        perplexity=pc.PerplexityOptions(run_dir="unused", mode=mode, count=10))
+    with pytest.raises(Exception, match="count 10 is more than the 9 scored documents"):
+        run_prepare(cfg, tmp_path / "over", [str(src)], progress=False)
+
+
+def test_a_run_selected_before_the_count_setting_keeps_its_signature():
+    """`perplexity.count` is recorded only when set, so a run prepared (or trained) before
+    the setting existed resumes rather than being made again or refused."""
+    from kiln.data.prepare_signature import make_signature
+
+    cfg = PrepareConfig(stages=["read", "perplexity", "perplexity_select", "write"],
+                        perplexity=pc.PerplexityOptions(run_dir="r", fraction=0.5))
+    assert "count" not in make_signature(cfg, ["src"], 0)["perplexity"]
+    cfg.perplexity.count, cfg.perplexity.fraction = 4, 0.0
+    assert make_signature(cfg, ["src"], 0)["perplexity"]["count"] == 4
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(count=3, fraction=0.5), "set fraction or count, not both"),
+    (dict(count=-1), "count must be >= 0"),
+    (dict(count=3, mode="drop_extremes", low_q=0.1, high_q=0.9), "count is for modes"),
+    (dict(), r"fraction must be in \(0, 1\] .*or set count"),
+])
+def test_bad_perplexity_count_settings_are_refused_at_load(options, message):
+    from kiln.data.prepare_checks import validate_prepare
+
+    cfg = PrepareConfig(stages=["read", "perplexity", "perplexity_select", "write"],
+                        perplexity=pc.PerplexityOptions(run_dir="unused", **options))
+    with pytest.raises(ConfigError, match=message):
+        validate_prepare(cfg)
+
+
 # ---- config errors, before any work ---------------------------------------------------------
 
 def test_unknown_stage_option_names_the_key(tmp_path):

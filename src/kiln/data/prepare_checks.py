@@ -168,12 +168,20 @@ def _check_perplexity(cfg: PrepareConfig, on: set[str]) -> None:
     if "perplexity_select" not in on:
         return
     if p.mode == "drop_extremes":
+        if p.count:
+            raise ConfigError("prepare.perplexity.count is for modes 'top_fraction' and "
+                              "'bottom_fraction'; 'drop_extremes' keeps a quantile band")
         if not 0.0 <= p.low_q < p.high_q <= 1.0:
             raise ConfigError(f"prepare.perplexity.low_q/high_q: need 0 <= low_q < high_q <= 1 for "
                          f"mode 'drop_extremes', got {p.low_q}, {p.high_q}")
-    elif not 0.0 < p.fraction <= 1.0:
-        raise ConfigError(f"prepare.perplexity.fraction must be in (0, 1] for mode '{p.mode}', "
-                     f"got {p.fraction}")
+    elif p.count < 0:
+        raise ConfigError(f"prepare.perplexity.count must be >= 0, got {p.count}")
+    elif p.count and p.fraction:
+        raise ConfigError("prepare.perplexity: set fraction or count, not both (count keeps "
+                          "that many documents, the paper's ndoc; fraction a share of them)")
+    elif not p.count and not 0.0 < p.fraction <= 1.0:
+        raise ConfigError(f"prepare.perplexity.fraction must be in (0, 1] for mode '{p.mode}' "
+                          f"(or set count), got {p.fraction}")
 
 
 def _check_arms(cfg: PrepareConfig, on: set[str]) -> None:

@@ -95,7 +95,8 @@ class DedupMinhashOptions:
 class PerplexityOptions:
     run_dir: str = ""  # a Kiln run directory whose latest checkpoint scores the documents
     mode: str = "top_fraction"  # top_fraction | bottom_fraction | drop_extremes
-    fraction: float = 0.0  # top/bottom_fraction: share of scored documents kept (required)
+    fraction: float = 0.0  # top/bottom_fraction: share of scored documents kept (or count)
+    count: int = 0  # top/bottom_fraction: keep this many scored documents (the paper's ndoc)
     low_q: float = 0.0  # drop_extremes: keep scores between these quantiles (required)
     high_q: float = 0.0
     batch_size: int = 8

@@ -37,6 +37,8 @@ def make_signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
     # before the setting existed counted words, as one without it does now, and keeps resuming
     if not cfg.inject_replicas.tokenizer:
         signature["inject_replicas"].pop("tokenizer", None)
+    if not cfg.perplexity.count:  # the same: perplexity selection by a count, when set
+        signature["perplexity"].pop("count", None)
     if "decontaminate" in cfg.stages:  # another normalisation: rebuild the index, re-filter
         from kiln.data.decontam.ngram_index import NORMALISATION
 

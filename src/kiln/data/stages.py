@@ -274,7 +274,7 @@ def perplexity_select_stage(ctx: StageContext) -> StagePlan:
 
     def barrier(make_reader, work_dir: Path):
         out = work_dir / "thresholds.json"
-        step = PerplexityThresholds(p.mode, p.fraction, p.low_q, p.high_q, out)
+        step = PerplexityThresholds(p.mode, p.fraction, p.low_q, p.high_q, out, count=p.count)
         return ([Stage("thresholds", [make_reader(), step], 1)],
                 [StoredThresholdSelector(p.mode, out, ctx.exclusion_writer())])
 

@@ -1,7 +1,7 @@
 """Select documents by a stored score: keep the most surprising ones (surplexity).
 
 Gambetta et al. (arXiv:2410.12341) sort the pool by model perplexity, descending, and keep
-the top `ndoc` ("MPP"); keeping the *least* surprising documents is their converse, shown
+the top `ndoc` ("MPP"; `count`, or a `fraction` of the scored documents); keeping the *least* surprising documents is their converse, shown
 to accelerate collapse. A fraction needs the whole score distribution, so selection is two
 passes: `PerplexityScorer` writes `ppl` into metadata (and a writer saves the documents),
 then `threshold_for_fraction` turns the collected scores into a threshold and
@@ -61,6 +61,17 @@ def threshold_for_count(scores: Iterable[float], k: int) -> float:
     return math.inf if k == 0 else float(np.sort(arr)[::-1][k - 1])
 
 
+def threshold_for_top(scores: Sequence[float], count: int) -> float:
+    """Threshold keeping the top `count` scores, the paper's `ndoc` (see the module note on
+    ties); ValueError when fewer documents were scored: the paper's pool always holds ndoc
+    documents, and keeping all of a smaller pool would silently change the set's size."""
+    arr = _checked(scores)
+    if count > arr.size:
+        raise ValueError(f"count {count} is more than the {arr.size} scored documents: lower "
+                         "prepare.perplexity.count or give more documents")
+    return threshold_for_count(arr, count)
+
+
 def threshold_for_fraction(scores: Sequence[float], fraction: float) -> float:
     """Threshold keeping the top floor(fraction * n) scores (see the module note on ties)."""
     arr = _checked(scores)
@@ -90,7 +101,7 @@ class PerplexitySelector(BaseFilter):
     """Keep documents by their stored score `metadata[key]` (default the scorer's `ppl`).
 
     - "top_fraction": keep score >= threshold (the paper's MPP filter); pass `threshold`, or
-      `fraction` and the first pass's `scores`.
+      `fraction` or `count` (the paper's ndoc) and the first pass's `scores`.
     - "bottom_fraction": keep score <= threshold (the paper's converse, for ablations).
     - "drop_extremes": keep low <= score <= high; pass `low`/`high`, or `low_q`/`high_q` and
       `scores`.
@@ -104,6 +115,7 @@ class PerplexitySelector(BaseFilter):
         mode: str = "top_fraction",
         *,
         fraction: float | None = None,
+        count: int | None = None,
         scores: Sequence[float] | None = None,
         threshold: float | None = None,
         low_q: float | None = None,
@@ -126,13 +138,17 @@ class PerplexitySelector(BaseFilter):
                 raise ValueError("drop_extremes needs low <= high (or low_q, high_q and scores)")
             self.low, self.high = float(low), float(high)
             return
-        if (threshold is None) == (fraction is None):
-            raise ValueError(f"{mode}: give exactly one of threshold or fraction (with scores)")
-        if fraction is not None:
+        if sum(x is not None for x in (threshold, fraction, count)) != 1:
+            raise ValueError(f"{mode}: give exactly one of threshold, fraction or count (with "
+                             "scores)")
+        if threshold is None:
             if scores is None:
-                raise ValueError(f"{mode}: a fraction needs the scores of the scoring pass")
+                raise ValueError(f"{mode}: a fraction or count needs the scores of the scoring "
+                                 "pass")
             sign = 1.0 if mode == "top_fraction" else -1.0
-            threshold = sign * threshold_for_fraction([sign * s for s in scores], fraction)
+            signed = [sign * s for s in scores]
+            threshold = sign * (threshold_for_fraction(signed, fraction) if count is None
+                                else threshold_for_top(signed, count))
         self.threshold = float(threshold)
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
@@ -162,9 +178,11 @@ class PerplexityThresholds(PipelineStep):
     type = "📊 - SCORER"
     name = "🔥 Kiln perplexity thresholds"
 
-    def __init__(self, mode: str, fraction: float, low_q: float, high_q: float, out: Path):
+    def __init__(self, mode: str, fraction: float, low_q: float, high_q: float, out: Path,
+                 count: int = 0):
         super().__init__()
         self.mode, self.fraction, self.low_q, self.high_q = mode, fraction, low_q, high_q
+        self.count = count  # > 0: keep this many (the paper's ndoc), not a fraction
         self.out = Path(out)
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
@@ -176,7 +194,8 @@ class PerplexityThresholds(PipelineStep):
             sel = PerplexitySelector(self.mode, scores=scores, low_q=self.low_q, high_q=self.high_q)
             found = {"low": sel.low, "high": sel.high}
         else:
-            sel = PerplexitySelector(self.mode, scores=scores, fraction=self.fraction)
+            how = {"count": self.count} if self.count else {"fraction": self.fraction}
+            sel = PerplexitySelector(self.mode, scores=scores, **how)
             found = {"threshold": sel.threshold}
         write_json_atomic(self.out, {"mode": self.mode, "scores": len(scores), **found})
         return
