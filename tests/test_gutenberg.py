@@ -120,3 +120,22 @@ def test_gutenberg_stage_in_prepare_strips_and_dates(tmp_path):
     book = docs["11400-0.txt"]
     assert book.text == BODY.rstrip() and book.metadata["year"] == 1850
     assert docs["plain.txt"].text == "A plain text with no markers. " * 5
+
+
+def test_one_file_per_book_by_encoding_priority(tmp_path):
+    """A mirror holds a book as N-0.txt (UTF-8), N.txt (ASCII) and N-8.txt (Latin-1); read
+    reads both UTF-8-decodable ones (the ASCII one with its accents transliterated, so no
+    exact duplicate). Chronoberg reads one file a book: UTF-8, else ASCII, else Latin-1."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "11-0.txt").write_text(HEADER + "Café au lait.\n" + FOOTER)
+    (src / "11.txt").write_text(HEADER + "Cafe au lait.\n" + FOOTER)
+    (src / "12.txt").write_text(HEADER + "Only in ASCII.\n" + FOOTER)
+    (src / "12-8.txt").write_text(HEADER + "Only in ASCII.\n" + FOOTER)  # UTF-8-clean Latin-1
+    (src / "2011.txt").write_text("Notes of 2011, not a Gutenberg book.")
+    cfg = load_config(None, ['prepare.stages=["read", "gutenberg", "write"]',
+                             "prepare.tasks=1"]).prepare
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    kept = {d.id.rsplit("/", 1)[-1]: d.text for d in read_documents(tmp_path / "run")}
+    assert kept == {"11-0.txt": "Café au lait.", "12.txt": "Only in ASCII.",
+                    "2011.txt": "Notes of 2011, not a Gutenberg book."}

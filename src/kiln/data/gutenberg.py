@@ -26,6 +26,16 @@ Proofreading Team"), so a book whose chapter 1 says "Produced by ..." keeps chap
 German and French markers are left out (Chronoberg is English). A text with no marker at
 all is returned unchanged (the reference re-joins its lines with the OS separator).
 
+One file per book: Project Gutenberg ships a book as `N-0.txt` (UTF-8), `N.txt` (ASCII) and
+`N-8.txt` (8-bit, ISO-8859-1), and Chronoberg reads one, by encoding priority UTF-8 -> ASCII
+-> Latin-1. Kiln's `read` reads every UTF-8 file it finds, so a mirror's `N-0.txt` and `N.txt`
+(its accents transliterated: not an exact duplicate) were both kept; here a document read
+from `N.txt` or `N-8.txt` is dropped (`gutenberg_other_encoding`) when a file of the same book
+in a preferred encoding lies beside it (same folder, same compression suffix). The digest
+writes the suffixes the other way round (`-8` as UTF-8, `-0` as Latin-1); the encoding order is
+the same, and the suffixes here are Project Gutenberg's own. A preferred file that exists but
+cannot be read would leave the book out: that file's skip is counted by `read`.
+
 The header is what `dating` reads (Title, Author (birth-death), Original publication): it
 is kept in metadata["gutenberg_header"] (at most `dating.HEADER_CHARS` characters), where
 `dating.date_document` finds it, so `gutenberg` may run before or after `dating`.
@@ -35,6 +45,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
@@ -74,6 +85,25 @@ class Stripped:
     body: str
     header: str
     found: bool
+
+
+# a Project Gutenberg book file: number, encoding suffix, optional compression
+_PG_FILE = re.compile(r"(?P<num>\d+)(?P<enc>-0|-8)?(?P<ext>\.txt(?:\.[a-z0-9]+)?)")
+ENCODING_ORDER = ("-0", "", "-8")  # UTF-8, ASCII, 8-bit: the first one found is read
+
+
+def preferred_file(source: str) -> Path | None:
+    """A file of the same book in a preferred encoding beside `source`, if there is one."""
+    path = Path(source)
+    m = _PG_FILE.fullmatch(path.name)
+    if m is None:
+        return None
+    mine = ENCODING_ORDER.index(m["enc"] or "")
+    for enc in ENCODING_ORDER[:mine]:
+        other = path.with_name(f"{m['num']}{enc}{m['ext']}")
+        if other.is_file():
+            return other
+    return None
 
 
 def _matches(pattern: re.Pattern[str], line: str) -> bool:
@@ -124,7 +154,9 @@ def _nbytes(text: str) -> int:
 
 class GutenbergStripper(BaseFilter):
     """`strip_gutenberg` as a stage: the text becomes the body, the header goes to
-    metadata["gutenberg_header"]; a book with nothing left is dropped (`gutenberg_empty`).
+    metadata["gutenberg_header"]; a book with nothing left is dropped (`gutenberg_empty`),
+    and so is one read from a file whose book lies beside it in a preferred encoding
+    (`gutenberg_other_encoding`: `preferred_file`).
     Stats: `gutenberg_stripped` / `gutenberg_no_markers` documents, `gutenberg_bytes_removed`."""
 
     name = "📚 Gutenberg header/footer strip"
@@ -133,6 +165,9 @@ class GutenbergStripper(BaseFilter):
         super().__init__(exclusion_writer)
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        source = doc.metadata.get("source")
+        if isinstance(source, str) and preferred_file(source) is not None:
+            return False, "gutenberg_other_encoding"
         result = strip_gutenberg(doc.text)
         if not result.found:
             self.stat_update("gutenberg_no_markers")
