@@ -209,3 +209,23 @@ def test_chronoberg_buckets_cover_1750_2000_without_gaps():
     assert spans[0][0] == 1750 and spans[-1][1] == 2000
     assert all(a[1] + 1 == b[0] for a, b in zip(spans, spans[1:]))
     assert all(name == f"{a}-{b}" for name, (a, b) in CHRONOBERG_PERIODS.items())
+
+
+@pytest.mark.parametrize("where", ["header", "translators", "translator"])
+def test_a_translated_book_is_left_undated(where):
+    """Digest check (Chronoberg's "no translator" filter): a translated book is rejected. Its
+    vote would give the original's year, while its words are the translator's; it is left
+    undated, so a period filter leaves it out, and counted by reason."""
+    header = GUTENBERG.replace("Author: Jane Doe (1800-1870)\n",
+                               "Author: Jane Doe (1800-1870)\nTranslator: Ann Roe\n")
+    text, md = (header, {}) if where == "header" else (GUTENBERG, {
+        where: ["Ann Roe"] if where == "translators" else "Ann Roe"})
+    doc = Document(text=text, id="b", metadata=md)
+    step = DateDocuments()
+    (out,) = step.run(iter([doc]))
+    assert "year" not in out.metadata
+    assert (out.metadata["year_rejected"], out.metadata["year_rejected_reason"]) == (1850, "translated")
+    assert step.stats["undated/translated"].total == 1
+    assert PeriodFilter(["1850-1899"]).filter(out) == (False, "undated")
+    untranslated = dated(GUTENBERG, translators=[], translator="")
+    assert untranslated["year"] == 1850  # an empty field names no translator

@@ -17,7 +17,11 @@ Order of evidence (first that gives a year wins; metadata["year_method"] says wh
    common candidate. The 100-year rule (year - birth <= 100 when the death year is unknown) is
    Chronoberg's selection filter on that label, not a candidate check: a vote it fails leaves
    the document undated (its year in metadata["year_rejected"]), as Chronoberg leaves the book
-   out, rather than dating it by a minority candidate that passes. Sources, in tie-break order
+   out, rather than dating it by a minority candidate that passes. Its "no translator" filter
+   is applied the same way: a translated book (a `translators` / `translator` field in
+   metadata, or a "Translator:" line in a Gutenberg header) is left undated
+   (metadata["year_rejected_reason"] = "translated"): the voted year is the original's, while
+   its words are the translator's, of another time. Sources, in tie-break order
    (Chronoberg's are wikipedia, open_library and title; original_publication and text are
    Kiln's, for a Gutenberg file read with no catalogue record):
      wikipedia     mode of the 4-digit numbers in the first line of metadata["wikipedia_summary"],
@@ -87,7 +91,8 @@ _ARXIV_OLD = re.compile(
 )
 _ARXIV_BARE = re.compile(r"(?:arxiv:)?\s*[\w.-]*/?\d{4}\.?\d{3,5}(?:v\d+)?", re.IGNORECASE)
 _HEADER = re.compile(
-    r"^[ \t]*(Title|Author|Release Date|Posting Date|Original publication)[ \t]*:[ \t]*(.*)$",
+    r"^[ \t]*(Title|Author|Translator|Release Date|Posting Date|Original publication)[ \t]*:"
+    r"[ \t]*(.*)$",
     re.IGNORECASE | re.MULTILINE,
 )
 _LIFESPAN = re.compile(r"(?<!\d)(\d{3,4})\s*[-–]\s*(\d{3,4})?(?!\d)")
@@ -108,7 +113,8 @@ def arxiv_year(identifier: str) -> int | None:
 
 
 def parse_gutenberg_header(text: str) -> dict:
-    """title, author, birth/death (from "Author: Name (1812-1870)"), release_year, original_year."""
+    """title, author, birth/death (from "Author: Name (1812-1870)"), translator, release_year,
+    original_year."""
     out: dict = {}
     for m in _HEADER.finditer(text[:HEADER_CHARS]):
         key, value = m.group(1).lower(), m.group(2).strip()
@@ -125,6 +131,8 @@ def parse_gutenberg_header(text: str) -> dict:
         elif key in ("release date", "posting date"):
             if "release_year" not in out and (y := _FOUR_DIGITS.search(value)):
                 out["release_year"] = int(y.group(1))
+        elif key == "translator" and value:
+            out["translator"] = value
         elif key == "original publication" and (y := _FOUR_DIGITS.search(value)):
             out["original_year"] = int(y.group(1))
     return out
@@ -240,11 +248,23 @@ def date_document(doc: Document) -> dict:
     if death is not None:
         out["author_death_year"] = death
     year = majority_vote(candidates)
-    if year is not None and in_lifetime(year, birth, death):
+    if year is not None and translated(md, header):  # Chronoberg: no translator
+        out.update(year_rejected=year, year_rejected_reason="translated")
+    elif year is not None and in_lifetime(year, birth, death):
         out.update(year=year, year_method="majority_vote")
     elif year is not None:  # over 100 years after a birth with no death year: left out
-        out["year_rejected"] = year
+        out.update(year_rejected=year, year_rejected_reason="over_100_years_after_birth")
     return out
+
+
+def translated(metadata: dict, header: dict) -> bool:
+    """A translator named in the catalogue record (`translators` / `translator`, a name or a
+    non-empty list) or in the Gutenberg header."""
+    for key in ("translators", "translator"):
+        value = metadata.get(key)
+        if (isinstance(value, str) and value.strip()) or (isinstance(value, list) and any(value)):
+            return True
+    return bool(header.get("translator"))
 
 
 class DateDocuments(PipelineStep):
@@ -262,7 +282,7 @@ class DateDocuments(PipelineStep):
                     f"dated/{fields['year_method']}" if "year" in fields else "undated"
                 )
                 if "year_rejected" in fields:
-                    self.stat_update("undated/over_100_years_after_birth")
+                    self.stat_update(f"undated/{fields['year_rejected_reason']}")
             yield doc
 
 
