@@ -81,6 +81,21 @@ def test_param_count_matches_formula():
     assert count_params(m)["params"] == expected
 
 
+@pytest.mark.parametrize("vocab, tied, billions", [(102_400, False, 1.63), (102_400, True, 1.42),
+                                                   (32_000, False, 1.35)])
+def test_the_arxiv_to_model_config_has_the_digests_parameter_counts(vocab, tied, billions):
+    """arXiv-to-model digest check: its LLaMA config (24 layers, d 2048, SwiGLU FFN 5504, 16
+    heads of plain multi-head attention) is 1.63B untied at vocab 102,400, 1.42B tied, 1.35B
+    at 32k; counted on the meta device (no memory), exactly against the formula."""
+    cfg = ModelConfig(vocab_size=vocab, dim=2048, n_layers=24, n_heads=16, n_kv_heads=16,
+                      ffn_hidden=5504, max_seq_len=768, norm_eps=1e-6, tie_embeddings=tied)
+    with torch.device("meta"):
+        n = count_params(Transformer(cfg))["params"]
+    per_layer = 4 * 2048 * 2048 + 3 * 2048 * 5504 + 2 * 2048  # q k v o, SwiGLU, two norms
+    assert n == (1 if tied else 2) * vocab * 2048 + 24 * per_layer + 2048
+    assert round(n / 1e9, 2) == billions
+
+
 def test_flops_per_token_formula():
     cfg = tiny(ffn_hidden=96)
     attn = 32 * 8 * (2 * 4 + 2 * 2)
