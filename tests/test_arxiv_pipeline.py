@@ -55,6 +55,12 @@ def record(**over) -> dict:
         ({"categories": ["hep-th"]}, None),
         ({"versions": {"v1": {"created": "2021"}}}, "bad_versions"),
         ({"abstract": ["not", "text"]}, "bad_abstract"),
+        # no versions: the id's yymm is the first version's month; update_date is the last
+        # change's (a 1993 paper revised in 2009 is not from 2009)
+        ({"id": "hep-th/9301001", "versions": [], "update_date": "2009-05-01"}, "year"),
+        ({"id": "x", "versions": [], "update_date": "2009-05-01"}, None),  # no id date: last
+        ({"id": "hep-th/9701001", "versions": [], "update_date": "1998-05-01"}, None),
+        ({"id": "x", "versions": [], "created": "1994-01-01", "update_date": "2009-05-01"}, "year"),
     ],
 )
 def test_metadata_filter_table(over, reason):

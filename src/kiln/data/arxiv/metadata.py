@@ -40,14 +40,23 @@ def category_matches(categories: str | list[str], wanted: Iterable[str]) -> bool
 
 
 def first_version_year(record: dict) -> int | None:
-    """Year of the first version's `created` date, else `update_date`, else the id's yymm."""
+    """Year of the first version: its `created` date (the Kaggle snapshot's `versions[0]`, or
+    the OAI arXiv format's top-level `created`), else the id's yymm (the month the first
+    version was submitted), else `update_date`.
+
+    `update_date` is the date of the *last* version or metadata change, so it comes last: read
+    before the id, a 1993 paper revised in 2009 passed a 1995 `min_year`."""
     versions = record.get("versions") or []
     if versions and isinstance(versions[0], dict):
         if m := YEAR.search(str(versions[0].get("created", ""))):
             return int(m.group(1))
+    if m := YEAR.search(str(record.get("created") or "")):
+        return int(m.group(1))
+    if (year := id_year(str(record.get("id", "")))) is not None:
+        return year
     if m := YEAR.search(str(record.get("update_date") or "")):
         return int(m.group(1))
-    return id_year(str(record.get("id", "")))
+    return None
 
 
 def malformed_field(record: dict) -> str | None:
