@@ -24,7 +24,10 @@ first 600 lines and which then discard every line before them, are used only for
 producer-credit paragraph that opens the body ("Produced by X and the Online Distributed
 Proofreading Team"), so a book whose chapter 1 says "Produced by ..." keeps chapter 1; the
 German and French markers are left out (Chronoberg is English). A text with no marker at
-all is returned unchanged (the reference re-joins its lines with the OS separator).
+all is returned unchanged (the reference re-joins its lines with the OS separator). Books stay
+one document each: Chronoberg then concatenates a year's books into one record, which loses
+the book boundaries that dedup and Kiln's train/val split (by document) need; group by
+metadata["year"] downstream where a per-year record is wanted.
 
 One file per book: Project Gutenberg ships a book as `N-0.txt` (UTF-8), `N.txt` (ASCII) and
 `N-8.txt` (8-bit, ISO-8859-1), and Chronoberg reads one, by encoding priority UTF-8 -> ASCII
