@@ -1,13 +1,13 @@
 """Select documents by a stored score: keep the most surprising ones (surplexity).
 
-Gambetta et al. (arXiv:2410.12341) sort the pool by model perplexity, descending, and keep
-the top `ndoc` ("MPP"; here `count`, or a `fraction` of the scored documents); keeping the
-*least* surprising documents is their converse, shown to accelerate collapse. A fraction or
-a count needs the whole score distribution, so selection is two passes: `PerplexityScorer` writes `ppl` into metadata (and a writer saves the documents),
-then `threshold_for_fraction` turns the collected scores into a threshold and
-`PerplexitySelector` applies it while streaming (in `kiln prepare`: `PerplexityThresholds`,
-one task over every score, writes the threshold(s) to a file that `StoredThresholdSelector`
-reads in each task). The digest's caution that the highest
+Gambetta et al. (arXiv:2410.12341) sort the pool by model perplexity, descending, and keep the
+top `ndoc` ("MPP"; here `count`, or a `fraction` of the scored documents); keeping the *least*
+surprising documents is their converse, shown to accelerate collapse. A fraction or a count
+needs the whole score distribution, so selection is two passes: `PerplexityScorer` writes `ppl`
+into metadata (and a writer saves the documents), then `threshold_for_fraction` turns the
+collected scores into a threshold and `PerplexitySelector` applies it while streaming (in `kiln
+prepare`: `PerplexityThresholds`, one task over every score, writes the threshold(s) to a file
+that `StoredThresholdSelector` reads in each task). The digest's caution that the highest
 perplexities are often noise is what `mode="drop_extremes"` (a quantile band) is for.
 
 Ties: the selector compares each score with the threshold, so every document tied with the
