@@ -154,10 +154,11 @@ def test_the_figures_are_taken_on_evenly_spaced_windows_only(tiny_run):
     for key, value in zip(KEYS, (sums / picked).tolist()):
         assert got["next_token"][key] == pytest.approx(value, rel=1e-5), key
     assert got["loss"] == everything["loss"]
-    assert got["window_losses"] == everything["window_losses"]
+    assert np.array_equal(got["window_losses"], everything["window_losses"])
     off = evaluate(model, token_dir, "val", seq_len, batch_size, 0, torch.device("cpu"),
                    "fp32", details=True, next_token_positions=0)
-    assert "next_token" not in off and off["window_losses"] == everything["window_losses"]
+    assert "next_token" not in off
+    assert np.array_equal(off["window_losses"], everything["window_losses"])
 
 
 def test_kiln_eval_writes_and_prints_the_figures(tiny_run, capsys):
@@ -169,7 +170,7 @@ def test_kiln_eval_writes_and_prints_the_figures(tiny_run, capsys):
     out = capsys.readouterr().out
     got = json.loads((tiny_run / "eval.json").read_text())
     figures = got["next_token"]
-    assert set(figures) == {*KEYS, "positions"}
+    assert set(figures) == {*KEYS, "positions", "tokenizer_ids"}
     assert f"top-1 p {figures['top1_prob']:.4f}" in out and f"k for 90% mass {figures['k90']:.1f}" in out
     record = got["window_losses"]
     windows = np.load(tiny_run / record["file"])
@@ -179,3 +180,52 @@ def test_kiln_eval_writes_and_prints_the_figures(tiny_run, capsys):
     assert main(["report", str(tiny_run)]) == 0
     html = (tiny_run / "report.html").read_text()
     assert "next-token top-1 probability" in html and f"{figures['top1_prob']:.4f}" in html
+    assert f"the tokenizer&#x27;s {figures['tokenizer_ids']:,} ids (renormalised)" in html
+
+
+def test_the_figures_leave_out_a_padded_vocabularys_unused_ids():
+    """Ids past the tokenizer's (model.vocab_size padded) carry mass here; the figures are
+    those of the distribution over the tokenizer's ids alone, renormalised, while the loss
+    stays the full softmax's cross-entropy (as training's)."""
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(37, 16), torch.randn(300, 16) * 0.2
+    weight[256:] = 0  # the 44 padded ids: logits 0, a share of every row's mass
+    targets = torch.randint(0, 256, (37,))
+    losses, sums = score_positions(hidden, weight, targets, chunk=8, vocab_size=256)
+    logits = hidden @ weight.t()
+    assert torch.softmax(logits, 1)[:, 256:].sum(1).min() > 0.05
+    assert torch.allclose(losses, F.cross_entropy(logits, targets, reduction="none"), atol=1e-5)
+    assert torch.allclose(sums, reference(logits[:, :256]), rtol=1e-5)
+    assert not torch.allclose(sums, reference(logits), rtol=1e-2)
+
+
+def test_kiln_evals_figures_are_over_the_tokenizers_ids(tiny_run):
+    """`evaluate(details=True)` on a model whose vocabulary is padded past the tokenizer's
+    and whose padded rows carry mass: the figures equal those of the logits cut to the
+    tokenizer's ids (`kiln generate`'s cut), the loss the full softmax's."""
+    import dataclasses
+
+    from kiln.data.shards import load_index
+
+    cfg, token_dir, seq_len = tiny_config(tiny_run), tiny_run / "tokens", 32
+    vocab = load_index(token_dir)["vocab_size"]
+    model_cfg = dataclasses.replace(model_config_for_run(cfg, token_dir), vocab_size=vocab + 64)
+    torch.manual_seed(0)
+    model = Transformer(model_cfg).eval()
+    with torch.no_grad():
+        model.head.weight[vocab:] = model.head.weight[:vocab].mean(0) + 0.5
+    got = evaluate(model, token_dir, "val", seq_len, 3, 2, torch.device("cpu"), "fp32",
+                   details=True)
+    sums, nats, n, padded_mass = torch.zeros(len(KEYS), dtype=torch.float64), 0.0, 0, 0.0
+    for batch in eval_batches(token_dir, "val", seq_len, 3, 2):
+        with torch.no_grad():
+            logits = model(batch[:, :-1]).flatten(0, 1)
+        sums += reference(logits[:, :vocab])
+        nats += F.cross_entropy(logits.double(), batch[:, 1:].flatten(), reduction="sum").item()
+        padded_mass += torch.softmax(logits.double(), 1)[:, vocab:].sum().item()
+        n += len(logits)
+    assert padded_mass / n > 0.05  # the padded ids do carry mass
+    for key, value in zip(KEYS, (sums / n).tolist()):
+        assert got["next_token"][key] == pytest.approx(value, rel=1e-5), key
+    assert got["next_token"]["tokenizer_ids"] == vocab
+    assert got["loss"] == pytest.approx(nats / n, rel=1e-6)

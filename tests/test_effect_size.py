@@ -1,5 +1,5 @@
-"""Hedges' g (`kiln.eval.effect_size`) against a hand-computed example, and in
-`kiln report --compare` between two runs' per-window held-out losses."""
+"""Hedges' g and the paired difference (`kiln.eval.effect_size`) against hand-computed
+examples, and in `kiln report --compare` between two runs' per-window held-out losses."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kiln.eval.effect_size import hedges_g
+from kiln.eval.effect_size import hedges_g, paired_difference, t_quantile
 from kiln.eval.window_losses import write_window_losses
 from kiln.report import build_report
-from kiln.report.effect_sizes import WindowLosses, effect_size_rows
+from kiln.report.effect_sizes import COLUMNS, WindowLosses, effect_size_rows
 
 
 def test_hedges_g_by_hand():
@@ -25,6 +25,42 @@ def test_hedges_g_by_hand():
     assert hedges_g([2, 4, 6], [1, 2, 3, 4]) == pytest.approx(0.7833773, abs=1e-7)
     assert hedges_g([1, 2, 3, 4], [2, 4, 6]) == pytest.approx(-0.7833773, abs=1e-7)
     assert 1.5 / math.sqrt(2.6) * 16 / 19 == pytest.approx(0.7833773, abs=1e-7)
+
+
+def test_paired_difference_by_hand():
+    """a = (3, 5, 4, 6), b = (1, 2, 2, 3): differences (2, 3, 2, 3), mean 2.5, squared
+    deviations 4 x 0.25 = 1, s^2 = 1/3, s = 0.5773503, s / sqrt(4) = 0.2886751; t(0.975, 3)
+    = 3.1824463 (tables), half-width 3.1824463 x 0.2886751 = 0.9186930: [1.5813070,
+    3.4186930]; d_z = 2.5 / 0.5773503 = 4.3301270. (Hedges' g of the same numbers, which
+    ignores the pairing: (4.5 - 2) / sqrt((5 + 2) / 6) x (1 - 3/23) = 2.0126524, under half d_z.)"""
+    got = paired_difference([3, 5, 4, 6], [1, 2, 2, 3])
+    assert got.n == 4 and got.mean == pytest.approx(2.5)
+    assert got.low == pytest.approx(1.5813070, abs=1e-6)
+    assert got.high == pytest.approx(3.4186930, abs=1e-6)
+    assert got.d_z == pytest.approx(4.3301270, abs=1e-6)
+    assert hedges_g([3, 5, 4, 6], [1, 2, 2, 3]) == pytest.approx(2.0126524, abs=1e-6)
+    swapped = paired_difference([1, 2, 2, 3], [3, 5, 4, 6])
+    assert (swapped.mean, swapped.low, swapped.d_z) == pytest.approx((-2.5, -3.4186930,
+                                                                      -4.3301270), abs=1e-6)
+    same = paired_difference([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])  # every window 0.5 apart
+    assert same.d_z is None and same.low == same.high == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("df,t", [(1, 12.706205), (2, 4.302653), (3, 3.182446),
+                                  (10, 2.228139), (30, 2.042272), (120, 1.979930),
+                                  (1000, 1.962339), (1001, 1.962337), (10**6, 1.959966)])
+def test_t_quantile_matches_the_tables(df, t):
+    assert t_quantile(0.95, df) == pytest.approx(t, abs=1e-6)
+
+
+@pytest.mark.parametrize("a,b,said", [
+    ([1.0, 2.0], [1.0], "as many values in each sample; 2 vs 1"),
+    ([1.0], [2.0], "at least 2 pairs"),
+    ([1.0, math.inf], [1.0, 2.0], "not finite"),
+])
+def test_paired_difference_refuses_what_has_none(a, b, said):
+    with pytest.raises(ValueError, match=said):
+        paired_difference(a, b)
 
 
 @pytest.mark.parametrize("a,b,said", [
@@ -63,6 +99,26 @@ def test_report_compare_gives_g_between_the_runs_windows(tmp_path):
     assert f"{g_worse:+.3f}</td><td class=\"num\">non-trivial: higher loss</td>" in html
     g_same = hedges_g([1.1, 2.0, 2.9, 4.0], [1.0, 2.0, 3.0, 4.0])
     assert f"{g_same:+.3f}</td><td class=\"num\">trivial</td>" in html
+
+
+def test_report_compare_gives_the_paired_view_beside_g(tmp_path, capsys):
+    """The same windows, so the paired figures stand beside g, in the table and on the
+    printed line: worse - own = (1, 2, 3, 1), mean 1.75, s = 0.9574271, t(0.975, 3) s / 2 =
+    1.5234803: [0.2265197, 3.2734803], d_z = 1.75 / 0.9574271 = 1.8278154."""
+    own = eval_run(tmp_path / "own", [1.0, 2.0, 3.0, 4.0])
+    worse = eval_run(tmp_path / "worse", [2.0, 4.0, 6.0, 5.0])
+    with pytest.warns(UserWarning, match=r"paired mean difference \[95% CI\] \+1.7500 "
+                      r"\[\+0.2265, \+3.2735\] nats"):
+        html = build_report(own, compare=[worse]).read_text(encoding="utf-8")
+    g = hedges_g([2.0, 4.0, 6.0, 5.0], [1.0, 2.0, 3.0, 4.0])
+    cells = "".join(f"<td class=\"num\">{c}</td>" for c in (
+        "+1.7500 [+0.2265, +3.2735]", "+1.828", f"{g:+.3f}", "non-trivial: higher loss"))
+    assert cells in html and "mean difference [95% CI]" in html and "d_z" in html
+    out = capsys.readouterr().out
+    assert (f"--compare: worse against own over 4 windows: Hedges' g {g:+.3f} (non-trivial: "
+            "higher loss); paired mean loss difference [95% CI] +1.7500 [+0.2265, +3.2735] "
+            "nats, d_z +1.828") in out
+    assert COLUMNS[-2:] == ["Hedges' g", "verdict"]
 
 
 def test_runs_on_other_held_out_windows_get_no_g(tmp_path):

@@ -163,6 +163,8 @@ def test_eval_on_two_ranks_matches_one(tiny_run):
     # every window's loss, in the split's order, whichever rank scored it
     assert two["window_losses"]["count"] == single["window_losses"]["count"] > 1
     assert np.load(tiny_run / "eval_windows.npy") == pytest.approx(single_windows, rel=1e-6)
+    # gathered by rank 0 from each rank's own windows: the very bytes one process writes
+    assert two["window_losses"]["sha256"] == single["window_losses"]["sha256"]
 
 
 def _resume_on_own_dir(rank: int, world_size: int, dirs: list) -> str:

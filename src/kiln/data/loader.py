@@ -258,6 +258,9 @@ class EvalBatches:
         self.batch_ids = range(rank, n_batches, world_size)
         # windows the batches of every rank cover together: [0, scored_windows)
         self.scored_windows = min(self.n_windows, n_batches * batch_size)
+        # a slot per window of the most batches any rank has, batch after batch: the same
+        # length on every rank (`kiln.eval.window_losses.gather_window_losses`)
+        self.rank_slots = -(-n_batches // world_size) * batch_size
 
     def __len__(self) -> int:
         return len(self.batch_ids)

@@ -17,8 +17,16 @@ With p the softmax of a position's logits and p_(1) >= p_(2) >= ... its sorted e
   i <= 100 (0 ln 0 = 0): ln 100 for a flat distribution, 0 for a one-hot one;
 - ``entropy``: the entropy in nats of p itself, over the whole vocabulary.
 
+"The vocabulary" is the tokenizer's ids: a model whose vocabulary is padded past the
+tokenizer's (model.vocab_size) has ids no text holds, and p is the softmax over the
+tokenizer's ids alone (the distribution renormalised over them), as `kiln generate` samples
+(`kiln.model.sampling.tokenizer_ids`): unused ids counted would add a tail of mass no token
+can take (raising k90 and the entropy, lowering the top-k mass). eval.json records their
+number as ``tokenizer_ids``.
+
 The same logits give each position's loss -ln p_target, so `kiln eval` takes these figures
-in its one forward pass (`score_positions`).
+in its one forward pass (`score_positions`). The loss stays the full softmax's
+cross-entropy, over every id the model has, as training's loss is (`kiln.model.fused_loss`).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import torch
 
 from kiln.model.fused_loss import chunk_rows
 from kiln.model.layers import compute_dtype
+from kiln.model.sampling import tokenizer_ids
 
 MASS_KS = (5, 10)
 MASS_TARGET = 0.9
@@ -66,12 +75,13 @@ def concentration_sums(log_p: torch.Tensor) -> torch.Tensor:
 
 def score_positions(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                     chunk: int | None = None, measured: torch.Tensor | None = None,
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+                    vocab_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Each position's loss in nats (N,) fp32 and the KEYS sums (6,) fp64 over the positions
     `measured` (N,) bool marks (None: all), from hidden states (N, D), the head's weight
     (V, D) and the targets (N,). The logits are made `chunk` rows at a time (as `fused_loss`
     does: the full N x V never exists), in the compute dtype the autocast would use, then
-    upcast to fp32 for the log-softmax."""
+    upcast to fp32 for the log-softmax. The loss is over all V ids; the KEYS over the
+    tokenizer's first `vocab_size` (None: all V), renormalised."""
     dtype = compute_dtype(hidden)
     hidden, weight = hidden.to(dtype), weight.to(dtype)
     acc = torch.promote_types(dtype, torch.float32)
@@ -85,6 +95,8 @@ def score_positions(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
             losses[c0:c1] = -log_p.gather(1, targets[c0:c1, None].long())[:, 0]
             rows = log_p if measured is None else log_p[measured[c0:c1]]
             if len(rows):
+                if vocab_size is not None and vocab_size < rows.shape[1]:
+                    rows = torch.log_softmax(tokenizer_ids(rows, vocab_size), dim=1)
                 sums += concentration_sums(rows)
     return losses, sums
 
@@ -102,8 +114,9 @@ def measured_stride(windows: int, seq_len: int, positions: int) -> int:
 
 def concentration_text(means: dict[str, float]) -> str:
     """The figures on one line, for eval's summary."""
+    over = [f"{means[key]:,} {what}" for key, what in
+            (("positions", "positions"), ("tokenizer_ids", "tokenizer ids")) if key in means]
     return (f"top-1 p {means['top1_prob']:.4f}, top-5 mass {means['top5_mass']:.4f}, "
             f"top-10 mass {means['top10_mass']:.4f}, k for 90% mass {means['k90']:.1f}, "
             f"top-100 entropy {means['top100_entropy']:.4f} nats, "
-            f"entropy {means['entropy']:.4f} nats"
-            + (f" (over {means['positions']:,} positions)" if "positions" in means else ""))
+            f"entropy {means['entropy']:.4f} nats" + (f" (over {', '.join(over)})" if over else ""))

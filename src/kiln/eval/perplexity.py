@@ -13,6 +13,7 @@ from kiln.data.loader import eval_batches, masking_eos_id
 from kiln.data.shards import load_index, load_token_bytes, load_unigram_bits
 from kiln.eval import perplexity_of
 from kiln.eval.concentration import KEYS, measured_stride, score_positions
+from kiln.eval.window_losses import gather_window_losses
 from kiln.model.doc_mask import document_ids
 from kiln.parallel.distributed import DistEnv, all_reduce_max, all_reduce_sum
 from kiln.train.precision import autocast
@@ -48,12 +49,14 @@ def evaluate(
     `details` (`kiln eval`; the model unwrapped, a `Transformer`): the same forward also
     gives the next-token concentration means (`kiln.eval.concentration`, under
     "next_token", over about `next_token_positions` positions of evenly spaced windows; 0:
-    not measured) and each window's mean loss in window order (under "window_losses", a
-    list; the caller writes it beside eval.json), both summed over the ranks. A model
+    not measured; over the tokenizer's ids, renormalised) and each window's mean loss in
+    window order (under "window_losses", a float64 array on rank 0 alone; the caller writes
+    it beside eval.json), the first summed over the ranks, the second gathered. A model
     without `hidden_states` and `head` (a stand-in that returns a loss alone) gives neither.
     """
     env = env or DistEnv()
-    info = load_index(token_dir)[split]
+    index = load_index(token_dir)
+    info = index[split]
     byte_lengths = load_token_bytes(token_dir)
     if byte_lengths is not None:
         byte_lengths = torch.from_numpy(byte_lengths).to(device)
@@ -72,8 +75,9 @@ def evaluate(
     # (then, with `details`, the concentration sums and the positions they were taken on)
     stride = measured_stride(batches.scored_windows, seq_len, next_token_positions) if details else 0
     total = torch.zeros(4 + (len(KEYS) + 1) * details, dtype=torch.float64, device=device)
-    # each window's mean loss at its place in the split's order (zero where another rank's)
-    windows = torch.zeros(batches.scored_windows if details else 0, dtype=torch.float64,
+    # this rank's windows' mean losses, batch after batch (8 bytes a window; rank 0 gathers
+    # them into the split's order at the end)
+    windows = torch.zeros(batches.rank_slots if details else 0, dtype=torch.float64,
                           device=device)
     read = iter(batches)
     for i in range(rounds):
@@ -91,7 +95,8 @@ def evaluate(
                     measured = torch.arange(first, first + len(batch), device=device) % stride == 0
                 nats, sums = score_positions(hidden.flatten(0, 1), model.head.weight,
                                              targets.flatten(),
-                                             measured=measured.repeat_interleave(seq_len))
+                                             measured=measured.repeat_interleave(seq_len),
+                                             vocab_size=index["vocab_size"])
                 sums = torch.cat([sums, (measured.sum() * seq_len).double().view(1)])
                 mean_loss = nats.double().mean()
             else:
@@ -100,8 +105,8 @@ def evaluate(
             continue
         n = targets.numel()
         if details:
-            first = batches.batch_ids[i] * batch_size
-            windows[first : first + len(batch)] = nats.view(len(batch), -1).double().mean(1)
+            windows[i * batch_size : i * batch_size + len(batch)] = (
+                nats.view(len(batch), -1).double().mean(1))
         n_bytes = byte_lengths[targets].sum() if byte_lengths is not None else torch.zeros(())
         unigram = baseline[targets].sum() if baseline is not None else torch.zeros(())
         counts = torch.stack([mean_loss.double() * n, torch.tensor(n, device=device),
@@ -123,9 +128,13 @@ def evaluate(
     if measured_positions:
         scored_baseline["next_token"] = {
             **dict(zip(KEYS, (s / measured_positions for s in summed[4:-1]))),
-            "positions": measured_positions}
-    if details:  # every rank: a collective
-        scored_baseline["window_losses"] = all_reduce_sum(windows, env).tolist()
+            "positions": measured_positions,
+            # over the tokenizer's ids, renormalised (a padded model vocabulary's others not)
+            "tokenizer_ids": min(int(index["vocab_size"]), model.head.weight.shape[0])}
+    if details:  # every rank: collectives; the array on rank 0 alone
+        gathered = gather_window_losses(windows, batches, env)
+        if gathered is not None:
+            scored_baseline["window_losses"] = gathered
     return {
         "split": split,
         "loss": loss,

@@ -12,6 +12,14 @@ from kiln.errors import TrainingDiverged
 from kiln.model.transformer import Transformer
 
 
+def tokenizer_ids(logits: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
+    """The last dimension's first `vocab_size` entries (None: all): the ids the tokenizer
+    has. A vocabulary padded past it (model.vocab_size) has rows no tokenizer decodes, never
+    trained yet given some probability; `generate` samples, and `kiln eval`'s next-token
+    concentration measures, the distribution over the tokenizer's ids alone."""
+    return logits[..., :vocab_size]
+
+
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Mask (to -inf) all but the top-k logits, then all outside the nucleus of mass top_p.
 
@@ -106,7 +114,7 @@ def generate(
         step_input = torch.tensor([prompt_ids], dtype=torch.long, device=device)
         out: list[int] = []
         for _ in range(budget):
-            logits = model(step_input, caches)[0, -1, :vocab_size]
+            logits = tokenizer_ids(model(step_input, caches)[0, -1], vocab_size)
             token = _next_token(logits, temperature, top_k, top_p, generator)
             out.append(token)
             if token == eos_id:

@@ -211,6 +211,18 @@ def all_reduce_max(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
     return value
 
 
+def gather_on_main(value: torch.Tensor, env: DistEnv) -> torch.Tensor | None:
+    """Every rank's `value` (the same shape on each) stacked on rank 0 as (world, *shape);
+    None on the other ranks. A gather, not an all-gather: only rank 0 holds them all."""
+    if not env.distributed:
+        return value[None]
+    value = value.contiguous()
+    out = ([torch.empty_like(value) for _ in range(env.world_size)] if env.is_main
+           else None)
+    dist.gather(value, out, dst=0)
+    return torch.stack(out) if out is not None else None
+
+
 _LONG_WAIT: dist.ProcessGroup | None = None
 
 

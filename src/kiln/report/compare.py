@@ -180,8 +180,10 @@ def compare_section(runs: list[RunFigures], plots_dir: Path) -> str:
     note = paragraph("tokens/s: mean over the second half of each run's steps; active params: "
                      "per token (routed experts count top_k of n_experts).", "muted")
     notes = comparability_warnings(runs)
-    effects, alerts = effect_size_html(
+    effects, alerts, lines = effect_size_html(
         [r.label for r in runs], [r.windows or WindowLosses(problem="not loaded") for r in runs])
+    for line in lines:
+        print(f"--compare: {line}")
     for note_text in [*notes, *alerts]:  # on the console too: the page alone would hide it
         warnings.warn(f"--compare: {note_text}", stacklevel=2)
     body = ("".join(paragraph(f"Note: {w}.", "missing") for w in notes) + image(f"plots/{COMPARE_PLOT}.png", "train loss and val bits/byte of every run")

@@ -116,8 +116,13 @@ def _concentration_rows(figures: Any) -> list[tuple[str, str]]:
     it (or a value not a dict: shown as missing, never a crash)."""
     if not isinstance(figures, dict):
         return []
-    return [(label, fmt_float(figures.get(key), 1 if key == "k90" else 4))
+    rows = [(label, fmt_float(figures.get(key), 1 if key == "k90" else 4))
             for key, label in CONCENTRATION_LABELS]
+    ids = figures.get("tokenizer_ids")  # recorded since they leave a padded vocabulary's out
+    if ids is not None:
+        rows.append(("next-token figures over", f"the tokenizer's "
+                     f"{f'{ids:,}' if isinstance(ids, int) else fmt_value(ids)} ids (renormalised)"))
+    return rows
 
 
 def _perplexity_cell(data: dict[str, Any]) -> str:
