@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch.distributed.constants import default_pg_nccl_timeout, default_pg_timeout
 
 from kiln.config import ConfigError
+from kiln.parallel.rank_meeting import meet
 from kiln.parallel.rank_stops import keep_store, on_the_way_out
 
 
@@ -114,11 +115,12 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
 
 def _rendezvous(backend: str) -> dist.Store:
     """The store `init_process_group` would meet the other ranks in (torchrun's agent's, or
-    rank 0's in a hand launch: env://), made here by torch's public `rendezvous`, so that
-    Kiln keeps it (`rank_stops`): torch hands the default group's store out only by a
-    private function. The timeout is init_process_group's own default for the backend."""
+    rank 0's in a hand launch: env://), made here once every rank has reached it, in a wait
+    that takes Ctrl-C and SIGTERM (`rank_meeting`), and kept (`rank_stops`): torch hands
+    the default group's store out only by a private function. The timeout is
+    init_process_group's own default for the backend."""
     timeout = (default_pg_nccl_timeout if backend == "nccl" else None) or default_pg_timeout
-    store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
+    store = meet(timeout)
     store.set_timeout(timeout)
     return store
 
