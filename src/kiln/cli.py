@@ -177,6 +177,17 @@ def _after_interrupt(verb: str, cfg: Config | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    ranks = sys.modules.get("kiln.parallel.distributed")  # imported by a verb that joins
+    if ranks is not None:
+        ranks.joined_here(False)  # this command's group only (tests call `main` again)
+    code = _said(argv)
+    ranks = sys.modules.get("kiln.parallel.distributed")
+    if ranks is not None:
+        ranks.leave_the_process(code)  # said and done: gloo's threads never meet teardown
+    return code
+
+
+def _said(argv: list[str] | None) -> int:
     with readers_may_leave():  # its last line too may meet a closed pipe or hung-up terminal
         try:
             with signals_stop_at_once(), warnings.catch_warnings():

@@ -103,6 +103,7 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
         store = _rendezvous(backend)
         dist.init_process_group(backend=backend, store=dist.PrefixStore("default_pg", store),
                                 rank=rank, world_size=world, **on_gpu)
+        joined_here(True)
         keep_store(dist.PrefixStore("kiln", store), os.getppid() if launched else None)
     if launched:
         die_with_launcher()
@@ -111,6 +112,37 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
         _check_same_settings(settings, env)
     long_wait_group()  # now, while every rank is here: see `rank_waits.run_on_main`
     return env
+
+
+_joined = False  # this command made the process group (`leave_the_process`)
+
+
+def joined_here(joined: bool) -> None:
+    """Set by `init_distributed` when it made the group; cleared as a `kiln` command starts."""
+    global _joined
+    _joined = joined
+
+
+def leave_the_process(code: int) -> None:
+    """End a process that joined a process group with `code`, at once, once `kiln` has said
+    its last line: not through the interpreter's teardown. gloo's work threads outlive
+    `destroy_process_group`, and one lets go of a finished collective late (seen in a core:
+    ~AsyncAllgatherWork, after `all_gather_object` returned); the last reference to its
+    tensors' Python objects needs the GIL. Taken back while the interpreter tears down, the
+    thread is ended (pthread_exit) inside that C++ destructor, which is std::terminate: the
+    rank, its line said, aborted ("terminate called without an active exception", SIGABRT,
+    its status lost: torchrun reports a crash), about 1 run in 30 on a loaded machine.
+    What `kiln` writes is atomic and closed by then; its output is flushed here. A process
+    that joined no group returns."""
+    if not _joined:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # its reader gone, or closed: nothing more can be said
+            pass
+    os._exit(code)
 
 
 def _rendezvous(backend: str) -> dist.Store:
