@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch.distributed.constants import default_pg_nccl_timeout, default_pg_timeout
 
 from kiln.config import ConfigError
+from kiln.parallel.connect_log import native_log_held
 from kiln.parallel.rank_meeting import meet
 from kiln.parallel.rank_stops import keep_store, on_the_way_out
 
@@ -101,16 +102,19 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
             # NCCL told its device up front, rather than guessing it at the first collective
             on_gpu["device_id"] = torch.device("cuda", index)
         store = _rendezvous(backend)
-        dist.init_process_group(backend=backend, store=dist.PrefixStore("default_pg", store),
-                                rank=rank, world_size=world, **on_gpu)
+        with native_log_held(lost_a_rank):  # a rank lost meanwhile: its C++ frames unsaid
+            dist.init_process_group(backend=backend,
+                                    store=dist.PrefixStore("default_pg", store),
+                                    rank=rank, world_size=world, **on_gpu)
         joined_here(True)
         keep_store(dist.PrefixStore("kiln", store), os.getppid() if launched else None)
     if launched:
         die_with_launcher()
     env = DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
-    if settings is not None and world > 1:
-        _check_same_settings(settings, env)
-    long_wait_group()  # now, while every rank is here: see `rank_waits.run_on_main`
+    with native_log_held(lost_a_rank):
+        if settings is not None and world > 1:
+            _check_same_settings(settings, env)
+        long_wait_group()  # now, while every rank is here: see `rank_waits.run_on_main`
     return env
 
 
