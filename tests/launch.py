@@ -25,12 +25,13 @@ def run_ranks(args: list[str], world_size: int, timeout: float = 300, cwd: Path 
 
 
 def start_python(args: list[str], world_size: int, cwd: Path | None = None,
-                 ) -> tuple[list[subprocess.Popen], list]:
-    """Start `python ARGS` as `world_size` gloo ranks with torchrun's environment variables;
-    each rank's output (stdout and stderr) goes to a temporary file of its own, returned."""
+                 ranks: list[int] | None = None) -> tuple[list[subprocess.Popen], list]:
+    """Start `python ARGS` as `world_size` gloo ranks with torchrun's environment variables
+    (only `ranks` of them, if given: a launch some ranks of which never came); each rank's
+    output (stdout and stderr) goes to a temporary file of its own, returned."""
     port = free_port()
     procs, logs = [], []
-    for rank in range(world_size):
+    for rank in range(world_size) if ranks is None else ranks:
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
                "LOCAL_WORLD_SIZE": str(world_size), "OMP_NUM_THREADS": "1"}

@@ -177,6 +177,17 @@ def _after_interrupt(verb: str, cfg: Config | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    ranks = sys.modules.get("kiln.parallel.distributed")  # imported by a verb that joins
+    if ranks is not None:
+        ranks.joined_here(False)  # this command's group only (tests call `main` again)
+    code = _said(argv)
+    ranks = sys.modules.get("kiln.parallel.distributed")
+    if ranks is not None:
+        ranks.leave_the_process(code)  # said and done: gloo's threads never meet teardown
+    return code
+
+
+def _said(argv: list[str] | None) -> int:
     with readers_may_leave():  # its last line too may meet a closed pipe or hung-up terminal
         try:
             with signals_stop_at_once(), warnings.catch_warnings():
@@ -305,6 +316,10 @@ def _main(argv: list[str] | None) -> int:
         _ending_with_the_others(e)
         if _said_here(e):
             print(f"kiln: {_advice_for(args.verb, e)}", file=sys.stderr)
+        if args.verb in _MEETING_VERBS and not met_alike_on_every_rank(e):
+            from kiln.parallel.rank_meeting import tell_the_waiting
+
+            tell_the_waiting(e)  # rank 0 refused before the ranks met (the training lock)
         return 1
     except KeyboardInterrupt as e:
         stop_under_way()  # torchrun's SIGTERM once another rank exits must not cut this short
@@ -398,6 +413,8 @@ def _said_here(e: BaseException) -> bool:
     return not met_alike_on_every_rank(e) or first_on_its_node()
 
 
+# verbs whose ranks meet (a process group): the others wait for rank 0 to join
+_MEETING_VERBS = ("train", "eval", "run")
 # verbs with nothing to share between ranks: under torchrun rank 0 runs them alone
 _RANK_ZERO_VERBS = (*_DATA_VERBS, "generate", "export", "report")
 

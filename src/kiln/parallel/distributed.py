@@ -21,6 +21,8 @@ import torch.distributed as dist
 from torch.distributed.constants import default_pg_nccl_timeout, default_pg_timeout
 
 from kiln.config import ConfigError
+from kiln.parallel.connect_log import native_log_held
+from kiln.parallel.rank_meeting import meet
 from kiln.parallel.rank_stops import keep_store, on_the_way_out
 
 
@@ -100,25 +102,61 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
             # NCCL told its device up front, rather than guessing it at the first collective
             on_gpu["device_id"] = torch.device("cuda", index)
         store = _rendezvous(backend)
-        dist.init_process_group(backend=backend, store=dist.PrefixStore("default_pg", store),
-                                rank=rank, world_size=world, **on_gpu)
+        with native_log_held(lost_a_rank):  # a rank lost meanwhile: its C++ frames unsaid
+            dist.init_process_group(backend=backend,
+                                    store=dist.PrefixStore("default_pg", store),
+                                    rank=rank, world_size=world, **on_gpu)
+        joined_here(True)
         keep_store(dist.PrefixStore("kiln", store), os.getppid() if launched else None)
     if launched:
         die_with_launcher()
     env = DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)
-    if settings is not None and world > 1:
-        _check_same_settings(settings, env)
-    long_wait_group()  # now, while every rank is here: see `rank_waits.run_on_main`
+    with native_log_held(lost_a_rank):
+        if settings is not None and world > 1:
+            _check_same_settings(settings, env)
+        long_wait_group()  # now, while every rank is here: see `rank_waits.run_on_main`
     return env
+
+
+_joined = False  # this command made the process group (`leave_the_process`)
+
+
+def joined_here(joined: bool) -> None:
+    """Set by `init_distributed` when it made the group; cleared as a `kiln` command starts."""
+    global _joined
+    _joined = joined
+
+
+def leave_the_process(code: int) -> None:
+    """End a process that joined a process group with `code`, at once, once `kiln` has said
+    its last line: not through the interpreter's teardown. gloo's work threads outlive
+    `destroy_process_group`, and one lets go of a finished collective late (seen in a core:
+    ~AsyncAllgatherWork, after `all_gather_object` returned); the last reference to its
+    tensors' Python objects needs the GIL. Taken back while the interpreter tears down, the
+    thread is ended (pthread_exit) inside that C++ destructor, which is std::terminate: the
+    rank, its line said, aborted ("terminate called without an active exception", SIGABRT,
+    its status lost: torchrun reports a crash), about 1 run in 30 on a loaded machine.
+    What `kiln` writes is atomic and closed by then; its output is flushed here. A process
+    that joined no group returns."""
+    if not _joined:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # its reader gone, or closed: nothing more can be said
+            pass
+    os._exit(code)
 
 
 def _rendezvous(backend: str) -> dist.Store:
     """The store `init_process_group` would meet the other ranks in (torchrun's agent's, or
-    rank 0's in a hand launch: env://), made here by torch's public `rendezvous`, so that
-    Kiln keeps it (`rank_stops`): torch hands the default group's store out only by a
-    private function. The timeout is init_process_group's own default for the backend."""
+    rank 0's in a hand launch: env://), made here once every rank has reached it, in a wait
+    that takes Ctrl-C and SIGTERM (`rank_meeting`), and kept (`rank_stops`): torch hands
+    the default group's store out only by a private function. The timeout is
+    init_process_group's own default for the backend."""
     timeout = (default_pg_nccl_timeout if backend == "nccl" else None) or default_pg_timeout
-    store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
+    store = meet(timeout)
     store.set_timeout(timeout)
     return store
 

@@ -1,0 +1,174 @@
+"""The ranks meet (their rendezvous store made, then each rank's arrival) in a Python wait,
+which takes Ctrl-C and SIGTERM.
+
+torch's env:// rendezvous waits in C++: rank 0 of a hand launch in its store's constructor
+until every rank has connected, the others in a connect retried for the group's timeout
+(30 min), and neither runs a signal's handler meanwhile (a Ctrl-C only cut a retry's sleep
+short, in C++ frames). A rank 0 refused before it joined (the run's training lock) left the
+others deaf for that half hour. Here the store is made without waiting for anyone; every
+rank then says it is here and waits for the others in short polls. A rank stopped while it
+waits leaves word, and the ranks waiting with it stop too; rank 0 of a hand launch that
+failed before the ranks met makes the store then, to say so to the ranks that wait for it
+(`tell_the_waiting`). A wait longer than a start-up is said, and bounded by the timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from kiln.config import ConfigError
+from kiln.errors import KilnError, MainRankInterrupted, Terminated
+
+_SAY_AFTER_S = 30.0  # longer than ranks started together take to meet (importing torch)
+_POLL_MAX_S = 0.5
+_TELL_S = 5.0  # rank 0, failed before the ranks met, waits this long for them to hear it
+_met = False  # this process made (or reached) the ranks' store
+
+
+def meet(timeout: timedelta) -> dist.Store:
+    """The store the ranks meet in (torchrun's agent's, or rank 0's in a hand launch), once
+    every rank has reached it: `init_process_group` on it then finds them all at once."""
+    global _met
+    addr, port, rank, world = _where()
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun's: every rank a client
+    hosts = rank == 0 and not agent
+    deadline = time.monotonic() + timeout.total_seconds()
+    if not hosts:
+        _wait_for_the_host(addr, port, rank, deadline)
+    store = dist.TCPStore(addr, port, world_size=world, is_master=hosts, timeout=timeout,
+                          wait_for_workers=False, multi_tenant=not agent,
+                          use_libuv=os.environ.get("USE_LIBUV", "1") == "1")
+    _met = True
+    _all_here(dist.PrefixStore(_meeting(), store), rank, world, deadline, f"{addr}:{port}")
+    return store
+
+
+def _where() -> tuple[str, int, int, int]:
+    missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
+    if missing:
+        raise ConfigError(f"WORLD_SIZE={os.environ.get('WORLD_SIZE')} is set but "
+                          f"{' and '.join(missing)} not: set them to rank 0's host and a free "
+                          "port on every rank, or start the ranks with torchrun")
+    try:
+        port = int(os.environ["MASTER_PORT"])
+    except ValueError:
+        raise ConfigError(f"MASTER_PORT={os.environ['MASTER_PORT']!r} is not a port number") \
+            from None
+    return os.environ["MASTER_ADDR"], port, int(os.environ["RANK"]), \
+        int(os.environ["WORLD_SIZE"])
+
+
+def _meeting() -> str:
+    """The keys of this launch's meeting: torchrun's agent keeps its store over restarts."""
+    return (f"kiln/meeting/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/"
+            f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/")
+
+
+def _wait_for_the_host(addr: str, port: int, rank: int, deadline: float) -> None:
+    """Until rank 0's store takes a connection: a plain socket's try, refused in silence,
+    where the store's own connect retries in C++ (deaf to signals, each refusal logged)."""
+    started, said, pause = time.monotonic(), False, 0.01
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=1.0):
+                return
+        except OSError:
+            pass
+        now = time.monotonic()
+        if now > deadline:
+            raise KilnError(f"rank {rank} waited {now - started:.0f} s for rank 0 at {addr}:"
+                            f"{port} (MASTER_ADDR:MASTER_PORT) and gave up: {_LIKELY}")
+        if not said and now - started > _SAY_AFTER_S:
+            said = True
+            print(f"kiln: rank {rank} waits for rank 0 at {addr}:{port} (MASTER_ADDR:"
+                  f"MASTER_PORT) for {now - started:.0f} s: {_LIKELY}; Ctrl-C stops it",
+                  file=sys.stderr, flush=True)
+        time.sleep(pause)
+        pause = min(2 * pause, _POLL_MAX_S)
+
+
+_LIKELY = ("rank 0 has not started, or stopped before it joined (its output says why), or "
+           "the ranks were given different MASTER_ADDR / MASTER_PORT")
+
+
+def _all_here(store: dist.Store, rank: int, world: int, deadline: float, where: str) -> None:
+    """Say this rank is here, then wait in short polls until every rank is; stopped (Ctrl-C,
+    SIGTERM), leave word, which stops the others; a rank's word stops this one."""
+    started, said, pause = time.monotonic(), False, 0.01
+    try:
+        store.set(f"here/{rank}", "1")
+        here = store.add("here", 1)
+        while here < world:
+            if store.check(["left"]):
+                _stop_as_told(store)
+            now = time.monotonic()
+            if now > deadline:
+                missing = [r for r in range(world) if not store.check([f"here/{r}"])]
+                raise KilnError(f"rank {rank} waited {now - started:.0f} s at {where} for "
+                                f"{_ranks(missing)} of {world}, which never came: they did not "
+                                "start, or stopped before they joined (their output says why)")
+            if not said and now - started > _SAY_AFTER_S:
+                said = True
+                print(f"kiln: rank {rank} waits at {where} for {world - here} of the {world} "
+                      f"ranks to join, for {now - started:.0f} s; Ctrl-C stops it",
+                      file=sys.stderr, flush=True)
+            time.sleep(pause)
+            pause = min(2 * pause, _POLL_MAX_S)
+            here = store.add("here", 0)
+    except KeyboardInterrupt as e:
+        if not isinstance(e, MainRankInterrupted):  # its own stop: the others stop with it
+            _leave_word(store, rank, e)
+        raise
+
+
+def _ranks(ranks: list[int]) -> str:
+    shown = ", ".join(str(r) for r in ranks[:8])
+    return f"rank{'s' if len(ranks) > 1 else ''} {shown}{', ...' if len(ranks) > 8 else ''}"
+
+
+def _leave_word(store: dist.Store, rank: int, e: KeyboardInterrupt) -> None:
+    how = f"stopped on {e.signal_name}" if isinstance(e, Terminated) else \
+        "was interrupted (Ctrl-C or SIGINT)"
+    try:
+        store.set("left", json.dumps([rank, True, getattr(e, "exit_code", 130), how]))
+    except RuntimeError:  # the store went with its host: nobody waits on it
+        pass
+
+
+def _stop_as_told(store: dist.Store) -> None:
+    """Stop as the rank that left word did: interrupted with its status, or failed."""
+    rank, interrupted, code, how = json.loads(store.get("left"))
+    store.add("told", 1)
+    if not interrupted:  # `tell_the_waiting`: rank 0 failed
+        raise KilnError(f"rank {rank} {how}")
+    raise MainRankInterrupted(f"rank {rank} {how} before the ranks met", code)
+
+
+def tell_the_waiting(e: BaseException) -> None:
+    """Rank 0 of a hand launch failed (`e`) before the ranks met, in a command they meet
+    for: the others wait for its store, until the timeout. It makes the store now, leaves
+    word of `e`, and waits a few seconds for the ranks to read it (those started with it
+    are already polling its port); a rank started later waits as before, and says so.
+    Under torchrun its agent stops the others."""
+    if _met or os.environ.get("RANK") != "0" or "TORCHELASTIC_RUN_ID" in os.environ or \
+            int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    try:
+        addr, port, _, world = _where()
+        store = dist.PrefixStore(_meeting(), dist.TCPStore(
+            addr, port, world_size=world, is_master=True, timeout=timedelta(seconds=5),
+            wait_for_workers=False, multi_tenant=True))
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        store.set("left", json.dumps([0, False, 1, f"failed before the ranks met: {first}"]))
+        until = time.monotonic() + _TELL_S
+        while store.add("told", 0) < world - 1 and time.monotonic() < until:
+            time.sleep(0.05)
+    except (RuntimeError, ValueError, KilnError):  # no store to be had (the port taken): as before
+        pass

@@ -1,0 +1,121 @@
+"""The ranks' meeting at start-up (`rank_meeting`) takes Ctrl-C and SIGTERM, and a rank 0
+that fails before it joined tells the ranks that wait for it. torch's rendezvous waited in
+C++ for the group's half hour, deaf to SIGTERM (a Ctrl-C cut a retry short in C++ frames)."""
+
+from __future__ import annotations
+
+import fcntl
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from launch import start_python
+
+from distributed.test_signals_ranks import _ended, _kiln_lines
+from kiln.errors import KilnError
+
+# each rank marks itself in marks/ (argv[1]) as it starts to meet the others ("busy"), and
+# as it makes its end of the ranks' store ("met": rank 0 of a hand launch hosts it)
+MEETING = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's (a background suite ignores it)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # and a suite under nohup, SIGHUP
+import torch.distributed as dist
+torch_rendezvous = sys.modules["torch.distributed.rendezvous"]  # its attribute: the function
+from kiln import cli
+from kiln.parallel import distributed
+marks = sys.argv[1]
+def mark(name):
+    open(os.path.join(marks, f"{name}{os.environ['RANK']}"), "w").close()
+met, made = distributed._rendezvous, dist.TCPStore
+def rendezvous(backend):
+    mark("busy")
+    return met(backend)
+def store(*args, **kwargs):  # Kiln's own (dist.TCPStore), or torch's rendezvous's
+    dist.TCPStore = torch_rendezvous.TCPStore = made  # once: `isinstance` checks use the class
+    mark("met")
+    return made(*args, **kwargs)
+distributed._rendezvous = rendezvous
+dist.TCPStore = torch_rendezvous.TCPStore = store
+sys.exit(cli.main(["train", sys.argv[2]]))
+"""
+
+
+def _script(tmp_path: Path, run_dir: Path) -> list[str]:
+    (tmp_path / "marks").mkdir()
+    script = tmp_path / "meeting.py"
+    script.write_text(MEETING)
+    return [str(script), str(tmp_path / "marks"), str(run_dir)]
+
+
+def _when_marked(tmp_path: Path, procs: list, mark: str, ranks: list[int]) -> None:
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / "marks" / f"{mark}{r}").exists() for r in ranks):
+        assert all(p.poll() is None for p in procs), "a rank ended before the ranks met"
+        assert time.monotonic() < deadline, f"the ranks did not reach their mark {mark!r}"
+        time.sleep(0.1)
+    time.sleep(1)  # from the mark into the wait itself
+
+
+def _one_line(said: str, start: str) -> None:
+    assert "Traceback" not in said and "frame #" not in said, said[-3000:]
+    lines = _kiln_lines(said)
+    assert len(lines) == 1 and lines[0].startswith(start), said[-3000:]
+
+
+def test_a_rank_waiting_for_rank_zero_to_start_stops_on_sigterm(tiny_run, tmp_path):
+    """Rank 1 of a hand launch whose rank 0 never came: it stops on SIGTERM with its line
+    and status, where it sat in TCPStore's connect, retried in C++ for half an hour."""
+    procs, logs = start_python(_script(tmp_path, tiny_run), world_size=2, ranks=[1])
+    try:
+        _when_marked(tmp_path, procs, "busy", [1])
+        procs[0].send_signal(signal.SIGTERM)
+    finally:
+        [(rank1, said1)] = _ended(procs, logs)
+    assert rank1 == 143, said1[-3000:]
+    _one_line(said1, "kiln: train stopped on SIGTERM; ")
+
+
+def test_a_rank_stopped_while_the_ranks_meet_stops_those_waiting_with_it(tiny_run, tmp_path):
+    """Ranks 0 and 1 of 3 meet, rank 2 never comes; a SIGTERM to rank 1 stops it, and rank 0
+    with it (its word left in the store), each with one line and SIGTERM's status. Both sat
+    deaf before: rank 0 in its store's wait for every rank, rank 1 in the group's."""
+    procs, logs = start_python(_script(tmp_path, tiny_run), world_size=3, ranks=[0, 1])
+    try:
+        _when_marked(tmp_path, procs, "met", [0, 1])
+        procs[1].send_signal(signal.SIGTERM)
+    finally:
+        (rank0, said0), (rank1, said1) = _ended(procs, logs)
+    assert (rank0, rank1) == (143, 143), said0[-3000:] + said1[-3000:]
+    _one_line(said1, "kiln: train stopped on SIGTERM; ")
+    _one_line(said0, "kiln: train stopped: rank 1 stopped on SIGTERM before the ranks met; ")
+
+
+def test_rank_zero_refused_by_the_training_lock_tells_the_waiting_ranks(tiny_run, tmp_path):
+    """Rank 0 of a hand launch refused before it joined (another trainer holds the run's
+    lock): rank 1 hears why from it and fails with it, where it waited half an hour."""
+    with open(tiny_run / ".train.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 1 on elsewhere")
+        held.flush()
+        procs, logs = start_python(_script(tmp_path, tiny_run), world_size=2)
+        (rank0, said0), (rank1, said1) = _ended(procs, logs)
+    assert (rank0, rank1) == (1, 1), said0[-3000:] + said1[-3000:]
+    _one_line(said0, f"kiln: {tiny_run} is being trained by pid 1 on elsewhere")
+    _one_line(said1, f"kiln: rank 0 failed before the ranks met: {tiny_run} is being trained "
+                     "by pid 1 on elsewhere")
+
+
+def test_a_wait_for_rank_zero_past_its_timeout_names_the_likely_causes():
+    from kiln.parallel import rank_meeting
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        with pytest.raises(KilnError) as e:
+            rank_meeting._wait_for_the_host("127.0.0.1", port, 1, deadline=time.monotonic())
+    assert f"rank 1 waited 0 s for rank 0 at 127.0.0.1:{port} (MASTER_ADDR:MASTER_PORT) and " \
+           "gave up: rank 0 has not started, or stopped before it joined" in str(e.value)
+
