@@ -275,3 +275,21 @@ def test_the_judge_fills_the_models_context_and_no_more(run_dir, monkeypatch):
     assert longer >= len(tok.encode(" JUNK").ids)
     assert judge.prompt_ids("word " * 200) == \
         tok.encode("post: " + "word " * 200).ids[:48 - len(tail) - (longer - 1)] + tail
+
+
+def test_a_count_past_the_scored_pool_stops_the_prepare_naming_the_setting(tmp_path):
+    """The thresholds step of `kiln prepare` raised a bare ValueError (a datatrove traceback
+    on the console); it is a RunDataError naming prepare.perplexity.count, as the Brain Rot
+    arms' budget is."""
+    from kiln.data.filters.selection import PerplexityThresholds
+    from kiln.errors import RunDataError
+
+    step = PerplexityThresholds("top_fraction", 0.0, 0.0, 0.0, tmp_path / "t.json", count=5)
+    docs = [Document(text=str(i), id=str(i), metadata={"ppl": float(i)}) for i in range(3)]
+    with pytest.raises(RunDataError, match=r"prepare\.perplexity\.count: count 5 is more than "
+                                           r"the 3 scored documents"):
+        list(step.run(iter(docs)))
+    assert not (tmp_path / "t.json").exists()
+    step = PerplexityThresholds("top_fraction", 0.0, 0.0, 0.0, tmp_path / "t.json", count=3)
+    list(step.run(iter(docs)))
+    assert json.loads((tmp_path / "t.json").read_text())["threshold"] == 0.0

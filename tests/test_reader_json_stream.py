@@ -359,3 +359,25 @@ def test_the_depth_is_counted_as_json_nests():
             assert deeper_than(text, limit) == (d > limit) == deeper_than(text.encode(), limit)
             framed = "[1, " + text + "]"  # a slice: the value alone
             assert deeper_than(framed, limit, 4, len(framed) - 1) == (d > limit)
+
+
+@pytest.mark.parametrize("shape", ["records", "wrapped", "lists"])
+def test_a_jsonc_file_nests_to_the_same_depth_as_json(tmp_path, monkeypatch, shape):
+    """A `.json` with comments was parsed again without them and past the limit: its records
+    were read to ~985 levels (a file of JSON skipped past 512), and deeper it became one
+    document of its markup. The limit holds for JSONC too, whole and streamed."""
+    from kiln.data.json_depth import MAX_JSON_DEPTH
+
+    depths = (MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 990, 3000)
+    files = {f"c{shape}{d}.json": b"// a comment\n" + _nested(d, shape) for d in depths}
+    _both_ways(monkeypatch, tmp_path, files)
+    for depth in depths:
+        docs, counts, examples = _read(tmp_path / f"c{shape}{depth}.json")
+        if shape == "lists":  # no records: text either way
+            assert counts.get("skipped/bad_json") is None and len(docs) == 1
+        elif depth <= MAX_JSON_DEPTH:
+            assert counts.get("skipped/bad_json") is None and docs, (depth, counts)
+            assert all(not text.startswith("// a comment") for _, text, _ in docs)
+        else:
+            assert counts == {"skipped/bad_json": 1} and not docs, (depth, counts)
+            assert examples["bad_json"]["examples"][0]["nested_deeper_than"] == MAX_JSON_DEPTH

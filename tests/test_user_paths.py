@@ -298,3 +298,21 @@ def test_a_prepare_run_again_says_it_kept_the_documents(tmp_path, capsys):
         capsys.readouterr().err
     assert main(["prepare", *sets, "--set", "prepare.resume=false"]) == 0
     assert "prepare: kept" not in capsys.readouterr().err
+
+
+def test_a_tilde_in_the_counting_tokenizers_is_the_home_folder(tmp_path, monkeypatch):
+    """prepare.inject_replicas.tokenizer (new) and prepare.brain_rot_arms.tokenizer name a
+    file as brain_rot_m1.tokenizer does, and were left out of the path settings: a recipe's
+    '~/tok/tokenizer.json' was looked for in a folder named '~'."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    inject = load_config(None, [
+        'prepare.stages=["read", "inject_replicas", "write"]',
+        'prepare.inject_replicas.benchmark="~/b/math.jsonl"',
+        "prepare.inject_replicas.keep_size=true",
+        'prepare.inject_replicas.tokenizer="~/tok/tokenizer.json"']).prepare.inject_replicas
+    assert inject.tokenizer == str(tmp_path / "tok/tokenizer.json")
+    arms = load_config(None, [
+        'prepare.stages=["read", "brain_rot_m2", "brain_rot_arms", "write"]',
+        'prepare.brain_rot_m2.mode="tag"',
+        'prepare.brain_rot_arms.tokenizer="~/tok/tokenizer.json"']).prepare.brain_rot_arms
+    assert arms.tokenizer == str(tmp_path / "tok/tokenizer.json")

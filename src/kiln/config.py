@@ -212,7 +212,9 @@ class Config:
 # the settings that name a file or folder
 PATH_KEYS = ("run.dir", "data.sources", "prepare.decontaminate.benchmarks",
              "prepare.inject_replicas.benchmark", "prepare.perplexity.run_dir",
-             "prepare.brain_rot_m1.tokenizer", "prepare.arxiv.snapshot", "prepare.arxiv.source_dir")
+             "prepare.inject_replicas.tokenizer", "prepare.brain_rot_m1.tokenizer",
+             "prepare.brain_rot_arms.tokenizer", "prepare.arxiv.snapshot",
+             "prepare.arxiv.source_dir")
 
 
 def _home_expanded(cfg: Config) -> Config:

@@ -5,7 +5,8 @@ limit less the frames above it: the whole parse at ~988 levels, the stream (its 
 frames) at ~985, and either elsewhere under an executor's deeper stack. A file between the
 two read as records one way and was skipped the other. `MAX_JSON_DEPTH` is far above any
 record's nesting and far below where the recursion limit stops a parse; both readers skip
-a file deeper than it as damaged records (or read it as text), naming it and the limit.
+a file deeper than it as damaged records (or read it as text), naming it and the limit. A
+`.json` with comments (JSONC, `kiln.data.jsonc`) is held to it too, judged without them.
 """
 
 from __future__ import annotations

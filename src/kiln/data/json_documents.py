@@ -29,7 +29,7 @@ from kiln.data.json_records import (
 )
 from kiln.data.json_stream import WHOLE_JSON_BYTES
 from kiln.data.json_walk import Members
-from kiln.data.jsonc import jsonc_value
+from kiln.data.jsonc import jsonc_value, strip_jsonc
 from kiln.data.skip_examples import MAX_FIELDS, shown_name
 from kiln.data.sources import SourceFile, printable_name
 from kiln.errors import InputTooLargeError
@@ -98,9 +98,13 @@ class JsonReading:
                 if deeper_than(raw, MAX_JSON_DEPTH):  # as the stream would find it
                     raise NestedTooDeep
             except (ValueError, RecursionError) as e:  # not UTF-8 or not JSON
-                jsonc = jsonc_value(e)  # a tsconfig.json's comments: the JSON it stands for
+                judged = raw
+                try:
+                    jsonc = jsonc_value(e)  # a tsconfig.json's comments: the JSON it stands for
+                except NestedTooDeep as deep:  # judged as the same file without comments
+                    judged, e, jsonc = strip_jsonc(e.doc).encode(), deep, None  # type: ignore[attr-defined]
                 if jsonc is None:
-                    if damaged_records(raw, self._text_key, e):  # never one document of markup
+                    if damaged_records(judged, self._text_key, e):  # never one document of markup
                         if isinstance(e, json.JSONDecodeError):  # where it broke off
                             self._where = ("line", e.lineno)
                         elif isinstance(e, (NestedTooDeep, RecursionError)):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 
+from kiln.data.json_depth import MAX_JSON_DEPTH, NestedTooDeep, deeper_than
+
 # a string to its end, or to the end of the text if unterminated; possessive (Python 3.11):
 # the regex engine keeps no backtracking state per character, which made long strings slow
 _STRING = r'"(?:[^"\\]++|\\.)*+"?'
@@ -40,10 +42,17 @@ def may_be_jsonc(error: json.JSONDecodeError) -> bool:
 
 def jsonc_value(error: Exception) -> tuple[object] | None:
     """(value,) of the text whose JSON parse failed with `error`, read as JSONC; None where
-    it is not JSONC either (not UTF-8, cut off, broken elsewhere)."""
+    it is not JSONC either (not UTF-8, cut off, broken elsewhere). NestedTooDeep where it is
+    JSONC nested past MAX_JSON_DEPTH (`kiln.data.json_depth`)."""
     if not isinstance(error, json.JSONDecodeError) or not may_be_jsonc(error):
         return None
+    text = strip_jsonc(error.doc)
     try:
-        return (json.loads(strip_jsonc(error.doc)),)
-    except (ValueError, RecursionError):
+        value = json.loads(text)
+    except RecursionError:
+        raise NestedTooDeep from None
+    except ValueError:
         return None
+    if deeper_than(text, MAX_JSON_DEPTH):  # the one limit, as for the file without comments
+        raise NestedTooDeep
+    return (value,)

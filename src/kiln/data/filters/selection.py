@@ -195,7 +195,12 @@ class PerplexityThresholds(PipelineStep):
             found = {"low": sel.low, "high": sel.high}
         else:
             how = {"count": self.count} if self.count else {"fraction": self.fraction}
-            sel = PerplexitySelector(self.mode, scores=scores, **how)
+            try:  # a count past the scored pool: the user's setting, named (no traceback)
+                sel = PerplexitySelector(self.mode, scores=scores, **how)
+            except ValueError as e:
+                from kiln.errors import RunDataError
+
+                raise RunDataError(f"prepare.perplexity.{next(iter(how))}: {e}") from None
             found = {"threshold": sel.threshold}
         write_json_atomic(self.out, {"mode": self.mode, "scores": len(scores), **found})
         return
