@@ -10,7 +10,9 @@ reads the keys and names the rank and the signal it stopped on. Both happen in `
 the last moment the store is there (`on_the_way_out`). The store dies with its host
 (torchrun's agent, or rank 0 of a hand launch), and every call on a store gone prints pages
 of C++ frames before its error: a rank whose launcher was killed (`die_with_launcher`), or
-whose store's port no longer takes a connection, leaves the store alone.
+whose store's port no longer takes a connection, leaves the store alone; a store whose host
+dies between that check and the call (its port still open a moment after its connections
+reset) fails the call, whose C++ log is then left out (`connect_log.native_log_held`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from kiln.errors import MainRankInterrupted, Terminated, TrainingInterrupted
+from kiln.parallel.connect_log import native_log_held
 
 _KEY = "stopped/{}"
 _ANY = "stopped/any"  # one look for a failing rank, not one per rank (thousands of ranks)
@@ -89,14 +92,22 @@ def _answers(store: dist.Store) -> bool:
         return False
 
 
+def _store_may_be_gone():
+    """Around calls on a store whose host may have died since `_answers` (a killed rank 0's
+    port takes a connection a moment after its store's connections reset): a failed call's
+    C++ log (~25 lines of frames) is left out; any other output is written back."""
+    return native_log_held(lambda e: True)
+
+
 def leave_word(how: str) -> None:
     """Say in the store that this rank stops, and how ("stopped on SIGTERM")."""
     store = _store()
     if store is None:
         return
     try:
-        store.set(_KEY.format(dist.get_rank()), how)
-        store.set(_ANY, "1")
+        with _store_may_be_gone():
+            store.set(_KEY.format(dist.get_rank()), how)
+            store.set(_ANY, "1")
     except RuntimeError:  # the store went with its host: nobody is left to read it
         pass
 
@@ -108,12 +119,13 @@ def stopped_ranks() -> dict[int, str]:
     if store is None:
         return dict(_read)
     try:
-        if not store.check([_ANY]):
-            return said
-        for rank in range(dist.get_world_size()):
-            key = _KEY.format(rank)
-            if rank != dist.get_rank() and store.check([key]):
-                said[rank] = store.get(key).decode()
+        with _store_may_be_gone():
+            if not store.check([_ANY]):
+                return said
+            for rank in range(dist.get_world_size()):
+                key = _KEY.format(rank)
+                if rank != dist.get_rank() and store.check([key]):
+                    said[rank] = store.get(key).decode()
     except RuntimeError:  # the store is gone too: say what was read
         pass
     return said
