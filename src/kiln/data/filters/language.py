@@ -16,7 +16,6 @@ Cost: ~20 ms a document on one core (~40 documents/s per task; langdetect's samp
 
 from __future__ import annotations
 
-import bisect
 import functools
 import os
 import re
@@ -25,7 +24,7 @@ from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
-from kiln.data.arxiv.markup_metrics import _ENV_NAMES
+from kiln.data.arxiv.markup_metrics import strip_math_spans
 
 MODES = ("drop", "tag")
 SEED = 0  # langdetect's sampling seed for every document
@@ -51,56 +50,6 @@ def _factory():
     factory.load_profile(PROFILES_DIRECTORY)
     factory.set_seed(SEED)
     return factory
-
-
-# MATH_SPAN's alternatives one by one (their "|" is its pattern), each tried where it may
-# start (`strip_math_spans`)
-_ALTS = (r"(?<!\\)\$\$.+?(?<!\\)\$\$", r"(?<![\\$])\$(?!\$)(?:[^$\\]|\\.)+?\$",
-         r"\\\(.+?\\\)", r"\\\[.+?\\\]", rf"\\begin\{{({_ENV_NAMES})\}}.*?\\end\{{\1\}}")
-_DOLLARS, _DOLLAR, _PAREN, _BRACKET, _ENVIRONMENT = (re.compile(a, re.S) for a in _ALTS)
-_BEGIN = re.compile(rf"\\begin\{{({_ENV_NAMES})\}}")
-_OPENER = re.compile(r"\$|\\[(\[]|\\begin\{")
-
-
-def strip_math_spans(text: str) -> str:
-    """`MATH_SPAN.sub(" ", text)`, the same spans replaced, in time linear in the text: the
-    regex's lazy `.+?` runs to the end of the text for each opener that has no closer after
-    it (`\\(` in a regex, an unclosed `\\[`), so 100,000 characters of such text took seconds.
-    Here an alternative whose closer does not come later is not tried: the closers' places
-    are listed once, and each alternative that has one is matched by its own regex."""
-    closers: dict[str, list[int]] = {}
-
-    def closer_from(needle: str, start: int) -> bool:
-        places = closers.get(needle)
-        if places is None:  # every place the alternative's closer matches (overlapping too)
-            guard = r"(?<!\\)" if needle == "$$" else ""
-            places = closers[needle] = [m.start() for m in re.finditer(
-                guard + "(?=" + re.escape(needle) + ")", text)]
-        i = bisect.bisect_left(places, start)
-        return i < len(places)
-
-    out, done, pos = [], 0, 0
-    while (opener := _OPENER.search(text, pos)) is not None:
-        p, m = opener.start(), None
-        if text.startswith("$$", p):
-            if closer_from("$$", p + 3):  # `.+?`: one character at least between
-                m = _DOLLARS.match(text, p)
-        if m is None and text.startswith("$", p):
-            m = _DOLLAR.match(text, p)  # stops at the next `$`: no lazy run to the end
-        if m is None and text.startswith("\\(", p) and closer_from("\\)", p + 3):
-            m = _PAREN.match(text, p)
-        if m is None and text.startswith("\\[", p) and closer_from("\\]", p + 3):
-            m = _BRACKET.match(text, p)
-        if m is None and (begin := _BEGIN.match(text, p)) is not None:
-            if closer_from(f"\\end{{{begin[1]}}}", begin.end()):
-                m = _ENVIRONMENT.match(text, p)
-        if m is None:
-            pos = p + 1
-            continue
-        out += [text[done:p], " "]
-        done = pos = m.end()
-    out.append(text[done:])
-    return "".join(out)
 
 
 def prose(text: str) -> str:
