@@ -69,12 +69,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def process_gone(pid: str) -> bool:
+    """Whether process `pid` (digits from a file's name) of this host is gone. Our own pid
+    in a leftover's name is a killed predecessor's (a container restarts as pid 1)."""
+    return pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid)))
+
+
 def writer_killed(stale: Path) -> bool:
     """Whether the writer that left `stale` (a `.tmp-PID` or `.old-PID` sibling) is gone;
     one still alive is in the middle of its swap."""
-    pid = stale.name.rsplit("-", 1)[1]
-    # our own pid here is a killed predecessor's (a container restarts as pid 1)
-    return pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid)))
+    return process_gone(stale.name.rsplit("-", 1)[1])
 
 
 def recover_killed_swaps(path: Path) -> Path | None:

@@ -218,14 +218,27 @@ def clear_killed_writes(ckpt_root: Path) -> None:
 _TRASH = "trash-"  # .step_N.trash-PID: a pruned checkpoint, out of the way, being deleted
 
 
+def prune_checkpoints(ckpt_root: Path, keep: int) -> None:
+    """At a run's start (and when it has nothing left to train): keep_checkpoints applied
+    around the checkpoint `latest` names. A run killed between a save's `latest` and its
+    pruning kept one checkpoint too many, which only its next save would prune, and a run
+    killed in its last save has none; a lowered keep_checkpoints applies at once."""
+    kept = latest_checkpoint(ckpt_root)
+    if kept is not None:
+        _prune(ckpt_root, keep, kept)
+
+
 def _prune(ckpt_root: Path, keep: int, just_written: Path) -> None:
-    """Keep the newest `keep` complete checkpoints and the one just written. Folders that
-    are not complete checkpoints (a copy in progress, a user's) neither count nor go. Each
-    goes by one rename to a hidden name first: a run killed while deleting it leaves
-    a hidden folder (cleared at the next save), never a half-deleted `step_N` that still
-    holds the trainer.pt that makes it count as complete."""
+    """Keep the newest `keep` complete checkpoints and the one just written; none newer
+    than it goes (a checkpoint `latest` did not name yet, its pointer write cut short: the
+    resume re-makes it). Folders that are not complete checkpoints (a copy in progress, a
+    user's) neither count nor go. Each goes by one rename to a hidden name first: a run
+    killed while deleting it leaves a hidden folder (cleared at the next save), never a
+    half-deleted `step_N` that still holds the trainer.pt that makes it count as complete."""
     done = [p for p in complete_checkpoints(ckpt_root) if p != just_written]
-    for old in done[: max(0, len(done) - (keep - 1))] if keep > 0 else []:
+    newest = checkpoint_step(just_written)
+    doomed = done[: max(0, len(done) - (keep - 1))] if keep > 0 else []
+    for old in [p for p in doomed if newest is None or checkpoint_step(p) < newest]:
         trash = old.with_name(f".{old.name}.{_TRASH}{os.getpid()}")
         try:
             os.replace(old, trash)
