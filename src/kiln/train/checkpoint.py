@@ -43,6 +43,7 @@ from kiln.hashing import HashingWriter, file_sha256
 from kiln.parallel.distributed import DistEnv, lost_a_rank
 from kiln.parallel.rank_waits import run_on_main
 from kiln.tensor_files import save_tensors
+from kiln.train import earlier_outputs
 from kiln.train.checkpoint_dirs import (
     PREFIX,
     checkpoint_step,
@@ -255,18 +256,31 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     """Move a run's checkpoints, metrics and what was made from them (eval, samples,
     export, report) aside to archive/before-{reason}-{time}/, for `train --fresh` or a
     restart at step 0: nothing is deleted, and the new run's curves and outputs do not mix
-    with the old model's."""
+    with the old model's. One killed partway is finished here, into its folder
+    (`kiln.train.earlier_outputs`)."""
     recover_export(run_dir / "export", run_dir)  # a killed export's previous one goes too
     clear_killed_writes(run_dir / "checkpoints")  # half-written folders are no outputs
     with contextlib.suppress(OSError):  # nothing left in it (a run killed in its first save)
         (run_dir / "checkpoints").rmdir()
+    earlier_outputs.clear_empty(run_dir)
     old = [run_dir / name for name in _MODEL_OUTPUTS if (run_dir / name).exists()]
+    # a start killed between two moves: the rest join the folder it began (never over a
+    # file of the same name there: then it is left as it is, finished, and a new one begun)
+    dest = earlier_outputs.unfinished_archive(run_dir)
+    if dest is not None and (not old or any((dest / p.name).exists() for p in old)):
+        earlier_outputs.mark_finished(dest)
+        if not old:
+            return dest
+        dest = None
     if not old:
         return None
-    dest = new_archive_folder(run_dir, f"before-{reason}")
+    if dest is None:
+        dest = new_archive_folder(run_dir, f"before-{reason}")
+        earlier_outputs.mark_unfinished(dest)
     for p in old:
         os.replace(p, dest / p.name)
     fsync_dir(run_dir)
+    earlier_outputs.mark_finished(dest)
     return dest
 
 

@@ -1,0 +1,55 @@
+"""An earlier model's outputs on their way to archive/ (`archive_checkpoints`): the folder
+holds a marker until the last of them has moved, so that a fresh start killed between two
+moves is finished by the next command (plain or `--fresh`) into that same folder, not split
+over two archive folders with the next one asked for by hand.
+
+Why its own: which archive folders are unfinished is read by the trainer before it resumes
+(a fresh start cut short is gone on with, not resumed) and by the archiving itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from kiln.atomic import fsync_dir
+
+UNFINISHED = ".unfinished"  # in archive/before-{fresh,restart}-*/ while outputs move in
+_LABELS = ("before-fresh-", "before-restart-")
+
+
+def _start_folders(run_dir: Path) -> list[Path]:
+    """The archive folders of fresh starts and restarts, oldest first (names hold the time)."""
+    found = (Path(run_dir) / "archive").glob("before-*")
+    return sorted((f for f in found if f.name.startswith(_LABELS)), key=lambda f: f.name)
+
+
+def unfinished_archive(run_dir: Path) -> Path | None:
+    """The archive folder a start killed while it moved the earlier outputs had begun."""
+    marked = [f for f in _start_folders(run_dir) if (f / UNFINISHED).is_file()]
+    return marked[-1] if marked else None
+
+
+def unfinished_reason(folder: Path) -> str:
+    """"fresh" or "restart": what the start that began `folder` was."""
+    return "fresh" if folder.name.startswith("before-fresh-") else "restart"
+
+
+def mark_unfinished(folder: Path) -> None:
+    """Mark `folder` (just made, empty) as an archive in progress, durably, before any
+    output moves in. A kill before this leaves the empty folder `clear_empty` removes."""
+    (folder / UNFINISHED).touch()
+    fsync_dir(folder)
+
+
+def mark_finished(folder: Path) -> None:
+    (folder / UNFINISHED).unlink(missing_ok=True)
+    fsync_dir(folder)
+
+
+def clear_empty(run_dir: Path) -> None:
+    """Fresh-start and restart archive folders left empty (a kill just after one was made,
+    before its marker): they hold nothing, and only an archiving makes them."""
+    for folder in _start_folders(run_dir):
+        with contextlib.suppress(OSError):  # not empty, or not ours to remove: left
+            folder.rmdir()
