@@ -9,19 +9,19 @@ Why its own: which archive folders are unfinished is read by the trainer before 
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
-from kiln.atomic import fsync_dir
+from kiln.atomic import archive_folders, clear_empty_archive_folders, fsync_dir
 
 UNFINISHED = ".unfinished"  # in archive/before-{fresh,restart}-*/ while outputs move in
-_LABELS = ("before-fresh-", "before-restart-")
+_LABELS = ("before-fresh", "before-restart")
 
 
 def _start_folders(run_dir: Path) -> list[Path]:
-    """The archive folders of fresh starts and restarts, oldest first (names hold the time)."""
-    found = (Path(run_dir) / "archive").glob("before-*")
-    return sorted((f for f in found if f.name.startswith(_LABELS)), key=lambda f: f.name)
+    """The archive folders of fresh starts and restarts, oldest first (by their time)."""
+    found = [(f.name[len(label) + 1:], f) for label in _LABELS
+             for f in archive_folders(run_dir, label)]
+    return [f for _, f in sorted(found)]
 
 
 def unfinished_archive(run_dir: Path) -> Path | None:
@@ -48,8 +48,7 @@ def mark_finished(folder: Path) -> None:
 
 
 def clear_empty(run_dir: Path) -> None:
-    """Fresh-start and restart archive folders left empty (a kill just after one was made,
-    before its marker): they hold nothing, and only an archiving makes them."""
-    for folder in _start_folders(run_dir):
-        with contextlib.suppress(OSError):  # not empty, or not ours to remove: left
-            folder.rmdir()
+    """Fresh-start and restart archive folders left empty by a kill just after one was made,
+    before its marker."""
+    for label in _LABELS:
+        clear_empty_archive_folders(run_dir, label)
