@@ -63,3 +63,20 @@ def test_an_empty_archive_folder_a_kill_left_goes_at_the_next_fresh_start(tiny_r
     (tiny_run / "archive" / "before-fresh-20200101-000000").mkdir(parents=True)
     Trainer(tiny_config(tiny_run, *STEPS), resume=False).fit()
     assert _one_archive(tiny_run) == ["checkpoints", "metrics.jsonl"]
+
+
+def test_kiln_run_after_a_fresh_start_cut_short_takes_the_new_design(tiny_run):
+    """A fresh start (for another model design) killed before it moved the checkpoints:
+    the plain `kiln run` that goes on with it must not refuse that design as a change to
+    the trained model the start had set aside."""
+    from kiln.commands.early_refusals import refuse_new_model_design
+    from kiln.errors import KilnError
+
+    train_losses(tiny_run, *STEPS)
+    cfg = tiny_config(tiny_run, *STEPS, "model.dim=96")
+    with pytest.raises(KilnError, match="model.dim"):  # a plain resume: refused
+        refuse_new_model_design(cfg)
+    begun = tiny_run / "archive" / "before-fresh-20200101-000000"
+    begun.mkdir(parents=True)
+    (begun / ".unfinished").touch()  # as `--fresh` leaves it, killed before its first move
+    refuse_new_model_design(cfg)

@@ -30,6 +30,12 @@ def unfinished_archive(run_dir: Path) -> Path | None:
     return marked[-1] if marked else None
 
 
+def starting_over(run_dir: Path, fresh: bool) -> bool:
+    """Whether the model starts again from step 0: `--fresh`, or a fresh start (or restart)
+    cut short that the next command goes on with (`Trainer` finishes its archive)."""
+    return fresh or unfinished_archive(run_dir) is not None
+
+
 def unfinished_reason(folder: Path) -> str:
     """"fresh" or "restart": what the start that began `folder` was."""
     return "fresh" if folder.name.startswith("before-fresh-") else "restart"
