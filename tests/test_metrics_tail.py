@@ -94,3 +94,23 @@ def test_an_empty_archive_folder_a_killed_set_aside_left_goes(tmp_path):
     (tmp_path / "archive" / "after-step-4-20200101-000000").mkdir(parents=True)
     dest = run_records.set_aside_records_after(tmp_path, 4)
     assert [p.name for p in (tmp_path / "archive").iterdir()] == [dest.name]
+
+
+def test_a_set_aside_killed_while_it_wrote_the_archive_copy_leaves_no_second_folder(tmp_path):
+    """Killed while it wrote its archive copy (the temporary file whole, not yet renamed),
+    a set-aside left that file in its folder: the re-run made a second folder, and the
+    first kept the same lines under a hidden temporary name."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    head, later = b"".join(_line(s) for s in range(1, 5)), _line(5) + _line(6)
+    (tmp_path / "metrics.jsonl").write_bytes(head + later)
+    killed = tmp_path / "archive" / "after-step-4-20200101-000000"
+    killed.mkdir(parents=True)
+    (killed / f".metrics.jsonl.tmp-{dead}").write_bytes(later)
+    dest = run_records.set_aside_records_after(tmp_path, 4)
+    assert [p.name for p in (tmp_path / "archive").iterdir()] == [dest.name]
+    assert sorted(p.name for p in dest.iterdir()) == ["metrics.jsonl"]
+    assert (dest / "metrics.jsonl").read_bytes() == later

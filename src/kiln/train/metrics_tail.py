@@ -16,6 +16,7 @@ from kiln.atomic import (
     atomic_path,
     clear_empty_archive_folders,
     new_archive_folder,
+    recover_killed_swaps,
 )
 
 _CHUNK = 1 << 16
@@ -79,7 +80,9 @@ def set_aside_records_after(run_dir: Path, step: int) -> Path | None:
     if first is None:
         return None
     label = f"after-step-{step}"
-    clear_empty_archive_folders(run_dir, label)  # a kill just after one was made
+    for folder in archive_folders(run_dir, label):  # a kill while its copy was written
+        recover_killed_swaps(folder / "metrics.jsonl")
+    clear_empty_archive_folders(run_dir, label)  # that, or a kill just after one was made
     earlier = archive_folders(run_dir, label)
     dest = new_archive_folder(run_dir, label)
     # the archive's copy is in place before metrics.jsonl loses its lines: a kill loses none
