@@ -100,3 +100,39 @@ def test_a_kill_while_pruning_after_the_last_step_leaves_no_hidden_checkpoint(ti
                              "train.keep_checkpoints=1")
     assert losses == []
     assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_00000006"]
+
+
+def test_a_kill_before_the_last_saves_pruning_leaves_no_extra_checkpoint(tiny_run):
+    """Killed after its last save's `latest` pointer, before that save pruned (step 3 with
+    keep_checkpoints = 1), a run kept one checkpoint more than its settings, and no later
+    save came to prune it: the re-run with nothing left to train prunes it."""
+    from kill_points import kiln_killed_at
+
+    keep = ("--set", "train.steps=6", "--set", "train.checkpoint_every=3",
+            "--set", "train.keep_checkpoints=1")
+    kiln_killed_at("os:replace", "train", str(tiny_run), *keep, matching=".trash-")
+    ckpts = tiny_run / "checkpoints"
+    assert [p.name for p in complete_checkpoints(ckpts)] == ["step_00000003", "step_00000006"]
+
+    _, losses = train_losses(tiny_run, "train.steps=6", "train.checkpoint_every=3",
+                             "train.keep_checkpoints=1")
+    assert losses == []
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_00000006"]
+
+
+def test_a_resumed_run_is_pruned_to_its_settings_before_it_trains(tiny_run):
+    """A resume prunes at its start, around the checkpoint it loaded (never newer ones, nor
+    that one): the kept set matches keep_checkpoints before the first step, not only after
+    the next save (which a run killed again before it never reaches)."""
+    from test_train import stopped_after
+
+    every = ("train.checkpoint_every=3",)
+    with pytest.raises(KeyboardInterrupt):
+        train_losses(tiny_run, "train.steps=12", *every, "train.keep_checkpoints=0",
+                     callbacks=stopped_after(9))
+    ckpts = tiny_run / "checkpoints"
+    (ckpts / "latest").write_text("step_00000006\n")  # as a kill before step 9's pointer
+    with pytest.raises(KeyboardInterrupt):  # stopped before its first step
+        train_losses(tiny_run, "train.steps=12", *every, "train.keep_checkpoints=1",
+                     callbacks=stopped_after(7))
+    assert [p.name for p in complete_checkpoints(ckpts)] == ["step_00000006", "step_00000009"]

@@ -53,3 +53,64 @@ def test_a_long_runs_metrics_are_streamed_not_held_in_memory(tmp_path):
     assert len((dest / "metrics.jsonl").read_bytes().splitlines()) == 100
     assert path.stat().st_size == size - sum(len(_line(s)) for s in range(n - 99, n + 1))
     assert peak < size / 8, f"peak {peak / 1e6:.1f} MB for a {size / 1e6:.1f} MB file"
+
+
+def test_a_set_aside_killed_before_metrics_lost_its_lines_is_not_archived_twice(
+        tmp_path, monkeypatch):
+    """Killed after the archive's copy was in place, before metrics.jsonl lost the lines,
+    a set-aside left them in both; the re-run's resume set them aside again, into a second
+    folder: the same lines archived twice."""
+    import os
+
+    from kiln import atomic
+
+    head, later = b"".join(_line(s) for s in range(1, 5)), _line(5) + _line(6)
+    (tmp_path / "metrics.jsonl").write_bytes(head + later)
+    real = os.replace
+
+    def killed_at_metrics(src, dst):
+        if str(dst) == str(tmp_path / "metrics.jsonl"):
+            raise KeyboardInterrupt  # as a kill there: the archive's copy already placed
+        return real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", killed_at_metrics)
+    try:
+        run_records.set_aside_records_after(tmp_path, 4)
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.undo()
+    assert (tmp_path / "metrics.jsonl").read_bytes() == head + later  # nothing lost
+
+    dest = run_records.set_aside_records_after(tmp_path, 4)
+    assert [p.name for p in (tmp_path / "archive").iterdir()] == [dest.name]
+    assert (dest / "metrics.jsonl").read_bytes() == later
+    assert (tmp_path / "metrics.jsonl").read_bytes() == head
+
+
+def test_an_empty_archive_folder_a_killed_set_aside_left_goes(tmp_path):
+    """Killed just after it made its archive folder, a set-aside left it empty beside the
+    one the re-run made."""
+    (tmp_path / "metrics.jsonl").write_bytes(b"".join(_line(s) for s in range(1, 7)))
+    (tmp_path / "archive" / "after-step-4-20200101-000000").mkdir(parents=True)
+    dest = run_records.set_aside_records_after(tmp_path, 4)
+    assert [p.name for p in (tmp_path / "archive").iterdir()] == [dest.name]
+
+
+def test_a_set_aside_killed_while_it_wrote_the_archive_copy_leaves_no_second_folder(tmp_path):
+    """Killed while it wrote its archive copy (the temporary file whole, not yet renamed),
+    a set-aside left that file in its folder: the re-run made a second folder, and the
+    first kept the same lines under a hidden temporary name."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    head, later = b"".join(_line(s) for s in range(1, 5)), _line(5) + _line(6)
+    (tmp_path / "metrics.jsonl").write_bytes(head + later)
+    killed = tmp_path / "archive" / "after-step-4-20200101-000000"
+    killed.mkdir(parents=True)
+    (killed / f".metrics.jsonl.tmp-{dead}").write_bytes(later)
+    dest = run_records.set_aside_records_after(tmp_path, 4)
+    assert [p.name for p in (tmp_path / "archive").iterdir()] == [dest.name]
+    assert sorted(p.name for p in dest.iterdir()) == ["metrics.jsonl"]
+    assert (dest / "metrics.jsonl").read_bytes() == later

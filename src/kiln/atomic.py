@@ -6,7 +6,9 @@ exports, checkpoints — goes through these helpers.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -69,12 +71,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def process_gone(pid: str) -> bool:
+    """Whether process `pid` (digits from a file's name) of this host is gone. Our own pid
+    in a leftover's name is a killed predecessor's (a container restarts as pid 1)."""
+    return pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid)))
+
+
 def writer_killed(stale: Path) -> bool:
     """Whether the writer that left `stale` (a `.tmp-PID` or `.old-PID` sibling) is gone;
     one still alive is in the middle of its swap."""
-    pid = stale.name.rsplit("-", 1)[1]
-    # our own pid here is a killed predecessor's (a container restarts as pid 1)
-    return pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid)))
+    return process_gone(stale.name.rsplit("-", 1)[1])
 
 
 def recover_killed_swaps(path: Path) -> Path | None:
@@ -136,6 +142,21 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def archive_folders(run_dir: Path, label: str) -> list[Path]:
+    """run_dir/archive/{label}-{time}[-n]/ folders, oldest first."""
+    found = (Path(run_dir) / "archive").glob(f"{label}-*")
+    return sorted((f for f in found if re.fullmatch(rf"{re.escape(label)}-\d{{8}}-\d{{6}}(-\d+)?",
+                                                     f.name)), key=lambda f: f.name)
+
+
+def clear_empty_archive_folders(run_dir: Path, label: str) -> None:
+    """{label} archive folders left empty: a kill just after `new_archive_folder` made one,
+    before anything moved in (they hold nothing; rmdir removes an empty folder alone)."""
+    for folder in archive_folders(run_dir, label):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def new_archive_folder(run_dir: Path, label: str) -> Path:

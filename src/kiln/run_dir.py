@@ -12,13 +12,14 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from kiln.atomic import write_json_atomic, write_text_atomic
+from kiln.atomic import process_gone, write_json_atomic, write_text_atomic
 from kiln.config import Config, config_to_toml
 from kiln.errors import ConfigError, KilnError
 
@@ -89,6 +90,25 @@ def write_run_metadata(cfg: Config, device: str = "") -> None:
     write_json_atomic(run_dir / "env.json", environment(device))
 
 
+_PROBE = ".kiln-probe-"  # + host-pid-random: `check_run_dir_writable`'s folder
+_PROBE_LIFE_S = 3600  # a probe lives for microseconds: one this old was left by a kill
+
+
+def clear_killed_probes(folder: Path) -> None:
+    """The empty probe folders that commands killed inside `check_run_dir_writable` left in
+    `folder` (the run's parent, not the run: a user's folder): those of this host whose
+    process is gone, and any an hour old (another host's on a shared disk, or an older
+    Kiln's, named without its process). rmdir removes an empty folder alone."""
+    for probe in folder.glob(f"{_PROBE}*"):
+        host, _, pid = probe.name[len(_PROBE):].rpartition("-")[0].rpartition("-")
+        try:
+            if (host == platform.node() and process_gone(pid)) or \
+                    time.time() - probe.lstat().st_mtime > _PROBE_LIFE_S:
+                os.rmdir(probe)
+        except OSError:  # not empty (not a probe's), gone already, or not ours to remove
+            continue
+
+
 def check_run_dir_writable(cfg: Config, may_make: bool) -> None:
     """Before a verb's work: the run directory must be a folder this user can write, or
     (`may_make`: the data verbs and `kiln run` start a run) one this user can make. Met
@@ -100,8 +120,10 @@ def check_run_dir_writable(cfg: Config, may_make: bool) -> None:
         # this process's own where the run's first missing one goes, removed at once, so a
         # command refused later leaves nothing made, and ranks probing together never race
         above = next(p for p in run_dir.absolute().parents if p.exists())
+        clear_killed_probes(above)
         try:
-            os.rmdir(tempfile.mkdtemp(prefix=".kiln-probe-", dir=above))
+            os.rmdir(tempfile.mkdtemp(prefix=f"{_PROBE}{platform.node()}-{os.getpid()}-",
+                                      dir=above))
         except OSError as e:
             raise ConfigError(f"run.dir: cannot make the folder {run_dir} ({e.strerror or e} "
                               f"in {above}): set run.dir to a folder this user can write") from e

@@ -23,9 +23,10 @@ def refuse_remaking_trained_data(cfg: Config, verb: str, fresh: bool = False) ->
     from kiln.data.prepare_signature import rules_made_otherwise
     from kiln.run_dir import run_arg
     from kiln.train.checkpoint_dirs import latest_checkpoint
+    from kiln.train.earlier_outputs import starting_over
 
-    if fresh or latest_checkpoint(cfg.run_dir / "checkpoints") is None:  # fresh: archived first
-        return
+    if starting_over(cfg.run_dir, fresh) or latest_checkpoint(cfg.run_dir / "checkpoints") is None:
+        return  # fresh: archived first
     old = recorded_config(cfg.run_dir)
     if old is None:
         return
@@ -64,11 +65,13 @@ def refuse_new_model_design(cfg: Config, fresh: bool = False) -> None:
 
     from kiln.parallel.distributed import launched_ranks
     from kiln.train.checkpoint_dirs import latest_checkpoint
+    from kiln.train.earlier_outputs import starting_over
     from kiln.train.train_setup import fit_micro_batch
 
     # a batch the ranks cannot share is refused before hours of data stages, not after
     fit_micro_batch(cfg.train.global_batch, cfg.train.micro_batch, launched_ranks())
-    ckpt = None if fresh else latest_checkpoint(cfg.run_dir / "checkpoints")
+    over = starting_over(cfg.run_dir, fresh)
+    ckpt = None if over else latest_checkpoint(cfg.run_dir / "checkpoints")
     if ckpt is not None:  # a trained model goes on as it was: another [model] is refused now
         from kiln.errors import RunDataError
         from kiln.train.resume_settings import refuse_changed_model

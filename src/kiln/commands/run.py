@@ -26,6 +26,7 @@ def cmd_run(cfg: Config, fresh: bool = False) -> None:
     checkpoints would otherwise keep from re-making the data)."""
     from kiln.parallel.distributed import init_distributed, shutdown
     from kiln.parallel.rank_waits import run_on_main
+    from kiln.train.earlier_outputs import starting_over
     from kiln.train.precision import resolve_device
 
     env = init_distributed(resolve_device(cfg.train.device), flat_settings(cfg))
@@ -33,7 +34,7 @@ def cmd_run(cfg: Config, fresh: bool = False) -> None:
               ("tokenize", _tokenize_unless_current)]
 
     def data_stages() -> None:
-        if fresh:
+        if starting_over(cfg.run_dir, fresh):  # a fresh start cut short: finished first
             _archive_for_fresh(cfg)
         _timed(stages, cfg)
         record_config(cfg)

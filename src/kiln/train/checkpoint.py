@@ -43,6 +43,7 @@ from kiln.hashing import HashingWriter, file_sha256
 from kiln.parallel.distributed import DistEnv, lost_a_rank
 from kiln.parallel.rank_waits import run_on_main
 from kiln.tensor_files import save_tensors
+from kiln.train import earlier_outputs
 from kiln.train.checkpoint_dirs import (
     PREFIX,
     checkpoint_step,
@@ -218,14 +219,27 @@ def clear_killed_writes(ckpt_root: Path) -> None:
 _TRASH = "trash-"  # .step_N.trash-PID: a pruned checkpoint, out of the way, being deleted
 
 
+def prune_checkpoints(ckpt_root: Path, keep: int) -> None:
+    """At a run's start (and when it has nothing left to train): keep_checkpoints applied
+    around the checkpoint `latest` names. A run killed between a save's `latest` and its
+    pruning kept one checkpoint too many, which only its next save would prune, and a run
+    killed in its last save has none; a lowered keep_checkpoints applies at once."""
+    kept = latest_checkpoint(ckpt_root)
+    if kept is not None:
+        _prune(ckpt_root, keep, kept)
+
+
 def _prune(ckpt_root: Path, keep: int, just_written: Path) -> None:
-    """Keep the newest `keep` complete checkpoints and the one just written. Folders that
-    are not complete checkpoints (a copy in progress, a user's) neither count nor go. Each
-    goes by one rename to a hidden name first: a run killed while deleting it leaves
-    a hidden folder (cleared at the next save), never a half-deleted `step_N` that still
-    holds the trainer.pt that makes it count as complete."""
+    """Keep the newest `keep` complete checkpoints and the one just written; none newer
+    than it goes (a checkpoint `latest` did not name yet, its pointer write cut short: the
+    resume re-makes it). Folders that are not complete checkpoints (a copy in progress, a
+    user's) neither count nor go. Each goes by one rename to a hidden name first: a run
+    killed while deleting it leaves a hidden folder (cleared at the next save), never a
+    half-deleted `step_N` that still holds the trainer.pt that makes it count as complete."""
     done = [p for p in complete_checkpoints(ckpt_root) if p != just_written]
-    for old in done[: max(0, len(done) - (keep - 1))] if keep > 0 else []:
+    newest = checkpoint_step(just_written)
+    doomed = done[: max(0, len(done) - (keep - 1))] if keep > 0 else []
+    for old in [p for p in doomed if newest is None or checkpoint_step(p) < newest]:
         trash = old.with_name(f".{old.name}.{_TRASH}{os.getpid()}")
         try:
             os.replace(old, trash)
@@ -242,18 +256,31 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     """Move a run's checkpoints, metrics and what was made from them (eval, samples,
     export, report) aside to archive/before-{reason}-{time}/, for `train --fresh` or a
     restart at step 0: nothing is deleted, and the new run's curves and outputs do not mix
-    with the old model's."""
+    with the old model's. One killed partway is finished here, into its folder
+    (`kiln.train.earlier_outputs`)."""
     recover_export(run_dir / "export", run_dir)  # a killed export's previous one goes too
     clear_killed_writes(run_dir / "checkpoints")  # half-written folders are no outputs
     with contextlib.suppress(OSError):  # nothing left in it (a run killed in its first save)
         (run_dir / "checkpoints").rmdir()
+    earlier_outputs.clear_empty(run_dir)
     old = [run_dir / name for name in _MODEL_OUTPUTS if (run_dir / name).exists()]
+    # a start killed between two moves: the rest join the folder it began (never over a
+    # file of the same name there: then it is left as it is, finished, and a new one begun)
+    dest = earlier_outputs.unfinished_archive(run_dir)
+    if dest is not None and (not old or any((dest / p.name).exists() for p in old)):
+        earlier_outputs.mark_finished(dest)
+        if not old:
+            return dest
+        dest = None
     if not old:
         return None
-    dest = new_archive_folder(run_dir, f"before-{reason}")
+    if dest is None:
+        dest = new_archive_folder(run_dir, f"before-{reason}")
+        earlier_outputs.mark_unfinished(dest)
     for p in old:
         os.replace(p, dest / p.name)
     fsync_dir(run_dir)
+    earlier_outputs.mark_finished(dest)
     return dest
 
 

@@ -4,12 +4,20 @@ hold it in memory to move the few past its checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
+import filecmp
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from kiln.atomic import atomic_path, new_archive_folder
+from kiln.atomic import (
+    archive_folders,
+    atomic_path,
+    clear_empty_archive_folders,
+    new_archive_folder,
+    recover_killed_swaps,
+)
 
 _CHUNK = 1 << 16
 
@@ -49,6 +57,15 @@ def _whole_lines(f: BinaryIO) -> Iterator[bytes]:
         yield line if line.endswith(b"\n") else line + b"\n"
 
 
+def _holding_the_same(folders: list[Path], copy: Path) -> Path | None:
+    """The first of `folders` whose metrics.jsonl has the bytes of `copy`."""
+    for folder in folders:
+        with contextlib.suppress(OSError):  # one without a metrics.jsonl
+            if filecmp.cmp(folder / "metrics.jsonl", copy, shallow=False):
+                return folder
+    return None
+
+
 def set_aside_records_after(run_dir: Path, step: int) -> Path | None:
     """A run resumed from its step-`step` checkpoint trains the later steps again: the
     records the abandoned stretch logged after that step (another schedule, another
@@ -62,12 +79,24 @@ def set_aside_records_after(run_dir: Path, step: int) -> Path | None:
         first = _first_after(f, step)
     if first is None:
         return None
-    dest = new_archive_folder(run_dir, f"after-step-{step}")
+    label = f"after-step-{step}"
+    for folder in archive_folders(run_dir, label):  # a kill while its copy was written
+        recover_killed_swaps(folder / "metrics.jsonl")
+    clear_empty_archive_folders(run_dir, label)  # that, or a kill just after one was made
+    earlier = archive_folders(run_dir, label)
+    dest = new_archive_folder(run_dir, label)
     # the archive's copy is in place before metrics.jsonl loses its lines: a kill loses none
-    with atomic_path(metrics) as kept_tmp, atomic_path(dest / "metrics.jsonl") as later_tmp, \
-            open(metrics, "rb") as src, open(kept_tmp, "wb") as kept, \
-            open(later_tmp, "wb") as later:
-        _copy_bytes(src, kept, first)  # every line before the first later one stays
-        for line in _whole_lines(src):
-            (later if _is_after(line, step) else kept).write(line)
+    with atomic_path(metrics) as kept_tmp:
+        with atomic_path(dest / "metrics.jsonl") as later_tmp, open(metrics, "rb") as src, \
+                open(kept_tmp, "wb") as kept, open(later_tmp, "wb") as later:
+            _copy_bytes(src, kept, first)  # every line before the first later one stays
+            for line in _whole_lines(src):
+                (later if _is_after(line, step) else kept).write(line)
+        # a set-aside killed here, before metrics.jsonl lost the lines, archived them already
+        # (the same bytes): one copy is kept
+        placed = _holding_the_same(earlier, dest / "metrics.jsonl")
+        if placed is not None:
+            (dest / "metrics.jsonl").unlink()
+            dest.rmdir()
+            dest = placed
     return dest

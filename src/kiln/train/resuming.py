@@ -30,6 +30,7 @@ from kiln.train.checkpoint import (
     unreadable,
 )
 from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint, pointed_name
+from kiln.train.earlier_outputs import unfinished_archive, unfinished_reason
 from kiln.train.resume_settings import changed_since_recorded, refuse_changed_model
 
 
@@ -60,6 +61,8 @@ class Resuming:
                 "callbacks": {name: state for name, state in callbacks.items() if state}}
 
     def _maybe_resume(self) -> None:
+        if self._go_on_with_a_start_cut_short():
+            return
         ckpt = latest_checkpoint(self.run_dir / "checkpoints")
         self._check_ranks_agree(ckpt)
         if ckpt is None:
@@ -93,6 +96,22 @@ class Resuming:
             if self.step >= self.cfg.train.steps:
                 print(f"step {self.step} >= train.steps = {self.cfg.train.steps}: nothing to "
                       "train; raise train.steps to go on", file=sys.stderr)
+
+    def _go_on_with_a_start_cut_short(self) -> bool:
+        """A `--fresh` start (or a restart) killed while it moved the earlier model's outputs
+        to archive/ is gone on with, not resumed from what it had not moved yet: that model
+        was set aside when asked, and its outputs join the folder begun for them."""
+        begun = unfinished_archive(self.run_dir)
+        if begun is None:
+            return False
+        self._check_ranks_agree(None)  # as where there is no checkpoint: a rank that
+        # found none of this meets the others in the same collective, and says so
+        self._archive_earlier = unfinished_reason(begun)
+        if self.env.is_main:
+            print(f"note: an earlier start of this run from step 0 was cut short while it moved "
+                  f"the earlier model's outputs to {begun}: the rest move there now, and "
+                  "training starts at step 0", file=sys.stderr)
+        return True
 
     def _read_resume_state(self, ckpt: Path) -> tuple[dict[str, Any], str | None]:
         """Checkpoint `ckpt`'s files checked and its trainer state read, the loader set to

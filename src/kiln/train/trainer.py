@@ -39,7 +39,12 @@ from kiln.parallel.meta_init import build_on_meta
 from kiln.parallel.model_wrapping import grad_sync, parallelize
 from kiln.parallel.rank_waits import run_on_main
 from kiln.train.callbacks import Callback, default_callbacks
-from kiln.train.checkpoint import check_writable, clear_killed_writes, unreadable
+from kiln.train.checkpoint import (
+    check_writable,
+    clear_killed_writes,
+    prune_checkpoints,
+    unreadable,
+)
 from kiln.train.checkpoint_dirs import complete_checkpoints
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.memory_fit import check_training_fits
@@ -215,19 +220,24 @@ class Trainer(Resuming, RunRecords):
 
     def _leave_as_is(self) -> None:
         """Nothing to train: but for the records past its checkpoint, and what a kill in its
-        last save left (no later save clears it)."""
+        last save left (no later save clears or prunes it)."""
         self._set_aside_later_records()
         clear_killed_writes(self.run_dir / "checkpoints")
+        prune_checkpoints(self.run_dir / "checkpoints", self.cfg.train.keep_checkpoints)
 
     def _make_way(self) -> None:
         """Before anything is written or trained: the earlier model's outputs moved aside
-        (kept, but out of the new run's way), the checkpoints folder found writable."""
+        (kept, but out of the new run's way), the checkpoints folder found writable, and
+        pruned to keep_checkpoints (a kill before a save's pruning left one more)."""
         if self._archive_earlier:
             moved = self._archive_earlier_outputs()
             if moved:
                 print(f"the earlier model's checkpoints, metrics and outputs moved to {moved}",
                       file=sys.stderr)
         check_writable(self.run_dir / "checkpoints")
+        # the resumed checkpoint is loaded: the kept set made what the settings say
+        clear_killed_writes(self.run_dir / "checkpoints")
+        prune_checkpoints(self.run_dir / "checkpoints", self.cfg.train.keep_checkpoints)
 
     def _record_the_start(self) -> None:
         self._set_aside_later_records()

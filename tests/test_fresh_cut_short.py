@@ -1,0 +1,82 @@
+"""`kiln train --fresh` killed while it moved the earlier model's outputs to archive/: the
+next command, `--fresh` again or a plain `kiln train`, finishes that archive folder (one
+folder for one fresh start) and trains from step 0, with no hand needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import tiny_config
+from kill_points import kiln_killed_at
+from test_train import train_losses
+
+from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint
+from kiln.train.trainer import Trainer
+
+STEPS = ("train.steps=3", "train.checkpoint_every=3")
+
+
+def _trained_then_fresh_killed(run: Path) -> None:
+    """A run trained to step 3, then `kiln train --fresh` killed after it moved the
+    checkpoints to archive/ and before it moved metrics.jsonl."""
+    train_losses(run, *STEPS)
+    kiln_killed_at("os:replace", "train", str(run), "--fresh", matching="metrics.jsonl")
+    assert not (run / "checkpoints").exists() and (run / "metrics.jsonl").is_file()
+
+
+def _one_archive(run: Path) -> list[str]:
+    (folder,) = (run / "archive").iterdir()
+    assert folder.name.startswith("before-fresh-")
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("again", ["--fresh", "plain"])
+def test_a_fresh_start_killed_between_two_moves_is_finished_by_the_next_command(
+        tiny_run, again, capsys):
+    _trained_then_fresh_killed(tiny_run)
+    trainer = Trainer(tiny_config(tiny_run, *STEPS),
+                      resume=again == "plain")
+    assert len(trainer.fit()) == 3  # from step 0
+    assert _one_archive(tiny_run) == ["checkpoints", "metrics.jsonl"]
+    assert checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 3
+    if again == "plain":
+        assert "cut short" in capsys.readouterr().err
+
+
+def test_a_fresh_start_killed_before_its_first_move_leaves_no_empty_folder(tiny_run):
+    """Killed as it moved its first output (the archive folder made, nothing in it yet),
+    a fresh start left an empty archive folder beside the one the next start made."""
+    train_losses(tiny_run, *STEPS)
+    kiln_killed_at("os:replace", "train", str(tiny_run), "--fresh", matching="checkpoints")
+    assert (tiny_run / "checkpoints").is_dir()
+
+    trainer = Trainer(tiny_config(tiny_run, *STEPS), resume=False)
+    assert len(trainer.fit()) == 3
+    assert _one_archive(tiny_run) == ["checkpoints", "metrics.jsonl"]
+
+
+def test_an_empty_archive_folder_a_kill_left_goes_at_the_next_fresh_start(tiny_run):
+    """A kill just after the archive folder was made, before its in-progress mark: an empty
+    folder, which holds nothing, goes; the outputs move to one folder."""
+    train_losses(tiny_run, *STEPS)
+    (tiny_run / "archive" / "before-fresh-20200101-000000").mkdir(parents=True)
+    Trainer(tiny_config(tiny_run, *STEPS), resume=False).fit()
+    assert _one_archive(tiny_run) == ["checkpoints", "metrics.jsonl"]
+
+
+def test_kiln_run_after_a_fresh_start_cut_short_takes_the_new_design(tiny_run):
+    """A fresh start (for another model design) killed before it moved the checkpoints:
+    the plain `kiln run` that goes on with it must not refuse that design as a change to
+    the trained model the start had set aside."""
+    from kiln.commands.early_refusals import refuse_new_model_design
+    from kiln.errors import KilnError
+
+    train_losses(tiny_run, *STEPS)
+    cfg = tiny_config(tiny_run, *STEPS, "model.dim=96")
+    with pytest.raises(KilnError, match="model.dim"):  # a plain resume: refused
+        refuse_new_model_design(cfg)
+    begun = tiny_run / "archive" / "before-fresh-20200101-000000"
+    begun.mkdir(parents=True)
+    (begun / ".unfinished").touch()  # as `--fresh` leaves it, killed before its first move
+    refuse_new_model_design(cfg)
