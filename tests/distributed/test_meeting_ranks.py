@@ -119,3 +119,49 @@ def test_a_wait_for_rank_zero_past_its_timeout_names_the_likely_causes():
     assert f"rank 1 waited 0 s for rank 0 at 127.0.0.1:{port} (MASTER_ADDR:MASTER_PORT) and " \
            "gave up: rank 0 has not started, or stopped before it joined" in str(e.value)
 
+
+
+def _hand_launch(tmp_path: Path, run_dir: Path, ranks: list[tuple[int, int]]):
+    """A hand launch of `ranks` as (RANK, WORLD_SIZE) pairs, each its own, on one port."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from launch import free_port
+
+    args, port = _script(tmp_path, run_dir), free_port()
+    procs, logs = [], []
+    for rank, world in ranks:
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+               "OMP_NUM_THREADS": "1"}
+        logs.append(tempfile.TemporaryFile())
+        procs.append(subprocess.Popen([sys.executable, *args], env=env, stdout=logs[-1],
+                                      stderr=subprocess.STDOUT))
+        time.sleep(1)  # in this order (rank 0, the host, reaches the meeting first)
+    return procs, logs
+
+
+@pytest.mark.parametrize("ranks, why", [
+    ([(0, 2), (1, 3)], "rank 1 was started with WORLD_SIZE=3, another rank of this launch "
+                       "with 2"),
+    ([(1, 2), (0, 3)], "rank 1 was started with WORLD_SIZE=2, another rank of this launch "
+                       "with 3"),
+    ([(0, 2), (2, 2)], "rank 2 is out of range: RANK must be 0 to 1 (WORLD_SIZE=2)"),
+    ([(0, 3), (1, 3), (1, 3)], "rank 1 was started twice"),
+], ids=["larger", "smaller", "out of range", "twice"])
+def test_a_rank_that_does_not_fit_the_launch_stops_every_rank(tiny_run, tmp_path, ranks, why):
+    """A hand launch whose ranks disagree on WORLD_SIZE, or a RANK out of range or given
+    twice: the meeting's count was reached all the same, and the ranks went on into the
+    group's C++ connect, deaf to SIGTERM, each waiting there for a rank that never came, for
+    the group's half hour. Every rank stops, the one that does not fit saying why, the
+    others naming it."""
+    procs, logs = _hand_launch(tmp_path, tiny_run, ranks)
+    ended = _ended(procs, logs)
+    assert all(code not in (None, 0) for code, _ in ended), ended
+    said = "\n".join(out for _, out in ended)
+    assert "Traceback" not in said and "frame #" not in said, said[-3000:]
+    assert f"kiln: config error: {why}" in said, said[-3000:]
+    head = why.split(":")[0]  # every rank names the one that does not fit
+    assert all(head in out for _, out in ended), said[-3000:]

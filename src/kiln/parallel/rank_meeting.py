@@ -19,12 +19,14 @@ import os
 import socket
 import sys
 import time
+from contextlib import nullcontext
 from datetime import timedelta
 
 import torch.distributed as dist
 
 from kiln.config import ConfigError
 from kiln.errors import KilnError, MainRankInterrupted, Terminated
+from kiln.parallel.connect_log import native_log_held
 
 _SAY_AFTER_S = 30.0  # longer than ranks started together take to meet (importing torch)
 _POLL_MAX_S = 0.5
@@ -46,7 +48,8 @@ def meet(timeout: timedelta) -> dist.Store:
                           wait_for_workers=False, multi_tenant=not agent,
                           use_libuv=os.environ.get("USE_LIBUV", "1") == "1")
     _met = True
-    _all_here(dist.PrefixStore(_meeting(), store), rank, world, deadline, f"{addr}:{port}")
+    _all_here(dist.PrefixStore(_meeting(), store), rank, world, deadline, f"{addr}:{port}",
+              hosts)
     return store
 
 
@@ -98,19 +101,37 @@ _LIKELY = ("rank 0 has not started, or stopped before it joined (its output says
            "the ranks were given different MASTER_ADDR / MASTER_PORT")
 
 
-def _all_here(store: dist.Store, rank: int, world: int, deadline: float, where: str) -> None:
+def _all_here(store: dist.Store, rank: int, world: int, deadline: float, where: str,
+              hosts: bool) -> None:
     """Say this rank is here, then wait in short polls until every rank is; stopped (Ctrl-C,
-    SIGTERM), leave word, which stops the others; a rank's word stops this one."""
-    started, said, pause = time.monotonic(), False, 0.01
+    SIGTERM), leave word, which stops the others; a rank's word stops this one. The host
+    (rank 0 of a hand launch) stays until the ranks waiting with it have read the word; on
+    the others a store gone with its host fails the poll without its C++ log."""
     try:
-        store.set(f"here/{rank}", "1")
-        here = store.add("here", 1)
+        _wait_for_all(store, rank, world, deadline, where, hosts)
+    except (KeyboardInterrupt, KilnError):
+        if hosts and store.check(["left"]):
+            _linger(store)
+        raise
+
+
+def _wait_for_all(store: dist.Store, rank: int, world: int, deadline: float, where: str,
+                  hosts: bool) -> None:
+    started, said, pause, counted = time.monotonic(), False, 0.01, False
+    held = nullcontext if hosts else _store_may_be_gone
+    try:
+        with held():
+            _refuse_another_launch(store, rank, world)
+            store.set(f"here/{rank}", "1")
+            here, counted = store.add("here", 1), True
         while here < world:
-            if store.check(["left"]):
-                _stop_as_told(store)
+            with held():
+                if store.check(["left"]):
+                    _stop_as_told(store)
             now = time.monotonic()
             if now > deadline:
-                missing = [r for r in range(world) if not store.check([f"here/{r}"])]
+                with held():
+                    missing = [r for r in range(world) if not store.check([f"here/{r}"])]
                 raise KilnError(f"rank {rank} waited {now - started:.0f} s at {where} for "
                                 f"{_ranks(missing)} of {world}, which never came: they did not "
                                 "start, or stopped before they joined (their output says why)")
@@ -121,11 +142,36 @@ def _all_here(store: dist.Store, rank: int, world: int, deadline: float, where: 
                       file=sys.stderr, flush=True)
             time.sleep(pause)
             pause = min(2 * pause, _POLL_MAX_S)
-            here = store.add("here", 0)
+            with held():
+                here = store.add("here", 0)
     except KeyboardInterrupt as e:
         if not isinstance(e, MainRankInterrupted):  # its own stop: the others stop with it
-            _leave_word(store, rank, e)
+            _leave_word(store, rank, e, counted)
         raise
+
+
+def _refuse_another_launch(store: dist.Store, rank: int, world: int) -> None:
+    """A rank whose WORLD_SIZE or RANK does not fit the others' (a hand launch's typo) was
+    counted as here: the count reached, the ranks went on into the group's C++ connect, each
+    waiting there for a rank that never came, deaf to SIGTERM, for the group's half hour.
+    The first rank's WORLD_SIZE is the meeting's; a rank that does not fit leaves word
+    (which stops the ranks waiting) and fails with the reason."""
+    first = store.compare_set("world", "", str(world)).decode()
+    why = None
+    if first != str(world):
+        why = f"was started with WORLD_SIZE={world}, another rank of this launch with {first}"
+    elif not 0 <= rank < world:
+        why = f"is out of range: RANK must be 0 to {world - 1} (WORLD_SIZE={world})"
+    elif store.add(f"rank/{rank}", 1) > 1:
+        why = "was started twice: each rank of a launch needs a RANK of its own"
+    if why is None:
+        return
+    try:
+        store.set("left", json.dumps([rank, False, 1, why]))
+    except RuntimeError:  # the store went with its host: nobody waits on it
+        pass
+    raise ConfigError(f"rank {rank} {why}: start every rank with the same WORLD_SIZE and "
+                      "MASTER_ADDR / MASTER_PORT, or start the ranks with torchrun")
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -133,13 +179,30 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {shown}{', ...' if len(ranks) > 8 else ''}"
 
 
-def _leave_word(store: dist.Store, rank: int, e: KeyboardInterrupt) -> None:
+def _leave_word(store: dist.Store, rank: int, e: KeyboardInterrupt, counted: bool) -> None:
     how = f"stopped on {e.signal_name}" if isinstance(e, Terminated) else \
         "was interrupted (Ctrl-C or SIGINT)"
     try:
+        if counted:  # no longer one of the ranks that read the word (`_linger`)
+            store.add("here", -1)
         store.set("left", json.dumps([rank, True, getattr(e, "exit_code", 130), how]))
     except RuntimeError:  # the store went with its host: nobody waits on it
         pass
+
+
+def _store_may_be_gone():
+    """Around a waiting rank's call on the store, whose host may have stopped meanwhile:
+    the call's failure (said as a lost rank) without its C++ log (~25 lines of frames)."""
+    return native_log_held(lambda e: True)
+
+
+def _linger(store: dist.Store) -> None:
+    """The host, stopping on a rank's word (or its own): its store goes with it, so it waits
+    (a few seconds at most) for the ranks that wait with it to read the word, as
+    `tell_the_waiting` does; they failed on the store's loss, in other words."""
+    until = time.monotonic() + _TELL_S  # the rank that left word is counted in neither
+    while time.monotonic() < until and store.add("told", 0) < store.add("here", 0):
+        time.sleep(0.05)
 
 
 def _stop_as_told(store: dist.Store) -> None:
