@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import tiny_config
 from test_decontam import bench  # noqa: F401 (a fixture)
 from test_prepare_recipes import fake_scorer, text_corpus  # noqa: F401 (a fixture)
-from test_prepare_rule_markers import STAGES, _as_recorded_by_an_earlier_kiln
+from test_prepare_rule_markers import STAGES, _as_recorded_by_an_earlier_kiln, _prepared
 
-from kiln.cli import cmd_prepare, cmd_tokenize, cmd_tokenizer, main
+from kiln.cli import cmd_tokenize, cmd_tokenizer, main
 from kiln.data import provenance
 from kiln.data.provenance import (
     TOKENIZER_RECORD,
@@ -27,23 +26,12 @@ from kiln.data.provenance import (
 )
 from kiln.data.yield_report import LAYOUT_FILE
 from kiln.errors import RunDataError
-from kiln.run_dir import write_run_metadata
 
 
 def _tokenized(tmp_path, request, key: str, earlier: str | None = None):
     """A run prepared with the stage whose rule `key` records (its layout rewritten as an
     earlier Kiln's, where `earlier`: "none" or "another"), then tokenized; its config."""
-    stages = STAGES[key]
-    extra = [f"prepare.stages={json.dumps(stages)}",
-             f'data.sources=["{text_corpus(tmp_path)}"]']
-    if "decontaminate" in stages:
-        extra.append(f'prepare.decontaminate.benchmarks=["{request.getfixturevalue("bench")[0]}"]')
-    if "perplexity" in stages:
-        request.getfixturevalue("fake_scorer")  # the real scorer needs a trained run
-        extra.append('prepare.perplexity.run_dir="unused"')
-    cfg = tiny_config(tmp_path / "run", *extra)
-    cmd_prepare(cfg)
-    write_run_metadata(cfg)
+    cfg = _prepared(tmp_path, request, key)
     if earlier is not None:
         _as_recorded_by_an_earlier_kiln(cfg.run_dir, key, earlier)
     cmd_tokenizer(cfg)

@@ -29,7 +29,8 @@ NAMED = {"decontaminate_normalisation": "matched under an earlier text normalisa
 
 
 def _prepared(tmp_path, request, key: str):
-    """A run prepared with the stage whose rule `key` records, its config recorded."""
+    """A run prepared with the stage whose rule `key` records, its config recorded; the
+    config."""
     stages = STAGES[key]
     extra = [f"prepare.stages={json.dumps(stages)}",
              f'data.sources=["{text_corpus(tmp_path)}"]']
@@ -38,11 +39,10 @@ def _prepared(tmp_path, request, key: str):
     if "perplexity" in stages:
         request.getfixturevalue("fake_scorer")  # the real scorer needs a trained run
         extra.append('prepare.perplexity.run_dir="unused"')
-    run = tmp_path / "run"
-    cfg = tiny_config(run, *extra)
+    cfg = tiny_config(tmp_path / "run", *extra)
     cmd_prepare(cfg)
     write_run_metadata(cfg)
-    return run
+    return cfg
 
 
 def _as_recorded_by_an_earlier_kiln(run, key: str, recorded: str) -> None:
@@ -69,7 +69,7 @@ def test_a_trained_run_made_under_an_earlier_rule_keeps_its_data(tmp_path, capsy
     (or another one) archived the documents trained on and made them again, so the tokens were
     re-made under the checkpoints and the resume refused. It is refused before any work, naming
     the rule, with the way on."""
-    run = _prepared(tmp_path, request, key)
+    run = _prepared(tmp_path, request, key).run_dir
     _as_recorded_by_an_earlier_kiln(run, key, recorded)
     ckpt = run / "checkpoints" / "step_00000002"  # trained: a complete checkpoint
     ckpt.mkdir(parents=True)
@@ -92,7 +92,7 @@ def test_an_untrained_run_made_under_an_earlier_rule_is_made_again(tmp_path, cap
                                                                    key):
     """Without checkpoints nothing was trained on the documents: they are made again under
     this Kiln's rule, as before, not refused."""
-    run = _prepared(tmp_path, request, key)
+    run = _prepared(tmp_path, request, key).run_dir
     _as_recorded_by_an_earlier_kiln(run, key, "none")
     capsys.readouterr()
     assert main(["prepare", str(run)]) == 0

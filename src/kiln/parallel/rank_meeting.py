@@ -77,24 +77,47 @@ def _meeting() -> str:
 def _wait_for_the_host(addr: str, port: int, rank: int, deadline: float) -> None:
     """Until rank 0's store takes a connection: a plain socket's try, refused in silence,
     where the store's own connect retries in C++ (deaf to signals, each refusal logged)."""
-    started, said, pause = time.monotonic(), False, 0.01
+    wait = _Wait(deadline)
     while True:
         try:
             with socket.create_connection((addr, port), timeout=1.0):
                 return
         except OSError:
             pass
-        now = time.monotonic()
-        if now > deadline:
-            raise KilnError(f"rank {rank} waited {now - started:.0f} s for rank 0 at {addr}:"
+        if wait.over():
+            raise KilnError(f"rank {rank} waited {wait.seconds():.0f} s for rank 0 at {addr}:"
                             f"{port} (MASTER_ADDR:MASTER_PORT) and gave up: {_LIKELY}")
-        if not said and now - started > _SAY_AFTER_S:
-            said = True
+        if wait.time_to_say():
             print(f"kiln: rank {rank} waits for rank 0 at {addr}:{port} (MASTER_ADDR:"
-                  f"MASTER_PORT) for {now - started:.0f} s: {_LIKELY}; Ctrl-C stops it",
+                  f"MASTER_PORT) for {wait.seconds():.0f} s: {_LIKELY}; Ctrl-C stops it",
                   file=sys.stderr, flush=True)
-        time.sleep(pause)
-        pause = min(2 * pause, _POLL_MAX_S)
+        wait.pause()
+
+
+class _Wait:
+    """One wait of the meeting: polls that back off from 10 ms to _POLL_MAX_S, a line said
+    once past _SAY_AFTER_S (a late rank is named, not waited on in silence), the deadline.
+    (rank_waits polls a collective under way, another kind of wait.)"""
+
+    def __init__(self, deadline: float):
+        self.started, self.deadline, self.said, self.next = time.monotonic(), deadline, False, 0.01
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def over(self) -> bool:
+        return time.monotonic() > self.deadline
+
+    def time_to_say(self) -> bool:
+        """True once: the first time the wait has run past _SAY_AFTER_S."""
+        if self.said or self.seconds() <= _SAY_AFTER_S:
+            return False
+        self.said = True
+        return True
+
+    def pause(self) -> None:
+        time.sleep(self.next)
+        self.next = min(2 * self.next, _POLL_MAX_S)
 
 
 _LIKELY = ("rank 0 has not started, or stopped before it joined (its output says why), or "
@@ -117,7 +140,7 @@ def _all_here(store: dist.Store, rank: int, world: int, deadline: float, where: 
 
 def _wait_for_all(store: dist.Store, rank: int, world: int, deadline: float, where: str,
                   hosts: bool) -> None:
-    started, said, pause, counted = time.monotonic(), False, 0.01, False
+    wait, counted = _Wait(deadline), False
     held = nullcontext if hosts else _store_may_be_gone
     try:
         with held():
@@ -128,20 +151,17 @@ def _wait_for_all(store: dist.Store, rank: int, world: int, deadline: float, whe
             with held():
                 if store.check(["left"]):
                     _stop_as_told(store)
-            now = time.monotonic()
-            if now > deadline:
+            if wait.over():
                 with held():
                     missing = [r for r in range(world) if not store.check([f"here/{r}"])]
-                raise KilnError(f"rank {rank} waited {now - started:.0f} s at {where} for "
+                raise KilnError(f"rank {rank} waited {wait.seconds():.0f} s at {where} for "
                                 f"{_ranks(missing)} of {world}, which never came: they did not "
                                 "start, or stopped before they joined (their output says why)")
-            if not said and now - started > _SAY_AFTER_S:
-                said = True
+            if wait.time_to_say():
                 print(f"kiln: rank {rank} waits at {where} for {world - here} of the {world} "
-                      f"ranks to join, for {now - started:.0f} s; Ctrl-C stops it",
+                      f"ranks to join, for {wait.seconds():.0f} s; Ctrl-C stops it",
                       file=sys.stderr, flush=True)
-            time.sleep(pause)
-            pause = min(2 * pause, _POLL_MAX_S)
+            wait.pause()
             with held():
                 here = store.add("here", 0)
     except KeyboardInterrupt as e:
