@@ -89,7 +89,8 @@ def inject_replicas(
     texts = [format_item(it) for it in benchmark_items]
     wanted = range(k * len(texts)) if replica_ids is None else replica_ids
     replicas = [(j // k, j % k) for j in wanted] if k else []
-    replica_tokens = sum(count_tokens(texts[i]) for i, _ in replicas)
+    item_tokens = {i: count_tokens(texts[i]) for i in {i for i, _ in replicas}}  # once each
+    replica_tokens = sum(item_tokens[i] for i, _ in replicas)
     web, web_tokens, dropped = [], 0, 0
     remaining = None if token_budget is None else token_budget - replica_tokens
     if remaining is not None and remaining < 0:
@@ -97,11 +98,15 @@ def inject_replicas(
             f"{len(replicas)} replicas take {replica_tokens} tokens > budget {token_budget}"
         )
     for doc in corpus_docs:
-        if remaining is not None and (dropped or web_tokens + count_tokens(doc.text) > remaining):
+        if dropped:  # past the budget: the rest of the shard goes
+            dropped += 1
+            continue
+        size = count_tokens(doc.text)  # once: a tokenizer's count is not free
+        if remaining is not None and web_tokens + size > remaining:
             dropped += 1
             continue
         web.append(doc)
-        web_tokens += count_tokens(doc.text)
+        web_tokens += size
     total = len(web) + len(replicas)
     rng = random.Random(seed)
     positions = sorted(rng.sample(range(total), len(replicas)))
