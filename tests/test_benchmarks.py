@@ -137,14 +137,16 @@ def test_checkpoint_save_measures_the_save_not_the_imports(tmp_path):
 
 def test_a_childs_peak_memory_is_its_own():
     """A child of this (pytest) process reads its own peak, not this one's: ru_maxrss
-    carries a parent's peak through fork and exec, VmHWM starts afresh."""
-    big = torch.ones(200 * 2**20)  # 800 MB touched here, in the parent
+    carries a parent's peak through fork and exec, VmHWM starts afresh. The child's own
+    peak is torch's import: ~220 MB for the CPU build, ~510 MB for PyPI's CUDA build."""
+    big = torch.ones(400 * 2**20)  # 1.6 GB touched here, in the parent
     code = (f"import resource, sys; sys.path.insert(0, {str(BENCH)!r}); import common; "
             "print(common.peak_rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True).stdout
     own, inherited = map(float, out.split())
-    assert 0 < own < 500 < big.numel() * 4 / 2**20 <= inherited
+    big_mb = big.numel() * 4 / 2**20
+    assert 0 < own < big_mb / 2 < big_mb <= inherited
 
 
 def test_text_files_end_on_a_character(tmp_path):

@@ -3,7 +3,7 @@ on PATH, and under `torchrun -m kiln`)."""
 
 import sys
 
-from kiln.cli import main
+from kiln.entry import main
 
 if __name__ == "__main__":
     sys.exit(main())

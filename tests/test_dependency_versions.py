@@ -1,0 +1,93 @@
+"""Libraries outside Kiln's declared ranges are refused before a verb runs, in one message."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kiln.dependency_versions import Unmet, refusal, unmet_requirements
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _dist(site: Path, name: str, version: str, requires: list[str] = ()) -> None:
+    """A minimal installed distribution: what importlib.metadata reads."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+             *(f"Requires-Dist: {r}" for r in requires)]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+
+
+def test_each_library_outside_its_range_is_named(tmp_path: Path, monkeypatch) -> None:
+    site = tmp_path / "site"
+    _dist(site, "fakekiln", "0.1.0", [
+        "fakeold>=2.6,<3", "fakenew>=1,<2", "fakelocal>=2.6,<3", "fakepre>=2.6",
+        "fakegone>=0.9", "fakefine>=1.0", 'faketest>=9; extra == "test"',
+        'fakeplatform>=9; sys_platform == "nonexistent"'])
+    _dist(site, "fakeold", "2.5.1")
+    _dist(site, "fakenew", "2.0.0")
+    _dist(site, "fakelocal", "2.13.0+cpu")  # a local build label is no reason to refuse
+    _dist(site, "fakepre", "2.15.0.dev20261201")  # a nightly past the bound holds it
+    _dist(site, "fakefine", "1.0")
+    _dist(site, "faketest", "1.0")  # below, but only an extra asks for it
+    monkeypatch.syspath_prepend(str(site))
+
+    assert unmet_requirements("fakekiln") == [
+        Unmet("fakeold", "2.5.1", "fakeold<3,>=2.6"),
+        Unmet("fakenew", "2.0.0", "fakenew<2,>=1"),
+        Unmet("fakegone", None, "fakegone>=0.9"),
+    ]
+
+
+def test_a_source_tree_that_is_not_installed_checks_nothing() -> None:
+    assert unmet_requirements("no-such-distribution-kiln-test") == []
+
+
+def test_the_refusal_names_versions_and_the_mending_command() -> None:
+    text = refusal([Unmet("torch", "2.5.1", "torch<3,>=2.6"),
+                    Unmet("datatrove", None, "datatrove>=0.9")])
+    assert "2 libraries do not match the versions Kiln declares" in text
+    assert "torch 2.5.1 is installed; Kiln needs torch<3,>=2.6" in text
+    assert "datatrove is not installed (Kiln needs datatrove>=0.9)" in text
+    assert "pip install 'torch<3,>=2.6' 'datatrove>=0.9'" in text
+    assert "CPU or CUDA" in text  # torch's build is the user's choice
+    one = refusal([Unmet("datatrove", "0.8.0", "datatrove>=0.9")])
+    assert one.startswith("a library does not match") and "CPU or CUDA" not in one
+
+
+def _commands() -> list:
+    commands = [pytest.param([sys.executable, "-m", "kiln"], id="python -m kiln")]
+    script = shutil.which("kiln", path=str(Path(sys.executable).parent))
+    if script:  # the console script pip wrote for the installed package
+        commands.append(pytest.param([script], id="console script"))
+    return commands
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_an_older_torch_is_refused_before_kiln_imports_it(tmp_path: Path, command) -> None:
+    """A torch below the declared range (here its metadata, found first on the path) stops
+    the command with exit 2 and one message, before any verb's module is imported."""
+    from importlib import metadata
+
+    try:
+        metadata.requires("kiln")
+    except metadata.PackageNotFoundError:
+        pytest.skip("Kiln is not installed here (run from a source tree): no declared ranges")
+    site = tmp_path / "site"
+    _dist(site, "torch", "2.0.0")
+    (site / "torch").mkdir()  # and a torch that cannot be imported: the check comes first
+    (site / "torch" / "__init__.py").write_text("raise ImportError('imported too soon')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(site), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([*command, "--version"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.startswith("kiln: a library does not match the versions Kiln declares")
+    assert "torch 2.0.0 is installed; Kiln needs torch" in out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
