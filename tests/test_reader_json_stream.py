@@ -381,3 +381,24 @@ def test_a_jsonc_file_nests_to_the_same_depth_as_json(tmp_path, monkeypatch, sha
         else:
             assert counts == {"skipped/bad_json": 1} and not docs, (depth, counts)
             assert examples["bad_json"]["examples"][0]["nested_deeper_than"] == MAX_JSON_DEPTH
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_json_lines_nest_to_the_same_depth_as_a_json_file(tmp_path, suffix):
+    """A JSON line was read up to Python's recursion limit (~990 levels, less under a deeper
+    stack) where a `.json` of records stops at MAX_JSON_DEPTH: a line past the limit is a
+    bad line now, at its line, and the lines around it are read."""
+    from kiln.data.json_depth import MAX_JSON_DEPTH
+
+    def line(depth):  # {"text": ..., "m": <depth - 1 levels>}
+        return '{"text": "d%d", "m": %s"[[{ \\" \\\\"%s}' % (depth, "[" * (depth - 1),
+                                                         "]" * (depth - 1))
+
+    depths = (MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 700, 986, 3000)
+    path = tmp_path / f"lines{suffix}"
+    path.write_text('{"text": "first"}\n' + "\n".join(line(d) for d in depths) + "\n")
+    docs, counts, examples = _read(path)
+    assert [text for _, text, _ in docs] == ["first", f"d{MAX_JSON_DEPTH - 1}",
+                                             f"d{MAX_JSON_DEPTH}"]
+    assert counts["skipped/bad_json"] == 4 and counts["documents"] == 3
+    assert examples["bad_json"]["examples"][0]["line"] == 4  # the first line past the limit

@@ -37,11 +37,12 @@ def deeper_than(text: str | bytes, limit: int, start: int = 0, end: int | None =
     """Whether the JSON `text[start:end]` (valid JSON: its strings closed) nests lists and
     objects more than `limit` deep, brackets in strings not counted: by its brackets and
     quotes alone, escaped backslashes and then escaped quotes dropped first (a few ms a MB; a
-    str holding no more opening brackets than `limit`, a record, at once)."""
+    text holding no more opening brackets than `limit`, a record, at once)."""
+    end = len(text) if end is None else end
+    opens = ("[", "{") if isinstance(text, str) else (b"[", b"{")
+    if text.count(opens[0], start, end) + text.count(opens[1], start, end) <= limit:
+        return False
     if isinstance(text, str):
-        end = len(text) if end is None else end
-        if text.count("[", start, end) + text.count("{", start, end) <= limit:
-            return False
         raw = text[start:end].encode("utf-8", "surrogatepass")
     else:
         raw = text[start:end]
