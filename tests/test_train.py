@@ -58,17 +58,42 @@ def test_loss_decreases_and_run_dir_is_complete(tiny_run):
     assert [v["step"] for v in vals] == [6, 12, 18, 24, 30] and vals[-1]["val_bpb"] > 0
 
 
+def _first_step_gradients(trainer: Trainer) -> list[torch.Tensor]:
+    """Filled with the gradients the optimizer's first step meets (summed over micro-batches,
+    clipped)."""
+    grads: list[torch.Tensor] = []
+    step = trainer.optimizer.step
+
+    def recording_step(*args, **kwargs):
+        if not grads:
+            grads.extend(p.grad.detach().clone() for p in trainer.model.parameters())
+        return step(*args, **kwargs)
+
+    trainer.optimizer.step = recording_step
+    return grads
+
+
 def test_micro_batch_times_accumulation_invariance(tiny_run, tmp_path):
+    """One micro-batch of 8 and four of 2 give the same gradient (to fp32 rounding: ~7e-7 of
+    each tensor's largest element measured), so the same losses and weights. The weights are
+    compared in units of the peak learning rate: AdamW divides by sqrt(v), so an element
+    whose gradient is near zero turns its rounding into a visible part of a step (up to 0.4%
+    of one measured, on the stdlib corpus of Python 3.13; elementwise 1e-4 failed there)."""
     import shutil
 
     other = tmp_path / "other"
     shutil.copytree(tiny_run, other)
-    a, la = train_losses(tiny_run, "train.micro_batch=8", "train.steps=6")
-    b, lb = train_losses(other, "train.micro_batch=2", "train.steps=6")
+    a = Trainer(tiny_config(tiny_run, "train.micro_batch=8", "train.steps=6"))
+    b = Trainer(tiny_config(other, "train.micro_batch=2", "train.steps=6"))
+    ga, gb = _first_step_gradients(a), _first_step_gradients(b)
+    la, lb = a.fit(), b.fit()
     assert a.accum_steps == 1 and b.accum_steps == 4
+    for x, y in zip(ga, gb, strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-5 * y.abs().max().item())
     torch.testing.assert_close(torch.tensor(la), torch.tensor(lb), rtol=1e-5, atol=1e-5)
-    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
-        torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-5)
+    lr = a.cfg.optim.lr
+    for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        assert (pa - pb).abs().max().item() <= 0.01 * lr
     # periodic validation measures the same windows whatever the (memory-only) micro-batch
     va, vb = ([r["val_loss"] for r in read_metrics(d / "metrics.jsonl") if r["kind"] == "val"]
               for d in (tiny_run, other))
