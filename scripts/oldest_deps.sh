@@ -2,7 +2,8 @@
 # Check the lower bounds pyproject.toml declares: build .venv-oldest with the lowest version
 # of each direct dependency that the bounds allow (uv's lowest-direct resolution) and run the
 # tests there (arguments go to pytest). Not part of CI: PyPI's Linux torch wheel is the CUDA
-# build, ~6 GB installed. PYTHON picks the interpreter (default python3).
+# build, ~6 GB installed. PYTHON picks the interpreter (default python3). uv reads its index
+# from UV_INDEX_URL / UV_EXTRA_INDEX_URL, not from pip's configuration.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

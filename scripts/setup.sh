@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# The CPU build of torch is pinned here; the package itself accepts torch >=2.9,<3, so GPU
+# The CPU build of torch is pinned here; the package itself accepts torch >=2.11,<3, so GPU
 # users keep their own. Where pip's own configuration offers a CPU wheel (a local wheel
 # folder), that one; elsewhere PyPI's Linux wheel is the CUDA build (GBs of CUDA libraries),
 # so the CPU wheel comes from PyTorch's CPU index.
