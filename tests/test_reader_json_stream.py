@@ -391,8 +391,8 @@ def test_json_lines_nest_to_the_same_depth_as_a_json_file(tmp_path, suffix):
     from kiln.data.json_depth import MAX_JSON_DEPTH
 
     def line(depth):  # {"text": ..., "m": <depth - 1 levels>}
-        return '{"text": "d%d", "m": %s"[[{ \\" \\\\"%s}' % (depth, "[" * (depth - 1),
-                                                         "]" * (depth - 1))
+        opens, closes = "[" * (depth - 1), "]" * (depth - 1)
+        return f'{{"text": "d{depth}", "m": {opens}"[[{{ \\" \\\\"{closes}}}'
 
     depths = (MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 700, 986, 3000)
     path = tmp_path / f"lines{suffix}"
