@@ -33,7 +33,8 @@ KilnLocalExecutor._run_for_rank = slow_task
 if __name__ == "__main__":
     import signal
     from kiln import cli
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a terminal's
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a terminal's, whoever runs the tests:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job ignores both
     sys.exit(cli.main(sys.argv[1:]))
 """
 
