@@ -88,6 +88,7 @@ def test_micro_batch_times_accumulation_invariance(tiny_run, tmp_path):
     ga, gb = _first_step_gradients(a), _first_step_gradients(b)
     la, lb = a.fit(), b.fit()
     assert a.accum_steps == 1 and b.accum_steps == 4
+    assert len(ga) == len(list(a.model.parameters())) > 0
     for x, y in zip(ga, gb, strict=True):
         torch.testing.assert_close(x, y, rtol=0, atol=1e-5 * y.abs().max().item())
     torch.testing.assert_close(torch.tensor(la), torch.tensor(lb), rtol=1e-5, atol=1e-5)
