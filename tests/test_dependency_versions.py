@@ -15,7 +15,7 @@ from kiln.dependency_versions import Unmet, refusal, unmet_requirements
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _dist(site: Path, name: str, version: str, requires: list[str] = ()) -> None:
+def _dist(site: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
     """A minimal installed distribution: what importlib.metadata reads."""
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
@@ -26,10 +26,10 @@ def _dist(site: Path, name: str, version: str, requires: list[str] = ()) -> None
 
 def test_each_library_outside_its_range_is_named(tmp_path: Path, monkeypatch) -> None:
     site = tmp_path / "site"
-    _dist(site, "fakekiln", "0.1.0", [
+    _dist(site, "fakekiln", "0.1.0", (
         "fakeold>=2.6,<3", "fakenew>=1,<2", "fakelocal>=2.6,<3", "fakepre>=2.6",
         "fakegone>=0.9", "fakefine>=1.0", 'faketest>=9; extra == "test"',
-        'fakeplatform>=9; sys_platform == "nonexistent"'])
+        'fakeplatform>=9; sys_platform == "nonexistent"'))
     _dist(site, "fakeold", "2.5.1")
     _dist(site, "fakenew", "2.0.0")
     _dist(site, "fakelocal", "2.13.0+cpu")  # a local build label is no reason to refuse

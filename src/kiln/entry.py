@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import sys
 
+from kiln.dependency_versions import refusal, unmet_requirements
+
 
 def main(argv: list[str] | None = None) -> int:
-    from kiln.dependency_versions import refusal, unmet_requirements
-
     unmet = unmet_requirements()
     if unmet:
         if os.environ.get("LOCAL_RANK", "0") == "0":  # under torchrun: said once per node

@@ -32,7 +32,7 @@ from datatrove.utils.logging import logger
 from tqdm import tqdm
 from zstandard import ZstdError
 
-from kiln.data.json_depth import MAX_JSON_DEPTH, deeper_than
+from kiln.data.json_depth import MAX_JSON_DEPTH, NestedTooDeep, deeper_than
 from kiln.data.json_documents import JsonReading
 from kiln.data.json_records import text_key_pattern
 from kiln.data.long_documents import (
@@ -332,14 +332,13 @@ class SourceReader(JsonReading, ParquetReading, PipelineStep):
             records += 1
             try:
                 record = json.loads(line.decode("utf-8-sig"))  # BOM-led files too
+                if deeper_than(line, MAX_JSON_DEPTH):  # a .json's limit: not the recursion's
+                    raise NestedTooDeep
             except UnicodeDecodeError:
                 self._count("skipped/non_utf8")
                 continue
             except (ValueError, RecursionError):  # one bad line (also a 5,000-digit
                 self._count("skipped/bad_json")   # number), not the rest of the file
-                continue
-            if deeper_than(line, MAX_JSON_DEPTH):  # a .json's limit: not the recursion's
-                self._count("skipped/bad_json")
                 continue
             yield from self._record_doc(record, f"{file.rel}:{line_no}", file.path)
         if records == 0:
