@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -236,7 +238,8 @@ def test_a_killed_rank_stops_the_other_with_one_line(tiny_run, killed):
     for rank in range(2):
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-               "LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
+               "LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1",
+               "PYTHONFAULTHANDLER": "1"}  # a SIGABRT below prints where a rank hangs
         logs.append(tempfile.TemporaryFile())
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "kiln.cli", "train", str(tiny_run), "--set", "train.steps=2000",
@@ -251,8 +254,11 @@ def test_a_killed_rank_stops_the_other_with_one_line(tiny_run, killed):
         procs[killed].wait()
         try:
             code = procs[1 - killed].wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            code = None  # said below with the rank's output, for the next look at it
+        except subprocess.TimeoutExpired:  # said below with the rank's output and stacks
+            code = None
+            procs[1 - killed].send_signal(signal.SIGABRT)  # faulthandler: every thread's stack
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                procs[1 - killed].wait(timeout=20)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -261,7 +267,7 @@ def test_a_killed_rank_stops_the_other_with_one_line(tiny_run, killed):
     logs[1 - killed].seek(0)
     out = logs[1 - killed].read().decode(errors="replace")
     assert code == 1, f"rank {1 - killed} exited {code} (None: still running 120 s after " \
-        f"rank {killed} was killed):\n{out[-5000:]}"
+        f"rank {killed} was killed):\n{out[-12000:]}"
     assert "kiln: train stopped: another rank of this launch failed or was killed" in out
     assert f"`kiln train {tiny_run}` resumes from the latest" in out
     for noise in ("Traceback", "TCPStore", "frame #"):
