@@ -45,6 +45,29 @@ def test_each_library_outside_its_range_is_named(tmp_path: Path, monkeypatch) ->
     ]
 
 
+def test_without_packaging_the_missing_libraries_are_named(tmp_path: Path) -> None:
+    """`packaging`, the check's own library, is a declared one too: installed with
+    `--no-deps` into an environment without it, the check ended in an ImportError
+    traceback. Now the libraries not installed at all are named (versions, and markers,
+    need packaging to be read: those are left to the run once it is installed)."""
+    site = tmp_path / "site"
+    _dist(site, "fakekiln", "0.1.0", (
+        "fakegone>=0.9", "fake-old>=2", "fakepackaging>=22", "fakeextra[x]>=1",
+        'fakemarked>=1; sys_platform == "nonexistent"', 'faketest>=9; extra == "test"'))
+    _dist(site, "fake_old", "1.0")  # below, but no version can be read without packaging
+    (site / "packaging").mkdir()  # packaging cannot be imported
+    (site / "packaging" / "__init__.py").write_text("raise ImportError('no packaging')\n")
+    code = ("from kiln.dependency_versions import unmet_requirements as u; "
+            "print([tuple(x) for x in u('fakekiln')])")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO / "src")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str([("fakegone", None, "fakegone>=0.9"),
+                                      ("fakepackaging", None, "fakepackaging>=22"),
+                                      ("fakeextra", None, "fakeextra[x]>=1")])
+
+
 def test_a_source_tree_that_is_not_installed_checks_nothing() -> None:
     assert unmet_requirements("no-such-distribution-kiln-test") == []
 

@@ -149,6 +149,21 @@ def test_a_stale_or_missing_windows_file_is_named(tmp_path):
     assert "records no per-window losses (from an older `kiln eval`)" in html
 
 
+def test_a_run_with_losses_not_finite_is_named(tmp_path):
+    """g's error named "the first" or "the second" sample: which run diverged was left to
+    guess. The note names the run, and how many of its windows."""
+    own = eval_run(tmp_path / "own", [1.0, 2.0, 3.0])
+    nan = eval_run(tmp_path / "nan", [1.0, 2.0, math.nan])
+    inf = eval_run(tmp_path / "inf", [1.0, math.inf, math.inf])
+    html = build_report(own, compare=[nan, inf]).read_text(encoding="utf-8")
+    assert ("No Hedges&#x27; g for nan against own: nan: 1 of its 3 per-window losses are not "
+            "finite (NaN or inf)") in html
+    assert "No Hedges&#x27; g for inf against own: inf: 2 of its 3" in html
+    assert "sample holds" not in html
+    html = build_report(nan, compare=[own]).read_text(encoding="utf-8")
+    assert "No Hedges&#x27; g for own against nan: nan: 1 of its 3" in html
+
+
 def test_effect_size_rows_flag_lower_loss_too():
     a = WindowLosses(np.array([1.0, 2.0, 3.0]), ("val", "h", 32))
     b = WindowLosses(np.array([3.0, 4.0, 5.0]), ("val", "h", 32))

@@ -325,6 +325,24 @@ def test_both_readers_nest_to_the_same_depth(tmp_path, monkeypatch, shape):
             assert example["file"].endswith(f"{shape}{depth}.json")
 
 
+def test_a_json_error_after_a_value_too_deep_is_the_error_both_ways(tmp_path, monkeypatch):
+    """The whole parse finds a later JSON error (a cut-off end) before it checks the depth;
+    the stream stopped at the value too deep: a cut-off object with one such value was one
+    document of its markup streamed and skipped whole, and a damaged list of records was
+    skipped as too deep streamed, as broken at its line whole."""
+    deep = "[" * 600 + "]" * 600
+    files = {"cut.json": f'{{"a": {deep}, "b": "x'.encode(),
+             "error.json": f'[{{"text": "a", "m": {deep}}}, {{"text": "b" "c"}}]'.encode(),
+             "lines.json": (f'{{"text": "a", "m": {deep}}}\n' * 3).encode(),
+             "deep.json": f'[{{"text": "a", "m": {deep}}}, {{"text": "b"}}]'.encode()}
+    _both_ways(monkeypatch, tmp_path, files)
+    for name, where in (("cut", "line"), ("error", "line"), ("lines", "line"),
+                        ("deep", "nested_deeper_than")):
+        docs, counts, examples = _read(tmp_path / f"{name}.json")
+        assert counts == {"skipped/bad_json": 1} and not docs, (name, counts)
+        assert where in examples["bad_json"]["examples"][0], (name, examples)
+
+
 def test_a_skip_example_says_how_deep():
     from kiln.data.skip_examples import where
 

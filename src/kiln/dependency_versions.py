@@ -9,11 +9,12 @@ are read from Kiln's own installed metadata, so pyproject.toml stays their one s
 
 from __future__ import annotations
 
+import re
 from importlib import metadata
 from typing import NamedTuple
 
-from packaging.requirements import Requirement
-from packaging.version import InvalidVersion, Version
+# a declared requirement's name, and what follows it up to its marker
+_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)([^;]*)")
 
 
 class Unmet(NamedTuple):
@@ -30,6 +31,11 @@ def unmet_requirements(distribution: str = "kiln") -> list[Unmet]:
         declared = metadata.requires(distribution) or []
     except metadata.PackageNotFoundError:
         return []
+    try:
+        from packaging.requirements import Requirement
+        from packaging.version import InvalidVersion, Version
+    except ImportError:  # the check's own library is one of those missing (--no-deps)
+        return _missing_unchecked(declared)
     unmet = []
     for line in declared:
         req = Requirement(line)
@@ -47,6 +53,22 @@ def unmet_requirements(distribution: str = "kiln") -> list[Unmet]:
             continue  # a version string packaging cannot read: nothing to compare against
         if not held:
             unmet.append(Unmet(req.name, installed, wanted))
+    return unmet
+
+
+def _missing_unchecked(declared: list[str]) -> list[Unmet]:
+    """Without `packaging` to read versions and markers: each library not installed at all
+    (packaging among them), from the requirements without a marker (a refusal, not a
+    traceback where `packaging` is missing)."""
+    unmet = []
+    for line in declared:
+        m = _NAME.match(line)
+        if m is None or ";" in line:
+            continue
+        try:
+            metadata.version(m.group(1))
+        except metadata.PackageNotFoundError:
+            unmet.append(Unmet(m.group(1), None, (m.group(1) + m.group(2)).strip()))
     return unmet
 
 

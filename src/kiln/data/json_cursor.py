@@ -48,11 +48,17 @@ class Cursor:
     `pos` is dropped as more is read; what it held that errors ask for (its newlines, its last
     non-blank character) is kept. A `UnicodeDecodeError` ends the text where the valid UTF-8
     ends (`error`), as decoding the whole fails there. A value held past `limit` characters
-    (the memory budget) raises TooLarge, as the file parsed whole was refused."""
+    (the memory budget) raises TooLarge, as the file parsed whole was refused. `defer_depth`:
+    a value nested past MAX_JSON_DEPTH is noted (`too_deep`, where the first starts) and the
+    walk goes on, as `json.loads` of the whole goes on to a later error, which it reports
+    instead (the depth is checked once the whole has parsed)."""
 
-    def __init__(self, f: BinaryIO, skip: int = 0, sig: bool = True, limit: int | None = None):
+    def __init__(self, f: BinaryIO, skip: int = 0, sig: bool = True, limit: int | None = None,
+                 defer_depth: bool = False):
         self.f = f
         self.limit = limit
+        self.defer_depth = defer_depth
+        self.too_deep: int | None = None
         if skip:
             f.seek(skip)
         self.buf = ""
@@ -187,7 +193,16 @@ class Cursor:
 
     def _check_depth(self, end: int, above: int) -> None:
         if deeper_than(self.buf, MAX_JSON_DEPTH - above, self.pos, end):
-            self._too_deep()
+            if not self.defer_depth:
+                self._too_deep()
+            if self.too_deep is None:
+                self.too_deep = self.base + self.pos
+
+    def depth_error(self) -> JsonStreamError | None:
+        """The error of the first value nested too deep that `defer_depth` let pass."""
+        if self.too_deep is None:
+            return None
+        return JsonStreamError(str(NestedTooDeep()), self.too_deep, recursion=True)
 
     def _too_deep(self) -> NoReturn:
         raise JsonStreamError(str(NestedTooDeep()), self.base + self.pos,

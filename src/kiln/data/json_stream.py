@@ -66,7 +66,7 @@ def scan(open_file: OpenFile, text_field: str, limit: int | None = None) -> Scan
     with open_file() as f:
         head = f.read(RECORD_SNIFF_BYTES)
     with open_file() as f:
-        c = Cursor(f, limit=limit)
+        c = Cursor(f, limit=limit, defer_depth=True)  # a later JSON error is the error
         walk = Walk(c, text_field)
         try:
             for _ in walk.run():
@@ -74,7 +74,7 @@ def scan(open_file: OpenFile, text_field: str, limit: int | None = None) -> Scan
         except JsonStreamError as e:
             failed = e
         else:
-            failed = None
+            failed = c.depth_error()
         c.drain()
     if c.error is not None:
         return Scan(error=c.error, cut=c.error.reason == "unexpected end of data", head=head)

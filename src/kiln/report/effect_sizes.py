@@ -49,6 +49,10 @@ def load_window_losses(run_dir: Path) -> WindowLosses:
         losses = read_window_losses(run_dir, data)
     except (ValueError, OSError) as e:
         return WindowLosses(problem=str(e))
+    bad = int(np.count_nonzero(~np.isfinite(losses)))
+    if bad:  # named here, by run: g's own error says "the first sample" or "the second"
+        return WindowLosses(problem=f"{bad:,} of its {len(losses):,} per-window losses are "
+                                    "not finite (NaN or inf)")
     return WindowLosses(losses, (data.get("split"), data.get("split_sha256"), data.get("seq_len")))
 
 
