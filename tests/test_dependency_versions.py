@@ -45,6 +45,25 @@ def test_each_library_outside_its_range_is_named(tmp_path: Path, monkeypatch) ->
     ]
 
 
+def test_a_library_without_a_version_is_passed_over(tmp_path: Path) -> None:
+    """A dist-info left without its Version line (a killed install) has nothing to compare:
+    packaging before 25 (Kiln allows >= 22) raised a TypeError traceback on it, newer ones
+    InvalidVersion. It fails on the old code in `scripts/oldest_deps.sh`'s venv (packaging 22),
+    or with `KILN_TEST_PACKAGING` naming a folder holding packaging 22 (`pip --target`)."""
+    site = tmp_path / "site"
+    _dist(site, "fakekiln", "0.1.0", ("fakeblank>=1", "fakegone>=1"))
+    info = site / "fakeblank-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakeblank\n")
+    path = [str(site), *filter(None, [os.environ.get("KILN_TEST_PACKAGING")]), str(REPO / "src")]
+    code = ("from kiln.dependency_versions import unmet_requirements as u; "
+            "print([tuple(x) for x in u('fakekiln')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[('fakegone', None, 'fakegone>=1')]"
+
+
 def test_without_packaging_the_missing_libraries_are_named(tmp_path: Path) -> None:
     """`packaging`, the check's own library, is a declared one too: installed with
     `--no-deps` into an environment without it, the check ended in an ImportError

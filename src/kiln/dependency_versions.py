@@ -49,8 +49,11 @@ def unmet_requirements(distribution: str = "kiln") -> list[Unmet]:
             continue
         try:
             held = req.specifier.contains(Version(installed), prereleases=True)
-        except InvalidVersion:
-            continue  # a version string packaging cannot read: nothing to compare against
+        except (InvalidVersion, TypeError):
+            # a version string packaging cannot read, or none (a dist-info left without its
+            # Version by a killed install: packaging before 25 raises TypeError on None):
+            # nothing to compare against
+            continue
         if not held:
             unmet.append(Unmet(req.name, installed, wanted))
     return unmet
