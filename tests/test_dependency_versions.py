@@ -47,7 +47,7 @@ def test_each_library_outside_its_range_is_named(tmp_path: Path, monkeypatch) ->
 
 def test_a_library_without_a_version_is_passed_over(tmp_path: Path) -> None:
     """A dist-info left without its Version line (a killed install) has nothing to compare:
-    packaging before 25 (Kiln allows >= 22) raised a TypeError traceback on it, newer ones
+    packaging 22-26.0 (Kiln allows >= 22) raised a TypeError traceback on it, 26.4
     InvalidVersion. It fails on the old code in `scripts/oldest_deps.sh`'s venv (packaging 22),
     or with `KILN_TEST_PACKAGING` naming a folder holding packaging 22 (`pip --target`)."""
     site = tmp_path / "site"

@@ -51,7 +51,7 @@ def unmet_requirements(distribution: str = "kiln") -> list[Unmet]:
             held = req.specifier.contains(Version(installed), prereleases=True)
         except (InvalidVersion, TypeError):
             # a version string packaging cannot read, or none (a dist-info left without its
-            # Version by a killed install: packaging before 25 raises TypeError on None):
+            # Version by a killed install: packaging 22-26.0 raise TypeError on None, 26.4 InvalidVersion):
             # nothing to compare against
             continue
         if not held:
