@@ -229,3 +229,25 @@ def test_a_translated_book_is_left_undated(where):
     assert PeriodFilter(["1850-1899"]).filter(out) == (False, "undated")
     untranslated = dated(GUTENBERG, translators=[], translator="")
     assert untranslated["year"] == 1850  # an empty field names no translator
+
+
+@pytest.mark.parametrize("translator", ["", "Translator: Ann Roe\n"])
+def test_the_parts_of_a_cut_text_are_dated_as_its_first_part(translator):
+    """`read` cuts a text over 1,000,000 characters into parts (part_of: the text's id); only
+    the first holds the Gutenberg header. Dated alone, a translated book's later part was
+    dated by the year its text names (1869, kept by a period filter), and an untranslated
+    one's had no evidence (undated, dropped): the whole book is one year, or none."""
+    header = GUTENBERG.replace("Author: Jane Doe (1800-1870)\n",
+                               f"Author: Jane Doe (1800-1870)\n{translator}")
+    parts = [Document(text=t, id=f"b.txt#{k}", metadata={"part_of": "b.txt"})
+             for k, t in enumerate([header, "More essays.\n", "Epilogue, written in 1869.\n"], 1)]
+    other = Document(text="Notes, written in 1869.\n", id="c.txt#1", metadata={"part_of": "c.txt"})
+    step = DateDocuments()
+    *book, alone = [d.metadata for d in step.run(iter([*parts, other]))]
+    want = ({"year_rejected": 1850, "year_rejected_reason": "translated"} if translator
+            else {"year": 1850, "year_method": "majority_vote"})
+    for md in book:
+        assert {k: md.get(k) for k in want} == want and ("year" in md) == (not translator)
+        assert md["year_candidates"] == book[0]["year_candidates"]
+    assert alone["year"] == 1869  # another text: dated by its own evidence
+    assert step.stats["undated/translated" if translator else "dated/majority_vote"].total >= 3

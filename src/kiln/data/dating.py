@@ -45,6 +45,7 @@ recorded as metadata["gutenberg_release_year"] only.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import re
 from collections import Counter
@@ -55,6 +56,8 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
+
+from kiln.data.long_documents import PART_OF
 
 # The five Chronoberg intervals (VAD lexicons and sequential training use these).
 CHRONOBERG_PERIODS: dict[str, tuple[int, int]] = {
@@ -268,15 +271,28 @@ def translated(metadata: dict, header: dict) -> bool:
 
 
 class DateDocuments(PipelineStep):
-    """Set metadata["year"] (+ year_method, candidates) on every document it can date."""
+    """Set metadata["year"] (+ year_method, candidates) on every document it can date.
+
+    The parts of a text `read` cut (metadata["part_of"], kiln.data.long_documents) are one
+    book: each is dated as the first of them that reaches this step, since only the first
+    holds the header (its author's lifetime, `Translator:` line, original publication).
+    Dated alone, a long translated book's later parts got the year their text named and
+    passed a period filter, and an untranslated one's were left undated and dropped. The
+    reader yields a text's parts one after another, so one text is remembered at a time."""
 
     type = "🕰 - DATING"
     name = "🔥 Kiln dating"
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
+        text, first = None, {}  # the cut text last dated, and its first part's fields
         for doc in data or []:
             with self.track_time():
-                fields = date_document(doc)
+                part_of = doc.metadata.get(PART_OF)
+                if part_of is not None and part_of == text:
+                    fields = copy.deepcopy(first)
+                else:
+                    fields = date_document(doc)
+                    text, first = part_of, copy.deepcopy(fields)
                 doc.metadata.update(fields)
                 self.stat_update(
                     f"dated/{fields['year_method']}" if "year" in fields else "undated"
