@@ -442,6 +442,22 @@ def test_keep_size_with_a_task_that_has_no_documents(tmp_path, bench):
     assert all(d.id.startswith("replica-") for d in outs[2]) and outs[2]
 
 
+
+def test_keep_size_with_replicas_past_the_shard_names_the_settings_and_unit(tmp_path, bench):
+    """A shard smaller than its replicas cannot keep its size: the step raised a bare
+    ValueError that called whitespace words "tokens" (a traceback naming no setting); it is
+    a RunDataError naming prepare.inject_replicas.keep_size, k and the unit counted."""
+    from kiln.errors import RunDataError
+
+    path, _ = bench
+    step = InjectReplicas(path, k=2, seed=0, manifest_dir=tmp_path / "m", keep_size=True)
+    shard = [Document(text="a few web words", id="w")]
+    with pytest.raises(RunDataError, match=r"prepare\.inject_replicas\.keep_size: task 0's "
+                       r"documents hold 4 words, .*10 replicas take \d+ words .*k = 2\)"):
+        list(step.run(iter(shard)))
+    assert not (tmp_path / "m").exists()
+
+
 @pytest.mark.parametrize("mode", ["drop", "tag"])
 def test_benchmark_counts_reach_yield_and_report(tmp_path, bench, mode, capsys):
     """Per benchmark: items indexed, items too short to ever match, documents removed or

@@ -44,6 +44,12 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
+def size_unit(count_tokens: Callable[[str], int]) -> str:
+    """What `count_tokens` counts, for the manifest and messages."""
+    unit = getattr(count_tokens, "unit", None)
+    return unit or ("words" if count_tokens is word_count else "count_tokens")
+
+
 class TrainingTokens:
     """Tokens `kiln tokenize` makes of a text with the tokenizer.json at `path`: its ids (no
     post-processor tokens, as `kiln tokenize` encodes) plus the EOS written after it.
@@ -94,9 +100,8 @@ def inject_replicas(
     web, web_tokens, dropped = [], 0, 0
     remaining = None if token_budget is None else token_budget - replica_tokens
     if remaining is not None and remaining < 0:
-        raise ValueError(
-            f"{len(replicas)} replicas take {replica_tokens} tokens > budget {token_budget}"
-        )
+        raise ValueError(f"{len(replicas)} replicas take {replica_tokens} "
+                         f"{size_unit(count_tokens)} > budget {token_budget}")
     for doc in corpus_docs:
         if dropped:  # past the budget: the rest of the shard goes
             dropped += 1
@@ -184,18 +189,26 @@ class InjectReplicas(PipelineStep):
         keep = self.keep_size and bool(shard)
         budget = sum(self.count_tokens(d.text) for d in shard) if keep else None
         mine = range(rank, self.k * len(self.items), world_size)
-        docs, manifest = inject_replicas(
-            shard,
-            self.items,
-            self.k,
-            seed=self.seed * 100_003 + rank,
-            token_budget=budget,
-            count_tokens=self.count_tokens,
-            replica_ids=mine,
-        )
+        try:
+            docs, manifest = inject_replicas(
+                shard,
+                self.items,
+                self.k,
+                seed=self.seed * 100_003 + rank,
+                token_budget=budget,
+                count_tokens=self.count_tokens,
+                replica_ids=mine,
+            )
+        except ValueError as e:  # replicas past the shard's size: the settings, named
+            from kiln.errors import RunDataError
+
+            raise RunDataError(
+                f"prepare.inject_replicas.keep_size: task {rank}'s documents hold {budget} "
+                f"{size_unit(self.count_tokens)}, fewer than its replicas ({e}, k = {self.k}): "
+                "lower prepare.inject_replicas.k, run fewer prepare.tasks or give more "
+                "documents (keep_size = false adds the replicas to the documents)") from None
         manifest.update(rank=rank, world_size=world_size, base_seed=self.seed, size_kept=keep,
-                        size_unit=getattr(self.count_tokens, "unit", None) or (
-                            "words" if self.count_tokens is word_count else "count_tokens"))
+                        size_unit=size_unit(self.count_tokens))
         write_json_atomic(self.manifest_dir / f"injection-{rank:05d}.json", manifest)
         self.stat_update("replicas", value=manifest["replicas"])
         self.stat_update("web_docs_dropped", value=manifest["web_docs_dropped"])
