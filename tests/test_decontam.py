@@ -19,6 +19,7 @@ from kiln.data.decontam import (
     load_benchmark_items,
     normalize_tokens,
 )
+from kiln.data.decontam.inject import word_count
 from kiln.data.decontam.ngram_index import item_ngram_hashes
 
 WORDS = [w * k for w in "abcdefghijklmnopqrstuvwxyz" for k in (3, 4, 5, 6)]  # 104 words
@@ -456,6 +457,27 @@ def test_keep_size_with_replicas_past_the_shard_names_the_settings_and_unit(tmp_
                        r"documents hold 4 words, .*10 replicas take \d+ words .*k = 2\)"):
         list(step.run(iter(shard)))
     assert not (tmp_path / "m").exists()
+
+
+
+@pytest.mark.parametrize("keep_size", [True, False])
+def test_the_step_counts_each_web_document_once(tmp_path, bench, keep_size):
+    """A tokenizer's count is an encode: the step counted every web document twice (the
+    budget, then the fill), doubling the stage's tokenizer time."""
+    path, _ = bench
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return word_count(text)
+
+    step = InjectReplicas(path, k=1, seed=0, manifest_dir=tmp_path / "m", keep_size=keep_size,
+                          count_tokens=count)
+    rng = random.Random(3)
+    shard = [Document(text=sentence(rng, 50), id=f"w{i}") for i in range(12)]
+    out = list(step.run(iter(shard)))  # 5 replicas of 52 words: 6 web documents make room
+    assert sum(not d.id.startswith("replica-") for d in out) == (6 if keep_size else 12)
+    assert sorted(t for t in counted if t in {d.text for d in shard}) == sorted(d.text for d in shard)
 
 
 @pytest.mark.parametrize("mode", ["drop", "tag"])

@@ -82,6 +82,7 @@ def inject_replicas(
     count_tokens: Callable[[str], int] = word_count,
     replica_ids: Sequence[int] | None = None,
     id_prefix: str = "replica",
+    sizes: Sequence[int] | None = None,
 ) -> tuple[list[Document], dict]:
     """Return (documents, manifest): k replicas of every item at seeded random positions.
 
@@ -89,6 +90,7 @@ def inject_replicas(
     `token_budget - k * |test set|` (so the total is short by less than one web doc).
     replica_ids: which of the k * len(items) replicas (numbered item-major) to place here — lets
     datatrove ranks split the replicas; default all.
+    sizes: each corpus document's `count_tokens`, where the caller has counted them already.
     """
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
@@ -102,11 +104,11 @@ def inject_replicas(
     if remaining is not None and remaining < 0:
         raise ValueError(f"{len(replicas)} replicas take {replica_tokens} "
                          f"{size_unit(count_tokens)} > budget {token_budget}")
-    for doc in corpus_docs:
+    for n, doc in enumerate(corpus_docs):
         if dropped:  # past the budget: the rest of the shard goes
             dropped += 1
             continue
-        size = count_tokens(doc.text)  # once: a tokenizer's count is not free
+        size = count_tokens(doc.text) if sizes is None else sizes[n]  # a tokenizer's is not free
         if remaining is not None and web_tokens + size > remaining:
             dropped += 1
             continue
@@ -187,7 +189,8 @@ class InjectReplicas(PipelineStep):
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
         shard = list(data) if data else []
         keep = self.keep_size and bool(shard)
-        budget = sum(self.count_tokens(d.text) for d in shard) if keep else None
+        sizes = [self.count_tokens(d.text) for d in shard]  # once each, budget and fill alike
+        budget = sum(sizes) if keep else None
         mine = range(rank, self.k * len(self.items), world_size)
         try:
             docs, manifest = inject_replicas(
@@ -198,6 +201,7 @@ class InjectReplicas(PipelineStep):
                 token_budget=budget,
                 count_tokens=self.count_tokens,
                 replica_ids=mine,
+                sizes=sizes,
             )
         except ValueError as e:  # replicas past the shard's size: the settings, named
             from kiln.errors import RunDataError
