@@ -563,6 +563,23 @@ def test_an_item_without_a_solution_cannot_be_injected(tmp_path):
         build_pipeline(cfg, tmp_path / "run", [str(tmp_path)])
 
 
+@pytest.mark.parametrize("content", ["", "\n\n", "[]"])
+def test_an_empty_benchmark_cannot_be_injected(tmp_path, content):
+    """An empty file (a failed download) injected nothing: the prepare ran, k replicas asked
+    for and none put in, only the manifest's `items: 0` telling. Refused before any work."""
+    from kiln.data.pipeline import PrepareConfig, build_pipeline
+    from kiln.data.prepare_config import InjectOptions
+    from kiln.errors import RunDataError
+
+    path = tmp_path / ("b.json" if content == "[]" else "b.jsonl")
+    path.write_text(content)
+    cfg = PrepareConfig(stages=["read", "inject_replicas", "write"],
+                        inject_replicas=InjectOptions(benchmark=str(path), k=4))
+    with pytest.raises(RunDataError, match=r"prepare.inject_replicas.benchmark: .*b.jsonl? "
+                                           r"holds no items: there is nothing to inject"):
+        build_pipeline(cfg, tmp_path / "run", [str(tmp_path)])
+
+
 def test_benchmark_files_of_the_same_name_are_told_apart_by_their_folders(tmp_path):
     """Every suite ships a `test.jsonl`: both can be listed (TOML's list cannot name them)."""
     from kiln.data.decontam.ngram_index import NGramIndex, benchmark_names

@@ -175,6 +175,8 @@ class InjectReplicas(PipelineStep):
     ):
         super().__init__()
         self.items = load_benchmark_items(benchmark_path, prompt_fields, answer_fields)
+        if not self.items:  # an empty file (a failed download): the study would inject nothing
+            raise ValueError(f"{benchmark_path} holds no items: there is nothing to inject")
         for item in self.items:  # fail now, not inside a worker
             if item.prompt is None or not item.answers:
                 missing = (("problem", prompt_fields) if item.prompt is None
