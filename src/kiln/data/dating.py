@@ -318,7 +318,8 @@ class DateDocuments(PipelineStep):
                     fields = copy.deepcopy(first)
                 else:
                     fields = date_document(doc)
-                    text, first = part_of, copy.deepcopy(fields)
+                    if part_of is not None:  # a document between parts (a replica) keeps it
+                        text, first = part_of, copy.deepcopy(fields)
                 doc.metadata.update(fields)
                 self.stat_update(
                     f"dated/{fields['year_method']}" if "year" in fields else "undated"
