@@ -229,3 +229,47 @@ def test_a_translated_book_is_left_undated(where):
     assert PeriodFilter(["1850-1899"]).filter(out) == (False, "undated")
     untranslated = dated(GUTENBERG, translators=[], translator="")
     assert untranslated["year"] == 1850  # an empty field names no translator
+
+
+@pytest.mark.parametrize("translator", ["", "Translator: Ann Roe\n"])
+def test_the_parts_of_a_cut_text_are_dated_as_its_first_part(translator):
+    """`read` cuts a text over 1,000,000 characters into parts (part_of: the text's id); only
+    the first holds the Gutenberg header. Dated alone, a translated book's later part was
+    dated by the year its text names (1869, kept by a period filter), and an untranslated
+    one's had no evidence (undated, dropped): the whole book is one year, or none."""
+    header = GUTENBERG.replace("Author: Jane Doe (1800-1870)\n",
+                               f"Author: Jane Doe (1800-1870)\n{translator}")
+    parts = [Document(text=t, id=f"b.txt#{k}", metadata={"part_of": "b.txt"})
+             for k, t in enumerate([header, "More essays.\n", "Epilogue, written in 1869.\n"], 1)]
+    other = Document(text="Notes, written in 1869.\n", id="c.txt#1", metadata={"part_of": "c.txt"})
+    step = DateDocuments()
+    between = Document(text="Problem: 2 + 2?", id="replica-0-0")  # inject_replicas' place
+    out = [d.metadata for d in step.run(iter([*parts[:2], between, parts[2], other]))]
+    book, alone = [out[0], out[1], out[3]], out[4]
+    want = ({"year_rejected": 1850, "year_rejected_reason": "translated"} if translator
+            else {"year": 1850, "year_method": "majority_vote"})
+    for md in book:
+        assert {k: md.get(k) for k in want} == want and ("year" in md) == (not translator)
+        assert md["year_candidates"] == book[0]["year_candidates"]
+    assert alone["year"] == 1869  # another text: dated by its own evidence
+    assert step.stats["undated/translated" if translator else "dated/majority_vote"].total >= 3
+
+
+def test_verb_years_are_the_rules_matches_in_linear_time():
+    """The "text" source's regex ran from each verb to the next digit of its line: a long
+    line with many verbs and no digit (a text with no line breaks) was quadratic (144,000
+    characters: 19 s a document). The same years, found in linear time."""
+    import random
+
+    from linear_time import assert_linear
+
+    from kiln.data.dating import _VERB_YEAR, _verb_years
+
+    rng = random.Random(3)
+    atoms = ["written", "Published", "wrote", "created", " in ", "1850", "12", "18500", "١٨٥٠",
+             "\n", ", ", "x", "2001", "writtenwrote"]
+    for _ in range(20_000):
+        text = "".join(rng.choices(atoms, k=rng.randint(0, 14)))
+        want = [int(y) for line in text.split("\n") for y in _VERB_YEAR.findall(line)]
+        assert _verb_years(text) == want, text
+    assert_linear(_verb_years, lambda n: "it was written so " * n, 500)

@@ -19,6 +19,7 @@ from kiln.data.decontam import (
     load_benchmark_items,
     normalize_tokens,
 )
+from kiln.data.decontam.inject import word_count
 from kiln.data.decontam.ngram_index import item_ngram_hashes
 
 WORDS = [w * k for w in "abcdefghijklmnopqrstuvwxyz" for k in (3, 4, 5, 6)]  # 104 words
@@ -442,6 +443,43 @@ def test_keep_size_with_a_task_that_has_no_documents(tmp_path, bench):
     assert all(d.id.startswith("replica-") for d in outs[2]) and outs[2]
 
 
+
+def test_keep_size_with_replicas_past_the_shard_names_the_settings_and_unit(tmp_path, bench):
+    """A shard smaller than its replicas cannot keep its size: the step raised a bare
+    ValueError that called whitespace words "tokens" (a traceback naming no setting); it is
+    a RunDataError naming prepare.inject_replicas.keep_size, k and the unit counted."""
+    from kiln.errors import RunDataError
+
+    path, _ = bench
+    step = InjectReplicas(path, k=2, seed=0, manifest_dir=tmp_path / "m", keep_size=True)
+    shard = [Document(text="a few web words", id="w")]
+    with pytest.raises(RunDataError, match=r"prepare\.inject_replicas\.keep_size: task 0's "
+                       r"documents hold 4 words, .*10 replicas take \d+ words .*k = 2\)"):
+        list(step.run(iter(shard)))
+    assert not (tmp_path / "m").exists()
+
+
+
+@pytest.mark.parametrize("keep_size", [True, False])
+def test_the_step_counts_each_web_document_once(tmp_path, bench, keep_size):
+    """A tokenizer's count is an encode: the step counted every web document twice (the
+    budget, then the fill), doubling the stage's tokenizer time."""
+    path, _ = bench
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return word_count(text)
+
+    step = InjectReplicas(path, k=1, seed=0, manifest_dir=tmp_path / "m", keep_size=keep_size,
+                          count_tokens=count)
+    rng = random.Random(3)
+    shard = [Document(text=sentence(rng, 50), id=f"w{i}") for i in range(12)]
+    out = list(step.run(iter(shard)))  # 5 replicas of 52 words: 6 web documents make room
+    assert sum(not d.id.startswith("replica-") for d in out) == (6 if keep_size else 12)
+    assert sorted(t for t in counted if t in {d.text for d in shard}) == sorted(d.text for d in shard)
+
+
 @pytest.mark.parametrize("mode", ["drop", "tag"])
 def test_benchmark_counts_reach_yield_and_report(tmp_path, bench, mode, capsys):
     """Per benchmark: items indexed, items too short to ever match, documents removed or
@@ -522,6 +560,23 @@ def test_an_item_without_a_solution_cannot_be_injected(tmp_path):
     cfg = PrepareConfig(stages=["read", "inject_replicas", "write"],
                         inject_replicas=InjectOptions(benchmark=str(path)))
     with pytest.raises(RunDataError, match="prepare.inject_replicas.benchmark: .*b.jsonl:3"):
+        build_pipeline(cfg, tmp_path / "run", [str(tmp_path)])
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", "[]"])
+def test_an_empty_benchmark_cannot_be_injected(tmp_path, content):
+    """An empty file (a failed download) injected nothing: the prepare ran, k replicas asked
+    for and none put in, only the manifest's `items: 0` telling. Refused before any work."""
+    from kiln.data.pipeline import PrepareConfig, build_pipeline
+    from kiln.data.prepare_config import InjectOptions
+    from kiln.errors import RunDataError
+
+    path = tmp_path / ("b.json" if content == "[]" else "b.jsonl")
+    path.write_text(content)
+    cfg = PrepareConfig(stages=["read", "inject_replicas", "write"],
+                        inject_replicas=InjectOptions(benchmark=str(path), k=4))
+    with pytest.raises(RunDataError, match=r"prepare.inject_replicas.benchmark: .*b.jsonl? "
+                                           r"holds no items: there is nothing to inject"):
         build_pipeline(cfg, tmp_path / "run", [str(tmp_path)])
 
 

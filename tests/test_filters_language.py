@@ -97,7 +97,7 @@ def test_tag_mode_needs_no_languages():
 
 
 @pytest.mark.parametrize("unit", ['re.compile(r"a\\(b") x ', "see \\[ note ",
-                                  "\\begin{align} x "])
+                                  "\\begin{align} x ", "cost $5\n \n"])
 def test_math_stripping_is_linear_in_the_text(unit):
     """MATH_SPAN's lazy `.+?` ran to the end of the text for every opener with no closer
     after it: 100,000 characters of regex source (`\\(`) or an unclosed `\\[` / `\\begin{align}`
@@ -122,3 +122,30 @@ def test_math_stripping_replaces_the_spans_the_regex_does():
         assert strip_math_spans(text) == MATH_SPAN.sub(" ", text), text
     for text in (MATH_HEAVY, *MATH, EN):
         assert strip_math_spans(text) == MATH_SPAN.sub(" ", text)
+
+
+def test_an_inline_math_span_stays_in_its_paragraph():
+    """TeX allows no blank line inside `$..$`, but the span regex ran from one `$` to the next
+    across paragraphs: an English page with two prices was judged on "Save 40" (Croatian,
+    dropped), and the latex stage writes `\\$` as `$`, so a paper lost the prose between.
+    Display math still spans a blank line: the converter leaves one where a `\\label` was."""
+    page = "Save $5 now!\n\n" + (EN + "\n\n") * 8 + "Total: $40\n"
+    assert EN in prose(page) and detect_language(page)[0] == "en"
+    paper = ("The grant was $5 million.\r\n\r\n" + EN + "\r\n\r\nLater it was $10 million."
+             "\r\n\r\nHence $x^2$ holds, and \\begin{equation}\n  \n  2\\times2=4\n\\end{equation}")
+    assert EN in prose(paper) and not re.search(r"x\^2|times|2=4|equation", prose(paper))
+    assert _run(LanguageFilter(["en"]), [page])[0].metadata["language"] == "en"
+
+
+def test_in_paragraph_stripping_replaces_the_spans_its_regex_does():
+    import random
+
+    from kiln.data.arxiv.markup_metrics import _ALTS, _DOLLAR_IN_PARAGRAPH, strip_math_spans
+
+    in_paragraph = re.compile("|".join((_ALTS[0], _DOLLAR_IN_PARAGRAPH.pattern, *_ALTS[2:])), re.S)
+    rng = random.Random(6)
+    atoms = ["$", "$$", "\\", "\\(", "\\)", "\\[", "\\]", "\\$", "a", " ", "\n", "\n\n", "\n \t\n",
+             "\r\n\r\n", "\\begin{align}", "\\end{align}"]
+    for _ in range(20_000):
+        text = "".join(rng.choices(atoms, k=rng.randint(0, 25)))
+        assert strip_math_spans(text, inline_in_paragraph=True) == in_paragraph.sub(" ", text), text

@@ -139,3 +139,19 @@ def test_one_file_per_book_by_encoding_priority(tmp_path):
     kept = {d.id.rsplit("/", 1)[-1]: d.text for d in read_documents(tmp_path / "run")}
     assert kept == {"11-0.txt": "Café au lait.", "12.txt": "Only in ASCII.",
                     "2011.txt": "Notes of 2011, not a Gutenberg book."}
+
+
+def test_a_book_file_named_alone_is_read_though_a_preferred_one_lies_beside_it(tmp_path):
+    """`data.sources` naming `12.txt` reads that file alone: the `12-0.txt` beside it, never
+    read, dropped it as gutenberg_other_encoding and the book was lost. A folder source
+    holding both still keeps one file a book."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "12-0.txt").write_text(HEADER + "Café au lait.\n" + FOOTER)
+    (src / "12.txt").write_text(HEADER + "Cafe au lait.\n" + FOOTER)
+    cfg = load_config(None, ['prepare.stages=["read", "gutenberg", "write"]',
+                             "prepare.tasks=1"]).prepare
+    run_prepare(cfg, tmp_path / "run", [str(src / "12.txt")], progress=False)
+    assert [d.text for d in read_documents(tmp_path / "run")] == ["Cafe au lait."]
+    run_prepare(cfg, tmp_path / "run2", [str(src)], progress=False)
+    assert [d.text for d in read_documents(tmp_path / "run2")] == ["Café au lait."]

@@ -518,6 +518,24 @@ def test_impossible_combinations_fail_at_load(overrides, message):
         load_config(None, overrides)
 
 
+@pytest.mark.parametrize(("overrides", "message"), [
+    (['prepare.stages=["read", "perplexity", "write"]', 'prepare.perplexity.run_dir="r"',
+      "prepare.perplexity.count=100"], "prepare.perplexity.count is set but 'perplexity_select'"),
+    (['prepare.stages=["read", "perplexity", "write"]', 'prepare.perplexity.run_dir="r"',
+      "prepare.perplexity.fraction=0.5"], "prepare.perplexity.fraction is set but"),
+    (['prepare.language.languages=["de"]'], "prepare.language.languages is set but 'language'"),
+    (['prepare.language.strip_math=false'], "prepare.language.strip_math is set but"),
+])
+def test_a_setting_no_stage_reads_is_refused_before_making_data(tmp_path, overrides, message):
+    """Selection settings with `perplexity` alone (which only scores), or language settings
+    with no `language` stage, were accepted and ignored: every document kept. Refused before
+    any work; a run's recorded config holding one still loads (its model trains)."""
+    cfg = load_config(None, overrides)
+    with pytest.raises(ConfigError, match=message):
+        pl.build_pipeline(cfg.prepare, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_missing_benchmark_fails_before_any_work(tmp_path, capsys):
     src = text_corpus(tmp_path)
     run = tmp_path / "run"

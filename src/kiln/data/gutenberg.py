@@ -34,9 +34,11 @@ One file per book: Project Gutenberg ships a book as `N-0.txt` (UTF-8), `N.txt` 
 -> Latin-1. Kiln's `read` reads every UTF-8 file it finds, so a mirror's `N-0.txt` and `N.txt`
 (its accents transliterated: not an exact duplicate) were both kept; here a document read
 from `N.txt` or `N-8.txt` is dropped (`gutenberg_other_encoding`) when a file of the same book
-in a preferred encoding lies beside it (same folder, same compression suffix). The digest
-writes the suffixes the other way round (`-8` as UTF-8, `-0` as Latin-1); the encoding order is
-the same, and the suffixes here are Project Gutenberg's own. A preferred file that exists but
+in a preferred encoding lies beside it (same folder, same compression suffix) within the
+prepare's sources (a folder of them, or a file they name: `data.sources = ["pg/12.txt"]` reads
+12.txt alone, so a 12-0.txt beside it must not drop it). The digest writes the suffixes the
+other way round (`-8` as UTF-8, `-0` as Latin-1); the encoding order is the same, and the
+suffixes here are Project Gutenberg's own. A preferred file that exists but
 cannot be read would leave the book out: that file's skip is counted by `read`.
 
 The header is what `dating` reads (Title, Author (birth-death), Original publication): it
@@ -46,7 +48,9 @@ is kept in metadata["gutenberg_header"] (at most `dating.HEADER_CHARS` character
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,8 +99,9 @@ _PG_FILE = re.compile(r"(?P<num>\d+)(?P<enc>-0|-8)?(?P<ext>\.txt(?:\.[a-z0-9]+)?
 ENCODING_ORDER = ("-0", "", "-8")  # UTF-8, ASCII, 8-bit: the first one found is read
 
 
-def preferred_file(source: str) -> Path | None:
-    """A file of the same book in a preferred encoding beside `source`, if there is one."""
+def preferred_file(source: str, sources: Sequence[str] = ()) -> Path | None:
+    """A file of the same book in a preferred encoding beside `source`, if there is one (and,
+    given the prepare's `sources`, one they hold: a file they do not name is never read)."""
     path = Path(source)
     m = _PG_FILE.fullmatch(path.name)
     if m is None:
@@ -104,9 +109,16 @@ def preferred_file(source: str) -> Path | None:
     mine = ENCODING_ORDER.index(m["enc"] or "")
     for enc in ENCODING_ORDER[:mine]:
         other = path.with_name(f"{m['num']}{enc}{m['ext']}")
-        if other.is_file():
+        if other.is_file() and (not sources or _within(other, sources)):
             return other
     return None
+
+
+def _within(path: Path, sources: Sequence[str]) -> bool:
+    """`path` is one of `sources` or lies in one of its folders (as the reader walks them)."""
+    where = os.path.abspath(path)
+    return any(where == s or where.startswith(s.rstrip(os.sep) + os.sep)
+               for s in map(os.path.abspath, sources))
 
 
 def _matches(pattern: re.Pattern[str], line: str) -> bool:
@@ -164,12 +176,13 @@ class GutenbergStripper(BaseFilter):
 
     name = "📚 Gutenberg header/footer strip"
 
-    def __init__(self, exclusion_writer: DiskWriter | None = None):
+    def __init__(self, exclusion_writer: DiskWriter | None = None, sources: Sequence[str] = ()):
         super().__init__(exclusion_writer)
+        self.sources = list(sources)  # the prepare's data.sources ((): any file beside counts)
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         source = doc.metadata.get("source")
-        if isinstance(source, str) and preferred_file(source) is not None:
+        if isinstance(source, str) and preferred_file(source, self.sources) is not None:
             return False, "gutenberg_other_encoding"
         result = strip_gutenberg(doc.text)
         if not result.found:

@@ -22,6 +22,8 @@ from kiln.data.prepare_config import (
     SELECTION_MODES,
     STAGES,
     InjectOptions,
+    LanguageOptions,
+    PerplexityOptions,
     PrepareConfig,
     arms_labels,
     period_bounds,
@@ -229,6 +231,26 @@ def _check_period(cfg: PrepareConfig, on: set[str]) -> None:
         raise ConfigError("prepare.period.periods is empty: name buckets such as '1800-1849'")
 
 
+# settings that only a stage not in the list would read: (stage, table, keys, defaults)
+_READ_ONLY_BY = (
+    ("perplexity_select", "perplexity", ("mode", "fraction", "count", "low_q", "high_q"),
+     PerplexityOptions()),
+    ("language", "language", ("languages", "mode", "strip_math"), LanguageOptions()),
+)
+
+
+def _refuse_unread_settings(cfg: PrepareConfig) -> None:
+    """A stage's setting with the stage left out of prepare.stages: it was accepted and
+    ignored (`perplexity` alone scores and keeps every document; no language filter runs)."""
+    for stage, table, keys, defaults in _READ_ONLY_BY:
+        options = getattr(cfg, table)
+        changed = [k for k in keys if getattr(options, k) != getattr(defaults, k)]
+        if stage not in cfg.stages and changed:
+            raise ConfigError(f"prepare.{table}.{changed[0]} is set but '{stage}' is not in "
+                              f"prepare.stages: add the stage, or remove the setting (nothing "
+                              "reads it)")
+
+
 def validate_prepare(cfg: PrepareConfig, making_data: bool = False) -> PrepareConfig:
     """Reject impossible prepare configs, naming the key (called by kiln.config_checks.validate).
     `making_data` (build_pipeline): also the checks added since runs were prepared without
@@ -236,6 +258,8 @@ def validate_prepare(cfg: PrepareConfig, making_data: bool = False) -> PrepareCo
     loading such a run's recorded config, so its model still trains, evaluates and exports."""
     _check_stage_list(cfg, making_data)
     _check_stage_options(cfg)
+    if making_data:
+        _refuse_unread_settings(cfg)
     if cfg.executor not in EXECUTORS:
         raise ConfigError(f"prepare.executor: '{cfg.executor}' is not one of {list(EXECUTORS)}")
     for key in ("tasks", "workers", "cpus_per_task", "mem_per_cpu_gb"):

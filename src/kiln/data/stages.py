@@ -305,7 +305,7 @@ def brain_rot_arms_stage(ctx: StageContext) -> StagePlan:
 def gutenberg_stage(ctx: StageContext) -> PipelineStep:
     from kiln.data.gutenberg import GutenbergStripper
 
-    return GutenbergStripper(ctx.exclusion_writer())
+    return GutenbergStripper(ctx.exclusion_writer(), ctx.sources)
 
 
 def dating_stage(ctx: StageContext) -> PipelineStep:

@@ -19,6 +19,10 @@ _ENV_NAMES = "|".join(sorted((re.escape(e) for e in MATH_ENVS), key=len, reverse
 _ALTS = (r"(?<!\\)\$\$.+?(?<!\\)\$\$", r"(?<![\\$])\$(?!\$)(?:[^$\\]|\\.)+?\$",
          r"\\\(.+?\\\)", r"\\\[.+?\\\]", rf"\\begin\{{({_ENV_NAMES})\}}.*?\\end\{{\1\}}")
 _DOLLARS, _DOLLAR, _PAREN, _BRACKET, _ENVIRONMENT = (re.compile(a, re.S) for a in _ALTS)
+# `$..$` within a paragraph: TeX allows no blank line in inline math, so a `$` pair across
+# one is two literal dollars (a web page's prices, the latex stage's `$` for `\$`)
+_DOLLAR_IN_PARAGRAPH = re.compile(r"(?<![\\$])\$(?!\$)(?:[^$\\\n]|\\.|\n(?![ \t\r]*\n))+?\$",
+                                  re.S)
 _BEGIN = re.compile(rf"\\begin\{{({_ENV_NAMES})\}}")
 _OPENER = re.compile(r"\$|\\[(\[]|\\begin\{")
 MATH_SPAN = re.compile("|".join(_ALTS), re.S)
@@ -39,12 +43,15 @@ def leaked_markup(text: str) -> tuple[int, int]:
     return leaked, len(words)
 
 
-def strip_math_spans(text: str) -> str:
+def strip_math_spans(text: str, inline_in_paragraph: bool = False) -> str:
     """`MATH_SPAN.sub(" ", text)`, the same spans replaced, in time linear in the text: the
     regex's lazy `.+?` runs to the end of the text for each opener that has no closer after
     it (`\\(` in a regex, an unclosed `\\[`), so 100,000 characters of such text took seconds.
     Here an alternative whose closer does not come later is not tried: the closers' places
-    are listed once, and each alternative that has one is matched by its own regex."""
+    are listed once, and each alternative that has one is matched by its own regex.
+    `inline_in_paragraph`: a `$..$` span never crosses a blank line (display spans still
+    may: the converter leaves blank lines where it drops a `\\label` line)."""
+    dollar = _DOLLAR_IN_PARAGRAPH if inline_in_paragraph else _DOLLAR
     closers: dict[str, list[int]] = {}
 
     def closer_from(needle: str, start: int) -> bool:
@@ -63,7 +70,7 @@ def strip_math_spans(text: str) -> str:
             if closer_from("$$", p + 3):  # `.+?`: one character at least between
                 m = _DOLLARS.match(text, p)
         if m is None and text.startswith("$", p):
-            m = _DOLLAR.match(text, p)  # stops at the next `$`: no lazy run to the end
+            m = dollar.match(text, p)  # stops at the next `$`: no lazy run to the end
         if m is None and text.startswith("\\(", p) and closer_from("\\)", p + 3):
             m = _PAREN.match(text, p)
         if m is None and text.startswith("\\[", p) and closer_from("\\]", p + 3):

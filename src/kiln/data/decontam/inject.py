@@ -44,6 +44,12 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
+def size_unit(count_tokens: Callable[[str], int]) -> str:
+    """What `count_tokens` counts, for the manifest and messages."""
+    unit = getattr(count_tokens, "unit", None)
+    return unit or ("words" if count_tokens is word_count else "count_tokens")
+
+
 class TrainingTokens:
     """Tokens `kiln tokenize` makes of a text with the tokenizer.json at `path`: its ids (no
     post-processor tokens, as `kiln tokenize` encodes) plus the EOS written after it.
@@ -76,6 +82,7 @@ def inject_replicas(
     count_tokens: Callable[[str], int] = word_count,
     replica_ids: Sequence[int] | None = None,
     id_prefix: str = "replica",
+    sizes: Sequence[int] | None = None,
 ) -> tuple[list[Document], dict]:
     """Return (documents, manifest): k replicas of every item at seeded random positions.
 
@@ -83,6 +90,7 @@ def inject_replicas(
     `token_budget - k * |test set|` (so the total is short by less than one web doc).
     replica_ids: which of the k * len(items) replicas (numbered item-major) to place here — lets
     datatrove ranks split the replicas; default all.
+    sizes: each corpus document's `count_tokens`, where the caller has counted them already.
     """
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
@@ -94,14 +102,13 @@ def inject_replicas(
     web, web_tokens, dropped = [], 0, 0
     remaining = None if token_budget is None else token_budget - replica_tokens
     if remaining is not None and remaining < 0:
-        raise ValueError(
-            f"{len(replicas)} replicas take {replica_tokens} tokens > budget {token_budget}"
-        )
-    for doc in corpus_docs:
+        raise ValueError(f"{len(replicas)} replicas take {replica_tokens} "
+                         f"{size_unit(count_tokens)} > budget {token_budget}")
+    for n, doc in enumerate(corpus_docs):
         if dropped:  # past the budget: the rest of the shard goes
             dropped += 1
             continue
-        size = count_tokens(doc.text)  # once: a tokenizer's count is not free
+        size = count_tokens(doc.text) if sizes is None else sizes[n]  # a tokenizer's is not free
         if remaining is not None and web_tokens + size > remaining:
             dropped += 1
             continue
@@ -168,6 +175,8 @@ class InjectReplicas(PipelineStep):
     ):
         super().__init__()
         self.items = load_benchmark_items(benchmark_path, prompt_fields, answer_fields)
+        if not self.items:  # an empty file (a failed download): the study would inject nothing
+            raise ValueError(f"{benchmark_path} holds no items: there is nothing to inject")
         for item in self.items:  # fail now, not inside a worker
             if item.prompt is None or not item.answers:
                 missing = (("problem", prompt_fields) if item.prompt is None
@@ -182,20 +191,32 @@ class InjectReplicas(PipelineStep):
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
         shard = list(data) if data else []
         keep = self.keep_size and bool(shard)
-        budget = sum(self.count_tokens(d.text) for d in shard) if keep else None
+        sizes = [self.count_tokens(d.text) for d in shard]  # once each, budget and fill alike
+        budget = sum(sizes) if keep else None
         mine = range(rank, self.k * len(self.items), world_size)
-        docs, manifest = inject_replicas(
-            shard,
-            self.items,
-            self.k,
-            seed=self.seed * 100_003 + rank,
-            token_budget=budget,
-            count_tokens=self.count_tokens,
-            replica_ids=mine,
-        )
+        try:
+            docs, manifest = inject_replicas(
+                shard,
+                self.items,
+                self.k,
+                seed=self.seed * 100_003 + rank,
+                token_budget=budget,
+                count_tokens=self.count_tokens,
+                replica_ids=mine,
+                sizes=sizes,
+            )
+        except ValueError as e:  # replicas past the shard's size: the settings, named
+            if budget is None:
+                raise
+            from kiln.errors import RunDataError
+
+            raise RunDataError(
+                f"prepare.inject_replicas.keep_size: task {rank}'s documents hold {budget} "
+                f"{size_unit(self.count_tokens)}, fewer than its replicas ({e}, k = {self.k}): "
+                "lower prepare.inject_replicas.k, run fewer prepare.tasks or give more "
+                "documents (keep_size = false adds the replicas to the documents)") from None
         manifest.update(rank=rank, world_size=world_size, base_seed=self.seed, size_kept=keep,
-                        size_unit=getattr(self.count_tokens, "unit", None) or (
-                            "words" if self.count_tokens is word_count else "count_tokens"))
+                        size_unit=size_unit(self.count_tokens))
         write_json_atomic(self.manifest_dir / f"injection-{rank:05d}.json", manifest)
         self.stat_update("replicas", value=manifest["replicas"])
         self.stat_update("web_docs_dropped", value=manifest["web_docs_dropped"])
