@@ -53,6 +53,7 @@ def _check_stage_list(cfg: PrepareConfig, making_data: bool) -> None:
         raise ConfigError(f"prepare.stages must start with a reader stage {readers}, not '{stages[0]}'")
     if making_data:
         _refuse_late_readers(stages)
+        _refuse_stages_before_conversion(stages)
     if stages[-1] != "write" or stages.count("write") != 1:
         raise ConfigError("prepare.stages must end with 'write' (and name it once)")
     dupes = sorted({n for n in stages if stages.count(n) > 1})
@@ -65,6 +66,26 @@ def _check_stage_list(cfg: PrepareConfig, making_data: bool) -> None:
     for name, after in NEEDS_AFTER.items():
         if name in stages and after not in stages[stages.index(name) + 1:]:
             raise ConfigError(f"prepare.stages: '{name}' needs '{after}' after it")
+
+
+# stages that read only a paper's metadata, so may stand between arxiv_sources and latex (a
+# period filter there spares converting the papers it drops)
+_METADATA_ONLY = frozenset({"period"})
+
+
+def _refuse_stages_before_conversion(stages: list[str]) -> None:
+    """A stage between `arxiv_sources` and the `latex` that converts its archives sees each
+    paper's text before there is any (empty, or arxiv_metadata's abstract): `dedup_exact`
+    there kept one paper of them all, `language` dropped every one as undetermined."""
+    if "arxiv_sources" not in stages or "latex" not in stages:
+        return  # NEEDS_BEFORE / NEEDS_AFTER say what is missing
+    start, end = stages.index("arxiv_sources"), stages.index("latex")
+    early = [n for n in stages[start + 1:end] if n not in _METADATA_ONLY]
+    if early:
+        raise ConfigError(
+            f"prepare.stages: {', '.join(map(repr, early))} stand{'s' if len(early) == 1 else ''}"
+            " between 'arxiv_sources' and 'latex', where the papers have no text yet (their "
+            "LaTeX is converted by 'latex'): place it after 'latex'")
 
 
 def _refuse_late_readers(stages: list[str]) -> None:
