@@ -152,10 +152,10 @@ def test_missing_dependency_of_a_stage_module_is_named(tmp_path, registry):
      "'arxiv_metadata' reads documents of its own and must come first, not after 'no_spam'"),
     (["arxiv_metadata", "latex", "read", "write"], "'read' reads documents .* here 'arxiv_metadata'"),
     (["read", "arxiv_sources", "latex", "write"], r"or after 'arxiv_metadata', whose documents"),
-    # before `latex` a paper has no text: exact dedup kept one paper of them all
-    (["arxiv_metadata", "arxiv_sources", "dedup_exact", "latex", "write"],
+    # read from a folder alone, a paper has no text before `latex`: exact dedup dropped them all
+    (["arxiv_sources", "dedup_exact", "latex", "write"],
      r"'dedup_exact' stands between 'arxiv_sources' and 'latex'"),
-    (["arxiv_metadata", "arxiv_sources", "period", "language", "quality", "latex", "write"],
+    (["arxiv_sources", "language", "quality", "latex", "write"],
      r"'language', 'quality' stand between"),
 ])
 def test_bad_stage_lists(tmp_path, registry, stages, message):
@@ -164,13 +164,14 @@ def test_bad_stage_lists(tmp_path, registry, stages, message):
 
 
 
-def test_a_metadata_filter_may_come_before_the_conversion(tmp_path, registry):
-    """`period` reads arxiv_metadata's year alone: before `latex` it spares converting the
-    papers it drops, so it is not refused there."""
+def test_stages_may_judge_the_abstract_before_the_conversion(tmp_path, registry):
+    """After `arxiv_metadata` a paper's text before `latex` is its abstract, a real text (a
+    language or quality judgement there spares converting the papers it drops): not
+    refused."""
     from kiln.data.prepare_checks import _refuse_stages_before_conversion
 
     _refuse_stages_before_conversion(
-        ["arxiv_metadata", "arxiv_sources", "period", "latex", "language", "write"])
+        ["arxiv_metadata", "arxiv_sources", "language", "dedup_exact", "latex", "write"])
 
 
 def test_a_run_prepared_with_a_later_reader_still_loads(tmp_path):

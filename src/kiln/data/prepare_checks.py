@@ -68,24 +68,20 @@ def _check_stage_list(cfg: PrepareConfig, making_data: bool) -> None:
             raise ConfigError(f"prepare.stages: '{name}' needs '{after}' after it")
 
 
-# stages that read only a paper's metadata, so may stand between arxiv_sources and latex (a
-# period filter there spares converting the papers it drops)
-_METADATA_ONLY = frozenset({"period"})
-
-
 def _refuse_stages_before_conversion(stages: list[str]) -> None:
-    """A stage between `arxiv_sources` and the `latex` that converts its archives sees each
-    paper's text before there is any (empty, or arxiv_metadata's abstract): `dedup_exact`
-    there kept one paper of them all, `language` dropped every one as undetermined."""
-    if "arxiv_sources" not in stages or "latex" not in stages:
-        return  # NEEDS_BEFORE / NEEDS_AFTER say what is missing
-    start, end = stages.index("arxiv_sources"), stages.index("latex")
-    early = [n for n in stages[start + 1:end] if n not in _METADATA_ONLY]
+    """`arxiv_sources` first (a folder of archives, no metadata snapshot) gives each paper an
+    empty text until `latex` converts its archive: a stage between them judged nothing
+    (`dedup_exact` there dropped every paper, `language` too, as undetermined: the prepare
+    ended in "all N documents were dropped" after reading them all). After
+    `arxiv_metadata` the text there is the paper's abstract, a real text to judge."""
+    if not stages or stages[0] != "arxiv_sources" or "latex" not in stages:
+        return  # NEEDS_AFTER says a missing latex
+    early = stages[1:stages.index("latex")]  # no metadata either: `period` needs `dating`
     if early:
         raise ConfigError(
             f"prepare.stages: {', '.join(map(repr, early))} stand{'s' if len(early) == 1 else ''}"
-            " between 'arxiv_sources' and 'latex', where the papers have no text yet (their "
-            "LaTeX is converted by 'latex'): place it after 'latex'")
+            " between 'arxiv_sources' and 'latex', where the papers have no text yet (read "
+            "from prepare.arxiv.source_dir alone; 'latex' converts them): place it after 'latex'")
 
 
 def _refuse_late_readers(stages: list[str]) -> None:
