@@ -180,6 +180,24 @@ def test_math_tokenizer_after_arxiv_prepare(arxiv_run, tmp_path):
     assert y["tokenize"]["tokens"] == index["train"]["tokens"] + index["val"]["tokens"] > 0
 
 
+def test_a_folder_of_papers_is_dated_by_id_before_the_conversion(tmp_path):
+    """`arxiv_sources` read first gives a paper no text until `latex`, but its arXiv id dates
+    it: `dating` and `period` there drop the papers out of the period before any is
+    converted (they were refused with the stages that judge text, which need `latex`)."""
+    root = tmp_path / "corpus"
+    build_arxiv_corpus(root)
+    (root / "src" / "0901.00001.tar.gz").write_bytes(tar_gz(paper_files(TOPICS[1])))
+    cfg = load_config(None, [
+        'prepare.stages=["arxiv_sources", "dating", "period", "latex", "write"]',
+        f'prepare.arxiv.source_dir="{root / "src"}"', 'prepare.period.periods=["2021-2021"]',
+        "prepare.tasks=1"]).prepare
+    run_prepare(cfg, tmp_path / "run", progress=False)
+    docs = {d.id: d for d in read_documents(tmp_path / "run")}
+    assert "0901.00001" not in docs and "2101.00001" in docs  # 2009: dropped unconverted
+    assert {d.metadata["year"] for d in docs.values()} == {2021}
+    assert docs["2101.00001"].text.startswith("Title:")
+
+
 # ---- a plain-text corpus through barrier stages ------------------------------------------------
 
 def text_corpus(root: Path, n: int = 9) -> Path:

@@ -73,10 +73,12 @@ def _refuse_stages_before_conversion(stages: list[str]) -> None:
     empty text until `latex` converts its archive: a stage between them judged nothing
     (`dedup_exact` there dropped every paper, `language` too, as undetermined: the prepare
     ended in "all N documents were dropped" after reading them all). After
-    `arxiv_metadata` the text there is the paper's abstract, a real text to judge."""
+    `arxiv_metadata` the text there is the paper's abstract, a real text to judge. `dating`
+    and `period` need no text (a paper's arXiv id dates it): there they drop the papers out
+    of the period before any is converted."""
     if not stages or stages[0] != "arxiv_sources" or "latex" not in stages:
         return  # NEEDS_AFTER says a missing latex
-    early = stages[1:stages.index("latex")]  # no metadata either: `period` needs `dating`
+    early = [s for s in stages[1:stages.index("latex")] if s not in ("dating", "period")]
     if early:
         raise ConfigError(
             f"prepare.stages: {', '.join(map(repr, early))} stand{'s' if len(early) == 1 else ''}"
