@@ -155,3 +155,20 @@ def test_a_book_file_named_alone_is_read_though_a_preferred_one_lies_beside_it(t
     assert [d.text for d in read_documents(tmp_path / "run")] == ["Cafe au lait."]
     run_prepare(cfg, tmp_path / "run2", [str(src)], progress=False)
     assert [d.text for d in read_documents(tmp_path / "run2")] == ["Café au lait."]
+
+
+def test_a_preferred_file_named_through_a_link_to_its_folder_drops_the_other(tmp_path):
+    """`data.sources` may name the one folder two ways (`pg/12.txt` and, through a link to
+    `pg`, `link/12-0.txt`: a cluster's /home and /gpfs spellings): the reader reads the
+    12-0.txt, so the 12.txt beside it goes, as before the sources were consulted (the
+    spelled paths alone kept both files of the book)."""
+    src = tmp_path / "pg"
+    src.mkdir()
+    (src / "12-0.txt").write_text(HEADER + "Café au lait.\n" + FOOTER)
+    (src / "12.txt").write_text(HEADER + "Cafe au lait.\n" + FOOTER)
+    (tmp_path / "link").symlink_to(src)
+    cfg = load_config(None, ['prepare.stages=["read", "gutenberg", "write"]',
+                             "prepare.tasks=1"]).prepare
+    run_prepare(cfg, tmp_path / "run", [str(src / "12.txt"), str(tmp_path / "link" / "12-0.txt")],
+                progress=False)
+    assert [d.text for d in read_documents(tmp_path / "run")] == ["Café au lait."]

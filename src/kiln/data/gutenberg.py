@@ -115,10 +115,14 @@ def preferred_file(source: str, sources: Sequence[str] = ()) -> Path | None:
 
 
 def _within(path: Path, sources: Sequence[str]) -> bool:
-    """`path` is one of `sources` or lies in one of its folders (as the reader walks them)."""
-    where = os.path.abspath(path)
-    return any(where == s or where.startswith(s.rstrip(os.sep) + os.sep)
-               for s in map(os.path.abspath, sources))
+    """`path` is one of `sources` or lies in one of its folders (as the reader walks them),
+    as spelled or with links resolved: a folder named through a link is the same folder."""
+    for place in (os.path.abspath, os.path.realpath):
+        where = place(path)
+        if any(where == s or where.startswith(s.rstrip(os.sep) + os.sep)
+               for s in map(place, sources)):
+            return True
+    return False
 
 
 def _matches(pattern: re.Pattern[str], line: str) -> bool:
