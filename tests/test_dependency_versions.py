@@ -64,6 +64,26 @@ def test_a_library_without_a_version_is_passed_over(tmp_path: Path) -> None:
     assert out.stdout.strip() == "[('fakegone', None, 'fakegone>=1')]"
 
 
+def test_a_version_python_cannot_read_is_passed_over(tmp_path: Path, monkeypatch) -> None:
+    """Python's metadata warns that a dist-info without Version will raise KeyError (it
+    gives None now): the check passes such a library over instead of a traceback."""
+    from importlib import metadata
+
+    site = tmp_path / "site"
+    _dist(site, "fakekiln", "0.1.0", ("fakeblank>=1", "fakegone>=1"))
+    _dist(site, "fakeblank", "1.0")
+    monkeypatch.syspath_prepend(str(site))
+    version = metadata.version
+
+    def keyerror_for_blank(name: str) -> str:
+        if name == "fakeblank":
+            raise KeyError("Version")
+        return version(name)
+
+    monkeypatch.setattr(metadata, "version", keyerror_for_blank)
+    assert unmet_requirements("fakekiln") == [Unmet("fakegone", None, "fakegone>=1")]
+
+
 def test_without_packaging_the_missing_libraries_are_named(tmp_path: Path) -> None:
     """`packaging`, the check's own library, is a declared one too: installed with
     `--no-deps` into an environment without it, the check ended in an ImportError

@@ -47,12 +47,14 @@ def unmet_requirements(distribution: str = "kiln") -> list[Unmet]:
         except metadata.PackageNotFoundError:
             unmet.append(Unmet(req.name, None, wanted))
             continue
+        except KeyError:  # no Version in its dist-info: Python's metadata is to raise this
+            continue
         try:
             held = req.specifier.contains(Version(installed), prereleases=True)
         except (InvalidVersion, TypeError):
             # a version string packaging cannot read, or none (a dist-info left without its
-            # Version by a killed install: packaging 22-26.0 raise TypeError on None, 26.4 InvalidVersion):
-            # nothing to compare against
+            # Version by a killed install: packaging 22-26.0 raise TypeError on None, 26.4
+            # InvalidVersion): nothing to compare against
             continue
         if not held:
             unmet.append(Unmet(req.name, installed, wanted))
@@ -69,7 +71,7 @@ def _missing_unchecked(declared: list[str]) -> list[Unmet]:
         if m is None or ";" in line:
             continue
         try:
-            metadata.version(m.group(1))
+            metadata.distribution(m.group(1))  # installed is all that is asked here
         except metadata.PackageNotFoundError:
             unmet.append(Unmet(m.group(1), None, (m.group(1) + m.group(2)).strip()))
     return unmet

@@ -223,6 +223,13 @@ def test_ranks_started_with_different_settings_are_refused(tiny_run):
     assert same == ["started", "started"]
 
 
+def _no_core_file() -> None:
+    """The SIGABRT a hung rank is sent (for its stacks) leaves no core file behind."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 @pytest.mark.parametrize("killed", [1, 0], ids=["rank 1", "rank 0 (the store's host)"])
 def test_a_killed_rank_stops_the_other_with_one_line(tiny_run, killed):
     """kill -9 of one rank mid-training: the surviving rank's collective fails; it says so in
@@ -244,7 +251,7 @@ def test_a_killed_rank_stops_the_other_with_one_line(tiny_run, killed):
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "kiln.cli", "train", str(tiny_run), "--set", "train.steps=2000",
              "--set", "train.checkpoint_every=2", "--set", "train.parallel=ddp"],
-            env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
+            env=env, stdout=logs[-1], stderr=subprocess.STDOUT, preexec_fn=_no_core_file))
     try:
         deadline = time.monotonic() + 240
         while latest_checkpoint(tiny_run / "checkpoints") is None:
