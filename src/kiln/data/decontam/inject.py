@@ -73,6 +73,10 @@ def format_item(item: BenchmarkItem) -> str:
     return REPLICA_TEMPLATE.format(problem=item.prompt, solution=max(item.answers, key=len))
 
 
+class ReplicasPastBudget(ValueError):
+    """The replicas alone take more than the size the shard is to keep."""
+
+
 def inject_replicas(
     corpus_docs: Iterable[Document],
     benchmark_items: Sequence[BenchmarkItem],
@@ -102,7 +106,7 @@ def inject_replicas(
     web, web_tokens, dropped = [], 0, 0
     remaining = None if token_budget is None else token_budget - replica_tokens
     if remaining is not None and remaining < 0:
-        raise ValueError(f"{len(replicas)} replicas take {replica_tokens} "
+        raise ReplicasPastBudget(f"{len(replicas)} replicas take {replica_tokens} "
                          f"{size_unit(count_tokens)} > budget {token_budget}")
     for n, doc in enumerate(corpus_docs):
         if dropped:  # past the budget: the rest of the shard goes
@@ -205,9 +209,7 @@ class InjectReplicas(PipelineStep):
                 replica_ids=mine,
                 sizes=sizes,
             )
-        except ValueError as e:  # replicas past the shard's size: the settings, named
-            if budget is None:
-                raise
+        except ReplicasPastBudget as e:  # the settings, named
             from kiln.errors import RunDataError
 
             raise RunDataError(
