@@ -6,9 +6,9 @@ its end not yet read here) is queued for a later write, and when gloo then reads
 fails the connection's receives and the sends still waiting for their receiver, not that one
 (`Pair::signalException` passes over the queued writes of unbound buffers). Its wait lasts
 the group's timeout, the long-wait group's week, deaf to signals: rank 0 telling the others
-that a checkpoint is written as rank 1 is killed (1 run in ~9 of the suite; forced in
-tests/distributed/test_killed_while_told.py). gloo closes the socket of a connection it
-found ended, so a wait on the group (`rank_waits`) watches the sockets it was made with.
+that a checkpoint is written as rank 1 is killed (tests/distributed/test_killed_while_told).
+gloo closes the socket of a connection it found ended, so a wait on the group (`rank_waits`)
+watches the sockets it was made with.
 """
 
 from __future__ import annotations
