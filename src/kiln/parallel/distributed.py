@@ -22,6 +22,7 @@ from torch.distributed.constants import default_pg_nccl_timeout, default_pg_time
 
 from kiln.config import ConfigError
 from kiln.parallel.connect_log import native_log_held
+from kiln.parallel.group_sockets import Connections, made
 from kiln.parallel.rank_meeting import meet
 from kiln.parallel.rank_stops import keep_store, on_the_way_out
 
@@ -262,6 +263,7 @@ def gather_on_main(value: torch.Tensor, env: DistEnv) -> torch.Tensor | None:
 
 
 _LONG_WAIT: dist.ProcessGroup | None = None
+_LONG_WAIT_LINKS: Connections | None = None  # its connections' sockets (`long_wait_cut`)
 
 
 def long_wait_group() -> dist.ProcessGroup:
@@ -269,10 +271,18 @@ def long_wait_group() -> dist.ProcessGroup:
     wait instead, a rank that had died before it (a failure on rank 1 alone while rank 0
     wrote the first checkpoint) would leave rank 0 waiting for it in the store for the
     group's week, where a made group's closed connection fails at once."""
-    global _LONG_WAIT
+    global _LONG_WAIT, _LONG_WAIT_LINKS
     if _LONG_WAIT is None:
-        _LONG_WAIT = dist.new_group(backend="gloo", timeout=timedelta(days=7))
+        store_port = int(os.environ.get("MASTER_PORT", "0") or 0) or None
+        _LONG_WAIT, _LONG_WAIT_LINKS = made(
+            lambda: dist.new_group(backend="gloo", timeout=timedelta(days=7)), store_port)
     return _LONG_WAIT
+
+
+def long_wait_cut() -> bool:
+    """Whether a connection of the long-wait group has closed: a rank is gone, though a
+    send of this rank's on the group may never be told (`group_sockets`)."""
+    return _LONG_WAIT_LINKS is not None and _LONG_WAIT_LINKS.closed()
 
 
 def shutdown(env: DistEnv | None) -> None:
@@ -280,11 +290,11 @@ def shutdown(env: DistEnv | None) -> None:
     failure before the caller had its env: the trainer's setup). Groups left standing at
     exit, the peers gone, gloo's threads abort the process (SIGABRT: "terminate called
     without an active exception") instead of its exit with its status."""
-    global _LONG_WAIT
+    global _LONG_WAIT, _LONG_WAIT_LINKS
     if (env is None or env.distributed) and dist.is_initialized():
         ending = sys.exc_info()[1]  # shut down on the way out of an exception
         if ending is not None:
             on_the_way_out(ending)  # while the store is there
         dist.destroy_process_group()
-        _LONG_WAIT = None
+        _LONG_WAIT = _LONG_WAIT_LINKS = None
     keep_store(None)  # rank 0 of a hand launch holds it: it goes with the group

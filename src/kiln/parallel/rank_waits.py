@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pickle
 import signal
 import sys
 import time
@@ -22,7 +23,13 @@ import torch.distributed as dist
 
 from kiln.errors import KilnError, MainRankInterrupted, Terminated, alike_on_every_rank
 from kiln.interrupts import what_stops_at_once
-from kiln.parallel.distributed import DistEnv, first_on_its_node, long_wait_group, lost_a_rank
+from kiln.parallel.distributed import (
+    DistEnv,
+    first_on_its_node,
+    long_wait_cut,
+    long_wait_group,
+    lost_a_rank,
+)
 
 
 def run_on_main(env: DistEnv, work: Callable[[], None], told: Callable[[BaseException], str],
@@ -68,17 +75,19 @@ _SAY_AFTER_S = 1.0  # a rank stopped in its own work says it waits only when the
 
 
 def _tell_the_others(failure: BaseException | None, told: Callable[[BaseException], str]) -> None:
-    """Rank 0's side of `run_on_main`: whether the work failed, then (if it did) how. Ranks
-    already gone (stopped on a signal of their own) cannot hear of a failure, which is then
-    rank 0's to raise; a success they cannot hear of is a lost rank, raised."""
+    """Rank 0's side of `run_on_main`: how the work went, as the length of what it says (0:
+    it went well), then (if it failed) what it says. Ranks already gone (stopped on a signal
+    of their own) cannot hear of a failure, which is then rank 0's to raise; a success they
+    cannot hear of is a lost rank, raised."""
     group = long_wait_group()
+    said = b"" if failure is None else pickle.dumps(
+        (isinstance(failure, KeyboardInterrupt), told(failure), getattr(failure, "exit_code", 130)))
     try:
-        dist.broadcast(torch.tensor([failure is not None], dtype=torch.int64), src=0,
-                       group=group)
-        if failure is not None:
-            said: list[Any] = [(isinstance(failure, KeyboardInterrupt), told(failure),
-                                getattr(failure, "exit_code", 130))]
-            dist.broadcast_object_list(said, src=0, group=group, device=torch.device("cpu"))
+        _sent(dist.broadcast(torch.tensor([len(said)], dtype=torch.int64), src=0, group=group,
+                             async_op=True), group)
+        if said:
+            _sent(dist.broadcast(torch.frombuffer(bytearray(said), dtype=torch.uint8), src=0,
+                                 group=group, async_op=True), group)
     except RuntimeError as e:
         if failure is None or not lost_a_rank(e):
             raise
@@ -88,13 +97,47 @@ def _wait_for_main() -> tuple[tuple[bool, str, int] | None, KeyboardInterrupt | 
     """The other ranks' side of `run_on_main`: rank 0's word (None if its work went well),
     and the stop this rank was asked for meanwhile, if any (`_polled`)."""
     group = long_wait_group()
-    failed = torch.zeros(1, dtype=torch.int64)
-    stop = _polled(dist.broadcast(failed, src=0, group=group, async_op=True), group)
-    if not failed.item():
+    length = torch.zeros(1, dtype=torch.int64)
+    stop = _polled(dist.broadcast(length, src=0, group=group, async_op=True), group)
+    if not length.item():
         return None, stop
-    said: list[Any] = [None]
-    dist.broadcast_object_list(said, src=0, group=group, device=torch.device("cpu"))
-    return said[0], stop
+    said = torch.empty(int(length.item()), dtype=torch.uint8)
+    dist.broadcast(said, src=0, group=group)  # sent at once: rank 0 is there
+    return pickle.loads(said.numpy().tobytes()), stop  # rank 0's, as broadcast_object_list's
+
+
+def _sent(pending: dist.Work, group: dist.ProcessGroup) -> None:
+    """Rank 0's wait for its word (`pending`, a broadcast on `group`) to be sent, in Python:
+    gloo may never end a send whose connection closed as it was written (`group_sockets`),
+    so a closed connection of the group ends it as a lost rank (`_cut_off`). A stop
+    meanwhile ends it as it would have ended rank 0 once a blocking send returned."""
+    cut_at, pause = None, 0.001
+    try:
+        while not pending.is_completed():
+            cut_at = _cut_off(pending, group, cut_at)
+            time.sleep(pause)
+            pause = min(2 * pause, _POLL_S)
+    except KeyboardInterrupt:
+        _never_freed(group, pending)
+        raise
+    pending.wait()  # raises a lost rank's error
+
+
+# a closed connection's own error (gloo's words, the clue) is waited for this long
+_TOLD_S = 1.0
+
+
+def _cut_off(pending: dist.Work, group: dist.ProcessGroup, cut_at: float | None) -> float | None:
+    """When a connection of the long-wait group closed (`cut_at`: when it was seen) and
+    `pending` has not ended with gloo's error `_TOLD_S` since, the lost rank it was never
+    told of, raised (`pending` never freed). Returns when the closed connection was seen."""
+    if cut_at is None:
+        return time.monotonic() if long_wait_cut() else None
+    if time.monotonic() - cut_at <= _TOLD_S:
+        return cut_at
+    _never_freed(group, pending)
+    raise dist.DistBackendError("a connection to another rank closed, and gloo never ended this "
+                                "rank's wait on it")
 
 
 def _polled(pending: dist.Work, group: dist.ProcessGroup, stop: KeyboardInterrupt | None = None,
@@ -103,14 +146,16 @@ def _polled(pending: dist.Work, group: dist.ProcessGroup, stop: KeyboardInterrup
     runs, which a blocking collective holds back until the slowest rank comes; returns the
     stop this rank was asked for meanwhile (or was given: `stop`), if any. Asked to stop,
     the rank waits up to `STOP_GRACE_S` more for the others (`waiting_for`) to stop as well
-    and tell it, and stops at once when asked again or when the grace runs out."""
+    and tell it, and stops at once when asked again or when the grace runs out. A closed
+    connection of the group whose wait gloo does not end is a lost rank (`_cut_off`)."""
     deadline = say_at = float("inf")
     if stop is not None:  # said if the others are not there at once (torchrun's stop: they are)
         deadline, say_at = time.monotonic() + STOP_GRACE_S, time.monotonic() + _SAY_AFTER_S
-    pause = 0.001  # a short wait (a checkpoint's) ends soon after
+    pause, cut_at = 0.001, None  # a short wait (a checkpoint's) ends soon after
     while True:
         try:
             while not pending.is_completed():
+                cut_at = _cut_off(pending, group, cut_at)
                 if time.monotonic() > say_at:
                     _say_stopping(stop, waiting_for)  # type: ignore[arg-type]  # set with stop
                     say_at = float("inf")
