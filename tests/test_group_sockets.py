@@ -52,9 +52,11 @@ def test_a_closed_socket_whose_fd_is_taken_by_another_is_seen():
             s.close()
 
 
-def test_a_connection_the_store_accepted_meanwhile_is_not_the_groups():
-    """Rank 0 of a hand launch hosts the rendezvous store: a connection it accepts while the
-    group is made (its local port the store's) is not the group's, and may close."""
+def test_a_connection_to_or_from_the_store_made_meanwhile_is_not_the_groups():
+    """Rank 0 of a hand launch hosts the rendezvous store, torchrun's agent otherwise: a
+    connection it accepts while the group is made (its local port the store's), or one a
+    rank opens to it (its peer's port the store's), is not the group's (gloo connects
+    ranks' own listening ports) and may close."""
     port = socket.create_server(("127.0.0.1", 0))
     store_port = port.getsockname()[1]
     port.close()
@@ -62,7 +64,7 @@ def test_a_connection_the_store_accepted_meanwhile_is_not_the_groups():
     try:
         far.close()  # the store's end: not watched
         assert not links.closed()
-        near.close()  # the client's end (its local port another): watched
-        assert links.closed()
+        near.close()  # a rank's connection to the store: not watched either
+        assert not links.closed()
     finally:
         listener.close()

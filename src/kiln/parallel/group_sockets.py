@@ -42,12 +42,12 @@ def _sockets() -> dict[int, tuple[int, int]]:
 
 
 def _connected(fd: int, skip_port: int | None) -> bool:
-    """A connection (not a listening socket), other than one the rendezvous store accepted
-    meanwhile (rank 0 of a hand launch hosts it: `skip_port`)."""
+    """A connection (not a listening socket), other than one to or from the rendezvous store
+    made meanwhile (its port `skip_port`: rank 0 of a hand launch hosts it, torchrun's agent
+    otherwise)."""
     try:
         with socket.socket(fileno=os.dup(fd)) as s:
-            s.getpeername()
-            return s.getsockname()[1] != skip_port
+            return skip_port not in (s.getpeername()[1], s.getsockname()[1])
     except (OSError, IndexError, TypeError):  # not connected, or not an inet socket
         return False
 
