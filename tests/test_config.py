@@ -155,7 +155,8 @@ def test_settings_just_inside_the_ranges_load():
                        "model.n_experts=4", "model.top_k=4", "model.n_dense_layers=4",
                        "model.vocab_size=257", "model.smebu_beta=0",
                        "model.route_scale=1e-3", "model.router_init_std=0",
-                       "schedule.decay_fraction=1.0", "optim.name=muon", "optim.muon_momentum=0",
+                       "schedule.name=wsd", "schedule.decay_fraction=1.0",
+                       "optim.name=muon", "optim.muon_momentum=0",
                        "optim.muon_ns_steps=1", "optim.muon_lr=0", "optim.muon_weight_decay=0"])
 
 

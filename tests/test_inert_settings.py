@@ -125,3 +125,24 @@ def test_smebu_settings_under_another_balancing_rule_are_named():
         load_config(None, ["model.n_experts=8", "model.balance=none", "model.balance_rate=1e-3"])
     quiet(None, ["model.n_experts=8", "model.balance=sign", "model.balance_rate=1e-3"])
     quiet(None, ["model.n_experts=8", "model.smebu_beta=0.9", "model.balance_rate=1e-3"])
+
+
+def test_decay_settings_under_a_schedule_that_does_not_decay_them_are_named():
+    """The default schedule is cosine: `--set schedule.decay_fraction=0.3` meant a wsd decay
+    and trained on the same cosine curve, silently; constant never reaches min_lr_ratio."""
+    with pytest.warns(UserWarning, match=r"^schedule\.decay_fraction = 0\.3 has no effect with "
+                      r"schedule\.name = 'cosine' \(only \"wsd\" reads "
+                      r"schedule\.decay_fraction\): set schedule\.name = \"wsd\", or drop it$"):
+        load_config(None, ["schedule.decay_fraction=0.3"])
+    with pytest.warns(UserWarning, match=r"^schedule\.min_lr_ratio = 0\.2 and "
+                      r"schedule\.decay_fraction = 0\.5 have no effect with schedule\.name = "
+                      r"'constant' .*set schedule\.name = \"wsd\", or drop them$"):
+        load_config(None, ["schedule.name=constant", "schedule.min_lr_ratio=0.2",
+                           "schedule.decay_fraction=0.5"])
+    with pytest.warns(UserWarning, match=r"^schedule\.min_lr_ratio = 0\.2 has no effect with "
+                      r"schedule\.name = 'constant' \(the lr stays at optim\.lr after the "
+                      r"warmup\): set schedule\.name = \"cosine\" or \"wsd\", or drop it$"):
+        load_config(None, ["schedule.name=constant", "schedule.min_lr_ratio=0.2"])
+    quiet(None, ["schedule.min_lr_ratio=0.0"])  # cosine reads it
+    quiet(None, ["schedule.name=wsd", "schedule.decay_fraction=0.5", "schedule.min_lr_ratio=0"])
+    quiet(None, ["schedule.name=constant", "schedule.warmup_steps=5"])

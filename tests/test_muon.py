@@ -283,10 +283,15 @@ def test_muon_group_rejects_bad_input():
         MuonWithAdamW([{"params": [mat], "lr": 0.1}])
 
 
-def test_ns_dtype_auto_follows_the_hardware():
+def test_ns_dtype_auto_follows_the_hardware(monkeypatch):
     cpu = torch.device("cpu")
     assert resolve_ns_dtype("auto", cpu) == ("bf16" if cpu_has_fast_bf16() else "fp32")
-    assert resolve_ns_dtype("auto", torch.device("cuda")) == "bf16"
+    # a GPU: bf16 with bf16 tensor cores (Ampere on); a V100 or T4 only emulates bf16
+    # matmuls (torch's plain is_bf16_supported() still says yes), where 'auto' took bf16
+    for ampere, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                            lambda including_emulation=True, a=ampere: a or including_emulation)
+        assert resolve_ns_dtype("auto", torch.device("cuda")) == expected
     assert resolve_ns_dtype("fp32", cpu) == "fp32"
     with pytest.raises(ValueError, match="auto"):
         resolve_ns_dtype("fp16", cpu)

@@ -1,5 +1,5 @@
 """Settings a user gave that another setting leaves unused: Muon's with AdamW, the experts'
-in a dense model, SMEBU's under another balancing rule. They load (a recipe ablated with `--set optim.name=adamw` or
+in a dense model, SMEBU's under another balancing rule, a decay's under a schedule without it. They load (a recipe ablated with `--set optim.name=adamw` or
 `--set model.n_experts=0` keeps its Muon or MoE keys, and an override cannot delete them),
 with a warning, since the user more likely meant the optimizer or the experts they tuned.
 """
@@ -18,6 +18,9 @@ MOE_KEYS = ("n_dense_layers", "top_k", "n_shared", "expert_hidden", "route_scale
 # [model] keys each balancing rule reads (kiln.model.balancing)
 BALANCE_KEYS = {"smebu": ("balance_rate", "smebu_beta", "smebu_kappa"),
                 "sign": ("balance_rate",), "none": ()}
+# [schedule] keys each schedule reads after its warmup (kiln.train.schedule.lr_multiplier)
+SCHEDULE_KEYS = {"cosine": ("min_lr_ratio",), "wsd": ("min_lr_ratio", "decay_fraction"),
+                 "constant": ()}
 
 
 def inert_settings(cfg: Config, given: set[str]) -> list[str]:
@@ -50,7 +53,25 @@ def inert_settings(cfg: Config, given: set[str]) -> list[str]:
             lines.append(f"{_named('model', cfg.model, unread)} with model.balance = "
                          f"{rule!r} ({why}): set model.balance = {use}, or drop "
                          f"{_them(unread)}")
+    lines += _schedule_lines(cfg, given)
     return lines
+
+
+def _schedule_lines(cfg: Config, given: set[str]) -> list[str]:
+    """`schedule.decay_fraction` outside wsd and `schedule.min_lr_ratio` under constant: a
+    `--set schedule.decay_fraction=0.3` on the default cosine schedule otherwise trained with
+    the lr curve it had before, without a word."""
+    name = cfg.schedule.name
+    unread = [k for k in SCHEDULE_KEYS["wsd"]
+              if k not in SCHEDULE_KEYS.get(name, ()) and f"schedule.{k}" in given]
+    if not unread:
+        return []
+    readers = {"decay_fraction": 'only "wsd" reads schedule.decay_fraction',
+               "min_lr_ratio": "the lr stays at optim.lr after the warmup"}
+    why = "; ".join(readers[k] for k in unread)
+    use = '"wsd"' if "decay_fraction" in unread else '"cosine" or "wsd"'
+    return [f"{_named('schedule', cfg.schedule, unread)} with schedule.name = {name!r} "
+            f"({why}): set schedule.name = {use}, or drop {_them(unread)}"]
 
 
 def _named(section: str, values: object, keys: list[str]) -> str:

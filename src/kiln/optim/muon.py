@@ -29,7 +29,7 @@ from torch.optim.adam import adam
 
 from kiln.config import OptimConfig
 from kiln.optim.routing import route_parameters
-from kiln.train.precision import cpu_has_fast_bf16
+from kiln.train.precision import cpu_has_fast_bf16, cuda_has_fast_bf16
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # quintic, maximal slope at 0 (Keller Jordan)
 NS_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -286,13 +286,17 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
 
 def resolve_ns_dtype(name: str, device: torch.device) -> str:
-    """'auto': bf16 on CUDA and on CPUs with native bf16 (AVX-512 BF16 / AMX; there bf16 NS
-    measured ~3x faster than fp32), fp32 on other CPUs, where bf16 matmuls are emulated."""
+    """'auto': bf16 on GPUs with bf16 tensor cores and on CPUs with native bf16 (AVX-512
+    BF16 / AMX; there bf16 NS measured ~3x faster than fp32), fp32 elsewhere: on other CPUs
+    and on GPUs before Ampere (V100, T4) bf16 matmuls are emulated, no faster than fp32 and
+    less precise (as `train.precision = 'auto'` decides, kiln.train.precision)."""
     if name != "auto":
         if name not in NS_DTYPES:
             raise ValueError(f"muon_ns_dtype '{name}' is not one of {['auto', *NS_DTYPES]}")
         return name
-    return "bf16" if device.type == "cuda" or cpu_has_fast_bf16() else "fp32"
+    if device.type == "cuda":
+        return "bf16" if cuda_has_fast_bf16() else "fp32"
+    return "bf16" if cpu_has_fast_bf16() else "fp32"
 
 
 def build_muon(model: nn.Module, cfg: OptimConfig) -> MuonWithAdamW:
