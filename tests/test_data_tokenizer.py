@@ -152,3 +152,31 @@ def test_a_tokenizer_with_ids_past_its_vocabulary_size_is_refused_in_one_line(to
     with pytest.raises(RunDataError, match=rf"gap.json has token {re.escape(repr(last))} at id 70000, past its "
                        r"vocabulary size 300.*re-run `kiln tokenizer`"):
         load_tokenizer(tmp_path / "gap.json")
+
+
+@pytest.mark.parametrize("pre", ["prefix_space", "none", "whitespace"])
+def test_a_pre_tokenizer_that_changes_the_text_is_refused_in_one_line(tok_path, tmp_path, capsys,
+                                                                      pre):
+    """A byte-level BPE whose pre-tokenizer adds a prefix space ("hello" encodes as
+    "Ġhello": 6 bytes), splits on whitespace and drops it, or is missing (a space, a byte
+    outside printable ASCII, is then no token and is dropped) was loaded as byte-level, and
+    `kiln tokenize` stopped at its first document with a RuntimeError traceback."""
+    from tokenizers import Tokenizer, pre_tokenizers
+
+    from kiln.cli import main
+    from kiln.errors import RunDataError
+
+    tok = Tokenizer.from_file(str(tok_path))
+    tok.pre_tokenizer = {"prefix_space": pre_tokenizers.ByteLevel(add_prefix_space=True),
+                         "none": None, "whitespace": pre_tokenizers.Whitespace()}[pre]
+    tok.save(str(tmp_path / "odd.json"))
+    with pytest.raises(RunDataError, match=r"odd.json does not encode text byte for byte"):
+        load_tokenizer(tmp_path / "odd.json")
+
+    run = tmp_path / "run"
+    (run / "tokenizer").mkdir(parents=True)
+    (run / "config.toml").write_text("")
+    tok.save(str(run / "tokenizer" / "tokenizer.json"))
+    assert main(["tokenize", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert "does not encode text byte for byte" in err and "Traceback" not in err

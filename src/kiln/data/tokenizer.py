@@ -126,7 +126,9 @@ def _ids_past_vocab(tok: Tokenizer) -> str:
 def _not_byte_level(tok: Tokenizer) -> str:
     """Why `tok` is not a byte-level BPE that leaves the text as it is ("" when it is): the
     shards, bits per byte and the stale-tokenizer check count the bytes of each id, so a
-    tokenizer.json brought from elsewhere (a WordPiece, a normaliser) would count wrong."""
+    tokenizer.json brought from elsewhere (a WordPiece, a normaliser) would count wrong. A
+    pre-tokenizer is judged by what it does (`_PROBE`): one that adds a prefix space, drops
+    whitespace, or is missing stopped `kiln tokenize` with a traceback at its first document."""
     spec = json.loads(tok.to_str())
     model, decoder = (spec.get("model") or {}).get("type"), (spec.get("decoder") or {}).get("type")
     if model != "BPE" or decoder != "ByteLevel":
@@ -134,10 +136,22 @@ def _not_byte_level(tok: Tokenizer) -> str:
     if tok.normalizer is not None:
         return "has a normalizer, which changes the text"
     try:
-        token_byte_lengths(tok)
+        lengths = token_byte_lengths(tok)
     except ValueError as e:
         return f"is not byte-level ({e})"
+    ids = tok.encode(_PROBE, add_special_tokens=False).ids
+    if (int(lengths[ids].sum()) != len(_PROBE.encode("utf-8"))
+            or tok.decode(ids, skip_special_tokens=False) != _PROBE):
+        shown = tok.pre_tokenizer.__class__.__name__ if tok.pre_tokenizer else "no"
+        return (f"does not encode text byte for byte (its ids for a test text stand for other "
+                f"bytes; {shown} pre-tokenizer)")
     return ""
+
+
+# text a byte-level BPE's ids must stand for byte for byte (the vocabulary alone cannot
+# tell: a pre-tokenizer that adds a prefix space, drops whitespace, or is missing, so that
+# bytes outside printable ASCII are dropped, changes the text its ids stand for)
+_PROBE = "a  b\n\r\n\tc\x00 é 東京 😀\u200d!"
 
 
 def eos_id(tok: Tokenizer) -> int:
