@@ -180,3 +180,34 @@ def test_a_pre_tokenizer_that_changes_the_text_is_refused_in_one_line(tok_path, 
     assert main(["tokenize", str(run)]) == 1
     err = capsys.readouterr().err
     assert "does not encode text byte for byte" in err and "Traceback" not in err
+
+
+def test_padding_and_truncation_in_the_file_are_off_so_the_shards_hold_every_document_whole(
+        tok_path, tmp_path):
+    """An HF tokenizer.json saved with padding (pad token EOS, as GPT-2-style tokenizers set
+    it) padded each document of tokenize's `encode_batch` to the batch's longest with EOS:
+    here the shards held 10,121 tokens for the 29 documents' 5,249, past the byte check (EOS
+    stands for 0 bytes). Truncation cut every document at max_length
+    (a RuntimeError mid-tokenize). Loaded, both are off: the shards are those of the plain
+    tokenizer."""
+    import numpy as np
+    from datatrove.data import Document
+    from tokenizers import Tokenizer
+
+    from kiln.data.loader import TokenStream
+    from kiln.data.shards import write_shards
+
+    docs = [Document(text="def f(x):\n    return x\n" * k, id=f"d{k}") for k in range(1, 30)]
+    plain = load_tokenizer(tok_path)
+    expected = np.concatenate([[*plain.encode(d.text, add_special_tokens=False).ids, 0]
+                               for d in docs])
+    for name, setting in [("padded", lambda t: t.enable_padding(pad_id=0, pad_token=EOS_TOKEN)),
+                          ("cut", lambda t: t.enable_truncation(max_length=8))]:
+        odd = Tokenizer.from_file(str(tok_path))
+        setting(odd)
+        odd.save(str(tmp_path / f"{name}.json"))
+        tok = load_tokenizer(tmp_path / f"{name}.json")
+        write_shards(docs, tok, tmp_path / name, val_fraction=0.0, progress=False)
+        stream = TokenStream(tmp_path / name, "train")
+        assert np.array_equal(stream.read(0, stream.n_tokens), expected), name
+        assert tok.padding is None and tok.truncation is None

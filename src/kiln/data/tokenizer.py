@@ -93,7 +93,11 @@ def train_tokenizer(
 
 
 def load_tokenizer(path: Path | str) -> Tokenizer:
-    """Load a tokenizer saved by `train_tokenizer`, with specials in raw text left unparsed."""
+    """Load a tokenizer saved by `train_tokenizer`, with specials in raw text left unparsed,
+    and with no padding or truncation: a tokenizer.json brought from elsewhere may set them
+    (an HF tokenizer saved with a pad token, often EOS), and `encode_batch` then padded
+    each document of a batch to the longest with pad ids, written into the shards as
+    tokens (0 bytes each, past the byte check), or cut every document at max_length."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -104,6 +108,8 @@ def load_tokenizer(path: Path | str) -> Tokenizer:
     except Exception as e:  # tokenizers raises a bare Exception on bad JSON
         raise RunDataError(f"tokenizer file {path} is corrupt or not a tokenizer ({e}); "
                            "re-run `kiln tokenizer`") from e
+    tok.no_padding()
+    tok.no_truncation()
     if tok.token_to_id(EOS_TOKEN) is None:
         raise RunDataError(f"tokenizer {path} has no {EOS_TOKEN!r} token; re-run `kiln tokenizer`")
     if problem := _ids_past_vocab(tok):
