@@ -211,3 +211,22 @@ def test_padding_and_truncation_in_the_file_are_off_so_the_shards_hold_every_doc
         stream = TokenStream(tmp_path / name, "train")
         assert np.array_equal(stream.read(0, stream.n_tokens), expected), name
         assert tok.padding is None and tok.truncation is None
+
+
+def test_an_eos_that_is_not_a_special_token_is_refused_in_one_line(tok_path, tmp_path):
+    """A tokenizer.json whose EOS is an ordinary added token (`"special": false`) loaded:
+    raw text's literal "<|endoftext|>" then encoded as the EOS id ("a<|endoftext|>b" ->
+    [65, 0, 66]: a document boundary inside a document), and EOS counted as 13 bytes, so
+    tokenize stopped at its first document (its tokens stood for 18 bytes, "hello" for 5)."""
+    import json
+
+    from kiln.errors import RunDataError
+
+    spec = json.loads(tok_path.read_text())
+    for token in spec["added_tokens"]:
+        if token["content"] == EOS_TOKEN:
+            token["special"] = False
+    (tmp_path / "plain_eos.json").write_text(json.dumps(spec))
+    with pytest.raises(RunDataError, match=r"plain_eos.json has '<\|endoftext\|>' as an "
+                                           r"ordinary token, not a special one"):
+        load_tokenizer(tmp_path / "plain_eos.json")

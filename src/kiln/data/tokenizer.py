@@ -118,6 +118,13 @@ def load_tokenizer(path: Path | str) -> Tokenizer:
     if problem := _not_byte_level(tok):
         raise RunDataError(f"tokenizer {path} {problem}: Kiln needs the byte-level BPE "
                            "`kiln tokenizer` trains; re-run it")
+    eos = tok.get_added_tokens_decoder().get(tok.token_to_id(EOS_TOKEN))
+    if eos is None or not eos.special:
+        # an ordinary token: raw text's literal "<|endoftext|>" would encode as the EOS id
+        # (encode_special_tokens spares only specials), and its 13 bytes be counted per EOS
+        raise RunDataError(f"tokenizer {path} has {EOS_TOKEN!r} as an ordinary token, not a "
+                           "special one: the text's own would end documents; re-run "
+                           "`kiln tokenizer`")
     return _protect_specials(tok)
 
 
