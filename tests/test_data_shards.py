@@ -247,3 +247,23 @@ def test_injected_replicas_all_go_to_train(tok, tmp_path):
                                    + [enc[d.id] for d in DOCS if split_hash(3, d.id) >= 0.2])
     assert (index["train"]["documents"], index["val"]["documents"]) == (
         len(docs) - len(want_val), len(want_val))
+
+
+def test_a_tokenizer_that_drops_text_stops_tokenize_in_one_line_keeping_the_shards(tok, tmp_path):
+    """A pre-tokenizer that drops a character the load-time probe does not hold ("~"):
+    the first document holding it stopped tokenize with a RuntimeError (a traceback); it is
+    a RunDataError (one line) naming the document, and the shards made before stay."""
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
+
+    from kiln.errors import RunDataError
+
+    write_shards(DOCS[:20], tok, tmp_path, val_fraction=0.1, progress=False)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    odd = Tokenizer.from_str(tok.to_str())
+    odd.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex("~"), behavior="removed"), odd.pre_tokenizer])
+    docs = [*DOCS[:5], Document(text="x = ~y\n", id="tilde")]
+    with pytest.raises(RunDataError, match=r"document tilde: its tokens stand for 6 bytes, its "
+                                           r"text for 7.*re-run `kiln tokenizer`"):
+        write_shards(docs, odd, tmp_path, val_fraction=0.1, progress=False)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -152,3 +152,81 @@ def test_a_tokenizer_with_ids_past_its_vocabulary_size_is_refused_in_one_line(to
     with pytest.raises(RunDataError, match=rf"gap.json has token {re.escape(repr(last))} at id 70000, past its "
                        r"vocabulary size 300.*re-run `kiln tokenizer`"):
         load_tokenizer(tmp_path / "gap.json")
+
+
+@pytest.mark.parametrize("pre", ["prefix_space", "none", "whitespace"])
+def test_a_pre_tokenizer_that_changes_the_text_is_refused_in_one_line(tok_path, tmp_path, capsys,
+                                                                      pre):
+    """A byte-level BPE whose pre-tokenizer adds a prefix space ("hello" encodes as
+    "Ġhello": 6 bytes), splits on whitespace and drops it, or is missing (a space, a byte
+    outside printable ASCII, is then no token and is dropped) was loaded as byte-level, and
+    `kiln tokenize` stopped at its first document with a RuntimeError traceback."""
+    from tokenizers import Tokenizer, pre_tokenizers
+
+    from kiln.cli import main
+    from kiln.errors import RunDataError
+
+    tok = Tokenizer.from_file(str(tok_path))
+    tok.pre_tokenizer = {"prefix_space": pre_tokenizers.ByteLevel(add_prefix_space=True),
+                         "none": None, "whitespace": pre_tokenizers.Whitespace()}[pre]
+    tok.save(str(tmp_path / "odd.json"))
+    with pytest.raises(RunDataError, match=r"odd.json does not encode text byte for byte"):
+        load_tokenizer(tmp_path / "odd.json")
+
+    run = tmp_path / "run"
+    (run / "tokenizer").mkdir(parents=True)
+    (run / "config.toml").write_text("")
+    tok.save(str(run / "tokenizer" / "tokenizer.json"))
+    assert main(["tokenize", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert "does not encode text byte for byte" in err and "Traceback" not in err
+
+
+def test_padding_and_truncation_in_the_file_are_off_so_the_shards_hold_every_document_whole(
+        tok_path, tmp_path):
+    """An HF tokenizer.json saved with padding (pad token EOS, as GPT-2-style tokenizers set
+    it) padded each document of tokenize's `encode_batch` to the batch's longest with EOS:
+    here the shards held 10,121 tokens for the 29 documents' 5,249, past the byte check (EOS
+    stands for 0 bytes). Truncation cut every document at max_length
+    (a RuntimeError mid-tokenize). Loaded, both are off: the shards are those of the plain
+    tokenizer."""
+    import numpy as np
+    from datatrove.data import Document
+    from tokenizers import Tokenizer
+
+    from kiln.data.loader import TokenStream
+    from kiln.data.shards import write_shards
+
+    docs = [Document(text="def f(x):\n    return x\n" * k, id=f"d{k}") for k in range(1, 30)]
+    plain = load_tokenizer(tok_path)
+    expected = np.concatenate([[*plain.encode(d.text, add_special_tokens=False).ids, 0]
+                               for d in docs])
+    for name, setting in [("padded", lambda t: t.enable_padding(pad_id=0, pad_token=EOS_TOKEN)),
+                          ("cut", lambda t: t.enable_truncation(max_length=8))]:
+        odd = Tokenizer.from_file(str(tok_path))
+        setting(odd)
+        odd.save(str(tmp_path / f"{name}.json"))
+        tok = load_tokenizer(tmp_path / f"{name}.json")
+        write_shards(docs, tok, tmp_path / name, val_fraction=0.0, progress=False)
+        stream = TokenStream(tmp_path / name, "train")
+        assert np.array_equal(stream.read(0, stream.n_tokens), expected), name
+        assert tok.padding is None and tok.truncation is None
+
+
+def test_an_eos_that_is_not_a_special_token_is_refused_in_one_line(tok_path, tmp_path):
+    """A tokenizer.json whose EOS is an ordinary added token (`"special": false`) loaded:
+    raw text's literal "<|endoftext|>" then encoded as the EOS id ("a<|endoftext|>b" ->
+    [65, 0, 66]: a document boundary inside a document), and EOS counted as 13 bytes, so
+    tokenize stopped at its first document (its tokens stood for 18 bytes, "hello" for 5)."""
+    import json
+
+    from kiln.errors import RunDataError
+
+    spec = json.loads(tok_path.read_text())
+    for token in spec["added_tokens"]:
+        if token["content"] == EOS_TOKEN:
+            token["special"] = False
+    (tmp_path / "plain_eos.json").write_text(json.dumps(spec))
+    with pytest.raises(RunDataError, match=r"plain_eos.json has '<\|endoftext\|>' as an "
+                                           r"ordinary token, not a special one"):
+        load_tokenizer(tmp_path / "plain_eos.json")

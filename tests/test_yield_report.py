@@ -186,3 +186,18 @@ def test_a_reason_that_dropped_nothing_is_left_out_of_yield():
               {"counts": Counter(documents=5, bytes=50)}]
     rows = compute_yield(layout, merged)["stages"]
     assert rows[1]["drop_reasons"] == {} and rows[1]["documents_added"] == 2
+
+
+@pytest.mark.parametrize("damage", [b'{"broken\n', b"[1, 2]\n", b"\xff\xfe{}"])
+def test_a_damaged_yield_json_does_not_fail_tokenize_after_its_shards(run, damage):
+    """`kiln tokenize` adds its counts to yield.json after writing the shards: a yield.json
+    edited into bad JSON, a list, or bytes that are not UTF-8 stopped it there with a
+    JSONDecodeError / TypeError / UnicodeDecodeError traceback (exit 1, shards written). It
+    is left as it was (`kiln report` says it is unreadable)."""
+    index = {"train": {"documents": 2, "bytes": 50, "tokens": 20},
+             "val": {"documents": 1, "bytes": 30, "tokens": 10}, "vocab_size": 300}
+    (run / "tokens").mkdir()
+    (run / "tokens" / "index.json").write_text(json.dumps(index))
+    (run / "yield.json").write_bytes(damage)
+    assert add_token_counts(run) is None
+    assert (run / "yield.json").read_bytes() == damage

@@ -165,8 +165,12 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
             ids = np.asarray([*enc.ids, eos], dtype=np.int64)
             n_bytes = len(doc.text.encode("utf-8"))
             if int(byte_lengths[ids].sum()) != n_bytes:  # byte-level BPE has no normaliser
-                raise RuntimeError(f"document {doc.id}: its tokens stand for "
-                                   f"{int(byte_lengths[ids].sum())} bytes, its text for {n_bytes}")
+                # a tokenizer.json brought in that `load_tokenizer`'s probe did not catch:
+                # one line naming the document (the old shards stay), not a traceback
+                raise RunDataError(f"document {doc.id}: its tokens stand for "
+                                   f"{int(byte_lengths[ids].sum())} bytes, its text for "
+                                   f"{n_bytes}: the tokenizer does not encode text byte for "
+                                   "byte; re-run `kiln tokenizer`")
             h = split_hash(seed, doc.metadata.get(PART_OF) or doc.id)  # a cut text's parts: one side
             if INJECTED_KEY in doc.metadata:  # a benchmark replica: train only (see above)
                 writers["train"].add(ids, n_bytes)

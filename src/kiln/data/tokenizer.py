@@ -93,7 +93,11 @@ def train_tokenizer(
 
 
 def load_tokenizer(path: Path | str) -> Tokenizer:
-    """Load a tokenizer saved by `train_tokenizer`, with specials in raw text left unparsed."""
+    """Load a tokenizer saved by `train_tokenizer`, with specials in raw text left unparsed,
+    and with no padding or truncation: a tokenizer.json brought from elsewhere may set them
+    (an HF tokenizer saved with a pad token, often EOS), and `encode_batch` then padded
+    each document of a batch to the longest with pad ids, written into the shards as
+    tokens (0 bytes each, past the byte check), or cut every document at max_length."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -104,6 +108,8 @@ def load_tokenizer(path: Path | str) -> Tokenizer:
     except Exception as e:  # tokenizers raises a bare Exception on bad JSON
         raise RunDataError(f"tokenizer file {path} is corrupt or not a tokenizer ({e}); "
                            "re-run `kiln tokenizer`") from e
+    tok.no_padding()
+    tok.no_truncation()
     if tok.token_to_id(EOS_TOKEN) is None:
         raise RunDataError(f"tokenizer {path} has no {EOS_TOKEN!r} token; re-run `kiln tokenizer`")
     if problem := _ids_past_vocab(tok):
@@ -112,6 +118,13 @@ def load_tokenizer(path: Path | str) -> Tokenizer:
     if problem := _not_byte_level(tok):
         raise RunDataError(f"tokenizer {path} {problem}: Kiln needs the byte-level BPE "
                            "`kiln tokenizer` trains; re-run it")
+    eos = tok.get_added_tokens_decoder().get(tok.token_to_id(EOS_TOKEN))
+    if eos is None or not eos.special:
+        # an ordinary token: raw text's literal "<|endoftext|>" would encode as the EOS id
+        # (encode_special_tokens spares only specials), and its 13 bytes be counted per EOS
+        raise RunDataError(f"tokenizer {path} has {EOS_TOKEN!r} as an ordinary token, not a "
+                           "special one: the text's own would end documents; re-run "
+                           "`kiln tokenizer`")
     return _protect_specials(tok)
 
 
@@ -126,7 +139,9 @@ def _ids_past_vocab(tok: Tokenizer) -> str:
 def _not_byte_level(tok: Tokenizer) -> str:
     """Why `tok` is not a byte-level BPE that leaves the text as it is ("" when it is): the
     shards, bits per byte and the stale-tokenizer check count the bytes of each id, so a
-    tokenizer.json brought from elsewhere (a WordPiece, a normaliser) would count wrong."""
+    tokenizer.json brought from elsewhere (a WordPiece, a normaliser) would count wrong. A
+    pre-tokenizer is judged by what it does (`_PROBE`): one that adds a prefix space, drops
+    whitespace, or is missing stopped `kiln tokenize` with a traceback at its first document."""
     spec = json.loads(tok.to_str())
     model, decoder = (spec.get("model") or {}).get("type"), (spec.get("decoder") or {}).get("type")
     if model != "BPE" or decoder != "ByteLevel":
@@ -134,10 +149,22 @@ def _not_byte_level(tok: Tokenizer) -> str:
     if tok.normalizer is not None:
         return "has a normalizer, which changes the text"
     try:
-        token_byte_lengths(tok)
+        lengths = token_byte_lengths(tok)
     except ValueError as e:
         return f"is not byte-level ({e})"
+    ids = tok.encode(_PROBE, add_special_tokens=False).ids
+    if (int(lengths[ids].sum()) != len(_PROBE.encode("utf-8"))
+            or tok.decode(ids, skip_special_tokens=False) != _PROBE):
+        shown = tok.pre_tokenizer.__class__.__name__ if tok.pre_tokenizer else "no"
+        return (f"does not encode text byte for byte (its ids for a test text stand for other "
+                f"bytes; {shown} pre-tokenizer)")
     return ""
+
+
+# text a byte-level BPE's ids must stand for byte for byte (the vocabulary alone cannot
+# tell: a pre-tokenizer that adds a prefix space, drops whitespace, or is missing, so that
+# bytes outside printable ASCII are dropped, changes the text its ids stand for)
+_PROBE = "a  b\n\r\n\tc\x00 é 東京 😀\u200d!"
 
 
 def eos_id(tok: Tokenizer) -> int:

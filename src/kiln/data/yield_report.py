@@ -282,15 +282,22 @@ def write_yield_report(run_dir: Path | str, logging_dir: Path | str | None = Non
 
 def add_token_counts(run_dir: Path | str) -> dict | None:
     """After `kiln tokenize`, or a prepare that re-made the same documents: add the token
-    counts to an existing yield.json; None if it is absent, or if the shards were made from
-    other documents (their counts would describe data that is gone)."""
+    counts to an existing yield.json; None if it is absent, if the shards were made from
+    other documents (their counts would describe data that is gone), or if it is unreadable
+    or not a JSON object (left as it is: a report, never a reason to fail a tokenize that
+    has written its shards; `kiln report` says it is unreadable)."""
     from kiln.data.provenance import tokens_match_documents
 
     run_dir = Path(run_dir)
     path, index = run_dir / YIELD_FILE, run_dir / "tokens" / "index.json"
     if not path.is_file() or not index.is_file() or not tokens_match_documents(run_dir):
         return None
-    report = strict_json.loads(path.read_text(encoding="utf-8"))
+    try:
+        report = strict_json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    if not isinstance(report, dict):
+        return None
     report["tokenize"] = token_counts(strict_json.loads(index.read_text(encoding="utf-8")))
     write_json_atomic(path, report)
     return report
