@@ -77,6 +77,15 @@ def _next_token(
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+def last_document(prompt_ids: list[int], eos_id: int) -> list[int]:
+    """The prompt's tokens its last token may see in a model trained with document masking
+    (`model.doc_mask`): those after the last EOS before it. An EOS belongs to the document it
+    ends, so a prompt ending in EOS keeps the EOS's own document (for `[EOS]`, the EOS alone);
+    earlier documents were hidden from it in training."""
+    start = max((i + 1 for i, t in enumerate(prompt_ids[:-1]) if t == eos_id), default=0)
+    return prompt_ids[start:]
+
+
 @torch.no_grad()
 def generate(
     model: Transformer,
@@ -97,6 +106,13 @@ def generate(
     tokenizer would drop those ids from the text without a word. Stops after emitting
     `eos_id` (which is included in the result), after `max_new_tokens`, or when prompt plus
     completion would exceed the model's max_seq_len. The model's train/eval mode is restored.
+
+    A model trained with `model.doc_mask` (its `eos_id` the shards' EOS, as `kiln generate`
+    passes) never let a token see another document: the prompt's earlier documents are left
+    out of the context, and after a prompt ending in EOS (`kiln generate`'s "" prompt) the
+    new document is decoded from a fresh cache, so its tokens do not attend to that EOS,
+    which training hid from them. Positions then start at 0, which RoPE (relative) and NoPE
+    layers do not see; the samples are those of training's masked forward.
     """
     if not prompt_ids:
         raise ValueError("generate needs a non-empty prompt (e.g. the EOS id to start a document)")
@@ -109,9 +125,11 @@ def generate(
     device = model.embed.weight.device
     was_training = model.training
     model.eval()
+    masked = model.cfg.doc_mask and eos_id is not None
+    context = last_document(prompt_ids, eos_id) if masked else prompt_ids
     try:
-        caches = model.new_caches(len(prompt_ids) + budget)
-        step_input = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+        caches = model.new_caches(len(context) + budget)
+        step_input = torch.tensor([context], dtype=torch.long, device=device)
         out: list[int] = []
         for _ in range(budget):
             logits = tokenizer_ids(model(step_input, caches)[0, -1], vocab_size)
@@ -119,6 +137,9 @@ def generate(
             out.append(token)
             if token == eos_id:
                 break
+            if masked and len(out) == 1 and context[-1] == eos_id:
+                # the first token after an EOS starts a document: it sees none before it
+                caches = model.new_caches(budget)
             step_input = torch.tensor([[token]], dtype=torch.long, device=device)
         return out
     finally:
