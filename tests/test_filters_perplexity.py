@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 import torch
+import torch.nn.functional as F
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import get_filter_result
 
@@ -293,3 +294,46 @@ def test_a_count_past_the_scored_pool_stops_the_prepare_naming_the_setting(tmp_p
     step = PerplexityThresholds("top_fraction", 0.0, 0.0, 0.0, tmp_path / "t.json", count=3)
     list(step.run(iter(docs)))
     assert json.loads((tmp_path / "t.json").read_text())["threshold"] == 0.0
+
+
+def _far_from_init(doc_mask: bool):
+    """A small model whose random weights sit far from init, so a key it should not see moves
+    the logits well past rounding."""
+    from kiln.config import ModelConfig
+    from kiln.model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=40, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                                    max_seq_len=32, doc_mask=doc_mask))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(1.0 + 0.3 * torch.randn_like(p) if p.dim() == 1 else 0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+@pytest.mark.parametrize("doc_mask", [True, False])
+def test_a_doc_masked_scorer_scores_documents_as_training_saw_them(doc_mask):
+    """With `model.doc_mask`, training predicted a document's first token from the EOS before
+    it and its other tokens from the document alone (an EOS belongs to the document it ends).
+    The perplexity scorer feeds [EOS] + document: each row's NLL must equal that reference,
+    whatever the other rows (right-padding with id 0, the EOS); without the mask, the plain
+    causal forward over [EOS] + document."""
+    eos = 0
+    model = _far_from_init(doc_mask)
+    docs = [[5, 9, 2, 7, 7, 3], [11, 4], [8, 8, 8, 1, 30, 2, 6, 5, 12]]
+    with torch.no_grad():
+        expected = []
+        for d in docs:
+            first = F.log_softmax(model(torch.tensor([[eos]]))[0, -1].double(), -1)[d[0]]
+            if doc_mask:  # the rest from the document alone
+                rest = F.log_softmax(model(torch.tensor([d[:-1]]))[0].double(), -1)
+            else:
+                rest = F.log_softmax(model(torch.tensor([[eos, *d[:-1]]]))[0, 1:].double(), -1)
+            nll = -first - rest.gather(1, torch.tensor(d[1:])[:, None]).sum()
+            expected.append(float(nll))
+        got = continuation_nll(model, [[eos]] * len(docs), docs, eos_id=eos)
+    assert [n for _, n in got] == [len(d) for d in docs]
+    assert [nats for nats, _ in got] == pytest.approx(expected, rel=1e-5, abs=1e-5)
+    if doc_mask:  # the unmasked forward (the EOS seen by every token) is far from it
+        unmasked = continuation_nll(model, [[eos]] * len(docs), docs)
+        assert max(abs(a - b) for (a, _), b in zip(unmasked, expected)) > 1e-2

@@ -94,7 +94,7 @@ class PerplexityScorer(PipelineStep):
         model, tok, eos, limit = self._load()
         texts = [d.text for d in docs]  # no post-processor tokens: `kiln tokenize` adds none
         ids = [enc.ids[:limit] for enc in tok.encode_batch(texts, add_special_tokens=False)]
-        results = continuation_nll(model, [[eos]] * len(ids), ids, self.device)
+        results = continuation_nll(model, [[eos]] * len(ids), ids, self.device, eos_id=eos)
         for doc, (nats, count) in zip(docs, results):
             if count == 0:
                 doc.metadata.update(ppl=None, nll=None, ppl_tokens=0)

@@ -2,7 +2,8 @@
 
 Shared by the perplexity scorer and the Kiln-model junk judge. Documents are scored the way
 training sees them: Kiln puts EOS between documents, so the EOS id is the context that
-precedes a document's first token and every document token is predicted.
+precedes a document's first token and every document token is predicted; a model trained
+with `model.doc_mask` scores them with training's document ids (`continuation_nll`'s `eos_id`).
 """
 
 from __future__ import annotations
@@ -64,11 +65,16 @@ def continuation_nll(
     prefixes: list[list[int]],
     targets: list[list[int]],
     device: str | torch.device = "cpu",
+    eos_id: int | None = None,
 ) -> list[tuple[float, int]]:
     """(summed NLL in nats, token count) of each target given its prefix, in one forward.
 
     Rows are right-padded; causal attention means padding never changes a real position.
-    Every prefix needs at least one token (the context of the first target token).
+    Every prefix needs at least one token (the context of the first target token). With
+    `eos_id`, a model trained with `model.doc_mask` sees each token attend only to its own
+    document, as every training step did (an EOS ends its document): a document scored after
+    `[EOS]` is predicted from that EOS for its first token alone, as in training, where its
+    other tokens never saw it.
     """
     if len(prefixes) != len(targets):
         raise ValueError("prefixes and targets must have the same length")
@@ -88,7 +94,13 @@ def continuation_nll(
         inputs[i, :n] = torch.tensor(s[:-1])
         labels[i, :n] = torch.tensor(s[1:])
         mask[i, len(p) - 1 : n] = True  # positions whose next token is a target token
-    logits = model(inputs.to(device)).float()
+    if eos_id is not None and getattr(getattr(model, "cfg", None), "doc_mask", False):
+        from kiln.model.doc_mask import document_ids
+
+        logits = model(inputs.to(device), doc_ids=document_ids(inputs, eos_id).to(device))
+    else:
+        logits = model(inputs.to(device))
+    logits = logits.float()
     nll = F.cross_entropy(logits.flatten(0, 1), labels.to(device).flatten(), reduction="none")
     nll = (nll.view_as(mask.to(device)) * mask.to(device)).double().sum(dim=1)
     return [(float(v), int(c)) for v, c in zip(nll.cpu(), mask.sum(dim=1))]
