@@ -31,7 +31,10 @@ from kiln.model import Transformer, flops_per_token  # noqa: E402
 from kiln.train.host_memory import keep_freed_memory  # noqa: E402
 from kiln.train.precision import cpu_has_fast_bf16  # noqa: E402
 
-GEMMS = {"mm", "bmm", "baddbmm", "addmm", "addbmm", "matmul", "linear"}
+# the in-place forms too: the matmul attention's backward accumulates the key and value
+# gradients with `baddbmm_`, a GEMM the op timer sees under its own name
+GEMMS = {"mm", "bmm", "baddbmm", "addmm", "addbmm", "matmul", "linear",
+         "baddbmm_", "addmm_", "addbmm_"}
 
 
 class OpTimer(TorchDispatchMode):
