@@ -87,6 +87,16 @@ def test_read_metrics_skips_truncated_last_line(tmp_path: Path) -> None:
     assert records[1]["loss"] == 3.5
 
 
+def test_read_metrics_keeps_a_record_whose_kind_is_no_name(tmp_path: Path) -> None:
+    """A line edited by hand with a list or an object as its kind: its (kind, step) key was
+    unhashable and the whole report failed with a TypeError traceback."""
+    path = tmp_path / "metrics.jsonl"
+    _write_jsonl(path, [_train(1, 4.0), {"kind": ["train"], "step": 2, "loss": 9.0},
+                        {"kind": {"a": 1}, "step": 2}, _train(2, 3.5)])
+    records = read_metrics(path)
+    assert [(r["step"], r["loss"]) for r in records if r["kind"] == "train"] == [(1, 4.0), (2, 3.5)]
+    assert "3.5000" in build_report(tmp_path).read_text(encoding="utf-8")
+
 def test_read_metrics_resumed_run_keeps_last_record_per_step(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
     first = [_train(s, 10.0 + s) for s in (1, 2, 3, 4)] + [_val(4, 9.0)]
