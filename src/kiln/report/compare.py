@@ -98,7 +98,19 @@ def load_run_figures(run_dir: Path, label: str, required: bool = True,
                 index.value.get("seed")) if made.get("documents") else None
     return RunFigures(label, records, summarize(records) if records else Summary(),
                       as_number(counts.get("params")), as_number(counts.get("params_active")),
-                      made.get("tokenizer"), val_data, load_window_losses(run_dir))
+                      _hashable(made.get("tokenizer")), _hashable(val_data),
+                      load_window_losses(run_dir))
+
+
+def _hashable(value: Any) -> Any:
+    """`value` with its lists and objects as tuples: the runs are grouped by it
+    (`comparability_warnings`), and an index.json edited to hold a list there (a seed of
+    []) failed the whole report with a TypeError traceback."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _hashable(v)) for k, v in value.items()))
+    return value
 
 
 def comparability_warnings(runs: list[RunFigures]) -> list[str]:
