@@ -247,3 +247,12 @@ def test_a_run_folder_named_in_bytes_that_are_not_utf8_is_compared(tmp_path):
     b = make_run(tmp_path / os.fsdecode(b"run\xff"), [4.1, 3.6], [2.1], 10, 10, 1.0)
     html = build_report(a, compare=[b]).read_text(encoding="utf-8")
     assert "<td>run\\xff</td>" in html
+
+
+def test_a_config_whose_model_is_not_a_table_costs_the_moe_blocks_not_the_report(tmp_path):
+    """config.toml edited to `model = "x"`: the MoE section read model.n_dense_layers from
+    it and the report failed with an AttributeError traceback."""
+    run = make_run(tmp_path / "moe", [5.0, 4.0], [2.5], 10, 5, 100.0, [[1.0], [0.5]])
+    (run / "config.toml").write_text('model = "x"\n')
+    html = build_report(run).read_text()
+    assert "<td>MoE layer 0</td><td class=\"num\">0</td>" in html
