@@ -136,6 +136,23 @@ def test_runs_on_other_held_out_windows_get_no_g(tmp_path):
     assert "non-trivial" not in html
 
 
+def test_records_of_other_json_types_cost_the_comparison_not_the_report(tmp_path):
+    """eval.json's split_sha256 as an object, or index.json's seed as a list (edited by
+    hand): `hash[:12]` and the grouping of runs by their data failed the report with a
+    TypeError traceback; such a hash is no hash, and such a seed compares as any other."""
+    own = eval_run(tmp_path / "own", [1.0, 2.0, 3.0])
+    odd = eval_run(tmp_path / "odd", [2.0, 3.0, 4.0], split_sha={"a": 1})  # type: ignore[arg-type]
+    seeded = eval_run(tmp_path / "seeded", [2.0, 3.0, 4.0], split_sha="b" * 64)
+    for run, seed in ((own, 0), (seeded, [])):
+        (run / "tokens").mkdir()
+        (run / "tokens/index.json").write_text(json.dumps({
+            "val_fraction": 0.05, "seed": seed,
+            "made_from": {"documents": "d" * 64, "format": 3, "tokenizer": ["t"]}}))
+    with pytest.warns(UserWarning, match="validation data differ"):
+        html = build_report(own, compare=[odd, seeded]).read_text(encoding="utf-8")
+    assert "No Hedges&#x27; g for odd against own: the token shards do not record" in html
+    assert "No Hedges&#x27; g for seeded against own: not the same held-out split" in html
+
 def test_a_stale_or_missing_windows_file_is_named(tmp_path):
     own = eval_run(tmp_path / "own", [1.0, 2.0, 3.0])
     other = eval_run(tmp_path / "other", [2.0, 3.0, 4.0])

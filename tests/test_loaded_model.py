@@ -127,6 +127,8 @@ def test_a_checkpoint_that_does_not_fit_gives_the_error_it_gave(tiny_run, change
     with pytest.raises(CheckpointError) as new:
         load_trained_model(cfg)
     assert str(new.value) == str(old.value) and "does not fit this model" in str(new.value)
+    # which file: the one line is all the user gets (eval, generate, export, a resume)
+    assert f"checkpoint {ckpt / 'model.safetensors'} does not fit" in str(new.value)
 
 
 def _native(run: Path) -> tuple[Path, Transformer]:

@@ -87,6 +87,16 @@ def test_read_metrics_skips_truncated_last_line(tmp_path: Path) -> None:
     assert records[1]["loss"] == 3.5
 
 
+def test_read_metrics_keeps_a_record_whose_kind_is_no_name(tmp_path: Path) -> None:
+    """A line edited by hand with a list or an object as its kind: its (kind, step) key was
+    unhashable and the whole report failed with a TypeError traceback."""
+    path = tmp_path / "metrics.jsonl"
+    _write_jsonl(path, [_train(1, 4.0), {"kind": ["train"], "step": 2, "loss": 9.0},
+                        {"kind": {"a": 1}, "step": 2}, _train(2, 3.5)])
+    records = read_metrics(path)
+    assert [(r["step"], r["loss"]) for r in records if r["kind"] == "train"] == [(1, 4.0), (2, 3.5)]
+    assert "3.5000" in build_report(tmp_path).read_text(encoding="utf-8")
+
 def test_read_metrics_resumed_run_keeps_last_record_per_step(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
     first = [_train(s, 10.0 + s) for s in (1, 2, 3, 4)] + [_val(4, 9.0)]
@@ -324,3 +334,16 @@ def test_greedy_samples_say_greedy_not_their_unused_top_k_and_top_p(tmp_path: Pa
     page = build_report(tmp_path).read_text(encoding="utf-8")
     assert "<h3>Sample 1 — greedy</h3>" in page and "<h3>Sample 2 — greedy</h3>" in page
     assert "<h3>Sample 3 — temperature 0.8, top_k 50, top_p 0.9</h3>" in page
+
+
+def test_samples_that_utf8_cannot_hold_or_of_other_types_still_make_a_report(tmp_path: Path) -> None:
+    """samples.json may hold a lone surrogate (JSON's "\\ud800": a prompt cut inside a pair)
+    and, edited by hand, a checkpoint that is not a name: the report failed on both with a
+    traceback (UnicodeEncodeError writing the page; a list is no set member)."""
+    _full_run(tmp_path)
+    (tmp_path / "samples.json").write_text(
+        '[{"prompt": "half \\ud83d", "completion": " <b>\\udc80", "checkpoint": "step_00000020"},'
+        ' {"prompt": "x", "completion": "y", "checkpoint": ["step_00000020"]}]')
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "<b>half \\ud83d</b> &lt;b&gt;\\udc80</pre>" in page
+    assert "<h3>Sample 2</h3>" in page

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,21 @@ def test_report_with_compare_reads_each_metrics_file_once(runs, monkeypatch):
     html = build_report(trinity, compare=[dense]).read_text()
     assert sorted(reads) == ["dense", "trinity"]
     assert "<h2>Comparison</h2>" in html and "3.7000" in html  # the same figures as before
+
+
+def test_a_run_folder_named_in_bytes_that_are_not_utf8_is_compared(tmp_path):
+    """Python holds such a name as lone surrogates, which matplotlib cannot draw and a UTF-8
+    page cannot hold: the report raised a traceback; the label shows the byte as \\xff."""
+    a = make_run(tmp_path / "a", [4.0, 3.5], [2.0], 10, 10, 1.0)
+    b = make_run(tmp_path / os.fsdecode(b"run\xff"), [4.1, 3.6], [2.1], 10, 10, 1.0)
+    html = build_report(a, compare=[b]).read_text(encoding="utf-8")
+    assert "<td>run\\xff</td>" in html
+
+
+def test_a_config_whose_model_is_not_a_table_costs_the_moe_blocks_not_the_report(tmp_path):
+    """config.toml edited to `model = "x"`: the MoE section read model.n_dense_layers from
+    it and the report failed with an AttributeError traceback."""
+    run = make_run(tmp_path / "moe", [5.0, 4.0], [2.5], 10, 5, 100.0, [[1.0], [0.5]])
+    (run / "config.toml").write_text('model = "x"\n')
+    html = build_report(run).read_text()
+    assert "<td>MoE layer 0</td><td class=\"num\">0</td>" in html

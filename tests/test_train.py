@@ -915,6 +915,19 @@ def test_model_json_keeps_how_each_stretch_of_a_resumed_run_trained(tiny_run):
     assert json.loads((tiny_run / "model.json").read_text())["launches"] == model["launches"]
 
 
+@pytest.mark.parametrize("damaged", ['[]', '"text"', '{"launches": "x"}',
+                                     '{"launches": [1, {"from_step": "a"}], "world_size": 2}'])
+def test_a_model_json_of_other_types_does_not_stop_a_resume(tiny_run, damaged):
+    """model.json is Kiln's own record, read back on a resume for the launches: one of other
+    JSON types (edited by hand) stopped the resume with an AttributeError or TypeError
+    traceback; it is written anew, its launch history lost, not the run."""
+    train_losses(tiny_run, "train.steps=2", "train.checkpoint_every=2")
+    (tiny_run / "model.json").write_text(damaged)
+    train_losses(tiny_run, "train.steps=4", "train.checkpoint_every=2")
+    model = json.loads((tiny_run / "model.json").read_text())
+    assert model["world_size"] == 1 and model["params"] > 0
+    assert model.get("launches", [{}])[-1].get("from_step", 3) == 3
+
 def test_a_design_that_trains_wrong_is_refused_for_a_new_model_only(tiny_run, capsys,
                                                                     monkeypatch):
     """MoE top_k = 1 (a constant gate: the router learns nothing) is refused when training
@@ -1043,7 +1056,8 @@ def test_a_full_disk_in_any_writer_is_one_clear_error(tiny_run, monkeypatch):
 
 @pytest.mark.parametrize("tamper", ["no rng", "no loader", "short rng", "step as text",
                                     "loader of another shape", "not a dict", "callbacks as a list",
-                                    "a callback state of another shape"])
+                                    "a callback state of another shape",
+                                    "a callback state of other types"])
 def test_an_altered_trainer_state_is_refused_naming_the_previous_checkpoint(tiny_run, tamper):
     """A trainer.pt that still unpickles but is not what Kiln wrote fails as unreadable, like
     a truncated one, not as a KeyError or TypeError traceback deep in the resume."""
@@ -1064,6 +1078,9 @@ def test_an_altered_trainer_state_is_refused_naming_the_previous_checkpoint(tiny
         state["callbacks"] = []
     elif tamper == "a callback state of another shape":
         state["callbacks"] = {"ProgressLog": {"x": 1}}
+    elif tamper == "a callback state of other types":  # failed the first step: a traceback
+        state["callbacks"] = {"ProgressLog": {"loss": "x", "steps": 1, "tokens": 0,
+                                              "seconds": 0.0}}
     else:
         state = [state]
     torch.save(state, path)

@@ -96,3 +96,16 @@ def test_non_finite_weights_are_refused(trained, capsys):
         code, err = _kiln(capsys, verb, str(trained))
         assert code == 1 and f"holds non-finite weights ({name})" in err, (verb, err)
     assert not (trained / "export").exists() and not (trained / "eval.json").exists()
+
+
+def test_an_older_checkpoint_read_in_place_of_an_incomplete_latest_is_said(tiny_run, capsys):
+    """`latest` names step 6, whose trainer.pt was removed by hand: eval reads step 3, the
+    newest complete checkpoint, and said nothing of it (its figures read as step 6's)."""
+    trained = tiny_run
+    Trainer(tiny_config(tiny_run, "train.steps=6", "train.checkpoint_every=3")).fit()
+    (trained / "checkpoints" / "step_00000006" / "trainer.pt").unlink()
+    code, err = _kiln(capsys, "eval", str(trained))
+    assert code == 0
+    assert ("note: checkpoints/latest names step_00000006, which is not a complete checkpoint "
+            "(no trainer.pt): reading step_00000003") in err
+    assert json.loads((trained / "eval.json").read_text())["checkpoint"] == "step_00000003"

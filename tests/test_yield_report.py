@@ -140,6 +140,16 @@ def test_report_without_or_with_broken_yield(tmp_path):
     assert "yield.json unreadable" in build_report(tmp_path).read_text()
 
 
+def test_a_last_stage_that_is_not_a_table_costs_its_figures_not_the_report():
+    """yield.json edited by hand, its last stage a string: the tokenize row read that
+    stage's bytes and the report failed with an AttributeError traceback."""
+    from kiln.report.run_files import Loaded
+    from kiln.report.sections_yield import yield_section
+
+    html = yield_section(Loaded("yield.json", {"stages": [{"stage": "read"}, "x"],
+                                               "tokenize": {"documents": 5, "tokens": 50}}))
+    assert "<td>tokenize</td>" in html
+
 def test_report_leaves_out_token_counts_of_other_documents(run):
     """Shards made before a re-prepare: yield.json has no token counts for them, and the
     report does not take them from the stale tokens/index.json either."""

@@ -15,6 +15,7 @@ token shards record other tokenizers or other validation data (`tokens/index.jso
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,14 +63,16 @@ class RunFigures:
 
 def _labels(paths: list[Path]) -> list[str]:
     """Each run's shortest path suffix that no other run's ends with the same way: its
-    directory name alone where that is unique (/x/a/run and /y/a/run: x/a/run, y/a/run)."""
+    directory name alone where that is unique (/x/a/run and /y/a/run: x/a/run, y/a/run).
+    A name's bytes that are not UTF-8 show as ``\\xff``: Python holds them as lone
+    surrogates, which matplotlib cannot draw (the legend's text raised a traceback)."""
     parts = [p.resolve().parts for p in paths]
 
     def label(i: int) -> str:
         for k in range(1, len(parts[i]) + 1):
             if all(other[-k:] != parts[i][-k:] for j, other in enumerate(parts) if j != i):
                 break
-        return str(Path(*parts[i][-k:]))
+        return os.fsencode(Path(*parts[i][-k:])).decode("utf-8", "backslashreplace")
 
     return [label(i) for i in range(len(parts))]
 
@@ -95,7 +98,19 @@ def load_run_figures(run_dir: Path, label: str, required: bool = True,
                 index.value.get("seed")) if made.get("documents") else None
     return RunFigures(label, records, summarize(records) if records else Summary(),
                       as_number(counts.get("params")), as_number(counts.get("params_active")),
-                      made.get("tokenizer"), val_data, load_window_losses(run_dir))
+                      _hashable(made.get("tokenizer")), _hashable(val_data),
+                      load_window_losses(run_dir))
+
+
+def _hashable(value: Any) -> Any:
+    """`value` with its lists and objects as tuples: the runs are grouped by it
+    (`comparability_warnings`), and an index.json edited to hold a list there (a seed of
+    []) failed the whole report with a TypeError traceback."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _hashable(v)) for k, v in value.items()))
+    return value
 
 
 def comparability_warnings(runs: list[RunFigures]) -> list[str]:

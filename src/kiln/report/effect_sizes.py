@@ -53,7 +53,9 @@ def load_window_losses(run_dir: Path) -> WindowLosses:
     if bad:  # named here, by run: g's own error says "the first sample" or "the second"
         return WindowLosses(problem=f"{bad:,} of its {len(losses):,} per-window losses are "
                                     "not finite (NaN or inf)")
-    return WindowLosses(losses, (data.get("split"), data.get("split_sha256"), data.get("seq_len")))
+    digest = data.get("split_sha256")  # a hex text: any other value records none
+    return WindowLosses(losses, (data.get("split"), digest if isinstance(digest, str) else None,
+                                 data.get("seq_len")))
 
 
 def _unpaired(a: WindowLosses, b: WindowLosses) -> str | None:

@@ -33,8 +33,11 @@ _CONTROLS |= {c: f"\\x{c:02x}" for c in range(0x7F, 0xA0)}
 
 def esc(text: object) -> str:
     """Escape any value's ``str`` for HTML text or attribute context; control characters
-    become visible stand-ins."""
-    return html.escape(str(text), quote=True).translate(_CONTROLS)
+    become visible stand-ins, and a lone surrogate (a JSON ``"\\ud800"`` in samples.json, a
+    run folder named in bytes that are not UTF-8) shows as ``\\ud800``: the page is written
+    as UTF-8, which cannot hold one, and the whole report failed on it."""
+    text = html.escape(str(text), quote=True).translate(_CONTROLS)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def section(title: str, body: str) -> str:

@@ -51,7 +51,11 @@ def read_metrics(path: str | Path,
                     if (held := holders.get(field)) is not None:
                         held[0][field] = _LineAt(held[1])  # the value goes; where it was stays
                     holders[field] = (record, at)
-            key = (record.get("kind"), record["step"]) if has_step(record) else ("<no step>", index)
+            # a kind that is a list or an object (edited by hand) is no key: kept as is, not
+            # a TypeError that cost the whole report (no consumer reads such a record)
+            kind = record.get("kind")
+            key = ((kind, record["step"]) if has_step(record) and (kind is None or isinstance(
+                kind, str)) else ("<no step>", index))
             latest.pop(key, None)  # re-insert so order follows the last occurrence
             latest[key] = record
         records = list(latest.values())

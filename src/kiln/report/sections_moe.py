@@ -26,9 +26,11 @@ def _dense_prefix(config: Loaded) -> int:
     if not config.ok:
         return 0
     try:
-        value = tomllib.loads(config.value).get("model", {}).get("n_dense_layers", 0)
+        model = tomllib.loads(config.value).get("model", {})
     except tomllib.TOMLDecodeError:
         return 0
+    # a `model` that is not a table (config.toml edited by hand) failed the whole report
+    value = model.get("n_dense_layers", 0) if isinstance(model, dict) else 0
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 

@@ -175,7 +175,9 @@ def samples_section(samples: Loaded, latest: str | None = None) -> str:
     if not samples.value:
         return section("Samples", unavailable("samples.json is empty"))
     body = "\n".join(_sample_html(i, s) for i, s in enumerate(samples.value, start=1))
-    sources = {s.get("checkpoint") for s in samples.value if isinstance(s, dict)} - {None}
+    # a checkpoint name is text: another JSON value (a list, by hand) names none, not a crash
+    sources = {c for s in samples.value if isinstance(s, dict)
+               and isinstance(c := s.get("checkpoint"), str)}
     if len(sources) == 1:
         body = stale_note(sources.pop(), latest, "These samples", "kiln generate") + body
     return section("Samples", body)

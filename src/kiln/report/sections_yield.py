@@ -84,10 +84,12 @@ def yield_section(yields: Loaded) -> str:
         ])
     tokenize = data.get("tokenize")
     if isinstance(tokenize, dict) and stages:
-        docs_in = stages[-1].get("documents_out") if isinstance(stages[-1], dict) else None
+        # a last stage that is not a table (edited by hand) has no figures: not a traceback
+        last = stages[-1] if isinstance(stages[-1], dict) else {}
+        docs_in = last.get("documents_out")
         rows.append([
             "tokenize", fmt_count(docs_in), "—", fmt_count(tokenize.get("documents")),
-            _bytes(stages[-1].get("bytes_out")), _bytes(tokenize.get("bytes")),
+            _bytes(last.get("bytes_out")), _bytes(tokenize.get("bytes")),
             _kept(docs_in, tokenize.get("documents")), fmt_count(tokenize.get("tokens")), "—",
         ])
     kept = as_number(data.get("kept_fraction"))

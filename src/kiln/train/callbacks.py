@@ -190,6 +190,15 @@ class ProgressLog(Callback):
                 "seconds": self.window_seconds}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The open window, each figure of the type this class saves: one of another type
+        (a trainer.pt not as Kiln wrote it) is refused here, as the resume's other checks
+        refuse it, where it failed the first step after the resume with a traceback."""
+        for key, kinds in (("loss", (int, float)), ("steps", int), ("tokens", int),
+                           ("seconds", (int, float))):
+            value = state[key]
+            negative = key != "loss" and isinstance(value, (int, float)) and value < 0
+            if not isinstance(value, kinds) or isinstance(value, bool) or negative:
+                raise ValueError(f"trainer.pt: the ProgressLog window's {key!r} is {value!r}")
         self.window_loss, self.window_steps = state["loss"], state["steps"]
         self.window_tokens = state["tokens"]
         self.window_seconds = state["seconds"]

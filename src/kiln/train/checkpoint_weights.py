@@ -59,9 +59,10 @@ def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor],
                  for k, want in expected.items() if k in got and got[k] != want]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; ... ({len(problems)} in all)" if len(problems) > 5 else "")
-        raise CheckpointError(f"the checkpoint does not fit this model ({shown}): it was made "
-                              "with another [model] config (use the run's config, or start "
-                              "over with `kiln train --fresh`), or the file was altered")
+        # named: eval, generate, export and a resume each read another checkpoint's file
+        raise CheckpointError(f"the checkpoint {source} does not fit this model ({shown}): it "
+                              "was made with another [model] config (use the run's config, or "
+                              "start over with `kiln train --fresh`), or the file was altered")
     if any(p.is_meta for p in model.parameters()):  # built by build_on_meta: no init to undo
         assign_weights(unwrap(model), tensors, source)
     else:

@@ -45,7 +45,14 @@ class RunRecords:
             old = strict_json.loads((self.run_dir / "model.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return [here]
-        earlier = old.get("launches") or [{"from_step": 1, **{k: old.get(k) for k in how}}]
+        if not isinstance(old, dict):  # damaged (by hand): its history is lost, not the run
+            return [here]
+        # only launches as Kiln wrote them: a damaged entry (not a table, a step not a
+        # number) stopped the resume with a traceback
+        launches = old.get("launches")
+        earlier = [e for e in launches if isinstance(e, dict)
+                   and type(e.get("from_step", 1)) is int] if isinstance(launches, list) else []
+        earlier = earlier or [{"from_step": 1, **{k: old.get(k) for k in how}}]
         # a launch stopped before its first checkpoint left no steps: this one replaces it
         earlier = [e for e in earlier if e.get("from_step", 1) < here["from_step"]] or earlier[:1]
         same = {k: v for k, v in earlier[-1].items() if k != "from_step"} == how

@@ -3,6 +3,7 @@ perplexity filter read."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from kiln.errors import CheckpointError, RunDataError
 from kiln.model import Transformer
 from kiln.parallel.meta_init import build_on_meta
 from kiln.train.checkpoint import load_weights, trained_shards
-from kiln.train.checkpoint_dirs import latest_checkpoint
+from kiln.train.checkpoint_dirs import latest_checkpoint, pointed_name
 from kiln.train.resume_settings import changed_model_settings
 from kiln.train.train_setup import model_config_for_run
 
@@ -27,6 +28,7 @@ def load_trained_model(cfg: Config):
     if ckpt is None:
         raise FileNotFoundError(f"no checkpoint in {cfg.run_dir / 'checkpoints'}: run `kiln train` "
                                 "first")
+    note_an_older_checkpoint(ckpt)
     model_cfg = model_config_for_run(cfg, cfg.run_dir / "tokens")
     changed = changed_model_settings(recorded_config(cfg.run_dir), replace(cfg, model=model_cfg))
     if changed:
@@ -41,6 +43,17 @@ def load_trained_model(cfg: Config):
             raise
         raise removed_while_read(ckpt) from e
     return model.eval(), ckpt
+
+
+def note_an_older_checkpoint(ckpt: Path) -> None:
+    """Say so when `latest` names a folder that is there but is no complete checkpoint (its
+    trainer.pt gone: a write never leaves one, so a hand did): the newest complete one,
+    `ckpt`, stands in for it, and eval, generate and export read that older model without a
+    word where a resume at least says the step it resumed from."""
+    name = pointed_name(ckpt.parent / "latest")
+    if name and name != ckpt.name and (ckpt.parent / name).is_dir():
+        print(f"note: checkpoints/latest names {name}, which is not a complete checkpoint (no "
+              f"trainer.pt): reading {ckpt.name}, the newest complete one", file=sys.stderr)
 
 
 def loaded_model(model_cfg: ModelConfig, ckpt: Path) -> Transformer:
