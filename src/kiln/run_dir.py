@@ -33,15 +33,22 @@ def run_arg(run_dir: Path) -> str:
 
 
 def git_hash() -> str:
+    """The commit of the Kiln checkout this code runs from (`-dirty` with changes to its
+    tracked files), or "unknown". Only a repository that tracks Kiln's own source counts:
+    Kiln installed into a virtual environment inside another project (`my-project/.venv`,
+    ignored by its git) found that project's repository above site-packages, and recorded
+    its commit and changes as Kiln's."""
+    here = Path(__file__).resolve()
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5,
+                              cwd=here.parent)
+
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-            cwd=Path(__file__).resolve().parent,
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-            text=True, timeout=5, cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
+        if git("ls-files", "--error-unmatch", "--", here.name).returncode != 0:
+            return "unknown"  # not a checkout of Kiln: no repository, or another's
+        out = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
