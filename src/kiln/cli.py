@@ -39,7 +39,7 @@ from kiln.errors import (
     met_alike_on_every_rank,
 )
 from kiln.interrupts import signals_stop_at_once, stop_under_way
-from kiln.run_dir import run_arg
+from kiln.run_dir import refuse_while_training, run_arg
 
 # verbs that make the run's data: they record the config they used (train records its own;
 # eval, generate, export and report read a run and leave its config.toml alone)
@@ -279,6 +279,7 @@ def _main(argv: list[str] | None) -> int:
             with alike_on_every_rank():  # the settings and the run's files, before any work
                 if args.verb in (*_DATA_VERBS, "run"):
                     check_run_dir_is_its_own(cfg)
+                    refuse_while_training(cfg.run_dir)
                     refuse_remaking_trained_data(cfg, args.verb, fresh)
                 if args.verb == "run":
                     refuse_new_model_design(cfg, fresh)  # before the data stages, not after

@@ -144,6 +144,26 @@ def check_run_dir_writable(cfg: Config, may_make: bool) -> None:
                       "folder that is")
 
 
+def refuse_while_training(run_dir: Path) -> None:
+    """The data verbs and `kiln run` re-make documents, tokenizer and shards, and record
+    config.toml: under a trainer of the same run (before its first checkpoint, which alone
+    makes them refuse other data settings) they replaced the tokenizer and config.toml it
+    was training with, and the shards its next validation reads. Refused while a trainer
+    holds `training_lock`; the lock is only looked at, never kept."""
+    lock = run_dir / ".train.lock"
+    if not lock.is_file():
+        return
+    with open(lock, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise KilnError(f"{run_dir} is being trained by {holder}: its data cannot be "
+                            "made again under it; wait for it, or stop it first") from None
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def training_lock(run_dir: Path) -> Iterator[None]:
     """Hold `run_dir/.train.lock` while a run trains: a second trainer on the same run would
