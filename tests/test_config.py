@@ -521,3 +521,13 @@ def test_a_prepare_choice_in_another_case_is_suggested(override, meant):
     closest-match search compared letters with their case."""
     with pytest.raises(ConfigError, match=f"is not one of .* \\(did you mean '{meant}'\\?\\)"):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize(("override", "meant"), [
+    ("train.device=gpu", "cuda"), ("train.device=GPU", "cuda"),
+    ("train.precision=float32", "fp32"), ("eval.split=validation", "val")])
+def test_a_choice_by_another_name_suggests_the_one_it_means(override, meant):
+    """`train.device = "gpu"` was answered "did you mean 'cpu'?": one letter away, and the
+    device the user did not want; `float32` and `validation` had no suggestion."""
+    with pytest.raises(ConfigError, match=f"is not one of .* \\(did you mean '{meant}'\\?\\)"):
+        load_config(None, [override])
