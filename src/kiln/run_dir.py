@@ -150,14 +150,14 @@ def refuse_while_training(run_dir: Path) -> None:
     makes them refuse other data settings) they replaced the tokenizer and config.toml it
     was training with, and the shards its next validation reads. Refused while a trainer
     holds `training_lock`; the lock is only looked at, never kept."""
-    lock = run_dir / ".train.lock"
-    if not lock.is_file():
+    try:  # read-only: another user's trainer may have made the file, and flock needs no write
+        f = open(run_dir / ".train.lock", encoding="utf-8", errors="replace")
+    except OSError:  # none (never trained), or not ours to read: no trainer to tell of
         return
-    with open(lock, "a+") as f:
+    with f:
         try:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            f.seek(0)
             holder = f.read().strip() or "another process"
             raise KilnError(f"{run_dir} is being trained by {holder}: its data cannot be "
                             "made again under it; wait for it, or stop it first") from None
