@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from kiln.config import config_to_toml, load_config, run_dir_override
+from kiln.config import RECORD_HEADER, config_to_toml, load_config, run_dir_override
 
 MUON_UNUSED = (r"^optim\.muon_lr = 0\.02 has no effect with optim\.name = 'adamw' \(only Muon "
                r"reads optim\.muon_\*\): set optim\.name = \"muon\" to train the hidden "
@@ -125,3 +125,29 @@ def test_smebu_settings_under_another_balancing_rule_are_named():
         load_config(None, ["model.n_experts=8", "model.balance=none", "model.balance_rate=1e-3"])
     quiet(None, ["model.n_experts=8", "model.balance=sign", "model.balance_rate=1e-3"])
     quiet(None, ["model.n_experts=8", "model.smebu_beta=0.9", "model.balance_rate=1e-3"])
+
+
+def test_a_record_copied_out_as_a_recipe_counts_what_differs_from_the_defaults(tmp_path):
+    """A run's config.toml (with its header) copied to edit as a recipe: its edits were as
+    quiet as the run's own record, since the header alone marked it as one; the README says
+    a copy counts the values that differ from the defaults. The run's own stays quiet."""
+    from kiln.cli import resolve_config
+    from kiln.run_dir import write_run_metadata
+
+    run = tmp_path / "run"
+    with pytest.warns(UserWarning, match=MUON_UNUSED):  # the run's own recipe was told
+        write_run_metadata(load_config(None, [run_dir_override(run), "optim.muon_lr=0.02"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve_config(str(run), [])  # the run's own record: as it was given
+        resolve_config(str(run / "config.toml"), [])  # the same file, named
+    text = (run / "config.toml").read_text()
+    assert text.startswith(RECORD_HEADER)
+    (tmp_path / "copy.toml").write_text(text)
+    with pytest.warns(UserWarning, match=MUON_UNUSED):  # the copied run's choice
+        load_config(tmp_path / "copy.toml")
+    assert text.count('name = "adamw"') == text.count("n_shared = 1") == 1
+    (tmp_path / "tuned.toml").write_text(text.replace('name = "adamw"', 'name = "muon"')
+                                         .replace("n_shared = 1", "n_shared = 2"))
+    with pytest.warns(UserWarning, match=r"^model\.n_shared = 2 has no effect"):
+        load_config(tmp_path / "tuned.toml")  # an edit, in a dense model
