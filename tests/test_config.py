@@ -531,3 +531,14 @@ def test_a_choice_by_another_name_suggests_the_one_it_means(override, meant):
     device the user did not want; `float32` and `validation` had no suggestion."""
     with pytest.raises(ConfigError, match=f"is not one of .* \\(did you mean '{meant}'\\?\\)"):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize("override", ['run.dir="runs/x', "run.dir='runs/x",
+                                      'run.dir="runs/x"/y'])
+def test_a_value_quoted_but_not_as_toml_is_refused(override):
+    """`--set 'run.dir="runs/x'` (a quote left open) fell back to the bare word, quote and
+    all: the run went to a folder named `"runs` in the current one, silently."""
+    with pytest.raises(ConfigError, match=r"^override '.*': run\.dir is not valid TOML text "
+                       r"\(.+\): quote the whole value once"):
+        load_config(None, [override])
+    assert load_config(None, ['run.dir=a"b']).run.dir == 'a"b'  # a bare word: as before

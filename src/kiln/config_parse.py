@@ -111,8 +111,14 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(f"override '{text}' must look like section.key=value")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except tomllib.TOMLDecodeError as e:
         value = raw.strip()  # a bare word is a string: --set train.precision=bf16
+        if value[:1] in ("\"", "'"):  # quoted, but not as TOML: `"runs/x` was a folder
+            # named with the quote, made silently where the user meant runs/x
+            reason = str(e).split(" (at ")[0]
+            raise ConfigError(f"override '{text}': {key.strip()} is not valid TOML text "
+                              f"({reason}): quote the whole value once, e.g. --set "
+                              f"'{key.strip()}=\"...\"'") from e
     return [part.strip() for part in key.split(".")], value
 
 
