@@ -542,3 +542,16 @@ def test_a_value_quoted_but_not_as_toml_is_refused(override):
                        r"\(.+\): quote the whole value once"):
         load_config(None, [override])
     assert load_config(None, ['run.dir=a"b']).run.dir == 'a"b'  # a bare word: as before
+
+
+@pytest.mark.parametrize(("override", "hint"), [
+    ("train.compile=yes", "(a TOML boolean is true or false: train.compile=true)"),
+    ("train.compile=1", "(a TOML boolean is true or false: train.compile=true)"),
+    ("model.qk_norm=off", "(a TOML boolean is true or false: model.qk_norm=false)"),
+    ("train.keep_host_memory=0", "(a TOML boolean is true or false: train.keep_host_memory=false)"),
+])
+def test_a_boolean_spelled_otherwise_says_how_toml_writes_it(override, hint):
+    """`yes`, `1`, `off` for a boolean were refused with no word of what to write (`True`
+    alone had one)."""
+    with pytest.raises(ConfigError, match=r"expected bool, got .*" + re.escape(hint) + "$"):
+        load_config(None, [override])

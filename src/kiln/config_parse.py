@@ -56,6 +56,11 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     return value
 
 
+# what other configs and shells spell a boolean (`yes`, `1`, `on`), as TOML spells it
+_BOOLEAN_WORDS = {**dict.fromkeys(("true", "yes", "y", "on", "1"), "true"),
+                  **dict.fromkeys(("false", "no", "n", "off", "0"), "false")}
+
+
 def _toml_hint(value: Any, hint: type, key: str) -> str:
     """What TOML wanted when a number or boolean was written the Python way (`.5`, `True`),
     or text was written bare and read as a number, date or boolean (`run.dir=2024-06-01`)."""
@@ -66,10 +71,14 @@ def _toml_hint(value: Any, hint: type, key: str) -> str:
             value.isoformat() if hasattr(value, "isoformat") else str(value))
         return (f' (text is quoted in TOML: {key}="{spelled}"; on the command line, where the '
                 f"shell eats bare quotes: --set '{key}=\"{spelled}\"')")
+    if hint is bool and not isinstance(value, bool):  # yes / 1 / on: the boolean meant
+        meant = _BOOLEAN_WORDS.get(str(value).strip().lower())
+        if meant is not None and str(value).lower() == meant:  # True: the case alone
+            return f" (TOML booleans are lowercase: {meant})"
+        if meant is not None:
+            return f" (a TOML boolean is true or false: {key}={meant})"
     if not isinstance(value, str):
         return ""
-    if hint is bool and value.lower() in ("true", "false"):
-        return f" (TOML booleans are lowercase: {value.lower()})"
     if hint in (int, float):
         try:
             number = float(value)
