@@ -555,3 +555,16 @@ def test_a_boolean_spelled_otherwise_says_how_toml_writes_it(override, hint):
     alone had one)."""
     with pytest.raises(ConfigError, match=r"expected bool, got .*" + re.escape(hint) + "$"):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize(("override", "hint"), [
+    ("train.steps=1e3", "(an integer in TOML has no point or exponent: train.steps=1000)"),
+    ("model.dim=256.0", "(an integer in TOML has no point or exponent: model.dim=256)"),
+])
+def test_a_whole_float_for_an_int_key_says_the_integer(override, hint):
+    """`train.steps=1e3` was refused as 'expected int, got float 1000.0', with no word that
+    TOML reads an exponent as a float; 3.5 still has no integer to name."""
+    with pytest.raises(ConfigError, match=re.escape(hint) + "$"):
+        load_config(None, [override])
+    with pytest.raises(ConfigError, match=r"expected int, got float 3\.5$"):
+        load_config(None, ["train.steps=3.5"])

@@ -71,6 +71,8 @@ def _toml_hint(value: Any, hint: type, key: str) -> str:
             value.isoformat() if hasattr(value, "isoformat") else str(value))
         return (f' (text is quoted in TOML: {key}="{spelled}"; on the command line, where the '
                 f"shell eats bare quotes: --set '{key}=\"{spelled}\"')")
+    if hint is int and isinstance(value, float) and value.is_integer():  # 1e3, 3.0
+        return f" (an integer in TOML has no point or exponent: {key}={int(value)})"
     if hint is bool and not isinstance(value, bool):  # yes / 1 / on: the boolean meant
         meant = _BOOLEAN_WORDS.get(str(value).strip().lower())
         if meant is not None and str(value).lower() == meant:  # True: the case alone
