@@ -72,6 +72,10 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
         return load_config(None, overrides)
     path = Path(target)
     run = _enclosing_run(path)
+    if _is_export(path):  # a native export holds a config.toml too: not a run to work in
+        raise ConfigError(f"{path} is a Kiln export (it holds {_EXPORT_RECORD}), not a recipe "
+                          "or a run directory: give the run directory "
+                          + (str(run) if run is not None else "it was exported from"))
     if run is not None and (path.is_dir() or path.suffix != ".toml"):  # a run's own file
         what = "folder" if path.is_dir() else "file"
         raise ConfigError(f"{path} is a {what} inside the run directory {run}, not a recipe or "
@@ -91,10 +95,21 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
 def _enclosing_run(path: Path) -> Path | None:
     """The nearest folder above `path` that is a run directory (holds the config.toml and
     env.json Kiln records together), for a target inside a run (metrics.jsonl, a checkpoint)."""
-    if not path.exists() or (path.is_dir() and (path / "config.toml").exists()):
+    if not path.exists() or (path.is_dir() and (path / "config.toml").exists()
+                             and not _is_export(path)):
         return None
     return next((p for p in path.absolute().parents
                  if (p / "config.toml").is_file() and (p / "env.json").is_file()), None)
+
+
+_EXPORT_RECORD = "kiln_export.json"  # kiln.export.hf_folder.EXPORT_RECORD (torch-free here)
+
+
+def _is_export(path: Path) -> bool:
+    """A folder `kiln export` wrote: a native one holds a config.toml, so it was taken for a
+    run directory (`kiln generate RUN/export` told to run prepare there, `kiln report`
+    wrote report.html into the export)."""
+    return path.is_dir() and (path / _EXPORT_RECORD).is_file()
 
 
 class _Parser(argparse.ArgumentParser):

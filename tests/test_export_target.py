@@ -1,0 +1,36 @@
+"""An export folder given where a run directory goes: a native export holds a config.toml,
+so it was taken for a run (`kiln generate RUN/export` told to run prepare there, `kiln
+report RUN/export` wrote report.html into the export)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from kiln import cli
+from kiln.cli import main, resolve_config
+from kiln.config import ConfigError, load_config, run_dir_override
+from kiln.export.hf_folder import EXPORT_RECORD
+from kiln.run_dir import write_run_metadata
+
+
+def test_an_export_folder_is_not_taken_for_a_run(tmp_path, capsys):
+    assert getattr(cli, "_EXPORT_RECORD", EXPORT_RECORD) == EXPORT_RECORD  # one name, two places
+    run = tmp_path / "run"
+    write_run_metadata(load_config(None, [run_dir_override(run)]))
+    export = run / "export"  # as kiln.export.native writes it
+    export.mkdir()
+    shutil.copy(run / "config.toml", export / "config.toml")
+    (export / EXPORT_RECORD).write_text('{"format": "kiln-native"}')
+    with pytest.raises(ConfigError, match=f"{export} is a Kiln export .*: give the run "
+                       f"directory {run}$"):
+        resolve_config(str(export), [])
+    assert main(["report", str(export)]) == 2
+    assert "is a Kiln export" in capsys.readouterr().err
+    assert sorted(p.name for p in export.iterdir()) == sorted(["config.toml", EXPORT_RECORD])
+    elsewhere = tmp_path / "models" / "m"  # copied out of its run
+    shutil.copytree(export, elsewhere)
+    with pytest.raises(ConfigError, match="give the run directory it was exported from$"):
+        resolve_config(str(elsewhere), [])
+    assert resolve_config(str(run), []).run_dir == run  # the run itself, as before
