@@ -72,6 +72,12 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
         return load_config(None, overrides)
     path = Path(target)
     run = _enclosing_run(path)
+    if path.name == "config.toml" and run == path.parent.absolute() and path.is_file() \
+            and not run_dir_overrides(overrides):
+        # a run's own record names its run: the run.dir in it is as the run was first given
+        # (relative to the folder it started from), so from another folder it named another
+        # run (`kiln eval RUN/config.toml`: "no checkpoint"; `kiln run`: a new run there)
+        return resolve_config(str(path.parent), overrides)
     if _is_export(path):  # a native export holds a config.toml too: not a run to work in
         raise ConfigError(f"{path} is a Kiln export (it holds {_EXPORT_RECORD}), not a recipe "
                           "or a run directory: give the run directory "

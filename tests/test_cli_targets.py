@@ -1,10 +1,11 @@
-"""An export folder given where a run directory goes: a native export holds a config.toml,
-so it was taken for a run (`kiln generate RUN/export` told to run prepare there, `kiln
-report RUN/export` wrote report.html into the export)."""
+"""Targets that hold a config.toml but are not a run directory as such: a native export
+folder (taken for a run: `kiln generate RUN/export` told to run prepare there, `kiln report
+RUN/export` wrote report.html into it), and a run's own config.toml named as the file."""
 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +35,16 @@ def test_an_export_folder_is_not_taken_for_a_run(tmp_path, capsys):
     with pytest.raises(ConfigError, match="give the run directory it was exported from$"):
         resolve_config(str(elsewhere), [])
     assert resolve_config(str(run), []).run_dir == run  # the run itself, as before
+
+
+def test_a_runs_own_config_toml_names_that_run_from_any_folder(tmp_path, monkeypatch):
+    """`kiln eval RUN/config.toml` from another folder read the run.dir recorded in it,
+    relative to the folder the run was started from: another run ("no checkpoint"), or a
+    new one for `kiln run`. Copied out with --set run.dir it is still a recipe."""
+    monkeypatch.chdir(tmp_path)
+    write_run_metadata(load_config(None, ['run.dir="r"']))  # recorded as given: relative
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "other")
+    own = tmp_path / "r" / "config.toml"
+    assert resolve_config(str(own), []).run_dir.resolve() == (tmp_path / "r").resolve()
+    assert resolve_config(str(own), ['run.dir="new"']).run_dir == Path("new")  # a recipe
