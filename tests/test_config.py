@@ -522,3 +522,50 @@ def test_a_prepare_choice_in_another_case_is_suggested(override, meant):
     closest-match search compared letters with their case."""
     with pytest.raises(ConfigError, match=f"is not one of .* \\(did you mean '{meant}'\\?\\)"):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize(("override", "meant"), [
+    ("train.device=gpu", "cuda"), ("train.device=GPU", "cuda"),
+    ("train.precision=float32", "fp32"), ("eval.split=validation", "val")])
+def test_a_choice_by_another_name_suggests_the_one_it_means(override, meant):
+    """`train.device = "gpu"` was answered "did you mean 'cpu'?": one letter away, and the
+    device the user did not want; `float32` and `validation` had no suggestion."""
+    with pytest.raises(ConfigError, match=f"is not one of .* \\(did you mean '{meant}'\\?\\)"):
+        load_config(None, [override])
+
+
+@pytest.mark.parametrize("override", ['run.dir="runs/x', "run.dir='runs/x",
+                                      'run.dir="runs/x"/y'])
+def test_a_value_quoted_but_not_as_toml_is_refused(override):
+    """`--set 'run.dir="runs/x'` (a quote left open) fell back to the bare word, quote and
+    all: the run went to a folder named `"runs` in the current one, silently."""
+    with pytest.raises(ConfigError, match=r"^override '.*': run\.dir is not valid TOML text "
+                       r"\(.+\): quote the whole value once"):
+        load_config(None, [override])
+    assert load_config(None, ['run.dir=a"b']).run.dir == 'a"b'  # a bare word: as before
+
+
+@pytest.mark.parametrize(("override", "hint"), [
+    ("train.compile=yes", "(a TOML boolean is true or false: train.compile=true)"),
+    ("train.compile=1", "(a TOML boolean is true or false: train.compile=true)"),
+    ("model.qk_norm=off", "(a TOML boolean is true or false: model.qk_norm=false)"),
+    ("train.keep_host_memory=0", "(a TOML boolean is true or false: train.keep_host_memory=false)"),
+])
+def test_a_boolean_spelled_otherwise_says_how_toml_writes_it(override, hint):
+    """`yes`, `1`, `off` for a boolean were refused with no word of what to write (`True`
+    alone had one)."""
+    with pytest.raises(ConfigError, match=r"expected bool, got .*" + re.escape(hint) + "$"):
+        load_config(None, [override])
+
+
+@pytest.mark.parametrize(("override", "hint"), [
+    ("train.steps=1e3", "(an integer in TOML has no point or exponent: train.steps=1000)"),
+    ("model.dim=256.0", "(an integer in TOML has no point or exponent: model.dim=256)"),
+])
+def test_a_whole_float_for_an_int_key_says_the_integer(override, hint):
+    """`train.steps=1e3` was refused as 'expected int, got float 1000.0', with no word that
+    TOML reads an exponent as a float; 3.5 still has no integer to name."""
+    with pytest.raises(ConfigError, match=re.escape(hint) + "$"):
+        load_config(None, [override])
+    with pytest.raises(ConfigError, match=r"expected int, got float 3\.5$"):
+        load_config(None, ["train.steps=3.5"])

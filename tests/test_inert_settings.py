@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from kiln.config import config_to_toml, load_config, run_dir_override
+from kiln.config import RECORD_HEADER, config_to_toml, load_config, run_dir_override
 
 MUON_UNUSED = (r"^optim\.muon_lr = 0\.02 has no effect with optim\.name = 'adamw' \(only Muon "
                r"reads optim\.muon_\*\): set optim\.name = \"muon\" to train the hidden "
@@ -146,3 +146,29 @@ def test_decay_settings_under_a_schedule_that_does_not_decay_them_are_named():
     quiet(None, ["schedule.min_lr_ratio=0.0"])  # cosine reads it
     quiet(None, ["schedule.name=wsd", "schedule.decay_fraction=0.5", "schedule.min_lr_ratio=0"])
     quiet(None, ["schedule.name=constant", "schedule.warmup_steps=5"])
+
+
+def test_a_record_copied_out_as_a_recipe_counts_what_differs_from_the_defaults(tmp_path):
+    """A run's config.toml (with its header) copied to edit as a recipe: its edits were as
+    quiet as the run's own record, since the header alone marked it as one; the README says
+    a copy counts the values that differ from the defaults. The run's own stays quiet."""
+    from kiln.cli import resolve_config
+    from kiln.run_dir import write_run_metadata
+
+    run = tmp_path / "run"
+    with pytest.warns(UserWarning, match=MUON_UNUSED):  # the run's own recipe was told
+        write_run_metadata(load_config(None, [run_dir_override(run), "optim.muon_lr=0.02"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve_config(str(run), [])  # the run's own record: as it was given
+        resolve_config(str(run / "config.toml"), [])  # the same file, named
+    text = (run / "config.toml").read_text()
+    assert text.startswith(RECORD_HEADER)
+    (tmp_path / "copy.toml").write_text(text)
+    with pytest.warns(UserWarning, match=MUON_UNUSED):  # the copied run's choice
+        load_config(tmp_path / "copy.toml")
+    assert text.count('name = "adamw"') == text.count("n_shared = 1") == 1
+    (tmp_path / "tuned.toml").write_text(text.replace('name = "adamw"', 'name = "muon"')
+                                         .replace("n_shared = 1", "n_shared = 2"))
+    with pytest.warns(UserWarning, match=r"^model\.n_shared = 2 has no effect"):
+        load_config(tmp_path / "tuned.toml")  # an edit, in a dense model

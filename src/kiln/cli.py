@@ -39,7 +39,7 @@ from kiln.errors import (
     met_alike_on_every_rank,
 )
 from kiln.interrupts import signals_stop_at_once, stop_under_way
-from kiln.run_dir import run_arg
+from kiln.run_dir import refuse_while_training, run_arg
 
 # verbs that make the run's data: they record the config they used (train records its own;
 # eval, generate, export and report read a run and leave its config.toml alone)
@@ -72,6 +72,16 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
         return load_config(None, overrides)
     path = Path(target)
     run = _enclosing_run(path)
+    if path.name == "config.toml" and run == path.parent.absolute() and path.is_file() \
+            and not run_dir_overrides(overrides):
+        # a run's own record names its run: the run.dir in it is as the run was first given
+        # (relative to the folder it started from), so from another folder it named another
+        # run (`kiln eval RUN/config.toml`: "no checkpoint"; `kiln run`: a new run there)
+        return resolve_config(str(path.parent), overrides)
+    if _is_export(path):  # a native export holds a config.toml too: not a run to work in
+        raise ConfigError(f"{path} is a Kiln export (it holds {_EXPORT_RECORD}), not a recipe "
+                          "or a run directory: give the run directory "
+                          + (str(run) if run is not None else "it was exported from"))
     if run is not None and (path.is_dir() or path.suffix != ".toml"):  # a run's own file
         what = "folder" if path.is_dir() else "file"
         raise ConfigError(f"{path} is a {what} inside the run directory {run}, not a recipe or "
@@ -91,10 +101,21 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
 def _enclosing_run(path: Path) -> Path | None:
     """The nearest folder above `path` that is a run directory (holds the config.toml and
     env.json Kiln records together), for a target inside a run (metrics.jsonl, a checkpoint)."""
-    if not path.exists() or (path.is_dir() and (path / "config.toml").exists()):
+    if not path.exists() or (path.is_dir() and (path / "config.toml").exists()
+                             and not _is_export(path)):
         return None
     return next((p for p in path.absolute().parents
                  if (p / "config.toml").is_file() and (p / "env.json").is_file()), None)
+
+
+_EXPORT_RECORD = "kiln_export.json"  # kiln.export.hf_folder.EXPORT_RECORD (torch-free here)
+
+
+def _is_export(path: Path) -> bool:
+    """A folder `kiln export` wrote: a native one holds a config.toml, so it was taken for a
+    run directory (`kiln generate RUN/export` told to run prepare there, `kiln report`
+    wrote report.html into the export)."""
+    return path.is_dir() and (path / _EXPORT_RECORD).is_file()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -279,6 +300,7 @@ def _main(argv: list[str] | None) -> int:
             with alike_on_every_rank():  # the settings and the run's files, before any work
                 if args.verb in (*_DATA_VERBS, "run"):
                     check_run_dir_is_its_own(cfg)
+                    refuse_while_training(cfg.run_dir)
                     refuse_remaking_trained_data(cfg, args.verb, fresh)
                 if args.verb == "run":
                     refuse_new_model_design(cfg, fresh)  # before the data stages, not after

@@ -246,7 +246,8 @@ def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] 
     Settings given (in the file or an override) that the rest of the config leaves unused
     are warned of. `recorded`: the file is a config.toml Kiln wrote (a run's, an export's;
     before RECORD_HEADER marked them), which lists every key, so only the overrides count
-    as given."""
+    as given. A file with the header counts so in a run directory alone: copied elsewhere
+    to be edited, its edits were quiet (an edited muon_lr under adamw not warned of)."""
     overrides = list(overrides)
     data: dict[str, Any] = {}
     if path is not None:
@@ -256,7 +257,11 @@ def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] 
         try:
             text = path.read_text(encoding="utf-8-sig")  # a BOM from Windows editors
             data = tomllib.loads(text)
-            recorded = recorded or text.startswith(RECORD_HEADER)
+            # a run's own record (beside the env.json written with it) counts only the
+            # overrides; one copied out as a recipe, the values edited or kept from the
+            # copied run that differ from the defaults (`_given_keys`): those were chosen
+            recorded = recorded or (text.startswith(RECORD_HEADER)
+                                    and (path.parent / "env.json").is_file())
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: invalid TOML: {e}") from e
         except UnicodeDecodeError as e:

@@ -38,6 +38,14 @@ _CHOICES = {
     "eval.split": ("train", "val"),
 }
 
+# other names users give a choice, which spelling alone misses, or maps to the wrong one
+# (`gpu` is one letter from 'cpu': the suggestion named the device the user did not want)
+_CHOICE_NAMES = {
+    "train.device": {"gpu": "cuda"},
+    "train.precision": {"float32": "fp32", "bfloat16": "bf16"},
+    "eval.split": {"validation": "val", "valid": "val", "validate": "val"},
+}
+
 
 def check_run_dir_is_its_own(cfg: Config) -> None:
     """The verbs that make a run's data (prepare, tokenizer, tokenize, run) need a folder of
@@ -99,7 +107,9 @@ def validate(cfg: Config) -> Config:
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
         if value not in choices:
-            raise ConfigError(f"{key}: '{value}' is not one of {list(choices)}{suggest(value, choices)}")
+            meant = _CHOICE_NAMES.get(key, {}).get(value.lower())
+            hint = f" (did you mean '{meant}'?)" if meant else suggest(value, choices)
+            raise ConfigError(f"{key}: '{value}' is not one of {list(choices)}{hint}")
     m, t = cfg.model, cfg.train
     positive = {
         "model.dim": m.dim, "model.n_layers": m.n_layers, "model.n_heads": m.n_heads,

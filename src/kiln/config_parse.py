@@ -56,6 +56,11 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     return value
 
 
+# what other configs and shells spell a boolean (`yes`, `1`, `on`), as TOML spells it
+_BOOLEAN_WORDS = {**dict.fromkeys(("true", "yes", "y", "on", "1"), "true"),
+                  **dict.fromkeys(("false", "no", "n", "off", "0"), "false")}
+
+
 def _toml_hint(value: Any, hint: type, key: str) -> str:
     """What TOML wanted when a number or boolean was written the Python way (`.5`, `True`),
     or text was written bare and read as a number, date or boolean (`run.dir=2024-06-01`)."""
@@ -66,10 +71,16 @@ def _toml_hint(value: Any, hint: type, key: str) -> str:
             value.isoformat() if hasattr(value, "isoformat") else str(value))
         return (f' (text is quoted in TOML: {key}="{spelled}"; on the command line, where the '
                 f"shell eats bare quotes: --set '{key}=\"{spelled}\"')")
+    if hint is int and isinstance(value, float) and value.is_integer():  # 1e3, 3.0
+        return f" (an integer in TOML has no point or exponent: {key}={int(value)})"
+    if hint is bool and not isinstance(value, bool):  # yes / 1 / on: the boolean meant
+        meant = _BOOLEAN_WORDS.get(str(value).strip().lower())
+        if meant is not None and str(value).lower() == meant:  # True: the case alone
+            return f" (TOML booleans are lowercase: {meant})"
+        if meant is not None:
+            return f" (a TOML boolean is true or false: {key}={meant})"
     if not isinstance(value, str):
         return ""
-    if hint is bool and value.lower() in ("true", "false"):
-        return f" (TOML booleans are lowercase: {value.lower()})"
     if hint in (int, float):
         try:
             number = float(value)
@@ -111,8 +122,14 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(f"override '{text}' must look like section.key=value")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except tomllib.TOMLDecodeError as e:
         value = raw.strip()  # a bare word is a string: --set train.precision=bf16
+        if value[:1] in ("\"", "'"):  # quoted, but not as TOML: `"runs/x` was a folder
+            # named with the quote, made silently where the user meant runs/x
+            reason = str(e).split(" (at ")[0]
+            raise ConfigError(f"override '{text}': {key.strip()} is not valid TOML text "
+                              f"({reason}): quote the whole value once, e.g. --set "
+                              f"'{key.strip()}=\"...\"'") from e
     return [part.strip() for part in key.split(".")], value
 
 

@@ -33,15 +33,22 @@ def run_arg(run_dir: Path) -> str:
 
 
 def git_hash() -> str:
+    """The commit of the Kiln checkout this code runs from (`-dirty` with changes to its
+    tracked files), or "unknown". Only a repository that tracks Kiln's own source counts:
+    Kiln installed into a virtual environment inside another project (`my-project/.venv`,
+    ignored by its git) found that project's repository above site-packages, and recorded
+    its commit and changes as Kiln's."""
+    here = Path(__file__).resolve()
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5,
+                              cwd=here.parent)
+
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-            cwd=Path(__file__).resolve().parent,
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-            text=True, timeout=5, cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
+        if git("ls-files", "--error-unmatch", "--", here.name).returncode != 0:
+            return "unknown"  # not a checkout of Kiln: no repository, or another's
+        out = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -135,6 +142,26 @@ def check_run_dir_writable(cfg: Config, may_make: bool) -> None:
                       + ("on a read-only filesystem" if read_only else "not writable by this user")
                       + ": Kiln writes its outputs there; make it writable, or set run.dir to a "
                       "folder that is")
+
+
+def refuse_while_training(run_dir: Path) -> None:
+    """The data verbs and `kiln run` re-make documents, tokenizer and shards, and record
+    config.toml: under a trainer of the same run (before its first checkpoint, which alone
+    makes them refuse other data settings) they replaced the tokenizer and config.toml it
+    was training with, and the shards its next validation reads. Refused while a trainer
+    holds `training_lock`; the lock is only looked at, never kept."""
+    try:  # read-only: another user's trainer may have made the file, and flock needs no write
+        f = open(run_dir / ".train.lock", encoding="utf-8", errors="replace")
+    except OSError:  # none (never trained), or not ours to read: no trainer to tell of
+        return
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = f.read().strip() or "another process"
+            raise KilnError(f"{run_dir} is being trained by {holder}: its data cannot be "
+                            "made again under it; wait for it, or stop it first") from None
+        fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,50 @@
+"""Targets that hold a config.toml but are not a run directory as such: a native export
+folder (taken for a run: `kiln generate RUN/export` told to run prepare there, `kiln report
+RUN/export` wrote report.html into it), and a run's own config.toml named as the file."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kiln import cli
+from kiln.cli import main, resolve_config
+from kiln.config import ConfigError, load_config, run_dir_override
+from kiln.export.hf_folder import EXPORT_RECORD
+from kiln.run_dir import write_run_metadata
+
+
+def test_an_export_folder_is_not_taken_for_a_run(tmp_path, capsys):
+    assert getattr(cli, "_EXPORT_RECORD", EXPORT_RECORD) == EXPORT_RECORD  # one name, two places
+    run = tmp_path / "run"
+    write_run_metadata(load_config(None, [run_dir_override(run)]))
+    export = run / "export"  # as kiln.export.native writes it
+    export.mkdir()
+    shutil.copy(run / "config.toml", export / "config.toml")
+    (export / EXPORT_RECORD).write_text('{"format": "kiln-native"}')
+    with pytest.raises(ConfigError, match=f"{export} is a Kiln export .*: give the run "
+                       f"directory {run}$"):
+        resolve_config(str(export), [])
+    assert main(["report", str(export)]) == 2
+    assert "is a Kiln export" in capsys.readouterr().err
+    assert sorted(p.name for p in export.iterdir()) == sorted(["config.toml", EXPORT_RECORD])
+    elsewhere = tmp_path / "models" / "m"  # copied out of its run
+    shutil.copytree(export, elsewhere)
+    with pytest.raises(ConfigError, match="give the run directory it was exported from$"):
+        resolve_config(str(elsewhere), [])
+    assert resolve_config(str(run), []).run_dir == run  # the run itself, as before
+
+
+def test_a_runs_own_config_toml_names_that_run_from_any_folder(tmp_path, monkeypatch):
+    """`kiln eval RUN/config.toml` from another folder read the run.dir recorded in it,
+    relative to the folder the run was started from: another run ("no checkpoint"), or a
+    new one for `kiln run`. Copied out with --set run.dir it is still a recipe."""
+    monkeypatch.chdir(tmp_path)
+    write_run_metadata(load_config(None, ['run.dir="r"']))  # recorded as given: relative
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "other")
+    own = tmp_path / "r" / "config.toml"
+    assert resolve_config(str(own), []).run_dir.resolve() == (tmp_path / "r").resolve()
+    assert resolve_config(str(own), ['run.dir="new"']).run_dir == Path("new")  # a recipe
