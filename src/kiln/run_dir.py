@@ -164,6 +164,24 @@ def refuse_while_training(run_dir: Path) -> None:
         fcntl.flock(f, fcntl.LOCK_UN)
 
 
+_LOOK_S = 1.0  # far longer than `refuse_while_training` holds its shared lock (microseconds)
+
+
+def _took_lock(f: Any) -> bool:
+    """The trainer's exclusive lock on `f`. A refusal may be only `refuse_while_training`
+    looking (a data verb or `kiln run` starting): that shared lock is gone within moments,
+    so it is asked again for `_LOOK_S` before a trainer is named as holding the run."""
+    deadline = time.monotonic() + _LOOK_S
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+
 @contextlib.contextmanager
 def training_lock(run_dir: Path) -> Iterator[None]:
     """Hold `run_dir/.train.lock` while a run trains: a second trainer on the same run would
@@ -173,9 +191,7 @@ def training_lock(run_dir: Path) -> Iterator[None]:
         yield
         return
     with open(run_dir / ".train.lock", "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _took_lock(f):
             f.seek(0)
             holder = f.read().strip() or "another process"
             raise KilnError(f"{run_dir} is being trained by {holder}; wait for it, or stop it "
