@@ -17,7 +17,7 @@ from kiln.run_dir import write_run_metadata
 
 
 def test_an_export_folder_is_not_taken_for_a_run(tmp_path, capsys):
-    assert getattr(cli, "_EXPORT_RECORD", EXPORT_RECORD) == EXPORT_RECORD  # one name, two places
+    assert cli.EXPORT_RECORD is EXPORT_RECORD  # one name, defined once
     run = tmp_path / "run"
     write_run_metadata(load_config(None, [run_dir_override(run)]))
     export = run / "export"  # as kiln.export.native writes it

@@ -114,7 +114,6 @@ def test_a_tokenizer_that_is_not_byte_level_is_refused_in_one_line(tok_path, tmp
     "fi") would store ids whose bytes are not the text's."""
     from tokenizers import Tokenizer, models, normalizers
 
-    from kiln.cli import main
     from kiln.errors import RunDataError
 
     wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, EOS_TOKEN: 1, "a": 2}, unk_token="[UNK]"))
@@ -127,12 +126,7 @@ def test_a_tokenizer_that_is_not_byte_level_is_refused_in_one_line(tok_path, tmp
     with pytest.raises(RunDataError, match="nfkc.json has a normalizer"):
         load_tokenizer(tmp_path / "nfkc.json")
 
-    run = tmp_path / "run"
-    (run / "tokenizer").mkdir(parents=True)
-    (run / "config.toml").write_text("")
-    wordpiece.save(str(run / "tokenizer" / "tokenizer.json"))
-    assert main(["tokenize", str(run)]) == 1
-    assert "is not byte-level" in capsys.readouterr().err
+    assert "is not byte-level" in _tokenize_refused(wordpiece, tmp_path, capsys)
 
 
 def test_a_tokenizer_with_ids_past_its_vocabulary_size_is_refused_in_one_line(tok_path, tmp_path):
@@ -154,6 +148,18 @@ def test_a_tokenizer_with_ids_past_its_vocabulary_size_is_refused_in_one_line(to
         load_tokenizer(tmp_path / "gap.json")
 
 
+def _tokenize_refused(tok, tmp_path, capsys) -> str:
+    """`kiln tokenize` of a run holding `tok` as its tokenizer: exit status 1, its stderr."""
+    from kiln.cli import main
+
+    run = tmp_path / "run"
+    (run / "tokenizer").mkdir(parents=True)
+    (run / "config.toml").write_text("")
+    tok.save(str(run / "tokenizer" / "tokenizer.json"))
+    assert main(["tokenize", str(run)]) == 1
+    return capsys.readouterr().err
+
+
 @pytest.mark.parametrize("pre", ["prefix_space", "none", "whitespace"])
 def test_a_pre_tokenizer_that_changes_the_text_is_refused_in_one_line(tok_path, tmp_path, capsys,
                                                                       pre):
@@ -163,7 +169,6 @@ def test_a_pre_tokenizer_that_changes_the_text_is_refused_in_one_line(tok_path, 
     `kiln tokenize` stopped at its first document with a RuntimeError traceback."""
     from tokenizers import Tokenizer, pre_tokenizers
 
-    from kiln.cli import main
     from kiln.errors import RunDataError
 
     tok = Tokenizer.from_file(str(tok_path))
@@ -173,12 +178,7 @@ def test_a_pre_tokenizer_that_changes_the_text_is_refused_in_one_line(tok_path, 
     with pytest.raises(RunDataError, match=r"odd.json does not encode text byte for byte"):
         load_tokenizer(tmp_path / "odd.json")
 
-    run = tmp_path / "run"
-    (run / "tokenizer").mkdir(parents=True)
-    (run / "config.toml").write_text("")
-    tok.save(str(run / "tokenizer" / "tokenizer.json"))
-    assert main(["tokenize", str(run)]) == 1
-    err = capsys.readouterr().err
+    err = _tokenize_refused(tok, tmp_path, capsys)
     assert "does not encode text byte for byte" in err and "Traceback" not in err
 
 

@@ -38,6 +38,7 @@ from kiln.errors import (
     alike_on_every_rank,
     met_alike_on_every_rank,
 )
+from kiln.export_recovery import EXPORT_RECORD
 from kiln.interrupts import signals_stop_at_once, stop_under_way
 from kiln.run_dir import refuse_while_training, run_arg
 
@@ -79,7 +80,7 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
         # run (`kiln eval RUN/config.toml`: "no checkpoint"; `kiln run`: a new run there)
         return resolve_config(str(path.parent), overrides)
     if _is_export(path):  # a native export holds a config.toml too: not a run to work in
-        raise ConfigError(f"{path} is a Kiln export (it holds {_EXPORT_RECORD}), not a recipe "
+        raise ConfigError(f"{path} is a Kiln export (it holds {EXPORT_RECORD}), not a recipe "
                           "or a run directory: give the run directory "
                           + (str(run) if run is not None else "it was exported from"))
     if run is not None and (path.is_dir() or path.suffix != ".toml"):  # a run's own file
@@ -108,14 +109,12 @@ def _enclosing_run(path: Path) -> Path | None:
                  if (p / "config.toml").is_file() and (p / "env.json").is_file()), None)
 
 
-_EXPORT_RECORD = "kiln_export.json"  # kiln.export.hf_folder.EXPORT_RECORD (torch-free here)
-
 
 def _is_export(path: Path) -> bool:
     """A folder `kiln export` wrote: a native one holds a config.toml, so it was taken for a
     run directory (`kiln generate RUN/export` told to run prepare there, `kiln report`
     wrote report.html into the export)."""
-    return path.is_dir() and (path / _EXPORT_RECORD).is_file()
+    return path.is_dir() and (path / EXPORT_RECORD).is_file()
 
 
 class _Parser(argparse.ArgumentParser):

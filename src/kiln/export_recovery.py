@@ -16,7 +16,7 @@ from kiln.atomic import new_archive_folder, recover_killed_swaps, writer_killed
 # what any export holds, whatever its format (a Hugging Face config.json or a native config.toml)
 _WEIGHTS = "model.safetensors"
 _CONFIGS = ("config.json", "config.toml")
-_RECORD = "kiln_export.json"  # kiln.export.hf_folder.EXPORT_RECORD, written by every export
+EXPORT_RECORD = "kiln_export.json"  # written by every export: its format and checkpoint
 _RUN_RECORDS = ("config.toml", "env.json")  # kiln.run_dir.write_run_metadata's
 
 
@@ -83,10 +83,10 @@ def finished_copy(old: Path) -> Path | None:
     pid = old.name.rsplit("-", 1)[1]
     name = old.name.removeprefix(".").rsplit(".old-", 1)[0]
     new = old.with_name(f".{name}.tmp-{pid}")
-    if not (writer_killed(old) and is_whole_export(new) and (new / _RECORD).is_file()):
+    if not (writer_killed(old) and is_whole_export(new) and (new / EXPORT_RECORD).is_file()):
         return None
     try:
-        return new if "format" in json.loads((new / _RECORD).read_text()) else None
+        return new if "format" in json.loads((new / EXPORT_RECORD).read_text()) else None
     except (OSError, ValueError, TypeError):
         return None
 

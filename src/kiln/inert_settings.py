@@ -1,6 +1,7 @@
 """Settings a user gave that another setting leaves unused: Muon's with AdamW, the experts'
-in a dense model, SMEBU's under another balancing rule, a decay's under a schedule without it. They load (a recipe ablated with `--set optim.name=adamw` or
-`--set model.n_experts=0` keeps its Muon or MoE keys, and an override cannot delete them),
+in a dense model, SMEBU's under another balancing rule, a decay's under a schedule without
+it. They load (a recipe ablated with `--set optim.name=adamw` or `--set model.n_experts=0`
+keeps its Muon or MoE keys, and an override cannot delete them),
 with a warning, since the user more likely meant the optimizer or the experts they tuned.
 """
 

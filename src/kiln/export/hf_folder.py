@@ -13,10 +13,10 @@ import torch
 from kiln.atomic import atomic_dir
 from kiln.data.tokenizer import eos_id, load_tokenizer
 from kiln.export.hf_tokenizer import write_hf_tokenizer
+from kiln.export_recovery import EXPORT_RECORD
 from kiln.model.transformer import Transformer
 from kiln.tensor_files import save_tensors
 
-EXPORT_RECORD = "kiln_export.json"  # what an export holds and which checkpoint it came from
 # every file `write_hf_folder` writes (Llama and afmoe alike)
 HF_FILES = ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
             "tokenizer_config.json", "special_tokens_map.json", EXPORT_RECORD)

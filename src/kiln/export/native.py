@@ -19,8 +19,8 @@ from safetensors.torch import load_file
 
 from kiln.atomic import atomic_dir
 from kiln.config import Config, ConfigError, config_to_toml, load_config, validate
-from kiln.export.hf_folder import EXPORT_RECORD, is_tied
-from kiln.export_recovery import describe_stranded, is_run_export, recover_export
+from kiln.export.hf_folder import is_tied
+from kiln.export_recovery import EXPORT_RECORD, describe_stranded, is_run_export, recover_export
 from kiln.model.transformer import Transformer
 from kiln.parallel.meta_init import assign_weights, build_on_meta
 from kiln.tensor_files import save_tensors

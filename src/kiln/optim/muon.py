@@ -29,7 +29,7 @@ from torch.optim.adam import adam
 
 from kiln.config import OptimConfig
 from kiln.optim.routing import route_parameters
-from kiln.train.precision import cpu_has_fast_bf16, cuda_has_fast_bf16
+from kiln.train.precision import has_fast_bf16
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # quintic, maximal slope at 0 (Keller Jordan)
 NS_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -294,9 +294,7 @@ def resolve_ns_dtype(name: str, device: torch.device) -> str:
         if name not in NS_DTYPES:
             raise ValueError(f"muon_ns_dtype '{name}' is not one of {['auto', *NS_DTYPES]}")
         return name
-    if device.type == "cuda":
-        return "bf16" if cuda_has_fast_bf16() else "fp32"
-    return "bf16" if cpu_has_fast_bf16() else "fp32"
+    return "bf16" if has_fast_bf16(device) else "fp32"
 
 
 def build_muon(model: nn.Module, cfg: OptimConfig) -> MuonWithAdamW:

@@ -54,8 +54,8 @@ def read_metrics(path: str | Path,
             # a kind that is a list or an object (edited by hand) is no key: kept as is, not
             # a TypeError that cost the whole report (no consumer reads such a record)
             kind = record.get("kind")
-            key = ((kind, record["step"]) if has_step(record) and (kind is None or isinstance(
-                kind, str)) else ("<no step>", index))
+            keyed = has_step(record) and (kind is None or isinstance(kind, str))
+            key = (kind, record["step"]) if keyed else ("<no step>", index)
             latest.pop(key, None)  # re-insert so order follows the last occurrence
             latest[key] = record
         records = list(latest.values())

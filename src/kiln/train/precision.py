@@ -38,6 +38,12 @@ def cuda_has_fast_bf16() -> bool:
     return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
+def has_fast_bf16(device: torch.device) -> bool:
+    """bf16 matmuls run natively on `device`: a GPU with bf16 tensor cores, a CPU with
+    AVX-512 BF16 or AMX (elsewhere they are emulated)."""
+    return cuda_has_fast_bf16() if device.type == "cuda" else cpu_has_fast_bf16()
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -66,9 +72,7 @@ def resolve_precision(name: str, device: torch.device) -> str:
                           stacklevel=2)
     if name != "auto":
         return name
-    if device.type == "cuda":
-        return "bf16" if cuda_has_fast_bf16() else "fp32"
-    return "bf16" if cpu_has_fast_bf16() else "fp32"
+    return "bf16" if has_fast_bf16(device) else "fp32"
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
