@@ -162,3 +162,24 @@ def test_the_new_folder_is_synced_before_the_old_one_moves_aside(tmp_path, monke
     moved_aside = events.index("move export")
     assert {f"sync .export.tmp-{pid}", "sync sub"} <= set(events[:moved_aside])
     assert (path / "sub/b").read_text() == "new"
+
+
+def test_a_file_or_folder_in_the_way_is_refused_by_name_and_kept(tmp_path):
+    """A user's file where Kiln keeps a folder (`RUN/plots`), or a folder where it writes a
+    file: one RunDataError naming it, the user's file untouched (was a bare FileExistsError
+    or IsADirectoryError traceback, and a file replaced by a folder silently)."""
+    from kiln.errors import RunDataError
+
+    (tmp_path / "plots").write_text("mine")
+    with pytest.raises(RunDataError, match=r"plots is a file where Kiln keeps a folder"):
+        write_text_atomic(tmp_path / "plots" / "loss.png", "png")
+    with pytest.raises(RunDataError, match=r"plots is a file where Kiln keeps a folder"):
+        write_text_atomic(tmp_path / "plots" / "deeper" / "loss.png", "png")
+    (tmp_path / "report.html").mkdir()
+    with pytest.raises(RunDataError, match=r"a folder of that name is in the way"):
+        write_text_atomic(tmp_path / "report.html", "<html>")
+    with pytest.raises(RunDataError, match=r"a file of that name is in the way"), \
+            atomic_dir(tmp_path / "plots"):
+        pass
+    assert (tmp_path / "plots").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plots", "report.html"]

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kiln import strict_json
+from kiln.errors import RunDataError
 
 
 def fsync_dir(path: Path) -> None:
@@ -34,12 +35,28 @@ def link_target(path: Path | str) -> Path:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
+def make_room(path: Path, folder: bool) -> None:
+    """Create `path`'s parent folders; refuse, naming it, a file where a folder must be or
+    the other way round (a file `RUN/plots` the user made), before anything is written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()),
+                       path.parent)
+        raise RunDataError(f"cannot write {path}: {blocker} is a file where Kiln keeps a "
+                           "folder; move it aside and run it again") from e
+    if path.exists() and path.is_dir() != folder:
+        kind = "file" if path.is_file() else "folder"
+        raise RunDataError(f"cannot write {path}: a {kind} of that name is in the way; move "
+                           "it aside and run it again")
+
+
 @contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
     """Yield a temporary sibling of `path` (of its target, if a link); it replaces `path`
     only if the block succeeds."""
     path = link_target(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_room(path, folder=False)
     recover_killed_swaps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
@@ -114,7 +131,7 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     `kiln.export_recovery.finished_copy`).
     """
     path = link_target(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_room(path, folder=True)
     recover_killed_swaps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     old = path.with_name(f".{path.name}.old-{os.getpid()}")
