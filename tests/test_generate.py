@@ -280,3 +280,22 @@ def test_a_temperature_that_is_not_a_number_at_or_above_zero_is_refused(model, t
     rather than failing later inside torch.multinomial on NaN probabilities."""
     with pytest.raises(ValueError, match="temperature must be >= 0"):
         generate(model, [1, 2], max_new_tokens=3, temperature=temperature)
+
+
+def test_a_prompt_is_encoded_as_the_shards_were_without_a_templates_specials(tmp_path):
+    """A tokenizer.json brought in with a template adding a BOS (here EOS, as many do): the
+    shards are encoded without it, so a prompt must be too (it had a BOS training never
+    put before a document's first token)."""
+    from tokenizers.processors import TemplateProcessing
+
+    from kiln.commands.generate import _prompt_ids
+    from kiln.data.tokenizer import EOS_TOKEN, eos_id, load_tokenizer, train_tokenizer
+
+    tok = train_tokenizer(["def f(x):\n    return x + 1\n"] * 20, 300, tmp_path / "t.json",
+                          show_progress=False)
+    tok.post_processor = TemplateProcessing(single=f"{EOS_TOKEN} $A",
+                                             special_tokens=[(EOS_TOKEN, eos_id(tok))])
+    tok.save(str(tmp_path / "t.json"))
+    tok = load_tokenizer(tmp_path / "t.json")
+    assert tok.encode("return x").ids[0] == eos_id(tok)  # the template is in force
+    assert _prompt_ids(tok, "return x", 64) == tok.encode("return x", add_special_tokens=False).ids

@@ -23,8 +23,9 @@ def _prompt_ids(tok, prompt: str, max_len: int) -> list[int]:
     (`max_len`) for a new token."""
     from kiln.data.tokenizer import eos_id
 
-    # "" samples a document from its start: the EOS that ends the one before is the context
-    ids = tok.encode(prompt).ids if prompt else [eos_id(tok)]
+    # "" samples a document from its start: the EOS that ends the one before is the context.
+    # No template's BOS/EOS (a tokenizer.json brought in may have one): the shards have none
+    ids = tok.encode(prompt, add_special_tokens=False).ids if prompt else [eos_id(tok)]
     if len(ids) >= max_len:
         shown = repr(prompt[:40]) + ("..." if len(prompt) > 40 else "")
         raise ConfigError(f"generate.prompts: {shown} is {len(ids)} tokens, which leaves no "
