@@ -99,6 +99,17 @@ def test_resume_gives_identical_batches(shards):
     assert torch.equal(torch.cat([p.next_batch() for p in parts]), expected[4])
 
 
+@pytest.mark.parametrize("position", [-3, 2.5, "7", None, True])
+def test_a_damaged_position_is_refused_as_not_a_loaders_state(shards, position):
+    """TypeError: the resume reports the checkpoint unreadable (a negative position was
+    taken, "7" and 2.5 turned into ints, None blamed changed shards or seed)."""
+    state = {**_loader(shards).state_dict(), "position": position}
+    loader = _loader(shards)
+    with pytest.raises(TypeError, match="not a count of windows"):
+        loader.load_state_dict(state)
+    assert loader.position == 0
+
+
 def test_load_state_rejects_other_seed(shards):
     state = _loader(shards).state_dict()
     with pytest.raises(ValueError, match="seed"):

@@ -221,8 +221,11 @@ class TokenLoader:
         if not accepts_fingerprint(self.stream.index, saved):
             raise ValueError("the loader state was saved on other token shards (tokens/"
                              "index.json differs): the data was re-made since")
+        position = state["position"]
+        if type(position) is not int or position < 0:  # int() would take -3, 2.5 and "7"
+            raise TypeError(f"loader state position {position!r} is not a count of windows")
         self.resumed_on_counts = saved != self.stream.fingerprint
-        self.position = int(state["position"])
+        self.position = position
 
 
 def eval_batches(
