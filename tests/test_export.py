@@ -323,3 +323,16 @@ def test_a_checkpoint_pruned_while_export_reads_it_is_one_line_saying_so(tiny_ru
     monkeypatch.setattr(trained_run, "latest_checkpoint", real)
     assert main(["export", str(tiny_run)]) == 0  # again: the newest one
     assert "step_00000007 ->" in capsys.readouterr().out
+
+
+def test_an_empty_before_export_folder_a_killed_export_left_is_cleared(tmp_path):
+    """An export killed between making archive/before-export-<time>/ and moving the folder
+    into it left the empty folder for good; the next export clears it (a full one stays)."""
+    from kiln.atomic import new_archive_folder
+    from kiln.export.earlier import other_files_set_aside
+
+    empty, full = (new_archive_folder(tmp_path, "before-export") for _ in range(2))
+    (full / "export").mkdir()
+    with other_files_set_aside(tmp_path / "export", tmp_path) as moved:
+        assert moved is None
+    assert not empty.exists() and (full / "export").is_dir()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from kiln.atomic import new_archive_folder, write_json_atomic
+from kiln.atomic import clear_empty_archive_folders, new_archive_folder, write_json_atomic
 from kiln.export.hf_folder import HF_FILES
 from kiln.export.native import FILES as NATIVE_FILES
 from kiln.export_recovery import set_aside_record
@@ -41,6 +41,7 @@ def other_files_set_aside(out_dir: Path, run_dir: Path) -> Iterator[str | None]:
     anything an export does not write, or is not a plain folder, and yield what was found
     and where it went (None: nothing moved). If the export fails, it is put back."""
     out_dir = Path(out_dir)
+    clear_empty_archive_folders(run_dir, "before-export")  # a kill just after one was made
     what = other_files(out_dir)
     if what is None:
         yield None
