@@ -109,3 +109,18 @@ def test_an_older_checkpoint_read_in_place_of_an_incomplete_latest_is_said(tiny_
     assert ("note: checkpoints/latest names step_00000006, which is not a complete checkpoint "
             "(no trainer.pt): reading step_00000003") in err
     assert json.loads((trained / "eval.json").read_text())["checkpoint"] == "step_00000003"
+
+
+def test_the_older_checkpoint_note_is_said_by_rank_0_alone(tmp_path, monkeypatch, capsys):
+    """Under torchrun every rank of `kiln eval` reads the checkpoint: one note, not one each."""
+    from kiln.train.trained_run import note_an_older_checkpoint
+
+    ckpts = tmp_path / "checkpoints"
+    (ckpts / "step_00000006").mkdir(parents=True)
+    (ckpts / "latest").write_text("step_00000006\n")
+    monkeypatch.setenv("RANK", "1")
+    note_an_older_checkpoint(ckpts / "step_00000003")
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    note_an_older_checkpoint(ckpts / "step_00000003")
+    assert capsys.readouterr().err.startswith("note: checkpoints/latest names step_00000006")

@@ -12,6 +12,7 @@ from kiln.data.loader import accepts_fingerprint
 from kiln.data.shards import load_index
 from kiln.errors import CheckpointError, RunDataError
 from kiln.model import Transformer
+from kiln.parallel.distributed import is_main_process
 from kiln.parallel.meta_init import build_on_meta
 from kiln.train.checkpoint import load_weights, trained_shards
 from kiln.train.checkpoint_dirs import latest_checkpoint, pointed_name
@@ -49,9 +50,10 @@ def note_an_older_checkpoint(ckpt: Path) -> None:
     """Say so when `latest` names a folder that is there but is no complete checkpoint (its
     trainer.pt gone: a write never leaves one, so a hand did): the newest complete one,
     `ckpt`, stands in for it, and eval, generate and export read that older model without a
-    word where a resume at least says the step it resumed from."""
+    word where a resume at least says the step it resumed from. Said by rank 0 alone (a
+    `kiln eval` under torchrun read the same checkpoint on every rank)."""
     name = pointed_name(ckpt.parent / "latest")
-    if name and name != ckpt.name and (ckpt.parent / name).is_dir():
+    if name and is_main_process() and name != ckpt.name and (ckpt.parent / name).is_dir():
         print(f"note: checkpoints/latest names {name}, which is not a complete checkpoint (no "
               f"trainer.pt): reading {ckpt.name}, the newest complete one", file=sys.stderr)
 
