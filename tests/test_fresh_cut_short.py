@@ -15,6 +15,8 @@ from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint
 from kiln.train.trainer import Trainer
 
 STEPS = ("train.steps=3", "train.checkpoint_every=3")
+# the earlier model's outputs, and copies of the records of what it was
+ARCHIVED = ["checkpoints", "config.toml", "env.json", "metrics.jsonl", "model.json"]
 
 
 def _trained_then_fresh_killed(run: Path) -> None:
@@ -38,7 +40,7 @@ def test_a_fresh_start_killed_between_two_moves_is_finished_by_the_next_command(
     trainer = Trainer(tiny_config(tiny_run, *STEPS),
                       resume=again == "plain")
     assert len(trainer.fit()) == 3  # from step 0
-    assert _one_archive(tiny_run) == ["checkpoints", "metrics.jsonl"]
+    assert _one_archive(tiny_run) == ARCHIVED
     assert checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 3
     if again == "plain":
         assert "cut short" in capsys.readouterr().err
@@ -53,7 +55,7 @@ def test_a_fresh_start_killed_before_its_first_move_leaves_no_empty_folder(tiny_
 
     trainer = Trainer(tiny_config(tiny_run, *STEPS), resume=False)
     assert len(trainer.fit()) == 3
-    assert _one_archive(tiny_run) == ["checkpoints", "metrics.jsonl"]
+    assert _one_archive(tiny_run) == ARCHIVED
 
 
 def test_an_empty_archive_folder_a_kill_left_goes_at_the_next_fresh_start(tiny_run):
@@ -62,7 +64,7 @@ def test_an_empty_archive_folder_a_kill_left_goes_at_the_next_fresh_start(tiny_r
     train_losses(tiny_run, *STEPS)
     (tiny_run / "archive" / "before-fresh-20200101-000000").mkdir(parents=True)
     Trainer(tiny_config(tiny_run, *STEPS), resume=False).fit()
-    assert _one_archive(tiny_run) == ["checkpoints", "metrics.jsonl"]
+    assert _one_archive(tiny_run) == ARCHIVED
 
 
 def test_kiln_run_after_a_fresh_start_cut_short_takes_the_new_design(tiny_run):
@@ -80,3 +82,22 @@ def test_kiln_run_after_a_fresh_start_cut_short_takes_the_new_design(tiny_run):
     begun.mkdir(parents=True)
     (begun / ".unfinished").touch()  # as `--fresh` leaves it, killed before its first move
     refuse_new_model_design(cfg)
+
+
+def test_the_archive_keeps_the_config_that_builds_its_model(tiny_run):
+    """`--fresh` with a new model.dim: the archived checkpoints were of a model no record
+    described any more (config.toml, model.json and env.json were rewritten for the new
+    one); copies of the earlier ones go with them, the run keeps its own."""
+    from kiln.config import recorded_config
+    from kiln.train.train_setup import model_config_for_run
+    from kiln.train.trained_run import loaded_model
+
+    train_losses(tiny_run, *STEPS)
+    Trainer(tiny_config(tiny_run, *STEPS, "model.dim=96"), resume=False).fit()
+    (folder,) = (tiny_run / "archive").iterdir()
+    assert recorded_config(folder).model.dim == 64 and recorded_config(tiny_run).model.dim == 96
+    assert '"params"' in (folder / "model.json").read_text()
+    old = recorded_config(folder)
+    model = loaded_model(model_config_for_run(old, tiny_run / "tokens"),
+                         latest_checkpoint(folder / "checkpoints"))
+    assert model.cfg.dim == 64

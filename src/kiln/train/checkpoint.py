@@ -30,6 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from kiln.atomic import (
     atomic_dir,
+    atomic_path,
     fsync_dir,
     new_archive_folder,
     recover_killed_swaps,
@@ -268,6 +269,8 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     # file of the same name there: then it is left as it is, finished, and a new one begun)
     dest = earlier_outputs.unfinished_archive(run_dir)
     if dest is not None and (not old or any((dest / p.name).exists() for p in old)):
+        if not old:
+            _copy_records(run_dir, dest)
         earlier_outputs.mark_finished(dest)
         if not old:
             return dest
@@ -280,8 +283,22 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     for p in old:
         os.replace(p, dest / p.name)
     fsync_dir(run_dir)
+    _copy_records(run_dir, dest)
     earlier_outputs.mark_finished(dest)
     return dest
+
+
+# what the archived model is (its settings, figures, versions): copied, the run keeps its
+# own until the new training records the new ones; a new model.dim would leave the archived
+# checkpoints with no config that builds them
+_RECORDS = ("config.toml", "model.json", "env.json")
+
+
+def _copy_records(run_dir: Path, dest: Path) -> None:
+    for name in _RECORDS:
+        if (run_dir / name).is_file() and not (dest / name).exists():
+            with atomic_path(dest / name) as tmp:
+                shutil.copyfile(run_dir / name, tmp)
 
 
 def check_checkpoint(path: Path, optimizer: bool = True) -> dict[str, Any]:
