@@ -40,6 +40,7 @@ from kiln.errors import (
 )
 from kiln.export_recovery import EXPORT_RECORD
 from kiln.interrupts import signals_stop_at_once, stop_under_way
+from kiln.out_of_memory import out_of_memory, out_of_memory_line
 from kiln.run_dir import refuse_while_training, run_arg
 
 # verbs that make the run's data: they record the config they used (train records its own;
@@ -360,6 +361,9 @@ def _main(argv: list[str] | None) -> int:
               file=sys.stderr)
         return getattr(e, "exit_code", 130)
     except RuntimeError as e:
+        if out_of_memory(e):  # activations: the check before training counts only the state
+            print(f"{out_of_memory_line(args.verb, e)}; {_KEPT}", file=sys.stderr)
+            return 1
         if not lost_a_rank(e):
             raise
         from kiln.parallel.rank_stops import lost_rank_said, stopped_ranks
