@@ -710,8 +710,8 @@ def test_a_run_that_injected_before_the_tokenizer_setting_keeps_its_signature():
     from kiln.data.prepare_signature import make_signature
 
     cfg = PrepareConfig(stages=["read", "inject_replicas", "write"],
-                        inject_replicas=InjectOptions(benchmark="b.jsonl"))
-    recorded = {"benchmark": "b.jsonl", "k": 1, "seed": 0, "keep_size": False}
+                        inject_replicas=InjectOptions(benchmark="/b.jsonl"))
+    recorded = {"benchmark": "/b.jsonl", "k": 1, "seed": 0, "keep_size": False}
     assert make_signature(cfg, ["src"], 0)["inject_replicas"] == recorded
-    cfg.inject_replicas.tokenizer = "tok.json"
-    assert make_signature(cfg, ["src"], 0)["inject_replicas"] == {**recorded, "tokenizer": "tok.json"}
+    cfg.inject_replicas.tokenizer = "/tok.json"
+    assert make_signature(cfg, ["src"], 0)["inject_replicas"] == {**recorded, "tokenizer": "/tok.json"}

@@ -21,6 +21,7 @@ import torch
 
 from kiln.atomic import process_gone, write_json_atomic, write_text_atomic
 from kiln.config import Config, config_to_toml
+from kiln.data.path_options import anchored as anchored_paths
 from kiln.errors import ConfigError, KilnError
 
 _PACKAGES = ("torch", "numpy", "tokenizers", "safetensors", "datatrove", "transformers", "kiln")
@@ -86,13 +87,15 @@ def version_line() -> str:
 def write_run_metadata(cfg: Config, device: str = "") -> None:
     """config.toml (resolved) and env.json (git hash, library versions) in the run dir.
 
-    data.sources are recorded as absolute paths: `kiln prepare RUN` or `kiln run RUN` from
-    another directory reads the same folders (a relative path names the folder it named in
+    data.sources (and the [prepare] options naming files, `kiln.data.path_options`) are
+    recorded as absolute paths: `kiln prepare RUN` or `kiln run RUN` from another directory
+    reads the same folders (a relative path names the folder it named in
     the directory the run was started from; the run directory is found by where it is)."""
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     anchored = dataclasses.replace(
-        cfg, data=dataclasses.replace(cfg.data, sources=[os.path.abspath(s) for s in cfg.data.sources]))
+        cfg, data=dataclasses.replace(cfg.data, sources=[os.path.abspath(s) for s in cfg.data.sources]),
+        prepare=anchored_paths(cfg.prepare))
     write_text_atomic(run_dir / "config.toml", config_to_toml(anchored))
     write_json_atomic(run_dir / "env.json", environment(device))
 

@@ -63,6 +63,7 @@ from kiln.data.prepare_inputs import (  # noqa: F401  (re-exported)
 )
 from kiln.data.prepare_outputs import clear_outputs
 from kiln.data.prepare_signature import (  # noqa: F401  (re-exported)
+    keep_recorded_paths,
     keep_recorded_times,
     make_signature,
     same_pipeline,
@@ -241,6 +242,8 @@ def run_prepare(
     logging_dir = run_dir / "logs" / "prepare"
     keep_recorded_times(cfg, sources, run_dir, logging_dir, layout)
     same = same_pipeline(logging_dir, layout)
+    if same:
+        keep_recorded_paths(logging_dir, layout)
     resume = cfg.resume and not redo and same
     if not resume:
         clear_outputs(run_dir, keep_earlier=not same)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kiln.atomic import write_text_atomic
+from kiln.data.path_options import anchored
 from kiln.data.prepare_config import PrepareConfig
 from kiln.data.sources import sources_without_files
 from kiln.data.yield_report import LAYOUT_FILE
@@ -44,6 +45,7 @@ def input_files(cfg: PrepareConfig, sources: Sequence[str], run_dir: Path,
     """
     from kiln.data.sources import fingerprint_files
 
+    cfg = anchored(cfg)  # a file an option names and that is missing is hashed by its path
     arxiv = dataclasses.asdict(cfg.arxiv)
     inputs = {stage: _reader_inputs(stage, sources, arxiv) for stage in cfg.stages}
     inputs |= _option_files(cfg)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kiln.config import EXECUTION_KEYS
 from kiln.data.long_documents import CUT_RULE, CUT_RULE_KEY
+from kiln.data.path_options import PATH_OPTIONS, anchored, real_paths
 from kiln.data.prepare_config import PrepareConfig, decontaminate_pii_types, unused_option_tables
 from kiln.data.prepare_inputs import input_files
 from kiln.data.record_fields import DEFAULT_TEXT_FIELD
@@ -22,7 +23,8 @@ def make_signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
                    run_dir: Path | None = None, text_field: str = DEFAULT_TEXT_FIELD) -> dict:
     """What the documents are made from: the prepare options (not how they are executed),
     the sources, the cap, and (with `run_dir`) the inputs' fingerprint."""
-    options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in EXECUTION_KEYS}
+    options = {k: v for k, v in dataclasses.asdict(anchored(cfg)).items()
+               if k not in EXECUTION_KEYS}
     # absolute, as config.toml records them: `kiln prepare RUN` from another folder compares
     # the folders the recipe named, not the same words read against another current folder
     signature = {**options, "sources": [os.path.abspath(s) for s in sources],
@@ -83,6 +85,18 @@ def keep_recorded_times(cfg: PrepareConfig, sources: Sequence[str], run_dir: Pat
         layout["signature"]["input_files"] = recorded
 
 
+def keep_recorded_paths(logging_dir: Path, layout: dict) -> None:
+    """The same pipeline re-run (`same_pipeline`): its path options stay as recorded, since
+    the documents' fingerprint hashes them as written, and a prepare an older Kiln recorded
+    with `bench.jsonl`, recorded again as its absolute path, would leave its shards and
+    checkpoints made from "other documents"."""
+    recorded = (saved_layout(logging_dir) or {}).get("signature", {})
+    for table, key in PATH_OPTIONS:
+        was, now = recorded.get(table), layout["signature"].get(table)
+        if isinstance(was, dict) and isinstance(now, dict) and key in was and key in now:
+            now[key] = was[key]
+
+
 def _against_recorded(logging_dir: Path, signature: dict) -> tuple[dict, dict, dict] | None:
     """(the saved layout, its signature, `signature`), both signatures without the options
     of stages that neither runs; None where no signature is recorded. Those options made no
@@ -91,7 +105,7 @@ def _against_recorded(logging_dir: Path, signature: dict) -> tuple[dict, dict, d
     saved = saved_layout(logging_dir)
     if saved is None or not isinstance(saved.get("signature"), dict):
         return None
-    before, now = dict(saved["signature"]), dict(signature)
+    before, now = real_paths(saved["signature"]), real_paths(signature)
     stages = [s for s in (before.get("stages"), now.get("stages")) if isinstance(s, list)]
     for table in unused_option_tables(*stages):
         before.pop(table, None)
