@@ -337,3 +337,27 @@ def test_a_doc_masked_scorer_scores_documents_as_training_saw_them(doc_mask):
     if doc_mask:  # the unmasked forward (the EOS seen by every token) is far from it
         unmasked = continuation_nll(model, [[eos]] * len(docs), docs)
         assert max(abs(a - b) for (a, _), b in zip(unmasked, expected)) > 1e-2
+
+
+def test_a_score_from_an_earlier_checkpoint_of_the_judges_run_is_judged_again(run_dir, tmp_path):
+    """The Kiln judge's identity was its run directory and template alone: documents carrying
+    a score from checkpoint 5 kept it after the run trained on to checkpoint 10, though the
+    judge was now another model. A carried score must be redone as a fresh document's is."""
+    import shutil
+
+    from kiln.data.filters import SemanticQualityFilter
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir[0], run)
+    carried = Document(text="the cat sat", id="carried")
+    SemanticQualityFilter(KilnLabelJudge(run, template="post: {text} ->"), mode="tag").filter(carried)
+    torch.manual_seed(1)  # other weights than the fixture's seed 0
+    model = Transformer(load_config(run / "config.toml", recorded=True).model)
+    save_checkpoint(run / "checkpoints", 10, model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    {"step": 10}, DistEnv())
+    later = SemanticQualityFilter(KilnLabelJudge(run, template="post: {text} ->"), mode="tag")
+    fresh = Document(text="the cat sat", id="fresh")
+    later.filter(fresh)
+    later.filter(carried)
+    assert carried.metadata["m2_reasons"] == fresh.metadata["m2_reasons"]
+    assert carried.metadata["m2_judge"] == fresh.metadata["m2_judge"]
