@@ -202,3 +202,15 @@ def test_a_prompt_template_with_a_stray_brace_is_refused_when_the_judge_is_made(
     judge = PromptJudge(lambda prompt: seen.append(prompt) or "JUNK",
                         template='Reply as {{"label": ...}}. Post: {text}')
     assert judge.judge("x").junk_score == 1.0 and seen == ['Reply as {"label": ...}. Post: x']
+
+
+def test_a_popularity_field_named_twice_is_refused():
+    """popularity_keys = ["likes", "likes"] summed the likes twice: a tweet of 300 likes had
+    popularity 600 and went as junk (> 500), silently. The filter and the config refuse it."""
+    from kiln.config import load_config
+    from kiln.errors import ConfigError
+
+    with pytest.raises(ValueError, match="names a field twice"):
+        EngagementFilter(length=n_words, popularity_keys=("likes", "likes"))
+    with pytest.raises(ConfigError, match=r"popularity_keys names \['likes'\] more than once"):
+        load_config(None, ['prepare.brain_rot_m1.popularity_keys=["likes", "quotes", "likes"]'])

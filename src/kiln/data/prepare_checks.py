@@ -133,6 +133,9 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
                      "token lengths (the paper counts Llama-3 tokens)")
     if not b1.popularity_keys:
         raise ConfigError("prepare.brain_rot_m1.popularity_keys must name at least one field")
+    twice = sorted({k for k in b1.popularity_keys if b1.popularity_keys.count(k) > 1})
+    if twice:  # the sum would count that field twice: a tweet with 300 likes at 600
+        raise ConfigError(f"prepare.brain_rot_m1.popularity_keys names {twice} more than once")
     _choice("brain_rot_m2.mode", b2.mode, ("drop", "tag"))
     if b2.judge != "heuristic" and not (b2.judge.startswith("kiln:") and len(b2.judge) > 5):
         raise ConfigError(f"prepare.brain_rot_m2.judge: '{b2.judge}' is neither 'heuristic' nor "
