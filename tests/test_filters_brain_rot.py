@@ -168,7 +168,7 @@ def test_a_score_from_another_judge_is_judged_again():
     text = "SHOCKING!!! You won't believe what happened next. Link in bio, giveaway, RT IF you agree"
     stale = {"m2_junk_score": 0.0, "m2_reasons": [], "m2_judge": "kiln:/elsewhere:abc"}
     f = SemanticQualityFilter(HeuristicJudge())
-    doc = Document(text, "x", dict(stale))
+    doc = Document(text, "x", metadata=dict(stale))
     assert f.filter(doc) == (False, "m2_junk")
     assert doc.metadata["m2_judge"].startswith("heuristic:")
     doc.metadata["m2_junk_score"] = 0.0  # the same judge's stored score is reused as it is
