@@ -536,6 +536,10 @@ def test_impossible_combinations_fail_at_load(overrides, message):
         load_config(None, overrides)
 
 
+SELECT = ['prepare.stages=["read", "perplexity", "perplexity_select", "write"]',
+          'prepare.perplexity.run_dir="r"']
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     (['prepare.stages=["read", "perplexity", "write"]', 'prepare.perplexity.run_dir="r"',
       "prepare.perplexity.count=100"], "prepare.perplexity.count is set but 'perplexity_select'"),
@@ -543,6 +547,13 @@ def test_impossible_combinations_fail_at_load(overrides, message):
       "prepare.perplexity.fraction=0.5"], "prepare.perplexity.fraction is set but"),
     (['prepare.language.languages=["de"]'], "prepare.language.languages is set but 'language'"),
     (['prepare.language.strip_math=false'], "prepare.language.strip_math is set but"),
+    # another selection mode's setting: the band was not kept, or the fraction not applied
+    (SELECT + ['prepare.perplexity.fraction=0.3', 'prepare.perplexity.low_q=0.05',
+               'prepare.perplexity.high_q=0.95'],
+     "prepare.perplexity.low_q is set but mode 'top_fraction' does not read it"),
+    (SELECT + ['prepare.perplexity.mode="drop_extremes"', 'prepare.perplexity.fraction=0.3',
+               'prepare.perplexity.low_q=0.05', 'prepare.perplexity.high_q=0.95'],
+     "prepare.perplexity.fraction is set but mode 'drop_extremes' does not read it"),
 ])
 def test_a_setting_no_stage_reads_is_refused_before_making_data(tmp_path, overrides, message):
     """Selection settings with `perplexity` alone (which only scores), or language settings

@@ -271,6 +271,15 @@ def _refuse_unread_settings(cfg: PrepareConfig) -> None:
             raise ConfigError(f"prepare.{table}.{changed[0]} is set but '{stage}' is not in "
                               f"prepare.stages: add the stage, or remove the setting (nothing "
                               "reads it)")
+    p = cfg.perplexity
+    if "perplexity_select" in cfg.stages:  # another mode's setting: the band, or the share
+        keys = ("fraction",) if p.mode == "drop_extremes" else ("low_q", "high_q")
+        changed = [k for k in keys if getattr(p, k) != getattr(PerplexityOptions(), k)]
+        if changed:
+            reads = "low_q and high_q" if p.mode == "drop_extremes" else "fraction or count"
+            raise ConfigError(f"prepare.perplexity.{changed[0]} is set but mode '{p.mode}' "
+                              f"does not read it (it keeps by {reads}): set the mode that "
+                              "reads it, or remove the setting")
 
 
 def validate_prepare(cfg: PrepareConfig, making_data: bool = False) -> PrepareConfig:
