@@ -21,10 +21,16 @@ from kiln.data.prepare_config import (
     READS_FROM,
     SELECTION_MODES,
     STAGES,
+    BrainRotArmsOptions,
+    BrainRotM1Options,
+    BrainRotM2Options,
+    DedupExactOptions,
+    DedupMinhashOptions,
     InjectOptions,
     LanguageOptions,
     PerplexityOptions,
     PrepareConfig,
+    QualityOptions,
     arms_labels,
     period_bounds,
 )
@@ -258,12 +264,19 @@ _READ_ONLY_BY = (
     ("perplexity_select", "perplexity", ("mode", "fraction", "count", "low_q", "high_q"),
      PerplexityOptions()),
     ("language", "language", ("languages", "mode", "strip_math"), LanguageOptions()),
+    ("perplexity", "perplexity", ("run_dir", "batch_size", "max_tokens_per_doc", "device"),
+     PerplexityOptions()),
+    *((t, t, tuple(f.name for f in dataclasses.fields(o)), o) for t, o in (
+        ("quality", QualityOptions()), ("brain_rot_m1", BrainRotM1Options()),
+        ("brain_rot_m2", BrainRotM2Options()), ("brain_rot_arms", BrainRotArmsOptions()),
+        ("dedup_exact", DedupExactOptions()), ("dedup_minhash", DedupMinhashOptions()))),
 )
 
 
 def _refuse_unread_settings(cfg: PrepareConfig) -> None:
     """A stage's setting with the stage left out of prepare.stages: it was accepted and
-    ignored (`perplexity` alone scores and keeps every document; no language filter runs)."""
+    ignored (`perplexity` alone scores and keeps every document; no language filter runs;
+    a [prepare.brain_rot_m2] threshold without the stage filtered no junk)."""
     for stage, table, keys, defaults in _READ_ONLY_BY:
         options = getattr(cfg, table)
         changed = [k for k in keys if getattr(options, k) != getattr(defaults, k)]
