@@ -214,3 +214,20 @@ def test_a_popularity_field_named_twice_is_refused():
         EngagementFilter(length=n_words, popularity_keys=("likes", "likes"))
     with pytest.raises(ConfigError, match=r"popularity_keys names \['likes'\] more than once"):
         load_config(None, ['prepare.brain_rot_m1.popularity_keys=["likes", "quotes", "likes"]'])
+
+
+def test_the_parts_of_a_cut_text_take_its_first_parts_m2_verdict():
+    """A text over 1,000,000 characters comes as parts (`part_of`): a junk-looking part was
+    judged alone and dropped from a kept text. Every part takes its first part's verdict."""
+    from kiln.data.long_documents import PART_OF
+
+    calm = ("According to the survey data, the results were measured because the study "
+            "design required it; therefore the findings are published with their sources.")
+    loud = "SHOCKING!!! You won't believe it. Link in bio, giveaway, RT IF you agree"
+    parts = [Document(text=t, id=f"book#{i + 1}", metadata={PART_OF: "book"})
+             for i, t in enumerate((calm, loud, calm))]
+    flt = SemanticQualityFilter(HeuristicJudge())
+    assert [flt.filter(d) for d in parts] == [True, True, True]
+    assert len({d.metadata["m2_junk_score"] for d in parts}) == 1
+    alone = Document(text=loud, id="next#1", metadata={PART_OF: "next"})
+    assert get_filter_result(flt.filter(alone)) == (False, "m2_junk")  # another text, judged
