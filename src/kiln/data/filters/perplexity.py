@@ -52,6 +52,10 @@ def doc_token_limit(max_seq_len: int, max_tokens_per_doc: int | None) -> int:
     return limit
 
 
+def _scores(doc: Document) -> dict:
+    return {k: doc.metadata[k] for k in ("ppl", "nll", "ppl_tokens")}
+
+
 class PerplexityScorer(PipelineStep):
     """Mean token NLL and perplexity of each document under `run_dir`'s latest checkpoint.
 
@@ -82,7 +86,8 @@ class PerplexityScorer(PipelineStep):
         self.max_tokens_per_doc = max_tokens_per_doc
         self.device = device
         self._loaded = None
-        self._text: tuple[str, Document] | None = None  # the cut text last scored, its first part
+        self._text: tuple[str, Document | dict] | None = None  # the cut text last scored and
+        # its first part (its scores once scored)
 
     def _load(self):
         if self._loaded is None:
@@ -99,7 +104,7 @@ class PerplexityScorer(PipelineStep):
     def score(self, docs: list[Document]) -> None:
         """Write ppl / nll / ppl_tokens into each document's metadata, in place; a later part
         of a cut text copies them from its first part (see the module note)."""
-        followers: list[tuple[Document, Document]] = []
+        followers: list[tuple[Document, Document | dict]] = []
         scored: list[Document] = []
         for doc in docs:
             text = doc.metadata.get(PART_OF)
@@ -112,8 +117,10 @@ class PerplexityScorer(PipelineStep):
         if scored:
             self._score(scored)
         for doc, first in followers:
-            doc.metadata.update({k: first.metadata[k] for k in ("ppl", "nll", "ppl_tokens")})
+            doc.metadata.update(first if isinstance(first, dict) else _scores(first))
             self.stat_update("ppl_part_as_text")
+        if self._text is not None and isinstance(self._text[1], Document):
+            self._text = (self._text[0], _scores(self._text[1]))  # not the part's text, kept
 
     def _score(self, docs: list[Document]) -> None:
         model, tok, eos, limit = self._load()
