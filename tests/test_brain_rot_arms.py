@@ -112,6 +112,22 @@ def test_a_budget_past_the_pool_names_what_each_arm_has():
         build(only_control, 0.0, 0)  # a budget of 0 would keep nothing, not even at ratio 0
 
 
+def test_budget_zero_with_an_empty_arm_says_what_to_set():
+    """A pool without junk and budget 0 was told "needs 0 junk and 0 control tokens, but the
+    pool has ... 120 control tokens: lower the budget": a budget of 0 cannot be lowered, and
+    the control arm (ratio 0) can be filled. The message names the budget that would do,
+    or (ratio 0.5) that junk documents are missing."""
+    control = [Document(text=f"c{i}", id=f"c{i}",
+                        metadata={"m1_class": "control", "m1_tokens": t})
+               for i, t in enumerate((50, 70))]
+    for ratio, message in ((0.0, "set the budget in tokens .*at most 120 here"),
+                           (0.5, "ratio 0.5 needs junk and control documents")):
+        with pytest.raises(ValueError, match=message) as caught:
+            build(control, ratio, 0)
+        assert "lower the budget" not in str(caught.value)
+    assert build(control, 0.0, 120)[0]["control"]["docs"] == 2  # the named budget works
+
+
 def test_m2_labels_high_quality_is_control_and_unparsed_is_dropped():
     plan = {"junk": {"cutoff": "f" * 64}, "control": {"cutoff": "f" * 64}}
     sel = ArmSelector("m2", 0, plan)

@@ -168,7 +168,7 @@ def test_a_score_from_another_judge_is_judged_again():
     text = "SHOCKING!!! You won't believe what happened next. Link in bio, giveaway, RT IF you agree"
     stale = {"m2_junk_score": 0.0, "m2_reasons": [], "m2_judge": "kiln:/elsewhere:abc"}
     f = SemanticQualityFilter(HeuristicJudge())
-    doc = Document(text, "x", dict(stale))
+    doc = Document(text, "x", metadata=dict(stale))
     assert f.filter(doc) == (False, "m2_junk")
     assert doc.metadata["m2_judge"].startswith("heuristic:")
     doc.metadata["m2_junk_score"] = 0.0  # the same judge's stored score is reused as it is
@@ -202,3 +202,32 @@ def test_a_prompt_template_with_a_stray_brace_is_refused_when_the_judge_is_made(
     judge = PromptJudge(lambda prompt: seen.append(prompt) or "JUNK",
                         template='Reply as {{"label": ...}}. Post: {text}')
     assert judge.judge("x").junk_score == 1.0 and seen == ['Reply as {"label": ...}. Post: x']
+
+
+def test_a_popularity_field_named_twice_is_refused():
+    """popularity_keys = ["likes", "likes"] summed the likes twice: a tweet of 300 likes had
+    popularity 600 and went as junk (> 500), silently. The filter and the config refuse it."""
+    from kiln.config import load_config
+    from kiln.errors import ConfigError
+
+    with pytest.raises(ValueError, match="names a field twice"):
+        EngagementFilter(length=n_words, popularity_keys=("likes", "likes"))
+    with pytest.raises(ConfigError, match=r"popularity_keys names \['likes'\] more than once"):
+        load_config(None, ['prepare.brain_rot_m1.popularity_keys=["likes", "quotes", "likes"]'])
+
+
+def test_the_parts_of_a_cut_text_take_its_first_parts_m2_verdict():
+    """A text over 1,000,000 characters comes as parts (`part_of`): a junk-looking part was
+    judged alone and dropped from a kept text. Every part takes its first part's verdict."""
+    from kiln.data.long_documents import PART_OF
+
+    calm = ("According to the survey data, the results were measured because the study "
+            "design required it; therefore the findings are published with their sources.")
+    loud = "SHOCKING!!! You won't believe it. Link in bio, giveaway, RT IF you agree"
+    parts = [Document(text=t, id=f"book#{i + 1}", metadata={PART_OF: "book"})
+             for i, t in enumerate((calm, loud, calm))]
+    flt = SemanticQualityFilter(HeuristicJudge())
+    assert [flt.filter(d) for d in parts] == [True, True, True]
+    assert len({d.metadata["m2_junk_score"] for d in parts}) == 1
+    alone = Document(text=loud, id="next#1", metadata={PART_OF: "next"})
+    assert get_filter_result(flt.filter(alone)) == (False, "m2_junk")  # another text, judged

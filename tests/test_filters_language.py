@@ -149,3 +149,20 @@ def test_in_paragraph_stripping_replaces_the_spans_its_regex_does():
     for _ in range(20_000):
         text = "".join(rng.choices(atoms, k=rng.randint(0, 25)))
         assert strip_math_spans(text, inline_in_paragraph=True) == in_paragraph.sub(" ", text), text
+
+
+def test_the_parts_of_a_cut_text_take_its_first_parts_language():
+    """The reader cuts a text over 1,000,000 characters into parts (`part_of`): a part that is
+    a table of figures was judged alone, undetermined, and dropped from a kept English book.
+    Every part takes the language of its text's first part; another text is judged anew."""
+    from kiln.data.long_documents import PART_OF
+
+    table = "\n".join(f"{i} | {i * i} | {i ** 3}" for i in range(200))
+    book = [Document(text=t, id=f"book#{i + 1}", metadata={PART_OF: "book"})
+            for i, t in enumerate((EN, table, EN))]
+    other = Document(text=DE, id="next#1", metadata={PART_OF: "next"})
+    flt = LanguageFilter(["en"])
+    assert [flt.filter(d) for d in book] == [True, True, True]
+    assert {d.metadata["language"] for d in book} == {"en"}
+    assert flt.filter(other) == (False, "other_language")
+    assert detect_language(table) == ("und", 0.0)  # what the table alone is judged

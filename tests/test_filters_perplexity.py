@@ -337,3 +337,49 @@ def test_a_doc_masked_scorer_scores_documents_as_training_saw_them(doc_mask):
     if doc_mask:  # the unmasked forward (the EOS seen by every token) is far from it
         unmasked = continuation_nll(model, [[eos]] * len(docs), docs)
         assert max(abs(a - b) for (a, _), b in zip(unmasked, expected)) > 1e-2
+
+
+def test_a_score_from_an_earlier_checkpoint_of_the_judges_run_is_judged_again(run_dir, tmp_path):
+    """The Kiln judge's identity was its run directory and template alone: documents carrying
+    a score from checkpoint 5 kept it after the run trained on to checkpoint 10, though the
+    judge was now another model. A carried score must be redone as a fresh document's is."""
+    import shutil
+
+    from kiln.data.filters import SemanticQualityFilter
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir[0], run)
+    carried = Document(text="the cat sat", id="carried")
+    SemanticQualityFilter(KilnLabelJudge(run, template="post: {text} ->"), mode="tag").filter(carried)
+    torch.manual_seed(1)  # other weights than the fixture's seed 0
+    model = Transformer(load_config(run / "config.toml", recorded=True).model)
+    save_checkpoint(run / "checkpoints", 10, model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    {"step": 10}, DistEnv())
+    later = SemanticQualityFilter(KilnLabelJudge(run, template="post: {text} ->"), mode="tag")
+    fresh = Document(text="the cat sat", id="fresh")
+    later.filter(fresh)
+    later.filter(carried)
+    assert carried.metadata["m2_reasons"] == fresh.metadata["m2_reasons"]
+    assert carried.metadata["m2_judge"] == fresh.metadata["m2_judge"]
+
+
+def test_the_parts_of_a_cut_text_take_its_first_parts_score(run_dir):
+    """The reader cuts a text over 1,000,000 characters into parts (`part_of`). Each part was
+    scored on its own start, so selection kept some parts of a book and dropped others; the
+    paper scores a document by its first 512 tokens: every part takes its text's score."""
+    from kiln.data.long_documents import PART_OF
+
+    run, model, tok = run_dir
+    texts = [DOCS[0], DOCS[2], DOCS[3]]  # three parts of one text, unlike each other
+    parts = [Document(text=t, id=f"book#{i + 1}", metadata={PART_OF: "book"})
+             for i, t in enumerate(texts)]
+    other = Document(text=DOCS[1], id="other")
+    after = Document(text=DOCS[2], id="next#1", metadata={PART_OF: "next"})
+    list(PerplexityScorer(run, batch_size=2).run(iter([*parts, other, after])))
+    first = direct_ppl(model, tok, texts[0], 47)[0]
+    assert [d.metadata["ppl"] for d in parts] == pytest.approx([first] * 3, rel=1e-5)
+    assert other.metadata["ppl"] == pytest.approx(direct_ppl(model, tok, DOCS[1], 47)[0], rel=1e-5)
+    assert after.metadata["ppl"] == pytest.approx(direct_ppl(model, tok, DOCS[2], 47)[0], rel=1e-5)
+    keep = PerplexitySelector("top_fraction", fraction=0.5,
+                              scores=scores_from([*parts, other, after]))
+    assert len({get_filter_result(keep.filter(d)) for d in parts}) == 1  # all kept or all not

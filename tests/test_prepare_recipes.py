@@ -536,6 +536,10 @@ def test_impossible_combinations_fail_at_load(overrides, message):
         load_config(None, overrides)
 
 
+SELECT = ['prepare.stages=["read", "perplexity", "perplexity_select", "write"]',
+          'prepare.perplexity.run_dir="r"']
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     (['prepare.stages=["read", "perplexity", "write"]', 'prepare.perplexity.run_dir="r"',
       "prepare.perplexity.count=100"], "prepare.perplexity.count is set but 'perplexity_select'"),
@@ -543,10 +547,27 @@ def test_impossible_combinations_fail_at_load(overrides, message):
       "prepare.perplexity.fraction=0.5"], "prepare.perplexity.fraction is set but"),
     (['prepare.language.languages=["de"]'], "prepare.language.languages is set but 'language'"),
     (['prepare.language.strip_math=false'], "prepare.language.strip_math is set but"),
+    # another selection mode's setting: the band was not kept, or the fraction not applied
+    (SELECT + ['prepare.perplexity.fraction=0.3', 'prepare.perplexity.low_q=0.05',
+               'prepare.perplexity.high_q=0.95'],
+     "prepare.perplexity.low_q is set but mode 'top_fraction' does not read it"),
+    (SELECT + ['prepare.perplexity.mode="drop_extremes"', 'prepare.perplexity.fraction=0.3',
+               'prepare.perplexity.low_q=0.05', 'prepare.perplexity.high_q=0.95'],
+     "prepare.perplexity.fraction is set but mode 'drop_extremes' does not read it"),
+    # a filter's table without its stage: no junk was filtered, no band of M1 applied...
+    (['prepare.brain_rot_m2.threshold=0.3'], "prepare.brain_rot_m2.threshold is set but "
+                                             "'brain_rot_m2' is not in prepare.stages"),
+    (['prepare.brain_rot_m1.junk_max_tokens=20'], "brain_rot_m1.junk_max_tokens is set but"),
+    (['prepare.brain_rot_arms.ratio=0.2'], "prepare.brain_rot_arms.ratio is set but"),
+    (['prepare.stages=["read", "write"]', 'prepare.quality.domain="prose"'],
+     "prepare.quality.domain is set but 'quality'"),
+    (['prepare.dedup_minhash.n_grams=3'], "prepare.dedup_minhash.n_grams is set but"),
+    (['prepare.perplexity.run_dir="r"'], "prepare.perplexity.run_dir is set but 'perplexity'"),
 ])
 def test_a_setting_no_stage_reads_is_refused_before_making_data(tmp_path, overrides, message):
     """Selection settings with `perplexity` alone (which only scores), or language settings
-    with no `language` stage, were accepted and ignored: every document kept. Refused before
+    with no `language` stage (or a Brain Rot, quality or dedup table without its stage),
+    were accepted and ignored: every document kept. Refused before
     any work; a run's recorded config holding one still loads (its model trains)."""
     cfg = load_config(None, overrides)
     with pytest.raises(ConfigError, match=message):

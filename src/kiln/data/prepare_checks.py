@@ -21,10 +21,16 @@ from kiln.data.prepare_config import (
     READS_FROM,
     SELECTION_MODES,
     STAGES,
+    BrainRotArmsOptions,
+    BrainRotM1Options,
+    BrainRotM2Options,
+    DedupExactOptions,
+    DedupMinhashOptions,
     InjectOptions,
     LanguageOptions,
     PerplexityOptions,
     PrepareConfig,
+    QualityOptions,
     arms_labels,
     period_bounds,
 )
@@ -133,6 +139,9 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
                      "token lengths (the paper counts Llama-3 tokens)")
     if not b1.popularity_keys:
         raise ConfigError("prepare.brain_rot_m1.popularity_keys must name at least one field")
+    twice = sorted({k for k in b1.popularity_keys if b1.popularity_keys.count(k) > 1})
+    if twice:  # the sum would count that field twice: a tweet with 300 likes at 600
+        raise ConfigError(f"prepare.brain_rot_m1.popularity_keys names {twice} more than once")
     _choice("brain_rot_m2.mode", b2.mode, ("drop", "tag"))
     if b2.judge != "heuristic" and not (b2.judge.startswith("kiln:") and len(b2.judge) > 5):
         raise ConfigError(f"prepare.brain_rot_m2.judge: '{b2.judge}' is neither 'heuristic' nor "
@@ -255,12 +264,19 @@ _READ_ONLY_BY = (
     ("perplexity_select", "perplexity", ("mode", "fraction", "count", "low_q", "high_q"),
      PerplexityOptions()),
     ("language", "language", ("languages", "mode", "strip_math"), LanguageOptions()),
+    ("perplexity", "perplexity", ("run_dir", "batch_size", "max_tokens_per_doc", "device"),
+     PerplexityOptions()),
+    *((t, t, tuple(f.name for f in dataclasses.fields(o)), o) for t, o in (
+        ("quality", QualityOptions()), ("brain_rot_m1", BrainRotM1Options()),
+        ("brain_rot_m2", BrainRotM2Options()), ("brain_rot_arms", BrainRotArmsOptions()),
+        ("dedup_exact", DedupExactOptions()), ("dedup_minhash", DedupMinhashOptions()))),
 )
 
 
 def _refuse_unread_settings(cfg: PrepareConfig) -> None:
     """A stage's setting with the stage left out of prepare.stages: it was accepted and
-    ignored (`perplexity` alone scores and keeps every document; no language filter runs)."""
+    ignored (`perplexity` alone scores and keeps every document; no language filter runs;
+    a [prepare.brain_rot_m2] threshold without the stage filtered no junk)."""
     for stage, table, keys, defaults in _READ_ONLY_BY:
         options = getattr(cfg, table)
         changed = [k for k in keys if getattr(options, k) != getattr(defaults, k)]
@@ -268,6 +284,15 @@ def _refuse_unread_settings(cfg: PrepareConfig) -> None:
             raise ConfigError(f"prepare.{table}.{changed[0]} is set but '{stage}' is not in "
                               f"prepare.stages: add the stage, or remove the setting (nothing "
                               "reads it)")
+    p = cfg.perplexity
+    if "perplexity_select" in cfg.stages:  # another mode's setting: the band, or the share
+        keys = ("fraction",) if p.mode == "drop_extremes" else ("low_q", "high_q")
+        changed = [k for k in keys if getattr(p, k) != getattr(PerplexityOptions(), k)]
+        if changed:
+            reads = "low_q and high_q" if p.mode == "drop_extremes" else "fraction or count"
+            raise ConfigError(f"prepare.perplexity.{changed[0]} is set but mode '{p.mode}' "
+                              f"does not read it (it keeps by {reads}): set the mode that "
+                              "reads it, or remove the setting")
 
 
 def validate_prepare(cfg: PrepareConfig, making_data: bool = False) -> PrepareConfig:

@@ -71,6 +71,18 @@ def targets(ratio: float, budget: int) -> dict[str, int]:
     return {"junk": junk, "control": budget - junk}
 
 
+def _no_default_budget(ratio: float, pool: dict[str, int], has: str) -> str:
+    """Why budget 0 (the scarcer arm's tokens) keeps nothing, and what to set instead: a
+    budget in tokens when the ratio's arms have some, else labelled documents."""
+    needed = [arm for arm, share in zip(ARMS, (ratio, 1 - ratio)) if share > 0]
+    if all(pool[arm] for arm in needed):
+        return (f"budget 0 tokens (as many as the scarcer arm holds) keeps nothing: {has}; set "
+                f"the budget in tokens (ratio {ratio} takes {' and '.join(needed)} tokens: at "
+                f"most {min(pool[arm] for arm in needed):,} here)")
+    return (f"budget 0 tokens keeps nothing: {has}, and ratio {ratio} needs "
+            f"{' and '.join(needed)} documents (label some, or change the ratio)")
+
+
 def plan_arms(items: Iterable[tuple[str, str, int]], ratio: float, budget: int) -> dict:
     """Each arm's cut from (arm, order_key, tokens) of every labelled document.
 
@@ -81,20 +93,23 @@ def plan_arms(items: Iterable[tuple[str, str, int]], ratio: float, budget: int) 
     """
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
+    targets(ratio, budget)  # the ratio checked
     by_arm: dict[str, list[tuple[str, int]]] = {arm: [] for arm in ARMS}
     for arm, key, tokens in items:
         by_arm[arm].append((key, int(tokens)))
     pool = {arm: sum(t for _, t in docs) for arm, docs in by_arm.items()}
+    has = (f"the pool has {pool['junk']:,} junk tokens ({len(by_arm['junk'])} documents) and "
+           f"{pool['control']:,} control tokens ({len(by_arm['control'])} documents)")
+    if budget == 0 and min(pool.values()) == 0:  # "lower the budget" cannot help here
+        raise ValueError(_no_default_budget(ratio, pool, has))
     if budget == 0:
         budget = min(pool.values())
     want = targets(ratio, budget)
-    if budget == 0 or any(pool[arm] < want[arm] for arm in ARMS):
+    if any(pool[arm] < want[arm] for arm in ARMS):
         raise ValueError(
             f"budget {budget:,} tokens at ratio {ratio} needs {want['junk']:,} junk and "
-            f"{want['control']:,} control tokens, but the pool has {pool['junk']:,} junk tokens "
-            f"({len(by_arm['junk'])} documents) and {pool['control']:,} control tokens "
-            f"({len(by_arm['control'])} documents): lower the budget (0: the most both arms "
-            "allow)")
+            f"{want['control']:,} control tokens, but {has}: lower the budget (0: the most "
+            "both arms allow)")
     plan: dict = {"budget": budget, "ratio": ratio, "pool": pool}
     for arm in ARMS:
         total, taken, cutoff = 0, 0, None

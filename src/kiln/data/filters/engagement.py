@@ -113,6 +113,8 @@ class EngagementFilter(BaseFilter):
             raise ValueError(f"EngagementFilter mode must be 'drop' or 'tag', got {mode!r}")
         if not popularity_keys:
             raise ValueError("popularity_keys must name at least one engagement field")
+        if len(set(popularity_keys)) != len(popularity_keys):  # a repeat counted twice
+            raise ValueError(f"popularity_keys names a field twice: {list(popularity_keys)}")
         self.length = length if callable(length) else TokenizerLength(length)
         self.mode = mode
         self.popularity_keys = tuple(popularity_keys)

@@ -107,12 +107,14 @@ class KilnLabelJudge:
     """
 
     def __init__(self, run_dir: str | Path, template: str = M2_PROMPT, device: str = "cpu"):
-        from kiln.data.filters.run_model import check_run_dir
+        from kiln.data.filters.run_model import check_run_dir, checkpoint_identity
 
         if template.count("{text}") != 1:
             raise ValueError("the prompt template must contain '{text}' exactly once")
         self.run_dir, self.template, self.device = check_run_dir(run_dir), template, device
-        self.identity = f"kiln:{Path(self.run_dir).resolve()}:{_template_tag(template)}"
+        # the checkpoint too: the run trained on is another judge, its stored scores not ours
+        self.identity = (f"kiln:{Path(self.run_dir).resolve()}:{checkpoint_identity(run_dir)}:"
+                         f"{_template_tag(template)}")
         self._loaded = None
         self._check_fit()
 

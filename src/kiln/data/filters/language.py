@@ -12,6 +12,11 @@ papers are mis-detected when their raw text is scored (`$x_1$` is not a word of 
 langdetect reads at most its first 10,000 characters of what it is given (its own default);
 the math is stripped from the first 100,000 (a 1 MB part is not scanned whole for 10 KB).
 Cost: ~20 ms a document on one core (~40 documents/s per task; langdetect's sampling is most of it).
+
+The parts of a text the reader cut (over 1,000,000 characters: metadata `part_of`) are one
+document: each takes the language of the first of them that reaches this filter. Judged
+alone, a part of a book that is a table of figures was undetermined and dropped, leaving the
+kept book with a hole.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.data.arxiv.markup_metrics import strip_math_spans
+from kiln.data.long_documents import PART_OF
 
 MODES = ("drop", "tag")
 SEED = 0  # langdetect's sampling seed for every document
@@ -93,9 +99,16 @@ class LanguageFilter(BaseFilter):
         self.languages = set(languages)
         self.mode = mode
         self.strip_math = strip_math
+        self._text: tuple[str, str, float] | None = None  # a cut text, its first part's verdict
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
-        lang, prob = detect_language(doc.text, self.strip_math)
+        text = doc.metadata.get(PART_OF)
+        if text is not None and self._text is not None and self._text[0] == text:
+            lang, prob = self._text[1:]
+        else:
+            lang, prob = detect_language(doc.text, self.strip_math)
+            if text is not None:
+                self._text = (text, lang, prob)
         doc.metadata["language"] = lang
         doc.metadata["language_score"] = round(prob, 4)
         self.stat_update(f"language/{lang}")

@@ -9,6 +9,11 @@ Both score a 512-position window. The paper's code truncates the *input* to 512 
 tokenizer's BOS included, and scores the 511 document tokens after BOS; Kiln puts EOS (the
 separator it trains with) where BOS was and also scores the 512th token, which that window
 predicts but the paper's truncation cut off: one token more per long document.
+
+The parts of a text the reader cut (over 1,000,000 characters: metadata `part_of`) are one
+document: each takes the score of the first of them that reaches this step, its text's first
+512 tokens as the paper scores a document. Scored alone, each part was scored on its own
+start, and selection kept some parts of a book and dropped others (a text with holes).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from kiln.data.filters.run_model import (
     load_run_model,
     run_max_seq_len,
 )
+from kiln.data.long_documents import PART_OF
 
 PAPER_MAX_TOKENS = 512  # the paper truncates every document to its first 512 tokens
 
@@ -44,6 +50,10 @@ def doc_token_limit(max_seq_len: int, max_tokens_per_doc: int | None) -> int:
                          f"{max_seq_len}, or leave it unset (0) for the paper's "
                          f"{PAPER_MAX_TOKENS} tokens or what the model holds")
     return limit
+
+
+def _scores(doc: Document) -> dict:
+    return {k: doc.metadata[k] for k in ("ppl", "nll", "ppl_tokens")}
 
 
 class PerplexityScorer(PipelineStep):
@@ -76,6 +86,8 @@ class PerplexityScorer(PipelineStep):
         self.max_tokens_per_doc = max_tokens_per_doc
         self.device = device
         self._loaded = None
+        self._text: tuple[str, Document | dict] | None = None  # the cut text last scored and
+        # its first part (its scores once scored)
 
     def _load(self):
         if self._loaded is None:
@@ -87,10 +99,30 @@ class PerplexityScorer(PipelineStep):
         return self._loaded
 
     def __getstate__(self) -> dict:  # never ship a loaded model to executor workers
-        return {**self.__dict__, "_loaded": None}
+        return {**self.__dict__, "_loaded": None, "_text": None}
 
     def score(self, docs: list[Document]) -> None:
-        """Write ppl / nll / ppl_tokens into each document's metadata, in place."""
+        """Write ppl / nll / ppl_tokens into each document's metadata, in place; a later part
+        of a cut text copies them from its first part (see the module note)."""
+        followers: list[tuple[Document, Document | dict]] = []
+        scored: list[Document] = []
+        for doc in docs:
+            text = doc.metadata.get(PART_OF)
+            if text is not None and self._text is not None and self._text[0] == text:
+                followers.append((doc, self._text[1]))
+                continue
+            scored.append(doc)
+            if text is not None:
+                self._text = (text, doc)
+        if scored:
+            self._score(scored)
+        for doc, first in followers:
+            doc.metadata.update(first if isinstance(first, dict) else _scores(first))
+            self.stat_update("ppl_part_as_text")
+        if self._text is not None and isinstance(self._text[1], Document):
+            self._text = (self._text[0], _scores(self._text[1]))  # not the part's text, kept
+
+    def _score(self, docs: list[Document]) -> None:
         model, tok, eos, limit = self._load()
         texts = [d.text for d in docs]  # no post-processor tokens: `kiln tokenize` adds none
         ids = [enc.ids[:limit] for enc in tok.encode_batch(texts, add_special_tokens=False)]

@@ -35,6 +35,26 @@ def check_run_dir(run_dir: str | Path) -> Path:
     return run_dir
 
 
+def checkpoint_identity(run_dir: str | Path) -> str:
+    """Which weights the run's latest checkpoint holds: its name and its model file's sha256
+    (from checksums.json; its size and mtime for a checkpoint from before them). A score
+    stored under another checkpoint of the same run is another model's, not to be reused."""
+    import json
+
+    from kiln.train.checkpoint import CHECKSUMS
+    from kiln.train.checkpoint_dirs import latest_checkpoint
+
+    ckpt = latest_checkpoint(Path(run_dir) / "checkpoints")
+    if ckpt is None:
+        raise FileNotFoundError(f"no checkpoint in {Path(run_dir) / 'checkpoints'}")
+    try:
+        weights = json.loads((ckpt / CHECKSUMS).read_text(encoding="utf-8"))["model.safetensors"]
+    except (OSError, ValueError, KeyError, TypeError):
+        stat = (ckpt / "model.safetensors").stat()
+        weights = f"{stat.st_size}-{stat.st_mtime_ns}"
+    return f"{ckpt.name}:{str(weights)[:16]}"
+
+
 def run_max_seq_len(run_dir: str | Path) -> int:
     """The context of the run's model, from its recorded config (no weights loaded): what a
     scorer's settings are checked against when the pipeline is built, not in a worker after

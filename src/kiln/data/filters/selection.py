@@ -17,7 +17,8 @@ tied documents, never fewer than k. The paper's in-memory sort keeps exactly k, 
 by pool order; on purpose we do not: the documents are streamed by `prepare.tasks` shards, so
 "pool order" would depend on how the input is sharded, while a threshold keeps the same
 documents for any task count. Tied perplexities practically mean identical token sequences,
-which `dedup_exact` before selection removes.
+which `dedup_exact` before selection removes. The parts of a cut text share their text's
+score (`perplexity.py`), so they are kept or dropped together; a count counts them as parts.
 """
 
 from __future__ import annotations

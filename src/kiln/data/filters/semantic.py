@@ -6,6 +6,11 @@ score from the same judge is not judged again unless `rescore=True`, so a strict
 looser `threshold` can be applied without re-running the (possibly expensive) judge. A
 score from another judge (documents from an earlier run, judged by the heuristics, now
 filtered with a Kiln model) is judged again, not reused.
+
+The parts of a text the reader cut (over 1,000,000 characters: metadata `part_of`) are one
+document: each takes the verdict of the first of them that reaches this filter (a Kiln
+judge reads a long post's start anyway). Judged alone, a junk-looking part was dropped from
+a kept text, leaving a hole.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.data.filters.judge import Judge, judge_identity
+from kiln.data.long_documents import PART_OF
+
+M2_FIELDS = ("m2_junk_score", "m2_reasons", "m2_judge")
 
 
 class SemanticQualityFilter(BaseFilter):
@@ -46,15 +54,22 @@ class SemanticQualityFilter(BaseFilter):
             raise TypeError(f"judge must have a judge(text) -> Verdict method, got {type(judge)}")
         self.judge, self.threshold, self.mode, self.rescore = judge, threshold, mode, rescore
         self.judge_id = judge_identity(judge)
+        self._text: tuple[str, dict] | None = None  # a cut text, its first part's verdict
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         md = doc.metadata
-        if self.rescore or "m2_junk_score" not in md or md.get("m2_judge") != self.judge_id:
-            verdict = self.judge.judge(doc.text)
-            md["m2_junk_score"] = verdict.junk_score
-            md["m2_reasons"] = list(verdict.reasons)
-            md["m2_judge"] = self.judge_id
-            self.stat_update("m2_judged")
+        text = md.get(PART_OF)
+        if text is not None and self._text is not None and self._text[0] == text:
+            md.update(self._text[1])
+        else:
+            if self.rescore or "m2_junk_score" not in md or md.get("m2_judge") != self.judge_id:
+                verdict = self.judge.judge(doc.text)
+                md["m2_junk_score"] = verdict.junk_score
+                md["m2_reasons"] = list(verdict.reasons)
+                md["m2_judge"] = self.judge_id
+                self.stat_update("m2_judged")
+            if text is not None:
+                self._text = (text, {k: md.get(k) for k in M2_FIELDS})
         score = doc.metadata["m2_junk_score"]
         if score is None:
             label = "unparsed"
