@@ -22,6 +22,7 @@ from datatrove.executor import LocalPipelineExecutor
 from loguru import logger
 
 from kiln.interrupts import STOP_SIGNALS, stops_left_to_the_parent
+from kiln.parent_death import die_with_parent, forks_die_with_this_process
 
 
 def _console_for_warnings() -> None:
@@ -100,12 +101,14 @@ class KilnLocalExecutor(LocalPipelineExecutor):
         self._parent_pid = os.getpid()
         if self.workers > 1 and self.start_method == "forkserver":
             start_helpers_deaf_to_stops()
-        with quiet_console() if self.quiet else nullcontext():
+        # the pool's manager (a fork) ends with this process, even SIGKILLed (parent_death)
+        with quiet_console() if self.quiet else nullcontext(), forks_die_with_this_process():
             return super().run()
 
     def _launch_run_for_rank(self, rank: int, *args, **kwargs):
         if getattr(self, "_parent_pid", os.getpid()) != os.getpid():  # a pool worker's
             stops_left_to_the_parent()
+            die_with_parent()  # with the fork server, which ends when the prepare does
         return super()._launch_run_for_rank(rank, *args, **kwargs)
 
     def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
