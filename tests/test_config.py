@@ -286,7 +286,7 @@ def test_shipped_recipes_load_with_a_schedule_that_does_what_it_says(recipe):
         warnings.simplefilter("error")  # no setting it gives goes unused
         cfg = load_config(RECIPES / recipe)
     assert schedule_warnings(cfg.train.steps, cfg.schedule) == []
-    assert design_problems(cfg.model) == [] and design_notes(cfg.model) == []
+    assert design_problems(cfg.model) == [] and design_notes(cfg.model, cfg.train.seq_len) == []
 
 
 @pytest.mark.parametrize("overrides, message", [
