@@ -61,6 +61,12 @@ def design_notes(m: ModelConfig, seq_len: int = 0) -> list[str]:
                      "train as global ones (with RoPE) and meet their window only when "
                      f"generating past {seq_len} tokens; use a window below train.seq_len "
                      "(Trinity: seq_len / 2)")
+    if not m.global_rope and not m.local_per_global:
+        # the Trinity recipes' global_rope = false kept through an all-global ablation
+        notes.append("model.global_rope = false with model.local_per_global = 0: every layer "
+                     "is global, so none has positional encoding (NoPE throughout; Trinity's "
+                     "global layers go without RoPE because its local layers carry position); "
+                     "set model.global_rope = true for all-global layers with RoPE")
     if m.n_experts >= 2 and m.top_k == m.n_experts and m.n_dense_layers < m.n_layers:
         # every expert is chosen, so the selection bias (smebu / sign) changes nothing, and the
         # sequence-wise aux loss is constant: its load fractions are all 1 / n_experts
