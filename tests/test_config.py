@@ -286,7 +286,7 @@ def test_shipped_recipes_load_with_a_schedule_that_does_what_it_says(recipe):
         warnings.simplefilter("error")  # no setting it gives goes unused
         cfg = load_config(RECIPES / recipe)
     assert schedule_warnings(cfg.train.steps, cfg.schedule) == []
-    assert design_problems(cfg.model) == [] and design_notes(cfg.model) == []
+    assert design_problems(cfg.model) == [] and design_notes(cfg.model, cfg.train.seq_len) == []
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -314,6 +314,20 @@ def test_designs_that_train_wrong_load_but_are_named(overrides, message):
     assert re.search(message, design_problems(cfg.model)[0])
     assert design_problems(load_config(None, []).model) == []
 
+
+
+def test_nope_in_every_layer_is_noted():
+    """Ablating the Trinity recipes' local layers (local_per_global = 0) keeps their
+    global_rope = false: then no layer has positions at all, which trains but is said."""
+    from kiln.config import design_notes
+
+    notes = design_notes(load_config(None, ["model.global_rope=false"]).model)
+    assert notes == ["model.global_rope = false with model.local_per_global = 0: every layer "
+                     "is global, so none has positional encoding (NoPE throughout; Trinity's "
+                     "global layers go without RoPE because its local layers carry position); "
+                     "set model.global_rope = true for all-global layers with RoPE"]
+    local = ["model.global_rope=false", "model.local_per_global=1", "model.sliding_window=8"]
+    assert design_notes(load_config(None, local).model) == []
 
 def test_moe_with_one_moe_layer_is_no_design_problem():
     """n_dense_layers = n_layers - 1 leaves the last layer MoE: a design, not a mistake."""

@@ -172,3 +172,13 @@ def test_a_record_copied_out_as_a_recipe_counts_what_differs_from_the_defaults(t
                                          .replace("n_shared = 1", "n_shared = 2"))
     with pytest.warns(UserWarning, match=r"^model\.n_shared = 2 has no effect"):
         load_config(tmp_path / "tuned.toml")  # an edit, in a dense model
+
+
+def test_a_post_norm_gain_without_sandwich_norms_is_named():
+    """post_norm_gain initialises the sandwich post-norms' gains alone: with
+    sandwich_norm off (a Trinity ablation) there are none, and the gain went unused."""
+    with pytest.warns(UserWarning, match=r"^model\.post_norm_gain = 0\.5 has no effect with "
+                      r"model\.sandwich_norm = false \(only the sandwich post-norms start at "
+                      r"that gain\): set model\.sandwich_norm = true, or drop it$"):
+        load_config(None, ["model.post_norm_gain=0.5"])
+    quiet(None, ["model.sandwich_norm=true", "model.post_norm_gain=0.5"])

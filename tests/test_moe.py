@@ -224,6 +224,32 @@ def test_smebu_one_step_hand_computed():
     torch.testing.assert_close(delta, m)
 
 
+
+def test_smebu_over_steps_of_real_routing_matches_a_loop_reference():
+    """Six optimizer steps of two micro-batches each through the layer: bias and momentum
+    follow the digest's rule, written out per expert in fp64 from the counts each step
+    routed (which the moving bias changes), to fp32 rounding."""
+    lam, beta, kappa = 0.05, 0.5, 2.0
+    moe = make_moe(n_experts=6, balance="smebu", balance_rate=lam)
+    g = torch.Generator().manual_seed(1)
+    b, m, seen = [0.0] * 6, [0.0] * 6, []
+    for _ in range(6):
+        for _ in range(2):
+            moe(torch.randn(2, 8, 16, generator=g) + 0.5)
+        n = moe.update_bias().tolist()
+        seen.append(n)
+        nbar = sum(n) / 6
+        u = [lam * math.tanh(kappa * (nbar - ni) / nbar) for ni in n]
+        m = [beta * mi + (1 - beta) * (ui - sum(u) / 6) for mi, ui in zip(m, u)]
+        b = [bi + mi for bi, mi in zip(b, m)]
+    assert all(sum(n) == 2 * 2 * 8 * 2 for n in seen) and len({tuple(n) for n in seen}) > 1
+    bal = moe.balancer
+    torch.testing.assert_close(bal.momentum.double(), torch.tensor(m, dtype=torch.float64),
+                               rtol=0, atol=1e-8)
+    torch.testing.assert_close(bal.bias.double(), torch.tensor(b, dtype=torch.float64),
+                               rtol=0, atol=1e-8)
+    assert max(map(abs, b)) > 0.05  # the bias moved by several steps' worth
+
 def test_smebu_keeps_bias_centred_and_momentum_bounded():
     lam = 5e-4
     g = torch.Generator().manual_seed(0)

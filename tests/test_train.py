@@ -973,6 +973,20 @@ def test_a_cut_short_local_global_pattern_is_noted_once_when_the_model_is_made(t
     assert "cut short" not in capsys.readouterr().err
 
 
+def test_a_window_no_training_sequence_exceeds_is_noted(tiny_run, capsys):
+    """sliding_window >= train.seq_len (below max_seq_len, else refused): every key of a
+    training window is in reach, so the local layers train exactly as global ones and the
+    window is met only in generation; a new model is told, once."""
+    settings = ("model.local_per_global=1", "model.n_layers=2", "train.steps=1")
+    capsys.readouterr()
+    Trainer(tiny_config(tiny_run, *settings, "model.sliding_window=32"))  # seq_len 32
+    assert capsys.readouterr().err.count(
+        "note: model.sliding_window = 32 is not below train.seq_len = 32: every training "
+        "window fits inside it, so the local layers train as global ones") == 1
+    Trainer(tiny_config(tiny_run, *settings, "model.sliding_window=31"))
+    assert "sliding_window" not in capsys.readouterr().err
+
+
 def test_records_past_the_resumed_checkpoint_move_to_the_archive(tiny_run):
     """A run killed after logging steps its last checkpoint does not hold, resumed with
     other settings (here fewer steps, another log_every), logs its own records for those

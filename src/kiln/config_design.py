@@ -48,11 +48,25 @@ def design_problems(m: ModelConfig) -> list[str]:
     return problems
 
 
-def design_notes(m: ModelConfig) -> list[str]:
+def design_notes(m: ModelConfig, seq_len: int = 0) -> list[str]:
     """Designs that train what they say but perhaps not what was meant: said once, when a
     new model starts (a published model may choose them: Gemma 3 1B's 26 layers at 5 local
-    : 1 global end on two local layers)."""
+    : 1 global end on two local layers). `seq_len`: train.seq_len (0: not known)."""
     notes = _cut_pattern_note(m)
+    if m.local_per_global and 0 < seq_len <= m.sliding_window < m.max_seq_len:
+        # query i sees keys i - W + 1 .. i: with W >= the training window's length that is
+        # every key, so training never meets the window (W >= max_seq_len is a problem)
+        notes.append(f"model.sliding_window = {m.sliding_window} is not below train.seq_len = "
+                     f"{seq_len}: every training window fits inside it, so the local layers "
+                     "train as global ones (with RoPE) and meet their window only when "
+                     f"generating past {seq_len} tokens; use a window below train.seq_len "
+                     "(Trinity: seq_len / 2)")
+    if not m.global_rope and not m.local_per_global:
+        # the Trinity recipes' global_rope = false kept through an all-global ablation
+        notes.append("model.global_rope = false with model.local_per_global = 0: every layer "
+                     "is global, so none has positional encoding (NoPE throughout; Trinity's "
+                     "global layers go without RoPE because its local layers carry position); "
+                     "set model.global_rope = true for all-global layers with RoPE")
     if m.n_experts >= 2 and m.top_k == m.n_experts and m.n_dense_layers < m.n_layers:
         # every expert is chosen, so the selection bias (smebu / sign) changes nothing, and the
         # sequence-wise aux loss is constant: its load fractions are all 1 / n_experts

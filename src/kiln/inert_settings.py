@@ -1,8 +1,9 @@
 """Settings a user gave that another setting leaves unused: Muon's with AdamW, the experts'
-in a dense model, SMEBU's under another balancing rule, a decay's under a schedule without
-it. They load (a recipe ablated with `--set optim.name=adamw` or `--set model.n_experts=0`
-keeps its Muon or MoE keys, and an override cannot delete them),
-with a warning, since the user more likely meant the optimizer or the experts they tuned.
+in a dense model, SMEBU's under another balancing rule, a post-norm gain without sandwich
+norms, a decay's under a schedule without it. They load (a recipe ablated with
+`--set optim.name=adamw` or `--set model.n_experts=0` keeps its Muon or MoE keys, and an
+override cannot delete them), with a warning, since the user more likely meant the
+optimizer or the experts they tuned.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def inert_settings(cfg: Config, given: set[str]) -> list[str]:
             lines.append(f"{_named('model', cfg.model, unread)} with model.balance = "
                          f"{rule!r} ({why}): set model.balance = {use}, or drop "
                          f"{_them(unread)}")
+    if not cfg.model.sandwich_norm and "model.post_norm_gain" in given:
+        lines.append(f"{_named('model', cfg.model, ['post_norm_gain'])} with "
+                     "model.sandwich_norm = false (only the sandwich post-norms start at that "
+                     "gain): set model.sandwich_norm = true, or drop it")
     lines += _schedule_lines(cfg, given)
     return lines
 

@@ -12,8 +12,8 @@ unavailable for the device/dtype, a padded ``torch.bmm`` whose capacity is this 
 largest expert load — no token is ever dropped either way.
 
 Router init: the Hugging Face afmoe code zero-initialises W_r, which makes every score 0.5
-and every top-K a tie that ``torch.topk`` breaks by index — the first steps then send all
-tokens to experts 0..K-1. We default to a small normal init (``router_init_std``) that
+and every top-K the same tie for every token — the first steps then send all tokens to the
+same K experts (which ones is up to ``torch.topk``: on CPU 10-11 of 16 at top-2). We default to a small normal init (``router_init_std``) that
 breaks the ties at random, so load starts near uniform; pass 0.0 for the zero init.
 
 z-loss: we keep the ST-MoE form ``mean_t(logsumexp_i(logits)^2)`` for the sigmoid router.

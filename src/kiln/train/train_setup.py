@@ -155,5 +155,5 @@ def check_data_and_design(cfg: Config, model_cfg: ModelConfig, run_dir: Path, st
                 print(f"note: {problem} (this run was trained so; it resumes as it was)",
                       file=sys.stderr)
     if step == 0 and is_main:  # said once, when the model is made
-        for line in design_notes(model_cfg):
+        for line in design_notes(model_cfg, cfg.train.seq_len):
             print(f"note: {line}", file=sys.stderr)
