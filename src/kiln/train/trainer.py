@@ -20,6 +20,7 @@ from kiln.data.loader import TokenLoader, masking_eos_id
 from kiln.data.provenance import check_tokens_current
 from kiln.errors import (
     CheckpointError,
+    ConfigError,
     KilnError,
     TrainingDiverged,
     TrainingInterrupted,
@@ -37,7 +38,7 @@ from kiln.parallel.distributed import (
 )
 from kiln.parallel.meta_init import build_on_meta
 from kiln.parallel.model_wrapping import grad_sync, parallelize
-from kiln.parallel.rank_waits import run_on_main
+from kiln.parallel.rank_waits import run_on_every_rank, run_on_main
 from kiln.train.callbacks import Callback, default_callbacks
 from kiln.train.checkpoint import (
     check_writable,
@@ -71,6 +72,16 @@ def _told_by_rank_zero(e: BaseException) -> str:
         return f"rank 0 was interrupted before training started ({type(e).__name__})"
     return f"rank 0 failed before training started ({type(e).__name__}: {e})"
 
+
+def _not_fitted(e: BaseException) -> str:
+    """A rank's failure in `check_training_fits`, as every rank raises it after "rank R"."""
+    if isinstance(e, KilnError):
+        return f"cannot train here: {e}"
+    if isinstance(e, KeyboardInterrupt):
+        return "was interrupted before training started"
+    return f"failed before training started ({type(e).__name__}: {e})"
+
+
 class Trainer(Resuming, RunRecords):
     """One run's training: built from its config and run directory (resumed where a checkpoint
     is), then `fit` runs `train_step` to train.steps with the callbacks around it."""
@@ -95,8 +106,12 @@ class Trainer(Resuming, RunRecords):
             self.model_cfg = model_config_for_run(cfg, self.token_dir)
         self.given_vocab = cfg.model.vocab_size  # 0: the tokenizer's, recorded so
         self.cfg = dataclasses.replace(cfg, model=self.model_cfg)
-        check_training_fits(self.model_cfg, cfg.optim.name, self.device, t.parallel,
-                            self.env.world_size)
+        # each rank's own device (a CPU rank: its host) has its own free memory: agreed, so
+        # every rank says why, not only the short one (the others met a lost rank at the
+        # model's first collective)
+        run_on_every_rank(self.env, lambda: check_training_fits(
+            self.model_cfg, cfg.optim.name, self.device, t.parallel, self.env.world_size),
+            _not_fitted, ConfigError)
         # weights on the meta device: `parallelize` makes them where they train (a device,
         # FSDP2 shards), drawn as a CPU build draws them, one parameter at a time
         raw, init = build_on_meta(lambda: Transformer(self.model_cfg))
