@@ -127,6 +127,7 @@ class Trainer(Resuming, RunRecords):
         self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
                                   cfg.run.seed, self.env.rank, self.env.world_size)
         note_data_use(self.loader, self.token_dir, t, self.env.is_main)
+        self._refuse_other_shards()  # a node's own copy of the run: the same data on every rank
         self.callbacks = default_callbacks() if callbacks is None else callbacks
         self.step, self.tokens_seen, self._elapsed_before = 0, 0, 0.0
         self._callback_states: dict[str, dict[str, Any]] = {}
