@@ -25,6 +25,7 @@ from kiln.errors import (
     TrainingDiverged,
     TrainingInterrupted,
     alike_on_every_rank,
+    marked_alike,
 )
 from kiln.model import Transformer, count_params, flops_per_token
 from kiln.model.balancing import max_violation
@@ -168,7 +169,10 @@ class Trainer(Resuming, RunRecords):
                 since += (f"; if that diverges again at once, move {done[-1].name} out of "
                           f"checkpoints/ to resume from {done[-2].name}")
         self._log_divergence(what)
-        return TrainingDiverged(f"training diverged at step {self.step}: {what}; {since}")
+        # met alike: what it is found on (the ranks' loss, the global norm, every rank's
+        # weights) is agreed, so every rank stops at this step: said once per node
+        return marked_alike(
+            TrainingDiverged(f"training diverged at step {self.step}: {what}; {since}"))
 
     def _log_divergence(self, what: str) -> None:
         """A `diverged` record in metrics.jsonl (no figures: nothing poisoned is logged), so
