@@ -6,9 +6,31 @@ loss (`kiln.eval.window_losses`, for `kiln report --compare`)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kiln.config import Config, flat_settings, recorded_config
 from kiln.errors import alike_on_every_rank
+
+if TYPE_CHECKING:
+    from kiln.parallel.distributed import DistEnv
+
+
+def _rank_zeros_checkpoint(cfg: Config, env: DistEnv) -> Path | None:
+    """Under torchrun, the checkpoint rank 0 finds latest, for every rank (None: none, or one
+    process, which looks itself): a trainer of the run writes checkpoints while it is
+    evaluated, and ranks reading `latest` a moment apart each scored another model, their
+    losses summed into one figure. By name: `run.dir` may be mounted at other paths."""
+    if not env.distributed:
+        return None
+    import torch.distributed as dist
+
+    from kiln.train.checkpoint_dirs import latest_checkpoint
+
+    found = latest_checkpoint(cfg.run_dir / "checkpoints") if env.is_main else None
+    name = [None if found is None else found.name]
+    dist.broadcast_object_list(name, src=0)
+    return None if name[0] is None else cfg.run_dir / "checkpoints" / name[0]
 
 
 def cmd_eval(cfg: Config, distributed: bool = False) -> None:
@@ -31,7 +53,7 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     device = local_device(device, env)
     try:
         with alike_on_every_rank():  # every rank reads the same checkpoint
-            model, ckpt = load_trained_model(cfg)
+            model, ckpt = load_trained_model(cfg, _rank_zeros_checkpoint(cfg, env))
         precision = resolve_precision(cfg.train.precision, device)
         model.to(device)
         e = cfg.eval
