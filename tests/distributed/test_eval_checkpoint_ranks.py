@@ -32,3 +32,32 @@ def test_every_rank_scores_rank_zeros_checkpoint(tiny_run):
     two = json.loads((tiny_run / "eval.json").read_text())
     assert two["ranks"] == 2 and two["checkpoint"] == one["checkpoint"] == "step_00000006"
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-6)
+
+
+FAILS_ON_RANK_ONE = """
+import os, sys
+from kiln.cli import main
+from kiln.errors import CheckpointError
+from kiln.train import trained_run
+if os.environ["RANK"] == "1":  # its read alone fails: a trainer pruned the checkpoint meanwhile
+    def pruned(model_cfg, ckpt):
+        raise CheckpointError(f"checkpoint {ckpt} was removed while it was read")
+    trained_run.loaded_model = pruned  # where load_trained_model looks it up
+sys.exit(main(["eval", sys.argv[1]]))
+"""
+
+
+def test_a_load_failing_on_rank_one_alone_is_said_by_rank_zero(tiny_run, tmp_path):
+    """Said by rank 0 for every rank, once: rank 1's own line was left out as an error met
+    alike past the first rank of its node, and rank 0 said only that a rank was lost."""
+    from launch import run_python
+
+    Trainer(tiny_config(tiny_run, "train.steps=3", "train.checkpoint_every=3")).fit()
+    script = tmp_path / "fails_on_rank_one.py"
+    script.write_text(FAILS_ON_RANK_ONE)
+    with pytest.raises(RuntimeError) as failed:
+        run_python([str(script), str(tiny_run)], world_size=2, timeout=120)
+    said = str(failed.value)
+    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
+    assert said.count("kiln: rank 1 could not evaluate: checkpoint ") == 1, said
+    assert "was removed while it was read" in said and "another rank" not in said
