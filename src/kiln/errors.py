@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 _ALIKE = "kiln_alike_on_every_rank"
 
@@ -87,8 +88,18 @@ def alike_on_every_rank() -> Iterator[None]:
     try:
         yield
     except Exception as e:
-        setattr(e, _ALIKE, True)
+        marked_alike(e)
         raise
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def marked_alike(e: E) -> E:
+    """`e`, marked as met alike on every rank (`alike_on_every_rank`): for an error made
+    before it is raised."""
+    setattr(e, _ALIKE, True)
+    return e
 
 
 def met_alike_on_every_rank(e: BaseException) -> bool:

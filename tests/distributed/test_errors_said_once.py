@@ -55,3 +55,12 @@ def test_data_made_with_other_settings_is_said_once(tiny_run):
     out = _failed_output(["train", str(tiny_run), "--set", "tokenizer.vocab_size=300"])
     assert "rank 1 exited 2" in out
     assert out.count("was made with other settings") == 1
+
+
+def test_a_divergence_is_said_once(tiny_run):
+    """Every rank finds it on the same agreed figures (the ranks' mean loss, the global
+    gradient norm) and stops at the same step: one line per node, not one per rank."""
+    out = _failed_output(["train", str(tiny_run), "--set", "optim.lr=1e30", "--set",
+                          "optim.grad_clip=0"])
+    assert "rank 1 exited 1" in out
+    assert out.count("training diverged at step") == 1, out

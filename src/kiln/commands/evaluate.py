@@ -6,9 +6,40 @@ loss (`kiln.eval.window_losses`, for `kiln report --compare`)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kiln.config import Config, flat_settings, recorded_config
-from kiln.errors import alike_on_every_rank
+from kiln.errors import CheckpointError, KilnError, alike_on_every_rank
+
+if TYPE_CHECKING:
+    from kiln.parallel.distributed import DistEnv
+
+
+def _rank_zeros_checkpoint(cfg: Config, env: DistEnv) -> Path | None:
+    """Under torchrun, the checkpoint rank 0 finds latest, for every rank (None: none, or one
+    process, which looks itself): a trainer of the run writes checkpoints while it is
+    evaluated, and ranks reading `latest` a moment apart each scored another model, their
+    losses summed into one figure. By name: `run.dir` may be mounted at other paths."""
+    if not env.distributed:
+        return None
+    import torch.distributed as dist
+
+    from kiln.train.checkpoint_dirs import latest_checkpoint
+
+    found = latest_checkpoint(cfg.run_dir / "checkpoints") if env.is_main else None
+    name = [None if found is None else found.name]
+    dist.broadcast_object_list(name, src=0)
+    return None if name[0] is None else cfg.run_dir / "checkpoints" / name[0]
+
+
+def _load_told(e: BaseException) -> str:
+    """How a rank's failure to load the checkpoint is told, after "rank R"."""
+    if isinstance(e, KeyboardInterrupt):
+        return "was interrupted while it read the checkpoint"
+    if isinstance(e, KilnError):
+        return f"could not evaluate: {e}"
+    return f"could not read the checkpoint ({type(e).__name__}: {e})"
 
 
 def cmd_eval(cfg: Config, distributed: bool = False) -> None:
@@ -23,6 +54,7 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     from kiln.eval.perplexity import evaluate
     from kiln.eval.window_losses import split_sha256, write_window_losses
     from kiln.parallel.distributed import DistEnv, init_distributed, local_device, shutdown
+    from kiln.parallel.rank_waits import run_on_every_rank
     from kiln.train.precision import resolve_device, resolve_precision
     from kiln.train.trained_run import load_trained_model
 
@@ -30,8 +62,13 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     env = init_distributed(device, flat_settings(cfg)) if distributed else DistEnv()
     device = local_device(device, env)
     try:
-        with alike_on_every_rank():  # every rank reads the same checkpoint
-            model, ckpt = load_trained_model(cfg)
+        agreed = _rank_zeros_checkpoint(cfg, env)
+        # every rank reads the same checkpoint, but one may fail alone (a trainer pruning it
+        # meanwhile, a node's own copy): agreed, so rank 0 says why where a failed rank past
+        # the first of its node said nothing and the others met a lost rank
+        with alike_on_every_rank():
+            model, ckpt = run_on_every_rank(env, lambda: load_trained_model(cfg, agreed),
+                                            _load_told, CheckpointError)
         precision = resolve_precision(cfg.train.precision, device)
         model.to(device)
         e = cfg.eval

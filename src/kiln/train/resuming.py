@@ -17,7 +17,8 @@ import torch
 import torch.distributed as dist
 
 from kiln.config import recorded_config
-from kiln.errors import CheckpointError, KilnError, alike_on_every_rank
+from kiln.data.shards import INDEX
+from kiln.errors import CheckpointError, KilnError, RunDataError, alike_on_every_rank
 from kiln.export_recovery import stranded_exports
 from kiln.hashing import file_sha256
 from kiln.parallel.distributed import all_reduce_max
@@ -49,6 +50,10 @@ def _ranks(ranks: list[int], shown: int = 8) -> str:
     listed = ", ".join(map(str, ranks[:shown]))
     more = f" and {len(ranks) - shown} more" if len(ranks) > shown else ""
     return f"rank {listed}" if len(ranks) == 1 else f"ranks {listed}{more}"
+
+
+_ONE_COPY = ("every rank must read the same run directory (one shared filesystem across nodes), "
+             "or the same copy of it")
 
 
 class Resuming:
@@ -139,24 +144,42 @@ class Resuming:
         checkpoints of one step, each valid (one copy stale, or from another run): each rank
         would load its own weights, and FSDP's shards or DDP's replicas would mix two states
         silently. The copies' checksums.json must be the same on every rank."""
-        if not self.env.distributed:
+        held = self._copies_held(copy)
+        if held is None:
             return
+        with alike_on_every_rank():  # every rank gathered the same copies
+            raise CheckpointError(
+                f"the ranks hold different copies of checkpoint {ckpt.name} (their {CHECKSUMS} "
+                f"differ: {held}; rank {self.env.rank}'s is {ckpt}): {_ONE_COPY}")
+
+    def _refuse_other_shards(self) -> None:
+        """Ranks reading their own copies of the run may hold other token shards (one node's
+        re-made since): each rank would take its slice of a step from its own data, windows
+        of one copy's order cut from the other's, silently. A resume would refuse the odd
+        copy against its checkpoint's loader state, but a new run has none."""
+        held = self._copies_held(self.loader.stream.fingerprint)
+        if held is None:
+            return
+        with alike_on_every_rank():  # every rank gathered the same fingerprints
+            raise RunDataError(
+                f"the ranks hold different token shards (their {self.token_dir / INDEX} "
+                f"differ: {held}): {_ONE_COPY}")
+
+    def _copies_held(self, copy: str | None) -> str | None:
+        """Which ranks hold which copy of a file (`copy`: this rank's digest of it), as
+        "rank 0 holds one, rank 1 another"; None where every rank holds the same."""
+        if not self.env.distributed:
+            return None
         copies: list[Any] = [None] * self.env.world_size
         dist.all_gather_object(copies, copy)
         if len(set(copies)) == 1:
-            return
+            return None
         groups: dict[str | None, list[int]] = {}
         for rank, digest in enumerate(copies):
             groups.setdefault(digest, []).append(rank)
         first, *others = (_ranks(ranks) for ranks in groups.values())
-        held = f"{first} {'holds' if first.startswith('rank ') else 'hold'} one, " + \
+        return f"{first} {'holds' if first.startswith('rank ') else 'hold'} one, " + \
             ", ".join(f"{ranks} another" for ranks in others)
-        with alike_on_every_rank():  # every rank gathered the same copies
-            raise CheckpointError(
-                f"the ranks hold different copies of checkpoint {ckpt.name} (their {CHECKSUMS} "
-                f"differ: {held}; rank {self.env.rank}'s is {ckpt}): "
-                "every rank must read the same run directory (one shared filesystem across "
-                "nodes), or the same copy of it")
 
     def _refuse_mixing_with_earlier_outputs(self) -> None:
         """No checkpoint to resume from, yet a run trained here. A run stopped before its

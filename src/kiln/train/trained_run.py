@@ -20,12 +20,12 @@ from kiln.train.resume_settings import changed_model_settings
 from kiln.train.train_setup import model_config_for_run
 
 
-def load_trained_model(cfg: Config):
-    """(model in eval mode on the CPU, checkpoint path) of the run's latest checkpoint, built
-    with the model settings the run was trained with: an override such as
+def load_trained_model(cfg: Config, ckpt: Path | None = None):
+    """(model in eval mode on the CPU, checkpoint path) of the run's latest checkpoint (or
+    `ckpt`), built with the model settings the run was trained with: an override such as
     `--set model.rope_theta=...` keeps every tensor's shape, so it would load and silently
     be another model."""
-    ckpt = latest_checkpoint(cfg.run_dir / "checkpoints")
+    ckpt = ckpt or latest_checkpoint(cfg.run_dir / "checkpoints")
     if ckpt is None:
         raise FileNotFoundError(f"no checkpoint in {cfg.run_dir / 'checkpoints'}: run `kiln train` "
                                 "first")

@@ -20,10 +20,12 @@ from kiln.data.loader import TokenLoader, masking_eos_id
 from kiln.data.provenance import check_tokens_current
 from kiln.errors import (
     CheckpointError,
+    ConfigError,
     KilnError,
     TrainingDiverged,
     TrainingInterrupted,
     alike_on_every_rank,
+    marked_alike,
 )
 from kiln.model import Transformer, count_params, flops_per_token
 from kiln.model.balancing import max_violation
@@ -37,7 +39,7 @@ from kiln.parallel.distributed import (
 )
 from kiln.parallel.meta_init import build_on_meta
 from kiln.parallel.model_wrapping import grad_sync, parallelize
-from kiln.parallel.rank_waits import run_on_main
+from kiln.parallel.rank_waits import run_on_every_rank, run_on_main
 from kiln.train.callbacks import Callback, default_callbacks
 from kiln.train.checkpoint import (
     check_writable,
@@ -71,6 +73,16 @@ def _told_by_rank_zero(e: BaseException) -> str:
         return f"rank 0 was interrupted before training started ({type(e).__name__})"
     return f"rank 0 failed before training started ({type(e).__name__}: {e})"
 
+
+def _not_fitted(e: BaseException) -> str:
+    """A rank's failure in `check_training_fits`, as every rank raises it after "rank R"."""
+    if isinstance(e, KilnError):
+        return f"cannot train here: {e}"
+    if isinstance(e, KeyboardInterrupt):
+        return "was interrupted before training started"
+    return f"failed before training started ({type(e).__name__}: {e})"
+
+
 class Trainer(Resuming, RunRecords):
     """One run's training: built from its config and run directory (resumed where a checkpoint
     is), then `fit` runs `train_step` to train.steps with the callbacks around it."""
@@ -95,8 +107,12 @@ class Trainer(Resuming, RunRecords):
             self.model_cfg = model_config_for_run(cfg, self.token_dir)
         self.given_vocab = cfg.model.vocab_size  # 0: the tokenizer's, recorded so
         self.cfg = dataclasses.replace(cfg, model=self.model_cfg)
-        check_training_fits(self.model_cfg, cfg.optim.name, self.device, t.parallel,
-                            self.env.world_size)
+        # each rank's own device (a CPU rank: its host) has its own free memory: agreed, so
+        # every rank says why, not only the short one (the others met a lost rank at the
+        # model's first collective)
+        run_on_every_rank(self.env, lambda: check_training_fits(
+            self.model_cfg, cfg.optim.name, self.device, t.parallel, self.env.world_size),
+            _not_fitted, ConfigError)
         # weights on the meta device: `parallelize` makes them where they train (a device,
         # FSDP2 shards), drawn as a CPU build draws them, one parameter at a time
         raw, init = build_on_meta(lambda: Transformer(self.model_cfg))
@@ -112,6 +128,7 @@ class Trainer(Resuming, RunRecords):
         self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
                                   cfg.run.seed, self.env.rank, self.env.world_size)
         note_data_use(self.loader, self.token_dir, t, self.env.is_main)
+        self._refuse_other_shards()  # a node's own copy of the run: the same data on every rank
         self.callbacks = default_callbacks() if callbacks is None else callbacks
         self.step, self.tokens_seen, self._elapsed_before = 0, 0, 0.0
         self._callback_states: dict[str, dict[str, Any]] = {}
@@ -152,7 +169,10 @@ class Trainer(Resuming, RunRecords):
                 since += (f"; if that diverges again at once, move {done[-1].name} out of "
                           f"checkpoints/ to resume from {done[-2].name}")
         self._log_divergence(what)
-        return TrainingDiverged(f"training diverged at step {self.step}: {what}; {since}")
+        # met alike: what it is found on (the ranks' loss, the global norm, every rank's
+        # weights) is agreed, so every rank stops at this step: said once per node
+        return marked_alike(
+            TrainingDiverged(f"training diverged at step {self.step}: {what}; {since}"))
 
     def _log_divergence(self, what: str) -> None:
         """A `diverged` record in metrics.jsonl (no figures: nothing poisoned is logged), so

@@ -1,0 +1,63 @@
+"""`kiln eval` under torchrun scores one checkpoint on every rank: rank 0's latest. A trainer
+of the run writes checkpoints while it is evaluated, and ranks that read `latest` a moment
+apart each scored another model, their losses summed into one figure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import tiny_config
+from mp_helpers import run_function_on_ranks
+
+from kiln.train.trainer import Trainer
+
+
+def _eval_with_rank_one_early(rank: int, world_size: int, run_dir) -> None:
+    import kiln.train.trained_run as trained_run
+    from kiln.commands.evaluate import cmd_eval
+
+    if rank == 1:  # it read `latest` just before step 6's checkpoint was pointed to
+        trained_run.latest_checkpoint = lambda root: root / "step_00000003"
+    cmd_eval(tiny_config(run_dir), distributed=True)
+
+
+def test_every_rank_scores_rank_zeros_checkpoint(tiny_run):
+    from kiln.commands.evaluate import cmd_eval
+
+    Trainer(tiny_config(tiny_run, "train.steps=6", "train.checkpoint_every=3")).fit()
+    cmd_eval(tiny_config(tiny_run))  # one process: step 6
+    one = json.loads((tiny_run / "eval.json").read_text())
+    run_function_on_ranks(_eval_with_rank_one_early, 2, args=(tiny_run,), timeout=120)
+    two = json.loads((tiny_run / "eval.json").read_text())
+    assert two["ranks"] == 2 and two["checkpoint"] == one["checkpoint"] == "step_00000006"
+    assert two["loss"] == pytest.approx(one["loss"], rel=1e-6)
+
+
+FAILS_ON_RANK_ONE = """
+import os, sys
+from kiln.cli import main
+from kiln.errors import CheckpointError
+from kiln.train import trained_run
+if os.environ["RANK"] == "1":  # its read alone fails: a trainer pruned the checkpoint meanwhile
+    def pruned(model_cfg, ckpt):
+        raise CheckpointError(f"checkpoint {ckpt} was removed while it was read")
+    trained_run.loaded_model = pruned  # where load_trained_model looks it up
+sys.exit(main(["eval", sys.argv[1]]))
+"""
+
+
+def test_a_load_failing_on_rank_one_alone_is_said_by_rank_zero(tiny_run, tmp_path):
+    """Said by rank 0 for every rank, once: rank 1's own line was left out as an error met
+    alike past the first rank of its node, and rank 0 said only that a rank was lost."""
+    from launch import run_python
+
+    Trainer(tiny_config(tiny_run, "train.steps=3", "train.checkpoint_every=3")).fit()
+    script = tmp_path / "fails_on_rank_one.py"
+    script.write_text(FAILS_ON_RANK_ONE)
+    with pytest.raises(RuntimeError) as failed:
+        run_python([str(script), str(tiny_run)], world_size=2, timeout=120)
+    said = str(failed.value)
+    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
+    assert said.count("kiln: rank 1 could not evaluate: checkpoint ") == 1, said
+    assert "was removed while it was read" in said and "another rank" not in said
