@@ -543,11 +543,20 @@ def test_impossible_combinations_fail_at_load(overrides, message):
       "prepare.perplexity.fraction=0.5"], "prepare.perplexity.fraction is set but"),
     (['prepare.language.languages=["de"]'], "prepare.language.languages is set but 'language'"),
     (['prepare.language.strip_math=false'], "prepare.language.strip_math is set but"),
+    (['prepare.stages=["read", "dating", "write"]', 'prepare.period.periods=["1800-1849"]'],
+     "prepare.period.periods is set but 'period'"),
+    (['prepare.period.keep_undated=true'], "prepare.period.keep_undated is set but"),
+    (['prepare.stages=["arxiv_sources", "latex", "write"]', 'prepare.arxiv.source_dir="s"',
+      'prepare.arxiv.categories=["hep-th"]'], "prepare.arxiv.categories is set but 'arxiv_metadata'"),
+    (['prepare.stages=["arxiv_sources", "latex", "write"]', 'prepare.arxiv.source_dir="s"',
+      'prepare.arxiv.snapshot="m.jsonl"'], "prepare.arxiv.snapshot is set but"),
 ])
 def test_a_setting_no_stage_reads_is_refused_before_making_data(tmp_path, overrides, message):
-    """Selection settings with `perplexity` alone (which only scores), or language settings
-    with no `language` stage, were accepted and ignored: every document kept. Refused before
-    any work; a run's recorded config holding one still loads (its model trains)."""
+    """Selection settings with `perplexity` alone (which only scores), language settings
+    with no `language` stage, periods with `dating` alone, or the metadata filter's settings
+    with `arxiv_sources` reading the whole folder, were accepted and ignored: every document
+    kept. Refused before any work; a run's recorded config holding one still loads (its model
+    trains)."""
     cfg = load_config(None, overrides)
     with pytest.raises(ConfigError, match=message):
         pl.build_pipeline(cfg.prepare, tmp_path / "run")

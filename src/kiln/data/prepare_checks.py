@@ -21,8 +21,10 @@ from kiln.data.prepare_config import (
     READS_FROM,
     SELECTION_MODES,
     STAGES,
+    ArxivOptions,
     InjectOptions,
     LanguageOptions,
+    PeriodOptions,
     PerplexityOptions,
     PrepareConfig,
     arms_labels,
@@ -250,21 +252,28 @@ def _check_period(cfg: PrepareConfig, on: set[str]) -> None:
         raise ConfigError("prepare.period.periods is empty: name buckets such as '1800-1849'")
 
 
-# settings that only a stage not in the list would read: (stage, table, keys, defaults)
+# settings that only a stage not in the list would read: (stage, table, keys, defaults, and
+# the stage that must run for the setting to count, None: always; `arxiv` is one table for
+# two stages, and a recipe's table with no arXiv stage at all changes no data)
 _READ_ONLY_BY = (
     ("perplexity_select", "perplexity", ("mode", "fraction", "count", "low_q", "high_q"),
-     PerplexityOptions()),
-    ("language", "language", ("languages", "mode", "strip_math"), LanguageOptions()),
+     PerplexityOptions(), None),
+    ("language", "language", ("languages", "mode", "strip_math"), LanguageOptions(), None),
+    ("period", "period", ("periods", "keep_undated"), PeriodOptions(), None),
+    ("arxiv_metadata", "arxiv", ("snapshot", "categories", "min_year", "min_abstract_words",
+                                 "limit"), ArxivOptions(), "arxiv_sources"),
 )
 
 
 def _refuse_unread_settings(cfg: PrepareConfig) -> None:
     """A stage's setting with the stage left out of prepare.stages: it was accepted and
-    ignored (`perplexity` alone scores and keeps every document; no language filter runs)."""
-    for stage, table, keys, defaults in _READ_ONLY_BY:
+    ignored (`perplexity` alone scores and keeps every document; no language filter runs;
+    `dating` alone keeps every period; `arxiv_sources` first reads every archive of the
+    folder, whatever the categories or years)."""
+    for stage, table, keys, defaults, running in _READ_ONLY_BY:
         options = getattr(cfg, table)
         changed = [k for k in keys if getattr(options, k) != getattr(defaults, k)]
-        if stage not in cfg.stages and changed:
+        if stage not in cfg.stages and changed and (running is None or running in cfg.stages):
             raise ConfigError(f"prepare.{table}.{changed[0]} is set but '{stage}' is not in "
                               f"prepare.stages: add the stage, or remove the setting (nothing "
                               "reads it)")
