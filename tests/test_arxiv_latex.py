@@ -382,3 +382,31 @@ def test_unclosed_url_and_inline_code_openers_are_linear():
             assert_linear(strip_comments, bad, 12_500, (opener, sep))  # 100,000: the larger run
             if opener.count("{") == opener.count("}"):  # unclosed nesting: test_deep_nesting_converts_in_linear_time
                 assert_linear(lambda text: LatexConverter(text).text(), bad, 2_500, (opener, sep))
+
+
+@pytest.mark.parametrize(
+    ("tex", "preamble", "expected"),
+    [
+        ("Kept. \\iffalse Old draft \\ifx\\a\\b nested \\fi still hidden \\fi Kept too.", "",
+         "Kept. Kept too."),
+        ("A \\iffalse hidden \\else shown \\fi B", "", "A shown B"),
+        ("A \\iffalse h1 \\ifdraft h2 \\fi h3 \\fi B", "\\newif\\ifdraft", "A B"),
+        ("A \\iffalse h1 $a\\iff b$ \\ifthenelse{x}{y}{z} h2 \\fi B", "", "A B"),  # no \fi of theirs
+        ("A \\verb|\\iffalse| B \\fi C", "", "A `\\iffalse` B C"),  # shown, not a conditional
+        ("A \\iffalse C %\\fi\n\\fi D", "", "A D"),  # a commented-out \fi is no \fi
+        ("A \\iffalse never closed", "", "A never closed"),  # TeX stops: nothing is hidden
+    ],
+)
+def test_iffalse_blocks_are_dropped_as_tex_skips_them(tex, preamble, expected):
+    """Authors hide old drafts and notes to co-authors in \\iffalse ... \\fi; the converter
+    read both as unknown macros and kept the hidden text."""
+    assert body(tex, preamble) == expected
+
+
+def test_an_iffalse_in_the_preamble_hides_an_old_title_and_definition():
+    doc = ("\\documentclass{article}\\iffalse\\title{Old}\\newcommand{\\R}{X}\\fi\\title{New}"
+           "\\begin{document}\\begin{abstract}\\iffalse old\\fi New abstract\\end{abstract}"
+           "$\\R$\\end{document}")
+    result = latex_to_text({"main.tex": doc})
+    assert (result.title, result.abstract, result.body) == ("New", "New abstract", "$\\R$")
+    assert result.counts["iffalse_dropped"] == 2
