@@ -410,3 +410,21 @@ def test_an_iffalse_in_the_preamble_hides_an_old_title_and_definition():
     result = latex_to_text({"main.tex": doc})
     assert (result.title, result.abstract, result.body) == ("New", "New abstract", "$\\R$")
     assert result.counts["iffalse_dropped"] == 2
+
+
+@pytest.mark.parametrize(
+    ("tex", "expected"),
+    [
+        ("Bj\\o rn S\\o rensen", "Bjørn Sørensen"),  # TeX skips the blanks after a control word
+        ("\\AA ngstr\\\"om and Stra\\ss e", "Ångström and Straße"),
+        ("\\L ukasz, na\\\"\\i ve", "Łukasz, naïve"),
+        ("\\c c, \\v s, Erd\\H os, \\\" o", "ç, š, Erdős, ö"),  # an accent's argument after blanks
+        ("N\\o\n  rskov", "Nørskov"),  # one line end is a blank too
+        ("x \\o\n\nNext", "x ø\n\nNext"),  # a blank line is a paragraph break, kept
+        ("\\ldots and \\LaTeX\\ is", "… and LaTeX is"),  # not letters: the space is kept
+    ],
+)
+def test_letters_and_accents_made_by_control_words_join_their_word(tex, expected):
+    """A letter written as a control word (\\o, \\ss, \\AA, \\L, \\i) or an accent applied to
+    the letter after a blank (\\c c, \\H o) came out split: 'Bjø rn', 'Erd os'."""
+    assert body(tex) == expected

@@ -87,6 +87,18 @@ CHAR_CODE = re.compile(
     r"[ \t]*\n?[ \t]*(?:`(?:\\(?P<symbol>[^a-zA-Z@]|[a-zA-Z@](?![a-zA-Z@]))|(?P<plain>[^\\\s{}]))"
     r"|(?P<dec>[0-9]+)|'(?P<oct>[0-7]+)|\"(?P<hex>[0-9A-F]+)) ?"
 )
+BLANKS_THEN_LINE = re.compile(r"[ \t\r]*(?:\n[ \t\r]*)?")
+
+
+def _skipped_blanks(text: str) -> int:
+    """How many leading characters of `text` TeX skips after a control word or before an
+    argument: blanks and one line end, not a blank line (a paragraph break)."""
+    end = BLANKS_THEN_LINE.match(text).end()
+    if "\n" in text[:end] and text.startswith("\n", end):
+        return text.index("\n")  # a blank line: its first line end stays
+    return end
+
+
 PUNCT_SPACE = re.compile(r"[ ]+(?=[.,;:!?])")
 PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
 
@@ -223,13 +235,26 @@ class LatexConverter(LatexTokens):
             letter = self.src[self.end[j] : self.start[e]] if e < self.n else ""
             out.append(accent_text(accent, letter.strip()))
             return e + 1
-        if self.kind[j] == WORD:
+        if self.kind[j] == WORD:  # \"\i: the blanks after \i go, as after any control word
             out.append(accent_text(accent, self.val[j]))
-            return j + 1
-        if self.kind[j] == TEXT and self.val[j][:1].strip():
-            out.append(accent_text(accent, self.val[j][0]) + _fix_text(self.val[j][1:]))
-            return j + 1
+            return self._after_control_word(j + 1, out)
+        if self.kind[j] == TEXT:  # the argument is the first character after blanks: \c c, \" o
+            val = self.val[j]
+            at = _skipped_blanks(val)
+            if at < len(val) and val[at].strip():
+                out.append(accent_text(accent, val[at]) + _fix_text(val[at + 1 :]))
+                return j + 1
         return j
+
+    def _after_control_word(self, j: int, out: list[str]) -> int:
+        """The text run at token j (if it is one) without the blanks TeX skips after a control
+        word, so that Bj\\o rn reads Bjørn; the index after what was taken."""
+        if j >= self.n or self.kind[j] != TEXT:
+            return j
+        rest = self.val[j][_skipped_blanks(self.val[j]) :]
+        if rest:
+            out.append(_fix_text(rest))
+        return j + 1
 
     def _word(self, i: int, j: int, out: list[str]) -> int:
         name = self.val[i][1:]
@@ -270,11 +295,13 @@ class LatexConverter(LatexTokens):
             return i + 1
         if base in ACCENT_WORDS:
             k = self._next(i + 1)
-            if k < self.n and self.kind[k] == BRACE:
-                return self._accent(base, k, out)
+            if k < self.n and self.kind[k] in (BRACE, TEXT) and (taken := self._accent(base, k, out)) > k:
+                return taken
         symbol = symbol_text(base)
         if symbol is not None:
             out.append(symbol)
+            if len(symbol) == 1 and symbol.isalpha():  # a letter inside a word: \o, \ss, \AA, \L
+                return self._after_control_word(i + 1, out)
             return i + 1
         # Unknown or formatting macro: drop its optional arguments, keep mandatory groups' text.
         shape = macro_args(base)
