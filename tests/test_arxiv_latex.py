@@ -428,3 +428,11 @@ def test_letters_and_accents_made_by_control_words_join_their_word(tex, expected
     """A letter written as a control word (\\o, \\ss, \\AA, \\L, \\i) or an accent applied to
     the letter after a blank (\\c c, \\H o) came out split: 'Bjø rn', 'Erd os'."""
     assert body(tex) == expected
+
+
+def test_text_symbols_pylatexenc_leaves_out_are_kept():
+    """\\S, \\P, \\copyright, \\pounds, \\textunderscore... have no replacement in pylatexenc's
+    table and were dropped: 'see 3' for 'see \\S 3', 'my_var' read 'myvar'."""
+    tex = ("see \\S 3 and \\S\\S 4--5, \\P 2, \\copyright{} 2020, \\pounds 5, 3\\,\\euro, "
+           "my\\textunderscore{}var, a \\textless{} b \\textgreater{} c \\textbar{} \\textquotedbl x")
+    assert body(tex) == 'see § 3 and §§ 4–5, ¶ 2, © 2020, £ 5, 3 €, my_var, a < b > c | " x'

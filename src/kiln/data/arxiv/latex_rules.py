@@ -105,6 +105,9 @@ TEXT_SYMBOLS = {
     "LaTeX": "LaTeX", "TeX": "TeX", "LaTeXe": "LaTeX2e", "BibTeX": "BibTeX", "par": "\n\n",
     "newline": "\n", "linebreak": "\n", "item": "\n- ", "qquad": " ", "quad": " ",
     "dots": "…", "ldots": "…", "textbackslash": "\\", "ie": "i.e.", "eg": "e.g.", "etal": "et al.",
+    # text symbols pylatexenc has no replacement for, so they were dropped ("see 3" for \S 3)
+    "S": "§", "P": "¶", "copyright": "©", "pounds": "£", "euro": "€", "textless": "<",
+    "textgreater": ">", "textunderscore": "_", "textbar": "|", "textquotedbl": '"',
 }
 ACCENTS = frozenset("'`^\"~=.")
 ACCENT_WORDS = frozenset("c u v H r d b k t".split())
