@@ -82,6 +82,18 @@ def test_metadata_year_and_date_fields_win():
     assert dated("x", year="1850")["year"] == 1850
 
 
+def test_years_of_a_pandas_made_catalogue_are_read():
+    """A pandas column with a missing value is float, so a catalogue exported from one holds
+    1850.0 (or "1850.0"): such a year was no year, the book undated and dropped by `period`,
+    and such a lifetime unknown, so a candidate after the author's death was kept."""
+    assert dated("x", year=1850.0)["year"] == dated("x", year="1850.0")["year"] == 1850
+    assert PeriodFilter(["1850-1899"]).filter(Document(text="x", id="b", metadata={"year": 1850.0}))
+    md = dated("no dates", title="Essays", open_library_years=[1900.0, 1900.0, 1850.0],
+               author_birth_year=1800.0, author_death_year=1870.0)
+    assert (md["year"], md["author_death_year"]) == (1850, 1870)  # 1900: after the death
+    assert "year_method" not in dated("x", year=float("nan"))  # NaN: no year, left undated
+
+
 GUTENBERG = """The Project Gutenberg EBook of Essays 1848, by Jane Doe
 
 Title: Essays 1848
