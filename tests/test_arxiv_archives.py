@@ -199,3 +199,18 @@ def test_single_gzipped_file_stops_at_the_member_limit(monkeypatch):
     # A tar.gz larger than one member's limit is still a tar, read whole.
     members = [(member(f"f{i}.tex"), DOC + b"B" * (40 << 10)) for i in range(3)]
     assert len(read_source_archive(make_tar(members, compress=True), limits=limits).files) == 3
+
+
+def test_a_utf8_byte_order_mark_is_not_text():
+    """Windows editors start a UTF-8 file with a BOM: it went into the paper's text (U+FEFF)
+    where the file was \\input."""
+    from kiln.data.arxiv import latex_to_text
+
+    bom = b"\xef\xbb\xbf"
+    raw = make_tar([(member("main.tex"), bom + b"\\documentclass{article}\\begin{document}"
+                     b"\\input{intro}\\end{document}"),
+                    (member("intro.tex"), bom + "Intro by G\u00f6del.".encode())])
+    contents = read_source_archive(raw)
+    assert not any("\ufeff" in text for text in contents.files.values())
+    assert latex_to_text(contents.files).body == "Intro by G\u00f6del."
+    assert read_source_archive(bom + DOC, "a.tex").files["a.tex"] == DOC.decode()
