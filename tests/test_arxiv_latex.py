@@ -436,3 +436,22 @@ def test_text_symbols_pylatexenc_leaves_out_are_kept():
     tex = ("see \\S 3 and \\S\\S 4--5, \\P 2, \\copyright{} 2020, \\pounds 5, 3\\,\\euro, "
            "my\\textunderscore{}var, a \\textless{} b \\textgreater{} c \\textbar{} \\textquotedbl x")
     assert body(tex) == 'see § 3 and §§ 4–5, ¶ 2, © 2020, £ 5, 3 €, my_var, a < b > c | " x'
+
+
+def test_the_import_packages_includes_are_resolved():
+    """\\import{dir}{file} and \\subimport (the import package, for papers kept in folders)
+    were unknown macros: the section was missing and its path came out as text
+    ('A sections/intro B')."""
+    files = {
+        "main.tex": "\\documentclass{article}\\usepackage{import}\\begin{document}A "
+                    "\\import{sections/}{intro} B \\subimport*{chap}{one.tex} C "
+                    "\\import{missing/}{x} D \\import{../}{up}\\end{document}",
+        "sections/intro.tex": "Intro. \\subimport{fig/}{f}",  # from its own folder
+        "sections/fig/f.tex": "Fig.",
+        "chap/one.tex": "One. \\input{two}",  # an imported file's \input looks in its folder too
+        "chap/two.tex": "Two.",
+    }
+    result = latex_to_text(files)
+    assert result.body == "A Intro. Fig.\n\nB One. Two.\n\nC D"
+    assert (result.counts["includes_resolved"], result.counts["includes_missing"],
+            result.counts["includes_refused"]) == (4, 1, 1)

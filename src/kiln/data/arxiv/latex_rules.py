@@ -100,6 +100,9 @@ DROP.update({
     "textcolor": "[{", "colorbox": "[{", "foreignlanguage": "[{", "parbox": "[[[{",
     "makebox": "[[", "framebox": "[[", "selectlanguage": "{", "multicolumn": "{{",
     "multirow": "[{[{",
+    # the import package's includes, when the file is not in the archive (`latex_source`)
+    **dict.fromkeys(("import", "subimport", "inputfrom", "subinputfrom", "includefrom",
+                     "subincludefrom"), "*{{"),
 })
 TEXT_SYMBOLS = {
     "LaTeX": "LaTeX", "TeX": "TeX", "LaTeXe": "LaTeX2e", "BibTeX": "BibTeX", "par": "\n\n",
