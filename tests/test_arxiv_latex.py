@@ -455,3 +455,17 @@ def test_the_import_packages_includes_are_resolved():
     assert result.body == "A Intro. Fig.\n\nB One. Two.\n\nC D"
     assert (result.counts["includes_resolved"], result.counts["includes_missing"],
             result.counts["includes_refused"]) == (4, 1, 1)
+
+
+def test_a_file_is_read_up_to_its_endinput():
+    """TeX stops reading a file at the end of the line of its \\endinput: the old notes after it
+    in an \\input file came out as text, and a local .sty's documentation after it defined
+    macros."""
+    files = {
+        "main.tex": "\\documentclass{article}\\usepackage{mymacros}\\begin{document}"
+                    "\\input{sec} After. \\verb|\\endinput| $\\R$ \\x\\end{document}",
+        "sec.tex": "Section text.\n\\endinput rest of its line\nOld notes to co-authors.\n",
+        "mymacros.sty": "\\newcommand{\\R}{\\mathbb{R}}\n\\endinput\n\\newcommand{\\x}{doc example}\n",
+    }
+    assert latex_to_text(files).body == ("Section text. rest of its line\n\nAfter. `\\endinput` "
+                                         "$\\mathbb{R}$")

@@ -26,6 +26,7 @@ from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpan
 from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
 from kiln.data.arxiv.latex_source import (
     LatexRefused,
+    cut_at_endinput,
     find_main_file,
     normalise_include,
     read_bracket,
@@ -109,7 +110,7 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
     for m in USEPACKAGE.finditer(preamble):
         for package in m.group(1).split(","):
             if (sty := _local_package(files, main, package)) is not None:
-                macro_sources.append(strip_comments(files[sty]))
+                macro_sources.append(cut_at_endinput(strip_comments(files[sty])))
     declared = NO_DECLARATIONS  # \MakeShortVerb{\|}, \lstnewenvironment...: they hold after them
     package_spans = []  # each package's literal spans, read once, with the declarations before it
     for source in macro_sources:

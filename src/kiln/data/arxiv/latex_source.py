@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
+from kiln.data.arxiv.latex_conditionals import CONTROL
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans, literal_spans
 
 DOCCLASS = re.compile(r"\\document(?:class|style)\s*(?:\[[^\]]*\])?\s*\{\s*([^}]*)\}")
@@ -55,6 +56,19 @@ def strip_comments(text: str, declared: Declared = NO_DECLARATIONS) -> str:
             pos = span.end
     out.append(text[pos:])
     return "".join(out)
+
+
+def cut_at_endinput(text: str, declared: Declared = NO_DECLARATIONS) -> str:
+    """`text` up to the end of the line of its first \\endinput outside literal spans: TeX reads
+    no further in that file (an \\input file's old notes, a .sty file's documentation)."""
+    if "\\endinput" not in text:
+        return text
+    spans = LiteralSpans(text, declared)
+    for m in CONTROL.finditer(text):
+        if m.group(1) == "endinput" and m.start() not in spans:
+            eol = text.find("\n", m.end())
+            return text[: m.start()] + text[m.end() : eol + 1 if eol >= 0 else len(text)]
+    return text
 
 
 def find_main_file(files: dict[str, str]) -> str | None:
@@ -182,7 +196,8 @@ def resolve_includes(
     files: dict[str, str], main: str, counts: Counter, budget: int | None = None, declared: Declared = NO_DECLARATIONS
 ) -> str:
     """The main file with \\input/\\include/\\subfile and the import package's \\import/\\subimport
-    (`_include_target`) replaced by the (comment-free) targets.
+    (`_include_target`) replaced by the (comment-free) targets, each file read up to its
+    \\endinput (`cut_at_endinput`).
 
     Counts ``includes_resolved``, ``includes_refused`` (outside the archive),
     ``includes_missing`` (not in the archive: figures' .pstex_t, .bbl...), ``includes_cycle``.
@@ -200,7 +215,7 @@ def resolve_includes(
 
     def expand(name: str, stack: tuple[str, ...], declared: Declared, cur: str) -> str:
         if (name, declared) not in texts:
-            texts[name, declared] = strip_comments(files[name], declared)
+            texts[name, declared] = cut_at_endinput(strip_comments(files[name], declared), declared)
         text = texts[name, declared]
         if "\\in" not in text and "\\sub" not in text and "\\import" not in text:
             return text
