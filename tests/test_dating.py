@@ -125,6 +125,13 @@ def test_gutenberg_header_parsed_and_release_date_not_used():
     assert (md["author_birth_year"], md["author_death_year"]) == (1800, 1870)
 
 
+def test_the_first_original_publication_line_counts():
+    """Every header field is its first line's, but a later "Original publication:" line (a
+    reprint's, in the text read with the header) replaced the header's year."""
+    text = GUTENBERG + "Original publication: Boston, 1901 (a reprint)\n"
+    assert parse_gutenberg_header(text)["original_year"] == 1850
+
+
 def test_digest_record_wikipedia_openlibrary_title():
     """Digest check: title "Essays 1848", Wikipedia 1850, Open Library 1850, author 1800-1870."""
     md = dated(

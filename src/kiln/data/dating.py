@@ -140,7 +140,8 @@ def parse_gutenberg_header(text: str) -> dict:
                 out["release_year"] = int(y.group(1))
         elif key == "translator" and value:
             out["translator"] = value
-        elif key == "original publication" and (y := _FOUR_DIGITS.search(value)):
+        elif key == "original publication" and "original_year" not in out and (
+                y := _FOUR_DIGITS.search(value)):
             out["original_year"] = int(y.group(1))
     return out
 
