@@ -529,6 +529,9 @@ def test_unknown_stage_option_names_the_key(tmp_path):
     (['prepare.stages=["read", "period", "write"]'], "'period' needs"),
     (['prepare.period.periods=["1800s"]'], "prepare.period.periods"),
     (['prepare.brain_rot_m2.judge="gpt"'], "prepare.brain_rot_m2.judge"),
+    (["prepare.arxiv.limit=-1"], r"prepare.arxiv.limit must be >= 0 \(0: every paper\), got -1"),
+    (["prepare.arxiv.max_member_bytes=0"], "prepare.arxiv.max_member_bytes must be >= 1"),
+    (["prepare.arxiv.max_ratio=0"], "prepare.arxiv.max_ratio must be > 0"),
     (["tokenizer.kind=\"unigram\""], "tokenizer.kind"),
 ])
 def test_impossible_combinations_fail_at_load(overrides, message):

@@ -150,6 +150,21 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
         raise ConfigError("prepare.arxiv.source_dir is empty: the folder of source archives")
     if not a.categories:
         raise ConfigError("prepare.arxiv.categories is empty: no paper would be kept")
+    _check_arxiv_numbers(a)
+
+
+def _check_arxiv_numbers(a: ArxivOptions) -> None:
+    """Counts and limits in range: a `limit = -1` (a common spelling of "no limit") stopped
+    each task after its first paper, a limit of 0 bytes refused every archive."""
+    if a.limit < 0:
+        raise ConfigError(f"prepare.arxiv.limit must be >= 0 (0: every paper), got {a.limit}")
+    if a.min_abstract_words < 0:
+        raise ConfigError(f"prepare.arxiv.min_abstract_words must be >= 0, got {a.min_abstract_words}")
+    for key in ("max_member_bytes", "max_total_bytes", "max_members"):
+        if getattr(a, key) < 1:
+            raise ConfigError(f"prepare.arxiv.{key} must be >= 1, got {getattr(a, key)}")
+    if not a.max_ratio > 0:
+        raise ConfigError(f"prepare.arxiv.max_ratio must be > 0, got {a.max_ratio}")
 
 
 # stages that would remove injected replicas (all but one copy, or every one) after they are
