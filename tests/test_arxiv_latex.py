@@ -469,3 +469,8 @@ def test_a_file_is_read_up_to_its_endinput():
     }
     assert latex_to_text(files).body == ("Section text. rest of its line\n\nAfter. `\\endinput` "
                                          "$\\mathbb{R}$")
+
+
+def test_the_star_of_a_starred_line_break_is_not_text():
+    """\\\\* is a line break where no page may break; its star came out as text ('A *B')."""
+    assert body("A\\\\*B and C\\\\*[2mm]D \\\\ *E \\\\ F*") == "A B and C D E F*"

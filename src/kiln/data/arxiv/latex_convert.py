@@ -207,9 +207,18 @@ class LatexConverter(LatexTokens):
 
     def _symbol(self, i: int, j: int, out: list[str]) -> int:
         c = self.val[i][1:]
-        if c == "\\":
+        if c == "\\":  # a line break; the star of \\* (no page break there) goes with it
             out.append("\n")
-            return self._skip_args(i + 1, "[")
+            k = i + 1
+            if k < self.n and self.kind[k] == TEXT:  # LaTeX looks for the star past blanks
+                val = self.val[k]
+                at = _skipped_blanks(val)
+                if val.startswith("*", at):
+                    if at + 1 < len(val):
+                        out.append(_fix_text(val[at + 1 :]))
+                        return k + 1
+                    k += 1
+            return self._skip_args(k, "[")
         if c in "([":
             close = self._find_symbol(i + 1, j, "\\)" if c == "(" else "\\]")
             if close is None:
