@@ -474,3 +474,10 @@ def test_a_file_is_read_up_to_its_endinput():
 def test_the_star_of_a_starred_line_break_is_not_text():
     """\\\\* is a line break where no page may break; its star came out as text ('A *B')."""
     assert body("A\\\\*B and C\\\\*[2mm]D \\\\ *E \\\\ F*") == "A B and C D E F*"
+
+
+def test_texorpdfstring_prints_its_tex_text_only():
+    """hyperref's \\texorpdfstring{TeX}{bookmark} (common in section titles) printed both:
+    '## Intro $x$x'."""
+    assert body("\\section{On \\texorpdfstring{$\\mathbb{R}^n$}{Rn} spaces}Text "
+                "\\texorpdfstring{\\emph{a}}{a}.") == "## On $\\mathbb{R}^n$ spaces\n\nText a."

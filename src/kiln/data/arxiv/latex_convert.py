@@ -285,6 +285,13 @@ class LatexConverter(LatexTokens):
             return i + 1
         if base == "char":
             return self._char(i, out)
+        if base == "texorpdfstring":  # hyperref: {TeX text}{PDF bookmark text}; the first is printed
+            k = self._next(i + 1)
+            if k < self.n and self.kind[k] == BRACE and self.val[k] == "{":
+                e = self.match[k]
+                self._enter(k + 1, e, out)
+                return self._skip_args(min(e + 1, self.n), "{")
+            return i + 1
         if base in DROP:
             return self._skip_args(i + 1, DROP[base])
         if base == "item":
