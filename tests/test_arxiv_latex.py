@@ -481,3 +481,10 @@ def test_texorpdfstring_prints_its_tex_text_only():
     '## Intro $x$x'."""
     assert body("\\section{On \\texorpdfstring{$\\mathbb{R}^n$}{Rn} spaces}Text "
                 "\\texorpdfstring{\\emph{a}}{a}.") == "## On $\\mathbb{R}^n$ spaces\n\nText a."
+
+
+def test_a_skips_bare_dimension_is_not_text():
+    """\\vskip 0.3in (every ICML paper has one), \\hskip 1em plus 2pt, \\kern-1pt take a
+    dimension without braces: it came out as text ('A 0.3in B')."""
+    assert body("A\\vskip 0.3in B \\hskip -2mm plus 1fill minus 2pt C\\kern-1pt D "
+                "\\vskip 2\\baselineskip E \\vskip{1cm}F") == "A B C D E F"

@@ -99,6 +99,10 @@ def _skipped_blanks(text: str) -> int:
     return end
 
 
+# TeX's skips and kerns take a bare dimension or glue: \vskip 0.3in, \hskip 1em plus 2pt minus 1pt
+GLUE_WORDS = frozenset({"vskip", "hskip", "kern", "mskip", "mkern"})
+_DIMEN = r"[ \t]*[-+]?[ \t]*(?:\d+(?:\.\d*)?|\.\d+)[ \t]*(?:true)?(?:pt|pc|in|bp|cm|mm|dd|cc|sp|em|ex|mu|fil+)?"
+GLUE = re.compile(rf"\s*(?:{_DIMEN}(?:[ \t]*(?:plus|minus){_DIMEN})*)?")
 PUNCT_SPACE = re.compile(r"[ ]+(?=[.,;:!?])")
 PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
 
@@ -292,6 +296,10 @@ class LatexConverter(LatexTokens):
                 self._enter(k + 1, e, out)
                 return self._skip_args(min(e + 1, self.n), "{")
             return i + 1
+        if base in GLUE_WORDS and i + 1 < self.n and self.kind[i + 1] == TEXT:  # \vskip 0.3in
+            if rest := self.val[i + 1][GLUE.match(self.val[i + 1]).end() :]:
+                out.append(_fix_text(rest))
+            return i + 2
         if base in DROP:
             return self._skip_args(i + 1, DROP[base])
         if base == "item":
