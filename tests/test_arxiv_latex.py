@@ -488,3 +488,21 @@ def test_a_skips_bare_dimension_is_not_text():
     dimension without braces: it came out as text ('A 0.3in B')."""
     assert body("A\\vskip 0.3in B \\hskip -2mm plus 1fill minus 2pt C\\kern-1pt D "
                 "\\vskip 2\\baselineskip E \\vskip{1cm}F") == "A B C D E F"
+
+
+def test_the_icml_title_block_is_not_body_text():
+    """ICML papers write title, authors and affiliations in the body, in \\twocolumn[...] with
+    the template's macros: they came out as the body's first paragraph ('[ Deep Nets Are Great
+    equal* Alice Smithequal,yyy ... alice@y.edu Machine Learning, ICML 0.3in ]'), and the title
+    was not found."""
+    doc = ("\\documentclass{article}\\usepackage{icml2023}\\begin{document}\n\\twocolumn[\n"
+           "\\icmltitle{Deep Nets Are Great}\n\\icmlsetsymbol{equal}{*}\n"
+           "\\begin{icmlauthorlist}\n\\icmlauthor{Alice Smith}{equal,yyy}\n\\end{icmlauthorlist}\n"
+           "\\icmlaffiliation{yyy}{Department of CS, University of Y}\n"
+           "\\icmlcorrespondingauthor{Alice Smith}{alice@y.edu}\n\\icmlkeywords{Machine Learning}\n"
+           "\\vskip 0.3in\n]\n\\printAffiliationsAndNotice{\\icmlEqualContribution}\n"
+           "\\begin{abstract}We show things.\\end{abstract}\n\\section{Introduction}\nDeep nets.\n"
+           "\\end{document}")
+    result = latex_to_text({"main.tex": doc})
+    assert (result.title, result.abstract) == ("Deep Nets Are Great", "We show things.")
+    assert result.body == "## Introduction\n\nDeep nets."

@@ -38,7 +38,7 @@ from kiln.data.arxiv.latex_source import (
 )
 
 USEPACKAGE = re.compile(r"\\usepackage\s*(?:\[[^\]]*\])?\s*\{([^}]*)\}")
-TITLE = re.compile(r"\\title(?![a-zA-Z@])\s*")
+TITLE = re.compile(r"\\(?:icml)?title(?![a-zA-Z@])\s*")  # ICML's is \icmltitle, in the body
 ABSTRACT_BEGIN = re.compile(r"\\begin\s*\{abstract\}")
 ABSTRACT_END = re.compile(r"\\end\s*\{abstract\}")
 ABSTRACT_MACRO = re.compile(r"\\abstract(?![a-zA-Z@])\s*(?=\{)")

@@ -45,6 +45,7 @@ DROP_ENVS = frozenset(
         "pspicture", "comment", "algorithm", "algorithmic", "algorithm2e", "filecontents",
         "titlepage", "abstract", "keywords", "keyword", "PACS", "IEEEkeywords", "CCSXML",
         "acks-hidden", "references", "sidewaystable", "sidewaysfigure", "tabu", "frontmatter",
+        "icmlauthorlist",
     ) for star in ("", "*")
 )
 # Literal spans (`latex_source.LiteralSpans`) kept: inline code in backticks, text as is.
@@ -100,6 +101,10 @@ DROP.update({
     "textcolor": "[{", "colorbox": "[{", "foreignlanguage": "[{", "parbox": "[[[{",
     "makebox": "[[", "framebox": "[[", "selectlanguage": "{", "multicolumn": "{{",
     "multirow": "[{[{",
+    # ICML's title block, written in the body (in \twocolumn[...]): title, authors, affiliations
+    "twocolumn": "[", "icmltitle": "{", "icmltitlerunning": "{", "icmlsetsymbol": "{{",
+    "icmlauthor": "{{", "icmlaffiliation": "{{", "icmlcorrespondingauthor": "{{",
+    "icmlkeywords": "{", "printAffiliationsAndNotice": "{",
     # the import package's includes, when the file is not in the archive (`latex_source`)
     **dict.fromkeys(("import", "subimport", "inputfrom", "subinputfrom", "includefrom",
                      "subincludefrom"), "*{{"),
