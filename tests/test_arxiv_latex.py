@@ -403,6 +403,15 @@ def test_iffalse_blocks_are_dropped_as_tex_skips_them(tex, preamble, expected):
     assert body(tex, preamble) == expected
 
 
+def test_an_iffalse_that_is_named_not_run_hides_nothing():
+    """\\let\\ifdraft\\iffalse and a definition's body name \\iffalse without running it: read as
+    one, it hid the paper up to its next \\fi ('End.' was all the body)."""
+    preamble = ("\\let\\ifdraft\\iffalse\\newcommand{\\ifnotes}{\\iffalse}"
+                "\\expandafter\\let\\csname ifx@\\endcsname\\iffalse")
+    tex = "Intro. \\ifdraft draft \\fi More. \\ifnotes n \\fi End. \\verb|{| \\iffalse gone \\fi ok"
+    assert body(tex, preamble) == "Intro. draft More. n End. `{` ok"
+
+
 def test_an_iffalse_in_the_preamble_hides_an_old_title_and_definition():
     doc = ("\\documentclass{article}\\iffalse\\title{Old}\\newcommand{\\R}{X}\\fi\\title{New}"
            "\\begin{document}\\begin{abstract}\\iffalse old\\fi New abstract\\end{abstract}"
