@@ -515,3 +515,12 @@ def test_the_icml_title_block_is_not_body_text():
     result = latex_to_text({"main.tex": doc})
     assert (result.title, result.abstract) == ("Deep Nets Are Great", "We show things.")
     assert result.body == "## Introduction\n\nDeep nets."
+
+
+def test_siunitx_quantities_keep_their_units():
+    """\\SI{3}{\\metre} and friends (siunitx, common in physics) lost their unit: the unit macros
+    are unknown, so '\\SI{9.81}{\\metre\\per\\second\\squared}' read '9.81' and \\si{..} nothing."""
+    tex = ("\\SI{9.81}{\\metre\\per\\second\\squared} at \\SI[round-mode=places]{300}[~]{\\kelvin}, "
+           "\\qty{2.5 \\pm 0.1}{\\milli\\watt}, \\SIrange{10}{20}{\\giga\\hertz}, \\SI{5}{m/s}, "
+           "\\si{\\per\\cubic\\centi\\metre}, \\num{1e5}, \\SI{3}")
+    assert body(tex) == "9.81 m/s² at 300 K, 2.5 ± 0.1 mW, 10–20 GHz, 5 m/s, /cm³, 1e5, 3"

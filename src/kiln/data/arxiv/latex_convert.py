@@ -52,6 +52,7 @@ from kiln.data.arxiv.latex_tokens import (
     WORD,
     LatexTokens,
 )
+from kiln.data.arxiv.latex_units import SI_COMMANDS, si_unit
 
 LABEL = re.compile(r"\\label\s*\{[^{}]*\}")
 BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
@@ -296,6 +297,8 @@ class LatexConverter(LatexTokens):
                 self._enter(k + 1, e, out)
                 return self._skip_args(min(e + 1, self.n), "{")
             return i + 1
+        if base in SI_COMMANDS:
+            return self._si(base, i, out)
         if base in GLUE_WORDS and i + 1 < self.n and self.kind[i + 1] == TEXT:  # \vskip 0.3in
             if rest := self.val[i + 1][GLUE.match(self.val[i + 1]).end() :]:
                 out.append(_fix_text(rest))
@@ -330,6 +333,26 @@ class LatexConverter(LatexTokens):
         # Unknown or formatting macro: drop its optional arguments, keep mandatory groups' text.
         shape = macro_args(base)
         return self._skip_args(i + 1, shape[: len(shape) - len(shape.lstrip("*["))])
+
+    def _si(self, base: str, i: int, out: list[str]) -> int:
+        """siunitx's \\SI{3}{\\metre}, \\qty, \\si, \\SIrange... at token i: numbers converted, the
+        unit printed (`si_unit`), [options] dropped; the index after it. With a group missing it
+        is read as an unknown macro (its groups' text kept)."""
+        k, groups = i + 1, []
+        while len(groups) <= SI_COMMANDS[base]:
+            g = self._next(self._skip_args(k, "["))
+            if g >= self.n or self.kind[g] != BRACE or self.val[g] != "{" or self.match[g] >= self.n:
+                return i + 1
+            groups.append(g)
+            k = self.match[g] + 1
+        *numbers, unit = groups
+        text = si_unit(self.src[self.end[unit] : self.start[self.match[unit]]])
+        if not numbers:
+            out.append(text)
+        for n, g in enumerate(numbers):
+            after = ("–" if n < len(numbers) - 1 else f" {text}" if text else "")
+            self._enter(g + 1, self.match[g], out, lambda after=after: out.append(after))
+        return k
 
     def _char(self, i: int, out: list[str]) -> int:
         """\\char with its character code (`\\\\, `x, 92, '134, "5C) at token i: the character, an
