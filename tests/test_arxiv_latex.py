@@ -524,3 +524,16 @@ def test_siunitx_quantities_keep_their_units():
            "\\qty{2.5 \\pm 0.1}{\\milli\\watt}, \\SIrange{10}{20}{\\giga\\hertz}, \\SI{5}{m/s}, "
            "\\si{\\per\\cubic\\centi\\metre}, \\num{1e5}, \\SI{3}")
     assert body(tex) == "9.81 m/s² at 300 K, 2.5 ± 0.1 mW, 10–20 GHz, 5 m/s, /cm³, 1e5, 3"
+
+
+def test_journal_templates_front_matter_is_not_body_text():
+    """amsart's \\curraddr, \\urladdr, \\dedicatory and revtex / aastex's \\altaffiliation,
+    \\collaboration, \\preprint, \\correspondingauthor... are front matter, written in the body
+    before \\maketitle: they came out as its first paragraphs ('Somewhere else http://x.edu/ a
+    To my teacher ...')."""
+    front = ("\\address{Dept. X}\\curraddr{Somewhere else}\\email{a@x.edu}\\urladdr{http://x.edu/~a}"
+             "\\dedicatory{To my teacher}\\affiliation{Institute Y}\\altaffiliation{Also at Z}"
+             "\\collaboration{The XYZ Collaboration}\\preprint{ABC-123}\\homepage{http://y.org}"
+             "\\correspondingauthor{B. Author}\\submitjournal{ApJ}\\received{1 May}\\revised{2 June}"
+             "\\affiliations{AAAI Institute}")
+    assert body(front + "\\maketitle\nBody text.") == "Body text."

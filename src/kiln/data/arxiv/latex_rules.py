@@ -89,6 +89,10 @@ DROP = {name: "*[{" for name in (
     "IEEEoverridecommandlockouts", "IEEEpeerreviewmaketitle", "markboth", "runningtitle",
     "shorttitle", "shortauthors", "orcid", "ead", "tnotetext", "fntext", "cortext", "corref",
     "acmConference", "acmYear", "copyrightyear", "setcopyright", "ccsdesc", "vfill", "hfill",
+    # front matter of amsart (math), revtex (physics), aastex (astro-ph) and AAAI, often
+    # written in the body before \maketitle
+    "curraddr", "urladdr", "dedicatory", "altaffiliation", "collaboration", "preprint",
+    "homepage", "correspondingauthor", "submitjournal", "revised", "affiliations",
 )}
 DROP.update({
     "cite": "*[[{", "citep": "*[[{", "citet": "*[[{", "citealp": "*[[{", "citealt": "*[[{",
