@@ -537,3 +537,13 @@ def test_journal_templates_front_matter_is_not_body_text():
              "\\correspondingauthor{B. Author}\\submitjournal{ApJ}\\received{1 May}\\revised{2 June}"
              "\\affiliations{AAAI Institute}")
     assert body(front + "\\maketitle\nBody text.") == "Body text."
+
+
+def test_xparse_definitions_are_expanded_like_newcommand():
+    """\\NewDocumentCommand (xparse, in the LaTeX kernel since 2020) was no definition: $\\R$
+    stayed \\R, and one written in the body printed its spec and body as text."""
+    preamble = ("\\NewDocumentCommand{\\R}{}{\\mathbb{R}}\\NewDocumentCommand\\norm{m}{\\lVert #1\\rVert}"
+                "\\NewDocumentCommand{\\pair}{O{0} m}{(#1,#2)}\\ProvideDocumentCommand{\\R}{}{no}")
+    tex = ("$\\R$, $\\norm{x}$, $\\pair{a}$, $\\pair[b]{c}$ \\NewDocumentCommand{\\opt}{s m}{X}"
+           "\\opt*{z} end")
+    assert body(tex, preamble) == "$\\mathbb{R}$, $\\lVert x\\rVert$, $(0,a)$, $(b,c)$ z end"

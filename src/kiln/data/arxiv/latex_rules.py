@@ -94,6 +94,8 @@ DROP = {name: "*[{" for name in (
     "curraddr", "urladdr", "dedicatory", "altaffiliation", "collaboration", "preprint",
     "homepage", "correspondingauthor", "submitjournal", "revised", "affiliations",
 )}
+DROP.update(dict.fromkeys(("NewDocumentCommand", "RenewDocumentCommand", "ProvideDocumentCommand",
+                           "DeclareDocumentCommand"), "{{{"))  # one `latex_macros` left in place
 DROP.update({
     "cite": "*[[{", "citep": "*[[{", "citet": "*[[{", "citealp": "*[[{", "citealt": "*[[{",
     "citeauthor": "*[[{", "citeyear": "*[[{", "parencite": "*[[{", "textcite": "*[[{",
