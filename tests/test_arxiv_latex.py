@@ -547,3 +547,18 @@ def test_xparse_definitions_are_expanded_like_newcommand():
     tex = ("$\\R$, $\\norm{x}$, $\\pair{a}$, $\\pair[b]{c}$ \\NewDocumentCommand{\\opt}{s m}{X}"
            "\\opt*{z} end")
     assert body(tex, preamble) == "$\\mathbb{R}$, $\\lVert x\\rVert$, $(0,a)$, $(b,c)$ z end"
+
+
+def test_an_input_whole_document_gives_its_body_not_the_papers_end():
+    """A TikZ figure kept as a standalone document and \\input (the standalone package strips
+    its preamble): its \\end{document} ended the paper, so the text after the figure was lost."""
+    files = {
+        "main.tex": "\\documentclass{article}\\usepackage{standalone}\\begin{document}Intro. "
+                    "\\begin{center}\\input{fig}\\end{center} More text.\\end{document}",
+        "fig.tex": "% a figure\n\\documentclass{standalone}\\begin{document}Figure text."
+                   "\\end{document}",
+        "body.tex": "\\begin{document}Split body.\\end{document}",  # a body without a class: whole
+    }
+    assert latex_to_text(files).body == "Intro. Figure text. More text."
+    split = {"main.tex": "\\documentclass{article}\\input{body}", "body.tex": files["body.tex"]}
+    assert latex_to_text(split).body == "Split body."

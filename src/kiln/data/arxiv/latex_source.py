@@ -197,7 +197,9 @@ def resolve_includes(
 ) -> str:
     """The main file with \\input/\\include/\\subfile and the import package's \\import/\\subimport
     (`_include_target`) replaced by the (comment-free) targets, each file read up to its
-    \\endinput (`cut_at_endinput`).
+    \\endinput (`cut_at_endinput`). A target that is a whole document (a TikZ figure made with
+    the standalone class) gives its body only, as the standalone package reads it: its
+    \\end{document} ended the paper there.
 
     Counts ``includes_resolved``, ``includes_refused`` (outside the archive),
     ``includes_missing`` (not in the archive: figures' .pstex_t, .bbl...), ``includes_cycle``.
@@ -237,7 +239,9 @@ def resolve_includes(
             used += len(body)
             if used > limit:
                 raise LatexRefused("include_budget", f"includes expand past {limit} characters")
-            return _subfile_body(body) if m["kind"] == "subfile" else f"\n{body}\n"
+            if m["kind"] == "subfile" or body.lstrip().startswith("\\documentclass"):
+                return _subfile_body(body)  # a whole document (standalone, docmute): its body
+            return f"\n{body}\n"
 
         out, pos = [], 0
         for m, state in _includes(text, declared):
