@@ -562,3 +562,15 @@ def test_an_input_whole_document_gives_its_body_not_the_papers_end():
     assert latex_to_text(files).body == "Intro. Figure text. More text."
     split = {"main.tex": "\\documentclass{article}\\input{body}", "body.tex": files["body.tex"]}
     assert latex_to_text(split).body == "Split body."
+
+
+def test_set_up_commands_in_the_body_leave_no_options_behind():
+    """\\includestandalone, \\tikzset, \\lstset, \\sisetup, \\addbibresource... are not in
+    pylatexenc's table: their options and file names came out as text ('A [width=3cm]figs/plot
+    B', 'language=Python')."""
+    tex = ("A \\includestandalone[width=3cm]{figs/plot} B \\includesvg{x} \\includepdf[pages=-]{y} "
+           "C \\tikzset{every node/.style={draw}} \\pgfplotsset{compat=1.17} "
+           "\\usetikzlibrary{arrows} D \\lstset{language=Python} \\sisetup{per-mode=symbol} E "
+           "\\addbibresource{x.bib} \\newgeometry{margin=1in} \\printbibliography[title=Refs] F "
+           "\\algrenewcommand\\algorithmicrequire{\\textbf{In:}} \\SetKwInOut{Input}{In} G")
+    assert body(tex) == "A B C D E F G"

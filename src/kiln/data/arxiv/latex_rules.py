@@ -94,6 +94,13 @@ DROP = {name: "*[{" for name in (
     "curraddr", "urladdr", "dedicatory", "altaffiliation", "collaboration", "preprint",
     "homepage", "correspondingauthor", "submitjournal", "revised", "affiliations",
 )}
+# set-up and file commands met in the body: their arguments are options, keys and file names
+DROP.update({"includestandalone": "[{", "includesvg": "[{", "includepdf": "[{", "tikzset": "{",
+             "pgfplotsset": "{", "usetikzlibrary": "{", "usepgfplotslibrary": "{", "lstset": "{",
+             "sisetup": "{", "tcbset": "{", "pgfkeys": "{", "DeclareGraphicsExtensions": "{",
+             "addbibresource": "[{", "newgeometry": "{", "printbibliography": "[",
+             "algrenewcommand": "{{", "algnewcommand": "{{", "SetKwInOut": "{{", "SetKw": "{{",
+             "SetKwFunction": "{{", "SetKwProg": "{{{{"})
 DROP.update(dict.fromkeys(("NewDocumentCommand", "RenewDocumentCommand", "ProvideDocumentCommand",
                            "DeclareDocumentCommand"), "{{{"))  # one `latex_macros` left in place
 DROP.update({
