@@ -206,6 +206,8 @@ def _read_tar(payload: bytes, limits: ArchiveLimits, out: ArchiveContents) -> No
                     out.refused[problem] += 1
                     continue
                 name = posixpath.normpath(member.name.replace("\\", "/"))
+                if ESCAPED_BYTE.search(name):  # a non-UTF-8 name (old submissions): read as its text is
+                    name = decode_tex(name.encode("utf-8", "surrogateescape"))[0]
                 if not name.lower().endswith(TEX_SUFFIXES + MACRO_SUFFIXES):
                     continue
                 total += member.size
