@@ -199,3 +199,44 @@ def test_single_gzipped_file_stops_at_the_member_limit(monkeypatch):
     # A tar.gz larger than one member's limit is still a tar, read whole.
     members = [(member(f"f{i}.tex"), DOC + b"B" * (40 << 10)) for i in range(3)]
     assert len(read_source_archive(make_tar(members, compress=True), limits=limits).files) == 3
+
+
+def test_a_utf8_byte_order_mark_is_not_text():
+    """Windows editors start a UTF-8 file with a BOM: it went into the paper's text (U+FEFF)
+    where the file was \\input."""
+    from kiln.data.arxiv import latex_to_text
+
+    bom = b"\xef\xbb\xbf"
+    raw = make_tar([(member("main.tex"), bom + b"\\documentclass{article}\\begin{document}"
+                     b"\\input{intro}\\end{document}"),
+                    (member("intro.tex"), bom + "Intro by G\u00f6del.".encode())])
+    contents = read_source_archive(raw)
+    assert not any("\ufeff" in text for text in contents.files.values())
+    assert latex_to_text(contents.files).body == "Intro by G\u00f6del."
+    assert read_source_archive(bom + DOC, "a.tex").files["a.tex"] == DOC.decode()
+
+
+def test_a_non_utf8_member_name_is_read_as_text_and_can_be_written(tmp_path):
+    """A member named in Latin-1 (old submissions) kept its invalid byte as a surrogate: as the
+    paper's main_file it crashed the prepare task in the JSONL writer ('surrogates not
+    allowed'). The name is read as a file's text is (cp1252 fallback), so \\input{café} finds it."""
+    from datatrove.data import Document
+    from datatrove.pipeline.writers import JsonlWriter
+
+    from kiln.data.arxiv import LatexToText
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT, encoding="latin-1") as tar:
+        for name, data in (("caf\u00e9.tex", b"\\documentclass{article}\\begin{document}"
+                                              b"\\input{th\xe9}\\end{document}"),
+                           ("th\u00e9.tex", b"Hello from the caf\xe9.")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    files = read_source_archive(buf.getvalue()).files
+    assert sorted(files) == ["caf\u00e9.tex", "th\u00e9.tex"]
+    (doc,) = LatexToText().run([Document(text="", id="x", metadata={"latex_files": files})])
+    assert doc.text.endswith("Body: Hello from the caf\u00e9.")
+    assert doc.metadata["main_file"] == "caf\u00e9.tex"
+    with JsonlWriter(str(tmp_path)) as writer:
+        writer.write(doc)

@@ -382,3 +382,195 @@ def test_unclosed_url_and_inline_code_openers_are_linear():
             assert_linear(strip_comments, bad, 12_500, (opener, sep))  # 100,000: the larger run
             if opener.count("{") == opener.count("}"):  # unclosed nesting: test_deep_nesting_converts_in_linear_time
                 assert_linear(lambda text: LatexConverter(text).text(), bad, 2_500, (opener, sep))
+
+
+@pytest.mark.parametrize(
+    ("tex", "preamble", "expected"),
+    [
+        ("Kept. \\iffalse Old draft \\ifx\\a\\b nested \\fi still hidden \\fi Kept too.", "",
+         "Kept. Kept too."),
+        ("A \\iffalse hidden \\else shown \\fi B", "", "A shown B"),
+        ("A \\iffalse h1 \\ifdraft h2 \\fi h3 \\fi B", "\\newif\\ifdraft", "A B"),
+        ("A \\iffalse h1 $a\\iff b$ \\ifthenelse{x}{y}{z} h2 \\fi B", "", "A B"),  # no \fi of theirs
+        ("A \\verb|\\iffalse| B \\fi C", "", "A `\\iffalse` B C"),  # shown, not a conditional
+        ("A \\iffalse C %\\fi\n\\fi D", "", "A D"),  # a commented-out \fi is no \fi
+        ("A \\iffalse never closed", "", "A never closed"),  # TeX stops: nothing is hidden
+    ],
+)
+def test_iffalse_blocks_are_dropped_as_tex_skips_them(tex, preamble, expected):
+    """Authors hide old drafts and notes to co-authors in \\iffalse ... \\fi; the converter
+    read both as unknown macros and kept the hidden text."""
+    assert body(tex, preamble) == expected
+
+
+def test_an_iffalse_that_is_named_not_run_hides_nothing():
+    """\\let\\ifdraft\\iffalse and a definition's body name \\iffalse without running it: read as
+    one, it hid the paper up to its next \\fi ('End.' was all the body)."""
+    preamble = ("\\let\\ifdraft\\iffalse\\newcommand{\\ifnotes}{\\iffalse}"
+                "\\expandafter\\let\\csname ifx@\\endcsname\\iffalse")
+    tex = "Intro. \\ifdraft draft \\fi More. \\ifnotes n \\fi End. \\verb|{| \\iffalse gone \\fi ok"
+    assert body(tex, preamble) == "Intro. draft More. n End. `{` ok"
+
+
+def test_an_iffalse_in_the_preamble_hides_an_old_title_and_definition():
+    doc = ("\\documentclass{article}\\iffalse\\title{Old}\\newcommand{\\R}{X}\\fi\\title{New}"
+           "\\begin{document}\\begin{abstract}\\iffalse old\\fi New abstract\\end{abstract}"
+           "$\\R$\\end{document}")
+    result = latex_to_text({"main.tex": doc})
+    assert (result.title, result.abstract, result.body) == ("New", "New abstract", "$\\R$")
+    assert result.counts["iffalse_dropped"] == 2
+
+
+@pytest.mark.parametrize(
+    ("tex", "expected"),
+    [
+        ("Bj\\o rn S\\o rensen", "Bjørn Sørensen"),  # TeX skips the blanks after a control word
+        ("\\AA ngstr\\\"om and Stra\\ss e", "Ångström and Straße"),
+        ("\\L ukasz, na\\\"\\i ve", "Łukasz, naïve"),
+        ("\\c c, \\v s, Erd\\H os, \\\" o", "ç, š, Erdős, ö"),  # an accent's argument after blanks
+        ("N\\o\n  rskov", "Nørskov"),  # one line end is a blank too
+        ("x \\o\n\nNext", "x ø\n\nNext"),  # a blank line is a paragraph break, kept
+        ("\\ldots and \\LaTeX\\ is", "… and LaTeX is"),  # not letters: the space is kept
+    ],
+)
+def test_letters_and_accents_made_by_control_words_join_their_word(tex, expected):
+    """A letter written as a control word (\\o, \\ss, \\AA, \\L, \\i) or an accent applied to
+    the letter after a blank (\\c c, \\H o) came out split: 'Bjø rn', 'Erd os'."""
+    assert body(tex) == expected
+
+
+def test_text_symbols_pylatexenc_leaves_out_are_kept():
+    """\\S, \\P, \\copyright, \\pounds, \\textunderscore... have no replacement in pylatexenc's
+    table and were dropped: 'see 3' for 'see \\S 3', 'my_var' read 'myvar'."""
+    tex = ("see \\S 3 and \\S\\S 4--5, \\P 2, \\copyright{} 2020, \\pounds 5, 3\\,\\euro, "
+           "my\\textunderscore{}var, a \\textless{} b \\textgreater{} c \\textbar{} \\textquotedbl x")
+    assert body(tex) == 'see § 3 and §§ 4–5, ¶ 2, © 2020, £ 5, 3 €, my_var, a < b > c | " x'
+
+
+def test_the_import_packages_includes_are_resolved():
+    """\\import{dir}{file} and \\subimport (the import package, for papers kept in folders)
+    were unknown macros: the section was missing and its path came out as text
+    ('A sections/intro B')."""
+    files = {
+        "main.tex": "\\documentclass{article}\\usepackage{import}\\begin{document}A "
+                    "\\import{sections/}{intro} B \\subimport*{chap}{one.tex} C "
+                    "\\import{missing/}{x} D \\import{../}{up}\\end{document}",
+        "sections/intro.tex": "Intro. \\subimport{fig/}{f}",  # from its own folder
+        "sections/fig/f.tex": "Fig.",
+        "chap/one.tex": "One. \\input{two}",  # an imported file's \input looks in its folder too
+        "chap/two.tex": "Two.",
+    }
+    result = latex_to_text(files)
+    assert result.body == "A Intro. Fig.\n\nB One. Two.\n\nC D"
+    assert (result.counts["includes_resolved"], result.counts["includes_missing"],
+            result.counts["includes_refused"]) == (4, 1, 1)
+
+
+def test_a_file_is_read_up_to_its_endinput():
+    """TeX stops reading a file at the end of the line of its \\endinput: the old notes after it
+    in an \\input file came out as text, and a local .sty's documentation after it defined
+    macros."""
+    files = {
+        "main.tex": "\\documentclass{article}\\usepackage{mymacros}\\begin{document}"
+                    "\\input{sec} After. \\verb|\\endinput| $\\R$ \\x\\end{document}",
+        "sec.tex": "Section text.\n\\endinput rest of its line\nOld notes to co-authors.\n",
+        "mymacros.sty": "\\newcommand{\\R}{\\mathbb{R}}\n\\endinput\n\\newcommand{\\x}{doc example}\n",
+    }
+    assert latex_to_text(files).body == ("Section text. rest of its line\n\nAfter. `\\endinput` "
+                                         "$\\mathbb{R}$")
+
+
+def test_the_star_of_a_starred_line_break_is_not_text():
+    """\\\\* is a line break where no page may break; its star came out as text ('A *B')."""
+    assert body("A\\\\*B and C\\\\*[2mm]D \\\\ *E \\\\ F*") == "A B and C D E F*"
+
+
+def test_texorpdfstring_prints_its_tex_text_only():
+    """hyperref's \\texorpdfstring{TeX}{bookmark} (common in section titles) printed both:
+    '## Intro $x$x'."""
+    assert body("\\section{On \\texorpdfstring{$\\mathbb{R}^n$}{Rn} spaces}Text "
+                "\\texorpdfstring{\\emph{a}}{a}.") == "## On $\\mathbb{R}^n$ spaces\n\nText a."
+
+
+def test_a_skips_bare_dimension_is_not_text():
+    """\\vskip 0.3in (every ICML paper has one), \\hskip 1em plus 2pt, \\kern-1pt take a
+    dimension without braces: it came out as text ('A 0.3in B')."""
+    assert body("A\\vskip 0.3in B \\hskip -2mm plus 1fill minus 2pt C\\kern-1pt D "
+                "\\vskip 2\\baselineskip E \\vskip{1cm}F") == "A B C D E F"
+
+
+def test_the_icml_title_block_is_not_body_text():
+    """ICML papers write title, authors and affiliations in the body, in \\twocolumn[...] with
+    the template's macros: they came out as the body's first paragraph ('[ Deep Nets Are Great
+    equal* Alice Smithequal,yyy ... alice@y.edu Machine Learning, ICML 0.3in ]'), and the title
+    was not found."""
+    doc = ("\\documentclass{article}\\usepackage{icml2023}\\begin{document}\n\\twocolumn[\n"
+           "\\icmltitle{Deep Nets Are Great}\n\\icmlsetsymbol{equal}{*}\n"
+           "\\begin{icmlauthorlist}\n\\icmlauthor{Alice Smith}{equal,yyy}\n\\end{icmlauthorlist}\n"
+           "\\icmlaffiliation{yyy}{Department of CS, University of Y}\n"
+           "\\icmlcorrespondingauthor{Alice Smith}{alice@y.edu}\n\\icmlkeywords{Machine Learning}\n"
+           "\\vskip 0.3in\n]\n\\printAffiliationsAndNotice{\\icmlEqualContribution}\n"
+           "\\begin{abstract}We show things.\\end{abstract}\n\\section{Introduction}\nDeep nets.\n"
+           "\\end{document}")
+    result = latex_to_text({"main.tex": doc})
+    assert (result.title, result.abstract) == ("Deep Nets Are Great", "We show things.")
+    assert result.body == "## Introduction\n\nDeep nets."
+
+
+def test_siunitx_quantities_keep_their_units():
+    """\\SI{3}{\\metre} and friends (siunitx, common in physics) lost their unit: the unit macros
+    are unknown, so '\\SI{9.81}{\\metre\\per\\second\\squared}' read '9.81' and \\si{..} nothing."""
+    tex = ("\\SI{9.81}{\\metre\\per\\second\\squared} at \\SI[round-mode=places]{300}[~]{\\kelvin}, "
+           "\\qty{2.5 \\pm 0.1}{\\milli\\watt}, \\SIrange{10}{20}{\\giga\\hertz}, \\SI{5}{m/s}, "
+           "\\si{\\per\\cubic\\centi\\metre}, \\num{1e5}, \\SI{3}")
+    assert body(tex) == "9.81 m/s² at 300 K, 2.5 ± 0.1 mW, 10–20 GHz, 5 m/s, /cm³, 1e5, 3"
+
+
+def test_journal_templates_front_matter_is_not_body_text():
+    """amsart's \\curraddr, \\urladdr, \\dedicatory and revtex / aastex's \\altaffiliation,
+    \\collaboration, \\preprint, \\correspondingauthor... are front matter, written in the body
+    before \\maketitle: they came out as its first paragraphs ('Somewhere else http://x.edu/ a
+    To my teacher ...')."""
+    front = ("\\address{Dept. X}\\curraddr{Somewhere else}\\email{a@x.edu}\\urladdr{http://x.edu/~a}"
+             "\\dedicatory{To my teacher}\\affiliation{Institute Y}\\altaffiliation{Also at Z}"
+             "\\collaboration{The XYZ Collaboration}\\preprint{ABC-123}\\homepage{http://y.org}"
+             "\\correspondingauthor{B. Author}\\submitjournal{ApJ}\\received{1 May}\\revised{2 June}"
+             "\\affiliations{AAAI Institute}")
+    assert body(front + "\\maketitle\nBody text.") == "Body text."
+
+
+def test_xparse_definitions_are_expanded_like_newcommand():
+    """\\NewDocumentCommand (xparse, in the LaTeX kernel since 2020) was no definition: $\\R$
+    stayed \\R, and one written in the body printed its spec and body as text."""
+    preamble = ("\\NewDocumentCommand{\\R}{}{\\mathbb{R}}\\NewDocumentCommand\\norm{m}{\\lVert #1\\rVert}"
+                "\\NewDocumentCommand{\\pair}{O{0} m}{(#1,#2)}\\ProvideDocumentCommand{\\R}{}{no}")
+    tex = ("$\\R$, $\\norm{x}$, $\\pair{a}$, $\\pair[b]{c}$ \\NewDocumentCommand{\\opt}{s m}{X}"
+           "\\opt*{z} end")
+    assert body(tex, preamble) == "$\\mathbb{R}$, $\\lVert x\\rVert$, $(0,a)$, $(b,c)$ z end"
+
+
+def test_an_input_whole_document_gives_its_body_not_the_papers_end():
+    """A TikZ figure kept as a standalone document and \\input (the standalone package strips
+    its preamble): its \\end{document} ended the paper, so the text after the figure was lost."""
+    files = {
+        "main.tex": "\\documentclass{article}\\usepackage{standalone}\\begin{document}Intro. "
+                    "\\begin{center}\\input{fig}\\end{center} More text.\\end{document}",
+        "fig.tex": "% a figure\n\\documentclass{standalone}\\begin{document}Figure text."
+                   "\\end{document}",
+        "body.tex": "\\begin{document}Split body.\\end{document}",  # a body without a class: whole
+    }
+    assert latex_to_text(files).body == "Intro. Figure text. More text."
+    split = {"main.tex": "\\documentclass{article}\\input{body}", "body.tex": files["body.tex"]}
+    assert latex_to_text(split).body == "Split body."
+
+
+def test_set_up_commands_in_the_body_leave_no_options_behind():
+    """\\includestandalone, \\tikzset, \\lstset, \\sisetup, \\addbibresource... are not in
+    pylatexenc's table: their options and file names came out as text ('A [width=3cm]figs/plot
+    B', 'language=Python')."""
+    tex = ("A \\includestandalone[width=3cm]{figs/plot} B \\includesvg{x} \\includepdf[pages=-]{y} "
+           "C \\tikzset{every node/.style={draw}} \\pgfplotsset{compat=1.17} "
+           "\\usetikzlibrary{arrows} D \\lstset{language=Python} \\sisetup{per-mode=symbol} E "
+           "\\addbibresource{x.bib} \\newgeometry{margin=1in} \\printbibliography[title=Refs] F "
+           "\\algrenewcommand\\algorithmicrequire{\\textbf{In:}} \\SetKwInOut{Input}{In} G")
+    assert body(tex) == "A B C D E F G"

@@ -82,6 +82,18 @@ def test_metadata_year_and_date_fields_win():
     assert dated("x", year="1850")["year"] == 1850
 
 
+def test_years_of_a_pandas_made_catalogue_are_read():
+    """A pandas column with a missing value is float, so a catalogue exported from one holds
+    1850.0 (or "1850.0"): such a year was no year, the book undated and dropped by `period`,
+    and such a lifetime unknown, so a candidate after the author's death was kept."""
+    assert dated("x", year=1850.0)["year"] == dated("x", year="1850.0")["year"] == 1850
+    assert PeriodFilter(["1850-1899"]).filter(Document(text="x", id="b", metadata={"year": 1850.0}))
+    md = dated("no dates", title="Essays", open_library_years=[1900.0, 1900.0, 1850.0],
+               author_birth_year=1800.0, author_death_year=1870.0)
+    assert (md["year"], md["author_death_year"]) == (1850, 1870)  # 1900: after the death
+    assert "year_method" not in dated("x", year=float("nan"))  # NaN: no year, left undated
+
+
 GUTENBERG = """The Project Gutenberg EBook of Essays 1848, by Jane Doe
 
 Title: Essays 1848
@@ -111,6 +123,13 @@ def test_gutenberg_header_parsed_and_release_date_not_used():
     assert (md["year"], md["year_method"]) == (1850, "majority_vote")
     assert md["gutenberg_release_year"] == 2004
     assert (md["author_birth_year"], md["author_death_year"]) == (1800, 1870)
+
+
+def test_the_first_original_publication_line_counts():
+    """Every header field is its first line's, but a later "Original publication:" line (a
+    reprint's, in the text read with the header) replaced the header's year."""
+    text = GUTENBERG + "Original publication: Boston, 1901 (a reprint)\n"
+    assert parse_gutenberg_header(text)["original_year"] == 1850
 
 
 def test_digest_record_wikipedia_openlibrary_title():

@@ -529,6 +529,9 @@ def test_unknown_stage_option_names_the_key(tmp_path):
     (['prepare.stages=["read", "period", "write"]'], "'period' needs"),
     (['prepare.period.periods=["1800s"]'], "prepare.period.periods"),
     (['prepare.brain_rot_m2.judge="gpt"'], "prepare.brain_rot_m2.judge"),
+    (["prepare.arxiv.limit=-1"], r"prepare.arxiv.limit must be >= 0 \(0: every paper\), got -1"),
+    (["prepare.arxiv.max_member_bytes=0"], "prepare.arxiv.max_member_bytes must be >= 1"),
+    (["prepare.arxiv.max_ratio=0"], "prepare.arxiv.max_ratio must be > 0"),
     (["tokenizer.kind=\"unigram\""], "tokenizer.kind"),
 ])
 def test_impossible_combinations_fail_at_load(overrides, message):
@@ -563,11 +566,19 @@ SELECT = ['prepare.stages=["read", "perplexity", "perplexity_select", "write"]',
      "prepare.quality.domain is set but 'quality'"),
     (['prepare.dedup_minhash.n_grams=3'], "prepare.dedup_minhash.n_grams is set but"),
     (['prepare.perplexity.run_dir="r"'], "prepare.perplexity.run_dir is set but 'perplexity'"),
+    (['prepare.stages=["read", "dating", "write"]', 'prepare.period.periods=["1800-1849"]'],
+     "prepare.period.periods is set but 'period'"),
+    (['prepare.period.keep_undated=true'], "prepare.period.keep_undated is set but"),
+    (['prepare.stages=["arxiv_sources", "latex", "write"]', 'prepare.arxiv.source_dir="s"',
+      'prepare.arxiv.categories=["hep-th"]'], "prepare.arxiv.categories is set but 'arxiv_metadata'"),
+    (['prepare.stages=["arxiv_sources", "latex", "write"]', 'prepare.arxiv.source_dir="s"',
+      'prepare.arxiv.snapshot="m.jsonl"'], "prepare.arxiv.snapshot is set but"),
 ])
 def test_a_setting_no_stage_reads_is_refused_before_making_data(tmp_path, overrides, message):
-    """Selection settings with `perplexity` alone (which only scores), or language settings
+    """Selection settings with `perplexity` alone (which only scores), language settings
     with no `language` stage (or a Brain Rot, quality or dedup table without its stage),
-    were accepted and ignored: every document kept. Refused before
+    periods with `dating` alone, or the metadata filter's settings with `arxiv_sources`
+    reading the whole folder, were accepted and ignored: every document kept. Refused before
     any work; a run's recorded config holding one still loads (its model trains)."""
     cfg = load_config(None, overrides)
     with pytest.raises(ConfigError, match=message):

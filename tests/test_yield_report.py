@@ -211,3 +211,20 @@ def test_a_damaged_yield_json_does_not_fail_tokenize_after_its_shards(run, damag
     (run / "yield.json").write_bytes(damage)
     assert add_token_counts(run) is None
     assert (run / "yield.json").read_bytes() == damage
+
+
+def test_a_paper_the_latex_stage_refuses_is_attributed():
+    """`LatexToText` drops a paper whose \\input fan-out passes the include budget as
+    `refused/include_budget`: yield.json listed it as "unattributed"."""
+    from kiln.data.arxiv import LatexToText
+    from kiln.data.yield_report import reason_spec
+
+    layout = {"readers": ["arxiv_sources"], "steps": [
+        {"stage": "arxiv_sources", "meter": True},
+        {"stage": "latex", "meter": False, "reasons": reason_spec(LatexToText())},
+        {"stage": "latex", "meter": True}]}
+    merged = [{"counts": Counter(documents=3, bytes=0)},
+              {"counts": Counter({"refused/include_budget": 1, "converted": 2})},
+              {"counts": Counter(documents=2, bytes=20)}]
+    rows = compute_yield(layout, merged)["stages"]
+    assert rows[1]["drop_reasons"] == {"refused_include_budget": 1}

@@ -140,7 +140,8 @@ def parse_gutenberg_header(text: str) -> dict:
                 out["release_year"] = int(y.group(1))
         elif key == "translator" and value:
             out["translator"] = value
-        elif key == "original publication" and (y := _FOUR_DIGITS.search(value)):
+        elif key == "original publication" and "original_year" not in out and (
+                y := _FOUR_DIGITS.search(value)):
             out["original_year"] = int(y.group(1))
     return out
 
@@ -192,12 +193,16 @@ def _verb_years(text: str) -> list[int]:
 
 
 def _int_or_none(value: object) -> int | None:
+    """A year as a record holds it: an int, a whole float (a pandas column with a missing
+    value is float: 1850.0, NaN) or a 3-4 digit string ("1850", "1850.0")."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and re.fullmatch(r"\s*\d{3,4}\s*", value):
+    if isinstance(value, float) and value.is_integer():
         return int(value)
+    if isinstance(value, str) and (m := re.fullmatch(r"\s*(\d{3,4})(?:\.0*)?\s*", value)):
+        return int(m.group(1))
     return None
 
 

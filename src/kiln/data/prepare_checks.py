@@ -21,6 +21,7 @@ from kiln.data.prepare_config import (
     READS_FROM,
     SELECTION_MODES,
     STAGES,
+    ArxivOptions,
     BrainRotArmsOptions,
     BrainRotM1Options,
     BrainRotM2Options,
@@ -28,6 +29,7 @@ from kiln.data.prepare_config import (
     DedupMinhashOptions,
     InjectOptions,
     LanguageOptions,
+    PeriodOptions,
     PerplexityOptions,
     PrepareConfig,
     QualityOptions,
@@ -157,6 +159,21 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
         raise ConfigError("prepare.arxiv.source_dir is empty: the folder of source archives")
     if not a.categories:
         raise ConfigError("prepare.arxiv.categories is empty: no paper would be kept")
+    _check_arxiv_numbers(a)
+
+
+def _check_arxiv_numbers(a: ArxivOptions) -> None:
+    """Counts and limits in range: a `limit = -1` (a common spelling of "no limit") stopped
+    each task after its first paper, a limit of 0 bytes refused every archive."""
+    if a.limit < 0:
+        raise ConfigError(f"prepare.arxiv.limit must be >= 0 (0: every paper), got {a.limit}")
+    if a.min_abstract_words < 0:
+        raise ConfigError(f"prepare.arxiv.min_abstract_words must be >= 0, got {a.min_abstract_words}")
+    for key in ("max_member_bytes", "max_total_bytes", "max_members"):
+        if getattr(a, key) < 1:
+            raise ConfigError(f"prepare.arxiv.{key} must be >= 1, got {getattr(a, key)}")
+    if not a.max_ratio > 0:
+        raise ConfigError(f"prepare.arxiv.max_ratio must be > 0, got {a.max_ratio}")
 
 
 # stages that would remove injected replicas (all but one copy, or every one) after they are
@@ -259,14 +276,19 @@ def _check_period(cfg: PrepareConfig, on: set[str]) -> None:
         raise ConfigError("prepare.period.periods is empty: name buckets such as '1800-1849'")
 
 
-# settings that only a stage not in the list would read: (stage, table, keys, defaults)
+# settings that only a stage not in the list would read: (stage, table, keys, defaults, and
+# the stage that must run for the setting to count, None: always; `arxiv` is one table for
+# two stages, and a recipe's table with no arXiv stage at all changes no data)
 _READ_ONLY_BY = (
     ("perplexity_select", "perplexity", ("mode", "fraction", "count", "low_q", "high_q"),
-     PerplexityOptions()),
-    ("language", "language", ("languages", "mode", "strip_math"), LanguageOptions()),
+     PerplexityOptions(), None),
+    ("language", "language", ("languages", "mode", "strip_math"), LanguageOptions(), None),
+    ("period", "period", ("periods", "keep_undated"), PeriodOptions(), None),
+    ("arxiv_metadata", "arxiv", ("snapshot", "categories", "min_year", "min_abstract_words",
+                                 "limit"), ArxivOptions(), "arxiv_sources"),
     ("perplexity", "perplexity", ("run_dir", "batch_size", "max_tokens_per_doc", "device"),
-     PerplexityOptions()),
-    *((t, t, tuple(f.name for f in dataclasses.fields(o)), o) for t, o in (
+     PerplexityOptions(), None),
+    *((t, t, tuple(f.name for f in dataclasses.fields(o)), o, None) for t, o in (
         ("quality", QualityOptions()), ("brain_rot_m1", BrainRotM1Options()),
         ("brain_rot_m2", BrainRotM2Options()), ("brain_rot_arms", BrainRotArmsOptions()),
         ("dedup_exact", DedupExactOptions()), ("dedup_minhash", DedupMinhashOptions()))),
@@ -276,11 +298,13 @@ _READ_ONLY_BY = (
 def _refuse_unread_settings(cfg: PrepareConfig) -> None:
     """A stage's setting with the stage left out of prepare.stages: it was accepted and
     ignored (`perplexity` alone scores and keeps every document; no language filter runs;
-    a [prepare.brain_rot_m2] threshold without the stage filtered no junk)."""
-    for stage, table, keys, defaults in _READ_ONLY_BY:
+    a [prepare.brain_rot_m2] threshold without the stage filtered no junk; `dating` alone
+    keeps every period; `arxiv_sources` first reads every archive of the folder, whatever
+    the categories or years)."""
+    for stage, table, keys, defaults, running in _READ_ONLY_BY:
         options = getattr(cfg, table)
         changed = [k for k in keys if getattr(options, k) != getattr(defaults, k)]
-        if stage not in cfg.stages and changed:
+        if stage not in cfg.stages and changed and (running is None or running in cfg.stages):
             raise ConfigError(f"prepare.{table}.{changed[0]} is set but '{stage}' is not in "
                               f"prepare.stages: add the stage, or remove the setting (nothing "
                               "reads it)")

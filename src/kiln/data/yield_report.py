@@ -42,7 +42,8 @@ STEP_REASONS: dict[str, dict[str, Any]] = {
     "ArxivMetadataFilter": {"prefixes": {"metadata/dropped/": "metadata_"}},
     "ArxivSourceReader": {"prefixes": {"invalid/": "invalid_", "empty_tex/": "empty_tex_"},
                           "keys": {"missing_source": "missing_source"}},
-    "LatexToText": {"prefixes": {"empty_tex/": "empty_tex_", "error/": "error_"}},
+    "LatexToText": {"prefixes": {"empty_tex/": "empty_tex_", "error/": "error_",
+                                 "refused/": "refused_"}},
     "InjectReplicas": {"keys": {"web_docs_dropped": "replaced_by_replicas"},
                        "added": ["replicas"]},
 }

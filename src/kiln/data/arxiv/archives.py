@@ -19,6 +19,7 @@ garble every accent of the file.
 
 from __future__ import annotations
 
+import codecs
 import io
 import posixpath
 import re
@@ -142,7 +143,9 @@ def member_problem(member: tarfile.TarInfo, limits: ArchiveLimits) -> str | None
 def decode_tex(raw: bytes) -> tuple[str, str]:
     """Text and how it was read: "utf8"; "utf8_repaired" when it has more valid non-ASCII UTF-8
     characters than invalid bytes (each invalid byte alone is read as cp1252); else "cp1252", a
-    legacy 8-bit file (common in old submissions)."""
+    legacy 8-bit file (common in old submissions). A UTF-8 byte-order mark (Windows editors
+    write one) is no text: it went into the paper where the file was \\input."""
+    raw = raw.removeprefix(codecs.BOM_UTF8)
     text = raw.decode("utf-8", "surrogateescape")
     bad = sum(1 for _ in ESCAPED_BYTE.finditer(text))
     if not bad:
@@ -203,6 +206,8 @@ def _read_tar(payload: bytes, limits: ArchiveLimits, out: ArchiveContents) -> No
                     out.refused[problem] += 1
                     continue
                 name = posixpath.normpath(member.name.replace("\\", "/"))
+                if ESCAPED_BYTE.search(name):  # a non-UTF-8 name (old submissions): read as its text is
+                    name = decode_tex(name.encode("utf-8", "surrogateescape"))[0]
                 if not name.lower().endswith(TEX_SUFFIXES + MACRO_SUFFIXES):
                     continue
                 total += member.size

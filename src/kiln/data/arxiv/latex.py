@@ -1,9 +1,10 @@
 """LaTeX sources of one paper -> "Title: …\\nAbstract: …\\nBody: …" text.
 
 Order: choose the main file, resolve \\input/\\include/\\subfile inside the archive (comments
-stripped per file), split preamble/body, collect macro definitions (local .sty files named by
-\\usepackage, next to the main file or else at the root; then preamble, then body; later wins)
-and remove them, expand macros, pull title and abstract, convert the body (`latex_convert`).
+stripped per file), drop \\iffalse blocks (`latex_conditionals`), split preamble/body, collect
+macro definitions (local .sty files named by \\usepackage, next to the main file or else at the
+root; then preamble, then body; later wins) and remove them, expand macros, pull title and
+abstract, convert the body (`latex_convert`).
 Declarations in local .sty files and the preamble (\\MakeShortVerb{\\|}, \\lstnewenvironment,
 \\excludecomment...) hold in the body. A \\title or abstract inside a literal span (shown in a
 verbatim) is not the paper's. Title/abstract from arXiv metadata win over the source's.
@@ -19,11 +20,13 @@ from dataclasses import dataclass, field
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
+from kiln.data.arxiv.latex_conditionals import drop_false_branches
 from kiln.data.arxiv.latex_convert import LatexConverter
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans
 from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
 from kiln.data.arxiv.latex_source import (
     LatexRefused,
+    cut_at_endinput,
     find_main_file,
     normalise_include,
     read_bracket,
@@ -35,7 +38,7 @@ from kiln.data.arxiv.latex_source import (
 )
 
 USEPACKAGE = re.compile(r"\\usepackage\s*(?:\[[^\]]*\])?\s*\{([^}]*)\}")
-TITLE = re.compile(r"\\title(?![a-zA-Z@])\s*")
+TITLE = re.compile(r"\\(?:icml)?title(?![a-zA-Z@])\s*")  # ICML's is \icmltitle, in the body
 ABSTRACT_BEGIN = re.compile(r"\\begin\s*\{abstract\}")
 ABSTRACT_END = re.compile(r"\\end\s*\{abstract\}")
 ABSTRACT_MACRO = re.compile(r"\\abstract(?![a-zA-Z@])\s*(?=\{)")
@@ -102,12 +105,12 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
     if main is None or main not in files:
         return ExtractResult(main=None)
     counts: Counter = Counter()
-    preamble, body = split_document(resolve_includes(files, main, counts))
+    preamble, body = split_document(drop_false_branches(resolve_includes(files, main, counts), counts))
     macro_sources = []
     for m in USEPACKAGE.finditer(preamble):
         for package in m.group(1).split(","):
             if (sty := _local_package(files, main, package)) is not None:
-                macro_sources.append(strip_comments(files[sty]))
+                macro_sources.append(cut_at_endinput(strip_comments(files[sty])))
     declared = NO_DECLARATIONS  # \MakeShortVerb{\|}, \lstnewenvironment...: they hold after them
     package_spans = []  # each package's literal spans, read once, with the declarations before it
     for source in macro_sources:
@@ -115,8 +118,8 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
         declared = package_spans[-1].declared_after
     if declared != NO_DECLARATIONS:  # a local package's verbatim-like environments: % in them is code
         counts = Counter()
-        preamble, body = split_document(resolve_includes(files, main, counts, declared=declared),
-                                        declared)
+        text = resolve_includes(files, main, counts, declared=declared)
+        preamble, body = split_document(drop_false_branches(text, counts, declared), declared)
     macros: dict = {}
     theorems: dict[str, str] = {}
     preamble_spans = LiteralSpans(preamble, declared)  # for its definitions, declarations and title

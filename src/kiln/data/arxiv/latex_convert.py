@@ -52,6 +52,7 @@ from kiln.data.arxiv.latex_tokens import (
     WORD,
     LatexTokens,
 )
+from kiln.data.arxiv.latex_units import SI_COMMANDS, si_unit
 
 LABEL = re.compile(r"\\label\s*\{[^{}]*\}")
 BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
@@ -87,6 +88,22 @@ CHAR_CODE = re.compile(
     r"[ \t]*\n?[ \t]*(?:`(?:\\(?P<symbol>[^a-zA-Z@]|[a-zA-Z@](?![a-zA-Z@]))|(?P<plain>[^\\\s{}]))"
     r"|(?P<dec>[0-9]+)|'(?P<oct>[0-7]+)|\"(?P<hex>[0-9A-F]+)) ?"
 )
+BLANKS_THEN_LINE = re.compile(r"[ \t\r]*(?:\n[ \t\r]*)?")
+
+
+def _skipped_blanks(text: str) -> int:
+    """How many leading characters of `text` TeX skips after a control word or before an
+    argument: blanks and one line end, not a blank line (a paragraph break)."""
+    end = BLANKS_THEN_LINE.match(text).end()
+    if "\n" in text[:end] and text.startswith("\n", end):
+        return text.index("\n")  # a blank line: its first line end stays
+    return end
+
+
+# TeX's skips and kerns take a bare dimension or glue: \vskip 0.3in, \hskip 1em plus 2pt minus 1pt
+GLUE_WORDS = frozenset({"vskip", "hskip", "kern", "mskip", "mkern"})
+_DIMEN = r"[ \t]*[-+]?[ \t]*(?:\d+(?:\.\d*)?|\.\d+)[ \t]*(?:true)?(?:pt|pc|in|bp|cm|mm|dd|cc|sp|em|ex|mu|fil+)?"
+GLUE = re.compile(rf"\s*(?:{_DIMEN}(?:[ \t]*(?:plus|minus){_DIMEN})*)?")
 PUNCT_SPACE = re.compile(r"[ ]+(?=[.,;:!?])")
 PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
 
@@ -195,9 +212,18 @@ class LatexConverter(LatexTokens):
 
     def _symbol(self, i: int, j: int, out: list[str]) -> int:
         c = self.val[i][1:]
-        if c == "\\":
+        if c == "\\":  # a line break; the star of \\* (no page break there) goes with it
             out.append("\n")
-            return self._skip_args(i + 1, "[")
+            k = i + 1
+            if k < self.n and self.kind[k] == TEXT:  # LaTeX looks for the star past blanks
+                val = self.val[k]
+                at = _skipped_blanks(val)
+                if val.startswith("*", at):
+                    if at + 1 < len(val):
+                        out.append(_fix_text(val[at + 1 :]))
+                        return k + 1
+                    k += 1
+            return self._skip_args(k, "[")
         if c in "([":
             close = self._find_symbol(i + 1, j, "\\)" if c == "(" else "\\]")
             if close is None:
@@ -223,13 +249,26 @@ class LatexConverter(LatexTokens):
             letter = self.src[self.end[j] : self.start[e]] if e < self.n else ""
             out.append(accent_text(accent, letter.strip()))
             return e + 1
-        if self.kind[j] == WORD:
+        if self.kind[j] == WORD:  # \"\i: the blanks after \i go, as after any control word
             out.append(accent_text(accent, self.val[j]))
-            return j + 1
-        if self.kind[j] == TEXT and self.val[j][:1].strip():
-            out.append(accent_text(accent, self.val[j][0]) + _fix_text(self.val[j][1:]))
-            return j + 1
+            return self._after_control_word(j + 1, out)
+        if self.kind[j] == TEXT:  # the argument is the first character after blanks: \c c, \" o
+            val = self.val[j]
+            at = _skipped_blanks(val)
+            if at < len(val) and val[at].strip():
+                out.append(accent_text(accent, val[at]) + _fix_text(val[at + 1 :]))
+                return j + 1
         return j
+
+    def _after_control_word(self, j: int, out: list[str]) -> int:
+        """The text run at token j (if it is one) without the blanks TeX skips after a control
+        word, so that Bj\\o rn reads Bjørn; the index after what was taken."""
+        if j >= self.n or self.kind[j] != TEXT:
+            return j
+        rest = self.val[j][_skipped_blanks(self.val[j]) :]
+        if rest:
+            out.append(_fix_text(rest))
+        return j + 1
 
     def _word(self, i: int, j: int, out: list[str]) -> int:
         name = self.val[i][1:]
@@ -251,6 +290,19 @@ class LatexConverter(LatexTokens):
             return i + 1
         if base == "char":
             return self._char(i, out)
+        if base == "texorpdfstring":  # hyperref: {TeX text}{PDF bookmark text}; the first is printed
+            k = self._next(i + 1)
+            if k < self.n and self.kind[k] == BRACE and self.val[k] == "{":
+                e = self.match[k]
+                self._enter(k + 1, e, out)
+                return self._skip_args(min(e + 1, self.n), "{")
+            return i + 1
+        if base in SI_COMMANDS:
+            return self._si(base, i, out)
+        if base in GLUE_WORDS and i + 1 < self.n and self.kind[i + 1] == TEXT:  # \vskip 0.3in
+            if rest := self.val[i + 1][GLUE.match(self.val[i + 1]).end() :]:
+                out.append(_fix_text(rest))
+            return i + 2
         if base in DROP:
             return self._skip_args(i + 1, DROP[base])
         if base == "item":
@@ -270,15 +322,37 @@ class LatexConverter(LatexTokens):
             return i + 1
         if base in ACCENT_WORDS:
             k = self._next(i + 1)
-            if k < self.n and self.kind[k] == BRACE:
-                return self._accent(base, k, out)
+            if k < self.n and self.kind[k] in (BRACE, TEXT) and (taken := self._accent(base, k, out)) > k:
+                return taken
         symbol = symbol_text(base)
         if symbol is not None:
             out.append(symbol)
+            if len(symbol) == 1 and symbol.isalpha():  # a letter inside a word: \o, \ss, \AA, \L
+                return self._after_control_word(i + 1, out)
             return i + 1
         # Unknown or formatting macro: drop its optional arguments, keep mandatory groups' text.
         shape = macro_args(base)
         return self._skip_args(i + 1, shape[: len(shape) - len(shape.lstrip("*["))])
+
+    def _si(self, base: str, i: int, out: list[str]) -> int:
+        """siunitx's \\SI{3}{\\metre}, \\qty, \\si, \\SIrange... at token i: numbers converted, the
+        unit printed (`si_unit`), [options] dropped; the index after it. With a group missing it
+        is read as an unknown macro (its groups' text kept)."""
+        k, groups = i + 1, []
+        while len(groups) <= SI_COMMANDS[base]:
+            g = self._next(self._skip_args(k, "["))
+            if g >= self.n or self.kind[g] != BRACE or self.val[g] != "{" or self.match[g] >= self.n:
+                return i + 1
+            groups.append(g)
+            k = self.match[g] + 1
+        *numbers, unit = groups
+        text = si_unit(self.src[self.end[unit] : self.start[self.match[unit]]])
+        if not numbers:
+            out.append(text)
+        for n, g in enumerate(numbers):
+            after = ("–" if n < len(numbers) - 1 else f" {text}" if text else "")
+            self._enter(g + 1, self.match[g], out, lambda after=after: out.append(after))
+        return k
 
     def _char(self, i: int, out: list[str]) -> int:
         """\\char with its character code (`\\\\, `x, 92, '134, "5C) at token i: the character, an

@@ -1,4 +1,5 @@
 """User macros: collect \\newcommand/\\renewcommand/\\providecommand/\\def/\\DeclareMathOperator
+(and xparse's \\NewDocumentCommand & co. where their argument spec is \\newcommand's: m, O{..})
 and expand them in text and math, with #1..#9 arguments and \\newcommand's optional default.
 
 Not TeX: expansion is textual, in whole-document passes (a macro used inside another's body is
@@ -22,7 +23,7 @@ from kiln.data.arxiv.latex_source import read_bracket, read_group, skip_blanks
 
 DEFINER = re.compile(
     r"\\(?:(re)?newcommand|providecommand|DeclareRobustCommand|([gex]?def)|"
-    r"DeclareMathOperator|newtheorem)(?![a-zA-Z@])(\*?)"
+    r"DeclareMathOperator|newtheorem|(?:New|Renew|Provide|Declare)DocumentCommand)(?![a-zA-Z@])(\*?)"
 )
 NAME = re.compile(r"\\([a-zA-Z@]+|.)")
 DEF_PARAMS = re.compile(r"[ ]*(?:#[ ]*[1-9][ ]*)*")  # undelimited \def parameters, spaces allowed
@@ -95,6 +96,18 @@ def _parse_definition(
         pos = brace
     elif source.startswith("\\DeclareMathOperator"):
         pos = skip_blanks(text, pos)
+    elif source.endswith("DocumentCommand"):  # xparse: {\name}{arg spec}{body}
+        pos = skip_blanks(text, pos)
+        spec = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
+        if spec is None:
+            counts["macros_unparsed"] += 1
+            return m.end()
+        pos = skip_blanks(text, spec[1])
+        if (shape := _xparse_shape(spec[0])) is None:  # s, o, r, v...: not a textual macro
+            counts["macros_skipped"] += 1
+            group = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
+            return group[1] if group else m.end()
+        n_args, default = shape
     else:
         pos = skip_blanks(text, pos)
         if text[pos : pos + 1] == "[":
@@ -117,12 +130,24 @@ def _parse_definition(
         value = f"\\operatorname{m.group(3)}{{{value}}}"
     if name in PROTECTED or UNSAFE_BODY.search(value):
         counts["macros_skipped"] += 1
-    elif source.startswith("\\providecommand") and name in macros:
+    elif source.startswith(("\\providecommand", "\\ProvideDocumentCommand")) and name in macros:
         pass
     else:
         macros[name] = Macro(n_args, default, value)
         counts["macros_defined"] += 1
     return body[1]
+
+
+XPARSE_SPEC = re.compile(r"\s*(?:O\s*\{([^{}]*)\})?((?:\s*\+?m)*)\s*")
+
+
+def _xparse_shape(spec: str) -> tuple[int, str | None] | None:
+    """(arguments, default of the optional first) of an xparse argument spec that
+    \\newcommand could write (``m m``, ``O{x} m``), else None."""
+    m = XPARSE_SPEC.fullmatch(spec)
+    if m is None:
+        return None
+    return m.group(2).count("m") + (m.group(1) is not None), m.group(1)
 
 
 def collect_definitions(

@@ -45,6 +45,7 @@ DROP_ENVS = frozenset(
         "pspicture", "comment", "algorithm", "algorithmic", "algorithm2e", "filecontents",
         "titlepage", "abstract", "keywords", "keyword", "PACS", "IEEEkeywords", "CCSXML",
         "acks-hidden", "references", "sidewaystable", "sidewaysfigure", "tabu", "frontmatter",
+        "icmlauthorlist",
     ) for star in ("", "*")
 )
 # Literal spans (`latex_source.LiteralSpans`) kept: inline code in backticks, text as is.
@@ -88,7 +89,20 @@ DROP = {name: "*[{" for name in (
     "IEEEoverridecommandlockouts", "IEEEpeerreviewmaketitle", "markboth", "runningtitle",
     "shorttitle", "shortauthors", "orcid", "ead", "tnotetext", "fntext", "cortext", "corref",
     "acmConference", "acmYear", "copyrightyear", "setcopyright", "ccsdesc", "vfill", "hfill",
+    # front matter of amsart (math), revtex (physics), aastex (astro-ph) and AAAI, often
+    # written in the body before \maketitle
+    "curraddr", "urladdr", "dedicatory", "altaffiliation", "collaboration", "preprint",
+    "homepage", "correspondingauthor", "submitjournal", "revised", "affiliations",
 )}
+# set-up and file commands met in the body: their arguments are options, keys and file names
+DROP.update({"includestandalone": "[{", "includesvg": "[{", "includepdf": "[{", "tikzset": "{",
+             "pgfplotsset": "{", "usetikzlibrary": "{", "usepgfplotslibrary": "{", "lstset": "{",
+             "sisetup": "{", "tcbset": "{", "pgfkeys": "{", "DeclareGraphicsExtensions": "{",
+             "addbibresource": "[{", "newgeometry": "{", "printbibliography": "[",
+             "algrenewcommand": "{{", "algnewcommand": "{{", "SetKwInOut": "{{", "SetKw": "{{",
+             "SetKwFunction": "{{", "SetKwProg": "{{{{"})
+DROP.update(dict.fromkeys(("NewDocumentCommand", "RenewDocumentCommand", "ProvideDocumentCommand",
+                           "DeclareDocumentCommand"), "{{{"))  # one `latex_macros` left in place
 DROP.update({
     "cite": "*[[{", "citep": "*[[{", "citet": "*[[{", "citealp": "*[[{", "citealt": "*[[{",
     "citeauthor": "*[[{", "citeyear": "*[[{", "parencite": "*[[{", "textcite": "*[[{",
@@ -100,11 +114,21 @@ DROP.update({
     "textcolor": "[{", "colorbox": "[{", "foreignlanguage": "[{", "parbox": "[[[{",
     "makebox": "[[", "framebox": "[[", "selectlanguage": "{", "multicolumn": "{{",
     "multirow": "[{[{",
+    # ICML's title block, written in the body (in \twocolumn[...]): title, authors, affiliations
+    "twocolumn": "[", "icmltitle": "{", "icmltitlerunning": "{", "icmlsetsymbol": "{{",
+    "icmlauthor": "{{", "icmlaffiliation": "{{", "icmlcorrespondingauthor": "{{",
+    "icmlkeywords": "{", "printAffiliationsAndNotice": "{",
+    # the import package's includes, when the file is not in the archive (`latex_source`)
+    **dict.fromkeys(("import", "subimport", "inputfrom", "subinputfrom", "includefrom",
+                     "subincludefrom"), "*{{"),
 })
 TEXT_SYMBOLS = {
     "LaTeX": "LaTeX", "TeX": "TeX", "LaTeXe": "LaTeX2e", "BibTeX": "BibTeX", "par": "\n\n",
     "newline": "\n", "linebreak": "\n", "item": "\n- ", "qquad": " ", "quad": " ",
     "dots": "…", "ldots": "…", "textbackslash": "\\", "ie": "i.e.", "eg": "e.g.", "etal": "et al.",
+    # text symbols pylatexenc has no replacement for, so they were dropped ("see 3" for \S 3)
+    "S": "§", "P": "¶", "copyright": "©", "pounds": "£", "euro": "€", "textless": "<",
+    "textgreater": ">", "textunderscore": "_", "textbar": "|", "textquotedbl": '"',
 }
 ACCENTS = frozenset("'`^\"~=.")
 ACCENT_WORDS = frozenset("c u v H r d b k t".split())

@@ -13,10 +13,14 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
+from kiln.data.arxiv.latex_conditionals import CONTROL
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans, literal_spans
 
 DOCCLASS = re.compile(r"\\document(?:class|style)\s*(?:\[[^\]]*\])?\s*\{\s*([^}]*)\}")
-INCLUDE = re.compile(r"\\(input|include|subfile)(?![a-zA-Z@])\s*(?:\{([^{}]*)\}|([^\s{}\\%]+))")
+INCLUDE = re.compile(
+    r"\\(?:(?P<kind>input|include|subfile)(?![a-zA-Z@])\s*(?:\{(?P<braced>[^{}]*)\}|(?P<bare>[^\s{}\\%]+))"
+    r"|(?P<sub>sub)?(?:import|inputfrom|includefrom)\*?\s*\{(?P<dir>[^{}]*)\}\s*\{(?P<file>[^{}]*)\})"
+)
 BEGIN_DOC = "\\begin{document}"
 END_DOC = "\\end{document}"
 BRACKET_STOP = re.compile(r"[\\{\[\]]")  # what `read_bracket` stops at: an escape, a group, a [ or its ]
@@ -52,6 +56,19 @@ def strip_comments(text: str, declared: Declared = NO_DECLARATIONS) -> str:
             pos = span.end
     out.append(text[pos:])
     return "".join(out)
+
+
+def cut_at_endinput(text: str, declared: Declared = NO_DECLARATIONS) -> str:
+    """`text` up to the end of the line of its first \\endinput outside literal spans: TeX reads
+    no further in that file (an \\input file's old notes, a .sty file's documentation)."""
+    if "\\endinput" not in text:
+        return text
+    spans = LiteralSpans(text, declared)
+    for m in CONTROL.finditer(text):
+        if m.group(1) == "endinput" and m.start() not in spans:
+            eol = text.find("\n", m.end())
+            return text[: m.start()] + text[m.end() : eol + 1 if eol >= 0 else len(text)]
+    return text
 
 
 def find_main_file(files: dict[str, str]) -> str | None:
@@ -112,8 +129,7 @@ def _reachable(files: dict[str, str], main: str, text_of, targets: dict) -> set[
         if (base_dir, name) not in targets:
             found = []
             for m, _ in _includes(text_of(name)):
-                path = normalise_include(base_dir, m.group(2) if m.group(2) is not None else m.group(3))
-                if path is not None and (target := _lookup(files, path)) is not None:
+                if (target := _include_target(files, base_dir, base_dir, m)[0]) is not None:
                     found.append(target)
             targets[base_dir, name] = found
         for target in targets[base_dir, name]:
@@ -121,6 +137,27 @@ def _reachable(files: dict[str, str], main: str, text_of, targets: dict) -> set[
                 seen.add(target)
                 todo.append(target)
     return seen
+
+
+def _include_target(files: dict[str, str], base_dir: str, cur: str, m: re.Match) -> tuple[str | None, str | None]:
+    """(archive file an include names, or None; the folder its own \\subimport and \\input
+    start from, None when the path leaves the archive). \\input/\\include/\\subfile name a
+    path from the main file's folder (`base_dir`), or else, inside an imported file, from its
+    folder `cur` (the import package adds it to the search path); \\import{dir}{file}
+    (\\inputfrom, \\includefrom) from the main file's folder, \\subimport{dir}{file}
+    (\\subinputfrom, \\subincludefrom) from `cur`."""
+    if m["kind"] is None:
+        folder = normalise_include(cur if m["sub"] else base_dir, m["dir"] or ".")
+        path = None if folder is None else normalise_include(folder, m["file"])
+        return (None, None) if path is None else (_lookup(files, path), folder)
+    target = m["braced"] if m["braced"] is not None else m["bare"]
+    for where in dict.fromkeys((base_dir, cur)):
+        path = normalise_include(where, target)
+        if path is None:
+            return None, None
+        if (found := _lookup(files, path)) is not None:
+            return found, cur
+    return None, cur
 
 
 def normalise_include(base_dir: str, target: str) -> str | None:
@@ -158,7 +195,11 @@ def include_budget(files: dict[str, str]) -> int:
 def resolve_includes(
     files: dict[str, str], main: str, counts: Counter, budget: int | None = None, declared: Declared = NO_DECLARATIONS
 ) -> str:
-    """The main file with \\input/\\include/\\subfile replaced by the (comment-free) targets.
+    """The main file with \\input/\\include/\\subfile and the import package's \\import/\\subimport
+    (`_include_target`) replaced by the (comment-free) targets, each file read up to its
+    \\endinput (`cut_at_endinput`). A target that is a whole document (a TikZ figure made with
+    the standalone class) gives its body only, as the standalone package reads it: its
+    \\end{document} ended the paper there.
 
     Counts ``includes_resolved``, ``includes_refused`` (outside the archive),
     ``includes_missing`` (not in the archive: figures' .pstex_t, .bbl...), ``includes_cycle``.
@@ -170,25 +211,23 @@ def resolve_includes(
     those in force where the main file starts (a local package's).
     """
     base_dir = posixpath.dirname(main)
-    cache: dict[tuple[str, Declared], str] = {}
+    texts: dict[tuple[str, Declared], str] = {}
     limit = include_budget(files) if budget is None else budget
     used = 0
 
-    def expand(name: str, stack: tuple[str, ...], declared: Declared) -> str:
-        if (name, declared) not in cache:
-            cache[name, declared] = strip_comments(files[name], declared)
-        text = cache[name, declared]
-        if "\\in" not in text and "\\subfile" not in text:
+    def expand(name: str, stack: tuple[str, ...], declared: Declared, cur: str) -> str:
+        if (name, declared) not in texts:
+            texts[name, declared] = cut_at_endinput(strip_comments(files[name], declared), declared)
+        text = texts[name, declared]
+        if "\\in" not in text and "\\sub" not in text and "\\import" not in text:
             return text
 
         def replace(m: re.Match, declared: Declared) -> str:
             nonlocal used
-            kind, target = m.group(1), m.group(2) if m.group(2) is not None else m.group(3)
-            path = normalise_include(base_dir, target)
-            if path is None:
+            found, folder = _include_target(files, base_dir, cur, m)
+            if folder is None:
                 counts["includes_refused"] += 1
                 return ""
-            found = _lookup(files, path)
             if found is None:
                 counts["includes_missing"] += 1
                 return ""
@@ -196,11 +235,13 @@ def resolve_includes(
                 counts["includes_cycle"] += 1
                 return ""
             counts["includes_resolved"] += 1
-            body = expand(found, (*stack, found), declared)
+            body = expand(found, (*stack, found), declared, folder)
             used += len(body)
             if used > limit:
                 raise LatexRefused("include_budget", f"includes expand past {limit} characters")
-            return _subfile_body(body) if kind == "subfile" else f"\n{body}\n"
+            if m["kind"] == "subfile" or body.lstrip().startswith("\\documentclass"):
+                return _subfile_body(body)  # a whole document (standalone, docmute): its body
+            return f"\n{body}\n"
 
         out, pos = [], 0
         for m, state in _includes(text, declared):
@@ -210,7 +251,7 @@ def resolve_includes(
         out.append(text[pos:])
         return "".join(out)
 
-    return expand(main, (main,), declared)
+    return expand(main, (main,), declared, base_dir)
 
 
 def split_document(text: str, declared: Declared = NO_DECLARATIONS) -> tuple[str, str]:
