@@ -79,8 +79,8 @@ def test_a_restart_archives_no_half_written_checkpoint(tiny_run):
     _, losses = train_losses(tiny_run, "train.steps=3", "train.checkpoint_every=3")
     assert len(losses) == 3
     (archived,) = (tiny_run / "archive").iterdir()
-    left = [str(p.relative_to(archived)) for p in archived.rglob("*")]
-    assert left == ["metrics.jsonl"]
+    left = sorted(str(p.relative_to(archived)) for p in archived.rglob("*"))
+    assert left == ["config.toml", "env.json", "metrics.jsonl", "model.json"]  # + its records
     assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_00000003"]
 
 

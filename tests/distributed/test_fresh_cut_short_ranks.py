@@ -53,7 +53,8 @@ def test_two_ranks_go_on_with_a_fresh_start_cut_short(tiny_run, tmp_path, parall
     assert "cut short" not in outs[1] and "Traceback" not in "".join(outs), outs
     # one archive folder, finished, holding the whole earlier model
     assert [p.name for p in (tiny_run / "archive").iterdir()] == [begun.name]
-    assert sorted(p.name for p in begun.iterdir()) == ["checkpoints", "metrics.jsonl"]
+    assert sorted(p.name for p in begun.iterdir()) == ["checkpoints", "config.toml", "env.json",
+                                                       "metrics.jsonl", "model.json"]
     assert checkpoint_step(latest_checkpoint(tiny_run / "checkpoints")) == 3
     steps = [r["step"] for r in read_metrics(tiny_run / "metrics.jsonl") if r["kind"] == "train"]
     assert steps == [1, 2, 3]  # from step 0, the earlier run's records all in the archive
