@@ -230,6 +230,14 @@ def test_url_credentials_do_not_become_an_email():
         ("USERNAME", "rfarouk"), ("KEY", "ghp_5Tq8Vw2Xz9Yb1Nc4Md7Lf0Kg3Hj6Pa2Rs8Ue1")]
 
 
+def test_an_email_on_the_line_after_a_url_is_found():
+    """The URL-userinfo check read `://host` then end of text with `$`, which also matches
+    before a final newline: an address opening the line after a URL was skipped as userinfo."""
+    for text in ("docs at https://fjord.no\ndagny.holm@fjordmail.no wrote",
+                 "docs at https://fjord.no\r\ndagny.holm@fjordmail.no wrote"):
+        assert [(s.type, s.text) for s in detect_pii(text)] == [("EMAIL", "dagny.holm@fjordmail.no")]
+
+
 def test_bad_input_is_rejected_clearly():
     with pytest.raises(TypeError, match="expects str"):
         detect_pii(b"bytes")  # type: ignore[arg-type]

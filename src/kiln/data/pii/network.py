@@ -108,7 +108,7 @@ def find_emails(text: str) -> Iterator[Span]:
         start = m.end() - len(domain) - 1 - len(local)
         if start > 0 and text[start - 1] in "@/":  # npm `@scope/pkg@1.0`, url paths
             continue
-        if re.search(r"://[^\s/@]*$", text[:start]):
+        if re.search(r"://[^\s/@]*\Z", text[:start]):  # \Z: `$` also matched before a newline
             continue  # userinfo of a URL (`https://user:token@host`), handled as credentials
         end = m.end()
         if end < len(text) and text[end] == ":" and local in {"git", "hg", "svn"}:
