@@ -46,3 +46,25 @@ def test_bounded_prefixes_keep_long_keys_and_schemes():
     assert _found(counts) == {"USERNAME": 1, "PASSWORD": 1}, counts
     local = "x" * 100 + "@fjordmail.no"  # an address's local part past the reach before `@`
     assert [s.type for s in detect_pii(f"to {local} today")] == ["EMAIL"]
+
+
+def _log(lines: int, kind: str) -> str:
+    """A log or config dump of `lines` lines, one PII value each."""
+    rng = random.Random(lines)
+    rows = {
+        "ip": lambda i: f"GET /a from {rng.randint(11, 99)}.{rng.randint(1, 250)}.9.{i % 250 + 1} 200",
+        "ip_alone": lambda i: f"{rng.randint(11, 99)}.{rng.randint(1, 250)}.9.{i % 250 + 1}",
+        "email": lambda i: f"mail from dagny{i}.h@fjordmail{i % 50}.no delivered",
+        "username": lambda i: f"user = 'dagny{i}'",
+        "cli": lambda i: f"mysql -u dagny{i} -p Tr0ub{i}dor",
+    }[kind]
+    return "\n".join(rows(i) for i in range(lines))
+
+
+def test_many_values_in_one_document_stay_linear():
+    """Each value looked at the whole document (the lines above it split, the text before it
+    copied or searched, the document searched for the same value as a key or a version):
+    O(len) a value, so a few MB of log with an address a line took minutes."""
+    for kind in ("ip", "ip_alone", "email", "username", "cli"):
+        assert len(detect_pii(_log(50, kind))) >= 50, kind
+        assert_linear(detect_pii, lambda size, kind=kind: _log(size, kind), 1_000, kind)

@@ -39,8 +39,20 @@ def in_example(text: str, span: Span) -> bool:
     between = [w for w in text[markers[-1].end():span.start].split() if _WORDY.search(w)] if markers else []
     if markers and len(between) <= MARKER_REACH:
         return True
-    above = text[:line_start].split("\n")[-HEADING_REACH - 1:-1]
-    return any(EXAMPLE_HEADING.search(line) for line in above)
+    return any(EXAMPLE_HEADING.search(line) for line in _lines_above(text, line_start))
+
+
+def _lines_above(text: str, line_start: int) -> list[str]:
+    """The HEADING_REACH lines before the one at `line_start`, found from it backwards (the
+    text before it split whole was O(len) a span: a log of a few MB took minutes)."""
+    if line_start == 0:
+        return []
+    start = end = line_start - 1  # the newline that ends the line above
+    for _ in range(HEADING_REACH):
+        start = text.rfind("\n", 0, start)
+        if start < 0:
+            break
+    return text[start + 1:end].split("\n")
 
 
 def drop_examples(text: str, spans: list[Span]) -> list[Span]:

@@ -17,8 +17,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterator
-from functools import partial
-from itertools import chain
+from functools import lru_cache, partial
 
 from datatrove.pipeline.formatters.pii import PIIFormatter, public_ip_validator
 
@@ -95,6 +94,15 @@ def _email_candidates(text: str) -> Iterator[re.Match]:
             yield m
 
 
+def _in_url_authority(text: str, start: int) -> bool:
+    """`://` then no space, `/` or `@` up to `start` (read back from `start`: searching the
+    text before it was O(len) an address)."""
+    j = start
+    while j > 0 and not (text[j - 1].isspace() or text[j - 1] in "/@"):
+        j -= 1
+    return text[max(0, j - 3):j] == "://"
+
+
 def find_emails(text: str) -> Iterator[Span]:
     for m in GROUPED_EMAILS.finditer(text):
         if _personal_domain(m.group(1)):
@@ -108,7 +116,7 @@ def find_emails(text: str) -> Iterator[Span]:
         start = m.end() - len(domain) - 1 - len(local)
         if start > 0 and text[start - 1] in "@/":  # npm `@scope/pkg@1.0`, url paths
             continue
-        if re.search(r"://[^\s/@]*\Z", text[:start]):  # \Z: `$` also matched before a newline
+        if _in_url_authority(text, start):
             continue  # userinfo of a URL (`https://user:token@host`), handled as credentials
         end = m.end()
         if end < len(text) and text[end] == ":" and local in {"git", "hg", "svn"}:
@@ -150,6 +158,19 @@ DOTTED = re.compile(r"\d+(?:\.\d+){2,5}")  # `2.7.18`: a version only among othe
 DOTTED_QUAD = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 
 
+def _next_line(text: str, at: int, step: int) -> str:
+    """The nearest non-blank line before (`step` -1) or after (+1) position `at`, read from
+    `at` (copying the text before or after it was O(len) a candidate)."""
+    while 0 < at if step < 0 else at < len(text):
+        if not text[at - 1 if step < 0 else at].isspace():
+            break
+        at += step
+    if step < 0:
+        return text[text.rfind("\n", 0, at) + 1:at]
+    end = text.find("\n", at)
+    return text[at:len(text) if end < 0 else end]
+
+
 def _among_versions_on_lines(text: str, start: int, dotted: str) -> bool:
     """A dotted quad alone on its line, in a list of lines whose neighbour (the line above or
     below) is a version that cannot be an address: a docstring's list of version numbers."""
@@ -158,8 +179,8 @@ def _among_versions_on_lines(text: str, start: int, dotted: str) -> bool:
     line_end = len(text) if line_end < 0 else line_end
     if text[line_start:line_end].strip(" \t\r\"',") != dotted:
         return False
-    above = text[:line_start].rstrip().rpartition("\n")[2].strip(" \t\r\"',")
-    below = text[line_end:].lstrip().partition("\n")[0].strip(" \t\r\"',")
+    above, below = (_next_line(text, at, step).strip(" \t\r\"',")
+                    for at, step in ((line_start, -1), (line_end, 1)))
     if any(LINE_VERSION.fullmatch(n) for n in (above, below)):
         return True
     return all(DOTTED.fullmatch(n) and not DOTTED_QUAD.fullmatch(n) for n in (above, below))
@@ -196,9 +217,27 @@ def _version_like(text: str, start: int, dotted: str, marked: bool = False) -> b
     # "8.2.4.44 Bogus comment state" and "8.2.4.45 Markup declaration open"`: one item on)
     parent = dotted.rpartition(".")[0]
     sibling = re.compile(rf"(?<![\d.]){re.escape(parent)}\.\d+(?![\d.])")
-    elsewhere = (m for m in re.finditer(re.escape(dotted), text) if m.start() != start)
+    if any(p != start for p in _marked_numbers(text).get(dotted, ())):
+        return True
     return any(VERSION_CONTEXT.search(text[max(0, m.start() - 24):m.start()])
-               for m in chain(elsewhere, sibling.finditer(text, max(0, start - 300), start)))
+               for m in sibling.finditer(text, max(0, start - 300), start))
+
+
+NUMBER_START = re.compile(r"(?<!\d)\d")  # a digit after a digit never follows a marker
+
+
+@lru_cache(maxsize=1)
+def _marked_numbers(text: str) -> dict[str, list[int]]:
+    """{the 7 to 15 characters from a number's start: its starts} for the numbers right after
+    a version marker, found once a document: searching the whole text for each candidate
+    address was O(len) an address (a log of 8000 lines of them took seconds)."""
+    marked: dict[str, list[int]] = {}
+    for m in NUMBER_START.finditer(text):
+        p = m.start()
+        if VERSION_CONTEXT.search(text[max(0, p - 24):p]):
+            for length in range(7, 16):  # `1.2.3.4` to `123.123.123.123`
+                marked.setdefault(text[p:p + length], []).append(p)
+    return marked
 
 
 def _host_ipv4(text: str, m: re.Match) -> bool:
