@@ -7,7 +7,7 @@ import random
 import pytest
 from linear_time import assert_linear
 
-from kiln.data.pii import Span, detect_pii, resolve_overlaps
+from kiln.data.pii import Span, detect_pii, redact, resolve_overlaps
 from kiln.data.pii.secrets import shannon_entropy
 
 
@@ -243,6 +243,11 @@ def test_bad_input_is_rejected_clearly():
         detect_pii(b"bytes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown PII types"):
         detect_pii("x", types=["PHONE"])
+    with pytest.raises(ValueError, match=r"unknown PII types \['PHONE'\]"):
+        detect_pii("x", types="PHONE")  # the name, not its letters
+    text = "mail dagny.holm@fjordmail.no from 52.14.3.9"
+    assert [s.type for s in detect_pii(text, types="EMAIL")] == ["EMAIL"]
+    assert redact(text, "EMAIL")[1]["IP_ADDRESS"] == 0
     with pytest.raises(ValueError, match="unknown PII type"):
         Span("PHONE", 0, 1, "x")
 
