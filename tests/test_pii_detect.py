@@ -355,3 +355,20 @@ def test_the_example_rule_stops_where_the_example_does(text, found):
     """Only the value right after the marker, or under an example heading close above; and
     never a key or a person's name (an example may cite a real one)."""
     assert [(s.type, s.text) for s in detect_pii(text)] == found
+
+
+@pytest.mark.parametrize("text, address", [
+    ("请联系zhang.wei@qq.com获取详情", "zhang.wei@qq.com"),  # CJK runs into the address
+    ("メールtanaka@fjordmail.jpまで", "tanaka@fjordmail.jp"),
+    ("Kontakt: jürgen.müller@web.de", "jürgen.müller@web.de"),
+    ("écrire à françois.dupont@orange.fr", "françois.dupont@orange.fr"),
+    ("kontakt@bücher.de", "kontakt@bücher.de"),  # an internationalised domain
+    ("Почта: иван.петров@fjord.ru", "иван.петров@fjord.ru"),
+])
+def test_an_address_next_to_or_made_of_non_ascii_letters_is_found_whole(text, address):
+    """datatrove's pattern, ASCII classes after a Unicode `\\b`, found no start inside a
+    word of other letters (missed the first three whole) and cut an accented local part short
+    (`françois.<EMAIL>` kept the given name)."""
+    out, counts = redact(text)
+    assert [s.text for s in detect_pii(text)] == [address]
+    assert out == text.replace(address, "<EMAIL>") and counts["EMAIL"] == 1

@@ -24,7 +24,15 @@ from datatrove.pipeline.formatters.pii import PIIFormatter, public_ip_validator
 from kiln.data.pii.spans import Span
 
 _DT = PIIFormatter()
-EMAIL_CANDIDATE = re.compile(_DT.emails_replacer.regex.pattern)
+# The letters of an address: ASCII, and those of the scripts written with spaces between
+# words (Latin, Greek, Cyrillic), so `françois.dupont@orange.fr` and `kontakt@bücher.de` are
+# whole. datatrove's ASCII classes after a Unicode `\b` found no start in `jürgen.müller@…`,
+# `メールtanaka@…まで` (a letter on both sides: no word boundary) and cut `françois.` off.
+# Not CJK, kana or Hangul: text in them runs into an address without a space.
+ADDRESS_LETTERS = "A-Za-z0-9\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u0386\u0388-\u03ce\u0400-\u04ff"
+_LOCAL_CHAR = f"[{ADDRESS_LETTERS}!#$%&'*+/=?^_`{{|}}~-]"
+EMAIL_CANDIDATE = re.compile(_DT.emails_replacer.regex.pattern.replace(
+    "A-Za-z0-9", ADDRESS_LETTERS).replace("\\b", f"(?<!{_LOCAL_CHAR})", 1))
 IPV4_CANDIDATE = re.compile(r"(?<![\w.])(?:" + _DT.ip_replacer.regex.pattern + r")(?![\w]|\.\d)")
 is_public_ip = partial(public_ip_validator, public_only=True)
 
@@ -33,7 +41,7 @@ IPV6_CANDIDATE = re.compile(
     r"(?![\w:]|\.\d+\.\d)")  # the dotted tail first: `::151.101.1.69` is one address, not
 # `::151`; a `.443` after it is a port (tcpdump's `addr.port`), and the address is kept whole
 
-_LOCAL_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%+-]*$")
+_LOCAL_PART = re.compile(f"[{ADDRESS_LETTERS}][{ADDRESS_LETTERS}._%+-]*$")
 RESERVED_EMAIL_DOMAINS = frozenset({
     "example.com", "example.org", "example.net", "example.edu", "localhost", "localdomain",
     "domain.com", "email.com", "yourdomain.com", "yourcompany.com", "company.com", "test.com",
