@@ -372,3 +372,19 @@ def test_an_address_next_to_or_made_of_non_ascii_letters_is_found_whole(text, ad
     out, counts = redact(text)
     assert [s.text for s in detect_pii(text)] == [address]
     assert out == text.replace(address, "<EMAIL>") and counts["EMAIL"] == 1
+
+
+@pytest.mark.parametrize("text, address", [
+    ("服务器52.14.3.9端口8080", "52.14.3.9"),
+    ("IPアドレスは52.14.3.9です", "52.14.3.9"),
+    ("サーバー2a00:1450:4001:81b::200eに接続", "2a00:1450:4001:81b::200e"),
+])
+def test_an_ip_address_run_into_cjk_text_is_found(text, address):
+    """The address edges were `\\w`, which CJK and kana letters are: an address written into
+    such text without spaces (as it usually is) was never a candidate."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == [("IP_ADDRESS", address)]
+
+
+@pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
+def test_a_dotted_quad_inside_a_word_of_spaced_scripts_is_still_not_an_address(text):
+    assert detect_pii(text) == []

@@ -33,12 +33,16 @@ ADDRESS_LETTERS = "A-Za-z0-9\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u0386\u0388-
 _LOCAL_CHAR = f"[{ADDRESS_LETTERS}!#$%&'*+/=?^_`{{|}}~-]"
 EMAIL_CANDIDATE = re.compile(_DT.emails_replacer.regex.pattern.replace(
     "A-Za-z0-9", ADDRESS_LETTERS).replace("\\b", f"(?<!{_LOCAL_CHAR})", 1))
-IPV4_CANDIDATE = re.compile(r"(?<![\w.])(?:" + _DT.ip_replacer.regex.pattern + r")(?![\w]|\.\d)")
+# An address is a token of its own: not inside a word of those letters (`v1.2.3.4`), but
+# CJK or kana text runs into it ("IPアドレスは52.14.3.9です"), where `\w` found no edge
+_WORD = f"[{ADDRESS_LETTERS}_]"
+IPV4_CANDIDATE = re.compile(f"(?<!{_WORD})(?<!\\.)(?:" + _DT.ip_replacer.regex.pattern
+                            + f")(?!{_WORD}|\\.\\d)")
 is_public_ip = partial(public_ip_validator, public_only=True)
 
 IPV6_CANDIDATE = re.compile(
-    r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{1,4})?"
-    r"(?![\w:]|\.\d+\.\d)")  # the dotted tail first: `::151.101.1.69` is one address, not
+    f"(?<!{_WORD})(?<![:.])" r"(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{1,4})?"
+    f"(?!{_WORD}|:" r"|\.\d+\.\d)")  # the dotted tail first: `::151.101.1.69` is one address, not
 # `::151`; a `.443` after it is a port (tcpdump's `addr.port`), and the address is kept whole
 
 _LOCAL_PART = re.compile(f"[{ADDRESS_LETTERS}][{ADDRESS_LETTERS}._%+-]*$")
