@@ -3,6 +3,7 @@ code, `a_b_c_...`, dotted numbers): every detector's regex once scanned such a r
 from every start inside it, so 100 KB took minutes."""
 
 import base64
+import json
 import random
 
 from linear_time import assert_linear
@@ -68,3 +69,19 @@ def test_many_values_in_one_document_stay_linear():
     for kind in ("ip", "ip_alone", "email", "username", "cli"):
         assert len(detect_pii(_log(50, kind))) >= 50, kind
         assert_linear(detect_pii, lambda size, kind=kind: _log(size, kind), 1_000, kind)
+
+
+def _one_line(records: int, key: str) -> str:
+    """Minified JSON: every record on one line."""
+    values = {"mail": lambda i: f"dagny{i}.h@fjordmail{i % 50}.no",
+              "ip": lambda i: f"{11 + i % 80}.{1 + i % 240}.9.{i % 250 + 1}",
+              "password": lambda i: f"Tr0ub{i}dor&3x"}[key]
+    return json.dumps([{"id": i, key: values(i)} for i in range(records)])
+
+
+def test_many_values_on_one_line_stay_linear():
+    """The example-marker and version rules read the value's whole line, once a value: a
+    one-line JSON of 8000 emails took 56 s, of 8000 addresses 57 s."""
+    for key in ("mail", "ip", "password"):
+        assert len(detect_pii(_one_line(50, key))) == 50, key
+        assert_linear(detect_pii, lambda size, key=key: _one_line(size, key), 1_000, key)

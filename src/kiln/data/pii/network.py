@@ -21,6 +21,7 @@ from functools import lru_cache, partial
 
 from datatrove.pipeline.formatters.pii import PIIFormatter, public_ip_validator
 
+from kiln.data.pii.context import words_back
 from kiln.data.pii.spans import Span
 
 _DT = PIIFormatter()
@@ -183,19 +184,27 @@ def _next_line(text: str, at: int, step: int) -> str:
     return text[at:len(text) if end < 0 else end]
 
 
+LINE_PAD = " \t\r\"',"  # around a number alone on its line
+
+
 def _among_versions_on_lines(text: str, start: int, dotted: str) -> bool:
     """A dotted quad alone on its line, in a list of lines whose neighbour (the line above or
     below) is a version that cannot be an address: a docstring's list of version numbers."""
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", start)
-    line_end = len(text) if line_end < 0 else line_end
-    if text[line_start:line_end].strip(" \t\r\"',") != dotted:
+    line_start, line_end = start, start + len(dotted)  # read outwards, not the whole line
+    while line_start > 0 and text[line_start - 1] in LINE_PAD:
+        line_start -= 1
+    while line_end < len(text) and text[line_end] in LINE_PAD:
+        line_end += 1
+    if line_start > 0 and text[line_start - 1] != "\n" or text[line_end:line_end + 1] not in "\n":
         return False
     above, below = (_next_line(text, at, step).strip(" \t\r\"',")
                     for at, step in ((line_start, -1), (line_end, 1)))
     if any(LINE_VERSION.fullmatch(n) for n in (above, below)):
         return True
     return all(DOTTED.fullmatch(n) and not DOTTED_QUAD.fullmatch(n) for n in (above, below))
+
+
+LIST_TARGET = re.compile(r"\s*([A-Za-z_][\w.]*)\s*[:=]\s*[\[({][^\])};\n]*$")
 
 
 def _version_like(text: str, start: int, dotted: str, marked: bool = False) -> bool:
@@ -215,14 +224,15 @@ def _version_like(text: str, start: int, dotted: str, marked: bool = False) -> b
     line_start = text.rfind("\n", 0, start) + 1
     # a list's first item needs its marker word right before it ("Python 3.11.4.1, ..."), not
     # among the 3 words before ("release (4.1.0.2) to 93.184.216.34 and ..." lists addresses)
-    before = text[line_start:start].split()[-1 if marked else -3:]
+    last = 1 if marked else 3
+    before = text[words_back(text, line_start, start, last):start].split()[-last:]
     words = re.findall(r"[A-Za-z§]+", " ".join(before))
     if any(w.lower() in VERSION_WORDS or "version" in w.lower() or w.lower() in VERSIONED
            for w in words):
         return True
     if re.search(r"(?:parse|version|ver)\(\s*[\"']?$", text[max(0, start - 24):start], re.I):
         return True  # `parse("1.2.3.4")`, `LooseVersion('2.7.2.2')`
-    target = re.match(r"\s*([A-Za-z_][\w.]*)\s*[:=]\s*[\[({][^\])};\n]*$", text[line_start:start])
+    target = LIST_TARGET.match(text, line_start, start)
     if target and "version" in target.group(1).lower():
         return True  # `versions = ["1.2.3.4", "1.2.3.5"]`: every item of the list
     # the same number marked elsewhere, or a sibling of a marked number nearby (`sections
