@@ -388,3 +388,17 @@ def test_an_ip_address_run_into_cjk_text_is_found(text, address):
 @pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
 def test_a_dotted_quad_inside_a_word_of_spaced_scripts_is_still_not_an_address(text):
     assert detect_pii(text) == []
+
+
+@pytest.mark.parametrize("text", [
+    "mkdir -p /srv && mysql -u dagny -p Fjord-Kite-58",
+    "git pull && mysql -h db -u dagny -p Fjord-Kite-58",
+    "cp a b; mysql -u dagny -p Fjord-Kite-58",
+])
+def test_a_flag_belongs_to_its_own_command_not_one_earlier_on_the_line(text):
+    """`-p` / `-u` of mkdir, git or cp (preserve, parents, patch...) earlier on the line, in
+    another command, made mysql's password and user flags theirs: both were kept."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == [
+        ("USERNAME", "dagny"), ("PASSWORD", "Fjord-Kite-58")]
+    for other in ("cp -p a b", "mkdir -p build/x", "git add -p src", "(cd x; python3 -u run.py)"):
+        assert detect_pii(f"{text} && {other}") == detect_pii(text), other

@@ -218,11 +218,13 @@ OTHER_U = re.compile(r"(?:^|[\s;&|(])(?:sort|uniq|git|date|diff|pip\d*|pytest)\s
 
 def _command_line(text: str, flag_at: int) -> str:
     """The command the flag belongs to, up to the flag: its line and the lines it continues
-    (a shell command split with `\\`)."""
+    (a shell command split with `\\`), from the last `;`, `&`, `|` or `(` on them. The
+    whole line made `mkdir -p /srv && mysql -u dagny -p PW` one `mkdir` command, so the
+    password was taken for mkdir's `-p` and kept."""
     start = text.rfind("\n", 0, flag_at) + 1
     while start > 1 and _ends_with_backslash(text, start - 1):
         start = text.rfind("\n", 0, start - 1) + 1
-    return text[start:flag_at]
+    return text[max(start, *(text.rfind(c, start, flag_at) + 1 for c in ";&|(")):flag_at]
 
 
 def _ends_with_backslash(text: str, end: int) -> bool:
