@@ -10,8 +10,10 @@ postgres, git, ubuntu …) identify no one, so they are not usernames.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 
 from kiln.data.pii.spans import Span
 
@@ -84,8 +86,10 @@ PROSE_PASSWORD = re.compile(r"(?i:\b(?:password|passphrase|passcode))[ \t]+is[ \
 CLI_FLAG = re.compile(
     r"(?<=\s)(?P<flag>--?(?:password|passwd|pass|p|user|username|u|login))(?:[ =])"
     r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-][^\s\"']*))")
+# within the one command (up to `;`, `&`, `|`): to the line's end, each `mysql` with no inline
+# `-pPW` scanned the rest of its line, O(len^2) on a one-line script
 MYSQL_INLINE_PASSWORD = re.compile(
-    r"\bmysql(?:dump|admin)?\b[^\n]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-]\S*))")
+    r"\bmysql(?:dump|admin)?\b[^\n;&|]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-]\S*))")
 URL_CREDENTIALS = re.compile(
     r"[A-Za-z][A-Za-z0-9+.-]{0,31}://(?P<user>[A-Za-z0-9._~%!$&*+-]+)(?::(?P<pw>[^\s@/:]+))?@"
     r"(?=[A-Za-z0-9\[])")
@@ -224,7 +228,16 @@ def _command_line(text: str, flag_at: int) -> str:
     start = text.rfind("\n", 0, flag_at) + 1
     while start > 1 and _ends_with_backslash(text, start - 1):
         start = text.rfind("\n", 0, start - 1) + 1
-    return text[max(start, *(text.rfind(c, start, flag_at) + 1 for c in ";&|(")):flag_at]
+    seps = _separators(text)
+    last = bisect.bisect_left(seps, flag_at) - 1  # the last one before the flag
+    return text[max(start, seps[last] + 1 if last >= 0 else 0):flag_at]
+
+
+@lru_cache(maxsize=1)
+def _separators(text: str) -> list[int]:
+    """Where the document's `;`, `&`, `|` and `(` are, found once (searching back from each
+    flag for them read to the line's start where there was none)."""
+    return [m.start() for m in re.finditer(r"[;&|(]", text)]
 
 
 def _ends_with_backslash(text: str, end: int) -> bool:
