@@ -21,6 +21,7 @@ EXAMPLE_MARKER = re.compile(
     re.IGNORECASE)
 MARKER_REACH = 2  # "(ex: 'fe80::1' or '123:2:3:4:5:6:7:8')"; not "for example the resolver X"
 _WORDY = re.compile(r"\w")  # a quote or bracket between marker and value is not a word
+_WORD_RUN = re.compile(r"\S+")
 MARKER_LEN = 16  # at least the longest EXAMPLE_MARKER match ("for instance")
 DOCTEST = re.compile(r"[ \t]*(?:#[ \t]*)?(?:>>>|\.\.\.)[ \t]")
 # a line that announces an example block below it: "Example usage:", "... in clear text). Eg:"
@@ -62,16 +63,18 @@ def words_back(text: str, line_start: int, end: int, words: int, wordy: bool = F
     only words with a word character), or `line_start` if there are fewer. Rules about the
     last few words before a value read from here, not from the line's start: on a one-line
     JSON of 8000 emails, reading the whole line for each took a minute."""
-    i, found = end, 0
-    while i > line_start and found < words:
-        while i > line_start and text[i - 1].isspace():
-            i -= 1
-        j = i
-        while j > line_start and not text[j - 1].isspace():
-            j -= 1
-        found += not wordy or _WORDY.search(text, j, i) is not None
-        i = j
-    return i
+    size = 256  # a window grown until it holds them (a regex, not a loop over characters)
+    while True:
+        lo = max(line_start, end - size)
+        runs = list(_WORD_RUN.finditer(text, lo, end))
+        if runs and runs[0].start() == lo > line_start and not text[lo - 1].isspace():
+            runs = runs[1:]  # it runs on before the window: not whole
+        starts = [m.start() for m in runs if not wordy or _WORDY.search(m.group()) is not None]
+        if len(starts) >= words:
+            return starts[-words]
+        if lo == line_start:
+            return line_start
+        size *= 4
 
 
 def drop_examples(text: str, spans: list[Span]) -> list[Span]:
