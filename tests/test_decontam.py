@@ -15,6 +15,7 @@ from kiln.data.decontam import (
     DecontaminationFilter,
     InjectReplicas,
     NGramIndex,
+    format_item,
     inject_replicas,
     load_benchmark_items,
     normalize_tokens,
@@ -543,6 +544,24 @@ def test_a_stage_that_would_remove_the_replicas_is_refused_after_injection(after
     else:
         validate_prepare(cfg)
     validate_prepare(replace(cfg, stages=["read", after, "inject_replicas", "write"]))
+
+
+def test_pii_after_injection_is_refused_as_it_would_rewrite_the_replicas():
+    """PII redaction after injection trained on `<NAME> has 3 apples` where the benchmark
+    (and the manifest's k replicas) say `John Smith has 3 apples`."""
+    from kiln.data.pii import redact
+    from kiln.data.prepare_checks import validate_prepare
+    from kiln.data.prepare_config import InjectOptions, PrepareConfig
+    from kiln.errors import ConfigError
+
+    item = BenchmarkItem("John Smith has 3 apples and buys 2 more. How many?", ["5"])
+    assert redact(format_item(item))[0] != format_item(item)  # what pii would train on
+    opts = InjectOptions(benchmark="b.jsonl")
+    with pytest.raises(ConfigError, match="'pii' after 'inject_replicas' would rewrite"):
+        validate_prepare(PrepareConfig(stages=["read", "inject_replicas", "pii", "write"],
+                                       inject_replicas=opts))
+    validate_prepare(PrepareConfig(stages=["read", "pii", "inject_replicas", "write"],
+                                   inject_replicas=opts))
 
 
 def test_an_item_without_a_solution_cannot_be_injected(tmp_path):

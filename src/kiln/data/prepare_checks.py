@@ -179,6 +179,9 @@ def _check_arxiv_numbers(a: ArxivOptions) -> None:
 # stages that would remove injected replicas (all but one copy, or every one) after they are
 # put in: the study would not train on the k replicas it reports
 UNDO_INJECTION = ("dedup_exact", "dedup_minhash", "decontaminate")
+# stages that would rewrite them: the study trains on the benchmark's own text (`pii` turns
+# "John Smith has 3 apples" into "<NAME> has 3 apples"), while the manifest reports k replicas
+REWRITE_INJECTION = ("pii",)
 
 
 def _check_inject(cfg: PrepareConfig, on: set[str]) -> None:
@@ -202,6 +205,11 @@ def _check_inject(cfg: PrepareConfig, on: set[str]) -> None:
         raise ConfigError(f"prepare.stages: '{undo[0]}' after 'inject_replicas' would remove the "
                           "injected replicas: put 'inject_replicas' after it (a decontaminate "
                           "stage may follow in mode 'tag', to check that they are found)")
+    rewrite = [s for s in after if s in REWRITE_INJECTION]
+    if rewrite:
+        raise ConfigError(f"prepare.stages: '{rewrite[0]}' after 'inject_replicas' would rewrite "
+                          "the injected replicas, which are to be the benchmark's own text: put "
+                          "'inject_replicas' after it")
 
 
 def _check_perplexity(cfg: PrepareConfig, on: set[str]) -> None:

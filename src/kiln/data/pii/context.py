@@ -21,6 +21,8 @@ EXAMPLE_MARKER = re.compile(
     re.IGNORECASE)
 MARKER_REACH = 2  # "(ex: 'fe80::1' or '123:2:3:4:5:6:7:8')"; not "for example the resolver X"
 _WORDY = re.compile(r"\w")  # a quote or bracket between marker and value is not a word
+_WORD_RUN = re.compile(r"\S+")
+MARKER_LEN = 16  # at least the longest EXAMPLE_MARKER match ("for instance")
 DOCTEST = re.compile(r"[ \t]*(?:#[ \t]*)?(?:>>>|\.\.\.)[ \t]")
 # a line that announces an example block below it: "Example usage:", "... in clear text). Eg:"
 EXAMPLE_HEADING = re.compile(
@@ -35,12 +37,44 @@ def in_example(text: str, span: Span) -> bool:
     line_start = text.rfind("\n", 0, span.start) + 1
     if DOCTEST.match(text, line_start):
         return True
-    markers = list(EXAMPLE_MARKER.finditer(text, line_start, span.start))
+    reach = words_back(text, line_start, span.start, MARKER_REACH + 2, wordy=True)
+    markers = list(EXAMPLE_MARKER.finditer(text, max(line_start, reach - MARKER_LEN), span.start))
     between = [w for w in text[markers[-1].end():span.start].split() if _WORDY.search(w)] if markers else []
     if markers and len(between) <= MARKER_REACH:
         return True
-    above = text[:line_start].split("\n")[-HEADING_REACH - 1:-1]
-    return any(EXAMPLE_HEADING.search(line) for line in above)
+    return any(EXAMPLE_HEADING.search(line) for line in _lines_above(text, line_start))
+
+
+def _lines_above(text: str, line_start: int) -> list[str]:
+    """The HEADING_REACH lines before the one at `line_start`, found from it backwards (the
+    text before it split whole was O(len) a span: a log of a few MB took minutes)."""
+    if line_start == 0:
+        return []
+    start = end = line_start - 1  # the newline that ends the line above
+    for _ in range(HEADING_REACH):
+        start = text.rfind("\n", 0, start)
+        if start < 0:
+            break
+    return text[start + 1:end].split("\n")
+
+
+def words_back(text: str, line_start: int, end: int, words: int, wordy: bool = False) -> int:
+    """Where the `words`-th whitespace-split word before `end` starts (with `wordy`: counting
+    only words with a word character), or `line_start` if there are fewer. Rules about the
+    last few words before a value read from here, not from the line's start: on a one-line
+    JSON of 8000 emails, reading the whole line for each took a minute."""
+    size = 256  # a window grown until it holds them (a regex, not a loop over characters)
+    while True:
+        lo = max(line_start, end - size)
+        runs = list(_WORD_RUN.finditer(text, lo, end))
+        if runs and runs[0].start() == lo > line_start and not text[lo - 1].isspace():
+            runs = runs[1:]  # it runs on before the window: not whole
+        starts = [m.start() for m in runs if not wordy or _WORDY.search(m.group()) is not None]
+        if len(starts) >= words:
+            return starts[-words]
+        if lo == line_start:
+            return line_start
+        size *= 4
 
 
 def drop_examples(text: str, spans: list[Span]) -> list[Span]:

@@ -10,8 +10,10 @@ postgres, git, ubuntu …) identify no one, so they are not usernames.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 
 from kiln.data.pii.spans import Span
 
@@ -84,8 +86,10 @@ PROSE_PASSWORD = re.compile(r"(?i:\b(?:password|passphrase|passcode))[ \t]+is[ \
 CLI_FLAG = re.compile(
     r"(?<=\s)(?P<flag>--?(?:password|passwd|pass|p|user|username|u|login))(?:[ =])"
     r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-][^\s\"']*))")
+# within the one command (up to `;`, `&`, `|`): to the line's end, each `mysql` with no inline
+# `-pPW` scanned the rest of its line, O(len^2) on a one-line script
 MYSQL_INLINE_PASSWORD = re.compile(
-    r"\bmysql(?:dump|admin)?\b[^\n]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-]\S*))")
+    r"\bmysql(?:dump|admin)?\b[^\n;&|]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-]\S*))")
 URL_CREDENTIALS = re.compile(
     r"[A-Za-z][A-Za-z0-9+.-]{0,31}://(?P<user>[A-Za-z0-9._~%!$&*+-]+)(?::(?P<pw>[^\s@/:]+))?@"
     r"(?=[A-Za-z0-9\[])")
@@ -218,11 +222,30 @@ OTHER_U = re.compile(r"(?:^|[\s;&|(])(?:sort|uniq|git|date|diff|pip\d*|pytest)\s
 
 def _command_line(text: str, flag_at: int) -> str:
     """The command the flag belongs to, up to the flag: its line and the lines it continues
-    (a shell command split with `\\`)."""
+    (a shell command split with `\\`), from the last `;`, `&`, `|` or `(` on them. The
+    whole line made `mkdir -p /srv && mysql -u dagny -p PW` one `mkdir` command, so the
+    password was taken for mkdir's `-p` and kept."""
     start = text.rfind("\n", 0, flag_at) + 1
-    while start > 1 and text[:start - 1].rstrip(" \t").endswith("\\"):
+    while start > 1 and _ends_with_backslash(text, start - 1):
         start = text.rfind("\n", 0, start - 1) + 1
-    return text[start:flag_at]
+    seps = _separators(text)
+    last = bisect.bisect_left(seps, flag_at) - 1  # the last one before the flag
+    return text[max(start, seps[last] + 1 if last >= 0 else 0):flag_at]
+
+
+@lru_cache(maxsize=1)
+def _separators(text: str) -> list[int]:
+    """Where the document's `;`, `&`, `|` and `(` are, found once (searching back from each
+    flag for them read to the line's start where there was none)."""
+    return [m.start() for m in re.finditer(r"[;&|(]", text)]
+
+
+def _ends_with_backslash(text: str, end: int) -> bool:
+    """`text[:end]`, spaces and tabs after it dropped, ends with `\\` (read backwards from
+    `end`, not by copying the text before it: O(len) a flag)."""
+    while end > 0 and text[end - 1] in " \t":
+        end -= 1
+    return end > 0 and text[end - 1] == "\\"
 
 
 def _other_meaning(text: str, flag_at: int, flag: str) -> bool:
@@ -271,10 +294,17 @@ def find_passwords(text: str) -> Iterator[Span]:
             yield Span("PASSWORD", m.start("pw"), m.end("pw"), pw)
 
 
-def _a_key_elsewhere(text: str, value: str) -> bool:
-    """The value is also a key of the same document (`'posix_user': {...}` and later
-    `'user': 'posix_user'`): a name the code defines, such as an install scheme, not a login."""
-    return re.search(rf"[\"']{re.escape(value)}[\"'][ \t]*:", text) is not None
+# a quoted key of a mapping: `'posix_user': {`. The characters are those a username may
+# have (`_username_ok`), so the key between the quotes is the whole run
+QUOTED_KEY = re.compile(r"(?<=[\"'])([A-Za-z0-9._\\-]+)[\"'][ \t]*:")
+
+
+def _quoted_keys(text: str) -> set[str]:
+    """The quoted keys of the document, found in one pass: a value that is one of them
+    (`'posix_user': {...}` and later `'user': 'posix_user'`) is a name the code defines, such
+    as an install scheme, not a login (searching the text again for each value was O(len) a
+    value)."""
+    return set(QUOTED_KEY.findall(text))
 
 
 def _username_ok(value: str) -> bool:
@@ -287,6 +317,7 @@ def _username_ok(value: str) -> bool:
 
 
 def find_usernames(text: str) -> Iterator[Span]:
+    keys: set[str] | None = None
     for m in USER_ASSIGN.finditer(text):
         got = _value(m)
         if got is None:
@@ -299,8 +330,10 @@ def find_usernames(text: str) -> Iterator[Span]:
             continue
         if _is_reference(value, quoted) or _looks_like_code_reference(value, "", quoted):
             continue
-        if _username_ok(value) and not _a_key_elsewhere(text, value):
-            yield Span("USERNAME", s, e, value)
+        if _username_ok(value):
+            keys = _quoted_keys(text) if keys is None else keys
+            if value not in keys:
+                yield Span("USERNAME", s, e, value)
     for m in XML_VALUE.finditer(text):
         if re.search(USER_KEY + "$", m.group("tag"), re.I) and _username_ok(m.group("v")):
             yield Span("USERNAME", m.start("v"), m.end("v"), m.group("v"))

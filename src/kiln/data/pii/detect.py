@@ -22,10 +22,12 @@ DETECTORS: dict[str, Callable[[str], Iterator[Span]]] = {
 
 
 def check_types(types: Iterable[str] | None) -> tuple[str, ...]:
-    """The chosen PII types (None: all six); ValueError naming any unknown one."""
+    """The chosen PII types (None: all six; one name alone is that type, not its letters, which
+    were each refused as an unknown type: `['E', 'M', 'A', 'I', 'L']`); ValueError naming any
+    unknown one."""
     if types is None:
         return PII_TYPES
-    chosen = tuple(types)
+    chosen = (types,) if isinstance(types, str) else tuple(types)
     unknown = [t for t in chosen if t not in PII_TYPES]
     if unknown:
         raise ValueError(f"unknown PII types {unknown}; choose from {PII_TYPES}")

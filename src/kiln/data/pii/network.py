@@ -17,24 +17,36 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterator
-from functools import partial
-from itertools import chain
+from functools import lru_cache, partial
 
 from datatrove.pipeline.formatters.pii import PIIFormatter, public_ip_validator
 
+from kiln.data.pii.context import words_back
 from kiln.data.pii.spans import Span
 
 _DT = PIIFormatter()
-EMAIL_CANDIDATE = re.compile(_DT.emails_replacer.regex.pattern)
-IPV4_CANDIDATE = re.compile(r"(?<![\w.])(?:" + _DT.ip_replacer.regex.pattern + r")(?![\w]|\.\d)")
+# The letters of an address: ASCII, and those of the scripts written with spaces between
+# words (Latin, Greek, Cyrillic), so `françois.dupont@orange.fr` and `kontakt@bücher.de` are
+# whole. datatrove's ASCII classes after a Unicode `\b` found no start in `jürgen.müller@…`,
+# `メールtanaka@…まで` (a letter on both sides: no word boundary) and cut `françois.` off.
+# Not CJK, kana or Hangul: text in them runs into an address without a space.
+ADDRESS_LETTERS = "A-Za-z0-9\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u0386\u0388-\u03ce\u0400-\u04ff"
+_LOCAL_CHAR = f"[{ADDRESS_LETTERS}!#$%&'*+/=?^_`{{|}}~-]"
+EMAIL_CANDIDATE = re.compile(_DT.emails_replacer.regex.pattern.replace(
+    "A-Za-z0-9", ADDRESS_LETTERS).replace("\\b", f"(?<!{_LOCAL_CHAR})", 1))
+# An address is a token of its own: not inside a word of those letters (`v1.2.3.4`), but
+# CJK or kana text runs into it ("IPアドレスは52.14.3.9です"), where `\w` found no edge
+_WORD = f"[{ADDRESS_LETTERS}_]"
+IPV4_CANDIDATE = re.compile(f"(?<!{_WORD})(?<!\\.)(?:" + _DT.ip_replacer.regex.pattern
+                            + f")(?!{_WORD}|\\.\\d)")
 is_public_ip = partial(public_ip_validator, public_only=True)
 
 IPV6_CANDIDATE = re.compile(
-    r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{1,4})?"
-    r"(?![\w:]|\.\d+\.\d)")  # the dotted tail first: `::151.101.1.69` is one address, not
+    f"(?<!{_WORD})(?<![:.])" r"(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{1,4})?"
+    f"(?!{_WORD}|:" r"|\.\d+\.\d)")  # the dotted tail first: `::151.101.1.69` is one address, not
 # `::151`; a `.443` after it is a port (tcpdump's `addr.port`), and the address is kept whole
 
-_LOCAL_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%+-]*$")
+_LOCAL_PART = re.compile(f"[{ADDRESS_LETTERS}][{ADDRESS_LETTERS}._%+-]*$")
 RESERVED_EMAIL_DOMAINS = frozenset({
     "example.com", "example.org", "example.net", "example.edu", "localhost", "localdomain",
     "domain.com", "email.com", "yourdomain.com", "yourcompany.com", "company.com", "test.com",
@@ -95,6 +107,15 @@ def _email_candidates(text: str) -> Iterator[re.Match]:
             yield m
 
 
+def _in_url_authority(text: str, start: int) -> bool:
+    """`://` then no space, `/` or `@` up to `start` (read back from `start`: searching the
+    text before it was O(len) an address)."""
+    j = start
+    while j > 0 and not (text[j - 1].isspace() or text[j - 1] in "/@"):
+        j -= 1
+    return text[max(0, j - 3):j] == "://"
+
+
 def find_emails(text: str) -> Iterator[Span]:
     for m in GROUPED_EMAILS.finditer(text):
         if _personal_domain(m.group(1)):
@@ -108,7 +129,7 @@ def find_emails(text: str) -> Iterator[Span]:
         start = m.end() - len(domain) - 1 - len(local)
         if start > 0 and text[start - 1] in "@/":  # npm `@scope/pkg@1.0`, url paths
             continue
-        if re.search(r"://[^\s/@]*$", text[:start]):
+        if _in_url_authority(text, start):
             continue  # userinfo of a URL (`https://user:token@host`), handled as credentials
         end = m.end()
         if end < len(text) and text[end] == ":" and local in {"git", "hg", "svn"}:
@@ -150,19 +171,40 @@ DOTTED = re.compile(r"\d+(?:\.\d+){2,5}")  # `2.7.18`: a version only among othe
 DOTTED_QUAD = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 
 
+def _next_line(text: str, at: int, step: int) -> str:
+    """The nearest non-blank line before (`step` -1) or after (+1) position `at`, read from
+    `at` (copying the text before or after it was O(len) a candidate)."""
+    while 0 < at if step < 0 else at < len(text):
+        if not text[at - 1 if step < 0 else at].isspace():
+            break
+        at += step
+    if step < 0:
+        return text[text.rfind("\n", 0, at) + 1:at]
+    end = text.find("\n", at)
+    return text[at:len(text) if end < 0 else end]
+
+
+LINE_PAD = " \t\r\"',"  # around a number alone on its line
+
+
 def _among_versions_on_lines(text: str, start: int, dotted: str) -> bool:
     """A dotted quad alone on its line, in a list of lines whose neighbour (the line above or
     below) is a version that cannot be an address: a docstring's list of version numbers."""
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", start)
-    line_end = len(text) if line_end < 0 else line_end
-    if text[line_start:line_end].strip(" \t\r\"',") != dotted:
+    line_start, line_end = start, start + len(dotted)  # read outwards, not the whole line
+    while line_start > 0 and text[line_start - 1] in LINE_PAD:
+        line_start -= 1
+    while line_end < len(text) and text[line_end] in LINE_PAD:
+        line_end += 1
+    if line_start > 0 and text[line_start - 1] != "\n" or text[line_end:line_end + 1] not in "\n":
         return False
-    above = text[:line_start].rstrip().rpartition("\n")[2].strip(" \t\r\"',")
-    below = text[line_end:].lstrip().partition("\n")[0].strip(" \t\r\"',")
+    above, below = (_next_line(text, at, step).strip(" \t\r\"',")
+                    for at, step in ((line_start, -1), (line_end, 1)))
     if any(LINE_VERSION.fullmatch(n) for n in (above, below)):
         return True
     return all(DOTTED.fullmatch(n) and not DOTTED_QUAD.fullmatch(n) for n in (above, below))
+
+
+LIST_TARGET = re.compile(r"\s*([A-Za-z_][\w.]*)\s*[:=]\s*[\[({][^\])};\n]*$")
 
 
 def _version_like(text: str, start: int, dotted: str, marked: bool = False) -> bool:
@@ -182,23 +224,42 @@ def _version_like(text: str, start: int, dotted: str, marked: bool = False) -> b
     line_start = text.rfind("\n", 0, start) + 1
     # a list's first item needs its marker word right before it ("Python 3.11.4.1, ..."), not
     # among the 3 words before ("release (4.1.0.2) to 93.184.216.34 and ..." lists addresses)
-    before = text[line_start:start].split()[-1 if marked else -3:]
+    last = 1 if marked else 3
+    before = text[words_back(text, line_start, start, last):start].split()[-last:]
     words = re.findall(r"[A-Za-z§]+", " ".join(before))
     if any(w.lower() in VERSION_WORDS or "version" in w.lower() or w.lower() in VERSIONED
            for w in words):
         return True
     if re.search(r"(?:parse|version|ver)\(\s*[\"']?$", text[max(0, start - 24):start], re.I):
         return True  # `parse("1.2.3.4")`, `LooseVersion('2.7.2.2')`
-    target = re.match(r"\s*([A-Za-z_][\w.]*)\s*[:=]\s*[\[({][^\])};\n]*$", text[line_start:start])
+    target = LIST_TARGET.match(text, line_start, start)
     if target and "version" in target.group(1).lower():
         return True  # `versions = ["1.2.3.4", "1.2.3.5"]`: every item of the list
     # the same number marked elsewhere, or a sibling of a marked number nearby (`sections
     # "8.2.4.44 Bogus comment state" and "8.2.4.45 Markup declaration open"`: one item on)
     parent = dotted.rpartition(".")[0]
     sibling = re.compile(rf"(?<![\d.]){re.escape(parent)}\.\d+(?![\d.])")
-    elsewhere = (m for m in re.finditer(re.escape(dotted), text) if m.start() != start)
+    if any(p != start for p in _marked_numbers(text).get(dotted, ())):
+        return True
     return any(VERSION_CONTEXT.search(text[max(0, m.start() - 24):m.start()])
-               for m in chain(elsewhere, sibling.finditer(text, max(0, start - 300), start)))
+               for m in sibling.finditer(text, max(0, start - 300), start))
+
+
+NUMBER_START = re.compile(r"(?<!\d)\d")  # a digit after a digit never follows a marker
+
+
+@lru_cache(maxsize=1)
+def _marked_numbers(text: str) -> dict[str, list[int]]:
+    """{the 7 to 15 characters from a number's start: its starts} for the numbers right after
+    a version marker, found once a document: searching the whole text for each candidate
+    address was O(len) an address (a log of 8000 lines of them took seconds)."""
+    marked: dict[str, list[int]] = {}
+    for m in NUMBER_START.finditer(text):
+        p = m.start()
+        if VERSION_CONTEXT.search(text[max(0, p - 24):p]):
+            for length in range(7, 16):  # `1.2.3.4` to `123.123.123.123`
+                marked.setdefault(text[p:p + length], []).append(p)
+    return marked
 
 
 def _host_ipv4(text: str, m: re.Match) -> bool:
