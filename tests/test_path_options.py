@@ -77,3 +77,34 @@ def test_every_path_option_is_anchored_and_nothing_else(tmp_path, monkeypatch):
                getattr(getattr(out, t), k)}
     assert changed == set(PATH_OPTIONS)
     assert anchored(PrepareConfig()) == PrepareConfig()  # "" and "heuristic" stay
+
+
+def test_a_recorded_absolute_judge_run_is_no_data_change(tmp_path, monkeypatch):
+    """config.toml records `kiln:runs/j` as `kiln:/abs/runs/j`: the next `kiln run` of the
+    same recipe on the trained run compared the two as words and refused ('holds
+    checkpoints trained on data made with other settings (prepare.brain_rot_m2.judge ...')."""
+    import dataclasses
+
+    from kiln.config import Config, recorded_config
+    from kiln.config_changes import data_changes
+    from kiln.run_dir import write_run_metadata
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "j").mkdir(parents=True)
+    (tmp_path / "bench.jsonl").write_text(json.dumps(BENCH) + "\n")
+    base = Config()
+    cfg = dataclasses.replace(
+        base, run=dataclasses.replace(base.run, dir=str(tmp_path / "run")),
+        prepare=dataclasses.replace(
+            base.prepare, stages=["read", "decontaminate", "brain_rot_m2", "write"],
+            decontaminate=dataclasses.replace(base.prepare.decontaminate,
+                                              benchmarks=["bench.jsonl"]),
+            brain_rot_m2=dataclasses.replace(base.prepare.brain_rot_m2, judge="kiln:runs/j")))
+    write_run_metadata(cfg)
+    old = recorded_config(cfg.run_dir)
+    assert old.prepare.brain_rot_m2.judge == f"kiln:{tmp_path / 'runs' / 'j'}"
+    assert data_changes(old, cfg) == []
+    other = dataclasses.replace(cfg, prepare=dataclasses.replace(
+        cfg.prepare, brain_rot_m2=dataclasses.replace(cfg.prepare.brain_rot_m2,
+                                                      judge="kiln:runs/k")))
+    assert [c.split(":")[0] for c in data_changes(old, other)] == ["prepare.brain_rot_m2.judge"]
