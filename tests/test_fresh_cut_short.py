@@ -101,3 +101,31 @@ def test_the_archive_keeps_the_config_that_builds_its_model(tiny_run):
     model = loaded_model(model_config_for_run(old, tiny_run / "tokens"),
                          latest_checkpoint(folder / "checkpoints"))
     assert model.cfg.dim == 64
+
+
+def test_a_restart_archives_the_config_of_the_model_it_sets_aside(tmp_path):
+    """A run killed before its first checkpoint, run again (`kiln run`) with a new
+    model.dim: the data stages recorded the new config.toml (no checkpoint keeps the old
+    one) before the trainer's restart archived the earlier model's metrics, and the archive
+    took that new config beside the old model's metrics and model.json."""
+    from kiln.commands.data_stages import record_config
+    from kiln.config import recorded_config
+    from kiln.run_dir import write_run_metadata
+    from kiln.train.checkpoint import EARLIER_RECORDS, archive_checkpoints
+
+    run = tmp_path / "run"
+    write_run_metadata(tiny_config(run))  # the earlier model's, as its trainer recorded
+    (run / "model.json").write_text('{"params": 1}\n')
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')  # killed before step 3
+    new = tiny_config(run, "model.dim=96")
+    record_config(new)  # kiln run's data stages, before its trainer
+    record_config(new)  # (and again: the first kept copy is the earlier model's)
+    assert recorded_config(run).model.dim == 96
+    folder = archive_checkpoints(run, "restart")  # the trainer's restart
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.toml", "env.json", "metrics.jsonl", "model.json"]
+    assert recorded_config(folder).model.dim == 64 and recorded_config(run).model.dim == 96
+    assert not (run / EARLIER_RECORDS).exists()
+    # nothing to archive (a plain new run): the data verbs keep no copies
+    record_config(new)
+    assert not (run / EARLIER_RECORDS).exists()

@@ -20,7 +20,7 @@ from kiln.atomic import write_json_atomic
 from kiln.errors import CheckpointError
 from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import append_jsonl
-from kiln.train.checkpoint import archive_checkpoints, cannot_write
+from kiln.train.checkpoint import archive_checkpoints, cannot_write, drop_earlier_records
 from kiln.train.metrics_tail import set_aside_records_after
 
 
@@ -86,6 +86,7 @@ class RunRecords:
                                f"{self.device.type} ({self.precision})")
             write_json_atomic(self.run_dir / "model.json", {
                 **self.figures, **how, **({"launches": launches} if len(launches) > 1 else {})})
+            drop_earlier_records(self.run_dir)  # the archive (if any) took them before
         except OSError as e:
             raise cannot_write(self.run_dir / "checkpoints",
                                "the run's config.toml, env.json and model.json", e) from e
