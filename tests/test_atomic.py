@@ -183,3 +183,14 @@ def test_a_file_or_folder_in_the_way_is_refused_by_name_and_kept(tmp_path):
         pass
     assert (tmp_path / "plots").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plots", "report.html"]
+
+
+def test_a_link_to_a_missing_folder_in_the_way_is_named_as_one(tmp_path):
+    """RUN/plots linked to a disk not mounted: it was called 'a file where Kiln keeps a
+    folder' (the user looks for a file and finds a link)."""
+    from kiln.errors import RunDataError
+
+    (tmp_path / "plots").symlink_to(tmp_path / "gone" / "plots")
+    with pytest.raises(RunDataError, match=r"plots is a link to .*gone/plots, which is missing"):
+        write_text_atomic(tmp_path / "plots" / "loss.png", "png")
+    assert (tmp_path / "plots").is_symlink()

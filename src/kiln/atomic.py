@@ -41,9 +41,11 @@ def make_room(path: Path, folder: bool) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as e:
-        blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()),
-                       path.parent)
-        raise RunDataError(f"cannot write {path}: {blocker} is a file where Kiln keeps a "
+        blocker = next((p for p in reversed(path.parents)
+                        if os.path.lexists(p) and not p.is_dir()), path.parent)
+        what = (f"a link to {os.readlink(blocker)}, which is missing," if blocker.is_symlink()
+                else "a file")
+        raise RunDataError(f"cannot write {path}: {blocker} is {what} where Kiln keeps a "
                            "folder; move it aside and run it again") from e
     if path.exists() and path.is_dir() != folder:
         kind = "file" if path.is_file() else "folder"
