@@ -336,3 +336,28 @@ def test_an_empty_before_export_folder_a_killed_export_left_is_cleared(tmp_path)
     with other_files_set_aside(tmp_path / "export", tmp_path) as moved:
         assert moved is None
     assert not empty.exists() and (full / "export").is_dir()
+
+
+def test_a_folder_set_aside_while_another_export_clears_empty_ones_still_moves(tmp_path,
+                                                                              monkeypatch):
+    """Two exports of one run: the second, starting, cleared the first's before-export
+    folder (made, still empty, as a killed export leaves it) before the first moved the
+    user's folder into it: that export ended in FileNotFoundError."""
+    import kiln.export.earlier as earlier
+    from kiln.atomic import clear_empty_archive_folders
+
+    real = earlier.new_archive_folder
+
+    def made_then_cleared(run_dir, label):
+        folder = real(run_dir, label)
+        clear_empty_archive_folders(run_dir, label)  # the other export, starting
+        return folder
+
+    monkeypatch.setattr(earlier, "new_archive_folder", made_then_cleared)
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "README.md").write_text("mine")
+    with earlier.other_files_set_aside(tmp_path / "export", tmp_path) as moved:
+        assert "it moved to" in moved
+    (folder,) = (tmp_path / "archive").iterdir()
+    assert (folder / "export" / "README.md").read_text() == "mine"
+    assert not (tmp_path / "export").exists()

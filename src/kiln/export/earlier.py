@@ -50,7 +50,15 @@ def other_files_set_aside(out_dir: Path, run_dir: Path) -> Iterator[str | None]:
     # a kill skips the put-back below: the record lets the next reader of out_dir do it
     record = set_aside_record(out_dir, os.getpid())
     write_json_atomic(record, {"moved_to": str(dest.absolute())})
-    os.replace(out_dir, dest)
+    try:
+        os.replace(out_dir, dest)
+    except FileNotFoundError:
+        # another export of the run, starting, cleared the folder as a killed one's (empty)
+        if dest.parent.is_dir() or not os.path.lexists(out_dir):
+            record.unlink(missing_ok=True)
+            raise
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(out_dir, dest)
     try:
         yield f"{out_dir} {what}: it moved to {dest}"
     except BaseException:
