@@ -194,3 +194,8 @@ def test_a_link_to_a_missing_folder_in_the_way_is_named_as_one(tmp_path):
     with pytest.raises(RunDataError, match=r"plots is a link to .*gone/plots, which is missing"):
         write_text_atomic(tmp_path / "plots" / "loss.png", "png")
     assert (tmp_path / "plots").is_symlink()
+    (tmp_path / "notes").write_text("mine")
+    (tmp_path / "plots").unlink()
+    (tmp_path / "plots").symlink_to(tmp_path / "notes")
+    with pytest.raises(RunDataError, match=r"plots is a link to .*notes, a file, where Kiln"):
+        write_text_atomic(tmp_path / "plots" / "loss.png", "png")

@@ -43,8 +43,8 @@ def make_room(path: Path, folder: bool) -> None:
     except (FileExistsError, NotADirectoryError) as e:
         blocker = next((p for p in reversed(path.parents)
                         if os.path.lexists(p) and not p.is_dir()), path.parent)
-        what = (f"a link to {os.readlink(blocker)}, which is missing," if blocker.is_symlink()
-                else "a file")
+        what = ("a file" if not blocker.is_symlink() else f"a link to {os.readlink(blocker)}, "
+                + ("a file," if blocker.exists() else "which is missing,"))
         raise RunDataError(f"cannot write {path}: {blocker} is {what} where Kiln keeps a "
                            "folder; move it aside and run it again") from e
     if path.exists() and path.is_dir() != folder:
