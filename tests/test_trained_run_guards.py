@@ -124,3 +124,25 @@ def test_the_older_checkpoint_note_is_said_by_rank_0_alone(tmp_path, monkeypatch
     monkeypatch.setenv("RANK", "0")
     note_an_older_checkpoint(ckpts / "step_00000003")
     assert capsys.readouterr().err.startswith("note: checkpoints/latest names step_00000006")
+
+
+def test_weights_that_do_not_fit_are_not_blamed_on_a_batch_setting(trained, monkeypatch, capsys):
+    """A model trained on a larger machine, evaluated where its weights alone do not fit:
+    the allocator's refusal while loading was told as 'lower eval.batch_size' (generate:
+    'lower generate.max_new_tokens'), settings that change nothing of it."""
+    import torch
+
+    from kiln.train import trained_run
+
+    def huge(*args, **kwargs):
+        return torch.empty(2**47, dtype=torch.uint8)  # a real refusal: 128 TiB
+
+    monkeypatch.setattr(trained_run, "load_weights", huge)
+    for verb in ("eval", "generate"):
+        code, err = _kiln(capsys, verb, str(trained))
+        assert code == 1 and "Traceback" not in err
+        line = err.strip().splitlines()[-1]
+        assert line.startswith(f"kiln: cannot load {trained / 'checkpoints' / 'step_00000006'}: "
+                               "out of memory (DefaultCPUAllocator: can't allocate memory"), line
+        assert "weights alone do not fit" in line and "batch_size" not in line
+        assert "max_new_tokens" not in line

@@ -24,9 +24,14 @@ def out_of_memory(e: BaseException) -> bool:
     return type(e).__name__ == "OutOfMemoryError" or _CPU in str(e)
 
 
-def out_of_memory_line(verb: str, e: BaseException) -> str:
-    """The one line: what was refused (torch's first sentence about it) and what to lower."""
+def refused_allocation(e: BaseException) -> str:
+    """What was refused: torch's first sentences about it."""
     said = str(e)
     said = said[said.index(_CPU):] if _CPU in said else said
     said = said.split(". Error code")[0].split("\n")[0].split(" Of the allocated")[0]
-    return f"kiln: {verb}: out of memory ({said.rstrip('. ')}): {_ADVICE.get(verb, _OTHER)}"
+    return said.rstrip(". ")
+
+
+def out_of_memory_line(verb: str, e: BaseException) -> str:
+    """The one line: what was refused (torch's first sentence about it) and what to lower."""
+    return f"kiln: {verb}: out of memory ({refused_allocation(e)}): {_ADVICE.get(verb, _OTHER)}"

@@ -10,8 +10,9 @@ from pathlib import Path
 from kiln.config import Config, ConfigError, ModelConfig, recorded_config
 from kiln.data.loader import accepts_fingerprint
 from kiln.data.shards import load_index
-from kiln.errors import CheckpointError, RunDataError
+from kiln.errors import CheckpointError, KilnError, RunDataError
 from kiln.model import Transformer
+from kiln.out_of_memory import out_of_memory, refused_allocation
 from kiln.parallel.distributed import is_main_process
 from kiln.parallel.meta_init import build_on_meta
 from kiln.train.checkpoint import load_weights, trained_shards
@@ -43,6 +44,12 @@ def load_trained_model(cfg: Config, ckpt: Path | None = None):
         if (ckpt / "trainer.pt").exists():  # still there: damaged, as the error says
             raise
         raise removed_while_read(ckpt) from e
+    except RuntimeError as e:  # the weights alone: no batch or length setting helps
+        if not out_of_memory(e):
+            raise
+        raise KilnError(f"cannot load {ckpt}: out of memory ({refused_allocation(e)}): the "
+                        "model's weights alone do not fit this machine's free memory; use a "
+                        "machine with more memory (or free some)") from e
     return model.eval(), ckpt
 
 
