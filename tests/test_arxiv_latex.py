@@ -480,6 +480,22 @@ def test_a_file_is_read_up_to_its_endinput():
                                          "$\\mathbb{R}$")
 
 
+def test_an_endinput_that_does_not_run_where_it_stands_ends_nothing():
+    """An \\endinput in a definition's body, named by \\let or in a load guard's conditional
+    is not where TeX stops reading the file: the main file's preamble
+    `\\newcommand{\\stop}{\\endinput}` cut the whole paper (an empty body), a guard cut the
+    rest of an \\input file."""
+    files = {
+        "main.tex": "\\documentclass{article}\\newcommand{\\stopnow}{\\endinput}"
+                    "\\def\\halt{\\endinput}\\let\\quit\\endinput\n"
+                    "\\begin{document}First paragraph.\n\n\\input{sec}\nLast paragraph.\n"
+                    "\\end{document}\n",
+        "sec.tex": "\\ifx\\secloaded\\relax\\endinput\\fi\n\\let\\secloaded\\relax\n"
+                   "Section text.\n\\endinput\nOld notes.\n",
+    }
+    assert latex_to_text(files).body == "First paragraph.\n\nSection text.\n\nLast paragraph."
+
+
 def test_the_star_of_a_starred_line_break_is_not_text():
     """\\\\* is a line break where no page may break; its star came out as text ('A *B')."""
     assert body("A\\\\*B and C\\\\*[2mm]D \\\\ *E \\\\ F*") == "A B and C D E F*"
