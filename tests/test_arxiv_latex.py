@@ -533,6 +533,17 @@ def test_the_icml_title_block_is_not_body_text():
     assert result.body == "## Introduction\n\nDeep nets."
 
 
+def test_the_text_set_across_both_columns_is_kept():
+    """\\twocolumn[...] sets its text across both columns: CVPR-style papers put their teaser
+    figure and its caption there. Its whole argument was dropped with ICML's title block (the
+    caption lost); it is read as text, the ICML macros in it being dropped one by one."""
+    doc = ("\\documentclass{article}\\begin{document}\n\\twocolumn[{\\centering\n"
+           "\\includegraphics[width=\\linewidth]{teaser}\n"
+           "\\captionof{figure}{Our method turns sketches into photos.}\n\\vspace{1em}}]\n"
+           "\\section{Introduction}\nBody.\n\\end{document}")
+    assert "Our method turns sketches into photos." in latex_to_text({"main.tex": doc}).body
+
+
 def test_siunitx_quantities_keep_their_units():
     """\\SI{3}{\\metre} and friends (siunitx, common in physics) lost their unit: the unit macros
     are unknown, so '\\SI{9.81}{\\metre\\per\\second\\squared}' read '9.81' and \\si{..} nothing."""
