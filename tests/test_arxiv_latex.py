@@ -480,6 +480,22 @@ def test_a_file_is_read_up_to_its_endinput():
                                          "$\\mathbb{R}$")
 
 
+def test_an_endinput_that_does_not_run_where_it_stands_ends_nothing():
+    """An \\endinput in a definition's body, named by \\let or in a load guard's conditional
+    is not where TeX stops reading the file: the main file's preamble
+    `\\newcommand{\\stop}{\\endinput}` cut the whole paper (an empty body), a guard cut the
+    rest of an \\input file."""
+    files = {
+        "main.tex": "\\documentclass{article}\\newcommand{\\stopnow}{\\endinput}"
+                    "\\def\\halt{\\endinput}\\let\\quit\\endinput\n"
+                    "\\begin{document}First paragraph.\n\n\\input{sec}\nLast paragraph.\n"
+                    "\\end{document}\n",
+        "sec.tex": "\\ifx\\secloaded\\relax\\endinput\\fi\n\\let\\secloaded\\relax\n"
+                   "Section text.\n\\endinput\nOld notes.\n",
+    }
+    assert latex_to_text(files).body == "First paragraph.\n\nSection text.\n\nLast paragraph."
+
+
 def test_the_star_of_a_starred_line_break_is_not_text():
     """\\\\* is a line break where no page may break; its star came out as text ('A *B')."""
     assert body("A\\\\*B and C\\\\*[2mm]D \\\\ *E \\\\ F*") == "A B and C D E F*"
@@ -515,6 +531,17 @@ def test_the_icml_title_block_is_not_body_text():
     result = latex_to_text({"main.tex": doc})
     assert (result.title, result.abstract) == ("Deep Nets Are Great", "We show things.")
     assert result.body == "## Introduction\n\nDeep nets."
+
+
+def test_the_text_set_across_both_columns_is_kept():
+    """\\twocolumn[...] sets its text across both columns: CVPR-style papers put their teaser
+    figure and its caption there. Its whole argument was dropped with ICML's title block (the
+    caption lost); it is read as text, the ICML macros in it being dropped one by one."""
+    doc = ("\\documentclass{article}\\begin{document}\n\\twocolumn[{\\centering\n"
+           "\\includegraphics[width=\\linewidth]{teaser}\n"
+           "\\captionof{figure}{Our method turns sketches into photos.}\n\\vspace{1em}}]\n"
+           "\\section{Introduction}\nBody.\n\\end{document}")
+    assert "Our method turns sketches into photos." in latex_to_text({"main.tex": doc}).body
 
 
 def test_siunitx_quantities_keep_their_units():

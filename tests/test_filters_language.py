@@ -166,3 +166,29 @@ def test_the_parts_of_a_cut_text_take_its_first_parts_language():
     assert {d.metadata["language"] for d in book} == {"en"}
     assert flt.filter(other) == (False, "other_language")
     assert detect_language(table) == ("und", 0.0)  # what the table alone is judged
+
+
+def test_two_sources_named_alike_are_two_texts_for_the_first_parts_verdict(tmp_path):
+    """`part_of` is a text's id within its source: `en/dump.txt` and `de/dump.txt`, given as
+    files, both cut by the reader, both give `part_of = "dump.txt"`. Read one after the other,
+    the German text's parts took the English text's language and were kept as English (and
+    its M2 verdict and perplexity score likewise): a text is its source and its id."""
+    from kiln.data.documents import SourceReader
+    from kiln.data.filters.junk_heuristics import HeuristicJudge
+    from kiln.data.filters.semantic import SemanticQualityFilter
+
+    paths = []
+    for lang, text in (("en", EN), ("de", DE)):
+        (tmp_path / lang).mkdir()
+        paths.append(tmp_path / lang / "dump.txt")
+        paths[-1].write_text((text + "\n\n") * (1_100_000 // len(text) + 1))
+    docs = list(SourceReader([str(p) for p in paths], progress=False).run())
+    assert {d.metadata["part_of"] for d in docs} == {"dump.txt"} and len(docs) == 4
+    flt = LanguageFilter(["en"])
+    assert [flt.filter(d) for d in docs] == [True, True, (False, "other_language"),
+                                              (False, "other_language")]
+    assert [d.metadata["language"] for d in docs] == ["en", "en", "de", "de"]
+    m2 = SemanticQualityFilter(HeuristicJudge())
+    for d in docs:
+        m2.filter(d)
+    assert m2.stats["m2_judged"].total == 2  # one verdict a text

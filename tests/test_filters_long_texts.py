@@ -205,3 +205,26 @@ def test_the_minimum_holds_no_more_parts_than_the_maximum_did():
     docs = [_part("z", k, "x" * 10) for k in range(1, 5)] + [_part("y", 1, "a b"), _part("y", 2, "c")]
     assert _kept([step], docs) == ["y#1", "y#2"]
     assert step.stats["dropped_long_text_few_words"].total == 4
+
+
+def test_two_sources_named_alike_are_two_texts():
+    """`part_of` is a text's id within its source: `a/dump.txt` and `b/dump.txt` given as
+    files both give `part_of = "dump.txt"`. Read one after the other they were one text:
+    their words were summed (two texts each within the bound, dropped together) and the
+    second was dated by the first's header."""
+    from kiln.data.dating import DateDocuments
+
+    def part(source: str, k: int, text: str) -> Document:
+        return Document(text=text, id=f"dump.txt#{k}",
+                        metadata={"part_of": "dump.txt", "source": source})
+
+    words = " ".join(["word"] * 6)
+    docs = [part(s, k, words) for s in ("a/dump.txt", "b/dump.txt") for k in (1, 2)]
+    step = WholeTextLengthFilter(code_words, max_words=20)
+    assert [d.metadata["source"] for d in step.run(iter(docs))] == ["a/dump.txt"] * 2 + ["b/dump.txt"] * 2
+    dated = list(DateDocuments().run(iter([
+        part("a/dump.txt", 1, "Title: Essays\nAuthor: A\nRelease date: May 1, 2003 [eBook #1]\n"
+             "Original publication: London, 1850\n\nText."),
+        part("b/dump.txt", 1, "Title: Other\nAuthor: B\nRelease date: May 1, 2003 [eBook #2]\n"
+             "Original publication: London, 1920\n\nText.")])))
+    assert [d.metadata.get("year") for d in dated] == [1850, 1920]

@@ -383,3 +383,26 @@ def test_the_parts_of_a_cut_text_take_its_first_parts_score(run_dir):
     keep = PerplexitySelector("top_fraction", fraction=0.5,
                               scores=scores_from([*parts, other, after]))
     assert len({get_filter_result(keep.filter(d)) for d in parts}) == 1  # all kept or all not
+
+
+def test_a_judge_made_before_its_run_wrote_a_checkpoint_refuses_the_new_weights(run_dir, tmp_path):
+    """The judge's identity (its checkpoint) is taken when the pipeline is built; the weights
+    are loaded later, in a task. A checkpoint written in between (the judge's run still
+    training) was loaded and its scores stored under the older checkpoint's identity, so a
+    later prepare with that older checkpoint's judge would reuse another model's scores."""
+    import shutil
+
+    from kiln.errors import CheckpointError
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir[0], run)
+    judge = KilnLabelJudge(run, template="post: {text} ->")  # built: checkpoint 5, not loaded
+    before = judge.identity
+    torch.manual_seed(1)
+    model = Transformer(load_config(run / "config.toml", recorded=True).model)
+    save_checkpoint(run / "checkpoints", 10, model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    {"step": 10}, DistEnv())
+    with pytest.raises(CheckpointError, match="trained on since the pipeline was built"):
+        judge.judge("the cat sat")
+    assert judge.identity == before
+    assert KilnLabelJudge(run, template="post: {text} ->").judge("the cat sat").reasons  # anew

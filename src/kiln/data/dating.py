@@ -58,7 +58,7 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
-from kiln.data.long_documents import PART_OF
+from kiln.data.long_documents import cut_text_of
 
 # The five Chronoberg intervals (VAD lexicons and sequential training use these).
 CHRONOBERG_PERIODS: dict[str, tuple[int, int]] = {
@@ -318,7 +318,7 @@ class DateDocuments(PipelineStep):
         text, first = None, {}  # the cut text last dated, and its first part's fields
         for doc in data or []:
             with self.track_time():
-                part_of = doc.metadata.get(PART_OF)
+                part_of = cut_text_of(doc)  # (source, part_of): two sources named alike
                 if part_of is not None and part_of == text:
                     fields = copy.deepcopy(first)
                 else:

@@ -34,6 +34,16 @@ MAX_DOCUMENT_CHARS = 1_000_000
 # train/val by it, so a text's parts never land on both sides)
 PART_OF = "part_of"
 
+
+def cut_text_of(doc) -> tuple[str | None, str] | None:
+    """Which cut text `doc` is a part of, for a stage that gives a text's parts its first
+    part's verdict: (its source file, `part_of`), or None for a document that was not cut.
+    `part_of` alone is the text's id within its source (`dump.txt`, `data.jsonl:1`): two
+    sources named alike (`en/dump.txt` and `fr/dump.txt` given as files) give their texts one
+    id, and the second text's parts took the first's verdict."""
+    text = doc.metadata.get(PART_OF)
+    return None if text is None else (doc.metadata.get("source"), text)
+
 _WHITESPACE = (" ", "\t", "\r", "\f", "\v")
 # the kinds of break a part ends after, the first kind found taken: a paragraph, a line,
 # whitespace (each kind's separators are of one length)

@@ -303,6 +303,14 @@ class LatexConverter(LatexTokens):
             if rest := self.val[i + 1][GLUE.match(self.val[i + 1]).end() :]:
                 out.append(_fix_text(rest))
             return i + 2
+        if base == "twocolumn":  # its [..] is text set across both columns: a CVPR teaser's
+            k = self._next(i + 1)  # caption, ICML's title block (its macros are dropped)
+            if k < self.n and self.kind[k] == BRACKET and self.val[k] == "[":
+                close = self._bracket_end(k)
+                if close is not None:
+                    self._enter(k + 1, close, out)
+                    return close + 1
+            return i + 1
         if base in DROP:
             return self._skip_args(i + 1, DROP[base])
         if base == "item":

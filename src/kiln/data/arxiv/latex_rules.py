@@ -114,8 +114,9 @@ DROP.update({
     "textcolor": "[{", "colorbox": "[{", "foreignlanguage": "[{", "parbox": "[[[{",
     "makebox": "[[", "framebox": "[[", "selectlanguage": "{", "multicolumn": "{{",
     "multirow": "[{[{",
-    # ICML's title block, written in the body (in \twocolumn[...]): title, authors, affiliations
-    "twocolumn": "[", "icmltitle": "{", "icmltitlerunning": "{", "icmlsetsymbol": "{{",
+    # ICML's title block, written in the body (in \twocolumn[...], whose text is read:
+    # `latex_convert`): title, authors, affiliations
+    "icmltitle": "{", "icmltitlerunning": "{", "icmlsetsymbol": "{{",
     "icmlauthor": "{{", "icmlaffiliation": "{{", "icmlcorrespondingauthor": "{{",
     "icmlkeywords": "{", "printAffiliationsAndNotice": "{",
     # the import package's includes, when the file is not in the archive (`latex_source`)

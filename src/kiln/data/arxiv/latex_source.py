@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
-from kiln.data.arxiv.latex_conditionals import CONTROL
+from kiln.data.arxiv.latex_conditionals import CONTROL_OR_BRACE, NAMED_BEFORE, NEWIF, PRIMITIVE_IFS
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans, literal_spans
 
 DOCCLASS = re.compile(r"\\document(?:class|style)\s*(?:\[[^\]]*\])?\s*\{\s*([^}]*)\}")
@@ -60,12 +60,29 @@ def strip_comments(text: str, declared: Declared = NO_DECLARATIONS) -> str:
 
 def cut_at_endinput(text: str, declared: Declared = NO_DECLARATIONS) -> str:
     """`text` up to the end of the line of its first \\endinput outside literal spans: TeX reads
-    no further in that file (an \\input file's old notes, a .sty file's documentation)."""
+    no further in that file (an \\input file's old notes, a .sty file's documentation).
+    Only an \\endinput that runs where it stands counts: not one in a group (a definition's
+    body, `\\newcommand{\\stop}{\\endinput}`), one named (`\\let\\stop\\endinput`) nor one
+    in a conditional (a load guard, `\\ifx\\loaded\\relax\\endinput\\fi`, read on the first
+    load): each cut the rest of the paper."""
     if "\\endinput" not in text:
         return text
     spans = LiteralSpans(text, declared)
-    for m in CONTROL.finditer(text):
-        if m.group(1) == "endinput" and m.start() not in spans:
+    ifs = PRIMITIVE_IFS | set(NEWIF.findall(text))
+    braces = ifs_open = 0
+    for m in CONTROL_OR_BRACE.finditer(text):
+        name = m.group(1)
+        if m.start() in spans:
+            continue
+        if name is None:
+            if m.group(2):
+                braces = braces + 1 if m.group(2) == "{" else max(braces - 1, 0)
+        elif name in ifs or name.startswith("if@"):
+            ifs_open += 1
+        elif name == "fi":
+            ifs_open = max(ifs_open - 1, 0)
+        elif (name == "endinput" and not braces and not ifs_open
+              and not NAMED_BEFORE.search(text, max(m.start() - 80, 0), m.start())):
             eol = text.find("\n", m.end())
             return text[: m.start()] + text[m.end() : eol + 1 if eol >= 0 else len(text)]
     return text

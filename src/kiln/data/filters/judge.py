@@ -113,7 +113,8 @@ class KilnLabelJudge:
             raise ValueError("the prompt template must contain '{text}' exactly once")
         self.run_dir, self.template, self.device = check_run_dir(run_dir), template, device
         # the checkpoint too: the run trained on is another judge, its stored scores not ours
-        self.identity = (f"kiln:{Path(self.run_dir).resolve()}:{checkpoint_identity(run_dir)}:"
+        self.checkpoint = checkpoint_identity(run_dir)  # the weights `_load` must find
+        self.identity = (f"kiln:{Path(self.run_dir).resolve()}:{self.checkpoint}:"
                          f"{_template_tag(template)}")
         self._loaded = None
         self._check_fit()
@@ -155,9 +156,18 @@ class KilnLabelJudge:
 
     def _load(self):
         if self._loaded is None:
-            from kiln.data.filters.run_model import load_run_model
+            from kiln.data.filters.run_model import checkpoint_identity, load_run_model
+            from kiln.errors import CheckpointError
 
-            model, tok, _ = load_run_model(self.run_dir, self.device)
+            model, tok, ckpt = load_run_model(self.run_dir, self.device)
+            if (found := checkpoint_identity(self.run_dir, ckpt)) != self.checkpoint:
+                # the judge's run wrote a checkpoint after the judge was made (in the
+                # prepare's main process): its scores would be stored as the older one's
+                raise CheckpointError(
+                    f"the M2 judge {self.run_dir} is checkpoint {self.checkpoint} but its run "
+                    f"now holds {found} (it trained on since the pipeline was built): scores "
+                    "would be recorded under the wrong checkpoint; run prepare again once the "
+                    "judge's run has stopped writing checkpoints")
             self._loaded = (model, tok, *self._parts(tok))
         return self._loaded
 

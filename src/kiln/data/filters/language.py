@@ -30,7 +30,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.data.arxiv.markup_metrics import strip_math_spans
-from kiln.data.long_documents import PART_OF
+from kiln.data.long_documents import cut_text_of
 
 MODES = ("drop", "tag")
 SEED = 0  # langdetect's sampling seed for every document
@@ -99,10 +99,10 @@ class LanguageFilter(BaseFilter):
         self.languages = set(languages)
         self.mode = mode
         self.strip_math = strip_math
-        self._text: tuple[str, str, float] | None = None  # a cut text, its first part's verdict
+        self._text: tuple[tuple, str, float] | None = None  # a cut text, its first part's verdict
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
-        text = doc.metadata.get(PART_OF)
+        text = cut_text_of(doc)
         if text is not None and self._text is not None and self._text[0] == text:
             lang, prob = self._text[1:]
         else:

@@ -31,7 +31,7 @@ from kiln.data.filters.run_model import (
     load_run_model,
     run_max_seq_len,
 )
-from kiln.data.long_documents import PART_OF
+from kiln.data.long_documents import cut_text_of
 
 PAPER_MAX_TOKENS = 512  # the paper truncates every document to its first 512 tokens
 
@@ -86,7 +86,7 @@ class PerplexityScorer(PipelineStep):
         self.max_tokens_per_doc = max_tokens_per_doc
         self.device = device
         self._loaded = None
-        self._text: tuple[str, Document | dict] | None = None  # the cut text last scored and
+        self._text: tuple[tuple, Document | dict] | None = None  # the cut text last scored and
         # its first part (its scores once scored)
 
     def _load(self):
@@ -107,7 +107,7 @@ class PerplexityScorer(PipelineStep):
         followers: list[tuple[Document, Document | dict]] = []
         scored: list[Document] = []
         for doc in docs:
-            text = doc.metadata.get(PART_OF)
+            text = cut_text_of(doc)
             if text is not None and self._text is not None and self._text[0] == text:
                 followers.append((doc, self._text[1]))
                 continue

@@ -35,16 +35,17 @@ def check_run_dir(run_dir: str | Path) -> Path:
     return run_dir
 
 
-def checkpoint_identity(run_dir: str | Path) -> str:
-    """Which weights the run's latest checkpoint holds: its name and its model file's sha256
-    (from checksums.json; its size and mtime for a checkpoint from before them). A score
-    stored under another checkpoint of the same run is another model's, not to be reused."""
+def checkpoint_identity(run_dir: str | Path, ckpt: Path | None = None) -> str:
+    """Which weights the run's latest checkpoint (or `ckpt`) holds: its name and its model
+    file's sha256 (from checksums.json; its size and mtime for a checkpoint from before them).
+    A score stored under another checkpoint of the same run is another model's, not to be
+    reused."""
     import json
 
     from kiln.train.checkpoint import CHECKSUMS
     from kiln.train.checkpoint_dirs import latest_checkpoint
 
-    ckpt = latest_checkpoint(Path(run_dir) / "checkpoints")
+    ckpt = ckpt or latest_checkpoint(Path(run_dir) / "checkpoints")
     if ckpt is None:
         raise FileNotFoundError(f"no checkpoint in {Path(run_dir) / 'checkpoints'}")
     try:

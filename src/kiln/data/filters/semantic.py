@@ -20,7 +20,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.data.filters.judge import Judge, judge_identity
-from kiln.data.long_documents import PART_OF
+from kiln.data.long_documents import cut_text_of
 
 M2_FIELDS = ("m2_junk_score", "m2_reasons", "m2_judge")
 
@@ -54,11 +54,11 @@ class SemanticQualityFilter(BaseFilter):
             raise TypeError(f"judge must have a judge(text) -> Verdict method, got {type(judge)}")
         self.judge, self.threshold, self.mode, self.rescore = judge, threshold, mode, rescore
         self.judge_id = judge_identity(judge)
-        self._text: tuple[str, dict] | None = None  # a cut text, its first part's verdict
+        self._text: tuple[tuple, dict] | None = None  # a cut text, its first part's verdict
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         md = doc.metadata
-        text = md.get(PART_OF)
+        text = cut_text_of(doc)
         if text is not None and self._text is not None and self._text[0] == text:
             md.update(self._text[1])
         else:

@@ -35,7 +35,7 @@ from datatrove.pipeline.writers.disk_base import DiskWriter
 from datatrove.utils.text import PUNCTUATION_SET, split_into_words
 from datatrove.utils.typeshelper import Languages
 
-from kiln.data.long_documents import PART_OF
+from kiln.data.long_documents import PART_OF, cut_text_of
 
 LONG_REASON = "gopher_long_doc"  # GopherQualityFilter's own reasons: yield reports read the same
 SHORT_REASON = "gopher_short_doc"
@@ -81,7 +81,7 @@ class WholeTextLengthFilter(BaseFilter):
         held: list[Document] = []
         text, words, chars, over = None, 0, 0, None
         for doc in data:
-            of = doc.metadata.get(PART_OF)
+            of = cut_text_of(doc)  # (source, part_of): two sources named alike
             if of is None or of != text:
                 yield from self._ended(held, words)  # the previous text ended under the maximum
                 text, words, chars, over = of, 0, 0, None
