@@ -734,3 +734,30 @@ def test_a_run_that_injected_before_the_tokenizer_setting_keeps_its_signature():
     assert make_signature(cfg, ["src"], 0)["inject_replicas"] == recorded
     cfg.inject_replicas.tokenizer = "/tok.json"
     assert make_signature(cfg, ["src"], 0)["inject_replicas"] == {**recorded, "tokenizer": "/tok.json"}
+
+
+@pytest.mark.parametrize("after", ["quality", "language", "brain_rot_m2", "period", "gutenberg"])
+def test_a_filter_after_injection_is_refused_as_it_may_drop_replicas(after):
+    """A quality or language filter (or any stage that drops or edits documents) after the
+    injection could drop replicas (a benchmark item is no English prose), while the manifest
+    reports k copies of each; tagging stages and scoring may follow."""
+    from kiln.data.prepare_checks import validate_prepare
+    from kiln.data.prepare_config import (
+        InjectOptions,
+        LanguageOptions,
+        PeriodOptions,
+        PrepareConfig,
+    )
+    from kiln.errors import ConfigError
+
+    pre = ["dating"] if after == "period" else []  # period needs dated documents
+
+    def config(*stages: str, **options) -> PrepareConfig:
+        return PrepareConfig(stages=["read", *pre, *stages, "write"],
+                             inject_replicas=InjectOptions(benchmark="b.jsonl"),
+                             period=PeriodOptions(periods=["1800-1849"]), **options)
+
+    with pytest.raises(ConfigError, match=f"'{after}' after 'inject_replicas' may drop or change"):
+        validate_prepare(config("inject_replicas", after))
+    validate_prepare(config(after, "inject_replicas"))
+    validate_prepare(config("inject_replicas", "language", language=LanguageOptions(mode="tag")))
