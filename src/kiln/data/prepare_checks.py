@@ -209,6 +209,15 @@ def _check_inject(cfg: PrepareConfig, on: set[str]) -> None:
         raise ConfigError(f"prepare.stages: '{undo[0]}' after 'inject_replicas' would remove the "
                           "injected replicas: put 'inject_replicas' after it (a decontaminate "
                           "stage may follow in mode 'tag', to check that they are found)")
+
+
+def _refuse_changing_replicas(cfg: PrepareConfig) -> None:
+    """Stages after the injection that would rewrite or may drop replicas (checks added
+    since runs were prepared so: refused when making data, not when loading such a run's
+    recorded config)."""
+    if "inject_replicas" not in cfg.stages:
+        return
+    after = cfg.stages[cfg.stages.index("inject_replicas") + 1:]
     rewrite = [s for s in after if s in REWRITE_INJECTION]
     if rewrite:
         raise ConfigError(f"prepare.stages: '{rewrite[0]}' after 'inject_replicas' would rewrite "
@@ -349,6 +358,7 @@ def validate_prepare(cfg: PrepareConfig, making_data: bool = False) -> PrepareCo
     _check_stage_options(cfg)
     if making_data:
         _refuse_unread_settings(cfg)
+        _refuse_changing_replicas(cfg)
     if cfg.executor not in EXECUTORS:
         raise ConfigError(f"prepare.executor: '{cfg.executor}' is not one of {list(EXECUTORS)}")
     for key in ("tasks", "workers", "cpus_per_task", "mem_per_cpu_gb"):
