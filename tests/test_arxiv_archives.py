@@ -240,3 +240,23 @@ def test_a_non_utf8_member_name_is_read_as_text_and_can_be_written(tmp_path):
     assert doc.metadata["main_file"] == "caf\u00e9.tex"
     with JsonlWriter(str(tmp_path)) as writer:
         writer.write(doc)
+
+
+def test_a_source_folders_non_utf8_file_name_can_be_written(tmp_path):
+    """A file of the source folder named in Latin-1 gave the paper an id and `source` holding
+    a lone surrogate, which crashed the prepare task in the JSONL writer; escaped `\\xNN`, as
+    the read stage names such files."""
+    import os
+
+    from datatrove.pipeline.writers import JsonlWriter
+
+    from kiln.data.arxiv.source_reader import ArxivSourceReader
+
+    src = tmp_path / "src"
+    src.mkdir()
+    name = os.fsdecode(b"caf\xe9.tex")
+    (src / name).write_bytes(b"\\documentclass{article}\\begin{document}Hi.\\end{document}")
+    (doc,) = ArxivSourceReader(str(src)).run()
+    assert doc.id == "caf\\xe9" and doc.metadata["source"].endswith("caf\\xe9.tex")
+    with JsonlWriter(str(tmp_path / "out")) as writer:
+        writer.write(doc)

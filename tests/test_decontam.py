@@ -557,9 +557,10 @@ def test_pii_after_injection_is_refused_as_it_would_rewrite_the_replicas():
     item = BenchmarkItem("John Smith has 3 apples and buys 2 more. How many?", ["5"])
     assert redact(format_item(item))[0] != format_item(item)  # what pii would train on
     opts = InjectOptions(benchmark="b.jsonl")
+    cfg = PrepareConfig(stages=["read", "inject_replicas", "pii", "write"], inject_replicas=opts)
     with pytest.raises(ConfigError, match="'pii' after 'inject_replicas' would rewrite"):
-        validate_prepare(PrepareConfig(stages=["read", "inject_replicas", "pii", "write"],
-                                       inject_replicas=opts))
+        validate_prepare(cfg, making_data=True)
+    validate_prepare(cfg)  # a run prepared so before: its recorded config still loads
     validate_prepare(PrepareConfig(stages=["read", "pii", "inject_replicas", "write"],
                                    inject_replicas=opts))
 
@@ -734,3 +735,34 @@ def test_a_run_that_injected_before_the_tokenizer_setting_keeps_its_signature():
     assert make_signature(cfg, ["src"], 0)["inject_replicas"] == recorded
     cfg.inject_replicas.tokenizer = "/tok.json"
     assert make_signature(cfg, ["src"], 0)["inject_replicas"] == {**recorded, "tokenizer": "/tok.json"}
+
+
+@pytest.mark.parametrize("after", ["quality", "language", "brain_rot_m2", "period", "gutenberg"])
+def test_a_filter_after_injection_is_refused_as_it_may_drop_replicas(after):
+    """A quality or language filter (or any stage that drops or edits documents) after the
+    injection could drop replicas (a benchmark item is no English prose), while the manifest
+    reports k copies of each; tagging stages and scoring may follow."""
+    from kiln.data.prepare_checks import validate_prepare
+    from kiln.data.prepare_config import (
+        InjectOptions,
+        LanguageOptions,
+        PeriodOptions,
+        PrepareConfig,
+    )
+    from kiln.errors import ConfigError
+
+    pre = ["dating"] if after == "period" else []  # period needs dated documents
+
+    def config(*stages: str, **options) -> PrepareConfig:
+        return PrepareConfig(stages=["read", *pre, *stages, "write"],
+                             inject_replicas=InjectOptions(benchmark="b.jsonl"),
+                             period=PeriodOptions(periods=["1800-1849"] if pre else []),
+                             **options)
+
+    with pytest.raises(ConfigError, match=f"'{after}' after 'inject_replicas' may drop or change"):
+        validate_prepare(config("inject_replicas", after), making_data=True)
+    validate_prepare(config("inject_replicas", after))  # a recorded config still loads
+    validate_prepare(config(after, "inject_replicas"), making_data=True)
+    validate_prepare(PrepareConfig(stages=["read", "inject_replicas", "language", "write"],
+                                   inject_replicas=InjectOptions(benchmark="b.jsonl"),
+                                   language=LanguageOptions(mode="tag")), making_data=True)

@@ -40,6 +40,18 @@ def test_explicit_bf16_without_native_support_is_kept_with_a_warning(monkeypatch
         assert precision.resolve_precision("fp32", CPU) == "fp32"
 
 
+def test_the_emulated_bf16_warning_is_said_once_per_node_not_by_every_rank(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(precision, "_WARNED", [])
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert precision.resolve_precision("bf16", CPU) == "bf16"
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with pytest.warns(UserWarning, match="emulated"):
+        precision.resolve_precision("bf16", CPU)
+
+
 def test_bf16_autocast_runs_matmuls_in_bf16_and_fp32_leaves_them():
     a, b = torch.randn(8, 8), torch.randn(8, 8)
     with precision.autocast(CPU, "bf16"):

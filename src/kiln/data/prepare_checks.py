@@ -182,6 +182,10 @@ UNDO_INJECTION = ("dedup_exact", "dedup_minhash", "decontaminate")
 # stages that would rewrite them: the study trains on the benchmark's own text (`pii` turns
 # "John Smith has 3 apples" into "<NAME> has 3 apples"), while the manifest reports k replicas
 REWRITE_INJECTION = ("pii",)
+# stages that keep every document as it is (they add metadata, or write) and so may follow
+# the injection; any other filter there (quality, language, period, a selection...) may drop
+# replicas (those above are refused with their own reason)
+KEEP_INJECTION = ("write", "dating", "perplexity")
 
 
 def _check_inject(cfg: PrepareConfig, on: set[str]) -> None:
@@ -205,11 +209,29 @@ def _check_inject(cfg: PrepareConfig, on: set[str]) -> None:
         raise ConfigError(f"prepare.stages: '{undo[0]}' after 'inject_replicas' would remove the "
                           "injected replicas: put 'inject_replicas' after it (a decontaminate "
                           "stage may follow in mode 'tag', to check that they are found)")
+
+
+def _refuse_changing_replicas(cfg: PrepareConfig) -> None:
+    """Stages after the injection that would rewrite or may drop replicas (checks added
+    since runs were prepared so: refused when making data, not when loading such a run's
+    recorded config)."""
+    if "inject_replicas" not in cfg.stages:
+        return
+    after = cfg.stages[cfg.stages.index("inject_replicas") + 1:]
     rewrite = [s for s in after if s in REWRITE_INJECTION]
     if rewrite:
         raise ConfigError(f"prepare.stages: '{rewrite[0]}' after 'inject_replicas' would rewrite "
                           "the injected replicas, which are to be the benchmark's own text: put "
                           "'inject_replicas' after it")
+    tagging = {"language": cfg.language.mode, "brain_rot_m1": cfg.brain_rot_m1.mode,
+               "brain_rot_m2": cfg.brain_rot_m2.mode}
+    drops = [s for s in after if s not in (*KEEP_INJECTION, *UNDO_INJECTION, *REWRITE_INJECTION)
+             and tagging.get(s) != "tag"]
+    if drops:
+        tag = " (or run it in mode 'tag')" if drops[0] in tagging else ""
+        raise ConfigError(f"prepare.stages: '{drops[0]}' after 'inject_replicas' may drop or "
+                          "change injected replicas, and the study would train on other than "
+                          f"the k copies it reports: put 'inject_replicas' after it{tag}")
 
 
 def _check_perplexity(cfg: PrepareConfig, on: set[str]) -> None:
@@ -336,6 +358,7 @@ def validate_prepare(cfg: PrepareConfig, making_data: bool = False) -> PrepareCo
     _check_stage_options(cfg)
     if making_data:
         _refuse_unread_settings(cfg)
+        _refuse_changing_replicas(cfg)
     if cfg.executor not in EXECUTORS:
         raise ConfigError(f"prepare.executor: '{cfg.executor}' is not one of {list(EXECUTORS)}")
     for key in ("tasks", "workers", "cpus_per_task", "mem_per_cpu_gb"):

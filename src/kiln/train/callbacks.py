@@ -170,7 +170,7 @@ class ProgressLog(Callback):
             "lr": record["lr"],
             "grad_norm": record["grad_norm"], "tokens": trainer.tokens_seen,
             "tokens_per_s": tps, "elapsed_s": trainer.elapsed(),
-            **{k: record[k] for k in ("moe_max_vio", "moe_load") if k in record},
+            **{k: record[k] for k in ("aux_loss", "moe_max_vio", "moe_load") if k in record},
         })
         # shown at the bar's next redraw: refreshing now would add a line to a log file at
         # every logged step, whatever the interval

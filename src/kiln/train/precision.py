@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from kiln.config import ConfigError
+from kiln.parallel.distributed import first_on_its_node
 
 # CPU flags that mean bf16 matmuls run natively (AVX-512 BF16 dot products, AMX tiles)
 _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -57,7 +58,7 @@ def resolve_precision(name: str, device: torch.device) -> str:
     fp32. An explicit 'bf16' on hardware without native bf16 is kept, with a warning: torch
     then emulates bf16 matmuls (the quickstart trained at 63 tokens/s against fp32's ~4,300 on
     an AVX2 EPYC)."""
-    if name == "bf16" and not _WARNED:
+    if name == "bf16" and not _WARNED and first_on_its_node():  # a node's ranks share it
         if device.type == "cpu" and not cpu_has_fast_bf16():
             _WARNED.append(True)  # once a process: `kiln run` resolves it for training and eval
             warnings.warn("train.precision = 'bf16' on a CPU without AVX-512 BF16 or AMX: bf16 "

@@ -147,9 +147,12 @@ class Trainer(Resuming, RunRecords):
         """A non-finite loss or gradient norm has poisoned the weights (the update already
         ran): stop before any callback logs or checkpoints them, so the checkpoints on disk
         stay finite and `keep_checkpoints` never rotates the good ones out."""
-        if math.isfinite(record["loss"]) and math.isfinite(record["grad_norm"]):
+        aux = record.get("aux_loss", 0.0)
+        if math.isfinite(record["loss"]) and math.isfinite(record["grad_norm"]) and \
+                math.isfinite(aux):
             return
-        raise self.diverged(f"loss {record['loss']}, gradient norm {record['grad_norm']}")
+        said = f", MoE auxiliary loss {aux}" if "aux_loss" in record else ""
+        raise self.diverged(f"loss {record['loss']}, gradient norm {record['grad_norm']}{said}")
 
     def diverged(self, what: str) -> TrainingDiverged:
         """The error for a run that diverged at this step, saying which checkpoint to go on
@@ -196,6 +199,7 @@ class Trainer(Resuming, RunRecords):
             group["lr"] = lr * group.get("lr_scale", 1.0)
 
         loss_sum = torch.zeros((), device=self.device)
+        aux_sum = None  # the MoE balance / z-losses added to the objective, if any
         micro_batches = batch.split(self.micro_batch)
         for i, micro in enumerate(micro_batches):
             inputs, targets = micro[:, :-1], micro[:, 1:]
@@ -208,6 +212,8 @@ class Trainer(Resuming, RunRecords):
                 objective = loss if aux is None else loss + aux
                 (objective / len(micro_batches)).backward()
             loss_sum += loss.detach()
+            if aux is not None:
+                aux_sum = aux.detach().float() + (0 if aux_sum is None else aux_sum)
 
         clip = self.cfg.optim.grad_clip or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
@@ -223,10 +229,13 @@ class Trainer(Resuming, RunRecords):
         loss = all_reduce_mean(loss_sum / len(micro_batches), self.env)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
-        # one device-to-host read for both figures: each read waits for the GPU to finish
-        loss_value, norm_value = torch.stack([loss.float(), grad_norm.float()]).tolist()
+        figures = [loss.float(), grad_norm.float()]
+        if aux_sum is not None:  # logged: a divergence may start in it, not in the loss
+            figures.append(all_reduce_mean(aux_sum / len(micro_batches), self.env).float())
+        # one device-to-host read for the figures: each read waits for the GPU to finish
+        loss_value, norm_value, *aux_value = torch.stack(figures).tolist()
         record = {"loss": loss_value, "lr": lr, "grad_norm": norm_value,
-                  "step_tokens": step_tokens}
+                  "step_tokens": step_tokens, **({"aux_loss": aux_value[0]} if aux_value else {})}
         if moe:
             record["moe_max_vio"] = [max_violation(c) for c in step_counts]  # the global step's load
             record["moe_load"] = [(c.double() / max(1, int(c.sum()))).tolist() for c in step_counts]

@@ -23,6 +23,7 @@ from kiln.data.arxiv.archives import (
     read_source_archive,
 )
 from kiln.data.arxiv.ids import find_source_archive, id_from_path
+from kiln.data.sources import printable_name
 
 
 class ArxivSourceReader(PipelineStep):
@@ -59,7 +60,7 @@ class ArxivSourceReader(PipelineStep):
             return
         files = sorted(p for p in Path(self.source_dir).rglob("*") if p.is_file())
         for path in files[rank::world_size]:
-            arxiv_id = id_from_path(path)
+            arxiv_id = printable_name(id_from_path(path))  # JSON-writable: `\xNN` for bytes
             doc = Document(text="", id=arxiv_id, metadata={"arxiv_id": arxiv_id})
             yield from self._read(path, doc)
 
@@ -67,7 +68,7 @@ class ArxivSourceReader(PipelineStep):
         self.stat_update("archives/read")
         try:
             raw = self._read_bytes(path)
-            contents = read_source_archive(raw, path.name, self.limits)
+            contents = read_source_archive(raw, printable_name(path.name), self.limits)
         except ArchiveRefused as exc:
             self.stat_update(f"invalid/{exc.reason}")
             return
@@ -84,7 +85,7 @@ class ArxivSourceReader(PipelineStep):
             self.stat_update(f"empty_tex/{_no_tex_reason(contents)}")
             return
         self.stat_update("archives/ok")
-        doc.metadata.update(source=str(path), archive_kind=contents.kind, latex_files=contents.files)
+        doc.metadata.update(source=printable_name(str(path)), archive_kind=contents.kind, latex_files=contents.files)
         yield doc
 
     def _read_bytes(self, path: Path) -> bytes:
