@@ -406,3 +406,25 @@ def test_a_judge_made_before_its_run_wrote_a_checkpoint_refuses_the_new_weights(
         judge.judge("the cat sat")
     assert judge.identity == before
     assert KilnLabelJudge(run, template="post: {text} ->").judge("the cat sat").reasons  # anew
+
+
+def test_a_scorer_made_before_its_run_wrote_a_checkpoint_refuses_the_new_weights(run_dir, tmp_path):
+    """Each task loaded whatever checkpoint was latest then: a scoring run still training
+    during the prepare had tasks score with other weights, and the selection's thresholds
+    mixed two models' perplexities. The scorer keeps the checkpoint it was made with."""
+    import shutil
+
+    from kiln.errors import CheckpointError
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir[0], run)
+    scorer = PerplexityScorer(run)  # built: the latest checkpoint taken, not loaded
+    torch.manual_seed(1)
+    model = Transformer(load_config(run / "config.toml", recorded=True).model)
+    save_checkpoint(run / "checkpoints", 10, model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    {"step": 10}, DistEnv())
+    docs = [Document(text="the cat sat on the mat", id="a")]
+    with pytest.raises(CheckpointError, match="perplexity scorer .* trained on since the pipeline"):
+        scorer.score(docs)
+    PerplexityScorer(run).score(docs)  # made anew: the new checkpoint's
+    assert docs[0].metadata["ppl"] > 0

@@ -156,18 +156,11 @@ class KilnLabelJudge:
 
     def _load(self):
         if self._loaded is None:
-            from kiln.data.filters.run_model import checkpoint_identity, load_run_model
-            from kiln.errors import CheckpointError
+            from kiln.data.filters.run_model import load_pinned_run_model
 
-            model, tok, ckpt = load_run_model(self.run_dir, self.device)
-            if (found := checkpoint_identity(self.run_dir, ckpt)) != self.checkpoint:
-                # the judge's run wrote a checkpoint after the judge was made (in the
-                # prepare's main process): its scores would be stored as the older one's
-                raise CheckpointError(
-                    f"the M2 judge {self.run_dir} is checkpoint {self.checkpoint} but its run "
-                    f"now holds {found} (it trained on since the pipeline was built): scores "
-                    "would be recorded under the wrong checkpoint; run prepare again once the "
-                    "judge's run has stopped writing checkpoints")
+            # scores are stored under the checkpoint the judge was made with
+            model, tok, _ = load_pinned_run_model(self.run_dir, self.device, self.checkpoint,
+                                                  "M2 judge")
             self._loaded = (model, tok, *self._parts(tok))
         return self._loaded
 

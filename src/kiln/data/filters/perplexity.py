@@ -27,8 +27,9 @@ from datatrove.utils.batching import batched
 
 from kiln.data.filters.run_model import (
     check_run_dir,
+    checkpoint_identity,
     continuation_nll,
-    load_run_model,
+    load_pinned_run_model,
     run_max_seq_len,
 )
 from kiln.data.long_documents import cut_text_of
@@ -82,6 +83,7 @@ class PerplexityScorer(PipelineStep):
             raise ValueError(f"max_tokens_per_doc must be >= 1, got {max_tokens_per_doc}")
         self.run_dir = check_run_dir(run_dir)
         doc_token_limit(run_max_seq_len(self.run_dir), max_tokens_per_doc)  # here, not in a task
+        self.checkpoint = checkpoint_identity(self.run_dir)  # every task scores with these weights
         self.batch_size = batch_size
         self.max_tokens_per_doc = max_tokens_per_doc
         self.device = device
@@ -91,7 +93,8 @@ class PerplexityScorer(PipelineStep):
 
     def _load(self):
         if self._loaded is None:
-            model, tok, ckpt = load_run_model(self.run_dir, self.device)
+            model, tok, _ = load_pinned_run_model(self.run_dir, self.device, self.checkpoint,
+                                                  "perplexity scorer")
             from kiln.data.tokenizer import eos_id
 
             limit = doc_token_limit(model.cfg.max_seq_len, self.max_tokens_per_doc)

@@ -80,6 +80,23 @@ def load_run_model(run_dir: str | Path, device: str = "cpu") -> tuple[Transforme
     return model.eval().to(device), tok, ckpt
 
 
+def load_pinned_run_model(run_dir: str | Path, device: str, checkpoint: str,
+                          what: str) -> tuple[Transformer, Tokenizer, Path]:
+    """`load_run_model`, refused (CheckpointError) when the run's latest checkpoint is no
+    longer `checkpoint` (`checkpoint_identity` when the stage was made, in the prepare's
+    main process): a run training on while a prepare scores with it would have tasks score
+    with other weights than the others, or than the identity their scores are stored under."""
+    from kiln.errors import CheckpointError
+
+    model, tok, ckpt = load_run_model(run_dir, device)
+    if (found := checkpoint_identity(run_dir, ckpt)) != checkpoint:
+        raise CheckpointError(
+            f"the {what} {run_dir} is checkpoint {checkpoint} but its run now holds {found} "
+            "(it trained on since the pipeline was built): its tasks would score with other "
+            "weights; run prepare again once that run has stopped writing checkpoints")
+    return model, tok, ckpt
+
+
 @torch.no_grad()
 def continuation_nll(
     model: nn.Module,
