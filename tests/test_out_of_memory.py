@@ -41,3 +41,10 @@ def test_cuda_out_of_memory_is_recognised_by_its_type_and_said_in_its_first_sent
     assert out_of_memory_line("eval", e) == (
         "kiln: eval: out of memory (CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has "
         "a total capacity of 79.19 GiB of which 3.20 GiB is free): lower eval.batch_size")
+
+
+def test_a_prepare_out_of_memory_names_its_own_settings():
+    line = out_of_memory_line("prepare", RuntimeError(
+        "DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes."))
+    assert line.endswith("lower prepare.workers (each holds its own task's documents), or "
+                         "prepare.perplexity.batch_size where a perplexity stage scores them")

@@ -47,7 +47,7 @@ from kiln.config_toml import (  # noqa: F401  (re-exported)
     run_dir_override,
     toml_string,
 )
-from kiln.data.prepare_config import PrepareConfig
+from kiln.data.prepare_config import KILN_JUDGE, PrepareConfig
 from kiln.errors import ConfigError  # re-exported: `from kiln.config import ConfigError` works
 from kiln.inert_settings import inert_settings
 
@@ -234,8 +234,9 @@ def _home_expanded(cfg: Config) -> Config:
     for key in PATH_KEYS:
         cfg = expanded(cfg, key.split("."))
     b2 = cfg.prepare.brain_rot_m2
-    if b2.judge.startswith("kiln:"):  # a run directory after the prefix
-        b2 = dataclasses.replace(b2, judge="kiln:" + os.path.expanduser(b2.judge[len("kiln:"):]))
+    if b2.judge.startswith(KILN_JUDGE):  # a run directory after the prefix
+        b2 = dataclasses.replace(
+            b2, judge=KILN_JUDGE + os.path.expanduser(b2.judge[len(KILN_JUDGE):]))
         cfg = dataclasses.replace(cfg, prepare=dataclasses.replace(cfg.prepare, brain_rot_m2=b2))
     return cfg
 

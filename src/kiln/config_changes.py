@@ -8,7 +8,7 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
-from kiln.data.prepare_config import unused_option_tables
+from kiln.data.prepare_config import KILN_JUDGE, unused_option_tables
 
 if TYPE_CHECKING:
     from kiln.config import Config
@@ -46,15 +46,13 @@ def data_changes(old: Config, new: Config) -> list[str]:
             and not key.startswith(unused) and not _same_paths(before.get(key), after.get(key))]
 
 
-_RUN = "kiln:"  # brain_rot_m2.judge's prefix before a run directory (recorded absolute)
-
-
 def _same_paths(a: object, b: object) -> bool:
     """`d`, `d/`, `./d` and its absolute path name one existing file or folder: the same
     data setting (what the files hold is compared by the prepare's input fingerprint).
     `kiln:RUN` and `kiln:/abs/RUN` too: config.toml records the judge's run absolute."""
-    if isinstance(a, str) and isinstance(b, str) and a.startswith(_RUN) and b.startswith(_RUN):
-        a, b = a[len(_RUN):], b[len(_RUN):]
+    if isinstance(a, str) and isinstance(b, str) and a.startswith(KILN_JUDGE) and \
+            b.startswith(KILN_JUDGE):
+        a, b = a[len(KILN_JUDGE):], b[len(KILN_JUDGE):]
     a, b = ([a], [b]) if isinstance(a, str) and isinstance(b, str) else (a, b)
     if not (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)):
         return False

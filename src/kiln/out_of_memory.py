@@ -12,6 +12,8 @@ _ADVICE = {
              "micro-batches) or train.seq_len, or make the model smaller",
     "eval": "lower eval.batch_size",
     "generate": "lower generate.max_new_tokens or shorten generate.prompts",
+    "prepare": "lower prepare.workers (each holds its own task's documents), or "
+               "prepare.perplexity.batch_size where a perplexity stage scores them",
 }
 _ADVICE["run"] = f"{_ADVICE['train']}; if its eval stage ran out, lower eval.batch_size"
 _OTHER = "use a smaller batch or model, or a machine with more free memory"

@@ -13,14 +13,12 @@ import dataclasses
 import os
 from collections.abc import Callable
 
-from kiln.data.prepare_config import PrepareConfig
+from kiln.config import PATH_KEYS
+from kiln.data.prepare_config import KILN_JUDGE, PrepareConfig
 
 # (option table, key): a path, a list of paths, or ("judge") "kiln:RUN_DIR"
-PATH_OPTIONS = (("decontaminate", "benchmarks"), ("inject_replicas", "benchmark"),
-                ("inject_replicas", "tokenizer"), ("perplexity", "run_dir"),
-                ("brain_rot_m1", "tokenizer"), ("brain_rot_m2", "judge"),
-                ("brain_rot_arms", "tokenizer"), ("arxiv", "snapshot"), ("arxiv", "source_dir"))
-_RUN = "kiln:"  # brain_rot_m2.judge's prefix before a run directory (else: no path)
+PATH_OPTIONS = (*(tuple(k.split(".")[1:]) for k in PATH_KEYS if k.startswith("prepare.")),
+                ("brain_rot_m2", "judge"))
 
 
 def _mapped(key: str, value: object, how: Callable[[str], str]) -> object:
@@ -29,7 +27,8 @@ def _mapped(key: str, value: object, how: Callable[[str], str]) -> object:
     if not isinstance(value, str) or not value:
         return value
     if key == "judge":
-        return _RUN + how(value[len(_RUN):]) if value.startswith(_RUN) else value
+        return (KILN_JUDGE + how(value[len(KILN_JUDGE):]) if value.startswith(KILN_JUDGE)
+                else value)
     return how(value)
 
 

@@ -13,6 +13,7 @@ import difflib
 
 from kiln.data.prepare_config import (
     EXECUTORS,
+    KILN_JUDGE,
     LANGUAGES,
     NEEDS_AFTER,
     NEEDS_BEFORE,
@@ -145,7 +146,8 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
     if twice:  # the sum would count that field twice: a tweet with 300 likes at 600
         raise ConfigError(f"prepare.brain_rot_m1.popularity_keys names {twice} more than once")
     _choice("brain_rot_m2.mode", b2.mode, ("drop", "tag"))
-    if b2.judge != "heuristic" and not (b2.judge.startswith("kiln:") and len(b2.judge) > 5):
+    if b2.judge != "heuristic" and not (b2.judge.startswith(KILN_JUDGE)
+                                        and len(b2.judge) > len(KILN_JUDGE)):
         raise ConfigError(f"prepare.brain_rot_m2.judge: '{b2.judge}' is neither 'heuristic' nor "
                      "'kiln:RUN_DIR'")
     if not 0.0 <= b2.threshold <= 1.0:

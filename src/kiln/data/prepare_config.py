@@ -36,6 +36,7 @@ LANGUAGES = (
     "mr", "ne", "nl", "no", "pa", "pl", "pt", "ro", "ru", "sk", "sl", "so", "sq", "sv", "sw",
     "ta", "te", "th", "tl", "tr", "uk", "ur", "vi", "zh-cn", "zh-tw",
 )
+KILN_JUDGE = "kiln:"  # brain_rot_m2.judge = "kiln:RUN_DIR": a Kiln run's checkpoint as judge
 PERIOD = re.compile(r"^(\d{3,4})-(\d{3,4})$")  # Chronoberg bucket names have this form too
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kiln.atomic import write_text_atomic
 from kiln.data.path_options import anchored
-from kiln.data.prepare_config import PrepareConfig
+from kiln.data.prepare_config import KILN_JUDGE, PrepareConfig
 from kiln.data.sources import sources_without_files
 from kiln.data.yield_report import LAYOUT_FILE
 
@@ -115,7 +115,7 @@ def _option_files(cfg: PrepareConfig) -> dict[str, list[str]]:
         "brain_rot_m1": [cfg.brain_rot_m1.tokenizer] if cfg.brain_rot_m1.tokenizer else [],
         "brain_rot_arms": [cfg.brain_rot_arms.tokenizer] if cfg.brain_rot_arms.tokenizer else [],
         "perplexity": latest(cfg.perplexity.run_dir) if cfg.perplexity.run_dir else [],
-        "brain_rot_m2": (latest(cfg.brain_rot_m2.judge[len("kiln:"):])
-                         if cfg.brain_rot_m2.judge.startswith("kiln:") else []),
+        "brain_rot_m2": (latest(cfg.brain_rot_m2.judge[len(KILN_JUDGE):])
+                         if cfg.brain_rot_m2.judge.startswith(KILN_JUDGE) else []),
     }
     return {f"{stage} files": paths for stage, paths in files.items() if stage in on and paths}

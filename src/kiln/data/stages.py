@@ -15,7 +15,12 @@ from pathlib import Path
 
 from datatrove.pipeline.base import PipelineStep
 
-from kiln.data.prepare_config import arms_labels, decontaminate_pii_types, period_bounds
+from kiln.data.prepare_config import (
+    KILN_JUDGE,
+    arms_labels,
+    decontaminate_pii_types,
+    period_bounds,
+)
 from kiln.data.stage_registry import StageContext, StagePlan
 from kiln.errors import ConfigError, KilnError
 
@@ -242,7 +247,7 @@ def brain_rot_m2_stage(ctx: StageContext) -> PipelineStep:
     o = ctx.cfg.brain_rot_m2
     try:  # a prompt the judge's model cannot hold is refused here, not in a task
         judge = (HeuristicJudge() if o.judge == "heuristic"
-                 else KilnLabelJudge(o.judge[len("kiln:"):]))
+                 else KilnLabelJudge(o.judge[len(KILN_JUDGE):]))
     except ValueError as e:
         if isinstance(e, KilnError):  # the run's own config or data, already named
             raise
