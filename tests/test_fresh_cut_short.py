@@ -111,7 +111,8 @@ def test_a_restart_archives_the_config_of_the_model_it_sets_aside(tmp_path):
     from kiln.commands.data_stages import record_config
     from kiln.config import recorded_config
     from kiln.run_dir import write_run_metadata
-    from kiln.train.checkpoint import EARLIER_RECORDS, archive_checkpoints
+    from kiln.train.checkpoint import archive_checkpoints
+    from kiln.train.earlier_outputs import EARLIER_RECORDS
 
     run = tmp_path / "run"
     write_run_metadata(tiny_config(run))  # the earlier model's, as its trainer recorded

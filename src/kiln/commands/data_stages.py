@@ -172,8 +172,8 @@ def record_config(cfg: Config) -> None:
     they were trained with: training records its own once it accepts the settings (a
     resume compares against the recorded one, and refuses some changes)."""
     from kiln.run_dir import write_run_metadata
-    from kiln.train.checkpoint import keep_earlier_records
     from kiln.train.checkpoint_dirs import latest_checkpoint
+    from kiln.train.earlier_outputs import keep_earlier_records
 
     if latest_checkpoint(cfg.run_dir / "checkpoints") is None:
         keep_earlier_records(cfg.run_dir)  # an earlier model's, for its archive to come

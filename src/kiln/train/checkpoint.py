@@ -30,7 +30,6 @@ from torch.distributed.checkpoint.state_dict import (
 
 from kiln.atomic import (
     atomic_dir,
-    atomic_path,
     fsync_dir,
     new_archive_folder,
     recover_killed_swaps,
@@ -268,71 +267,24 @@ def archive_checkpoints(run_dir: Path, reason: str = "fresh") -> Path | None:
     # a start killed between two moves: the rest join the folder it began (never over a
     # file of the same name there: then it is left as it is, finished, and a new one begun)
     dest = earlier_outputs.unfinished_archive(run_dir)
-    if dest is not None and (not old or any((dest / p.name).exists() for p in old)):
-        if not old:
-            _copy_records(run_dir, dest)
+    if dest is not None and not old:  # everything had moved: its records are what is left
+        earlier_outputs.copy_records(run_dir, dest)
         earlier_outputs.mark_finished(dest)
-        if not old:
-            return dest
-        dest = None
+        return dest
     if not old:
         return None
+    if dest is not None and any((dest / p.name).exists() for p in old):
+        earlier_outputs.mark_finished(dest)
+        dest = None
     if dest is None:
         dest = new_archive_folder(run_dir, f"before-{reason}")
         earlier_outputs.mark_unfinished(dest)
     for p in old:
         os.replace(p, dest / p.name)
     fsync_dir(run_dir)
-    _copy_records(run_dir, dest)
+    earlier_outputs.copy_records(run_dir, dest)
     earlier_outputs.mark_finished(dest)
     return dest
-
-
-# what the archived model is (its settings, figures, versions): copied, the run keeps its
-# own until the new training records the new ones; a new model.dim would leave the archived
-# checkpoints with no config that builds them
-_RECORDS = ("config.toml", "model.json", "env.json")
-
-
-# the earlier model's config.toml and env.json, kept where a data verb records its own
-# before that model's outputs are archived (`keep_earlier_records`)
-EARLIER_RECORDS = Path("logs") / "earlier-model"
-
-
-def _copy_records(run_dir: Path, dest: Path) -> None:
-    kept = run_dir / EARLIER_RECORDS
-    for name in _RECORDS:
-        src = kept / name if (kept / name).is_file() else run_dir / name
-        if src.is_file() and not (dest / name).exists():
-            with atomic_path(dest / name) as tmp:
-                shutil.copyfile(src, tmp)
-    shutil.rmtree(kept, ignore_errors=True)
-
-
-def keep_earlier_records(run_dir: Path) -> None:
-    """Before a data verb (or `kiln run`'s data stages) records its config.toml and env.json
-    over the run's, where an earlier model's outputs are still to be archived (its metrics
-    and no checkpoint: the restart at step 0 to come; a fresh start cut short): copies of the
-    earlier ones, kept once, for that archive. The restart's archive took the new config
-    (a run killed before its first checkpoint, run again with a new model.dim or
-    micro_batch) beside the earlier model's metrics and model.json."""
-    run_dir = Path(run_dir)
-    kept = run_dir / EARLIER_RECORDS
-    metrics = run_dir / "metrics.jsonl"
-    pending = earlier_outputs.unfinished_archive(run_dir) is not None or (
-        metrics.is_file() and metrics.stat().st_size > 0)
-    if not pending or kept.is_dir() or not (run_dir / "config.toml").is_file():
-        return
-    with atomic_dir(kept) as tmp:
-        for name in ("config.toml", "env.json"):
-            if (run_dir / name).is_file():
-                shutil.copyfile(run_dir / name, tmp / name)
-
-
-def drop_earlier_records(run_dir: Path) -> None:
-    """The new model's records are written: kept copies no archive took describe outputs
-    that are gone (moved away by hand), and must not describe a later archive."""
-    shutil.rmtree(Path(run_dir) / EARLIER_RECORDS, ignore_errors=True)
 
 
 def check_checkpoint(path: Path, optimizer: bool = True) -> dict[str, Any]:

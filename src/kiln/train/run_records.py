@@ -20,7 +20,8 @@ from kiln.atomic import write_json_atomic
 from kiln.errors import CheckpointError
 from kiln.run_dir import write_run_metadata
 from kiln.train.callbacks import append_jsonl
-from kiln.train.checkpoint import archive_checkpoints, cannot_write, drop_earlier_records
+from kiln.train.checkpoint import archive_checkpoints, cannot_write
+from kiln.train.earlier_outputs import drop_earlier_records
 from kiln.train.metrics_tail import set_aside_records_after
 
 
