@@ -28,6 +28,7 @@ standard library is 757 kB), so smaller corpora read exactly as before.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 MAX_DOCUMENT_CHARS = 1_000_000
 # metadata key of each part: the id of the text it was cut from (`kiln tokenize` splits
@@ -43,6 +44,25 @@ def cut_text_of(doc) -> tuple[str | None, str] | None:
     id, and the second text's parts took the first's verdict."""
     text = doc.metadata.get(PART_OF)
     return None if text is None else (doc.metadata.get("source"), text)
+
+
+class FirstPartVerdict:
+    """What a stage found on a cut text's first part (its language, score, M2 verdict), held
+    for the later parts, which follow it one after another: one text at a time."""
+
+    def __init__(self) -> None:
+        self.text: tuple[str | None, str] | None = None
+        self.value: Any = None
+
+    def of(self, doc) -> Any:
+        """The verdict held for `doc`, a later part of the held text; else None."""
+        text = cut_text_of(doc)
+        return self.value if text is not None and text == self.text else None
+
+    def keep(self, doc, value: Any) -> None:
+        """`value` is `doc`'s verdict: held for its text's later parts (if it is a part)."""
+        if (text := cut_text_of(doc)) is not None:
+            self.text, self.value = text, value
 
 _WHITESPACE = (" ", "\t", "\r", "\f", "\v")
 # the kinds of break a part ends after, the first kind found taken: a paragraph, a line,

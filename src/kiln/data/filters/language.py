@@ -30,7 +30,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.data.arxiv.markup_metrics import strip_math_spans
-from kiln.data.long_documents import cut_text_of
+from kiln.data.long_documents import FirstPartVerdict
 
 MODES = ("drop", "tag")
 SEED = 0  # langdetect's sampling seed for every document
@@ -99,16 +99,13 @@ class LanguageFilter(BaseFilter):
         self.languages = set(languages)
         self.mode = mode
         self.strip_math = strip_math
-        self._text: tuple[tuple, str, float] | None = None  # a cut text, its first part's verdict
+        self._first = FirstPartVerdict()  # (language, probability) of a cut text's first part
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
-        text = cut_text_of(doc)
-        if text is not None and self._text is not None and self._text[0] == text:
-            lang, prob = self._text[1:]
-        else:
-            lang, prob = detect_language(doc.text, self.strip_math)
-            if text is not None:
-                self._text = (text, lang, prob)
+        held = self._first.of(doc)
+        lang, prob = held or detect_language(doc.text, self.strip_math)
+        if held is None:
+            self._first.keep(doc, (lang, prob))
         doc.metadata["language"] = lang
         doc.metadata["language_score"] = round(prob, 4)
         self.stat_update(f"language/{lang}")

@@ -32,7 +32,7 @@ from kiln.data.filters.run_model import (
     load_pinned_run_model,
     run_max_seq_len,
 )
-from kiln.data.long_documents import cut_text_of
+from kiln.data.long_documents import FirstPartVerdict
 
 PAPER_MAX_TOKENS = 512  # the paper truncates every document to its first 512 tokens
 
@@ -88,8 +88,7 @@ class PerplexityScorer(PipelineStep):
         self.max_tokens_per_doc = max_tokens_per_doc
         self.device = device
         self._loaded = None
-        self._text: tuple[tuple, Document | dict] | None = None  # the cut text last scored and
-        # its first part (its scores once scored)
+        self._first = FirstPartVerdict()  # a cut text's first part (its scores once scored)
 
     def _load(self):
         if self._loaded is None:
@@ -102,7 +101,7 @@ class PerplexityScorer(PipelineStep):
         return self._loaded
 
     def __getstate__(self) -> dict:  # never ship a loaded model to executor workers
-        return {**self.__dict__, "_loaded": None, "_text": None}
+        return {**self.__dict__, "_loaded": None, "_first": FirstPartVerdict()}
 
     def score(self, docs: list[Document]) -> None:
         """Write ppl / nll / ppl_tokens into each document's metadata, in place; a later part
@@ -110,20 +109,19 @@ class PerplexityScorer(PipelineStep):
         followers: list[tuple[Document, Document | dict]] = []
         scored: list[Document] = []
         for doc in docs:
-            text = cut_text_of(doc)
-            if text is not None and self._text is not None and self._text[0] == text:
-                followers.append((doc, self._text[1]))
+            held = self._first.of(doc)
+            if held is not None:
+                followers.append((doc, held))
                 continue
             scored.append(doc)
-            if text is not None:
-                self._text = (text, doc)
+            self._first.keep(doc, doc)
         if scored:
             self._score(scored)
         for doc, first in followers:
             doc.metadata.update(first if isinstance(first, dict) else _scores(first))
             self.stat_update("ppl_part_as_text")
-        if self._text is not None and isinstance(self._text[1], Document):
-            self._text = (self._text[0], _scores(self._text[1]))  # not the part's text, kept
+        if isinstance(self._first.value, Document):  # its scores, not the part's text, kept
+            self._first.value = _scores(self._first.value)
 
     def _score(self, docs: list[Document]) -> None:
         model, tok, eos, limit = self._load()

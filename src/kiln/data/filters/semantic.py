@@ -20,7 +20,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.data.filters.judge import Judge, judge_identity
-from kiln.data.long_documents import cut_text_of
+from kiln.data.long_documents import FirstPartVerdict
 
 M2_FIELDS = ("m2_junk_score", "m2_reasons", "m2_judge")
 
@@ -54,13 +54,13 @@ class SemanticQualityFilter(BaseFilter):
             raise TypeError(f"judge must have a judge(text) -> Verdict method, got {type(judge)}")
         self.judge, self.threshold, self.mode, self.rescore = judge, threshold, mode, rescore
         self.judge_id = judge_identity(judge)
-        self._text: tuple[tuple, dict] | None = None  # a cut text, its first part's verdict
+        self._first = FirstPartVerdict()  # the M2 fields of a cut text's first part
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
         md = doc.metadata
-        text = cut_text_of(doc)
-        if text is not None and self._text is not None and self._text[0] == text:
-            md.update(self._text[1])
+        held = self._first.of(doc)
+        if held is not None:
+            md.update(held)
         else:
             if self.rescore or "m2_junk_score" not in md or md.get("m2_judge") != self.judge_id:
                 verdict = self.judge.judge(doc.text)
@@ -68,8 +68,7 @@ class SemanticQualityFilter(BaseFilter):
                 md["m2_reasons"] = list(verdict.reasons)
                 md["m2_judge"] = self.judge_id
                 self.stat_update("m2_judged")
-            if text is not None:
-                self._text = (text, {k: md.get(k) for k in M2_FIELDS})
+            self._first.keep(doc, {k: md.get(k) for k in M2_FIELDS})
         score = doc.metadata["m2_junk_score"]
         if score is None:
             label = "unparsed"
