@@ -387,6 +387,8 @@ def test_whole_local_global_patterns_are_not_noted(overrides):
     ("run_dir=x", "unknown config key 'run_dir' (did you mean 'run.dir' or "
                   "'prepare.perplexity.run_dir'?)"),
     ("train_steps=3", "unknown config key 'train_steps' (did you mean 'train.steps'?)"),
+    # a typo inside its section: that section's key alone, not also a tie elsewhere (`pii.types`)
+    ("train.stpes=3", "unknown config key 'train.stpes' (did you mean 'train.steps'?)"),
     ("train.precision=BF16", "(did you mean 'bf16'?)"),
     ("tokenizer.kind=BPE", "(did you mean 'bpe'?)"),
     ("run.dir=2024-06-01", 'text is quoted in TOML: run.dir="2024-06-01"'),

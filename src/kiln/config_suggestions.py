@@ -44,6 +44,13 @@ def suggest_key(full: str, root: type) -> str:
     near = [f"{section}.{c}" for c in difflib.get_close_matches(
         name, [k.rpartition(".")[2] for k in own], n=1)]
     anywhere = difflib.get_close_matches(name, [k.rpartition(".")[2] for k in keys], n=1)
+    if anywhere and near and _likeness(name, anywhere[0]) <= _likeness(name, near[0]):
+        anywhere = []  # `train.stpes`: `train.steps`, not also a tie in another section
     near += [k for k in keys if anywhere and k.rpartition(".")[2] == anywhere[0]][:1]
     picks = list(dict.fromkeys(by_name + near))[:2]
     return f" (did you mean {' or '.join(repr(p) for p in picks)}?)" if picks else ""
+
+
+def _likeness(name: str, key: str) -> float:
+    """difflib's similarity of `name` to `key`'s last part, the measure its close matches rank by."""
+    return difflib.SequenceMatcher(None, name, key.rpartition(".")[2]).ratio()
