@@ -435,6 +435,23 @@ def test_the_steps_aux_loss_is_logged_as_the_model_computes_it(tiny_run):
     assert [r["step"] for r in logged] == [1, 2] and all(r["aux_loss"] > 0 for r in logged)
 
 
+def test_a_moe_run_without_aux_losses_logs_no_aux_loss(tiny_run):
+    """Neither seq_aux_coef nor z_loss_coef set: nothing is added to the objective, and the
+    README says the records carry no `aux_loss`; they carried `aux_loss: 0.0` every step."""
+    from conftest import tiny_config
+
+    from kiln.report.metrics_io import read_metrics
+    from kiln.train.trainer import Trainer
+
+    trainer = Trainer(tiny_config(tiny_run, "model.n_experts=4", "model.top_k=2",
+                                  "model.expert_hidden=32", "train.steps=2"), resume=False)
+    trainer.fit()
+    assert trainer.raw_model.aux_loss() is None
+    logged = [r for r in read_metrics(tiny_run / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in logged] == [1, 2]
+    assert all("aux_loss" not in r and "moe_max_vio" in r for r in logged)
+
+
 def test_aux_losses_are_averaged_over_micro_batches_like_the_loss(tiny_run):
     """Gradient accumulation must not change what a step computes: the LM loss, the per-
     sequence balance loss and the per-token z-loss are all means, so 2 micro-batches of 4

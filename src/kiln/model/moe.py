@@ -274,7 +274,11 @@ class MoE(nn.Module):
         """Whether a forward computes `aux_loss`: only a loss that can be trained on needs it
         (training mode, or gradients on). Eval and generation (eval mode, no gradients) skip
         it: the second top-K and the logsumexp were about a quarter of the layer's time per
-        decoded token (CPU, dim 256, 16 experts, top-2), a few percent on a 4096-token batch."""
+        decoded token (CPU, dim 256, 16 experts, top-2), a few percent on a 4096-token batch.
+        Neither loss set (both coefficients 0): there is none, so the train records carry no
+        `aux_loss` (a 0.0 read as a balance loss that had reached zero)."""
+        if self.seq_aux_coef == 0 and self.z_loss_coef == 0:
+            return False
         return self.training or torch.is_grad_enabled()
 
     def _aux_loss(self, logits: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:

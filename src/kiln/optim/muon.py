@@ -297,12 +297,20 @@ def resolve_ns_dtype(name: str, device: torch.device) -> str:
     return "bf16" if has_fast_bf16(device) else "fp32"
 
 
+def muon_peak_lr(cfg: OptimConfig) -> float:
+    """The peak lr of the Muon groups: `optim.muon_lr`, or where it is 0, 0.02 under the
+    'original' rule and `optim.lr` under 'match_rms_adamw' (whose updates are AdamW-sized)."""
+    if cfg.muon_lr:
+        return cfg.muon_lr
+    return DEFAULT_MUON_LR if cfg.muon_adjust_lr == "original" else cfg.lr
+
+
 def build_muon(model: nn.Module, cfg: OptimConfig) -> MuonWithAdamW:
     """Muon + AdamW from an `OptimConfig` (its muon_* fields). Momentum 0.95, Nesterov and
     5 steps are the paper's; lr 0.02 is Keller Jordan's for the 'original' rule; weight
     decay 0.1 is torch.optim.Muon's and Moonshot's, there with a far smaller lr (README)."""
     rule = cfg.muon_adjust_lr
-    muon_lr = cfg.muon_lr or (DEFAULT_MUON_LR if rule == "original" else cfg.lr)
+    muon_lr = muon_peak_lr(cfg)
     routing = route_parameters(model)
     device = next(model.parameters()).device
     # fused AdamW is bitwise-deterministic on CPU and CUDA; DTensors (FSDP2) need foreach

@@ -48,6 +48,7 @@ from kiln.train.checkpoint import (
     unreadable,
 )
 from kiln.train.checkpoint_dirs import complete_checkpoints
+from kiln.train.divergence_advice import divergence_advice
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.memory_fit import check_training_fits
 from kiln.train.precision import autocast, resolve_device, resolve_precision
@@ -161,8 +162,7 @@ class Trainer(Resuming, RunRecords):
         done = complete_checkpoints(self.run_dir / "checkpoints")
         # the run dir's config.toml now records these settings, and a run dir trains with its
         # recorded ones: a plain re-run would diverge the same way
-        lower = (f"lower optim.lr (`--set optim.lr=...`: {self.cfg.optim.lr:g} is what "
-                 "config.toml records now) or set optim.grad_clip")
+        lower = divergence_advice(self.cfg.optim)
         if not done:
             since = f"no checkpoint was written yet: {lower}, and start again"
         else:
