@@ -311,6 +311,22 @@ def test_steps_logged_past_the_latest_checkpoint_are_noted(tmp_path: Path) -> No
     assert "logged steps up to" not in build_report(tmp_path).read_text(encoding="utf-8")
 
 
+def test_a_run_training_now_is_not_read_as_a_killed_one(tmp_path: Path) -> None:
+    """A report made mid-run (a trainer holds the run's lock): its steps past the latest
+    checkpoint are its newest, not steps a resume would train again."""
+    from kiln.run_dir import training_lock
+
+    _write_jsonl(tmp_path / "metrics.jsonl", [_train(s, 5.0 - 0.1 * s) for s in range(1, 76)])
+    _checkpoints(tmp_path, 40, 60, latest=60)
+    with training_lock(tmp_path):
+        page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "The run is training now (pid " in page
+    assert "steps up to 75; its latest checkpoint is step_00000060 (step 60)" in page
+    assert "was killed?" not in page
+    page = build_report(tmp_path).read_text(encoding="utf-8")  # the trainer gone: killed
+    assert "training now" not in page and "was killed?" in page
+
+
 def test_a_bool_step_is_no_step_to_any_reader(tmp_path: Path) -> None:
     """JSON `true` is an int to Python: read_metrics keeps such records as stepless, and the
     report's series and summary must not take them for step 1."""

@@ -30,6 +30,7 @@ from kiln.report.sections_run import (
 )
 from kiln.report.sections_yield import yield_section
 from kiln.report.summary import Summary, summarize
+from kiln.training_now import trainer_holding
 
 # what any stage of a run leaves behind; a folder with none of them is not a run
 _RUN_FILES = ("config.toml", "prepare.json", "tokens/index.json", "metrics.jsonl", "eval.json")
@@ -68,7 +69,7 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
     moe = moe_section(records, plots, config)
     latest = latest_checkpoint_name(run_dir)
     sections = [
-        summary_section(metrics, summary, latest),
+        summary_section(metrics, summary, latest, trainer_holding(run_dir)),
         *extra,
         plots_section(metrics, plots),
         *([moe] if moe else []),
