@@ -175,6 +175,34 @@ def test_heads_apart_from_a_dim_n_heads_does_not_divide_go_native_not_to_an_unlo
         assert (theirs - model(x)).abs().max().item() < 1e-4
 
 
+@pytest.mark.parametrize("extra, fmt", [
+    (("model.n_experts=0", "model.qk_norm=false", "model.attn_gate=false",
+      "model.sandwich_norm=false", "model.global_rope=true", "model.local_per_global=0",
+      "model.sliding_window=0", "model.embed_scale=false"), "hf-llama"),
+    ((), "hf-afmoe"), (("model.qk_norm=false",), "kiln-native")])
+def test_an_export_writes_the_models_own_tensors_not_a_copy_of_them(
+        tmp_path, tokenizer_path, monkeypatch, extra, fmt):
+    """Every export copied the whole state dict before writing it: its peak memory was the
+    model twice (a 407 MB model's export added 411 MB), so a model that fit in memory to
+    load could fail to export. The weights written are the model's own memory."""
+    import kiln.export.hf_folder as hf_folder
+    import kiln.export.native as native
+
+    cfg, model = build(tmp_path, tokenizer_path, *extra)
+    spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+             for t in model.state_dict().values()]
+    written = {}
+    for module in (hf_folder, native):
+        real = module.save_tensors
+        monkeypatch.setattr(module, "save_tensors",
+                            lambda tensors, path, real=real, **kw: (written.update(tensors),
+                                                                    real(tensors, path, **kw)))
+    assert export_model(model, tokenizer_path, tmp_path / "out", cfg).format == fmt
+    copied = [name for name, t in written.items()
+              if not any(start <= t.data_ptr() < end for start, end in spans)]
+    assert written and not copied
+
+
 def test_llama_export_refuses_trinity_options(tmp_path, tokenizer_path):
     _, model = build(tmp_path, tokenizer_path, "model.n_experts=0", "model.qk_norm=false",
                      "model.attn_gate=false", "model.sandwich_norm=false")

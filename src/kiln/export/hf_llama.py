@@ -72,12 +72,13 @@ def _hf_name(name: str) -> str:
 
 
 def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """CPU tensors under HF Llama names; a tied head is left out (HF re-ties lm_head)."""
+    """The model's CPU tensors themselves (no copy: see `native_state_dict`) under HF Llama
+    names; a tied head is left out (HF re-ties lm_head)."""
     out = {}
     for name, tensor in model.state_dict().items():
         if name == "head.weight" and is_tied(model):
             continue
-        out[_hf_name(name)] = tensor.detach().cpu().contiguous().clone()
+        out[_hf_name(name)] = tensor.detach().cpu().contiguous()
     return out
 
 
