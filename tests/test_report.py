@@ -87,6 +87,20 @@ def test_read_metrics_skips_truncated_last_line(tmp_path: Path) -> None:
     assert records[1]["loss"] == 3.5
 
 
+def test_read_metrics_skips_lines_python_cannot_hold_as_json(tmp_path: Path) -> None:
+    """Damaged lines Python's json refuses with other errors than a decode error (a value
+    of 5,000 digits: ValueError; 100,000 nested arrays: RecursionError) failed the whole
+    report; they are skipped as any unreadable line is."""
+    path = tmp_path / "metrics.jsonl"
+    _write_jsonl(path, [_train(1, 4.0)], tail='{"kind": "train", "step": 2, "loss": '
+                 + "9" * 5000 + "}\n" + "1" * 5000 + "\n" + "[" * 100_000 + "\n"
+                 + json.dumps(_train(3, 3.5)) + "\n")
+    assert [(r["step"], r["loss"]) for r in read_metrics(path)] == [(1, 4.0), (3, 3.5)]
+    (tmp_path / "eval.json").write_text("[" * 100_000)
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "3.5000" in page and "eval.json unreadable: maximum recursion depth" in page
+
+
 def test_read_metrics_keeps_a_record_whose_kind_is_no_name(tmp_path: Path) -> None:
     """A line edited by hand with a list or an object as its kind: its (kind, step) key was
     unhashable and the whole report failed with a TypeError traceback."""
