@@ -288,6 +288,24 @@ def test_an_export_from_before_kiln_recorded_its_checkpoint_is_not_missing(tmp_p
     assert "kiln_export.json missing" not in page
 
 
+def test_an_export_folder_without_a_model_or_with_a_damaged_record_is_not_an_old_export(
+        tmp_path: Path) -> None:
+    """An export/ holding only the user's model card, or a kiln_export.json that does not
+    parse, was said to hold "a model exported before Kiln recorded its checkpoint"."""
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(_train(1, 4.0)) + "\n")
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "README.md").write_text("my model card")
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "exported before Kiln recorded" not in page
+    assert "not available (export/kiln_export.json missing)" in page
+    (tmp_path / "export" / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "export" / "config.json").write_text("{}")
+    (tmp_path / "export" / "kiln_export.json").write_text('{"format": "hf-llama", "check')
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "exported before Kiln recorded" not in page
+    assert "not available (export/kiln_export.json unreadable" in page
+
+
 def test_late_throughput_is_tokens_over_training_time():
     """The second half's windows: 1000 tokens at 100/s (10 s) and 3000 tokens at 3000/s
     (1 s) are 4000 tokens in 11 s, not the 1550/s the mean of the two rates would say."""

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kiln.atomic import write_text_atomic
-from kiln.export_recovery import recover_export
+from kiln.export_recovery import holds_exported_model, recover_export
 from kiln.report.compare import compare_section, load_comparison
 from kiln.report.fmt import as_number
 from kiln.report.html_parts import page
@@ -76,7 +76,7 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
         eval_section(evaluation, unigram, latest),
         samples_section(load_json(run_dir, "samples.json", expect=list), latest),
         export_section(load_json(run_dir, "export/kiln_export.json"), latest,
-                       (run_dir / "export").is_dir()),
+                       holds_exported_model(run_dir / "export")),
         model_section(load_json(run_dir, "model.json")),
         tokens_section(index),
         data_section(load_json(run_dir, "prepare.json")),
