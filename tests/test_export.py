@@ -81,6 +81,35 @@ def test_hf_greedy_generation_matches(tokenizer_path, tmp_path):
     assert theirs[0, len(prompt):].tolist() == ours
 
 
+def test_a_doc_mask_export_says_unprompted_generation_is_not_the_trained_function(
+        tokenizer_path, tmp_path):
+    """transformers' generate() without a prompt starts from EOS (the export's bos_token)
+    and lets every later token see it; a model trained with model.doc_mask never did, and
+    `kiln generate` shows that EOS to the first token alone: the samples part from the
+    second token. The note said the export was exact for one document per sequence, Kiln's
+    generation included; it now says this case is not."""
+    from kiln.config import Config
+    from kiln.export import export_model
+
+    vocab = load_tokenizer(tokenizer_path).get_vocab_size()
+    torch.manual_seed(1)
+    model = Transformer(ModelConfig(vocab_size=vocab, dim=32, n_layers=2, n_heads=4,
+                                    n_kv_heads=2, max_seq_len=48, doc_mask=True))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(1.0 + 0.3 * torch.randn_like(p) if p.dim() == 1 else 0.3 * torch.randn_like(p))
+    model.eval()
+    result = export_model(model, tokenizer_path, tmp_path / "hf", Config(model=model.cfg))
+    eos = load_tokenizer(tokenizer_path).token_to_id(EOS_TOKEN)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(result.path).eval()
+    assert hf.generation_config.bos_token_id == eos
+    theirs = hf.generate(max_new_tokens=8, do_sample=False, min_new_tokens=8)[0, 1:].tolist()
+    ours = generate(model, [eos], 8, temperature=0.0, eos_id=eos)
+    assert theirs[0] == ours[0] and theirs != ours  # the first token alone agrees
+    assert "generate() without a prompt starts from EOS" in result.note
+    assert "unlike in training and `kiln generate`" in result.note
+
+
 def test_auto_tokenizer_matches_kiln(tokenizer_path, tmp_path):
     vocab = load_tokenizer(tokenizer_path).get_vocab_size()
     out = export_hf(tiny_model(vocab, tied=True), tokenizer_path, tmp_path / "hf")

@@ -150,6 +150,59 @@ def test_plain_llama_still_exports_as_llama(tmp_path, tokenizer_path):
     assert export_model(model, tokenizer_path, tmp_path / "hf", cfg).format == "hf-llama"
 
 
+def test_heads_apart_from_a_dim_n_heads_does_not_divide_go_native_not_to_an_unloadable_llama(
+        tmp_path, tokenizer_path):
+    """dim 36 with 8 heads of 8 (model.head_dim) is a Llama computation, but transformers'
+    LlamaConfig refuses a hidden size its head count does not divide: the Llama folder was
+    written, said to load with AutoModelForCausalLM, and failed to load. It goes native (and
+    back exactly); afmoe, which has no such rule, still takes the Trinity form of it."""
+    dims = ("model.dim=36", "model.n_heads=8", "model.n_kv_heads=2", "model.head_dim=8")
+    cfg, model = build(tmp_path, tokenizer_path, *dims, "model.n_experts=0", "model.qk_norm=false",
+                       "model.attn_gate=false", "model.sandwich_norm=false", "model.global_rope=true",
+                       "model.local_per_global=0", "model.sliding_window=0", "model.embed_scale=false")
+    with pytest.raises(ValueError, match="model.dim = 36 is not a multiple of model.n_heads = 8"):
+        export_hf(model, tokenizer_path, tmp_path / "hf")
+    result = export_model(model, tokenizer_path, tmp_path / "out", cfg)
+    assert result.format == "kiln-native" and "model.dim = 36" in result.note
+    x = tokens(cfg.model.vocab_size)
+    with torch.no_grad():
+        assert torch.equal(load_native(result.path)(x), model(x))
+    cfg, model = build(tmp_path, tokenizer_path, *dims)
+    result = export_model(model, tokenizer_path, tmp_path / "trinity", cfg)
+    assert result.format == "hf-afmoe"
+    with torch.no_grad():
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(result.path).eval()(x).logits
+        assert (theirs - model(x)).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("extra, fmt", [
+    (("model.n_experts=0", "model.qk_norm=false", "model.attn_gate=false",
+      "model.sandwich_norm=false", "model.global_rope=true", "model.local_per_global=0",
+      "model.sliding_window=0", "model.embed_scale=false"), "hf-llama"),
+    ((), "hf-afmoe"), (("model.qk_norm=false",), "kiln-native")])
+def test_an_export_writes_the_models_own_tensors_not_a_copy_of_them(
+        tmp_path, tokenizer_path, monkeypatch, extra, fmt):
+    """Every export copied the whole state dict before writing it: its peak memory was the
+    model twice (a 407 MB model's export added 411 MB), so a model that fit in memory to
+    load could fail to export. The weights written are the model's own memory."""
+    import kiln.export.hf_folder as hf_folder
+    import kiln.export.native as native
+
+    cfg, model = build(tmp_path, tokenizer_path, *extra)
+    spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+             for t in model.state_dict().values()]
+    written = {}
+    for module in (hf_folder, native):
+        real = module.save_tensors
+        monkeypatch.setattr(module, "save_tensors",
+                            lambda tensors, path, real=real, **kw: (written.update(tensors),
+                                                                    real(tensors, path, **kw)))
+    assert export_model(model, tokenizer_path, tmp_path / "out", cfg).format == fmt
+    copied = [name for name, t in written.items()
+              if not any(start <= t.data_ptr() < end for start, end in spans)]
+    assert written and not copied
+
+
 def test_llama_export_refuses_trinity_options(tmp_path, tokenizer_path):
     _, model = build(tmp_path, tokenizer_path, "model.n_experts=0", "model.qk_norm=false",
                      "model.attn_gate=false", "model.sandwich_norm=false")

@@ -87,6 +87,20 @@ def test_read_metrics_skips_truncated_last_line(tmp_path: Path) -> None:
     assert records[1]["loss"] == 3.5
 
 
+def test_read_metrics_skips_lines_python_cannot_hold_as_json(tmp_path: Path) -> None:
+    """Damaged lines Python's json refuses with other errors than a decode error (a value
+    of 5,000 digits: ValueError; 100,000 nested arrays: RecursionError) failed the whole
+    report; they are skipped as any unreadable line is."""
+    path = tmp_path / "metrics.jsonl"
+    _write_jsonl(path, [_train(1, 4.0)], tail='{"kind": "train", "step": 2, "loss": '
+                 + "9" * 5000 + "}\n" + "1" * 5000 + "\n" + "[" * 100_000 + "\n"
+                 + json.dumps(_train(3, 3.5)) + "\n")
+    assert [(r["step"], r["loss"]) for r in read_metrics(path)] == [(1, 4.0), (3, 3.5)]
+    (tmp_path / "eval.json").write_text("[" * 100_000)
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "3.5000" in page and "eval.json unreadable: maximum recursion depth" in page
+
+
 def test_read_metrics_keeps_a_record_whose_kind_is_no_name(tmp_path: Path) -> None:
     """A line edited by hand with a list or an object as its kind: its (kind, step) key was
     unhashable and the whole report failed with a TypeError traceback."""
@@ -274,6 +288,24 @@ def test_an_export_from_before_kiln_recorded_its_checkpoint_is_not_missing(tmp_p
     assert "kiln_export.json missing" not in page
 
 
+def test_an_export_folder_without_a_model_or_with_a_damaged_record_is_not_an_old_export(
+        tmp_path: Path) -> None:
+    """An export/ holding only the user's model card, or a kiln_export.json that does not
+    parse, was said to hold "a model exported before Kiln recorded its checkpoint"."""
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(_train(1, 4.0)) + "\n")
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "README.md").write_text("my model card")
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "exported before Kiln recorded" not in page
+    assert "not available (export/kiln_export.json missing)" in page
+    (tmp_path / "export" / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "export" / "config.json").write_text("{}")
+    (tmp_path / "export" / "kiln_export.json").write_text('{"format": "hf-llama", "check')
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "exported before Kiln recorded" not in page
+    assert "not available (export/kiln_export.json unreadable" in page
+
+
 def test_late_throughput_is_tokens_over_training_time():
     """The second half's windows: 1000 tokens at 100/s (10 s) and 3000 tokens at 3000/s
     (1 s) are 4000 tokens in 11 s, not the 1550/s the mean of the two rates would say."""
@@ -309,6 +341,22 @@ def test_steps_logged_past_the_latest_checkpoint_are_noted(tmp_path: Path) -> No
     assert "logged steps up to 75, but its latest checkpoint is step_00000060 (step 60)" in page
     _write_jsonl(tmp_path / "metrics.jsonl", [_train(s, 5.0 - 0.1 * s) for s in range(1, 61)])
     assert "logged steps up to" not in build_report(tmp_path).read_text(encoding="utf-8")
+
+
+def test_a_run_training_now_is_not_read_as_a_killed_one(tmp_path: Path) -> None:
+    """A report made mid-run (a trainer holds the run's lock): its steps past the latest
+    checkpoint are its newest, not steps a resume would train again."""
+    from kiln.run_dir import training_lock
+
+    _write_jsonl(tmp_path / "metrics.jsonl", [_train(s, 5.0 - 0.1 * s) for s in range(1, 76)])
+    _checkpoints(tmp_path, 40, 60, latest=60)
+    with training_lock(tmp_path):
+        page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "The run is training now (pid " in page
+    assert "steps up to 75; its latest checkpoint is step_00000060 (step 60)" in page
+    assert "was killed?" not in page
+    page = build_report(tmp_path).read_text(encoding="utf-8")  # the trainer gone: killed
+    assert "training now" not in page and "was killed?" in page
 
 
 def test_a_bool_step_is_no_step_to_any_reader(tmp_path: Path) -> None:

@@ -67,6 +67,12 @@ def is_whole_export(out_dir: Path) -> bool:
         and any((out_dir / c).is_file() for c in _CONFIGS)
 
 
+def holds_exported_model(out_dir: Path) -> bool:
+    """`out_dir` holds an export's weights or config (one written before Kiln recorded
+    `EXPORT_RECORD` has no record): not an empty folder, or one of the user's alone."""
+    return any((Path(out_dir) / name).is_file() for name in (_WEIGHTS, *_CONFIGS))
+
+
 def is_run_export(out_dir: Path) -> bool:
     """`out_dir` is a Kiln run's `export/`: the only place a reader may repair a killed
     export (anywhere else the folders beside it are not Kiln's to move)."""

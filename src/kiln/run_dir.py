@@ -23,6 +23,7 @@ from kiln.atomic import process_gone, write_json_atomic, write_text_atomic
 from kiln.config import Config, config_to_toml
 from kiln.data.path_options import anchored as anchored_paths
 from kiln.errors import ConfigError, KilnError
+from kiln.training_now import TRAIN_LOCK, trainer_holding
 
 _PACKAGES = ("torch", "numpy", "tokenizers", "safetensors", "datatrove", "transformers", "kiln")
 
@@ -153,18 +154,10 @@ def refuse_while_training(run_dir: Path) -> None:
     makes them refuse other data settings) they replaced the tokenizer and config.toml it
     was training with, and the shards its next validation reads. Refused while a trainer
     holds `training_lock`; the lock is only looked at, never kept."""
-    try:  # read-only: another user's trainer may have made the file, and flock needs no write
-        f = open(run_dir / ".train.lock", encoding="utf-8", errors="replace")
-    except OSError:  # none (never trained), or not ours to read: no trainer to tell of
-        return
-    with f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = f.read().strip() or "another process"
-            raise KilnError(f"{run_dir} is being trained by {holder}: its data cannot be "
-                            "made again under it; wait for it, or stop it first") from None
-        fcntl.flock(f, fcntl.LOCK_UN)
+    holder = trainer_holding(run_dir)
+    if holder is not None:
+        raise KilnError(f"{run_dir} is being trained by {holder}: its data cannot be "
+                        "made again under it; wait for it, or stop it first")
 
 
 _LOOK_S = 1.0  # far longer than `refuse_while_training` holds its shared lock (microseconds)
@@ -193,7 +186,7 @@ def training_lock(run_dir: Path) -> Iterator[None]:
     if not run_dir.is_dir():  # no run yet: training will say what to run first
         yield
         return
-    with open(run_dir / ".train.lock", "a+") as f:
+    with open(run_dir / TRAIN_LOCK, "a+") as f:
         if not _took_lock(f):
             f.seek(0)
             holder = f.read().strip() or "another process"

@@ -51,14 +51,20 @@ def export_model(
 def doc_mask_note(cfg: ModelConfig) -> str:
     """What a Hugging Face export of a model trained with `model.doc_mask` should be told:
     transformers' Llama and afmoe attend causally across EOS (they make no document mask from
-    input ids), which is the trained function for one document per sequence, Kiln's own
-    generation included; packed documents need a per-document attention mask of the
+    input ids), which is the trained function for one document per sequence with no EOS
+    before it. Not for `generate()` without a prompt: it starts from EOS (the bos_token),
+    and every later token then sees that EOS, which in training (and `kiln generate`, which
+    shows it to the first token alone) belongs to the previous document: the samples drift
+    from the second token on. Packed documents need a per-document attention mask of the
     caller's. The export stays valid, so it is said, not refused."""
     if not cfg.doc_mask:
         return ""
     return ("; trained with intra-document masking (model.doc_mask): transformers masks "
-            "causally only, so the export is exact for one document per sequence (pass packed "
-            "documents with a per-document attention mask of your own)")
+            "causally only, so the export is exact for one document per sequence with no EOS "
+            "before it: generate() without a prompt starts from EOS (its bos_token), which "
+            "every later token then sees, unlike in training and `kiln generate` (prompt it "
+            "with the document's first tokens instead); pass packed documents with a "
+            "per-document attention mask of your own")
 
 
 __all__ = ["doc_mask_note", "ExportResult", "export_afmoe", "export_hf", "export_model", "export_native",

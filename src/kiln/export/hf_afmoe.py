@@ -100,7 +100,8 @@ def afmoe_incompatibilities(cfg: ModelConfig) -> list[str]:
 
 
 def _tensor(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().cpu().contiguous().clone()
+    """`t` on the CPU, not copied (see `kiln.export.native.native_state_dict`)."""
+    return t.detach().cpu().contiguous()
 
 
 def afmoe_state_dict(model: Transformer) -> dict[str, torch.Tensor]:

@@ -47,10 +47,17 @@ def llama_incompatibilities(cfg: ModelConfig) -> list[str]:
     """Why `cfg` is not a plain Llama decoder (empty: it is, and exports as one).
 
     A Trinity option that has no weights of its own (NoPE, a sliding window, embedding
-    scaling) would otherwise export silently as a different model."""
+    scaling) would otherwise export silently as a different model. Heads set apart from
+    dim (`model.head_dim`) at a dim that n_heads does not divide compute as Llama would,
+    but transformers' LlamaConfig refuses to load them ("hidden size is not a multiple of
+    the number of attention heads"), so such a folder would be written and never load."""
     plain = ModelConfig()
-    return [f"model.{key} = {getattr(cfg, key)!r} ({what})" for key, what in _NOT_LLAMA.items()
-            if getattr(cfg, key) != getattr(plain, key)]
+    problems = [f"model.{key} = {getattr(cfg, key)!r} ({what})" for key, what in _NOT_LLAMA.items()
+                if getattr(cfg, key) != getattr(plain, key)]
+    if cfg.dim % cfg.n_heads:
+        problems.append(f"model.dim = {cfg.dim} is not a multiple of model.n_heads = {cfg.n_heads} "
+                        "(transformers' LlamaConfig refuses that, model.head_dim or not)")
+    return problems
 
 
 
@@ -65,12 +72,13 @@ def _hf_name(name: str) -> str:
 
 
 def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """CPU tensors under HF Llama names; a tied head is left out (HF re-ties lm_head)."""
+    """The model's CPU tensors themselves (no copy: see `native_state_dict`) under HF Llama
+    names; a tied head is left out (HF re-ties lm_head)."""
     out = {}
     for name, tensor in model.state_dict().items():
         if name == "head.weight" and is_tied(model):
             continue
-        out[_hf_name(name)] = tensor.detach().cpu().contiguous().clone()
+        out[_hf_name(name)] = tensor.detach().cpu().contiguous()
     return out
 
 

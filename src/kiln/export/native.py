@@ -30,8 +30,10 @@ FILES = ("model.safetensors", "config.toml", "tokenizer.json", EXPORT_RECORD)
 
 
 def native_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """CPU copies of the state dict; a tied head is left out (safetensors stores no aliases)."""
-    return {name: t.detach().cpu().contiguous().clone() for name, t in model.state_dict().items()
+    """The state dict on the CPU, not copied there (a copy held a second model in memory
+    while the file was written: a model that loads would not export); a tied head is left
+    out (safetensors stores no aliases)."""
+    return {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()
             if not (name == "head.weight" and is_tied(model))}
 
 

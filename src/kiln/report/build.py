@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kiln.atomic import write_text_atomic
-from kiln.export_recovery import recover_export
+from kiln.export_recovery import holds_exported_model, recover_export
 from kiln.report.compare import compare_section, load_comparison
 from kiln.report.fmt import as_number
 from kiln.report.html_parts import page
@@ -30,6 +30,7 @@ from kiln.report.sections_run import (
 )
 from kiln.report.sections_yield import yield_section
 from kiln.report.summary import Summary, summarize
+from kiln.training_now import trainer_holding
 
 # what any stage of a run leaves behind; a folder with none of them is not a run
 _RUN_FILES = ("config.toml", "prepare.json", "tokens/index.json", "metrics.jsonl", "eval.json")
@@ -68,14 +69,14 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
     moe = moe_section(records, plots, config)
     latest = latest_checkpoint_name(run_dir)
     sections = [
-        summary_section(metrics, summary, latest),
+        summary_section(metrics, summary, latest, trainer_holding(run_dir)),
         *extra,
         plots_section(metrics, plots),
         *([moe] if moe else []),
         eval_section(evaluation, unigram, latest),
         samples_section(load_json(run_dir, "samples.json", expect=list), latest),
         export_section(load_json(run_dir, "export/kiln_export.json"), latest,
-                       (run_dir / "export").is_dir()),
+                       holds_exported_model(run_dir / "export")),
         model_section(load_json(run_dir, "model.json")),
         tokens_section(index),
         data_section(load_json(run_dir, "prepare.json")),

@@ -7,7 +7,6 @@ only the last record for each ``(kind, step)``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -73,13 +72,16 @@ class _LineAt(int):
 
 
 def _parsed(raw: bytes) -> dict[str, Any] | None:
-    """The JSON object a line holds, or None (blank, not JSON, not an object)."""
+    """The JSON object a line holds, or None (blank, not JSON, not an object). A damaged
+    line may be JSON Python refuses to hold (a run of over 4,300 digits: ValueError; arrays
+    nested past the recursion limit: RecursionError): skipped like any other, where either
+    failed the whole report with a traceback."""
     line = raw.decode("utf-8", errors="replace").strip()
     if not line:
         return None
     try:
         record = strict_json.loads(line)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # json.JSONDecodeError is a ValueError
         return None
     return record if isinstance(record, dict) else None
 

@@ -44,11 +44,12 @@ def load_text(run_dir: Path, name: str) -> Loaded:
 
 
 def load_json(run_dir: Path, name: str, expect: type = dict) -> Loaded:
-    """The file parsed as JSON, required to be of type ``expect``."""
+    """The file parsed as JSON, required to be of type ``expect`` (a damaged one nested past
+    the recursion limit is unreadable too, not a traceback)."""
     path = run_dir / name
     try:
         value = strict_json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         return _missing_or_unreadable(name, path, error)
     if not isinstance(value, expect):
         kind = "object" if expect is dict else "array" if expect is list else expect.__name__

@@ -184,10 +184,12 @@ def samples_section(samples: Loaded, latest: str | None = None) -> str:
 
 
 def export_section(record: Loaded, latest: str | None = None, exported: bool = False) -> str:
-    """Which format export/ holds and the checkpoint it came from (`exported`: export/ exists,
-    perhaps written before Kiln recorded either)."""
+    """Which format export/ holds and the checkpoint it came from (`exported`: export/ holds
+    a model's weights or config, perhaps written before Kiln recorded either). A record
+    there but unreadable, or an export/ with no model in it, is said as such: both read as
+    a model exported before Kiln recorded its checkpoint."""
     if not record.ok:
-        if exported:
+        if exported and record.problem == f"{record.name} missing":
             return section("Export", paragraph("export/ holds a model exported before Kiln "
                                                "recorded its checkpoint; run `kiln export` "
                                                "again to know which it is.", "muted"))

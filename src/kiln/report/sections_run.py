@@ -35,9 +35,11 @@ CONFIG_HEADLINES = [
 ENV_HEADLINES = ["git_hash", "python", "torch", "platform", "device"]
 
 
-def summary_section(metrics: Loaded, summary: Summary, latest: str | None = None) -> str:
+def summary_section(metrics: Loaded, summary: Summary, latest: str | None = None,
+                    training: str | None = None) -> str:
     """The headline figures of the run, first thing on the page; with a note when the run
-    logged steps past its latest checkpoint (`latest`), which a resume trains again."""
+    logged steps past its latest checkpoint (`latest`), which a resume trains again, or,
+    while a trainer holds the run (`training`: who), that it is training still."""
     if not metrics.ok:
         return section("Summary", unavailable(metrics.problem or ""))
     s = summary
@@ -50,6 +52,10 @@ def summary_section(metrics: Loaded, summary: Summary, latest: str | None = None
         past = paragraph(f"Training diverged at step {s.diverged_step}{what} and stopped there; "
                          f"{where}. Lower optim.lr or set optim.grad_clip, and run `kiln "
                          "train` to resume.", "bad")
+    elif training is not None:  # its steps past the checkpoint are the run's newest, not lost
+        ckpt = f"its latest checkpoint is {latest} (step {saved})" if saved else "no checkpoint yet"
+        past = paragraph(f"The run is training now ({training}): these figures are its steps "
+                         f"up to {'—' if s.last_step is None else s.last_step}; {ckpt}.", "muted")
     elif s.last_step is not None and (saved or 0) < s.last_step:
         where = (f"its latest checkpoint is {latest} (step {saved})" if saved
                  else "it has no checkpoint")
