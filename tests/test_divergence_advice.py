@@ -39,3 +39,24 @@ def test_the_advice_names_the_muon_lr_only_where_it_sets_the_muon_step(settings,
         assert "muon_lr" not in said
     else:
         assert said.startswith("lower optim.muon_lr") and muon_said in said
+
+
+def test_the_report_of_a_diverged_muon_run_gives_the_trainers_advice(tiny_run):
+    """The report's note of a divergence said "Lower optim.lr or set optim.grad_clip" for
+    every run: the Muon run's own advice (its muon_lr) comes from its config.toml, and a
+    config.toml that does not read gives the general words, not a failed page."""
+    from kiln.report import build_report
+    from kiln.run_dir import write_run_metadata
+
+    cfg = tiny_config(tiny_run, "optim.name=muon", "optim.muon_lr=1e6", "optim.lr=1e-3",
+                      "schedule.warmup_steps=0", "train.eval_every=0")
+    write_run_metadata(cfg)
+    with pytest.raises(TrainingDiverged):
+        Trainer(cfg).fit()
+    html = build_report(tiny_run).read_text(encoding="utf-8")
+    assert "Lower optim.muon_lr (`--set optim.muon_lr=...`: the hidden matrices train at " \
+           "1e+06)" in html
+    assert "set optim.grad_clip" not in html and "lower optim.grad_clip (1 now)" in html
+    (tiny_run / "config.toml").write_text("[optim]\nname = 3\n", encoding="utf-8")
+    assert "Lower optim.lr or optim.grad_clip, and run" in \
+        build_report(tiny_run).read_text(encoding="utf-8")

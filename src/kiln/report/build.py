@@ -69,7 +69,7 @@ def build_report(run_dir: Path, compare: list[Path] | None = None) -> Path:
     moe = moe_section(records, plots, config)
     latest = latest_checkpoint_name(run_dir)
     sections = [
-        summary_section(metrics, summary, latest, trainer_holding(run_dir)),
+        summary_section(metrics, summary, latest, trainer_holding(run_dir), config),
         *extra,
         plots_section(metrics, plots),
         *([moe] if moe else []),

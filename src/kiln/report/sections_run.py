@@ -36,10 +36,11 @@ ENV_HEADLINES = ["git_hash", "python", "torch", "platform", "device"]
 
 
 def summary_section(metrics: Loaded, summary: Summary, latest: str | None = None,
-                    training: str | None = None) -> str:
+                    training: str | None = None, config: Loaded | None = None) -> str:
     """The headline figures of the run, first thing on the page; with a note when the run
     logged steps past its latest checkpoint (`latest`), which a resume trains again, or,
-    while a trainer holds the run (`training`: who), that it is training still."""
+    while a trainer holds the run (`training`: who), that it is training still. A diverged
+    run's note says what to lower as the trainer did, from its `config` (config.toml)."""
     if not metrics.ok:
         return section("Summary", unavailable(metrics.problem or ""))
     s = summary
@@ -50,8 +51,8 @@ def summary_section(metrics: Loaded, summary: Summary, latest: str | None = None
                  else "no checkpoint was written before it")
         what = f" ({s.diverged_what})" if s.diverged_what else ""
         past = paragraph(f"Training diverged at step {s.diverged_step}{what} and stopped there; "
-                         f"{where}. Lower optim.lr or set optim.grad_clip, and run `kiln "
-                         "train` to resume.", "bad")
+                         f"{where}. {_divergence_advice(config)}, and run `kiln train` "
+                         "to resume.", "bad")
     elif training is not None:  # its steps past the checkpoint are the run's newest, not lost
         ckpt = f"its latest checkpoint is {latest} (step {saved})" if saved else "no checkpoint yet"
         past = paragraph(f"The run is training now ({training}): these figures are its steps "
@@ -72,6 +73,24 @@ def summary_section(metrics: Loaded, summary: Summary, latest: str | None = None
         ("training time (to the last logged step)", fmt_duration(s.wall_time_s)),
     ]
     return section("Summary", past + key_value_table(rows))
+
+
+def _divergence_advice(config: Loaded | None) -> str:
+    """The trainer's advice for the run's optimizer settings (a Muon run's hidden matrices
+    train at optim.muon_lr: "lower optim.lr" alone would not help them); the general words
+    where config.toml is missing or does not read as Kiln's."""
+    from kiln.config import OptimConfig
+    from kiln.config_parse import build_config
+    from kiln.train.divergence_advice import divergence_advice
+
+    general = "Lower optim.lr or optim.grad_clip"
+    try:
+        table = tomllib.loads(config.value).get("optim", {})
+        optim = build_config(OptimConfig, table, "optim.")
+    except Exception:  # any damage: the page still gets made
+        return general
+    advice = divergence_advice(optim)
+    return advice[:1].upper() + advice[1:]
 
 
 def config_section(config: Loaded) -> str:
