@@ -80,6 +80,19 @@ def test_generate_allocates_once_for_prompt_plus_new_tokens(monkeypatch):
     assert made[1][0].capacity == BASE["max_seq_len"]
 
 
+def test_the_prefill_makes_the_logits_of_the_last_prompt_position_alone():
+    """Only the last position's logits are sampled: the head never sees the prompt's other
+    rows, whose logits (prompt x vocabulary) would be the prefill's largest tensor."""
+    model = _model()
+    rows: list[int] = []
+    hook = model.head.register_forward_hook(lambda mod, args, out: rows.append(out.numel()))
+    prompt = list(range(20))
+    out = generate(model, prompt, 5, temperature=0.0)
+    hook.remove()
+    assert rows == [BASE["vocab_size"]] * 5
+    assert out == _generate_without_cache(model, prompt, 5, 0.0, None)
+
+
 def test_a_full_cache_refuses_more_positions():
     cache = KVCache(4)
     kv = torch.zeros(1, 2, 3, 8)

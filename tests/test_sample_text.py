@@ -79,3 +79,31 @@ def test_generate_records_and_reports_a_sample_cut_inside_a_character(tiny_run, 
     cmd_report(cfg)
     html = (tiny_run / "report.html").read_text(encoding="utf-8")
     assert "\ufffd" not in html and said in html
+
+
+def test_a_sample_the_console_cannot_encode_is_printed_escaped_and_kept(tiny_run,
+                                                                          monkeypatch):
+    """stdout in ASCII (a Latin-1 or C locale, a redirect on Windows): the sample's
+    characters outside it are printed as escapes, not a UnicodeEncodeError that stopped
+    `kiln generate` before samples.json; the file keeps the text itself."""
+    import io
+
+    from conftest import tiny_config
+
+    import kiln.model.sampling
+    from kiln.cli import cmd_generate
+    from kiln.data.tokenizer import load_tokenizer
+    from kiln.train.trainer import Trainer
+
+    Trainer(tiny_config(tiny_run, "train.steps=2")).fit()
+    run_tok = load_tokenizer(tiny_run / "tokenizer" / "tokenizer.json")
+    monkeypatch.setattr(kiln.model.sampling, "generate",
+                        lambda *a, **k: run_tok.encode(" café \ufffd").ids)
+    console = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    monkeypatch.setattr("sys.stdout", console)
+    cmd_generate(tiny_config(tiny_run, 'generate.prompts=["déf"]'))
+    console.flush()
+    printed = console.buffer.getvalue().decode("ascii")
+    assert printed == "--- 'd\\xe9f'\nd\\xe9f caf\\xe9 \\ufffd\n"
+    (sample,) = json.loads((tiny_run / "samples.json").read_text(encoding="utf-8"))
+    assert sample["prompt"] == "déf" and sample["completion"] == " café \ufffd"

@@ -34,6 +34,15 @@ def _prompt_ids(tok, prompt: str, max_len: int) -> list[int]:
     return ids
 
 
+def _as_the_console_shows(text: str) -> str:
+    """`text` with each character stdout's encoding lacks (an ASCII or Latin-1 locale, a
+    redirect on Windows' cp1252) as its backslash escape: printed as it was, one such
+    character (a U+FFFD the model wrote) stopped `kiln generate` with a traceback before
+    samples.json was written. samples.json keeps the text itself."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    return text.encode(encoding, "backslashreplace").decode(encoding)
+
+
 def refuse_prompts_that_do_not_fit(cfg: Config) -> None:
     """`kiln run` asks, once the tokenizer is made, what `kiln generate` would refuse after
     training (and before the export that follows it)."""
@@ -86,8 +95,8 @@ def cmd_generate(cfg: Config) -> None:
             sample["incomplete_bytes_dropped"] = cut
         samples.append({**sample, **decoding_settings(g.temperature, g.top_k, g.top_p),
                         "checkpoint": ckpt.name})
-        print(f"--- {prompt!r}{'' if prompt else ' (a document from its start)'}\n"
-              f"{prompt}{completion}")
+        heading = f"--- {prompt!r}{'' if prompt else ' (a document from its start)'}"
+        print(_as_the_console_shows(f"{heading}\n{prompt}{completion}"))
         if cut:
             print(f"note: {prompt[:40]!r}: the sample stopped inside a character; its last "
                   f"{cut} byte{'s' if cut > 1 else ''} (an incomplete UTF-8 character) "
