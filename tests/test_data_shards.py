@@ -232,10 +232,14 @@ def _cut_text(name, n_parts):
                      metadata={"part_of": name}) for k in range(1, n_parts + 1)]
 
 
-def test_a_cut_text_moved_to_fill_an_empty_split_moves_whole(tok, tmp_path):
+@pytest.mark.parametrize("memory_tokens", [1 << 22, 5])
+def test_a_cut_text_moved_to_fill_an_empty_split_moves_whole(tok, tmp_path, monkeypatch,
+                                                              memory_tokens):
     """When no text hashes into val, the train text with the smallest hash moves there; when
     every text does, the last val text moves to train. A cut text moved one part at a time
-    left its other parts on the other side (val measured text trained on): it moves whole."""
+    left its other parts on the other side (val measured text trained on): it moves whole,
+    held in memory or, past `MEMORY_TOKENS` (a 20 GB dump's parts), on disk."""
+    monkeypatch.setattr("kiln.data.held_text.MEMORY_TOKENS", memory_tokens)
     lowest = min(split_hash(0, d.id) for d in DOCS[:10])
     low = next(n for n in (f"dump{i}" for i in range(1000)) if split_hash(0, n) < lowest)
     parts = _cut_text(low, 3)
