@@ -299,6 +299,27 @@ def test_each_file_is_read_once_and_never_from_the_run_dir(tmp_path):
     assert run_prepare(cfg, run, sources, progress=False)["documents"] == 3
 
 
+def test_a_file_found_under_two_names_is_read_under_the_one_with_its_format(tmp_path):
+    """A Hugging Face cache folder holds each file as blobs/<sha256>, linked from
+    snapshots/<commit>/<name>; the blob comes first in path order, and read under its name
+    (no suffix) its JSON lines were one text document of JSON syntax. The file is read once,
+    as the JSON lines its link's name says it is."""
+    cache = tmp_path / "datasets--org--name"
+    (cache / "blobs").mkdir(parents=True)
+    (cache / "snapshots" / "c0ffee" / "data").mkdir(parents=True)
+    blob = cache / "blobs" / "9f2c0ab41e"
+    blob.write_text('{"text": "first record"}\n{"text": "second record"}\n')
+    link = cache / "snapshots" / "c0ffee" / "data" / "train.jsonl"
+    link.symlink_to(blob)
+    docs, counts = _read([cache])
+    assert [(d.id, d.text) for d in docs] == [
+        ("datasets--org--name/snapshots/c0ffee/data/train.jsonl:1", "first record"),
+        ("datasets--org--name/snapshots/c0ffee/data/train.jsonl:2", "second record")]
+    assert counts["documents"] == 2
+    docs, _ = _read([link, blob])  # named the other way round: the same
+    assert [d.text for d in docs] == ["first record", "second record"]
+
+
 def test_the_content_cache_sees_an_edit_that_keeps_size_and_time(tmp_path):
     """The per-file hash cache is keyed by size, times and inode: an edit whose mtime is
     set back (`touch -r`, `cp -p`) is re-read; damaged entries are re-read, not trusted."""
