@@ -202,6 +202,19 @@ def test_a_damaged_gz_is_counted_not_fatal(tmp_path):
     assert 1 < len(docs) < 3001 and "fine" in {d.text for d in docs}
 
 
+@pytest.mark.parametrize("name", ["plain.jsonl.gz", "plain.jsonl.zst", "plain.jsonl.xz",
+                                  "plain.json.bz2"])
+def test_a_file_not_compressed_as_its_name_says_is_unreadable_not_cut_off(tmp_path, name):
+    """JSON lines saved under a .gz name (a download already decompressed): its first read
+    fails. It was counted `unreadable_rest_of_file` at line 1, which says a truncated
+    download; it is `unreadable`, as a .txt.gz that is not gzip is."""
+    (tmp_path / name).write_text('{"text": "plain JSON lines"}\n')
+    (tmp_path / "plain.txt.gz").write_text("plain text\n")
+    docs, counts = _read([tmp_path])
+    assert docs == []
+    assert counts == {"skipped/unreadable": 2}
+
+
 def test_utf32_is_binary_and_hidden_files_leave_the_input_fingerprint_alone(tmp_path):
     from kiln.data.sources import fingerprint_files
 
