@@ -9,6 +9,7 @@ disk past it: a cut text may be a 20 GB dump (the reader reads it in a few MB).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -52,7 +53,7 @@ class HeldText:
         for k, ids in enumerate(self._documents()):
             (first if k < n_first else rest).add(ids, self.docs[k][1])
 
-    def _documents(self):
+    def _documents(self) -> Iterator[np.ndarray]:
         yield from self._in_memory
         if self._file is None:
             return

@@ -160,7 +160,7 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
     writers = {s: _ShardWriter(out_dir, s, dtype, shard_tokens, vocab) for s in SPLITS}
     byte_lengths = token_byte_lengths(tokenizer)
     # the train text with the smallest hash, held back, and the last val text, written one
-    # text late (see above); both on disk beside the shards until then
+    # text late (see above): in memory, or past `MEMORY_TOKENS` on disk beside the shards
     held: HeldText | None = None
     last_val: HeldText | None = None
 
