@@ -274,6 +274,37 @@ def test_a_corpus_of_one_cut_text_still_gets_both_splits(tok, tmp_path, fraction
     assert (val, train) == ((enc[:1], enc[1:]) if fraction < 0.5 else (enc[:3], enc[3:]))
 
 
+def test_long_documents_are_encoded_a_bounded_number_of_characters_at_a_time(
+        tok, tmp_path, monkeypatch):
+    """An HF Encoding holds ~225 bytes a token: 256 documents of a million characters (cut
+    books) encoded at once took ~20 GB. A batch stops at BATCH_CHARS characters (a document
+    longer than that alone), and the shards are the same."""
+    from kiln.data import shards
+
+    docs = [Document(text=f"def f{i}(x):\n" + "    return x\n" * (i % 9 * 40), id=f"long{i}")
+            for i in range(60)]
+    whole = write_shards(docs, tok, tmp_path / "whole", val_fraction=0.2, progress=False)
+    batches = []
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(tok, name)
+
+        def encode_batch(self, texts, **kwargs):
+            batches.append([len(t) for t in texts])
+            return tok.encode_batch(texts, **kwargs)
+
+    monkeypatch.setattr(shards, "BATCH_CHARS", 2000, raising=False)
+    capped = write_shards(docs, Recording(), tmp_path / "capped", val_fraction=0.2,
+                          progress=False)
+    assert len(batches) > 5 and sum(map(len, batches)) == len(docs)
+    assert all(sum(b) - b[-1] < 2000 for b in batches)  # over it only with its last
+    assert capped == whole
+    for split in ("train", "val"):
+        assert (_tokens(tmp_path / "capped", capped, split)
+                == _tokens(tmp_path / "whole", whole, split)).all()
+
+
 def test_injected_replicas_all_go_to_train(tok, tmp_path):
     """The contamination study trains on all k replicas of each item; a replica that landed in
     val would be missing from training and would put benchmark text in the held-out loss.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +30,10 @@ SPLITS = ("train", "val")
 INDEX = "index.json"
 TOKEN_BYTES = "token_bytes.npy"  # the UTF-8 bytes each token id stands for (bits per byte)
 UNIGRAM_COUNTS = "unigram_counts.npy"  # train count of each token id (the unigram baseline)
+# characters encoded at once: an HF Encoding holds ~225 bytes a token (its token strings,
+# offsets, masks), so a batch of 256 documents of a million characters (the parts of cut
+# books) took ~20 GB; this many take a few hundred MB, still work for every core
+BATCH_CHARS = 1 << 22
 # the texts whose split is decided at the end (kiln.data.held_text), while tokenizing
 HELD_TRAIN, HELD_VAL = ".held-train.bin", ".held-val.bin"
 
@@ -100,8 +103,16 @@ class _ShardWriter:
 
 
 def _batches(docs: Iterable[Document], size: int) -> Iterator[list[Document]]:
-    it = iter(docs)
-    while batch := list(islice(it, size)):
+    """`size` documents at a time, or fewer holding `BATCH_CHARS` characters in all."""
+    batch: list[Document] = []
+    chars = 0
+    for doc in docs:
+        batch.append(doc)
+        chars += len(doc.text)
+        if len(batch) >= size or chars >= BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
         yield batch
 
 
