@@ -227,6 +227,84 @@ def test_the_parts_of_a_cut_text_land_on_one_side_of_the_split(tok, tmp_path):
     assert in_val[0] == (split_hash(5, "dump.txt") < 0.3)
 
 
+def _cut_text(name, n_parts):
+    return [Document(text=f"def {name}{k}(y):\n    return y - {k}\n", id=f"{name}#{k}",
+                     metadata={"part_of": name}) for k in range(1, n_parts + 1)]
+
+
+@pytest.mark.parametrize("memory_tokens", [1 << 22, 5])
+def test_a_cut_text_moved_to_fill_an_empty_split_moves_whole(tok, tmp_path, monkeypatch,
+                                                              memory_tokens):
+    """When no text hashes into val, the train text with the smallest hash moves there; when
+    every text does, the last val text moves to train. A cut text moved one part at a time
+    left its other parts on the other side (val measured text trained on): it moves whole,
+    held in memory or, past `MEMORY_TOKENS` (a 20 GB dump's parts), on disk."""
+    monkeypatch.setattr("kiln.data.held_text.MEMORY_TOKENS", memory_tokens)
+    lowest = min(split_hash(0, d.id) for d in DOCS[:10])
+    low = next(n for n in (f"dump{i}" for i in range(1000)) if split_hash(0, n) < lowest)
+    parts = _cut_text(low, 3)
+    docs = DOCS[:5] + parts + DOCS[5:10]
+    fraction = split_hash(0, low) / 2  # no text below it: val is empty
+    index = write_shards(docs, tok, tmp_path / "to_val", val_fraction=fraction, progress=False)
+    enc = {d.id: (*tok.encode(d.text).ids, 0) for d in docs}
+    val = _split_docs(_tokens(tmp_path / "to_val", index, "val"), 0)
+    assert val == [enc[p.id] for p in parts]
+    assert (index["train"]["documents"], index["val"]["documents"]) == (10, 3)
+    assert not list((tmp_path / "to_val").glob(".held*"))
+
+    last = DOCS[:3] + _cut_text("tail", 3)  # every text in val: the cut one, last, moves
+    index = write_shards(last, tok, tmp_path / "to_train", val_fraction=0.999999,
+                         progress=False)
+    enc = {d.id: (*tok.encode(d.text).ids, 0) for d in last}
+    assert _split_docs(_tokens(tmp_path / "to_train", index, "train"), 0) == [
+        enc[d.id] for d in last[3:]]
+    assert _split_docs(_tokens(tmp_path / "to_train", index, "val"), 0) == [
+        enc[d.id] for d in last[:3]]
+
+
+@pytest.mark.parametrize("fraction", [1e-12, 0.999999])
+def test_a_corpus_of_one_cut_text_still_gets_both_splits(tok, tmp_path, fraction):
+    """One text in all (a single large file, cut by the reader) cannot move whole: its first
+    part is held out (or its last part trained on), as before, rather than an empty split."""
+    parts = _cut_text("only", 4)
+    index = write_shards(parts, tok, tmp_path, val_fraction=fraction, progress=False)
+    enc = [(*tok.encode(p.text).ids, 0) for p in parts]
+    train = _split_docs(_tokens(tmp_path, index, "train"), 0)
+    val = _split_docs(_tokens(tmp_path, index, "val"), 0)
+    assert (val, train) == ((enc[:1], enc[1:]) if fraction < 0.5 else (enc[:3], enc[3:]))
+
+
+def test_long_documents_are_encoded_a_bounded_number_of_characters_at_a_time(
+        tok, tmp_path, monkeypatch):
+    """An HF Encoding holds ~225 bytes a token: 256 documents of a million characters (cut
+    books) encoded at once took ~20 GB. A batch stops at BATCH_CHARS characters (a document
+    longer than that alone), and the shards are the same."""
+    from kiln.data import shards
+
+    docs = [Document(text=f"def f{i}(x):\n" + "    return x\n" * (i % 9 * 40), id=f"long{i}")
+            for i in range(60)]
+    whole = write_shards(docs, tok, tmp_path / "whole", val_fraction=0.2, progress=False)
+    batches = []
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(tok, name)
+
+        def encode_batch(self, texts, **kwargs):
+            batches.append([len(t) for t in texts])
+            return tok.encode_batch(texts, **kwargs)
+
+    monkeypatch.setattr(shards, "BATCH_CHARS", 2000, raising=False)
+    capped = write_shards(docs, Recording(), tmp_path / "capped", val_fraction=0.2,
+                          progress=False)
+    assert len(batches) > 5 and sum(map(len, batches)) == len(docs)
+    assert all(sum(b) - b[-1] < 2000 for b in batches)  # over it only with its last
+    assert capped == whole
+    for split in ("train", "val"):
+        assert (_tokens(tmp_path / "capped", capped, split)
+                == _tokens(tmp_path / "whole", whole, split)).all()
+
+
 def test_injected_replicas_all_go_to_train(tok, tmp_path):
     """The contamination study trains on all k replicas of each item; a replica that landed in
     val would be missing from training and would put benchmark text in the held-out loss.

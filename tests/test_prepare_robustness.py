@@ -202,6 +202,19 @@ def test_a_damaged_gz_is_counted_not_fatal(tmp_path):
     assert 1 < len(docs) < 3001 and "fine" in {d.text for d in docs}
 
 
+@pytest.mark.parametrize("name", ["plain.jsonl.gz", "plain.jsonl.zst", "plain.jsonl.xz",
+                                  "plain.json.bz2"])
+def test_a_file_not_compressed_as_its_name_says_is_unreadable_not_cut_off(tmp_path, name):
+    """JSON lines saved under a .gz name (a download already decompressed): its first read
+    fails. It was counted `unreadable_rest_of_file` at line 1, which says a truncated
+    download; it is `unreadable`, as a .txt.gz that is not gzip is."""
+    (tmp_path / name).write_text('{"text": "plain JSON lines"}\n')
+    (tmp_path / "plain.txt.gz").write_text("plain text\n")
+    docs, counts = _read([tmp_path])
+    assert docs == []
+    assert counts == {"skipped/unreadable": 2}
+
+
 def test_utf32_is_binary_and_hidden_files_leave_the_input_fingerprint_alone(tmp_path):
     from kiln.data.sources import fingerprint_files
 
@@ -297,6 +310,27 @@ def test_each_file_is_read_once_and_never_from_the_run_dir(tmp_path):
     (run / "notes.txt").write_text("the run's own file")  # as a tokenizer.json would be
     cfg = PrepareConfig(stages=["read", "write"], tasks=1)  # another layout: from scratch
     assert run_prepare(cfg, run, sources, progress=False)["documents"] == 3
+
+
+def test_a_file_found_under_two_names_is_read_under_the_one_with_its_format(tmp_path):
+    """A Hugging Face cache folder holds each file as blobs/<sha256>, linked from
+    snapshots/<commit>/<name>; the blob comes first in path order, and read under its name
+    (no suffix) its JSON lines were one text document of JSON syntax. The file is read once,
+    as the JSON lines its link's name says it is."""
+    cache = tmp_path / "datasets--org--name"
+    (cache / "blobs").mkdir(parents=True)
+    (cache / "snapshots" / "c0ffee" / "data").mkdir(parents=True)
+    blob = cache / "blobs" / "9f2c0ab41e"
+    blob.write_text('{"text": "first record"}\n{"text": "second record"}\n')
+    link = cache / "snapshots" / "c0ffee" / "data" / "train.jsonl"
+    link.symlink_to(blob)
+    docs, counts = _read([cache])
+    assert [(d.id, d.text) for d in docs] == [
+        ("datasets--org--name/snapshots/c0ffee/data/train.jsonl:1", "first record"),
+        ("datasets--org--name/snapshots/c0ffee/data/train.jsonl:2", "second record")]
+    assert counts["documents"] == 2
+    docs, _ = _read([link, blob])  # named the other way round: the same
+    assert [d.text for d in docs] == ["first record", "second record"]
 
 
 def test_the_content_cache_sees_an_edit_that_keeps_size_and_time(tmp_path):

@@ -322,7 +322,9 @@ class SourceReader(JsonReading, ParquetReading, PipelineStep):
                 line_no, line = next(lines)
             except StopIteration:
                 break
-            except DAMAGED:  # a cut-off or damaged .gz / .bz2 / .xz / .zst
+            except DAMAGED as e:  # a cut-off or damaged .gz / .bz2 / .xz / .zst
+                if self._where is None and not isinstance(e, EOFError):
+                    raise  # not compressed as its name says: `unreadable`, not cut off
                 self._where = ("line", self._where[1] + 1 if self._where else 1)
                 self._count("skipped/unreadable_rest_of_file")  # keeps what came before
                 return

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from tqdm import tqdm
 from kiln import strict_json
 from kiln.atomic import atomic_dir, write_json_atomic
 from kiln.data.decontam.inject import INJECTED_KEY
+from kiln.data.held_text import HeldText
 from kiln.data.long_documents import PART_OF
 from kiln.data.shard_hashes import HASH_KEY, record_checked
 from kiln.data.tokenizer import eos_id, token_byte_lengths
@@ -30,6 +30,12 @@ SPLITS = ("train", "val")
 INDEX = "index.json"
 TOKEN_BYTES = "token_bytes.npy"  # the UTF-8 bytes each token id stands for (bits per byte)
 UNIGRAM_COUNTS = "unigram_counts.npy"  # train count of each token id (the unigram baseline)
+# characters encoded at once: an HF Encoding holds ~225 bytes a token (its token strings,
+# offsets, masks), so a batch of 256 documents of a million characters (the parts of cut
+# books) took ~20 GB; this many take a few hundred MB, still work for every core
+BATCH_CHARS = 1 << 22
+# the texts whose split is decided at the end (kiln.data.held_text), while tokenizing
+HELD_TRAIN, HELD_VAL = ".held-train.bin", ".held-val.bin"
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -97,8 +103,16 @@ class _ShardWriter:
 
 
 def _batches(docs: Iterable[Document], size: int) -> Iterator[list[Document]]:
-    it = iter(docs)
-    while batch := list(islice(it, size)):
+    """`size` documents at a time, or fewer holding `BATCH_CHARS` characters in all."""
+    batch: list[Document] = []
+    chars = 0
+    for doc in docs:
+        batch.append(doc)
+        chars += len(doc.text)
+        if len(batch) >= size or chars >= BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
         yield batch
 
 
@@ -135,10 +149,12 @@ def write_shards(
     put in (`INJECTED_KEY`), which always goes to train: the contamination study trains on
     all k replicas, and a val split holding benchmark text would not measure held-out loss.
     If that leaves val empty
-    (and val_fraction > 0, >= 2 docs), the train document with the smallest hash moves to val;
-    it is held back in memory for that reason and, if not needed, ends the train stream. If
-    it leaves train empty (a large val_fraction, few documents), the last val document goes
-    to train instead: each val document is written one document late for that reason.
+    (and val_fraction > 0, >= 2 docs), the train text with the smallest hash moves to val;
+    it is held back for that reason and, if not needed, ends the train stream. If it leaves
+    train empty (a large val_fraction, few documents), the last val text goes to train
+    instead: each val text is written one text late for that reason. A text moves whole,
+    all the parts of a cut one (`kiln.data.held_text`), but for the corpus's only text:
+    then its first part goes to val, or its last to train.
     The shards are written into a temporary folder that replaces `out_dir` only when all is
     on disk: an interrupted re-tokenize leaves the shards a trained run was made from.
     """
@@ -154,9 +170,10 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
     dtype, eos = token_dtype(vocab), eos_id(tokenizer)
     writers = {s: _ShardWriter(out_dir, s, dtype, shard_tokens, vocab) for s in SPLITS}
     byte_lengths = token_byte_lengths(tokenizer)
-    # (hash, ids, bytes) of the train document with the smallest hash, held back (see above)
-    held: tuple[float, np.ndarray, int] | None = None
-    last_val: tuple[np.ndarray, int] | None = None  # written one document late (see above)
+    # the train text with the smallest hash, held back, and the last val text, written one
+    # text late (see above): in memory, or past `MEMORY_TOKENS` on disk beside the shards
+    held: HeldText | None = None
+    last_val: HeldText | None = None
 
     bar = tqdm(desc="tokenize", unit="doc", total=total, disable=not progress)
     for batch in _batches(documents, batch_size):
@@ -175,29 +192,36 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
             if INJECTED_KEY in doc.metadata:  # a benchmark replica: train only (see above)
                 writers["train"].add(ids, n_bytes)
             elif h < val_fraction:
-                if last_val is not None:
-                    writers["val"].add(*last_val)
-                last_val = (ids, n_bytes)
-            elif val_fraction > 0 and (held is None or h < held[0]):
+                if last_val is not None and last_val.hash != h:
+                    last_val.write_to(writers["val"])
+                    last_val = None
+                last_val = last_val or HeldText(out_dir / HELD_VAL, h, dtype)
+                last_val.add(ids, n_bytes)
+            elif held is not None and h == held.hash:  # a later part of the held text
+                held.add(ids, n_bytes)
+            elif val_fraction > 0 and (held is None or h < held.hash):
                 if held is not None:
-                    writers["train"].add(held[1], held[2])
-                held = (h, ids, n_bytes)
+                    held.write_to(writers["train"])
+                held = HeldText(out_dir / HELD_TRAIN, h, dtype)
+                held.add(ids, n_bytes)
             else:
                 writers["train"].add(ids, n_bytes)
         bar.update(len(batch))
     bar.close()
+    train, val = writers["train"], writers["val"]
     if last_val is not None:  # its place in val, unless train would otherwise be empty
-        train_empty = writers["train"].documents == 0 and held is None
-        writers["train" if train_empty else "val"].add(*last_val)
-    if held is not None:
-        needs_val = (
-            val_fraction > 0 and writers["val"].documents == 0 and writers["train"].documents > 0
-        )
-        writers["val" if needs_val else "train"].add(held[1], held[2])
+        to_train = 0
+        if train.documents == 0 and held is None:  # the corpus's only text: its last part
+            to_train = len(last_val.docs) if val.documents else 1
+        last_val.write_to(val, len(last_val.docs) - to_train, train)
+    if held is not None:  # its place in train, unless val would otherwise be empty
+        to_val = 0
+        if val_fraction > 0 and val.documents == 0:  # the corpus's only text: its first part
+            to_val = len(held.docs) if train.documents else min(1, len(held.docs) - 1)
+        held.write_to(val, to_val, train)
     for w in writers.values():
         w.close()
 
-    train, val = writers["train"], writers["val"]
     index = {
         "dtype": dtype.name,
         "vocab_size": vocab,

@@ -129,13 +129,18 @@ def list_source_files(sources: list[str], exclude: Path | None = None) -> list[S
     """Expand files and folders (recursively) into files; an empty list means the stdlib corpus.
 
     Each file once, however many sources name it (`d` and `d/`, a folder and its subfolder,
-    links to one file); nothing under `exclude` (the run directory, when it lies inside a
-    source folder or a link in one points at it: prepare must not read its own outputs)."""
+    links to one file), under a name with a suffix where one of them has it: the reader
+    knows a file's format by its suffix, and a Hugging Face cache folder holds each file as
+    `blobs/<sha256>` and a link to it, `snapshots/<commit>/train.jsonl` (first in path order,
+    the blob's JSON lines were one text document of JSON). Nothing under `exclude` (the run
+    directory, when it lies inside a source folder or a link in one points at it: prepare
+    must not read its own outputs)."""
     if not sources:
         return stdlib_files()
     check_sources(sources)
     excluded = os.path.realpath(exclude) if exclude is not None else None
-    files, seen = [], set()
+    files: list[SourceFile] = []
+    seen: dict[str, int] = {}  # real path -> its place in `files`
     for source in sources:
         path = Path(source)
         if path.is_dir():
@@ -148,11 +153,20 @@ def list_source_files(sources: list[str], exclude: Path | None = None) -> list[S
             found = [SourceFile(path, printable_name(path.name), _not_regular(path))]
         for file in found:
             real = os.path.realpath(file.path)
-            if real in seen or (excluded and (real + os.sep).startswith(excluded + os.sep)):
+            if excluded and (real + os.sep).startswith(excluded + os.sep):
                 continue
-            seen.add(real)
+            if real in seen:
+                kept = files[seen[real]]
+                if file.skip is None and _suffix(file) and not _suffix(kept):
+                    files[seen[real]] = file  # the name that says the file's format
+                continue
+            seen[real] = len(files)
             files.append(file)
     return files
+
+
+def _suffix(file: SourceFile) -> str:
+    return Path(file.rel).suffix
 
 
 def sources_without_files(sources: list[str], exclude: Path | None = None) -> list[str]:
