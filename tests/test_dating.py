@@ -94,6 +94,21 @@ def test_years_of_a_pandas_made_catalogue_are_read():
     assert "year_method" not in dated("x", year=float("nan"))  # NaN: no year, left undated
 
 
+@pytest.mark.parametrize("placeholder", [{"year": 0}, {"year": "0000"}, {"year": -1},
+                                         {"year": 9999}, {"date": "0000-00-00 00:00:00"}])
+def test_a_placeholder_year_is_no_year(placeholder):
+    """A catalogue's "unknown" (year 0, MySQL's zero date, 9999) dated the document to it:
+    the year method said `metadata`, other evidence was never read, and `period` dropped it
+    as out of period even with keep_undated."""
+    md = dated("A tale written in 1850 by the sea.", **placeholder)
+    assert md.get("year_method") != "metadata" and md.get("year") == 1850  # from its text
+    doc = Document(text="No dates here.", id="u", metadata=dict(placeholder))
+    doc.metadata.update(date_document(doc))
+    assert "year_method" not in doc.metadata
+    assert PeriodFilter(["1850-1899"], keep_undated=True).filter(doc) is True
+    assert PeriodFilter(["1850-1899"]).filter(doc) == (False, "undated")
+
+
 GUTENBERG = """The Project Gutenberg EBook of Essays 1848, by Jane Doe
 
 Title: Essays 1848

@@ -113,7 +113,7 @@ def test_clean_prose_paragraph_is_kept_unchanged(domain):
 
 def test_prose_drops_repetitive_boilerplate_and_short_with_reasons():
     prose = quality_filters("prose")
-    assert first_drop(prose, REPETITIVE) == ("GopherRepetitionFilter", "dup_line_frac")
+    assert first_drop(prose, REPETITIVE) == ("NewlineAwareGopherRepetitionFilter", "dup_line_frac")
     assert first_drop(prose, BOILERPLATE) == ("MeasuredC4QualityFilter", "too_few_sentences")
     # a one-line document already fails Gopher's top-2-gram share; the word-count rule names it
     assert first_drop(prose, SHORT) is not None
@@ -134,7 +134,7 @@ def test_latex_with_braces_kept_by_latex_config_but_dropped_by_prose_c4():
 
 
 def test_latex_config_keeps_repetition_rules():
-    assert first_drop(quality_filters("latex"), REPETITIVE) == ("GopherRepetitionFilter", "dup_line_frac")
+    assert first_drop(quality_filters("latex"), REPETITIVE) == ("NewlineAwareGopherRepetitionFilter", "dup_line_frac")
 
 
 def test_code_kept_by_code_config_and_dropped_by_prose():
@@ -149,6 +149,28 @@ def test_code_config_drops_repeated_blocks_and_stubs():
     assert first_drop(quality_filters("code"), "from .core import main\n") == (
         "CodeLengthFilter", "gopher_short_doc")
 
+
+
+@pytest.mark.parametrize("domain", ["prose", "latex", "code"])
+def test_windows_line_endings_get_the_verdicts_of_unix_ones(domain):
+    """A text read as written with `\\r\\n` (Project Gutenberg's books, a Windows source file):
+    each blank line split off a line `\\r`, so one-line paragraphs were dropped as duplicate
+    lines, and no text had two paragraphs, so repeated blocks were never caught."""
+    dialogue = "\n\n".join(PROSE.split("\n") + [
+        "Is the museum open on Sundays, she asked the guard at the gate.",
+        "He told her that it opens at ten and closes early in the winter months.",
+        "They walked along the marked trail until the light began to fade."])
+    block = "def handler(event):\n    log(event)\n    return process(event, retries=3)\n"
+    generated = "\n\n".join([block] * 12)
+    for text in (dialogue, generated, PROSE, CODE):
+        windows = text.replace("\n", "\r\n")
+        assert first_drop(quality_filters(domain), windows) == first_drop(
+            quality_filters(domain), text), text[:30]
+    assert first_drop(quality_filters(domain), dialogue.replace("\n", "\r\n")) is None
+    assert first_drop(quality_filters(domain), generated.replace("\n", "\r\n")) is not None
+    doc = Document(text=dialogue.replace("\n", "\r\n"), id="d")
+    quality_filters(domain)[1].filter(doc)  # the repetition rules leave the text as written
+    assert doc.text == dialogue.replace("\n", "\r\n")
 
 REPEATS = [
     "\n\n".join(["def f(x):\n    return x + 1\n"] * 4 + ["class A:\n    pass\n"] * 6),

@@ -60,6 +60,19 @@ def test_a_short_book_loses_its_footer_too():
     assert strip_gutenberg(book).body == "A short poem."
 
 
+
+def test_a_short_book_with_the_small_print_after_its_footer_keeps_its_body():
+    """Books of ~2002 end with the small print ("*END THE SMALL PRINT!...", a start marker of
+    the 1990s header) after the end marker; in a book under 600 lines it was taken as the last
+    start marker and the whole body went (`gutenberg_empty`). The reference stops at the footer."""
+    small_print = ("\n***START**THE SMALL PRINT!**FOR PUBLIC DOMAIN EBOOKS**START***\n"
+                   "Why is this \"Small Print!\" statement here? You know: lawyers.\n"
+                   "*END THE SMALL PRINT! FOR PUBLIC DOMAIN EBOOKS*Ver.02/11/02*END*\n")
+    out = strip_gutenberg(HEADER + BODY + FOOTER + small_print)
+    assert out.body == BODY.rstrip() and out.header.startswith("\ufeffThe Project Gutenberg")
+    part = "".join(f"Closing line {i} of a long book.\n" for i in range(120)) + FOOTER + small_print
+    assert strip_gutenberg(part).body == part[:part.index("\n\n\nEnd of")]  # a last part too
+
 @pytest.mark.parametrize("text", [
     "Just a novel.\nNo Project Gutenberg markers here.\n",
     "End of the Project Gutenberg EBook in line one, then prose.\n",  # before line 100: kept

@@ -1,7 +1,8 @@
 """Date documents (metadata["year"]) and select training periods, as datatrove steps.
 
 Order of evidence (first that gives a year wins; metadata["year_method"] says which):
-1. "metadata": a year field (int or 4-digit string) or a date field starting with YYYY.
+1. "metadata": a year field (int or 4-digit string) or a date field starting with YYYY
+   (0 or less, or after this year, is a placeholder: no year).
 2. "arxiv": the identifier — new style YYMM.NNNN(N) (April 2007 on) -> 20YY; old style
    archive/YYMMNNN (1991 - March 2007; one of arXiv's own archive names) -> 19YY if YY >= 91
    else 20YY. Read from a record's `arxiv_id`, `id`, `url` or own `source` (`record_source`),
@@ -206,6 +207,14 @@ def _int_or_none(value: object) -> int | None:
     return None
 
 
+def _recorded_year(value: object) -> int | None:
+    """A year a record states (`_int_or_none`), or None for a placeholder: 0 or less (a
+    catalogue's "unknown", MySQL's zero date 0000-00-00) or after this year (9999), which
+    dated the document to it, out of every period even with `keep_undated`."""
+    year = _int_or_none(value)
+    return year if year is not None and 0 < year <= datetime.date.today().year else None
+
+
 def vote_candidates(
     text: str, metadata: dict, birth: int | None, death: int | None, header: dict | None = None
 ) -> dict[str, int]:
@@ -250,8 +259,8 @@ def majority_vote(candidates: dict[str, int], order: Sequence[str] = VOTE_SOURCE
 
 
 def _lifetime(metadata: dict, header: dict) -> tuple[int | None, int | None]:
-    birth = _int_or_none(metadata.get("author_birth_year"))
-    death = _int_or_none(metadata.get("author_death_year"))
+    birth = _recorded_year(metadata.get("author_birth_year"))
+    death = _recorded_year(metadata.get("author_death_year"))
     if birth is None:
         birth, death = header.get("birth"), header.get("death")
     return birth, death
@@ -261,11 +270,12 @@ def date_document(doc: Document) -> dict:
     """The dating fields for `doc` (year, year_method, year_candidates, ...); year may be absent."""
     md = doc.metadata
     for key in YEAR_FIELDS:
-        if (y := _int_or_none(md.get(key))) is not None:
+        if (y := _recorded_year(md.get(key))) is not None:
             return {"year": y, "year_method": "metadata"}
     for key in DATE_FIELDS:
-        if isinstance(md.get(key), str) and (m := re.match(r"\s*(\d{4})(?!\d)", md[key])):
-            return {"year": int(m.group(1)), "year_method": "metadata"}
+        if isinstance(md.get(key), str) and (m := re.match(r"\s*(\d{4})(?!\d)", md[key])) and (
+                y := _recorded_year(m.group(1))) is not None:
+            return {"year": y, "year_method": "metadata"}
     bare_id = [doc.id] if isinstance(doc.id, str) and _ARXIV_BARE.fullmatch(doc.id) else []
     for value in [md.get(k) for k in ARXIV_FIELDS] + bare_id:
         if isinstance(value, str) and (y := arxiv_year(value)) is not None:
@@ -373,7 +383,7 @@ class PeriodFilter(BaseFilter):
         self.keep_undated = keep_undated
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
-        year = _int_or_none(doc.metadata.get("year"))
+        year = _recorded_year(doc.metadata.get("year"))
         if year is None:
             return True if self.keep_undated else (False, "undated")
         if any(a <= year <= b for a, b in self.periods):

@@ -6,7 +6,7 @@ Chronoberg (arXiv:2509.22360, cleaning step 4) strips every book with the pgcorp
 document. The rule, as that approach (a port of J. Krugel's strip_headers.cpp) runs it:
 
 - header: everything up to and including the *last* start-marker line among the first
-  `HEADER_LINES` (600) lines ("*** START OF THE/THIS PROJECT GUTENBERG EBOOK ... ***", the
+  `HEADER_LINES` (600) lines before the footer ("*** START OF THE/THIS PROJECT GUTENBERG EBOOK ... ***", the
   older "*END*THE SMALL PRINT!..." and "*** START OF THE COPYRIGHTED ...");
 - footer: from the first end-marker line after the body starts ("*** END OF THE/THIS PROJECT
   GUTENBERG EBOOK ...", "End of (the) Project Gutenberg's ...", "*** END OF THE COPYRIGHTED
@@ -157,6 +157,8 @@ def strip_gutenberg(text: str) -> Stripped:
     for i, line in enumerate(lines[:HEADER_LINES]):
         if _matches(_START, line):
             start = i + 1
+        elif (start or i >= FOOTER_MIN_LINE) and _matches(_END, line):
+            break  # the footer: its small print ("*END THE SMALL PRINT!...") starts no body
     first_end = start if start else FOOTER_MIN_LINE
     end = next((i for i in range(first_end, len(lines)) if _matches(_END, lines[i])), len(lines))
     legal = any(_matches(_LEGAL_START, line) for line in lines)

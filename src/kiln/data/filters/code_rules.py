@@ -20,6 +20,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.filters.gopher_repetition_filter import find_duplicates
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
+from kiln.data.filters.line_endings import unix_newlines
 from kiln.data.filters.text_length import is_part
 
 _WORD = re.compile(r"\w+")
@@ -40,7 +41,7 @@ class CodeRepetitionFilter(GopherRepetitionFilter):
                          exclusion_writer=exclusion_writer)
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
-        text = doc.text
+        text = unix_newlines(doc.text)  # a `\r\n` file's blank lines split its blocks too
         if not text:
             return False, "empty"
         checks = (

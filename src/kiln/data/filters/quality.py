@@ -52,14 +52,11 @@ from collections.abc import Callable
 
 from datatrove.data import Document
 from datatrove.pipeline.base import PipelineStep
-from datatrove.pipeline.filters import (
-    C4QualityFilter,
-    FineWebQualityFilter,
-    GopherRepetitionFilter,
-)
+from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.data.filters.code_rules import CodeLengthFilter, CodeRepetitionFilter, code_words
+from kiln.data.filters.line_endings import NewlineAwareGopherRepetitionFilter
 from kiln.data.filters.text_length import (
     PartGopherQualityFilter,
     WholeTextLengthFilter,
@@ -116,7 +113,7 @@ class LatexC4Filter(C4QualityFilter):
 def _prose(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
         WholeTextLengthFilter(gopher_words, MAX_WORDS, MIN_WORDS, exclusion_writer=ex("long_text")),
-        GopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
+        NewlineAwareGopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
         PartGopherQualityFilter(exclusion_writer=ex("gopher_quality")),
         MeasuredC4QualityFilter(filter_no_terminal_punct=False, exclusion_writer=ex("c4_quality")),
         FineWebQualityFilter(exclusion_writer=ex("fineweb_quality")),
@@ -126,7 +123,7 @@ def _prose(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
 def _latex(ex: Callable[[str], DiskWriter | None]) -> list[PipelineStep]:
     return [
         WholeTextLengthFilter(gopher_words, MAX_WORDS, MIN_WORDS, exclusion_writer=ex("long_text")),
-        GopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
+        NewlineAwareGopherRepetitionFilter(exclusion_writer=ex("gopher_repetition")),
         PartGopherQualityFilter(
             max_symbol_word_ratio=None, max_non_alpha_words_ratio=None,
             exclusion_writer=ex("gopher_quality"),
