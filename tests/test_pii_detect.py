@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -336,6 +337,7 @@ def test_what_the_code_rules_must_not_lose(text, found):
     "Example usage:\n\nimport urllib.request\n\nauth.add_password(realm='PDQ',\n"
     "                  user='klem',\n                  passwd='geheim$parole')\n",
     "entries (both in clear text). Eg:\n\n    [pypi]\n    username: fred\n    password: sekrit\n",
+    "x" * 500 + " Example usage:  \n\nauth(user='klem', passwd='geheim$parole')\n",  # a long heading line
 ])
 def test_values_the_text_shows_as_examples_are_not_pii(text):
     """The digest's realness-by-context rule: an address, login, password or email the text
@@ -355,6 +357,17 @@ def test_the_example_rule_stops_where_the_example_does(text, found):
     """Only the value right after the marker, or under an example heading close above; and
     never a key or a person's name (an example may cite a real one)."""
     assert [(s.type, s.text) for s in detect_pii(text)] == found
+
+
+def test_the_example_rule_reads_minified_json_as_spaced_json():
+    """A value is an example only within two words of the marker. Minified JSON has no space:
+    read as one word, its line put every value after a `sample` in reach, so none of the
+    users' addresses on it was redacted."""
+    record = {"sample": 1, "users": ["dagny.holm@fjordmail.no", "ola.nord@fjordmail.no",
+                                     "kari.lie@fjordmail.no"]}
+    compact, spaced = json.dumps(record, separators=(",", ":")), json.dumps(record)
+    kept = ["ola.nord@fjordmail.no", "kari.lie@fjordmail.no"]  # the first is the marker's
+    assert [s.text for s in detect_pii(compact)] == [s.text for s in detect_pii(spaced)] == kept
 
 
 @pytest.mark.parametrize("text, address", [
