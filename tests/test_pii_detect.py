@@ -398,6 +398,13 @@ def test_an_ip_address_run_into_cjk_text_is_found(text, address):
     assert [(s.type, s.text) for s in detect_pii(text)] == [("IP_ADDRESS", address)]
 
 
+def test_a_bearer_token_run_into_cjk_text_is_found():
+    """`\bBearer\b` found no edge between a CJK letter and the `B`: the token was kept."""
+    token = "kR8mX2qLk9Vz4Tn7Wb1Yc5Hd3"
+    for text in (f"请使用Bearer {token}认证", f"认证头Bearer {token}"):
+        assert [(s.type, s.text) for s in detect_pii(text)] == [("KEY", token)], text
+
+
 @pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
 def test_a_dotted_quad_inside_a_word_of_spaced_scripts_is_still_not_an_address(text):
     assert detect_pii(text) == []
@@ -415,3 +422,4 @@ def test_a_flag_belongs_to_its_own_command_not_one_earlier_on_the_line(text):
         ("USERNAME", "dagny"), ("PASSWORD", "Fjord-Kite-58")]
     for other in ("cp -p a b", "mkdir -p build/x", "git add -p src", "(cd x; python3 -u run.py)"):
         assert detect_pii(f"{text} && {other}") == detect_pii(text), other
+

@@ -59,7 +59,9 @@ KNOWN_EXAMPLE_SECRETS = frozenset({
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0"
     "IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
 })
-BEARER = re.compile(r"\bBearer\b[\s\"'`+]*(?P<v>[A-Za-z0-9+/=_\-.~]{16,})")
+# ASCII edges, not `\b`: CJK text runs into the word ("请使用Bearer kR8m…认证"), and a
+# Unicode `\b` found no edge between two letters there, so the token was kept
+BEARER = re.compile(r"(?<![A-Za-z0-9_])Bearer(?![A-Za-z0-9_])[\s\"'`+]*(?P<v>[A-Za-z0-9+/=_\-.~]{16,})")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
