@@ -423,3 +423,14 @@ def test_a_flag_belongs_to_its_own_command_not_one_earlier_on_the_line(text):
     for other in ("cp -p a b", "mkdir -p build/x", "git add -p src", "(cd x; python3 -u run.py)"):
         assert detect_pii(f"{text} && {other}") == detect_pii(text), other
 
+
+@pytest.mark.parametrize("text, redacted", [
+    ("sshpass -p Xk3pq9z; ssh host", "sshpass -p <PASSWORD>; ssh host"),
+    ("mysql -u dagny -p Fjord-Kite-58;ls", "mysql -u <USERNAME> -p <PASSWORD>;ls"),
+    ("mysql -u dagny -pFjord-Kite-58; ls", "mysql -u <USERNAME> -p<PASSWORD>; ls"),
+    ("sshpass -p 'Xk3;pq9z'; ssh host", "sshpass -p '<PASSWORD>'; ssh host"),  # quoted: its own
+])
+def test_an_unquoted_flag_value_ends_where_the_shell_command_does(text, redacted):
+    """The shell ends a command at an unquoted `;`: taken into the password, it was redacted
+    with it and the script lost its separator."""
+    assert redact(text)[0] == redacted

@@ -83,13 +83,15 @@ PROSE_USER = re.compile(r"(?i:\b(?:login|username|user name|user id))[ \t]+is[ \
                         r"(?P<user>[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])")
 PROSE_PASSWORD = re.compile(r"(?i:\b(?:password|passphrase|passcode))[ \t]+is[ \t]+[\"'`]?"
                             r"(?P<pw>[^\s\"'`]*[^\s\"'`.,;)])")
+# an unquoted value ends at `;`: the shell ends the command there (`-p Tr0ub4dor; ls`), and
+# taken into the value the `;` was redacted with it
 CLI_FLAG = re.compile(
     r"(?<=\s)(?P<flag>--?(?:password|passwd|pass|p|user|username|u|login))(?:[ =])"
-    r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-][^\s\"']*))")
+    r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s\"';]*))")
 # within the one command (up to `;`, `&`, `|`): to the line's end, each `mysql` with no inline
 # `-pPW` scanned the rest of its line, O(len^2) on a one-line script
 MYSQL_INLINE_PASSWORD = re.compile(
-    r"\bmysql(?:dump|admin)?\b[^\n;&|]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-]\S*))")
+    r"\bmysql(?:dump|admin)?\b[^\n;&|]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s;]*))")
 URL_CREDENTIALS = re.compile(
     r"[A-Za-z][A-Za-z0-9+.-]{0,31}://(?P<user>[A-Za-z0-9._~%!$&*+-]+)(?::(?P<pw>[^\s@/:]+))?@"
     r"(?=[A-Za-z0-9\[])")
