@@ -377,11 +377,15 @@ def test_the_example_rule_reads_minified_json_as_spaced_json():
     ("écrire à françois.dupont@orange.fr", "françois.dupont@orange.fr"),
     ("kontakt@bücher.de", "kontakt@bücher.de"),  # an internationalised domain
     ("Почта: иван.петров@fjord.ru", "иван.петров@fjord.ru"),
+    ("邮箱：张伟@fjordmail.cn 谢谢", "张伟@fjordmail.cn"),  # RFC 6531: a local part in CJK
+    ("メール 田中@fjordmail.jp", "田中@fjordmail.jp"),
+    ("김철수@naver.com로 보내세요", "김철수@naver.com"),
 ])
 def test_an_address_next_to_or_made_of_non_ascii_letters_is_found_whole(text, address):
     """datatrove's pattern, ASCII classes after a Unicode `\\b`, found no start inside a
     word of other letters (missed the first three whole) and cut an accented local part short
-    (`françois.<EMAIL>` kept the given name)."""
+    (`françois.<EMAIL>` kept the given name); a local part all in CJK, kana or Hangul (RFC
+    6531 allows any UTF-8) was missed whole."""
     out, counts = redact(text)
     assert [s.text for s in detect_pii(text)] == [address]
     assert out == text.replace(address, "<EMAIL>") and counts["EMAIL"] == 1
@@ -396,6 +400,13 @@ def test_an_ip_address_run_into_cjk_text_is_found(text, address):
     """The address edges were `\\w`, which CJK and kana letters are: an address written into
     such text without spaces (as it usually is) was never a candidate."""
     assert [(s.type, s.text) for s in detect_pii(text)] == [("IP_ADDRESS", address)]
+
+
+def test_a_cjk_local_part_run_into_prose_is_taken_whole_with_it():
+    """Where prose in CJK runs into the address its start is unknowable: the run before the
+    `@` goes, rather than the address staying; a reserved domain stays a placeholder."""
+    assert redact("请联系张伟@qq.com获取详情")[0] == "<EMAIL>获取详情"
+    assert detect_pii("请联系张伟@example.com") == []
 
 
 def test_a_bearer_token_run_into_cjk_text_is_found():
