@@ -1,0 +1,35 @@
+"""The PII rules' version (recorded in a prepare's signature, so a resume never mixes the
+redactions of two rule sets) is pinned to what the rules redact: a change to the rules that
+changes a redaction of the labelled corpus fails here until PII_RULES is bumped."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from kiln.data.pii import redact
+from kiln.data.pii.rules_version import PII_RULES
+
+LABELLED = Path(__file__).parent / "fixtures" / "pii" / "labelled.jsonl"
+# texts the rules of PII_RULES changed, beside the corpus
+CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.no"]}',
+           "请使用Bearer kR8mX2qLk9Vz4Tn7Wb1Yc5Hd3认证", "邮箱：张伟@fjordmail.cn 谢谢",
+           "sshpass -p Xk3pq9z; ssh host"]
+PINNED = ("2026-12-07", "9278e3c1d97a7ea6")  # the version and its redactions' digest
+
+
+def _redactions_digest() -> str:
+    texts = [json.loads(line)["text"] for line in LABELLED.read_text(encoding="utf-8").splitlines()
+             if line.strip()]
+    out = [redact(t)[0] for t in [*texts, *CHANGED]]
+    return hashlib.sha256(json.dumps(out, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def test_the_rules_version_names_what_the_rules_redact():
+    """Fails on a rule change that redacts otherwise: bump PII_RULES (a prepare made under
+    the old rules is then made again, not resumed) and pin it with the new digest."""
+    digest = _redactions_digest()
+    assert (PII_RULES, digest) == PINNED, (
+        f"the PII rules redact otherwise than under {PII_RULES}: bump PII_RULES in "
+        f"kiln/data/pii/rules_version.py and pin it here with {digest}")
