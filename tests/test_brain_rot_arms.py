@@ -340,3 +340,34 @@ def test_the_m2_counting_tokenizer_is_part_of_the_inputs_fingerprint(tmp_path):
     assert "brain_rot_arms files" in before
     tok.write_text('{"v": 2}')
     assert input_files(cfg, [str(src)], tmp_path / "run") != before
+
+
+def test_m1_arms_count_the_texts_a_stage_since_m1_rewrote(tmp_path):
+    """`pii` between M1 and the arms rewrites texts (`<EMAIL>` for an address), but the
+    budget counted M1's `m1_tokens`, taken before: the arms' plan said tokens the written
+    documents do not have. It counts them again, as written, with M1's tokenizer."""
+    from kiln.data.filters.engagement import TokenizerLength
+
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "t.jsonl", "w") as out:
+        for i in range(40):
+            text = (f"{JUNK_TWEETS[i % 3]} write dagny{i}.holm@fjordmail.no" if i % 2 else
+                    f"{GOOD_TWEETS[i // 2 % 2]} Ask ola{i}.nord-hansen@fjordmail.no or "
+                    f"kari{i}.lie@fjordmail.no")
+            out.write(json.dumps({"text": text, "likes": 900 if i % 2 else 10}) + "\n")
+    tok = tmp_path / "tok.json"
+    train_tokenizer(JUNK_TWEETS + GOOD_TWEETS, 300, tok, show_progress=False)
+    cfg = PrepareConfig(stages=["read", "brain_rot_m1", "pii", "brain_rot_arms", "write"],
+                        brain_rot_m1=pc.BrainRotM1Options(
+                            tokenizer=str(tok), mode="tag", popularity_keys=["likes"],
+                            junk_max_tokens=10**6, control_min_tokens=0),
+                        brain_rot_arms=pc.BrainRotArmsOptions(ratio=0.5))
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    plan = json.loads((tmp_path / "run/prepare_work/brain_rot_arms/arms.json").read_text())
+    length = TokenizerLength(tok)
+    docs = list(read_documents(tmp_path / "run"))
+    assert all("<EMAIL>" in d.text for d in docs)
+    for arm in ("junk", "control"):
+        mine = [d.text for d in docs if d.metadata["brain_rot_arm"] == arm]
+        assert mine and sum(map(length, mine)) == plan[arm]["tokens"] >= plan[arm]["target"]

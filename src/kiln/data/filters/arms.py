@@ -176,8 +176,9 @@ class ArmSelector(BaseFilter):
 class ArmPlanner(PipelineStep):
     """One task over every labelled document: each Brain Rot arm's cut -> a JSON file.
 
-    Token counts: M1's `m1_tokens` (its tokenizer, special tokens included, as the paper), or
-    for M2 labels the count of `tokenizer` (a local tokenizer.json) in the same way.
+    Token counts: those of `tokenizer` (a local tokenizer.json, special tokens included, as
+    the paper): for M2 labels, and for M1's where a stage since M1 rewrote the texts; else
+    M1's own `m1_tokens` (the same count of the same text).
     """
 
     type = "📊 - SCORER"
@@ -195,7 +196,7 @@ class ArmPlanner(PipelineStep):
 
         if world_size != 1:
             raise ValueError("the Brain Rot arms plan needs every document: run with tasks=1")
-        length = TokenizerLength(self.tokenizer) if self.labels == "m2" else None
+        length = TokenizerLength(self.tokenizer) if self.tokenizer else None
 
         def items():
             for doc in data or ():
