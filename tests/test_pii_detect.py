@@ -409,6 +409,19 @@ def test_a_cjk_local_part_run_into_prose_is_taken_whole_with_it():
     assert detect_pii("请联系张伟@example.com") == []
 
 
+def test_http_basic_credentials_are_a_key_unless_a_placeholder():
+    """`Authorization: Basic <base64 of user:password>` hands the password to whoever decodes
+    it; no rule saw it (no assignment, too short for the entropy rule)."""
+    import base64
+
+    real = base64.b64encode(b"dagny:Fjord-Kite-58").decode()
+    assert [(s.type, s.text) for s in detect_pii(f"Authorization: Basic {real}\n")] == [("KEY", real)]
+    for text in ("Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==",  # RFC 7617's example
+                 f"Basic {base64.b64encode(b'user:password').decode()}",
+                 "Basic authentication is simple", "Basic 12345678"):
+        assert detect_pii(text) == [], text
+
+
 def test_a_bearer_token_run_into_cjk_text_is_found():
     """`\bBearer\b` found no edge between a CJK letter and the `B`: the token was kept."""
     token = "kR8mX2qLk9Vz4Tn7Wb1Yc5Hd3"

@@ -11,6 +11,8 @@ are not real keys — the paper's "realness" criterion.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import re
 from collections import Counter
@@ -58,10 +60,14 @@ KNOWN_EXAMPLE_SECRETS = frozenset({
     "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0"
     "IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "QWxhZGRpbjpvcGVuIHNlc2FtZQ==",  # RFC 7617's Aladdin:open sesame
 })
 # ASCII edges, not `\b`: CJK text runs into the word ("请使用Bearer kR8m…认证"), and a
 # Unicode `\b` found no edge between two letters there, so the token was kept
 BEARER = re.compile(r"(?<![A-Za-z0-9_])Bearer(?![A-Za-z0-9_])[\s\"'`+]*(?P<v>[A-Za-z0-9+/=_\-.~]{16,})")
+# HTTP Basic credentials (RFC 7617): base64 of `user:password`, decoded by anyone who reads
+# them. Too short for the entropy rule and no assignment, so they were kept whole.
+BASIC_AUTH = re.compile(r"(?<![A-Za-z0-9_])Basic[ \t]+(?P<v>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
@@ -133,7 +139,27 @@ def find_keys(text: str) -> Iterator[Span]:
             continue  # `RegOpenKeyEx = win32api.RegOpenKeyEx`: an alias, not a key
         if _UUID.fullmatch(value) or looks_random(value):
             yield Span("KEY", m.start(group), m.end(group), value)
+    for m in BASIC_AUTH.finditer(text):
+        if _basic_credentials(m.group("v")):
+            yield Span("KEY", m.start("v"), m.end("v"), m.group("v"))
     for m in BEARER.finditer(text):
         value = m.group("v")
         if not is_placeholder_secret(value) and looks_random(value):
             yield Span("KEY", m.start("v"), m.end("v"), value)
+
+
+def _basic_credentials(value: str) -> bool:
+    """`value` decodes to a `user:password` of printable text whose password is a real one
+    (not `password`, `changeme`, nor RFC 7617's own example)."""
+    from kiln.data.pii.credentials import PLACEHOLDER_PASSWORDS
+
+    if value in KNOWN_EXAMPLE_SECRETS:
+        return False
+    try:
+        decoded = base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    user, colon, password = decoded.partition(":")
+    return (bool(colon) and bool(user) and len(password) >= 3 and decoded.isprintable()
+            and password.lower() not in PLACEHOLDER_PASSWORDS
+            and not is_placeholder_secret(password))
