@@ -370,6 +370,21 @@ def test_the_example_rule_reads_minified_json_as_spaced_json():
     assert [s.text for s in detect_pii(compact)] == [s.text for s in detect_pii(spaced)] == kept
 
 
+def test_the_example_rule_reads_a_bounded_stretch_before_a_value():
+    """A line without spaces (CJK prose, a blob) was one word: each value read back to the
+    line's start for the words before it, O(len^2) (4,000 addresses in a CJK line: 9 s),
+    and a marker any distance back on it was "right before" every value."""
+    from kiln.data.pii.context import MAX_LOOKBACK
+
+    blob = "x" * (MAX_LOOKBACK + 100)
+    assert found(f"e.g. {blob} 52.14.3.9", "IP_ADDRESS") == ["52.14.3.9"]
+    assert found(f"{blob} e.g. 52.14.3.9", "IP_ADDRESS") == []
+    ips = [f"{11 + i % 80}.{1 + i % 240}.9.{i % 250 + 1}" for i in range(300)]
+    line = "，".join(f"服务器{ip}" for ip in ips)  # its own punctuation separates its words
+    assert found(line, "IP_ADDRESS") == ips
+    assert found("例如 e.g. " + line, "IP_ADDRESS") == ips[2:]  # two words from the marker
+
+
 @pytest.mark.parametrize("text, address", [
     ("请联系zhang.wei@qq.com获取详情", "zhang.wei@qq.com"),  # CJK runs into the address
     ("メールtanaka@fjordmail.jpまで", "tanaka@fjordmail.jp"),

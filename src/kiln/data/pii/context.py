@@ -24,8 +24,14 @@ _WORDY = re.compile(r"\w")  # a quote or bracket between marker and value is not
 # A word ends at a space and at what separates the items of a list or record: minified JSON
 # (`{"sample":1,"users":["a@x.no","b@x.no",...]}`) has no space, and read as one word its
 # line put every value within MARKER_REACH words of the `sample` at its start.
-WORD_SEPARATORS = "\\s,;|&\"()\\[\\]{}<>"
+# CJK text's own punctuation (、。「」, full-width ，；（）) separates as well: it has no spaces.
+WORD_SEPARATORS = ("\\s,;|&\"()\\[\\]{}<>"
+                   "\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65")
 _WORD_RUN = re.compile(f"[^{WORD_SEPARATORS}]+")
+_WORD_CHAR = re.compile(f"[^{WORD_SEPARATORS}]")
+# characters: a word further back than this is not "right before" a value (a marker 4 KB of
+# unbroken text away introduces nothing)
+MAX_LOOKBACK = 4096
 MARKER_LEN = 16  # at least the longest EXAMPLE_MARKER match ("for instance")
 DOCTEST = re.compile(r"[ \t]*(?:#[ \t]*)?(?:>>>|\.\.\.)[ \t]")
 # a line that announces an example block below it: "Example usage:", "... in clear text). Eg:"
@@ -78,20 +84,21 @@ def _under_heading(text: str, line_start: int) -> bool:
 
 def words_back(text: str, line_start: int, end: int, words: int, wordy: bool = False) -> int:
     """Where the `words`-th word (`_WORD_RUN`) before `end` starts (with `wordy`: counting
-    only words with a word character), or `line_start` if there are fewer. Rules about the
-    last few words before a value read from here, not from the line's start: on a one-line
-    JSON of 8000 emails, reading the whole line for each took a minute."""
+    only words with a word character), or `line_start` if there are fewer; at most
+    MAX_LOOKBACK characters back. Rules about the last few words before a value read from
+    here, not from the line's start: on a one-line JSON of 8000 emails, reading the whole
+    line for each took a minute, and so did a line of CJK text (one word without spaces)."""
     size = 256  # a window grown until it holds them (a regex, not a loop over characters)
     while True:
         lo = max(line_start, end - size)
         runs = list(_WORD_RUN.finditer(text, lo, end))
-        if runs and runs[0].start() == lo > line_start and _WORD_RUN.match(text, lo - 1):
+        if runs and runs[0].start() == lo > line_start and _WORD_CHAR.match(text, lo - 1):
             runs = runs[1:]  # it runs on before the window: not whole
         starts = [m.start() for m in runs if not wordy or _WORDY.search(m.group()) is not None]
         if len(starts) >= words:
             return starts[-words]
-        if lo == line_start:
-            return line_start
+        if lo == line_start or size >= MAX_LOOKBACK:
+            return lo
         size *= 4
 
 
