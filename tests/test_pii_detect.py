@@ -347,6 +347,10 @@ def test_values_the_text_shows_as_examples_are_not_pii(text):
 
 @pytest.mark.parametrize(("text", "found"), [
     ("for example the problem resolver 8.8.4.4 answered", [("IP_ADDRESS", "8.8.4.4")]),
+    # "sample" the thing handled, not a value's label
+    ("Please send the sample to dagny.holm@fjordmail.no today",
+     [("EMAIL", "dagny.holm@fjordmail.no")]),
+    ("the sample from 52.14.3.9 was bad", [("IP_ADDRESS", "52.14.3.9")]),
     ("# example config\n" + "x = 1\n" * 16 + "password = 'Fjord-Kite-58'\n",
      [("PASSWORD", "Fjord-Kite-58")]),  # the heading is too far above
     ("e.g. ask Dagny Holm <dagny.holm@fjordmail.no>\n",

@@ -16,8 +16,12 @@ from kiln.data.pii.spans import Span
 
 EXAMPLE_TYPES = frozenset({"IP_ADDRESS", "USERNAME", "PASSWORD", "EMAIL"})
 # right before the span (at most MARKER_REACH words between): "e.g.", "ex:", "for example"...
+# "sample" is an example only as a value's label ("sample email:", `"sample":`), not as the
+# thing handled: "send the sample to dagny.holm@…" kept a real address
+SAMPLE_NOUN = r"[ \t]+(?:to|from|by|of|for|at|in|on|with|and|was|were|is|are|has|had)\b"
 EXAMPLE_MARKER = re.compile(
-    r"(?:\be\.\s?g\.|\beg[.:]|\bex:|\bexamples?\b:?|\bfor instance\b|\bsuch as\b|\bsample\b)",
+    r"(?:\be\.\s?g\.|\beg[.:]|\bex:|\bexamples?\b:?|\bfor instance\b|\bsuch as\b"
+    rf"|\bsample\b(?!{SAMPLE_NOUN}))",
     re.IGNORECASE)
 MARKER_REACH = 2  # "(ex: 'fe80::1' or '123:2:3:4:5:6:7:8')"; not "for example the resolver X"
 _WORDY = re.compile(r"\w")  # a quote or bracket between marker and value is not a word
