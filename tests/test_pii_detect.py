@@ -448,6 +448,13 @@ def test_a_bearer_token_run_into_cjk_text_is_found():
         assert [(s.type, s.text) for s in detect_pii(text)] == [("KEY", token)], text
 
 
+@pytest.mark.parametrize("text", ["关注@dagny_holm获取更多", "联系：@dagny_holm 谢谢", "@dagny_holm的推文"])
+def test_a_handle_run_into_cjk_text_is_found(text):
+    """The handle's edges were a space before and no `\\w` after: CJK text, which runs into
+    it without a space and whose letters are `\\w`, hid it."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == [("USERNAME", "dagny_holm")]
+
+
 @pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
 def test_a_dotted_quad_inside_a_word_of_spaced_scripts_is_still_not_an_address(text):
     assert detect_pii(text) == []

@@ -16,8 +16,8 @@ LABELLED = Path(__file__).parent / "fixtures" / "pii" / "labelled.jsonl"
 CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.no"]}',
            "请使用Bearer kR8mX2qLk9Vz4Tn7Wb1Yc5Hd3认证", "邮箱：张伟@fjordmail.cn 谢谢",
            "sshpass -p Xk3pq9z; ssh host", "Authorization: Basic ZGFnbnk6RmpvcmQtS2l0ZS01OA==",
-           "Please send the sample to dagny.holm@fjordmail.no today"]
-PINNED = ("2026-12-07", "c4ab05865fd90252")  # the version and its redactions' digest
+           "Please send the sample to dagny.holm@fjordmail.no today", "关注@dagny_holm获取更多"]
+PINNED = ("2026-12-07", "18fc1c882956d1b5")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:

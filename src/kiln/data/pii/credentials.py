@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from functools import lru_cache
 
+from kiln.data.pii.network import CJK_LETTERS
 from kiln.data.pii.spans import Span
 
 NON_VALUES = frozenset(
@@ -101,8 +102,12 @@ SSH_TARGET = re.compile(
 HOME_DIR = re.compile(
     r"(?:(?<![\w.])/home/|(?<![\w.])/Users/|[A-Za-z]:\\{1,2}Users\\{1,2}|(?<![\w.])/u/)"
     r"(?P<user>[A-Za-z0-9_][A-Za-z0-9._-]{0,31})(?=[/\\\s\"':]|$)", re.MULTILINE)
-HANDLE = re.compile(r"(?:(?<=[\s(\[,])|^)@(?P<user>[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,38}[A-Za-z0-9])?)"
-                    r"(?![\w@/(-]|\.\w)",
+# CJK text runs into a handle without a space ("关注@dagny_holm获取更多"): its letters and
+# punctuation are edges too, where `\w` (which CJK letters are) found none
+_CJK_EDGE = f"{CJK_LETTERS}\u3000-\u303f\uff01-\uff65"
+HANDLE = re.compile(f"(?:(?<=[\\s(\\[,{_CJK_EDGE}])|^)"
+                    r"@(?P<user>[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,38}[A-Za-z0-9])?)"
+                    f"(?![^\\W{_CJK_EDGE}]|[@/(-]|\\.\\w)",
                     re.MULTILINE)
 # `@`-words that are decorators, doc tags, CSS at-rules or bots rather than people.
 AT_KEYWORDS = frozenset(
