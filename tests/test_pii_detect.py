@@ -455,6 +455,18 @@ def test_a_handle_run_into_cjk_text_is_found(text):
     assert [(s.type, s.text) for s in detect_pii(text)] == [("USERNAME", "dagny_holm")]
 
 
+@pytest.mark.parametrize("text, found", [
+    ("运行mysql -u dagny -pFjord-Kite-58 即可", [("USERNAME", "dagny"), ("PASSWORD", "Fjord-Kite-58")]),
+    ("密码password is Fjord-Kite-58", [("PASSWORD", "Fjord-Kite-58")]),
+    ("用户login is dagny.holm", [("USERNAME", "dagny.holm")]),
+    ("主页/home/dagny77/x", [("USERNAME", "dagny77")]),
+])
+def test_a_keyword_run_into_cjk_text_still_starts_its_rule(text, found):
+    """`\\b` before `mysql`, `password is`, `login is` and `(?<!\\w)` before `/home/` found
+    no edge after a CJK letter (a `\\w` too): the password or login after them was kept."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == found
+
+
 @pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
 def test_a_dotted_quad_inside_a_word_of_spaced_scripts_is_still_not_an_address(text):
     assert detect_pii(text) == []

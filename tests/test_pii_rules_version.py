@@ -16,8 +16,9 @@ LABELLED = Path(__file__).parent / "fixtures" / "pii" / "labelled.jsonl"
 CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.no"]}',
            "请使用Bearer kR8mX2qLk9Vz4Tn7Wb1Yc5Hd3认证", "邮箱：张伟@fjordmail.cn 谢谢",
            "sshpass -p Xk3pq9z; ssh host", "Authorization: Basic ZGFnbnk6RmpvcmQtS2l0ZS01OA==",
-           "Please send the sample to dagny.holm@fjordmail.no today", "关注@dagny_holm获取更多"]
-PINNED = ("2026-12-07", "18fc1c882956d1b5")  # the version and its redactions' digest
+           "Please send the sample to dagny.holm@fjordmail.no today", "关注@dagny_holm获取更多",
+           "运行mysql -u dagny -pFjord-Kite-58 即可", "主页/home/dagny77/x"]
+PINNED = ("2026-12-07", "338b633a18afc7de")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:

@@ -79,10 +79,13 @@ USER_ASSIGN = _assignments(USER_KEY)
 XML_VALUE = re.compile(rf"<(?P<tag>{PASSWORD_KEY}|{USER_KEY})>(?P<v>[^<\s]+)</(?P=tag)>",
                        re.IGNORECASE)
 SSH_CONFIG_USER = re.compile(r"^[ \t]*User[ \t]+(?P<user>\S+)[ \t]*$", re.MULTILINE)
+# A keyword's start: not after an ASCII letter, digit or `_`. Not `\b`: CJK text runs into
+# the word ("运行mysql -pPW", "主页/home/dagny"), and its letters are `\w`, so `\b` found no edge
+ASCII_START = r"(?<![A-Za-z0-9_])"
 # Prose: "your login is dagny.holm", "the temporary password is Fjord-Kite-58".
-PROSE_USER = re.compile(r"(?i:\b(?:login|username|user name|user id))[ \t]+is[ \t]+"
+PROSE_USER = re.compile(rf"{ASCII_START}(?i:login|username|user name|user id)[ \t]+is[ \t]+"
                         r"(?P<user>[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])")
-PROSE_PASSWORD = re.compile(r"(?i:\b(?:password|passphrase|passcode))[ \t]+is[ \t]+[\"'`]?"
+PROSE_PASSWORD = re.compile(rf"{ASCII_START}(?i:password|passphrase|passcode)[ \t]+is[ \t]+[\"'`]?"
                             r"(?P<pw>[^\s\"'`]*[^\s\"'`.,;)])")
 # an unquoted value ends at `;`: the shell ends the command there (`-p Tr0ub4dor; ls`), and
 # taken into the value the `;` was redacted with it
@@ -92,15 +95,15 @@ CLI_FLAG = re.compile(
 # within the one command (up to `;`, `&`, `|`): to the line's end, each `mysql` with no inline
 # `-pPW` scanned the rest of its line, O(len^2) on a one-line script
 MYSQL_INLINE_PASSWORD = re.compile(
-    r"\bmysql(?:dump|admin)?\b[^\n;&|]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s;]*))")
+    rf"{ASCII_START}mysql(?:dump|admin)?(?![A-Za-z0-9_])[^\n;&|]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s;]*))")
 URL_CREDENTIALS = re.compile(
     r"[A-Za-z][A-Za-z0-9+.-]{0,31}://(?P<user>[A-Za-z0-9._~%!$&*+-]+)(?::(?P<pw>[^\s@/:]+))?@"
     r"(?=[A-Za-z0-9\[])")
 SSH_TARGET = re.compile(
-    r"\b(?:ssh|scp|rsync|sftp|mosh)\b[^\n@]*?(?<![\w.-])(?P<user>[a-z_][a-z0-9_.-]{1,31})@"
+    rf"{ASCII_START}(?:ssh|scp|rsync|sftp|mosh)(?![A-Za-z0-9_])[^\n@]*?(?<![\w.-])(?P<user>[a-z_][a-z0-9_.-]{{1,31}})@"
     r"(?=[A-Za-z0-9\[])")
 HOME_DIR = re.compile(
-    r"(?:(?<![\w.])/home/|(?<![\w.])/Users/|[A-Za-z]:\\{1,2}Users\\{1,2}|(?<![\w.])/u/)"
+    r"(?:(?<![A-Za-z0-9_.])/home/|(?<![A-Za-z0-9_.])/Users/|[A-Za-z]:\\{1,2}Users\\{1,2}|(?<![A-Za-z0-9_.])/u/)"
     r"(?P<user>[A-Za-z0-9_][A-Za-z0-9._-]{0,31})(?=[/\\\s\"':]|$)", re.MULTILINE)
 # CJK text runs into a handle without a space ("关注@dagny_holm获取更多"): its letters and
 # punctuation are edges too, where `\w` (which CJK letters are) found none
