@@ -467,6 +467,19 @@ def test_a_keyword_run_into_cjk_text_still_starts_its_rule(text, found):
     assert [(s.type, s.text) for s in detect_pii(text)] == found
 
 
+@pytest.mark.parametrize("text, redacted", [
+    ('curl -d "username=dagny77&password=Fjord-Kite-58" https://x.no',
+     'curl -d "username=<USERNAME>&password=<PASSWORD>" https://x.no'),
+    ("https://x.no/login?password=Fjord-Kite-58&user=dagny77&next=/home",
+     "https://x.no/login?password=<PASSWORD>&user=<USERNAME>&next=/home"),
+    ("DB_PASSWORD=Tr0ub4dor&3x", "DB_PASSWORD=<PASSWORD>"),  # no field after: the password's
+])
+def test_a_query_or_form_value_ends_at_the_next_field(text, redacted):
+    """`user=dagny77&password=PW` read as one value: `dagny77&password=PW` is no username
+    (the login was kept), and a password ate the rest of its URL."""
+    assert redact(text)[0] == redacted
+
+
 @pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
 def test_a_dotted_quad_inside_a_word_of_spaced_scripts_is_still_not_an_address(text):
     assert detect_pii(text) == []

@@ -17,8 +17,9 @@ CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.n
            "请使用Bearer kR8mX2qLk9Vz4Tn7Wb1Yc5Hd3认证", "邮箱：张伟@fjordmail.cn 谢谢",
            "sshpass -p Xk3pq9z; ssh host", "Authorization: Basic ZGFnbnk6RmpvcmQtS2l0ZS01OA==",
            "Please send the sample to dagny.holm@fjordmail.no today", "关注@dagny_holm获取更多",
-           "运行mysql -u dagny -pFjord-Kite-58 即可", "主页/home/dagny77/x"]
-PINNED = ("2026-12-07", "338b633a18afc7de")  # the version and its redactions' digest
+           "运行mysql -u dagny -pFjord-Kite-58 即可", "主页/home/dagny77/x",
+           'curl -d "username=dagny77&password=Fjord-Kite-58" https://x.no']
+PINNED = ("2026-12-07", "78140b14db9b15bc")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:

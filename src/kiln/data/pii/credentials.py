@@ -152,10 +152,18 @@ JAVA_ANNOTATIONS = frozenset(
     "Provides Module Documented Retention Target Inherited".split())
 
 
+# the next field of a query or form string: `password=PW&user=dagny` ends the value at `&`
+# (taken whole, `dagny77&password=PW` was no username and kept; a password ate the URL's rest)
+NEXT_FIELD = re.compile(r"&(?=[A-Za-z_][\w.-]*=)")
+
+
 def _value(m: re.Match[str], group_q: str = "qv", group_v: str = "v") -> tuple[str, int, int] | None:
     for g in (group_q, group_v):
         if m.group(g):
-            return m.group(g), m.start(g), m.end(g)
+            value = m.group(g)
+            if g == group_v and (field := NEXT_FIELD.search(value)):
+                value = value[:field.start()]
+            return (value, m.start(g), m.start(g) + len(value)) if value else None
     return None
 
 
