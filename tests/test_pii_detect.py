@@ -480,6 +480,19 @@ def test_a_query_or_form_value_ends_at_the_next_field(text, redacted):
     assert redact(text)[0] == redacted
 
 
+@pytest.mark.parametrize("text", [
+    "https://api.x.no/v1?api_key=A1b9XkQ2mZ7pLr4TnW8v&format=json",
+    "client_secret=A1b9XkQ2mZ7pLr4TnW8v&grant_type=client_credentials",
+    'url = "https://x.no/?token=A1b9XkQ2mZ7pLr4TnW8v"',
+    "u = 'https://x.no/?f=json&api_key=A1b9XkQ2mZ7pLr4TnW8v&page=2'",
+])
+def test_a_key_in_a_query_string_is_found(text):
+    """An unquoted key had to end its line or item (`,;#}]`), so one followed by the query's
+    next field (`&`) or by the quote closing its URL was kept; a quoted URL was one value of
+    its own name, which hid the query's `token=` inside it."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == [("KEY", "A1b9XkQ2mZ7pLr4TnW8v")]
+
+
 @pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
 def test_a_dotted_quad_inside_a_word_of_spaced_scripts_is_still_not_an_address(text):
     assert detect_pii(text) == []

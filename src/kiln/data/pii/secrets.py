@@ -45,12 +45,14 @@ NON_SECRET_NAME_PARTS = frozenset(
     "public pub id name names path file dir url uri type types count size len length field "
     "header prefix format kind algorithm algo version max min limit cache sort primary foreign "
     "index tokens tokenizer lookup hash checksum sha digest integrity etag nonce".split())
+# an unquoted value ends a line, an item or a query / form field (`?api_key=V&format=json`,
+# `"https://x?token=V"`: these were kept)
 _ASSIGN = re.compile(
     # one try per run of name characters: a name always extends to the run's end, so every
     # start inside a run matches or fails alike (trying each start was O(len^2)); the
     # groups used (name, qv, v) are the same as with a start at every position
     r"(?<![A-Za-z0-9_.\-])[0-9.\-]*(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?\s*(?::=|=>|=|:)\s*"
-    r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\s]{12,})(?P=q)|(?P<v>[A-Za-z0-9+/=_\-.~]{16,})(?=\s*(?:$|[,;#}\]])))",
+    r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\s]{12,})(?P=q)|(?P<v>[A-Za-z0-9+/=_\-.~]{16,})(?=\s*(?:$|[,;#}\]])|&|[\"'`]))",
     re.MULTILINE)
 PLACEHOLDER_WORDS = re.compile(
     r"example|your|here|xxxx|dummy|sample|placeholder|insert|changeme|redacted|<|>|\*\*\*|\$\{|"
@@ -121,6 +123,15 @@ def _code_name(value: str, name: str) -> bool:
     return parts[-1] == name.rsplit(".", 1)[-1] or re.fullmatch(r"[a-z_][a-z0-9_]*", parts[0]) is not None
 
 
+def _assignments(text: str) -> Iterator[re.Match]:
+    """_ASSIGN's matches, and those inside a quoted value of another name: the URL of
+    `url = "https://x.no/?token=V"` is one value, which hid the query's `token=V`."""
+    for m in _ASSIGN.finditer(text):
+        yield m
+        if m.group("qv") and not is_secret_name(m.group("name")):
+            yield from _ASSIGN.finditer(text, m.start("qv"), m.end("qv"))
+
+
 def find_keys(text: str) -> Iterator[Span]:
     for pattern in KNOWN_KEY_FORMATS.values():
         for m in pattern.finditer(text):
@@ -130,7 +141,7 @@ def find_keys(text: str) -> Iterator[Span]:
             if value.startswith("-----BEGIN") and len(re.sub(r"[^A-Za-z0-9+/]", "", value)) < 120:
                 continue  # truncated `…` block in docs, not a key
             yield Span("KEY", m.start(), m.end(), value)
-    for m in _ASSIGN.finditer(text):
+    for m in _assignments(text):
         group = "qv" if m.group("qv") else "v"
         value = m.group(group)
         if not is_secret_name(m.group("name")) or is_placeholder_secret(value):
