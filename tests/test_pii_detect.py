@@ -493,6 +493,19 @@ def test_a_key_in_a_query_string_is_found(text):
     assert [(s.type, s.text) for s in detect_pii(text)] == [("KEY", "A1b9XkQ2mZ7pLr4TnW8v")]
 
 
+@pytest.mark.parametrize("text", [
+    "machine api.fjord.no login dagny77 password Fjord-Kite-58\n",
+    "machine api.fjord.no\n    login dagny77\n    password Fjord-Kite-58\n",
+    "default login dagny77 password Fjord-Kite-58",
+])
+def test_a_netrc_entry_is_a_login_and_password(text):
+    """A .netrc file (curl's, git's, ftp's credentials) names login and password by words, with
+    no `=` or `:`: no rule read it."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == [
+        ("USERNAME", "dagny77"), ("PASSWORD", "Fjord-Kite-58")]
+    assert detect_pii("machine learning login screen password protected") == []
+
+
 @pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
 def test_a_dotted_quad_inside_a_word_of_spaced_scripts_is_still_not_an_address(text):
     assert detect_pii(text) == []

@@ -19,8 +19,9 @@ CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.n
            "Please send the sample to dagny.holm@fjordmail.no today", "关注@dagny_holm获取更多",
            "运行mysql -u dagny -pFjord-Kite-58 即可", "主页/home/dagny77/x",
            'curl -d "username=dagny77&password=Fjord-Kite-58" https://x.no',
-           'url = "https://x.no/?token=A1b9XkQ2mZ7pLr4TnW8v&page=2"']
-PINNED = ("2026-12-07", "fe0fdee30949f80f")  # the version and its redactions' digest
+           'url = "https://x.no/?token=A1b9XkQ2mZ7pLr4TnW8v&page=2"',
+           "machine api.fjord.no login dagny77 password Fjord-Kite-58"]
+PINNED = ("2026-12-07", "91ccb29044f6ef2b")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:

@@ -78,6 +78,11 @@ PASSWORD_ASSIGN = _assignments(PASSWORD_KEY)
 USER_ASSIGN = _assignments(USER_KEY)
 XML_VALUE = re.compile(rf"<(?P<tag>{PASSWORD_KEY}|{USER_KEY})>(?P<v>[^<\s]+)</(?P=tag)>",
                        re.IGNORECASE)
+# a .netrc entry (`machine api.x.no login dagny password PW`, on one line or several): a
+# line's first word `machine` or `default`, so prose ("machine learning login ...") is not
+NETRC_ENTRY = re.compile(r"^[ \t]*(?:machine[ \t]+(?P<host>\S+)|default)(?P<body>(?:\s+(?:login|password|account|port)"
+                         r"[ \t]+\S+){1,4})", re.MULTILINE)
+NETRC_FIELD = re.compile(r"(?P<field>login|password)[ \t]+(?P<v>\S+)")
 SSH_CONFIG_USER = re.compile(r"^[ \t]*User[ \t]+(?P<user>\S+)[ \t]*$", re.MULTILINE)
 # A keyword's start: not after an ASCII letter, digit or `_`. Not `\b`: CJK text runs into
 # the word ("运行mysql -pPW", "主页/home/dagny"), and its letters are `\w`, so `\b` found no edge
@@ -271,6 +276,18 @@ def _other_meaning(text: str, flag_at: int, flag: str) -> bool:
     return pattern is not None and pattern.search(_command_line(text, flag_at)) is not None
 
 
+def _netrc_fields(text: str) -> Iterator[tuple[str, str, int]]:
+    """(login or password, its value, where the value starts) of each .netrc entry whose
+    host has a dot or whose password a digit or symbol: "machine learning login screen
+    password protected" is prose."""
+    for entry in NETRC_ENTRY.finditer(text):
+        fields = [(m.group("field"), m.group("v"), m.start("v"))
+                  for m in NETRC_FIELD.finditer(text, entry.start("body"), entry.end("body"))]
+        if "." in (entry.group("host") or "") or any(
+                field == "password" and re.search(r"[\d\W]", value) for field, value, _ in fields):
+            yield from fields
+
+
 def find_passwords(text: str) -> Iterator[Span]:
     for pattern in (PASSWORD_ASSIGN, XML_VALUE):
         for m in pattern.finditer(text):
@@ -298,6 +315,10 @@ def find_passwords(text: str) -> Iterator[Span]:
                     and len(got[0]) >= 3 and not re.fullmatch(r"[\d:.]+", got[0]) \
                     and got[0].lower() not in FLAG_PROSE:
                 yield Span("PASSWORD", got[1], got[2], got[0])
+    for field, value, start in _netrc_fields(text):
+        if field == "password" and len(value) >= 3 and not _is_reference(value, True) \
+                and not _placeholder_password(value):
+            yield Span("PASSWORD", start, start + len(value), value)
     for m in MYSQL_INLINE_PASSWORD.finditer(text):
         got = _value(m)
         if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]):
@@ -362,6 +383,9 @@ def find_usernames(text: str) -> Iterator[Span]:
             got = _value(m)
             if got and _username_ok(got[0]) and not _is_reference(got[0], True):
                 yield Span("USERNAME", got[1], got[2], got[0])
+    for field, value, start in _netrc_fields(text):
+        if field == "login" and _username_ok(value) and not _is_reference(value, True):
+            yield Span("USERNAME", start, start + len(value), value)
     for m in PROSE_USER.finditer(text):
         user = m.group("user")
         if re.search(r"[._\d]", user) and _username_ok(user):
