@@ -506,6 +506,16 @@ def test_a_netrc_entry_is_a_login_and_password(text):
     assert detect_pii("machine learning login screen password protected") == []
 
 
+def test_a_keyed_setting_names_its_value_in_another_attribute():
+    """.NET appSettings (`<add key="DbPassword" value="PW" />`): the key names the value in
+    another attribute, which no assignment rule read, so the password was kept."""
+    text = '<add key="DbUser" value="dagny77" />\n<add key="DbPassword" value="Fjord-Kite-58" />\n'
+    assert [(s.type, s.text) for s in detect_pii(text)] == [
+        ("USERNAME", "dagny77"), ("PASSWORD", "Fjord-Kite-58")]
+    for other in ('<add key="PasswordLength" value="12"/>', '<add key="Password" value="changeme"/>'):
+        assert detect_pii(other) == [], other
+
+
 @pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
 def test_a_dotted_quad_inside_a_word_of_spaced_scripts_is_still_not_an_address(text):
     assert detect_pii(text) == []

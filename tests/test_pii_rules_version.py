@@ -20,8 +20,9 @@ CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.n
            "运行mysql -u dagny -pFjord-Kite-58 即可", "主页/home/dagny77/x",
            'curl -d "username=dagny77&password=Fjord-Kite-58" https://x.no',
            'url = "https://x.no/?token=A1b9XkQ2mZ7pLr4TnW8v&page=2"',
-           "machine api.fjord.no login dagny77 password Fjord-Kite-58"]
-PINNED = ("2026-12-07", "91ccb29044f6ef2b")  # the version and its redactions' digest
+           "machine api.fjord.no login dagny77 password Fjord-Kite-58",
+           '<add key="DbPassword" value="Fjord-Kite-58" />']
+PINNED = ("2026-12-07", "7407e1beb200fbf3")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:

@@ -83,6 +83,12 @@ XML_VALUE = re.compile(rf"<(?P<tag>{PASSWORD_KEY}|{USER_KEY})>(?P<v>[^<\s]+)</(?
 NETRC_ENTRY = re.compile(r"^[ \t]*(?:machine[ \t]+(?P<host>\S+)|default)(?P<body>(?:\s+(?:login|password|account|port)"
                          r"[ \t]+\S+){1,4})", re.MULTILINE)
 NETRC_FIELD = re.compile(r"(?P<field>login|password)[ \t]+(?P<v>\S+)")
+# .NET appSettings and the like: `<add key="DbPassword" value="PW" />` (the key names the
+# value, in another attribute)
+KEYED_SETTING = re.compile(r"<add\s+key\s*=\s*([\"'])(?P<key>[\w.:-]{1,80})\1\s+value\s*=\s*"
+                           r"([\"'])(?P<v>[^\"'<>\n]+)\3", re.IGNORECASE)
+PASSWORD_NAME_END = re.compile(r"(?:password|passwd|pwd|passphrase)$", re.IGNORECASE)
+USER_NAME_END = re.compile(r"(?:user|username|userid|user_?id|login)$", re.IGNORECASE)
 SSH_CONFIG_USER = re.compile(r"^[ \t]*User[ \t]+(?P<user>\S+)[ \t]*$", re.MULTILINE)
 # A keyword's start: not after an ASCII letter, digit or `_`. Not `\b`: CJK text runs into
 # the word ("运行mysql -pPW", "主页/home/dagny"), and its letters are `\w`, so `\b` found no edge
@@ -315,6 +321,11 @@ def find_passwords(text: str) -> Iterator[Span]:
                     and len(got[0]) >= 3 and not re.fullmatch(r"[\d:.]+", got[0]) \
                     and got[0].lower() not in FLAG_PROSE:
                 yield Span("PASSWORD", got[1], got[2], got[0])
+    for m in KEYED_SETTING.finditer(text):
+        value = m.group("v")
+        if PASSWORD_NAME_END.search(m.group("key")) and len(value) >= 3 \
+                and not _is_reference(value, True) and not _placeholder_password(value):
+            yield Span("PASSWORD", m.start("v"), m.end("v"), value)
     for field, value, start in _netrc_fields(text):
         if field == "password" and len(value) >= 3 and not _is_reference(value, True) \
                 and not _placeholder_password(value):
@@ -383,6 +394,10 @@ def find_usernames(text: str) -> Iterator[Span]:
             got = _value(m)
             if got and _username_ok(got[0]) and not _is_reference(got[0], True):
                 yield Span("USERNAME", got[1], got[2], got[0])
+    for m in KEYED_SETTING.finditer(text):
+        if USER_NAME_END.search(m.group("key")) and _username_ok(m.group("v")) \
+                and not _is_reference(m.group("v"), True):
+            yield Span("USERNAME", m.start("v"), m.end("v"), m.group("v"))
     for field, value, start in _netrc_fields(text):
         if field == "login" and _username_ok(value) and not _is_reference(value, True):
             yield Span("USERNAME", start, start + len(value), value)
