@@ -516,6 +516,19 @@ def test_a_keyed_setting_names_its_value_in_another_attribute():
         assert detect_pii(other) == [], other
 
 
+@pytest.mark.parametrize("text, redacted", [
+    ('PASSWORD="${DB_PASS:-Fjord-Kite-58}"', 'PASSWORD="${DB_PASS:-<PASSWORD>}"'),
+    ("pw: ${DB_PASSWORD:-Fjord-Kite-58}", "pw: ${DB_PASSWORD:-<PASSWORD>}"),
+    ("user: ${DB_USER:-dagny77}", "user: ${DB_USER:-<USERNAME>}"),
+    ("password: ${DB_PASSWORD}", "password: ${DB_PASSWORD}"),  # a reference, no default
+])
+def test_a_shell_default_is_the_value_and_keeps_its_operator(text, redacted):
+    """`${NAME:-default}`: the default is the password wherever NAME is unset. Read as
+    `NAME: -default` the `-` went with it (`${DB_PASSWORD:<PASSWORD>}`, another operator), or
+    with `${` taken for a reference the value was kept."""
+    assert redact(text)[0] == redacted
+
+
 @pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
 def test_a_dotted_quad_inside_a_word_of_spaced_scripts_is_still_not_an_address(text):
     assert detect_pii(text) == []

@@ -89,6 +89,9 @@ KEYED_SETTING = re.compile(r"<add\s+key\s*=\s*([\"'])(?P<key>[\w.:-]{1,80})\1\s+
                            r"([\"'])(?P<v>[^\"'<>\n]+)\3", re.IGNORECASE)
 PASSWORD_NAME_END = re.compile(r"(?:password|passwd|pwd|passphrase)$", re.IGNORECASE)
 USER_NAME_END = re.compile(r"(?:user|username|userid|user_?id|login)$", re.IGNORECASE)
+# a shell or compose default: `${DB_PASSWORD:-PW}` is PW wherever the variable is unset (the
+# assignment rules take `${` for a reference and read no further)
+SHELL_DEFAULT = re.compile(r"\$\{(?P<key>[A-Za-z_][A-Za-z0-9_]{0,80}):?[-=](?P<v>[^}\s\"'$]+)\}")
 SSH_CONFIG_USER = re.compile(r"^[ \t]*User[ \t]+(?P<user>\S+)[ \t]*$", re.MULTILINE)
 # A keyword's start: not after an ASCII letter, digit or `_`. Not `\b`: CJK text runs into
 # the word ("运行mysql -pPW", "主页/home/dagny"), and its letters are `\w`, so `\b` found no edge
@@ -282,6 +285,12 @@ def _other_meaning(text: str, flag_at: int, flag: str) -> bool:
     return pattern is not None and pattern.search(_command_line(text, flag_at)) is not None
 
 
+def _in_shell_default(text: str, m: re.Match[str]) -> bool:
+    """An assignment match that is the variable of `${NAME:-default}` (SHELL_DEFAULT's: read
+    as `NAME: -default`, the value took the `-` of the operator with it)."""
+    return text[max(0, m.start() - 2):m.start()] == "${"
+
+
 def _netrc_fields(text: str) -> Iterator[tuple[str, str, int]]:
     """(login or password, its value, where the value starts) of each .netrc entry whose
     host has a dot or whose password a digit or symbol: "machine learning login screen
@@ -306,7 +315,8 @@ def find_passwords(text: str) -> Iterator[Span]:
             quoted = pattern is PASSWORD_ASSIGN and bool(m.group("qv"))
             if not quoted and text[e:e + 1] in ("(", "[", "."):
                 continue  # `bcrypt.hashpw(...)`: a call, not a literal
-            if pattern is PASSWORD_ASSIGN and _code_not_literal(m, text, value, e, quoted):
+            if pattern is PASSWORD_ASSIGN and (_code_not_literal(m, text, value, e, quoted)
+                                               or _in_shell_default(text, m)):
                 continue
             if (len(value) < 3 or _is_reference(value, quoted) or _placeholder_password(value)
                     or _looks_like_code_reference(value, m.group(0), quoted)):
@@ -321,6 +331,11 @@ def find_passwords(text: str) -> Iterator[Span]:
                     and len(got[0]) >= 3 and not re.fullmatch(r"[\d:.]+", got[0]) \
                     and got[0].lower() not in FLAG_PROSE:
                 yield Span("PASSWORD", got[1], got[2], got[0])
+    for m in SHELL_DEFAULT.finditer(text):
+        value = m.group("v")
+        if re.fullmatch(PASSWORD_KEY, m.group("key"), re.IGNORECASE) and len(value) >= 3 \
+                and not _placeholder_password(value):
+            yield Span("PASSWORD", m.start("v"), m.end("v"), value)
     for m in KEYED_SETTING.finditer(text):
         value = m.group("v")
         if PASSWORD_NAME_END.search(m.group("key")) and len(value) >= 3 \
@@ -376,7 +391,7 @@ def find_usernames(text: str) -> Iterator[Span]:
         quoted = bool(m.group("qv"))
         if not quoted and text[e:e + 1] in ("(", "[", "."):
             continue
-        if _code_not_literal(m, text, value, e, quoted):
+        if _code_not_literal(m, text, value, e, quoted) or _in_shell_default(text, m):
             continue
         if _is_reference(value, quoted) or _looks_like_code_reference(value, "", quoted):
             continue
@@ -394,6 +409,9 @@ def find_usernames(text: str) -> Iterator[Span]:
             got = _value(m)
             if got and _username_ok(got[0]) and not _is_reference(got[0], True):
                 yield Span("USERNAME", got[1], got[2], got[0])
+    for m in SHELL_DEFAULT.finditer(text):
+        if re.fullmatch(USER_KEY, m.group("key"), re.IGNORECASE) and _username_ok(m.group("v")):
+            yield Span("USERNAME", m.start("v"), m.end("v"), m.group("v"))
     for m in KEYED_SETTING.finditer(text):
         if USER_NAME_END.search(m.group("key")) and _username_ok(m.group("v")) \
                 and not _is_reference(m.group("v"), True):
