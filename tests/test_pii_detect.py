@@ -529,6 +529,24 @@ def test_a_shell_default_is_the_value_and_keeps_its_operator(text, redacted):
     assert redact(text)[0] == redacted
 
 
+@pytest.mark.parametrize("text, address", [
+    ("mail dagny.holm [at] fjordmail [dot] no today", "dagny.holm [at] fjordmail [dot] no"),
+    ("dagny.holm(at)fjordmail(dot)no", "dagny.holm(at)fjordmail(dot)no"),
+    ("write to ola <at> uni-fjord <dot> edu", "ola <at> uni-fjord <dot> edu"),
+    ("Send to dagny [AT] fjordmail.no", "dagny [AT] fjordmail.no"),
+])
+def test_an_address_written_to_dodge_scrapers_is_found(text, address):
+    """Mailing-list archives and homepages write `name [at] host [dot] tld`: no `@`, so no
+    rule saw a real address."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == [("EMAIL", address)]
+
+
+@pytest.mark.parametrize("text", ["john [at] example [dot] com", "file (at) line (dot) col",
+                                  "dagny AT fjordmail DOT no", "arr[at] = val[dot]"])
+def test_brackets_and_words_that_only_look_like_an_address_are_not_one(text):
+    assert detect_pii(text) == []
+
+
 @pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
 def test_a_dotted_quad_inside_a_word_of_spaced_scripts_is_still_not_an_address(text):
     assert detect_pii(text) == []

@@ -21,8 +21,9 @@ CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.n
            'curl -d "username=dagny77&password=Fjord-Kite-58" https://x.no',
            'url = "https://x.no/?token=A1b9XkQ2mZ7pLr4TnW8v&page=2"',
            "machine api.fjord.no login dagny77 password Fjord-Kite-58",
-           '<add key="DbPassword" value="Fjord-Kite-58" />', "pw: ${DB_PASSWORD:-Fjord-Kite-58}"]
-PINNED = ("2026-12-07", "53d1e123793db0bf")  # the version and its redactions' digest
+           '<add key="DbPassword" value="Fjord-Kite-58" />', "pw: ${DB_PASSWORD:-Fjord-Kite-58}",
+           "mail dagny.holm [at] fjordmail [dot] no today"]
+PINNED = ("2026-12-07", "28efa1d026fa6237")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:

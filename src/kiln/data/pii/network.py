@@ -81,6 +81,22 @@ GROUPED_EMAILS = re.compile(
     r"\s*\$?\\?\}\$?\s*@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b")
 
 
+# an address written to dodge scrapers, as mailing-list archives and homepages do:
+# `dagny.holm [at] fjordmail [dot] no`, `dagny(at)fjordmail(dot)no` (brackets required: a
+# bare "at" and "dot" are words of prose)
+_OPEN, _CLOSE = r"[ \t]*[\[({<][ \t]*", r"[ \t]*[\])}>][ \t]*"
+OBFUSCATED_EMAIL = re.compile(
+    rf"(?<![{ADDRESS_LETTERS}._%+-])(?P<local>[{ADDRESS_LETTERS}][{ADDRESS_LETTERS}._%+-]{{0,63}})"
+    rf"{_OPEN}at{_CLOSE}(?P<domain>[{ADDRESS_LETTERS}][{ADDRESS_LETTERS}-]{{0,62}}"
+    rf"(?:(?:{_OPEN}dot{_CLOSE}|\.)[{ADDRESS_LETTERS}][{ADDRESS_LETTERS}-]{{0,62}}){{1,4}})"
+    rf"(?![{ADDRESS_LETTERS}])", re.IGNORECASE)
+
+
+# an obfuscated address's top-level domain: a country's, or one of these ("file (at) line
+# (dot) col" is prose)
+GENERIC_TLDS = frozenset("com org net edu gov mil int info biz name pro io ai dev app me".split())
+
+
 def _personal_domain(domain: str) -> bool:
     """Not a file name, a reserved or documentation domain."""
     tld = domain.rsplit(".", 1)[-1].lower()
@@ -167,6 +183,12 @@ def find_emails(text: str) -> Iterator[Span]:
         if local.lower() in PLACEHOLDER_LOCALS and dom.split(".")[0] in {"domain", "email", "mail"}:
             continue
         yield Span("EMAIL", start, end, text[start:end])
+    for m in OBFUSCATED_EMAIL.finditer(text):
+        domain = re.sub(rf"{_OPEN}dot{_CLOSE}", ".", m.group("domain"), flags=re.IGNORECASE)
+        tld = domain.rsplit(".", 1)[-1].lower()
+        if (len(tld) == 2 or tld in GENERIC_TLDS) and _personal_domain(domain) \
+                and m.group("local").lower() not in SERVICE_LOCALS:
+            yield Span("EMAIL", m.start(), m.end(), m.group(0))
     for m in _cjk_local_emails(text):
         if _personal_domain(m.group("domain")):
             yield Span("EMAIL", m.start(), m.end(), m.group(0))
