@@ -338,6 +338,7 @@ def test_what_the_code_rules_must_not_lose(text, found):
     "                  user='klem',\n                  passwd='geheim$parole')\n",
     "entries (both in clear text). Eg:\n\n    [pypi]\n    username: fred\n    password: sekrit\n",
     "x" * 500 + " Example usage:  \n\nauth(user='klem', passwd='geheim$parole')\n",  # a long heading line
+    "Example usage:\r\n\r\nauth(user='klem', passwd='geheim$parole')\r\n",  # CRLF: a Windows file
 ])
 def test_values_the_text_shows_as_examples_are_not_pii(text):
     """The digest's realness-by-context rule: an address, login, password or email the text

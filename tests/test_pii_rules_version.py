@@ -22,8 +22,9 @@ CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.n
            'url = "https://x.no/?token=A1b9XkQ2mZ7pLr4TnW8v&page=2"',
            "machine api.fjord.no login dagny77 password Fjord-Kite-58",
            '<add key="DbPassword" value="Fjord-Kite-58" />', "pw: ${DB_PASSWORD:-Fjord-Kite-58}",
-           "mail dagny.holm [at] fjordmail [dot] no today"]
-PINNED = ("2026-12-07", "28efa1d026fa6237")  # the version and its redactions' digest
+           "mail dagny.holm [at] fjordmail [dot] no today",
+           "Example usage:\r\n\r\nauth(user='klem', passwd='geheim$parole')\r\n"]
+PINNED = ("2026-12-07", "872a12764a450623")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:

@@ -77,10 +77,13 @@ def _under_heading(text: str, line_start: int) -> bool:
         if end < 0:
             return False
         start = text.rfind("\n", 0, end) + 1
-        tail = end
+        # a CRLF line's `\r` is no part of it: `$` does not match before one, so no
+        # heading of a Windows file counted
+        line_end = end - 1 if end > start and text[end - 1] == "\r" else end
+        tail = line_end
         while tail > start and text[tail - 1] in " \t:":
             tail -= 1
-        if EXAMPLE_HEADING.search(text, max(start, tail - HEADING_TAIL), end):
+        if EXAMPLE_HEADING.search(text, max(start, tail - HEADING_TAIL), line_end):
             return True
         end = start - 1
     return False
