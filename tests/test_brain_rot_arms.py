@@ -14,7 +14,7 @@ from kiln.config import ConfigError
 from kiln.data import pipeline as pl
 from kiln.data import prepare_config as pc
 from kiln.data import stage_registry
-from kiln.data.filters.arms import ArmSelector, order_key, plan_arms, targets
+from kiln.data.filters.arms import ArmSelector, arm_key, order_key, plan_arms, targets
 from kiln.data.pipeline import PrepareConfig, register_stage, run_prepare
 from kiln.data.prepare_checks import validate_prepare
 from kiln.data.prepared import read_documents
@@ -35,7 +35,7 @@ def pool(n: int = 2000, seed: int = 7) -> list[Document]:
 
 
 def build(docs: list[Document], ratio: float, budget: int, seed: int = 0) -> tuple[dict, list]:
-    items = [(d.metadata["m1_class"], order_key(seed, d.id, d.text), d.metadata["m1_tokens"])
+    items = [(d.metadata["m1_class"], arm_key(seed, d), d.metadata["m1_tokens"])
              for d in docs if d.metadata["m1_class"] in ("junk", "control")]
     plan = plan_arms(items, ratio, budget)
     sel = ArmSelector("m1", seed, plan)
@@ -64,6 +64,39 @@ def test_each_arm_reaches_its_target_and_overshoots_by_at_most_one_document(rati
                       if d.metadata["brain_rot_arm"] == arm)[-1][1]
         assert want[arm] <= sum(tokens) < want[arm] + last  # stops just after crossing
         assert sum(tokens) - last < want[arm]  # one document fewer would fall short
+
+
+def _kept_as_planned(plan: dict, kept: list[Document]) -> None:
+    for arm in ("junk", "control"):
+        tokens = arm_tokens(kept, arm)
+        assert (sum(tokens), len(tokens)) == (plan[arm]["tokens"], plan[arm]["docs"]), arm
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_cut_texts_parts_are_kept_or_cut_together(seed):
+    """The parts of a text the reader cut (`part_of`) had keys of their own: the cut fell
+    between them and an arm held a fragment of the text without the rest."""
+    rng = random.Random(seed)
+    parts = [Document(text=f"part {k} of text {t}", id=f"big{t}.txt#{k}",
+                      metadata={"m1_class": "control", "m1_tokens": rng.randint(101, 300),
+                                "part_of": f"big{t}.txt", "source": "src"})
+             for t in range(60) for k in range(3)]
+    plan, kept = build(pool(400, seed) + parts, 0.0, 30_000, seed)
+    kept_parts = {d.id for d in kept}
+    for t in range(60):
+        assert len({f"big{t}.txt#{k}" in kept_parts for k in range(3)}) == 1, t
+    assert any(d.id in kept_parts for d in parts) and not all(d.id in kept_parts for d in parts)
+    _kept_as_planned(plan, kept)
+
+
+def test_documents_of_one_key_are_counted_as_the_selector_keeps_them():
+    """Exact duplicates share a key and are kept together, but the plan counted them one by
+    one: the fill stopped between two copies, the selector kept both, and the arm held more
+    tokens and documents than its plan said."""
+    docs = pool(600)
+    plan, kept = build(docs + [Document(d.text, d.id, metadata=dict(d.metadata)) for d in docs],
+                       0.5, 8_000)
+    _kept_as_planned(plan, kept)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -307,3 +340,34 @@ def test_the_m2_counting_tokenizer_is_part_of_the_inputs_fingerprint(tmp_path):
     assert "brain_rot_arms files" in before
     tok.write_text('{"v": 2}')
     assert input_files(cfg, [str(src)], tmp_path / "run") != before
+
+
+def test_m1_arms_count_the_texts_a_stage_since_m1_rewrote(tmp_path):
+    """`pii` between M1 and the arms rewrites texts (`<EMAIL>` for an address), but the
+    budget counted M1's `m1_tokens`, taken before: the arms' plan said tokens the written
+    documents do not have. It counts them again, as written, with M1's tokenizer."""
+    from kiln.data.filters.engagement import TokenizerLength
+
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "t.jsonl", "w") as out:
+        for i in range(40):
+            text = (f"{JUNK_TWEETS[i % 3]} write dagny{i}.holm@fjordmail.no" if i % 2 else
+                    f"{GOOD_TWEETS[i // 2 % 2]} Ask ola{i}.nord-hansen@fjordmail.no or "
+                    f"kari{i}.lie@fjordmail.no")
+            out.write(json.dumps({"text": text, "likes": 900 if i % 2 else 10}) + "\n")
+    tok = tmp_path / "tok.json"
+    train_tokenizer(JUNK_TWEETS + GOOD_TWEETS, 300, tok, show_progress=False)
+    cfg = PrepareConfig(stages=["read", "brain_rot_m1", "pii", "brain_rot_arms", "write"],
+                        brain_rot_m1=pc.BrainRotM1Options(
+                            tokenizer=str(tok), mode="tag", popularity_keys=["likes"],
+                            junk_max_tokens=10**6, control_min_tokens=0),
+                        brain_rot_arms=pc.BrainRotArmsOptions(ratio=0.5))
+    run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
+    plan = json.loads((tmp_path / "run/prepare_work/brain_rot_arms/arms.json").read_text())
+    length = TokenizerLength(tok)
+    docs = list(read_documents(tmp_path / "run"))
+    assert all("<EMAIL>" in d.text for d in docs)
+    for arm in ("junk", "control"):
+        mine = [d.text for d in docs if d.metadata["brain_rot_arm"] == arm]
+        assert mine and sum(map(length, mine)) == plan[arm]["tokens"] >= plan[arm]["target"]

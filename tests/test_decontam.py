@@ -766,3 +766,25 @@ def test_a_filter_after_injection_is_refused_as_it_may_drop_replicas(after):
     validate_prepare(PrepareConfig(stages=["read", "inject_replicas", "language", "write"],
                                    inject_replicas=InjectOptions(benchmark="b.jsonl"),
                                    language=LanguageOptions(mode="tag")), making_data=True)
+
+
+def test_a_leak_across_the_cut_of_a_long_text_is_caught(tmp_path, bench):
+    """The reader cuts a text over its limit into parts (`part_of`), each filtered alone: an
+    answer whose words straddle the cut gave no n-gram in either part, and was kept."""
+    path, raw = bench
+    NGramIndex.build([path], n=13).save(tmp_path / "i.npz")
+    words = raw[0][1].split()  # a 30-word answer: 8 words end one part, 22 begin the next
+
+    def part(k: int, text: str, of: str = "dump.txt") -> Document:
+        return Document(text=text, id=f"{of}#{k}", metadata={"part_of": of, "source": "src"})
+
+    docs = [part(1, "plain words here " + " ".join(words[:8]) + "\n"),
+            part(2, " ".join(words[8:20]) + " and more plain words")]
+    out = run_filter(DecontaminationFilter(tmp_path / "i.npz", mode="tag"), docs)
+    assert [d.metadata[MATCHES_KEY] for d in out] == [0, 8]  # the 13-grams ending in part 2
+    assert out[1].metadata[BENCHMARKS_KEY] == ["mathx"]
+    # not the next part of the same text: nothing joins them
+    for later in (part(3, docs[1].text), part(2, docs[1].text, of="other.txt"),
+                  Document(text=docs[1].text, id="dump.txt#2")):
+        out = run_filter(DecontaminationFilter(tmp_path / "i.npz", mode="tag"), [docs[0], later])
+        assert [d.metadata[MATCHES_KEY] for d in out] == [0, 0], later.id

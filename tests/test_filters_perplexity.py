@@ -428,3 +428,31 @@ def test_a_scorer_made_before_its_run_wrote_a_checkpoint_refuses_the_new_weights
         scorer.score(docs)
     PerplexityScorer(run).score(docs)  # made anew: the new checkpoint's
     assert docs[0].metadata["ppl"] > 0
+
+
+@pytest.mark.parametrize(("mode", "options", "message"), [
+    ("top_fraction", {"fraction": 0.01}, r"prepare\.perplexity\.fraction: 0\.01 of the 50 scored "
+                                         r"documents keeps none .*at least 1/50"),
+    ("bottom_fraction", {"fraction": 0.01}, r"prepare\.perplexity\.fraction: 0\.01 of the 50"),
+    ("drop_extremes", {"low_q": 0.49, "high_q": 0.51}, r"prepare\.perplexity\.low_q / high_q: the "
+                                                     r"band .* holds none of the 50 scored"),
+])
+def test_a_selection_that_keeps_nothing_stops_after_scoring_naming_the_setting(tmp_path, mode,
+                                                                              options, message):
+    """A fraction whose floor is 0 documents (0.01 of 50), or a quantile band between two
+    scores, kept nothing: the prepare went on through every later stage and ended in "no
+    documents", naming no setting. It stops at the thresholds, naming it."""
+    from kiln.data.filters.selection import PerplexityThresholds
+    from kiln.errors import RunDataError
+
+    spread = [1.0] * 25 + [100.0] * 25  # a band strictly between the two values holds none
+    docs = [Document(text=str(i), id=str(i), metadata={"ppl": s}) for i, s in enumerate(spread)]
+    how = {"fraction": 0.0, "low_q": 0.0, "high_q": 0.0, **options}
+    step = PerplexityThresholds(mode, how["fraction"], how["low_q"], how["high_q"],
+                                tmp_path / "t.json")
+    with pytest.raises(RunDataError, match=message):
+        list(step.run(iter(docs)))
+    assert not (tmp_path / "t.json").exists()
+    step = PerplexityThresholds(mode, 0.02, 0.0, 0.5, tmp_path / "t.json")  # one is kept
+    list(step.run(iter(docs)))
+    assert (tmp_path / "t.json").is_file()

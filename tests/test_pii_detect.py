@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -336,6 +337,8 @@ def test_what_the_code_rules_must_not_lose(text, found):
     "Example usage:\n\nimport urllib.request\n\nauth.add_password(realm='PDQ',\n"
     "                  user='klem',\n                  passwd='geheim$parole')\n",
     "entries (both in clear text). Eg:\n\n    [pypi]\n    username: fred\n    password: sekrit\n",
+    "x" * 500 + " Example usage:  \n\nauth(user='klem', passwd='geheim$parole')\n",  # a long heading line
+    "Example usage:\r\n\r\nauth(user='klem', passwd='geheim$parole')\r\n",  # CRLF: a Windows file
 ])
 def test_values_the_text_shows_as_examples_are_not_pii(text):
     """The digest's realness-by-context rule: an address, login, password or email the text
@@ -345,6 +348,10 @@ def test_values_the_text_shows_as_examples_are_not_pii(text):
 
 @pytest.mark.parametrize(("text", "found"), [
     ("for example the problem resolver 8.8.4.4 answered", [("IP_ADDRESS", "8.8.4.4")]),
+    # "sample" the thing handled, not a value's label
+    ("Please send the sample to dagny.holm@fjordmail.no today",
+     [("EMAIL", "dagny.holm@fjordmail.no")]),
+    ("the sample from 52.14.3.9 was bad", [("IP_ADDRESS", "52.14.3.9")]),
     ("# example config\n" + "x = 1\n" * 16 + "password = 'Fjord-Kite-58'\n",
      [("PASSWORD", "Fjord-Kite-58")]),  # the heading is too far above
     ("e.g. ask Dagny Holm <dagny.holm@fjordmail.no>\n",
@@ -357,6 +364,32 @@ def test_the_example_rule_stops_where_the_example_does(text, found):
     assert [(s.type, s.text) for s in detect_pii(text)] == found
 
 
+def test_the_example_rule_reads_minified_json_as_spaced_json():
+    """A value is an example only within two words of the marker. Minified JSON has no space:
+    read as one word, its line put every value after a `sample` in reach, so none of the
+    users' addresses on it was redacted."""
+    record = {"sample": 1, "users": ["dagny.holm@fjordmail.no", "ola.nord@fjordmail.no",
+                                     "kari.lie@fjordmail.no"]}
+    compact, spaced = json.dumps(record, separators=(",", ":")), json.dumps(record)
+    kept = ["ola.nord@fjordmail.no", "kari.lie@fjordmail.no"]  # the first is the marker's
+    assert [s.text for s in detect_pii(compact)] == [s.text for s in detect_pii(spaced)] == kept
+
+
+def test_the_example_rule_reads_a_bounded_stretch_before_a_value():
+    """A line without spaces (CJK prose, a blob) was one word: each value read back to the
+    line's start for the words before it, O(len^2) (4,000 addresses in a CJK line: 9 s),
+    and a marker any distance back on it was "right before" every value."""
+    from kiln.data.pii.context import MAX_LOOKBACK
+
+    blob = "x" * (MAX_LOOKBACK + 100)
+    assert found(f"e.g. {blob} 52.14.3.9", "IP_ADDRESS") == ["52.14.3.9"]
+    assert found(f"{blob} e.g. 52.14.3.9", "IP_ADDRESS") == []
+    ips = [f"{11 + i % 80}.{1 + i % 240}.9.{i % 250 + 1}" for i in range(300)]
+    line = "，".join(f"服务器{ip}" for ip in ips)  # its own punctuation separates its words
+    assert found(line, "IP_ADDRESS") == ips
+    assert found("例如 e.g. " + line, "IP_ADDRESS") == ips[2:]  # two words from the marker
+
+
 @pytest.mark.parametrize("text, address", [
     ("请联系zhang.wei@qq.com获取详情", "zhang.wei@qq.com"),  # CJK runs into the address
     ("メールtanaka@fjordmail.jpまで", "tanaka@fjordmail.jp"),
@@ -364,11 +397,15 @@ def test_the_example_rule_stops_where_the_example_does(text, found):
     ("écrire à françois.dupont@orange.fr", "françois.dupont@orange.fr"),
     ("kontakt@bücher.de", "kontakt@bücher.de"),  # an internationalised domain
     ("Почта: иван.петров@fjord.ru", "иван.петров@fjord.ru"),
+    ("邮箱：张伟@fjordmail.cn 谢谢", "张伟@fjordmail.cn"),  # RFC 6531: a local part in CJK
+    ("メール 田中@fjordmail.jp", "田中@fjordmail.jp"),
+    ("김철수@naver.com로 보내세요", "김철수@naver.com"),
 ])
 def test_an_address_next_to_or_made_of_non_ascii_letters_is_found_whole(text, address):
     """datatrove's pattern, ASCII classes after a Unicode `\\b`, found no start inside a
     word of other letters (missed the first three whole) and cut an accented local part short
-    (`françois.<EMAIL>` kept the given name)."""
+    (`françois.<EMAIL>` kept the given name); a local part all in CJK, kana or Hangul (RFC
+    6531 allows any UTF-8) was missed whole."""
     out, counts = redact(text)
     assert [s.text for s in detect_pii(text)] == [address]
     assert out == text.replace(address, "<EMAIL>") and counts["EMAIL"] == 1
@@ -383,6 +420,132 @@ def test_an_ip_address_run_into_cjk_text_is_found(text, address):
     """The address edges were `\\w`, which CJK and kana letters are: an address written into
     such text without spaces (as it usually is) was never a candidate."""
     assert [(s.type, s.text) for s in detect_pii(text)] == [("IP_ADDRESS", address)]
+
+
+def test_a_cjk_local_part_run_into_prose_is_taken_whole_with_it():
+    """Where prose in CJK runs into the address its start is unknowable: the run before the
+    `@` goes, rather than the address staying; a reserved domain stays a placeholder."""
+    assert redact("请联系张伟@qq.com获取详情")[0] == "<EMAIL>获取详情"
+    assert detect_pii("请联系张伟@example.com") == []
+
+
+def test_http_basic_credentials_are_a_key_unless_a_placeholder():
+    """`Authorization: Basic <base64 of user:password>` hands the password to whoever decodes
+    it; no rule saw it (no assignment, too short for the entropy rule)."""
+    import base64
+
+    real = base64.b64encode(b"dagny:Fjord-Kite-58").decode()
+    assert [(s.type, s.text) for s in detect_pii(f"Authorization: Basic {real}\n")] == [("KEY", real)]
+    for text in ("Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==",  # RFC 7617's example
+                 f"Basic {base64.b64encode(b'user:password').decode()}",
+                 "Basic authentication is simple", "Basic 12345678"):
+        assert detect_pii(text) == [], text
+
+
+def test_a_bearer_token_run_into_cjk_text_is_found():
+    """`\bBearer\b` found no edge between a CJK letter and the `B`: the token was kept."""
+    token = "kR8mX2qLk9Vz4Tn7Wb1Yc5Hd3"
+    for text in (f"请使用Bearer {token}认证", f"认证头Bearer {token}"):
+        assert [(s.type, s.text) for s in detect_pii(text)] == [("KEY", token)], text
+
+
+@pytest.mark.parametrize("text", ["关注@dagny_holm获取更多", "联系：@dagny_holm 谢谢", "@dagny_holm的推文"])
+def test_a_handle_run_into_cjk_text_is_found(text):
+    """The handle's edges were a space before and no `\\w` after: CJK text, which runs into
+    it without a space and whose letters are `\\w`, hid it."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == [("USERNAME", "dagny_holm")]
+
+
+@pytest.mark.parametrize("text, found", [
+    ("运行mysql -u dagny -pFjord-Kite-58 即可", [("USERNAME", "dagny"), ("PASSWORD", "Fjord-Kite-58")]),
+    ("密码password is Fjord-Kite-58", [("PASSWORD", "Fjord-Kite-58")]),
+    ("用户login is dagny.holm", [("USERNAME", "dagny.holm")]),
+    ("主页/home/dagny77/x", [("USERNAME", "dagny77")]),
+])
+def test_a_keyword_run_into_cjk_text_still_starts_its_rule(text, found):
+    """`\\b` before `mysql`, `password is`, `login is` and `(?<!\\w)` before `/home/` found
+    no edge after a CJK letter (a `\\w` too): the password or login after them was kept."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == found
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ('curl -d "username=dagny77&password=Fjord-Kite-58" https://x.no',
+     'curl -d "username=<USERNAME>&password=<PASSWORD>" https://x.no'),
+    ("https://x.no/login?password=Fjord-Kite-58&user=dagny77&next=/home",
+     "https://x.no/login?password=<PASSWORD>&user=<USERNAME>&next=/home"),
+    ("DB_PASSWORD=Tr0ub4dor&3x", "DB_PASSWORD=<PASSWORD>"),  # no field after: the password's
+])
+def test_a_query_or_form_value_ends_at_the_next_field(text, redacted):
+    """`user=dagny77&password=PW` read as one value: `dagny77&password=PW` is no username
+    (the login was kept), and a password ate the rest of its URL."""
+    assert redact(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "https://api.x.no/v1?api_key=A1b9XkQ2mZ7pLr4TnW8v&format=json",
+    "client_secret=A1b9XkQ2mZ7pLr4TnW8v&grant_type=client_credentials",
+    'url = "https://x.no/?token=A1b9XkQ2mZ7pLr4TnW8v"',
+    "u = 'https://x.no/?f=json&api_key=A1b9XkQ2mZ7pLr4TnW8v&page=2'",
+])
+def test_a_key_in_a_query_string_is_found(text):
+    """An unquoted key had to end its line or item (`,;#}]`), so one followed by the query's
+    next field (`&`) or by the quote closing its URL was kept; a quoted URL was one value of
+    its own name, which hid the query's `token=` inside it."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == [("KEY", "A1b9XkQ2mZ7pLr4TnW8v")]
+
+
+@pytest.mark.parametrize("text", [
+    "machine api.fjord.no login dagny77 password Fjord-Kite-58\n",
+    "machine api.fjord.no\n    login dagny77\n    password Fjord-Kite-58\n",
+    "default login dagny77 password Fjord-Kite-58",
+])
+def test_a_netrc_entry_is_a_login_and_password(text):
+    """A .netrc file (curl's, git's, ftp's credentials) names login and password by words, with
+    no `=` or `:`: no rule read it."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == [
+        ("USERNAME", "dagny77"), ("PASSWORD", "Fjord-Kite-58")]
+    assert detect_pii("machine learning login screen password protected") == []
+
+
+def test_a_keyed_setting_names_its_value_in_another_attribute():
+    """.NET appSettings (`<add key="DbPassword" value="PW" />`): the key names the value in
+    another attribute, which no assignment rule read, so the password was kept."""
+    text = '<add key="DbUser" value="dagny77" />\n<add key="DbPassword" value="Fjord-Kite-58" />\n'
+    assert [(s.type, s.text) for s in detect_pii(text)] == [
+        ("USERNAME", "dagny77"), ("PASSWORD", "Fjord-Kite-58")]
+    for other in ('<add key="PasswordLength" value="12"/>', '<add key="Password" value="changeme"/>'):
+        assert detect_pii(other) == [], other
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ('PASSWORD="${DB_PASS:-Fjord-Kite-58}"', 'PASSWORD="${DB_PASS:-<PASSWORD>}"'),
+    ("pw: ${DB_PASSWORD:-Fjord-Kite-58}", "pw: ${DB_PASSWORD:-<PASSWORD>}"),
+    ("user: ${DB_USER:-dagny77}", "user: ${DB_USER:-<USERNAME>}"),
+    ("password: ${DB_PASSWORD}", "password: ${DB_PASSWORD}"),  # a reference, no default
+])
+def test_a_shell_default_is_the_value_and_keeps_its_operator(text, redacted):
+    """`${NAME:-default}`: the default is the password wherever NAME is unset. Read as
+    `NAME: -default` the `-` went with it (`${DB_PASSWORD:<PASSWORD>}`, another operator), or
+    with `${` taken for a reference the value was kept."""
+    assert redact(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text, address", [
+    ("mail dagny.holm [at] fjordmail [dot] no today", "dagny.holm [at] fjordmail [dot] no"),
+    ("dagny.holm(at)fjordmail(dot)no", "dagny.holm(at)fjordmail(dot)no"),
+    ("write to ola <at> uni-fjord <dot> edu", "ola <at> uni-fjord <dot> edu"),
+    ("Send to dagny [AT] fjordmail.no", "dagny [AT] fjordmail.no"),
+])
+def test_an_address_written_to_dodge_scrapers_is_found(text, address):
+    """Mailing-list archives and homepages write `name [at] host [dot] tld`: no `@`, so no
+    rule saw a real address."""
+    assert [(s.type, s.text) for s in detect_pii(text)] == [("EMAIL", address)]
+
+
+@pytest.mark.parametrize("text", ["john [at] example [dot] com", "file (at) line (dot) col",
+                                  "dagny AT fjordmail DOT no", "arr[at] = val[dot]"])
+def test_brackets_and_words_that_only_look_like_an_address_are_not_one(text):
+    assert detect_pii(text) == []
 
 
 @pytest.mark.parametrize("text", ["über52.14.3.9", "адрес52.14.3.9", "a52.14.3.9", "x_52.14.3.9"])
@@ -402,3 +565,15 @@ def test_a_flag_belongs_to_its_own_command_not_one_earlier_on_the_line(text):
         ("USERNAME", "dagny"), ("PASSWORD", "Fjord-Kite-58")]
     for other in ("cp -p a b", "mkdir -p build/x", "git add -p src", "(cd x; python3 -u run.py)"):
         assert detect_pii(f"{text} && {other}") == detect_pii(text), other
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ("sshpass -p Xk3pq9z; ssh host", "sshpass -p <PASSWORD>; ssh host"),
+    ("mysql -u dagny -p Fjord-Kite-58;ls", "mysql -u <USERNAME> -p <PASSWORD>;ls"),
+    ("mysql -u dagny -pFjord-Kite-58; ls", "mysql -u <USERNAME> -p<PASSWORD>; ls"),
+    ("sshpass -p 'Xk3;pq9z'; ssh host", "sshpass -p '<PASSWORD>'; ssh host"),  # quoted: its own
+])
+def test_an_unquoted_flag_value_ends_where_the_shell_command_does(text, redacted):
+    """The shell ends a command at an unquoted `;`: taken into the password, it was redacted
+    with it and the script lost its separator."""
+    assert redact(text)[0] == redacted

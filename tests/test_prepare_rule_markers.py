@@ -22,10 +22,12 @@ from kiln.run_dir import write_run_metadata
 
 STAGES = {"decontaminate_normalisation": ["read", "decontaminate", "write"],
           "decontaminate_pii_forms": ["read", "pii", "decontaminate", "write"],
-          "perplexity_scored_tokens": ["read", "perplexity", "write"]}
+          "perplexity_scored_tokens": ["read", "perplexity", "write"],
+          "pii_rules": ["read", "pii", "write"]}
 NAMED = {"decontaminate_normalisation": "matched under an earlier text normalisation",
          "decontaminate_pii_forms": "built by an earlier rule for the items' redacted forms",
-         "perplexity_scored_tokens": "perplexity scores were taken by an earlier rule"}
+         "perplexity_scored_tokens": "perplexity scores were taken by an earlier rule",
+         "pii_rules": "personal data was redacted by earlier detection rules"}
 
 
 def _prepared(tmp_path, request, key: str):

@@ -182,6 +182,11 @@ class PrepareConfig:
     arxiv: ArxivOptions = field(default_factory=ArxivOptions)
 
 
+# stages that rewrite a document's text (not only drop it or tag it): counts taken before
+# one of them (M1's `m1_tokens`) no longer describe the text after it
+TEXT_EDITING_STAGES = ("latex", "quality", "pii", "gutenberg")
+
+
 @dataclass(frozen=True)
 class StageSpec:
     """Where a stage's factory lives ("module:function") and whether it reads documents in."""

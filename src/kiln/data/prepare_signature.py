@@ -49,6 +49,10 @@ def make_signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
         # only then, so other runs keep resuming)
         if decontaminate_pii_types(cfg) is not None:
             signature["decontaminate_pii_forms"] = True
+    if "pii" in cfg.stages:  # other detection rules redact other spans: never mixed
+        from kiln.data.pii.rules_version import PII_RULES, PII_RULES_KEY
+
+        signature[PII_RULES_KEY] = PII_RULES
     # the scorer scores a model's whole context (it scored one token fewer before): a
     # resume must not mix the two kinds of score under one threshold
     if "perplexity" in cfg.stages:
@@ -135,6 +139,7 @@ RULE_MARKERS = {
         "benchmark n-grams were matched under an earlier text normalisation (decontaminate)"),
     "decontaminate_pii_forms": RuleMarker(
         "decontaminate index was built by an earlier rule for the items' redacted forms (pii)"),
+    "pii_rules": RuleMarker("personal data was redacted by earlier detection rules (pii)"),
     "perplexity_scored_tokens": RuleMarker(
         "perplexity scores were taken by an earlier rule (one token fewer than a context)"),
     # a run whose prepare cut no text made the same documents under any rule

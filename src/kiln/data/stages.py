@@ -17,6 +17,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from kiln.data.prepare_config import (
     KILN_JUDGE,
+    TEXT_EDITING_STAGES,
     arms_labels,
     decontaminate_pii_types,
     period_bounds,
@@ -296,6 +297,13 @@ def brain_rot_arms_stage(ctx: StageContext) -> StagePlan:
     tokenizer = o.tokenizer
     if labels == "m2":
         _need_tokenizer("brain_rot_arms.tokenizer", tokenizer)
+    stages = ctx.cfg.stages
+    between = stages[stages.index("brain_rot_m1") + 1:stages.index("brain_rot_arms")] \
+        if labels == "m1" else []
+    if any(s in TEXT_EDITING_STAGES for s in between):
+        # `m1_tokens` counted the texts before they were rewritten (`pii`'s placeholders):
+        # the budget counts them again, as written, with M1's tokenizer
+        tokenizer = ctx.cfg.brain_rot_m1.tokenizer
 
     def barrier(make_reader, work_dir: Path):
         out = work_dir / "arms.json"

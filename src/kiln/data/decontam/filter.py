@@ -21,6 +21,7 @@ from kiln.data.decontam.ngram_index import (
     NGramIndex,
     normalize_tokens,
 )
+from kiln.data.long_documents import cut_text_of
 
 BENCHMARKS_KEY = "contamination_benchmarks"  # sorted names of the benchmarks matched
 MATCHES_KEY = "contamination_ngrams"  # n-gram positions of the doc found in any benchmark index
@@ -94,6 +95,9 @@ class DecontaminationFilter(BaseFilter):
         self.index_path = Path(index_path)
         self.mode = mode
         self._index: NGramIndex | None = None  # loaded in the worker, not pickled with the step
+        # (cut text, part number, its last n - 1 words) of the part before: an n-gram across
+        # the cut lies in neither part alone, and a leak there was missed
+        self._tail: tuple[tuple, int, list[str]] | None = None
 
     @property
     def index(self) -> NGramIndex:
@@ -103,11 +107,26 @@ class DecontaminationFilter(BaseFilter):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_index"] = None
+        state["_index"] = state["_tail"] = None
         return state
 
+    def _with_part_before(self, doc: Document) -> tuple[list[str], int]:
+        """`doc`'s words, after the last n - 1 words of the part before it where it is the
+        next part of a cut text (parts follow one another in a task); how many were put
+        before. The tail is kept for the part after."""
+        tokens = normalize_tokens(doc.text)
+        text, number = cut_text_of(doc), doc.id.rpartition("#")[2]
+        if text is None or not number.isdigit():
+            self._tail = None
+            return tokens, 0
+        tail = self._tail[2] if self._tail and self._tail[:2] == (text, int(number) - 1) else []
+        joined = tail + tokens
+        self._tail = (text, int(number), joined[max(0, len(joined) - (self.index.n - 1)):])
+        return joined, len(tail)
+
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
-        counts = self.index.match_counts(normalize_tokens(doc.text))
+        tokens, before = self._with_part_before(doc)
+        counts = self.index.match_counts(tokens, skip=before)
         doc.metadata[BENCHMARKS_KEY] = sorted(counts)
         doc.metadata[MATCHES_KEY] = sum(counts.values())
         if not counts:

@@ -306,16 +306,18 @@ class NGramIndex:
                     "words to match whole): no document can be caught for them")
         return lines
 
-    def match_counts(self, tokens: Sequence[str]) -> dict[str, int]:
+    def match_counts(self, tokens: Sequence[str], skip: int = 0) -> dict[str, int]:
         """{benchmark: number of n-gram positions of `tokens` found in its index, and of
-        windows equal to one of its short problems} (hits only)."""
+        windows equal to one of its short problems} (hits only); with `skip`, only windows
+        ending past the first `skip` tokens (the end of the part before, in a cut text)."""
         if len(self._flat) == 0:
             return {}
         whole = [hash_ngram(tokens[i : i + length])
                  for i, first in enumerate(tokens) if first in self._by_first
                  for length, last in self._by_first[first]
-                 if i + length <= len(tokens) and tokens[i + length - 1] == last]
-        doc = np.concatenate([ngram_hashes(tokens, self.n), np.array(whole, dtype=np.uint64)])
+                 if skip < i + length <= len(tokens) and tokens[i + length - 1] == last]
+        doc = np.concatenate([ngram_hashes(tokens, self.n, min_end=skip + 1),
+                              np.array(whole, dtype=np.uint64)])
         if len(doc) == 0:
             return {}
         pos = np.searchsorted(self._flat, doc)

@@ -12,7 +12,9 @@ arm's cut in a fixed order, and `ArmSelector` applies the cut while streaming.
   control; "unparsed" dropped as `arms_m2_unparsed`).
 - Targets: junk = round(r * B) tokens, control = B - junk (they add up to B exactly).
 - Order: each arm's documents sorted by `order_key` = sha256 of (seed, id, text): seeded,
-  and the same whatever `prepare.tasks` shards the input into (pool order is not).
+  and the same whatever `prepare.tasks` shards the input into (pool order is not). The
+  parts of a text cut by the reader (`part_of`) share their text's key (`arm_key`): a
+  fragment of a text in an arm without the rest of it is no sample of the pool.
 - Fill: documents are taken in that order while the arm's total is still below its target,
   so the arm stops *after* crossing it (as the paper's "until control tokens exceed"): its
   tokens are in [target, target + the last document's tokens), one document of overshoot at
@@ -21,8 +23,9 @@ arm's cut in a fixed order, and `ArmSelector` applies the cut while streaming.
 - B = 0: B = min(junk tokens, control tokens) of the pool, the largest budget *every* ratio
   can fill, so the five dose-response arms made with B = 0 from one pool share their total
   (for r = 0.5 alone, 2 * min would fit, but then the arms' totals would differ).
-- Exact duplicates (same id and text) share a key and are kept or cut together: run
-  `dedup_exact` first.
+- Documents of one key (a cut text's parts; exact duplicates, same id and text: run
+  `dedup_exact` first) are kept or cut together and counted as one step of the fill, so
+  the overshoot is at most that group's tokens.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.atomic import write_json_atomic
+from kiln.data.long_documents import cut_text_of
 
 ARMS = ("junk", "control")
 LABEL_KEYS = {"m1": "m1_class", "m2": "m2_label"}
@@ -50,6 +54,14 @@ def order_key(seed: int, doc_id: str, text: str) -> str:
     h = hashlib.sha256(f"{seed}\0{doc_id}\0".encode("utf-8", "surrogatepass"))
     h.update(text.encode("utf-8", "surrogatepass"))
     return h.hexdigest()
+
+
+def arm_key(seed: int, doc: Document) -> str:
+    """`doc`'s `order_key`; for a part of a cut text, its text's (source, `part_of`), so all
+    its parts fall on one side of the cut."""
+    text = cut_text_of(doc)
+    return order_key(seed, doc.id, doc.text) if text is None else order_key(
+        seed, f"part_of\0{text[0]}\0{text[1]}", "")
 
 
 def arm_of(doc: Document, labels: str) -> tuple[str | None, str]:
@@ -94,12 +106,18 @@ def plan_arms(items: Iterable[tuple[str, str, int]], ratio: float, budget: int) 
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     targets(ratio, budget)  # the ratio checked
-    by_arm: dict[str, list[tuple[str, int]]] = {arm: [] for arm in ARMS}
+    # {arm: {key: [tokens, documents]}}: a key's documents (a text's parts, duplicates) are
+    # kept together, so they are counted together (counted one by one, the fill stopped
+    # inside a group and the selector kept the rest unreported)
+    by_arm: dict[str, dict[str, list[int]]] = {arm: {} for arm in ARMS}
     for arm, key, tokens in items:
-        by_arm[arm].append((key, int(tokens)))
-    pool = {arm: sum(t for _, t in docs) for arm, docs in by_arm.items()}
-    has = (f"the pool has {pool['junk']:,} junk tokens ({len(by_arm['junk'])} documents) and "
-           f"{pool['control']:,} control tokens ({len(by_arm['control'])} documents)")
+        group = by_arm[arm].setdefault(key, [0, 0])
+        group[0] += int(tokens)
+        group[1] += 1
+    pool = {arm: sum(t for t, _ in groups.values()) for arm, groups in by_arm.items()}
+    docs = {arm: sum(n for _, n in groups.values()) for arm, groups in by_arm.items()}
+    has = (f"the pool has {pool['junk']:,} junk tokens ({docs['junk']} documents) and "
+           f"{pool['control']:,} control tokens ({docs['control']} documents)")
     if budget == 0 and min(pool.values()) == 0:  # "lower the budget" cannot help here
         raise ValueError(_no_default_budget(ratio, pool, has))
     if budget == 0:
@@ -113,10 +131,11 @@ def plan_arms(items: Iterable[tuple[str, str, int]], ratio: float, budget: int) 
     plan: dict = {"budget": budget, "ratio": ratio, "pool": pool}
     for arm in ARMS:
         total, taken, cutoff = 0, 0, None
-        for key, tokens in sorted(by_arm[arm]):
+        for key in sorted(by_arm[arm]):
             if total >= want[arm]:
                 break
-            total, taken, cutoff = total + tokens, taken + 1, key
+            tokens, n = by_arm[arm][key]
+            total, taken, cutoff = total + tokens, taken + n, key
         plan[arm] = {"target": want[arm], "tokens": total, "docs": taken, "cutoff": cutoff}
     return plan
 
@@ -148,7 +167,7 @@ class ArmSelector(BaseFilter):
         if arm is None:
             return False, reason
         cutoff = self._plan[arm]["cutoff"]
-        if cutoff is None or order_key(self.seed, doc.id, doc.text) > cutoff:
+        if cutoff is None or arm_key(self.seed, doc) > cutoff:
             return False, f"arms_{arm}_over_budget"
         doc.metadata["brain_rot_arm"] = arm
         return True
@@ -157,8 +176,9 @@ class ArmSelector(BaseFilter):
 class ArmPlanner(PipelineStep):
     """One task over every labelled document: each Brain Rot arm's cut -> a JSON file.
 
-    Token counts: M1's `m1_tokens` (its tokenizer, special tokens included, as the paper), or
-    for M2 labels the count of `tokenizer` (a local tokenizer.json) in the same way.
+    Token counts: those of `tokenizer` (a local tokenizer.json, special tokens included, as
+    the paper): for M2 labels, and for M1's where a stage since M1 rewrote the texts; else
+    M1's own `m1_tokens` (the same count of the same text).
     """
 
     type = "📊 - SCORER"
@@ -176,14 +196,14 @@ class ArmPlanner(PipelineStep):
 
         if world_size != 1:
             raise ValueError("the Brain Rot arms plan needs every document: run with tasks=1")
-        length = TokenizerLength(self.tokenizer) if self.labels == "m2" else None
+        length = TokenizerLength(self.tokenizer) if self.tokenizer else None
 
         def items():
             for doc in data or ():
                 arm, _ = arm_of(doc, self.labels)
                 if arm is not None:
                     tokens = length(doc.text) if length else doc.metadata["m1_tokens"]
-                    yield arm, order_key(self.seed, doc.id, doc.text), tokens
+                    yield arm, arm_key(self.seed, doc), tokens
 
         try:
             plan = plan_arms(items(), self.ratio, self.budget)

@@ -203,9 +203,32 @@ class PerplexityThresholds(PipelineStep):
 
                 raise RunDataError(f"prepare.perplexity.{next(iter(how))}: {e}") from None
             found = {"threshold": sel.threshold}
+        self._refuse_keeping_none(scores, sel)
         write_json_atomic(self.out, {"mode": self.mode, "scores": len(scores), **found})
         return
         yield  # a generator that yields nothing: the documents stay in the intermediate folder
+
+
+    def _refuse_keeping_none(self, scores: list[float], sel: PerplexitySelector) -> None:
+        """A selection that keeps no scored document, refused here, after scoring: it went on
+        through every later stage and ended in "no documents" naming no setting (a fraction
+        of 0.01 of 50 documents keeps floor(0.5) = 0)."""
+        from kiln.errors import RunDataError
+
+        arr = np.asarray(scores, dtype=np.float64)
+        kept = ((arr >= sel.low) & (arr <= sel.high) if self.mode == "drop_extremes" else
+                arr >= sel.threshold if self.mode == "top_fraction" else arr <= sel.threshold)
+        if kept.any():
+            return
+        n = len(scores)
+        if self.mode == "drop_extremes":
+            raise RunDataError(
+                f"prepare.perplexity.low_q / high_q: the band [{sel.low:.4g}, {sel.high:.4g}] "
+                f"holds none of the {n} scored documents: widen it")
+        raise RunDataError(
+            f"prepare.perplexity.fraction: {self.fraction} of the {n} scored documents keeps "
+            f"none (floor({self.fraction} x {n}) = 0): give at least 1/{n} of them, or set "
+            "prepare.perplexity.count")
 
 
 class StoredThresholdSelector(BaseFilter):

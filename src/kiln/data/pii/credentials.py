@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from functools import lru_cache
 
+from kiln.data.pii.network import CJK_LETTERS
 from kiln.data.pii.spans import Span
 
 NON_VALUES = frozenset(
@@ -77,30 +78,53 @@ PASSWORD_ASSIGN = _assignments(PASSWORD_KEY)
 USER_ASSIGN = _assignments(USER_KEY)
 XML_VALUE = re.compile(rf"<(?P<tag>{PASSWORD_KEY}|{USER_KEY})>(?P<v>[^<\s]+)</(?P=tag)>",
                        re.IGNORECASE)
+# a .netrc entry (`machine api.x.no login dagny password PW`, on one line or several): a
+# line's first word `machine` or `default`, so prose ("machine learning login ...") is not
+NETRC_ENTRY = re.compile(r"^[ \t]*(?:machine[ \t]+(?P<host>\S+)|default)(?P<body>(?:\s+(?:login|password|account|port)"
+                         r"[ \t]+\S+){1,4})", re.MULTILINE)
+NETRC_FIELD = re.compile(r"(?P<field>login|password)[ \t]+(?P<v>\S+)")
+# .NET appSettings and the like: `<add key="DbPassword" value="PW" />` (the key names the
+# value, in another attribute)
+KEYED_SETTING = re.compile(r"<add\s+key\s*=\s*([\"'])(?P<key>[\w.:-]{1,80})\1\s+value\s*=\s*"
+                           r"([\"'])(?P<v>[^\"'<>\n]+)\3", re.IGNORECASE)
+PASSWORD_NAME_END = re.compile(r"(?:password|passwd|pwd|passphrase)$", re.IGNORECASE)
+USER_NAME_END = re.compile(r"(?:user|username|userid|user_?id|login)$", re.IGNORECASE)
+# a shell or compose default: `${DB_PASSWORD:-PW}` is PW wherever the variable is unset (the
+# assignment rules take `${` for a reference and read no further)
+SHELL_DEFAULT = re.compile(r"\$\{(?P<key>[A-Za-z_][A-Za-z0-9_]{0,80}):?[-=](?P<v>[^}\s\"'$]+)\}")
 SSH_CONFIG_USER = re.compile(r"^[ \t]*User[ \t]+(?P<user>\S+)[ \t]*$", re.MULTILINE)
+# A keyword's start: not after an ASCII letter, digit or `_`. Not `\b`: CJK text runs into
+# the word ("运行mysql -pPW", "主页/home/dagny"), and its letters are `\w`, so `\b` found no edge
+ASCII_START = r"(?<![A-Za-z0-9_])"
 # Prose: "your login is dagny.holm", "the temporary password is Fjord-Kite-58".
-PROSE_USER = re.compile(r"(?i:\b(?:login|username|user name|user id))[ \t]+is[ \t]+"
+PROSE_USER = re.compile(rf"{ASCII_START}(?i:login|username|user name|user id)[ \t]+is[ \t]+"
                         r"(?P<user>[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])")
-PROSE_PASSWORD = re.compile(r"(?i:\b(?:password|passphrase|passcode))[ \t]+is[ \t]+[\"'`]?"
+PROSE_PASSWORD = re.compile(rf"{ASCII_START}(?i:password|passphrase|passcode)[ \t]+is[ \t]+[\"'`]?"
                             r"(?P<pw>[^\s\"'`]*[^\s\"'`.,;)])")
+# an unquoted value ends at `;`: the shell ends the command there (`-p Tr0ub4dor; ls`), and
+# taken into the value the `;` was redacted with it
 CLI_FLAG = re.compile(
     r"(?<=\s)(?P<flag>--?(?:password|passwd|pass|p|user|username|u|login))(?:[ =])"
-    r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-][^\s\"']*))")
+    r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s\"';]*))")
 # within the one command (up to `;`, `&`, `|`): to the line's end, each `mysql` with no inline
 # `-pPW` scanned the rest of its line, O(len^2) on a one-line script
 MYSQL_INLINE_PASSWORD = re.compile(
-    r"\bmysql(?:dump|admin)?\b[^\n;&|]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"'-]\S*))")
+    rf"{ASCII_START}mysql(?:dump|admin)?(?![A-Za-z0-9_])[^\n;&|]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s;]*))")
 URL_CREDENTIALS = re.compile(
     r"[A-Za-z][A-Za-z0-9+.-]{0,31}://(?P<user>[A-Za-z0-9._~%!$&*+-]+)(?::(?P<pw>[^\s@/:]+))?@"
     r"(?=[A-Za-z0-9\[])")
 SSH_TARGET = re.compile(
-    r"\b(?:ssh|scp|rsync|sftp|mosh)\b[^\n@]*?(?<![\w.-])(?P<user>[a-z_][a-z0-9_.-]{1,31})@"
+    rf"{ASCII_START}(?:ssh|scp|rsync|sftp|mosh)(?![A-Za-z0-9_])[^\n@]*?(?<![\w.-])(?P<user>[a-z_][a-z0-9_.-]{{1,31}})@"
     r"(?=[A-Za-z0-9\[])")
 HOME_DIR = re.compile(
-    r"(?:(?<![\w.])/home/|(?<![\w.])/Users/|[A-Za-z]:\\{1,2}Users\\{1,2}|(?<![\w.])/u/)"
+    r"(?:(?<![A-Za-z0-9_.])/home/|(?<![A-Za-z0-9_.])/Users/|[A-Za-z]:\\{1,2}Users\\{1,2}|(?<![A-Za-z0-9_.])/u/)"
     r"(?P<user>[A-Za-z0-9_][A-Za-z0-9._-]{0,31})(?=[/\\\s\"':]|$)", re.MULTILINE)
-HANDLE = re.compile(r"(?:(?<=[\s(\[,])|^)@(?P<user>[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,38}[A-Za-z0-9])?)"
-                    r"(?![\w@/(-]|\.\w)",
+# CJK text runs into a handle without a space ("关注@dagny_holm获取更多"): its letters and
+# punctuation are edges too, where `\w` (which CJK letters are) found none
+_CJK_EDGE = f"{CJK_LETTERS}\u3000-\u303f\uff01-\uff65"
+HANDLE = re.compile(f"(?:(?<=[\\s(\\[,{_CJK_EDGE}])|^)"
+                    r"@(?P<user>[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,38}[A-Za-z0-9])?)"
+                    f"(?![^\\W{_CJK_EDGE}]|[@/(-]|\\.\\w)",
                     re.MULTILINE)
 # `@`-words that are decorators, doc tags, CSS at-rules or bots rather than people.
 AT_KEYWORDS = frozenset(
@@ -142,10 +166,18 @@ JAVA_ANNOTATIONS = frozenset(
     "Provides Module Documented Retention Target Inherited".split())
 
 
+# the next field of a query or form string: `password=PW&user=dagny` ends the value at `&`
+# (taken whole, `dagny77&password=PW` was no username and kept; a password ate the URL's rest)
+NEXT_FIELD = re.compile(r"&(?=[A-Za-z_][\w.-]*=)")
+
+
 def _value(m: re.Match[str], group_q: str = "qv", group_v: str = "v") -> tuple[str, int, int] | None:
     for g in (group_q, group_v):
         if m.group(g):
-            return m.group(g), m.start(g), m.end(g)
+            value = m.group(g)
+            if g == group_v and (field := NEXT_FIELD.search(value)):
+                value = value[:field.start()]
+            return (value, m.start(g), m.start(g) + len(value)) if value else None
     return None
 
 
@@ -253,6 +285,24 @@ def _other_meaning(text: str, flag_at: int, flag: str) -> bool:
     return pattern is not None and pattern.search(_command_line(text, flag_at)) is not None
 
 
+def _in_shell_default(text: str, m: re.Match[str]) -> bool:
+    """An assignment match that is the variable of `${NAME:-default}` (SHELL_DEFAULT's: read
+    as `NAME: -default`, the value took the `-` of the operator with it)."""
+    return text[max(0, m.start() - 2):m.start()] == "${"
+
+
+def _netrc_fields(text: str) -> Iterator[tuple[str, str, int]]:
+    """(login or password, its value, where the value starts) of each .netrc entry whose
+    host has a dot or whose password a digit or symbol: "machine learning login screen
+    password protected" is prose."""
+    for entry in NETRC_ENTRY.finditer(text):
+        fields = [(m.group("field"), m.group("v"), m.start("v"))
+                  for m in NETRC_FIELD.finditer(text, entry.start("body"), entry.end("body"))]
+        if "." in (entry.group("host") or "") or any(
+                field == "password" and re.search(r"[\d\W]", value) for field, value, _ in fields):
+            yield from fields
+
+
 def find_passwords(text: str) -> Iterator[Span]:
     for pattern in (PASSWORD_ASSIGN, XML_VALUE):
         for m in pattern.finditer(text):
@@ -265,7 +315,8 @@ def find_passwords(text: str) -> Iterator[Span]:
             quoted = pattern is PASSWORD_ASSIGN and bool(m.group("qv"))
             if not quoted and text[e:e + 1] in ("(", "[", "."):
                 continue  # `bcrypt.hashpw(...)`: a call, not a literal
-            if pattern is PASSWORD_ASSIGN and _code_not_literal(m, text, value, e, quoted):
+            if pattern is PASSWORD_ASSIGN and (_code_not_literal(m, text, value, e, quoted)
+                                               or _in_shell_default(text, m)):
                 continue
             if (len(value) < 3 or _is_reference(value, quoted) or _placeholder_password(value)
                     or _looks_like_code_reference(value, m.group(0), quoted)):
@@ -280,6 +331,20 @@ def find_passwords(text: str) -> Iterator[Span]:
                     and len(got[0]) >= 3 and not re.fullmatch(r"[\d:.]+", got[0]) \
                     and got[0].lower() not in FLAG_PROSE:
                 yield Span("PASSWORD", got[1], got[2], got[0])
+    for m in SHELL_DEFAULT.finditer(text):
+        value = m.group("v")
+        if re.fullmatch(PASSWORD_KEY, m.group("key"), re.IGNORECASE) and len(value) >= 3 \
+                and not _placeholder_password(value):
+            yield Span("PASSWORD", m.start("v"), m.end("v"), value)
+    for m in KEYED_SETTING.finditer(text):
+        value = m.group("v")
+        if PASSWORD_NAME_END.search(m.group("key")) and len(value) >= 3 \
+                and not _is_reference(value, True) and not _placeholder_password(value):
+            yield Span("PASSWORD", m.start("v"), m.end("v"), value)
+    for field, value, start in _netrc_fields(text):
+        if field == "password" and len(value) >= 3 and not _is_reference(value, True) \
+                and not _placeholder_password(value):
+            yield Span("PASSWORD", start, start + len(value), value)
     for m in MYSQL_INLINE_PASSWORD.finditer(text):
         got = _value(m)
         if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]):
@@ -326,7 +391,7 @@ def find_usernames(text: str) -> Iterator[Span]:
         quoted = bool(m.group("qv"))
         if not quoted and text[e:e + 1] in ("(", "[", "."):
             continue
-        if _code_not_literal(m, text, value, e, quoted):
+        if _code_not_literal(m, text, value, e, quoted) or _in_shell_default(text, m):
             continue
         if _is_reference(value, quoted) or _looks_like_code_reference(value, "", quoted):
             continue
@@ -344,6 +409,16 @@ def find_usernames(text: str) -> Iterator[Span]:
             got = _value(m)
             if got and _username_ok(got[0]) and not _is_reference(got[0], True):
                 yield Span("USERNAME", got[1], got[2], got[0])
+    for m in SHELL_DEFAULT.finditer(text):
+        if re.fullmatch(USER_KEY, m.group("key"), re.IGNORECASE) and _username_ok(m.group("v")):
+            yield Span("USERNAME", m.start("v"), m.end("v"), m.group("v"))
+    for m in KEYED_SETTING.finditer(text):
+        if USER_NAME_END.search(m.group("key")) and _username_ok(m.group("v")) \
+                and not _is_reference(m.group("v"), True):
+            yield Span("USERNAME", m.start("v"), m.end("v"), m.group("v"))
+    for field, value, start in _netrc_fields(text):
+        if field == "login" and _username_ok(value) and not _is_reference(value, True):
+            yield Span("USERNAME", start, start + len(value), value)
     for m in PROSE_USER.finditer(text):
         user = m.group("user")
         if re.search(r"[._\d]", user) and _username_ok(user):

@@ -81,6 +81,22 @@ GROUPED_EMAILS = re.compile(
     r"\s*\$?\\?\}\$?\s*@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b")
 
 
+# an address written to dodge scrapers, as mailing-list archives and homepages do:
+# `dagny.holm [at] fjordmail [dot] no`, `dagny(at)fjordmail(dot)no` (brackets required: a
+# bare "at" and "dot" are words of prose)
+_OPEN, _CLOSE = r"[ \t]*[\[({<][ \t]*", r"[ \t]*[\])}>][ \t]*"
+OBFUSCATED_EMAIL = re.compile(
+    rf"(?<![{ADDRESS_LETTERS}._%+-])(?P<local>[{ADDRESS_LETTERS}][{ADDRESS_LETTERS}._%+-]{{0,63}})"
+    rf"{_OPEN}at{_CLOSE}(?P<domain>[{ADDRESS_LETTERS}][{ADDRESS_LETTERS}-]{{0,62}}"
+    rf"(?:(?:{_OPEN}dot{_CLOSE}|\.)[{ADDRESS_LETTERS}][{ADDRESS_LETTERS}-]{{0,62}}){{1,4}})"
+    rf"(?![{ADDRESS_LETTERS}])", re.IGNORECASE)
+
+
+# an obfuscated address's top-level domain: a country's, or one of these ("file (at) line
+# (dot) col" is prose)
+GENERIC_TLDS = frozenset("com org net edu gov mil int info biz name pro io ai dev app me".split())
+
+
 def _personal_domain(domain: str) -> bool:
     """Not a file name, a reserved or documentation domain."""
     tld = domain.rsplit(".", 1)[-1].lower()
@@ -105,6 +121,31 @@ def _email_candidates(text: str) -> Iterator[re.Match]:
         pos = m.end() if m is not None and m.end() > at else at + 1
         if m is not None:
             yield m
+
+
+# RFC 6531 lets a local part be any UTF-8 (`张伟@qq.com`), and one in CJK, kana or Hangul
+# was missed whole: no ADDRESS_LETTERS before the `@`. Prose in these scripts runs into it
+# without a space, so where it starts is unknowable: the run of them before the `@` is
+# taken, at most RFC 5321's 64 octets (21 three-byte characters); "联系张伟@qq.com" loses
+# its "联系" (contact) to the placeholder rather than leak the address.
+CJK_LETTERS = "\u3041-\u3096\u30a1-\u30fa\u30fc\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+CJK_LOCAL_EMAIL = re.compile(
+    f"[{CJK_LETTERS}]{{1,21}}@(?P<domain>(?:[{ADDRESS_LETTERS}](?:[{ADDRESS_LETTERS}-]*[{ADDRESS_LETTERS}])?\\.)+"
+    f"[{ADDRESS_LETTERS}](?:[{ADDRESS_LETTERS}-]*[{ADDRESS_LETTERS}])?)")
+
+_CJK_LETTER = re.compile(f"[{CJK_LETTERS}]")
+
+
+def _cjk_local_emails(text: str) -> Iterator[re.Match]:
+    """CJK_LOCAL_EMAIL's matches, searched at each `@` right after such a letter."""
+    pos = taken = 0
+    while (at := text.find("@", pos)) >= 0:
+        pos = at + 1
+        if at > 0 and _CJK_LETTER.match(text, at - 1):
+            m = CJK_LOCAL_EMAIL.search(text, max(taken, at - 21), at + EMAIL_REACH[1])
+            if m is not None and m.end("domain") > at:
+                pos = taken = m.end()
+                yield m
 
 
 def _in_url_authority(text: str, start: int) -> bool:
@@ -142,6 +183,15 @@ def find_emails(text: str) -> Iterator[Span]:
         if local.lower() in PLACEHOLDER_LOCALS and dom.split(".")[0] in {"domain", "email", "mail"}:
             continue
         yield Span("EMAIL", start, end, text[start:end])
+    for m in OBFUSCATED_EMAIL.finditer(text):
+        domain = re.sub(rf"{_OPEN}dot{_CLOSE}", ".", m.group("domain"), flags=re.IGNORECASE)
+        tld = domain.rsplit(".", 1)[-1].lower()
+        if (len(tld) == 2 or tld in GENERIC_TLDS) and _personal_domain(domain) \
+                and m.group("local").lower() not in SERVICE_LOCALS:
+            yield Span("EMAIL", m.start(), m.end(), m.group(0))
+    for m in _cjk_local_emails(text):
+        if _personal_domain(m.group("domain")):
+            yield Span("EMAIL", m.start(), m.end(), m.group(0))
 
 
 # Software whose name right before a dotted quad makes it a version ("Python 3.11.4.1").

@@ -11,6 +11,8 @@ are not real keys — the paper's "realness" criterion.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import re
 from collections import Counter
@@ -43,12 +45,14 @@ NON_SECRET_NAME_PARTS = frozenset(
     "public pub id name names path file dir url uri type types count size len length field "
     "header prefix format kind algorithm algo version max min limit cache sort primary foreign "
     "index tokens tokenizer lookup hash checksum sha digest integrity etag nonce".split())
+# an unquoted value ends a line, an item or a query / form field (`?api_key=V&format=json`,
+# `"https://x?token=V"`: these were kept)
 _ASSIGN = re.compile(
     # one try per run of name characters: a name always extends to the run's end, so every
     # start inside a run matches or fails alike (trying each start was O(len^2)); the
     # groups used (name, qv, v) are the same as with a start at every position
     r"(?<![A-Za-z0-9_.\-])[0-9.\-]*(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?\s*(?::=|=>|=|:)\s*"
-    r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\s]{12,})(?P=q)|(?P<v>[A-Za-z0-9+/=_\-.~]{16,})(?=\s*(?:$|[,;#}\]])))",
+    r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\s]{12,})(?P=q)|(?P<v>[A-Za-z0-9+/=_\-.~]{16,})(?=\s*(?:$|[,;#}\]])|&|[\"'`]))",
     re.MULTILINE)
 PLACEHOLDER_WORDS = re.compile(
     r"example|your|here|xxxx|dummy|sample|placeholder|insert|changeme|redacted|<|>|\*\*\*|\$\{|"
@@ -58,8 +62,14 @@ KNOWN_EXAMPLE_SECRETS = frozenset({
     "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0"
     "IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "QWxhZGRpbjpvcGVuIHNlc2FtZQ==",  # RFC 7617's Aladdin:open sesame
 })
-BEARER = re.compile(r"\bBearer\b[\s\"'`+]*(?P<v>[A-Za-z0-9+/=_\-.~]{16,})")
+# ASCII edges, not `\b`: CJK text runs into the word ("请使用Bearer kR8m…认证"), and a
+# Unicode `\b` found no edge between two letters there, so the token was kept
+BEARER = re.compile(r"(?<![A-Za-z0-9_])Bearer(?![A-Za-z0-9_])[\s\"'`+]*(?P<v>[A-Za-z0-9+/=_\-.~]{16,})")
+# HTTP Basic credentials (RFC 7617): base64 of `user:password`, decoded by anyone who reads
+# them. Too short for the entropy rule and no assignment, so they were kept whole.
+BASIC_AUTH = re.compile(r"(?<![A-Za-z0-9_])Basic[ \t]+(?P<v>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
@@ -113,6 +123,15 @@ def _code_name(value: str, name: str) -> bool:
     return parts[-1] == name.rsplit(".", 1)[-1] or re.fullmatch(r"[a-z_][a-z0-9_]*", parts[0]) is not None
 
 
+def _assignments(text: str) -> Iterator[re.Match]:
+    """_ASSIGN's matches, and those inside a quoted value of another name: the URL of
+    `url = "https://x.no/?token=V"` is one value, which hid the query's `token=V`."""
+    for m in _ASSIGN.finditer(text):
+        yield m
+        if m.group("qv") and not is_secret_name(m.group("name")):
+            yield from _ASSIGN.finditer(text, m.start("qv"), m.end("qv"))
+
+
 def find_keys(text: str) -> Iterator[Span]:
     for pattern in KNOWN_KEY_FORMATS.values():
         for m in pattern.finditer(text):
@@ -122,7 +141,7 @@ def find_keys(text: str) -> Iterator[Span]:
             if value.startswith("-----BEGIN") and len(re.sub(r"[^A-Za-z0-9+/]", "", value)) < 120:
                 continue  # truncated `…` block in docs, not a key
             yield Span("KEY", m.start(), m.end(), value)
-    for m in _ASSIGN.finditer(text):
+    for m in _assignments(text):
         group = "qv" if m.group("qv") else "v"
         value = m.group(group)
         if not is_secret_name(m.group("name")) or is_placeholder_secret(value):
@@ -131,7 +150,27 @@ def find_keys(text: str) -> Iterator[Span]:
             continue  # `RegOpenKeyEx = win32api.RegOpenKeyEx`: an alias, not a key
         if _UUID.fullmatch(value) or looks_random(value):
             yield Span("KEY", m.start(group), m.end(group), value)
+    for m in BASIC_AUTH.finditer(text):
+        if _basic_credentials(m.group("v")):
+            yield Span("KEY", m.start("v"), m.end("v"), m.group("v"))
     for m in BEARER.finditer(text):
         value = m.group("v")
         if not is_placeholder_secret(value) and looks_random(value):
             yield Span("KEY", m.start("v"), m.end("v"), value)
+
+
+def _basic_credentials(value: str) -> bool:
+    """`value` decodes to a `user:password` of printable text whose password is a real one
+    (not `password`, `changeme`, nor RFC 7617's own example)."""
+    from kiln.data.pii.credentials import PLACEHOLDER_PASSWORDS
+
+    if value in KNOWN_EXAMPLE_SECRETS:
+        return False
+    try:
+        decoded = base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    user, colon, password = decoded.partition(":")
+    return (bool(colon) and bool(user) and len(password) >= 3 and decoded.isprintable()
+            and password.lower() not in PLACEHOLDER_PASSWORDS
+            and not is_placeholder_secret(password))

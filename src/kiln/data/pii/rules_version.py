@@ -1,0 +1,10 @@
+"""The version of the PII detection rules, recorded in a prepare's signature (RULE_MARKERS).
+
+A changed rule redacts other spans: a prepare resumed across the change would mix documents
+redacted by both rule sets, and a finished one would no longer be what this Kiln makes. Bump
+PII_RULES with any change to what `redact` replaces; tests/test_pii_rules_version.py pins the
+redactions of the labelled corpus to it, so a change that forgets fails there.
+"""
+
+PII_RULES_KEY = "pii_rules"  # its key in the prepare signature
+PII_RULES = "2026-12-07"  # JSON lists, CJK edges, `-p PW;`, query fields, Basic auth, .netrc, ${X:-PW}, [at]
