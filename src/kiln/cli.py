@@ -312,6 +312,7 @@ def _main(argv: list[str] | None) -> int:
             record_config(cfg)  # only after success: a failed command leaves the run's as it was
     except ConfigError as e:
         _ending_with_the_others(e)
+        _tell_the_waiting(args.verb, e)
         # a recipe or --set refused (while loading, or checked before any work) is refused
         # alike by every rank of a node: said once per node (a node whose recipe differs
         # still says why it stopped)
@@ -338,10 +339,7 @@ def _main(argv: list[str] | None) -> int:
         _ending_with_the_others(e)
         if _said_here(e):
             print(f"kiln: {_advice_for(args.verb, e)}", file=sys.stderr)
-        if args.verb in _MEETING_VERBS and not met_alike_on_every_rank(e):
-            from kiln.parallel.rank_meeting import tell_the_waiting
-
-            tell_the_waiting(e)  # rank 0 refused before the ranks met (the training lock)
+        _tell_the_waiting(args.verb, e)
         return 1
     except KeyboardInterrupt as e:
         stop_under_way()  # torchrun's SIGTERM once another rank exits must not cut this short
@@ -428,6 +426,16 @@ def _ending_with_the_others(e: BaseException) -> None:
 
     if met_alike_on_every_rank(e) and launched_ranks() > 1:
         stop_under_way()
+
+
+def _tell_the_waiting(verb: str, e: BaseException) -> None:
+    """A rank of a hand launch refused before the ranks met (a check of the settings or the
+    run, the training lock), alike or on it alone: the ranks waiting to meet it hear why
+    now, where they waited for it the group's half hour."""
+    if verb in _MEETING_VERBS:
+        from kiln.parallel.rank_meeting import tell_the_waiting
+
+        tell_the_waiting(e)
 
 
 def _said_here(e: BaseException) -> bool:
