@@ -119,3 +119,22 @@ def test_ranks_holding_different_copies_of_the_checkpoint_are_refused(tiny_run, 
         assert "rank 0 holds one, rank 1 another" in msg, said
     same = run_function_on_ranks(_eval_on_own_dir, 2, args=([other, other],), timeout=120)
     assert same == ["scored", "scored"]
+
+
+def test_a_damaged_shard_on_one_ranks_copy_is_said_by_every_rank(tiny_run, tmp_path):
+    """One node's own copy of the val shard damaged: every rank stops naming the rank and
+    the shard, where the others met a lost rank in their first collective (or, on a slow
+    disk, waited deaf to SIGTERM while it hashed)."""
+    import shutil
+
+    Trainer(tiny_config(tiny_run, "train.steps=3", "train.checkpoint_every=3")).fit()
+    other = tmp_path / "node1"
+    shutil.copytree(tiny_run, other)
+    shard = other / "tokens" / "val_00000.bin"
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 1
+    shard.write_bytes(bytes(data))
+    said = run_function_on_ranks(_eval_on_own_dir, 2, args=([tiny_run, other],), timeout=120)
+    for msg in said:
+        assert msg.startswith("RunDataError: rank 1 could not evaluate: "), said
+        assert f"{shard} is not the shard `kiln tokenize` wrote" in msg, said

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kiln.config import Config, flat_settings, recorded_config
 from kiln.errors import CheckpointError, KilnError, RunDataError, alike_on_every_rank
@@ -80,6 +80,7 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     import torch
 
     from kiln.atomic import write_json_atomic
+    from kiln.data.loader import TokenStream
     from kiln.data.shards import load_index
     from kiln.eval import eval_file, perplexity_text
     from kiln.eval.concentration import concentration_text
@@ -97,10 +98,17 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
         agreed = _rank_zeros_checkpoint(cfg, env)
         # every rank reads the same checkpoint, but one may fail alone (a trainer pruning it
         # meanwhile, a node's own copy): agreed, so rank 0 says why where a failed rank past
-        # the first of its node said nothing and the others met a lost rank
+        # the first of its node said nothing and the others met a lost rank. The split's
+        # shards are hashed here too (minutes on a copy not checked yet; `evaluate` opens
+        # them again without): a rank done first waited in a blocking collective, deaf to
+        # SIGTERM, and a node's damaged copy was a lost rank to the others
+        def load() -> tuple[Any, Path]:
+            found = load_trained_model(cfg, agreed)
+            TokenStream(cfg.run_dir / "tokens", cfg.eval.split)
+            return found
+
         with alike_on_every_rank():
-            model, ckpt = run_on_every_rank(env, lambda: load_trained_model(cfg, agreed),
-                                            _load_told, CheckpointError)
+            model, ckpt = run_on_every_rank(env, load, _load_told, CheckpointError)
         _refuse_other_copies(cfg, env, ckpt)
         precision = resolve_precision(cfg.train.precision, device)
         model.to(device)
