@@ -312,6 +312,7 @@ def _main(argv: list[str] | None) -> int:
             record_config(cfg)  # only after success: a failed command leaves the run's as it was
     except ConfigError as e:
         _ending_with_the_others(e)
+        _tell_the_waiting(args.verb, e)
         # a recipe or --set refused (while loading, or checked before any work) is refused
         # alike by every rank of a node: said once per node (a node whose recipe differs
         # still says why it stopped)
@@ -338,10 +339,7 @@ def _main(argv: list[str] | None) -> int:
         _ending_with_the_others(e)
         if _said_here(e):
             print(f"kiln: {_advice_for(args.verb, e)}", file=sys.stderr)
-        if args.verb in _MEETING_VERBS and not met_alike_on_every_rank(e):
-            from kiln.parallel.rank_meeting import tell_the_waiting
-
-            tell_the_waiting(e)  # rank 0 refused before the ranks met (the training lock)
+        _tell_the_waiting(args.verb, e)
         return 1
     except KeyboardInterrupt as e:
         stop_under_way()  # torchrun's SIGTERM once another rank exits must not cut this short
@@ -362,14 +360,19 @@ def _main(argv: list[str] | None) -> int:
         return getattr(e, "exit_code", 130)
     except RuntimeError as e:
         if out_of_memory(e):  # activations: the check before training counts only the state
-            print(f"{out_of_memory_line(args.verb, e)}; {_KEPT}", file=sys.stderr)
+            said = _out_of_memory_said(args.verb, e)
+            if said is not None:
+                print(f"{said}; {_KEPT}", file=sys.stderr)
             return 1
         if not lost_a_rank(e):
             raise
-        from kiln.parallel.rank_stops import lost_rank_said, stopped_ranks
+        from kiln.parallel.rank_stops import RAN_OUT, lost_rank_said, stopped_ranks
 
         after = _after_interrupt(args.verb, cfg)
-        if stopped := stopped_ranks():  # a signal to those ranks alone: not a crash
+        if (stopped := stopped_ranks()) and \
+                all(how.startswith(RAN_OUT) for how in stopped.values()):
+            return 1  # the lowest rank that ran out says it, for every rank
+        if stopped:  # a signal to those ranks alone: not a crash
             who = "; ".join(f"rank {r} {how}" for r, how in sorted(stopped.items()))
             print(f"kiln: {args.verb} stopped: {who} (a signal to it alone) while this rank "
                   f"went on, and this launch cannot go on without it; {after}",
@@ -428,6 +431,37 @@ def _ending_with_the_others(e: BaseException) -> None:
 
     if met_alike_on_every_rank(e) and launched_ranks() > 1:
         stop_under_way()
+
+
+def _out_of_memory_said(verb: str, e: BaseException) -> str | None:
+    """The out-of-memory line, said once for the ranks of a launch that ran out (each left
+    word of it: `rank_stops`), naming them: by the lowest of them; None on the others. (Every
+    rank said the same line; the ranks that met one of them gone said it was lost.)"""
+    from kiln.parallel.distributed import launched_ranks
+
+    line = out_of_memory_line(verb, e)
+    if launched_ranks() <= 1:
+        return line
+    import os
+
+    from kiln.parallel.rank_stops import ran_out_too
+
+    rank = int(os.environ.get("RANK", "0"))
+    ranks = sorted([rank, *ran_out_too()])
+    if ranks[0] != rank:
+        return None
+    named = f"rank {rank}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+    return line.replace(": out of memory (", f": {named} ran out of memory (", 1)
+
+
+def _tell_the_waiting(verb: str, e: BaseException) -> None:
+    """A rank of a hand launch refused before the ranks met (a check of the settings or the
+    run, the training lock), alike or on it alone: the ranks waiting to meet it hear why
+    now, where they waited for it the group's half hour."""
+    if verb in _MEETING_VERBS:
+        from kiln.parallel.rank_meeting import tell_the_waiting
+
+        tell_the_waiting(e)
 
 
 def _said_here(e: BaseException) -> bool:

@@ -52,3 +52,51 @@ def test_fsdp_two_ranks_resume_as_they_ran_straight(tiny_run, tmp_path):
     assert len(_losses(on_one)) == 12
     for a, b in zip(_losses(on_one)[-6:], straight[6:], strict=True):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-5)
+
+
+def _resumed_optimizer(rank: int, world_size: int, run_dir) -> tuple[list[str], bool | None]:
+    """A 2-rank FSDP2 resume: the files this rank read with torch.load, and (rank 0) whether
+    the optimizer state the ranks hold, gathered whole, is the checkpoint's, bitwise."""
+    import torch
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    from kiln.train.checkpoint_weights import FULL_ON_CPU
+
+    read, loaded = [], torch.load
+
+    def load(f, *args, **kwargs):
+        read.append(getattr(f, "name", str(f)))
+        return loaded(f, *args, **kwargs)
+
+    torch.load = load
+    trainer = Trainer(tiny_config(run_dir, "train.parallel=fsdp"))
+    torch.load = loaded
+    held = get_optimizer_state_dict(trainer.model, trainer.optimizer, options=FULL_ON_CPU)
+    if rank != 0:
+        return read, None
+    saved = torch.load(trainer._resumed_from / "optimizer.pt", weights_only=True)
+
+    def same(a, b) -> bool:
+        if torch.is_tensor(a):
+            return torch.is_tensor(b) and a.dtype == b.dtype and torch.equal(a, b)
+        if isinstance(a, dict):
+            return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, (list, tuple)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a == b
+
+    return read, same(saved["state"], held["state"])
+
+
+def test_a_resume_reads_the_optimizer_state_on_rank_zero_alone(tiny_run):
+    """Every rank read the whole optimizer.pt (two fp32 moments per weight) before keeping
+    its shard: a node's host memory held it once per rank (a 25M-parameter model: +400 MiB
+    per rank in the load, +158 MiB on rank 1 now). Rank 0 reads it and sends each rank its
+    part; the state the ranks hold is the checkpoint's, bitwise (here one process's
+    checkpoint resumed by 2 ranks)."""
+    Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=3",
+                        "train.checkpoint_every=3")).fit()
+    (read0, same), (read1, _) = run_function_on_ranks(_resumed_optimizer, 2, args=(tiny_run,),
+                                                      timeout=300)
+    assert "optimizer.pt" in read0 and same is True
+    assert "optimizer.pt" not in read1 and "trainer.pt" in read1

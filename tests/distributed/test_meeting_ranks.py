@@ -165,3 +165,55 @@ def test_a_rank_that_does_not_fit_the_launch_stops_every_rank(tiny_run, tmp_path
     assert f"kiln: config error: {why}" in said, said[-3000:]
     head = why.split(":")[0]  # every rank names the one that does not fit
     assert all(head in out for _, out in ended), said[-3000:]
+
+
+CLI = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's (a background suite ignores it)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # and a suite under nohup, SIGHUP
+from kiln import cli
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("refused", [1, 0])
+def test_an_early_check_refused_on_one_rank_alone_stops_the_other(tmp_path, refused):
+    """A hand launch of `kiln run` whose one rank is refused by a check before the ranks
+    meet (its --set differs: a batch the ranks cannot share): the other, whose checks
+    passed, waited to meet it for the group's half hour (rank 0 hosting the meeting, or
+    rank 1 polling rank 0's port). It stops now with the refused rank's reason."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from conftest import TINY
+    from launch import free_port
+
+    from distributed.test_signals_ranks import REPO
+
+    script = tmp_path / "cli.py"
+    script.write_text(CLI)
+    port, procs, logs = free_port(), [], []
+    for rank in (0, 1):
+        batch = ["--set", "train.global_batch=7"] if rank == refused else []
+        args = ["run", str(REPO / "recipes" / "quickstart.toml"),
+                *[a for kv in [*TINY, f'run.dir="{tmp_path / "run"}"'] for a in ("--set", kv)],
+                *batch]
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2",
+               "OMP_NUM_THREADS": "1"}  # each on a node of its own: both say their line
+        logs.append(tempfile.TemporaryFile())
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env,
+                                      stdout=logs[-1], stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + 180  # both start (torch imported), one is refused
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the other waited half an hour for it
+    ended = _ended(procs, logs)
+    (code_refused, said_refused), (code_other, said_other) = \
+        ended[refused], ended[1 - refused]
+    why = "train.global_batch (7) must be divisible by the number of ranks"
+    assert code_refused == 2, said_refused[-3000:]
+    _one_line(said_refused, f"kiln: config error: {why}")
+    assert code_other == 1, said_other[-3000:]
+    _one_line(said_other, f"kiln: rank {refused} failed before the ranks met: {why}")

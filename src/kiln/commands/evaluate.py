@@ -7,30 +7,62 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kiln.config import Config, flat_settings, recorded_config
-from kiln.errors import CheckpointError, KilnError, alike_on_every_rank
+from kiln.errors import CheckpointError, KilnError, RunDataError, alike_on_every_rank
 
 if TYPE_CHECKING:
     from kiln.parallel.distributed import DistEnv
 
 
 def _rank_zeros_checkpoint(cfg: Config, env: DistEnv) -> Path | None:
-    """Under torchrun, the checkpoint rank 0 finds latest, for every rank (None: none, or one
-    process, which looks itself): a trainer of the run writes checkpoints while it is
-    evaluated, and ranks reading `latest` a moment apart each scored another model, their
-    losses summed into one figure. By name: `run.dir` may be mounted at other paths."""
+    """Under torchrun, the checkpoint rank 0 finds latest, for every rank (None: one process,
+    which looks itself): a trainer of the run writes checkpoints while it is evaluated, and
+    ranks reading `latest` a moment apart each scored another model, their losses summed
+    into one figure. None found by rank 0 is none for every rank (each looked again: one
+    that found the trainer's first checkpoint meanwhile read it while rank 0 failed). By
+    name: `run.dir` may be mounted at other paths."""
     if not env.distributed:
         return None
     import torch.distributed as dist
 
     from kiln.train.checkpoint_dirs import latest_checkpoint
+    from kiln.train.trained_run import no_checkpoint
 
     found = latest_checkpoint(cfg.run_dir / "checkpoints") if env.is_main else None
     name = [None if found is None else found.name]
     dist.broadcast_object_list(name, src=0)
-    return None if name[0] is None else cfg.run_dir / "checkpoints" / name[0]
+    if name[0] is None:
+        with alike_on_every_rank():
+            raise no_checkpoint(cfg.run_dir)
+    return cfg.run_dir / "checkpoints" / name[0]
+
+
+def _refuse_other_copies(cfg: Config, env: DistEnv, ckpt: Path) -> None:
+    """Ranks reading their own copies of the run (a node's own disk) may hold other files
+    under the checkpoint's name (a stale copy, another run's) or other token shards (one
+    node's re-made since), each valid: each rank would score its own model on its own
+    windows, summed into one figure. Their checksums.json and shards must be the same."""
+    from kiln.data.loader import shards_fingerprint
+    from kiln.data.shards import INDEX, load_index
+    from kiln.hashing import file_sha256
+    from kiln.parallel.rank_copies import ONE_COPY, copies_held
+    from kiln.train.checkpoint import CHECKSUMS
+
+    sums = ckpt / CHECKSUMS
+    held = copies_held(env, file_sha256(sums) if sums.is_file() else None)
+    if held is not None:
+        with alike_on_every_rank():  # every rank gathered the same copies
+            raise CheckpointError(
+                f"the ranks hold different copies of checkpoint {ckpt.name} (their {CHECKSUMS} "
+                f"differ: {held}; rank {env.rank}'s is {ckpt}): {ONE_COPY}")
+    tokens = cfg.run_dir / "tokens"
+    held = copies_held(env, shards_fingerprint(load_index(tokens)))
+    if held is not None:
+        with alike_on_every_rank():
+            raise RunDataError(f"the ranks hold different token shards (their {tokens / INDEX} "
+                               f"differ: {held}): {ONE_COPY}")
 
 
 def _load_told(e: BaseException) -> str:
@@ -48,6 +80,7 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     import torch
 
     from kiln.atomic import write_json_atomic
+    from kiln.data.loader import TokenStream
     from kiln.data.shards import load_index
     from kiln.eval import eval_file, perplexity_text
     from kiln.eval.concentration import concentration_text
@@ -65,10 +98,18 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
         agreed = _rank_zeros_checkpoint(cfg, env)
         # every rank reads the same checkpoint, but one may fail alone (a trainer pruning it
         # meanwhile, a node's own copy): agreed, so rank 0 says why where a failed rank past
-        # the first of its node said nothing and the others met a lost rank
+        # the first of its node said nothing and the others met a lost rank. The split's
+        # shards are hashed here too (minutes on a copy not checked yet; `evaluate` opens
+        # them again without): a rank done first waited in a blocking collective, deaf to
+        # SIGTERM, and a node's damaged copy was a lost rank to the others
+        def load() -> tuple[Any, Path]:
+            found = load_trained_model(cfg, agreed)
+            TokenStream(cfg.run_dir / "tokens", cfg.eval.split)
+            return found
+
         with alike_on_every_rank():
-            model, ckpt = run_on_every_rank(env, lambda: load_trained_model(cfg, agreed),
-                                            _load_told, CheckpointError)
+            model, ckpt = run_on_every_rank(env, load, _load_told, CheckpointError)
+        _refuse_other_copies(cfg, env, ckpt)
         precision = resolve_precision(cfg.train.precision, device)
         model.to(device)
         e = cfg.eval

@@ -30,7 +30,7 @@ from kiln.parallel.connect_log import native_log_held
 
 _SAY_AFTER_S = 30.0  # longer than ranks started together take to meet (importing torch)
 _POLL_MAX_S = 0.5
-_TELL_S = 5.0  # rank 0, failed before the ranks met, waits this long for them to hear it
+_TELL_S = 5.0  # the host, stopping as the ranks meet, waits this long for them to hear it
 _met = False  # this process made (or reached) the ranks' store
 
 
@@ -235,23 +235,50 @@ def _stop_as_told(store: dist.Store) -> None:
 
 
 def tell_the_waiting(e: BaseException) -> None:
-    """Rank 0 of a hand launch failed (`e`) before the ranks met, in a command they meet
-    for: the others wait for its store, until the timeout. It makes the store now, leaves
-    word of `e`, and waits a few seconds for the ranks to read it (those started with it
-    are already polling its port); a rank started later waits as before, and says so.
-    Under torchrun its agent stops the others."""
-    if _met or os.environ.get("RANK") != "0" or "TORCHELASTIC_RUN_ID" in os.environ or \
+    """A rank of a hand launch failed (`e`) before the ranks met, in a command they meet
+    for (a check of the settings or the run that failed on it alone): the others wait for
+    it until the timeout (half an hour). Rank 0 makes its store now, leaves word of `e`,
+    and waits a start-up's time at most for the other ranks to read it (those started with
+    it poll its port); another rank leaves its word in rank 0's store, if rank 0 hosts it
+    within that time (rank 0 waiting for it there stops with it). A rank that
+    failed too reads the word (or leaves its own) and is counted as told, so ranks that
+    all failed alike end at once. Under torchrun its agent stops the others."""
+    if _met or "RANK" not in os.environ or "TORCHELASTIC_RUN_ID" in os.environ or \
             int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
     try:
-        addr, port, _, world = _where()
+        addr, port, rank, world = _where()
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        word = json.dumps([rank, False, 1, f"failed before the ranks met: {first}"])
+        # the others may be a start-up behind (importing torch on a loaded node)
+        until = time.monotonic() + _SAY_AFTER_S
+        if rank != 0:
+            _word_to_rank_zero(addr, port, world, word, until)
+            return
         store = dist.PrefixStore(_meeting(), dist.TCPStore(
             addr, port, world_size=world, is_master=True, timeout=timedelta(seconds=5),
             wait_for_workers=False, multi_tenant=True))
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        store.set("left", json.dumps([0, False, 1, f"failed before the ranks met: {first}"]))
-        until = time.monotonic() + _TELL_S
+        store.compare_set("left", "", word)
         while store.add("told", 0) < world - 1 and time.monotonic() < until:
             time.sleep(0.05)
-    except (RuntimeError, ValueError, KilnError):  # no store to be had (the port taken): as before
-        pass
+    except (RuntimeError, ValueError, KilnError, KeyboardInterrupt):
+        pass  # no store to be had (the port taken, rank 0 gone), or stopped: as before
+
+
+def _word_to_rank_zero(addr: str, port: int, world: int, word: str, until: float) -> None:
+    """A failed rank past 0 leaves `word` in rank 0's store once it takes a connection
+    (before `until`): kept where rank 0 left its own first."""
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=1.0):
+                break
+        except OSError:
+            if time.monotonic() > until:
+                return  # rank 0 has not come: it says it waits, once past _SAY_AFTER_S
+            time.sleep(0.05)
+    with _store_may_be_gone():
+        store = dist.PrefixStore(_meeting(), dist.TCPStore(
+            addr, port, world_size=world, is_master=False, timeout=timedelta(seconds=5),
+            wait_for_workers=False, multi_tenant=True))
+        store.compare_set("left", "", word)
+        store.add("told", 1)

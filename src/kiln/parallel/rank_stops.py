@@ -20,11 +20,13 @@ from __future__ import annotations
 import os
 import re
 import socket
+import time
 from datetime import timedelta
 
 import torch.distributed as dist
 
 from kiln.errors import MainRankInterrupted, Terminated, TrainingInterrupted
+from kiln.out_of_memory import out_of_memory, refused_allocation
 from kiln.parallel.connect_log import native_log_held
 
 _KEY = "stopped/{}"
@@ -60,8 +62,21 @@ def on_the_way_out(e: BaseException) -> None:
             not isinstance(e, (MainRankInterrupted, TrainingInterrupted)):  # told, agreed
         leave_word(f"stopped on {e.signal_name}" if isinstance(e, Terminated)
                    else "was interrupted (Ctrl-C or SIGINT)")
-    else:
-        _read = stopped_ranks()
+        return
+    if out_of_memory(e):  # said once for the ranks that ran out (`out_of_memory_said_here`)
+        leave_word(f"{RAN_OUT} ({refused_allocation(e)})")
+        time.sleep(_RAN_OUT_TOGETHER_S)
+    _read = stopped_ranks()
+
+
+RAN_OUT = "ran out of memory"
+# ranks of one launch run out at about the same step: a moment for each to leave its word
+_RAN_OUT_TOGETHER_S = 1.0
+
+
+def ran_out_too() -> list[int]:
+    """The other ranks that left word that they ran out of memory."""
+    return sorted(r for r, how in stopped_ranks().items() if how.startswith(RAN_OUT))
 
 
 def _store() -> dist.Store | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
@@ -318,12 +319,17 @@ def load_checkpoint(
     load_weights(path, model, checked=True)
     try:
         if optimizer is not None:
-            optim_state = torch.load(path / "optimizer.pt", weights_only=True)
+            # the whole state (2 fp32 moments per weight for AdamW) is read by rank 0 alone and
+            # sent to each rank a tensor at a time, kept as its shard (FSDP2): every rank held
+            # it all, the host's memory taken once per rank (each rank's copy was checked)
+            ranks = dist.is_initialized()
+            optim_state = torch.load(path / "optimizer.pt", weights_only=True) \
+                if not ranks or dist.get_rank() == 0 else {}
             settings = [{k: v for k, v in g.items() if k != "params"}
                         for g in optimizer.param_groups]
             set_optimizer_state_dict(
-                model, optimizer, optim_state, options=StateDictOptions(full_state_dict=True)
-            )
+                model, optimizer, optim_state,
+                options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=ranks))
             for group, built in zip(optimizer.param_groups, settings, strict=True):
                 group.update(built)
                 _place_steps(optimizer, group)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from kiln.config import recorded_config
 from kiln.data.shards import INDEX
@@ -22,6 +21,7 @@ from kiln.errors import CheckpointError, KilnError, RunDataError, alike_on_every
 from kiln.export_recovery import stranded_exports
 from kiln.hashing import file_sha256
 from kiln.parallel.distributed import all_reduce_max
+from kiln.parallel.rank_copies import ONE_COPY, copies_held
 from kiln.parallel.rank_waits import run_on_every_rank
 from kiln.train.checkpoint import (
     CHECKSUMS,
@@ -43,17 +43,6 @@ def _resume_told(e: BaseException, ckpt: Path) -> str:
     if isinstance(e, KilnError):
         return f"could not resume: {e}"
     return f"could not read checkpoint {ckpt} ({type(e).__name__}: {e})"
-
-
-def _ranks(ranks: list[int], shown: int = 8) -> str:
-    """"rank 1", "ranks 0, 2", or the first `shown` and how many more."""
-    listed = ", ".join(map(str, ranks[:shown]))
-    more = f" and {len(ranks) - shown} more" if len(ranks) > shown else ""
-    return f"rank {listed}" if len(ranks) == 1 else f"ranks {listed}{more}"
-
-
-_ONE_COPY = ("every rank must read the same run directory (one shared filesystem across nodes), "
-             "or the same copy of it")
 
 
 class Resuming:
@@ -144,42 +133,26 @@ class Resuming:
         checkpoints of one step, each valid (one copy stale, or from another run): each rank
         would load its own weights, and FSDP's shards or DDP's replicas would mix two states
         silently. The copies' checksums.json must be the same on every rank."""
-        held = self._copies_held(copy)
+        held = copies_held(self.env, copy)
         if held is None:
             return
         with alike_on_every_rank():  # every rank gathered the same copies
             raise CheckpointError(
                 f"the ranks hold different copies of checkpoint {ckpt.name} (their {CHECKSUMS} "
-                f"differ: {held}; rank {self.env.rank}'s is {ckpt}): {_ONE_COPY}")
+                f"differ: {held}; rank {self.env.rank}'s is {ckpt}): {ONE_COPY}")
 
     def _refuse_other_shards(self) -> None:
         """Ranks reading their own copies of the run may hold other token shards (one node's
         re-made since): each rank would take its slice of a step from its own data, windows
         of one copy's order cut from the other's, silently. A resume would refuse the odd
         copy against its checkpoint's loader state, but a new run has none."""
-        held = self._copies_held(self.loader.stream.fingerprint)
+        held = copies_held(self.env, self.loader.stream.fingerprint)
         if held is None:
             return
         with alike_on_every_rank():  # every rank gathered the same fingerprints
             raise RunDataError(
                 f"the ranks hold different token shards (their {self.token_dir / INDEX} "
-                f"differ: {held}): {_ONE_COPY}")
-
-    def _copies_held(self, copy: str | None) -> str | None:
-        """Which ranks hold which copy of a file (`copy`: this rank's digest of it), as
-        "rank 0 holds one, rank 1 another"; None where every rank holds the same."""
-        if not self.env.distributed:
-            return None
-        copies: list[Any] = [None] * self.env.world_size
-        dist.all_gather_object(copies, copy)
-        if len(set(copies)) == 1:
-            return None
-        groups: dict[str | None, list[int]] = {}
-        for rank, digest in enumerate(copies):
-            groups.setdefault(digest, []).append(rank)
-        first, *others = (_ranks(ranks) for ranks in groups.values())
-        return f"{first} {'holds' if first.startswith('rank ') else 'hold'} one, " + \
-            ", ".join(f"{ranks} another" for ranks in others)
+                f"differ: {held}): {ONE_COPY}")
 
     def _refuse_mixing_with_earlier_outputs(self) -> None:
         """No checkpoint to resume from, yet a run trained here. A run stopped before its

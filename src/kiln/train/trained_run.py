@@ -28,8 +28,7 @@ def load_trained_model(cfg: Config, ckpt: Path | None = None):
     be another model."""
     ckpt = ckpt or latest_checkpoint(cfg.run_dir / "checkpoints")
     if ckpt is None:
-        raise FileNotFoundError(f"no checkpoint in {cfg.run_dir / 'checkpoints'}: run `kiln train` "
-                                "first")
+        raise no_checkpoint(cfg.run_dir)
     note_an_older_checkpoint(ckpt)
     model_cfg = model_config_for_run(cfg, cfg.run_dir / "tokens")
     changed = changed_model_settings(recorded_config(cfg.run_dir), replace(cfg, model=model_cfg))
@@ -51,6 +50,10 @@ def load_trained_model(cfg: Config, ckpt: Path | None = None):
                         "model's weights alone do not fit this machine's free memory; use a "
                         "machine with more memory (or free some)") from e
     return model.eval(), ckpt
+
+
+def no_checkpoint(run_dir: Path) -> FileNotFoundError:
+    return FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'}: run `kiln train` first")
 
 
 def note_an_older_checkpoint(ckpt: Path) -> None:

@@ -22,6 +22,7 @@ from kiln.errors import (
     CheckpointError,
     ConfigError,
     KilnError,
+    RunDataError,
     TrainingDiverged,
     TrainingInterrupted,
     alike_on_every_rank,
@@ -84,6 +85,15 @@ def _not_fitted(e: BaseException) -> str:
     return f"failed before training started ({type(e).__name__}: {e})"
 
 
+def _data_refused(e: BaseException) -> str:
+    """A rank's failure to open the run's data, as every rank raises it after "rank R"."""
+    if isinstance(e, KilnError):
+        return f"cannot train on its data: {e}"
+    if isinstance(e, KeyboardInterrupt):
+        return "was interrupted while it checked the run's data"
+    return f"could not open the run's data ({type(e).__name__}: {e})"
+
+
 class Trainer(Resuming, RunRecords):
     """One run's training: built from its config and run directory (resumed where a checkpoint
     is), then `fit` runs `train_step` to train.steps with the callbacks around it."""
@@ -123,11 +133,11 @@ class Trainer(Resuming, RunRecords):
         self.model = parallelize(raw, t.parallel, self.env, compile=t.compile,
                                  device=self.device, init=init)
         self.optimizer = build_optimizer(self.model, cfg.optim)
-        check_tokens_current(self.run_dir)  # not made from documents or a tokenizer since replaced
-        check_splits(self.token_dir, t.seq_len)  # before training, not at its end
-        self.eos_id = masking_eos_id(self.token_dir, self.model_cfg.doc_mask)  # None: no mask
-        self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
-                                  cfg.run.seed, self.env.rank, self.env.world_size)
+        # each rank hashes the shards it opens (minutes, on a copy not checked yet; a node's
+        # own copy may be damaged): agreed in a polled wait, so a rank done first still takes
+        # SIGTERM (it sat deaf in the gather of `_refuse_other_shards`) and every rank says
+        # why one rank's data was refused
+        run_on_every_rank(self.env, self._open_data, _data_refused, RunDataError)
         note_data_use(self.loader, self.token_dir, t, self.env.is_main)
         self._refuse_other_shards()  # a node's own copy of the run: the same data on every rank
         self.callbacks = default_callbacks() if callbacks is None else callbacks
@@ -141,6 +151,16 @@ class Trainer(Resuming, RunRecords):
         if resume:
             self._maybe_resume()
         check_data_and_design(cfg, self.model_cfg, self.run_dir, self.step, self.env.is_main)
+
+    def _open_data(self) -> None:
+        """This rank's checks of the run's data and its loader (the shards hashed where their
+        stat changed), without a collective."""
+        t = self.cfg.train
+        check_tokens_current(self.run_dir)  # not made from documents or a tokenizer since replaced
+        check_splits(self.token_dir, t.seq_len)  # before training, not at its end
+        self.eos_id = masking_eos_id(self.token_dir, self.model_cfg.doc_mask)  # None: no mask
+        self.loader = TokenLoader(self.token_dir, "train", t.seq_len, t.global_batch,
+                                  self.cfg.run.seed, self.env.rank, self.env.world_size)
 
     # -- divergence ---------------------------------------------------------------------
 
