@@ -601,3 +601,16 @@ def test_set_up_commands_in_the_body_leave_no_options_behind():
            "\\addbibresource{x.bib} \\newgeometry{margin=1in} \\printbibliography[title=Refs] F "
            "\\algrenewcommand\\algorithmicrequire{\\textbf{In:}} \\SetKwInOut{Input}{In} G")
     assert body(tex) == "A B C D E F G"
+
+
+def test_let_aliases_expand_like_the_macro_they_copy():
+    """\\let\\eps\\varepsilon (and \\let\\foo=\\bar, \\let of a user macro) was dropped, so the
+    alias stayed in the math as an undefined name: '$\\eps>0$'. A \\let copies the meaning at that
+    point (a later \\renewcommand of the original does not change it); an alias of a built-in that
+    the paper redefines later is left alone (text cannot name the built-in meaning)."""
+    preamble = ("\\let\\eps\\varepsilon \\let\\foo=\\bar \\newcommand{\\R}{\\mathbb{R}}\\let\\reals\\R"
+                "\\renewcommand{\\R}{\\mathbf{R}} \\let\\x\\relax \\let\\oldvec\\vec"
+                "\\renewcommand{\\vec}[1]{\\mathbf{#1}}")
+    tex = "Take $\\eps>0$, $\\foo y$, $x\\in\\reals$, $\\vec v$ and $\\oldvec w$. A\\x B."
+    assert body(tex, preamble) == ("Take $\\varepsilon>0$, $\\bar y$, $x\\in\\mathbb{R}$, "
+                                   "$\\mathbf{v}$ and $\\oldvec w$. A B.")

@@ -124,11 +124,11 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
     theorems: dict[str, str] = {}
     preamble_spans = LiteralSpans(preamble, declared)  # for its definitions, declarations and title
     for spans in (*package_spans, preamble_spans):
-        _, found, named = collect_definitions(spans.text, counts, spans=spans)
+        _, found, named = collect_definitions(spans.text, counts, spans=spans, known=macros)
         macros.update(found)
         theorems.update(named)
     declared = preamble_spans.declared_after
-    body, found, named = collect_definitions(body, counts, declared)
+    body, found, named = collect_definitions(body, counts, declared, known=macros)
     macros.update(found)
     theorems.update(named)
     body = expand_macros(body, macros, counts, declared)

@@ -1,6 +1,9 @@
 """User macros: collect \\newcommand/\\renewcommand/\\providecommand/\\def/\\DeclareMathOperator
 (and xparse's \\NewDocumentCommand & co. where their argument spec is \\newcommand's: m, O{..})
-and expand them in text and math, with #1..#9 arguments and \\newcommand's optional default.
+and \\let aliases, and expand them in text and math, with #1..#9 arguments and \\newcommand's
+optional default. \\let\\new\\old copies \\old's meaning when it is a user macro defined
+before, else makes \\new write \\old (\\let\\eps\\varepsilon); such an alias is dropped
+once \\old itself is user-defined, as then it meant the built-in \\old, which text cannot say.
 
 Not TeX: expansion is textual, in whole-document passes (a macro used inside another's body is
 expanded by the next pass), at most `MAX_PASSES` passes and a growth budget checked as each pass
@@ -23,7 +26,7 @@ from kiln.data.arxiv.latex_source import read_bracket, read_group, skip_blanks
 
 DEFINER = re.compile(
     r"\\(?:(re)?newcommand|providecommand|DeclareRobustCommand|([gex]?def)|"
-    r"DeclareMathOperator|newtheorem|(?:New|Renew|Provide|Declare)DocumentCommand)(?![a-zA-Z@])(\*?)"
+    r"DeclareMathOperator|newtheorem|let|(?:New|Renew|Provide|Declare)DocumentCommand)(?![a-zA-Z@])(\*?)"
 )
 NAME = re.compile(r"\\([a-zA-Z@]+|.)")
 DEF_PARAMS = re.compile(r"[ ]*(?:#[ ]*[1-9][ ]*)*")  # undelimited \def parameters, spaces allowed
@@ -34,6 +37,9 @@ PROTECTED = frozenset(
     "include def newcommand renewcommand par title author abstract footnote".split()
 )
 MAX_PASSES = 8
+# \let's target after the name: blanks, an optional = and one optional space, then one token
+LET_TARGET = re.compile(r"\s*(?:=[ ]?)?(?:\\([a-zA-Z@]+|[^a-zA-Z@])|([^\\{}%\s]))")
+CONDITIONAL_WORDS = frozenset({"fi", "else", "or", "csname", "endcsname"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class Macro:
     n_args: int
     default: str | None  # the optional first argument's default (\newcommand{\x}[2][d]{...})
     body: str
+    builtin: str | None = None  # \let\new\old with \old not a user macro then: "old"
 
 
 def _read_name(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | None:
@@ -55,11 +62,37 @@ def _read_name(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | No
     return (m.group(1), m.end()) if m else None
 
 
+def _parse_let(text: str, name: str, pos: int, macros: dict, counts: Counter, known: dict) -> int:
+    """Record \\let\\name<target> (`pos`: after the name); the index after it, or where the
+    name ended when it does not parse (a brace target, \\let\\csname..., a conditional:
+    \\let\\ifdraft\\iffalse is `latex_conditionals`' business)."""
+    m = LET_TARGET.match(text, pos)
+    if m is None or name in CONDITIONAL_WORDS or name.startswith("if"):
+        counts["macros_skipped"] += 1
+        return pos
+    target = m.group(1)
+    if target is not None and (target in CONDITIONAL_WORDS or target.startswith("if")):
+        counts["macros_skipped"] += 1
+        return pos
+    if name in PROTECTED:
+        counts["macros_skipped"] += 1
+        return m.end()
+    if target is None:
+        macros[name] = Macro(0, None, m.group(2))
+    elif target in macros or target in known:
+        macros[name] = macros.get(target) or known[target]
+    else:
+        macros[name] = Macro(0, None, "\\" + target, builtin=target)
+    counts["macros_defined"] += 1
+    return m.end()
+
+
 def _parse_definition(
-    text: str, m: re.Match, macros: dict, theorems: dict, counts: Counter, spans: LiteralSpans
+    text: str, m: re.Match, macros: dict, theorems: dict, counts: Counter, spans: LiteralSpans, known: dict
 ) -> int:
     """Parse the definition at `m`; record it; return the index after it (m.end() if unparsable).
-    Arguments are read around the literal spans `spans` (of `text`)."""
+    Arguments are read around the literal spans `spans` (of `text`); `known`: the macros defined
+    before `text` (what a \\let there copies)."""
     source = m.group(0)
     if source.startswith("\\newtheorem"):
         pos = skip_blanks(text, m.end())
@@ -82,6 +115,8 @@ def _parse_definition(
         counts["macros_unparsed"] += 1
         return m.end()
     name, pos = named
+    if source == "\\let":
+        return _parse_let(text, name, pos, macros, counts, known)
     n_args, default = 0, None
     if m.group(2):  # \def\name#1#2{body}: parameters must be exactly #1..#n, undelimited
         brace = spans.find("{", pos)  # remembered: a run of \def\x#1 with no { after stays linear
@@ -151,12 +186,17 @@ def _xparse_shape(spec: str) -> tuple[int, str | None] | None:
 
 
 def collect_definitions(
-    text: str, counts: Counter, declared: Declared = NO_DECLARATIONS, spans: LiteralSpans | None = None
+    text: str,
+    counts: Counter,
+    declared: Declared = NO_DECLARATIONS,
+    spans: LiteralSpans | None = None,
+    known: dict[str, Macro] | None = None,
 ) -> tuple[str, dict[str, Macro], dict[str, str]]:
     """(text without definitions, macros by name, theorem environment -> printed title);
     `declared`: the declarations (short verbs, verbatim-like environments) in force where `text`
     starts; `spans`: the literal spans of `text`, when the caller has read them (else they are read
-    here, with `declared`, if a definition is met)."""
+    here, with `declared`, if a definition is met); `known`: the macros defined before `text`
+    (a local package's, for the preamble), which a \\let in it may copy."""
     macros: dict[str, Macro] = {}
     theorems: dict[str, str] = {}
     if "\\" not in text:
@@ -170,7 +210,7 @@ def collect_definitions(
         if m.start() in spans:
             continue
         out.append(text[pos : m.start()])
-        pos = _parse_definition(text, m, macros, theorems, counts, spans)
+        pos = _parse_definition(text, m, macros, theorems, counts, spans, known or {})
         if pos == m.end():
             out.append(m.group(0))
     out.append(text[pos:])
@@ -290,6 +330,7 @@ def expand_macros(
     4x + 100 kB (then the last complete pass is returned); `declared`: the declarations (short
     verbs, verbatim-like environments) in force where `text` starts (none is expanded inside a
     literal span)."""
+    macros = {name: macro for name, macro in macros.items() if macro.builtin not in macros}
     if not macros or "\\" not in text:
         return text
     pattern = _pattern(list(macros))
