@@ -614,3 +614,16 @@ def test_let_aliases_expand_like_the_macro_they_copy():
     tex = "Take $\\eps>0$, $\\foo y$, $x\\in\\reals$, $\\vec v$ and $\\oldvec w$. A\\x B."
     assert body(tex, preamble) == ("Take $\\varepsilon>0$, $\\bar y$, $x\\in\\mathbb{R}$, "
                                    "$\\mathbf{v}$ and $\\oldvec w$. A B.")
+
+
+def test_includeonly_keeps_the_include_files_it_does_not_list_out():
+    """\\includeonly{a} (here from an \\input preamble file) was ignored, so chapters the author
+    left out of the build were in the text; \\input is not affected, and an empty list includes
+    nothing."""
+    files = {"main.tex": "\\documentclass{article}\\input{pre}\\begin{document}\\include{ch/a}"
+                         "\\include{ch/b}\\input{ch/b}\\end{document}",
+             "pre.tex": "\\includeonly{ ch/b , x}\n", "ch/a.tex": "Alpha.", "ch/b.tex": "Beta."}
+    result = latex_to_text(files)
+    assert (result.body, result.counts["includes_excluded"]) == ("Beta.\n\nBeta.", 1)
+    files["pre.tex"] = "\\includeonly{}"
+    assert latex_to_text(files).body == "Beta."

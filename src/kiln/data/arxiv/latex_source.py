@@ -18,7 +18,7 @@ from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpan
 
 DOCCLASS = re.compile(r"\\document(?:class|style)\s*(?:\[[^\]]*\])?\s*\{\s*([^}]*)\}")
 INCLUDE = re.compile(
-    r"\\(?:(?P<kind>input|include|subfile)(?![a-zA-Z@])\s*(?:\{(?P<braced>[^{}]*)\}|(?P<bare>[^\s{}\\%]+))"
+    r"\\(?:(?P<kind>input|includeonly|include|subfile)(?![a-zA-Z@])\s*(?:\{(?P<braced>[^{}]*)\}|(?P<bare>[^\s{}\\%]+))"
     r"|(?P<sub>sub)?(?:import|inputfrom|includefrom)\*?\s*\{(?P<dir>[^{}]*)\}\s*\{(?P<file>[^{}]*)\})"
 )
 BEGIN_DOC = "\\begin{document}"
@@ -146,6 +146,8 @@ def _reachable(files: dict[str, str], main: str, text_of, targets: dict) -> set[
         if (base_dir, name) not in targets:
             found = []
             for m, _ in _includes(text_of(name)):
+                if m["kind"] == "includeonly":
+                    continue
                 if (target := _include_target(files, base_dir, base_dir, m)[0]) is not None:
                     found.append(target)
             targets[base_dir, name] = found
@@ -218,8 +220,10 @@ def resolve_includes(
     the standalone class) gives its body only, as the standalone package reads it: its
     \\end{document} ended the paper there.
 
-    Counts ``includes_resolved``, ``includes_refused`` (outside the archive),
-    ``includes_missing`` (not in the archive: figures' .pstex_t, .bbl...), ``includes_cycle``.
+    After \\includeonly{a,b} an \\include reads only the files it lists.
+    Counts ``includes_resolved``, ``includes_excluded`` (not in \\includeonly),
+    ``includes_refused`` (outside the archive), ``includes_missing`` (not in the archive:
+    figures' .pstex_t, .bbl...), ``includes_cycle``.
     Raises `LatexRefused("include_budget")` once the inserted text passes `budget` characters
     (default `include_budget(files)`), before a fan-out of includes can exhaust memory.
     An included file's comments are stripped with the declarations (\\MakeShortVerb,
@@ -231,6 +235,7 @@ def resolve_includes(
     texts: dict[tuple[str, Declared], str] = {}
     limit = include_budget(files) if budget is None else budget
     used = 0
+    only: set[str] | None = None  # \includeonly's list, once met
 
     def expand(name: str, stack: tuple[str, ...], declared: Declared, cur: str) -> str:
         if (name, declared) not in texts:
@@ -240,7 +245,13 @@ def resolve_includes(
             return text
 
         def replace(m: re.Match, declared: Declared) -> str:
-            nonlocal used
+            nonlocal used, only
+            if m["kind"] == "includeonly":
+                only = {name.strip() for name in (m["braced"] or m["bare"] or "").split(",") if name.strip()}
+                return m.group(0)  # the converter drops it
+            if m["kind"] == "include" and only is not None and (m["braced"] or m["bare"]).strip() not in only:
+                counts["includes_excluded"] += 1
+                return ""
             found, folder = _include_target(files, base_dir, cur, m)
             if folder is None:
                 counts["includes_refused"] += 1
