@@ -461,7 +461,7 @@ def test_the_import_packages_includes_are_resolved():
         "chap/two.tex": "Two.",
     }
     result = latex_to_text(files)
-    assert result.body == "A Intro. Fig.\n\nB One. Two.\n\nC D"
+    assert result.body == "A Intro. Fig. B One. Two. C D"  # read in line, as \\input
     assert (result.counts["includes_resolved"], result.counts["includes_missing"],
             result.counts["includes_refused"]) == (4, 1, 1)
 
@@ -476,7 +476,7 @@ def test_a_file_is_read_up_to_its_endinput():
         "sec.tex": "Section text.\n\\endinput rest of its line\nOld notes to co-authors.\n",
         "mymacros.sty": "\\newcommand{\\R}{\\mathbb{R}}\n\\endinput\n\\newcommand{\\x}{doc example}\n",
     }
-    assert latex_to_text(files).body == ("Section text. rest of its line\n\nAfter. `\\endinput` "
+    assert latex_to_text(files).body == ("Section text. rest of its line After. `\\endinput` "
                                          "$\\mathbb{R}$")
 
 
@@ -614,6 +614,16 @@ def test_let_aliases_expand_like_the_macro_they_copy():
     tex = "Take $\\eps>0$, $\\foo y$, $x\\in\\reals$, $\\vec v$ and $\\oldvec w$. A\\x B."
     assert body(tex, preamble) == ("Take $\\varepsilon>0$, $\\bar y$, $x\\in\\mathbb{R}$, "
                                    "$\\mathbf{v}$ and $\\oldvec w$. A B.")
+
+
+def test_an_inline_input_keeps_its_sentence_whole():
+    """Each \\input was wrapped in line breaks, so a file ending in a line end split the
+    sentence around it into two paragraphs ('We use 100' / 'samples here.'); TeX reads the
+    file in line, its last line end a space. An \\include still starts a paragraph (a page)."""
+    files = {"main.tex": "\\documentclass{article}\\begin{document}We use \\input{n} samples, "
+                         "\\input{m}\\input{m} here.\\include{c}\\end{document}",
+             "n.tex": "100\n", "m.tex": "x", "c.tex": "Chapter."}
+    assert latex_to_text(files).body == "We use 100 samples, x x here.\n\nChapter."
 
 
 def test_includeonly_keeps_the_include_files_it_does_not_list_out():

@@ -220,7 +220,9 @@ def resolve_includes(
     the standalone class) gives its body only, as the standalone package reads it: its
     \\end{document} ended the paper there.
 
-    After \\includeonly{a,b} an \\include reads only the files it lists.
+    An \\input reads its file in line (a mid-sentence `\\input{n}` keeps the sentence whole, its
+    last line end a space as in TeX); an \\include starts a new page, so a new paragraph, and
+    after \\includeonly{a,b} reads only the files it lists.
     Counts ``includes_resolved``, ``includes_excluded`` (not in \\includeonly),
     ``includes_refused`` (outside the archive), ``includes_missing`` (not in the archive:
     figures' .pstex_t, .bbl...), ``includes_cycle``.
@@ -269,7 +271,9 @@ def resolve_includes(
                 raise LatexRefused("include_budget", f"includes expand past {limit} characters")
             if m["kind"] == "subfile" or body.lstrip().startswith("\\documentclass"):
                 return _subfile_body(body)  # a whole document (standalone, docmute): its body
-            return f"\n{body}\n"
+            if m["kind"] == "include":
+                return f"\n\n{body}\n\n"
+            return body if not body or body.endswith("\n") else body + "\n"
 
         out, pos = [], 0
         for m, state in _includes(text, declared):
