@@ -637,3 +637,16 @@ def test_includeonly_keeps_the_include_files_it_does_not_list_out():
     assert (result.body, result.counts["includes_excluded"]) == ("Beta.\n\nBeta.", 1)
     files["pre.tex"] = "\\includeonly{}"
     assert latex_to_text(files).body == "Beta."
+
+
+def test_begin_document_with_a_blank_before_its_brace_is_the_document_start():
+    """TeX skips blanks after \\begin, so `\\begin {document}` starts the body; it was not seen:
+    the preamble's local package went unread (its macros stayed raw), the notes after
+    `\\end {document}` were body text, and a two-page reply with a plain \\begin{document} was
+    taken for the main file."""
+    files = {"main.tex": "\\documentclass{article}\\usepackage{my}\n\\begin {document}\n$\\R$ "
+                         "text, more text than the reply has.\n\\end\n{document}\nNotes after the end.",
+             "my.sty": "\\newcommand{\\R}{\\mathbb{R}}",
+             "reply.tex": "\\documentclass{article}\\begin{document}Reply.\\end{document}"}
+    result = latex_to_text(files)
+    assert (result.main, result.body) == ("main.tex", "$\\mathbb{R}$ text, more text than the reply has.")

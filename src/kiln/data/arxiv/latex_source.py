@@ -21,8 +21,9 @@ INCLUDE = re.compile(
     r"\\(?:(?P<kind>input|includeonly|include|subfile)(?![a-zA-Z@])\s*(?:\{(?P<braced>[^{}]*)\}|(?P<bare>[^\s{}\\%]+))"
     r"|(?P<sub>sub)?(?:import|inputfrom|includefrom)\*?\s*\{(?P<dir>[^{}]*)\}\s*\{(?P<file>[^{}]*)\})"
 )
-BEGIN_DOC = "\\begin{document}"
-END_DOC = "\\end{document}"
+# TeX skips blanks between \begin and its {argument}: `\begin {document}` is the same marker
+BEGIN_DOC = re.compile(r"\\begin\s*\{document\}")
+END_DOC = re.compile(r"\\end\s*\{document\}")
 BRACKET_STOP = re.compile(r"[\\{\[\]]")  # what `read_bracket` stops at: an escape, a group, a [ or its ]
 MAX_INCLUDE_DEPTH = 20
 # Include expansion budget, in characters: INCLUDE_GROWTH x the archive's text, at least
@@ -110,7 +111,7 @@ def find_main_file(files: dict[str, str]) -> str | None:
             continue
         text = text_of(name)
         cls = DOCCLASS.search(text)
-        has_begin = BEGIN_DOC in text
+        has_begin = BEGIN_DOC.search(text) is not None
         if not cls and not has_begin:
             continue
         child = bool(cls) and cls.group(1).strip() in ("subfiles", "standalone")
@@ -198,11 +199,11 @@ def _lookup(files: dict[str, str], path: str) -> str | None:
 
 
 def _subfile_body(text: str) -> str:
-    start = text.find(BEGIN_DOC)
-    if start < 0:
+    start = BEGIN_DOC.search(text)
+    if start is None:
         return text
-    end = text.find(END_DOC, start)
-    return text[start + len(BEGIN_DOC) : end if end >= 0 else len(text)]
+    end = END_DOC.search(text, start.end())
+    return text[start.end() : end.start() if end else len(text)]
 
 
 def include_budget(files: dict[str, str]) -> int:
@@ -293,21 +294,20 @@ def split_document(text: str, declared: Declared = NO_DECLARATIONS) -> tuple[str
     recurs, and then once."""
     spans: LiteralSpans | None = None
 
-    def find(needle: str, pos: int) -> int:
+    def find(marker: re.Pattern, pos: int) -> re.Match | None:
         nonlocal spans
-        at = text.find(needle, pos)
-        if at < 0 or text.find(needle, at + 1) < 0:
-            return at
+        m = marker.search(text, pos)
+        if m is None or marker.search(text, m.start() + 1) is None:
+            return m
         if spans is None:
             spans = LiteralSpans(text, declared)
-        m = spans.search(re.compile(re.escape(needle)), at)
-        return m.start() if m else -1
+        return spans.search(marker, m.start())
 
     start = find(BEGIN_DOC, 0)
-    if start < 0:
+    if start is None:
         return "", text
-    end = find(END_DOC, start)
-    return text[:start], text[start + len(BEGIN_DOC) : end if end >= 0 else len(text)]
+    end = find(END_DOC, start.end())
+    return text[: start.start()], text[start.end() : end.start() if end else len(text)]
 
 
 def _next_span(spans: LiteralSpans | None, pos: int) -> tuple[int, int]:
