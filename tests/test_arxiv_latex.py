@@ -650,3 +650,22 @@ def test_begin_document_with_a_blank_before_its_brace_is_the_document_start():
              "reply.tex": "\\documentclass{article}\\begin{document}Reply.\\end{document}"}
     result = latex_to_text(files)
     assert (result.main, result.body) == ("main.tex", "$\\mathbb{R}$ text, more text than the reply has.")
+
+
+def test_an_iffalse_in_a_plain_group_runs_but_not_one_in_a_definition():
+    """Any \\iffalse inside braces was taken for a definition's body, so `{\\iffalse ...\\fi}`
+    and `\\textbf{.. \\iffalse ..\\fi}` kept their hidden text; a definition's body (\\def,
+    \\newcommand, \\newenvironment's begin and end code) still hides nothing where it stands."""
+    preamble = ("\\def\\a#1{\\iffalse}\\newcommand{\\b}[1][x]{{\\iffalse}}"
+                "\\newenvironment{hide}[1]{\\par{\\iffalse}}{\\fi}")
+    tex = "Keep {\\iffalse old \\fi}this, \\textbf{bold \\iffalse note\\fi text}. \\a{} End \\fi."
+    assert body(tex, preamble) == "Keep this, bold text. End."
+
+
+def test_an_if_declared_in_a_local_package_nests_inside_an_iffalse_block():
+    """A \\newif in a local .sty was not known as a conditional, so an \\ifdraft ... \\fi inside
+    an \\iffalse block closed the block early and the rest of the hidden text was kept."""
+    files = {"main.tex": "\\documentclass{article}\\usepackage{my}\\begin{document}A \\ifdraft x\\fi "
+                         "\\iffalse old \\ifdraft note\\fi hidden \\fi B\\end{document}",
+             "my.sty": "\\newif\\ifdraft\n"}
+    assert latex_to_text(files).body == "A x B"
