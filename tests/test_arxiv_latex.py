@@ -38,7 +38,7 @@ def body(tex: str, preamble: str = "") -> str:
         ("a\\begin{figure}\\includegraphics{f}\\caption{C}\\end{figure} b", "a b"),
         ("costs 50\\% less", "costs 50% less"),
         ("a \\\\% c\nb", "a b"),  # \\ then a real comment; paragraphs are reflowed
-        ("see \\ref{s} and \\eqref{e}.\\label{x}", "see and."),
+        ("see \\ref{s} and \\eqref{e}.\\label{x}", "see."),  # a run of references goes whole
         ("\\textbf{bold} \\emph{it {nested}} \\href{http://x}{link}", "bold it nested link"),
         ("\\(x^2\\) and \\[y\\] and $$z$$", "\\(x^2\\) and \\[y\\] and $$z$$"),
         ("Caf\\'e na\\\"ive \\ss{} --- ok", "Café naïve ß — ok"),
@@ -669,3 +669,19 @@ def test_an_if_declared_in_a_local_package_nests_inside_an_iffalse_block():
                          "\\iffalse old \\ifdraft note\\fi hidden \\fi B\\end{document}",
              "my.sty": "\\newif\\ifdraft\n"}
     assert latex_to_text(files).body == "A x B"
+
+
+@pytest.mark.parametrize(
+    ("tex", "expected"),
+    [
+        ("By Eq.~(\\ref{e1}), it holds.", "By Eq., it holds."),
+        ("as (Theorem~\\ref{t}) shows", "as (Theorem) shows"),
+        ("prior work (\\citet{a}; \\citet{b}) and [\\cite{c}, \\cite{d}].", "prior work and."),
+        ("Sections~\\ref{a}, \\ref{b} and~\\ref{c} give $f(x)$ () [x].", "Sections give $f(x)$ () [x]."),
+        ("see \\eqref{e}--\\eqref{f} or \\cite{x}.", "see."),  # one run of references
+    ],
+)
+def test_dropped_references_take_the_brackets_they_leave_empty_with_them(tex, expected):
+    """\\ref and \\cite are dropped (as in the digest), but their brackets, tie and separators
+    stayed: 'By Eq. (), it holds', '(Theorem )', '(; ) and [, ]'."""
+    assert body(tex) == expected

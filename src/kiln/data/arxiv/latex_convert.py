@@ -34,6 +34,7 @@ from kiln.data.arxiv.latex_rules import (
     LITERAL_CODE,
     LITERAL_TEXT,
     MATH_ENVS,
+    REFERENCES,
     RUN_IN_HEADINGS,
     THEOREMS,
     accent_text,
@@ -106,6 +107,12 @@ _DIMEN = r"[ \t]*[-+]?[ \t]*(?:\d+(?:\.\d*)?|\.\d+)[ \t]*(?:true)?(?:pt|pc|in|bp
 GLUE = re.compile(rf"\s*(?:{_DIMEN}(?:[ \t]*(?:plus|minus){_DIMEN})*)?")
 PUNCT_SPACE = re.compile(r"[ ]+(?=[.,;:!?])")
 PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
+# Where a \ref or \cite was dropped: `tidy` removes a run of them with the brackets, tie and list
+# separators around it, which would read "Eq. ()", "(Theorem )" or "[, ]", and then the mark.
+DROPPED_REFERENCE = "\x02"
+_REFERENCE_RUN = "\x02(?:[ \t,;–-]*(?:and|or|to|&)?[ \t,;–-]*\x02)*"
+EMPTY_BRACKETS = re.compile(rf"[ \t]*[(\[][ \t]*{_REFERENCE_RUN}[ \t]*[)\]]")
+REFERENCE_RUN = re.compile(rf"[ \t]*{_REFERENCE_RUN}(?:[ \t]+(?=[)\]]))?")
 
 
 class LatexConverter(LatexTokens):
@@ -120,8 +127,8 @@ class LatexConverter(LatexTokens):
     ):
         """`declared`: the declarations (short verbs, verbatim-like environments) in force where
         `source` starts."""
-        if "\x00" in source or "\x01" in source:  # reserved for placeholders
-            source = source.replace("\x00", "").replace("\x01", "")
+        if "\x00" in source or "\x01" in source or DROPPED_REFERENCE in source:  # reserved for placeholders
+            source = source.replace("\x00", "").replace("\x01", "").replace(DROPPED_REFERENCE, "")
         super().__init__(source, declared)
         self.theorems = {**THEOREMS, **(theorems or {})}
         self.counts = counts if counts is not None else Counter()
@@ -312,6 +319,8 @@ class LatexConverter(LatexTokens):
                     return close + 1
             return i + 1
         if base in DROP:
+            if base in REFERENCES:
+                out.append(DROPPED_REFERENCE)
             return self._skip_args(i + 1, DROP[base])
         if base == "item":
             out.append("\n- ")
@@ -469,6 +478,8 @@ def tidy(text: str, code: list[str]) -> str:
     Math and code sit behind placeholders (\\x01n\\x01, \\x00n\\x00) until the end, so they
     come out byte for byte.
     """
+    if DROPPED_REFERENCE in text:
+        text = REFERENCE_RUN.sub("", EMPTY_BRACKETS.sub("", text))
     blocks = []
     for block in BLANK_LINES.split(SPACES.sub(" ", text)):
         lines: list[str] = []

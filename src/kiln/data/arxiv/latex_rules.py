@@ -4,7 +4,8 @@
   LaTeX source, user macros expanded, ``\\label{..}`` removed.
 - Dropped whole: figures, tables and tabulars (cells linearise into noise without their grid),
   bibliography, pictures/TikZ, algorithms, comments; \\cite*, \\ref* (dropped, not replaced by a
-  placeholder, as in the digest), \\label, \\footnote (mostly affiliations/acknowledgements, and
+  placeholder, as in the digest; the brackets and list separators around them go too: "Eq.~(\\ref{e})"
+  gives "Eq.", "(\\citet{a}; \\citet{b})" nothing), \\label, \\footnote (mostly affiliations/acknowledgements, and
   inline insertion breaks sentences), \\url (either form) and \\href's URL, \\includegraphics,
   spacing and layout commands.
 - Kept: text of formatting macros (\\emph, \\textbf, \\href's and \\hyperref's text...), lists
@@ -123,6 +124,11 @@ DROP.update({
     **dict.fromkeys(("import", "subimport", "inputfrom", "subinputfrom", "includefrom",
                      "subincludefrom"), "*{{"),
 })
+# References and citations: dropped, and the brackets they leave empty with them (`latex_convert`)
+REFERENCES = frozenset(
+    "ref eqref pageref autoref cref Cref vref nameref cite citep citet citealp citealt citeauthor "
+    "citeyear parencite textcite".split()
+)
 TEXT_SYMBOLS = {
     "LaTeX": "LaTeX", "TeX": "TeX", "LaTeXe": "LaTeX2e", "BibTeX": "BibTeX", "par": "\n\n",
     "newline": "\n", "linebreak": "\n", "item": "\n- ", "qquad": " ", "quad": " ",
