@@ -685,3 +685,13 @@ def test_dropped_references_take_the_brackets_they_leave_empty_with_them(tex, ex
     """\\ref and \\cite are dropped (as in the digest), but their brackets, tie and separators
     stayed: 'By Eq. (), it holds', '(Theorem )', '(; ) and [, ]'."""
     assert body(tex) == expected
+
+
+def test_siunitx_numbers_ranges_lists_and_angles_read_as_printed():
+    """\\num & co. were unknown macros: \\num's options came out as text
+    ('[group-separator=,]12345'), \\numrange{1}{5} read '15' (another number), a list's items
+    kept their ';' and \\SIlist lost its unit, and \\ang its degree sign."""
+    tex = ("\\num[group-separator={,}]{12345}, \\numrange{1}{5}, \\numlist{1;2;3}, "
+           "\\SIlist[list-units=repeat]{1;2}{\\metre}, \\ang{30}, \\ang{1;2;3}, "
+           "\\SI[per-mode=symbol]{3}{\\metre\\per\\second}")
+    assert body(tex) == "12345, 1–5, 1, 2 and 3, 1 m and 2 m, 30°, 1°2′3″, 3 m/s"

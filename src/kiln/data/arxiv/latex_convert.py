@@ -53,7 +53,7 @@ from kiln.data.arxiv.latex_tokens import (
     WORD,
     LatexTokens,
 )
-from kiln.data.arxiv.latex_units import SI_COMMANDS, si_unit
+from kiln.data.arxiv.latex_units import SI_COMMANDS, SI_LISTS, si_items, si_unit
 
 LABEL = re.compile(r"\\label\s*\{[^{}]*\}")
 BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
@@ -352,24 +352,32 @@ class LatexConverter(LatexTokens):
         return self._skip_args(i + 1, shape[: len(shape) - len(shape.lstrip("*["))])
 
     def _si(self, base: str, i: int, out: list[str]) -> int:
-        """siunitx's \\SI{3}{\\metre}, \\qty, \\si, \\SIrange... at token i: numbers converted, the
-        unit printed (`si_unit`), [options] dropped; the index after it. With a group missing it
-        is read as an unknown macro (its groups' text kept)."""
+        """siunitx's \\SI{3}{\\metre}, \\qty, \\si, \\num, \\SIrange, \\numlist, \\ang... at token i:
+        numbers converted, the unit printed (`si_unit`), a list's or angle's {a;b} spelled out
+        (`si_items`), [options] dropped; the index after it. With a group missing it is read as
+        an unknown macro (its groups' text kept)."""
+        numbers, has_unit = SI_COMMANDS[base]
         k, groups = i + 1, []
-        while len(groups) <= SI_COMMANDS[base]:
+        while len(groups) < numbers + has_unit:
             g = self._next(self._skip_args(k, "["))
             if g >= self.n or self.kind[g] != BRACE or self.val[g] != "{" or self.match[g] >= self.n:
                 return i + 1
             groups.append(g)
             k = self.match[g] + 1
-        *numbers, unit = groups
-        text = si_unit(self.src[self.end[unit] : self.start[self.match[unit]]])
+        unit = si_unit(self._group_source(groups[-1])) if has_unit else ""
         if not numbers:
-            out.append(text)
-        for n, g in enumerate(numbers):
-            after = ("–" if n < len(numbers) - 1 else f" {text}" if text else "")
+            out.append(unit)
+        elif (base in SI_LISTS or base == "ang") and (items := si_items(base, self._group_source(groups[0]), unit)) is not None:
+            out.append(items)
+            return k
+        for n, g in enumerate(groups[:numbers]):
+            after = ("–" if n < numbers - 1 else f" {unit}" if unit else "")
             self._enter(g + 1, self.match[g], out, lambda after=after: out.append(after))
         return k
+
+    def _group_source(self, g: int) -> str:
+        """The source inside the closed group whose { is token g."""
+        return self.src[self.end[g] : self.start[self.match[g]]]
 
     def _char(self, i: int, out: list[str]) -> int:
         """\\char with its character code (`\\\\, `x, 92, '134, "5C) at token i: the character, an
