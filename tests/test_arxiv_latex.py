@@ -695,3 +695,13 @@ def test_siunitx_numbers_ranges_lists_and_angles_read_as_printed():
            "\\SIlist[list-units=repeat]{1;2}{\\metre}, \\ang{30}, \\ang{1;2;3}, "
            "\\SI[per-mode=symbol]{3}{\\metre\\per\\second}")
     assert body(tex) == "12345, 1–5, 1, 2 and 3, 1 m and 2 m, 30°, 1°2′3″, 3 m/s"
+
+
+def test_a_macro_argument_next_to_a_control_word_stays_a_separate_token():
+    """Expansion is textual, so \\providecommand{\\abs}[1]{\\lvert#1\\rvert} made $\\abs{x}$
+    read $\\lvertx\\rvert$ (an undefined \\lvertx); TeX keeps \\lvert and x apart, and so must
+    the text, whichever side the control word is on."""
+    preamble = ("\\providecommand{\\abs}[1]{\\lvert#1\\rvert}\\newcommand{\\f}[1]{#1x}"
+                "\\newcommand{\\g}[1]{#1\\alpha}\\newcommand{\\p}[2]{#1#2}\\newcommand{\\h}[1]{\\\\#1}")
+    tex = "$\\abs{x}$ $\\f{\\alpha}$ $\\g{x}y$ $\\p{\\beta}{b}$ $\\h{x}$"
+    assert body(tex, preamble) == "$\\lvert x\\rvert$ $\\alpha x$ $x\\alpha y$ $\\beta b$ $\\\\x$"

@@ -236,26 +236,57 @@ class _OverBudget(Exception):
     """A pass would write more than its budget; raised from inside a substitution."""
 
 
+def _ends_with_control_word(text: str, end: int) -> bool:
+    """Whether text[:end] ends with a control word (\\alpha, not the line break then a: \\\\a)."""
+    j = end
+    while j > 0 and (text[j - 1].isascii() and text[j - 1].isalpha() or text[j - 1] == "@"):
+        j -= 1
+    if j == end:
+        return False
+    k = j
+    while k > 0 and text[k - 1] == "\\":
+        k -= 1
+    return (j - k) % 2 == 1
+
+
+def _starts_with_letter(text: str, at: int = 0) -> bool:
+    return at < len(text) and (text[at].isascii() and text[at].isalpha() or text[at] == "@")
+
+
 def _substitute(body: str, args: list[str], room: int) -> str:
-    """Replace #1..#9 by the arguments and ## by #; raise `_OverBudget` past `room` characters."""
+    """Replace #1..#9 by the arguments and ## by #; raise `_OverBudget` past `room` characters.
+    TeX read the body and the arguments as tokens: a control word next to a letter across the
+    join (\\lvert#1 with x, #1x with \\alpha) gets a space, else it would read \\lvertx."""
     if "#" not in body:
         if len(body) > room:
             raise _OverBudget
         return body
     size = len(body)
-
-    def param(p: re.Match) -> str:
-        nonlocal size
+    pieces: list[str] = []
+    pos = 0
+    for p in PARAM.finditer(body):
+        pieces.append(body[pos : p.start()])
+        pos = p.end()
         if p.group(1) is None:
-            return "#"
+            pieces.append("#")
+            continue
         k = int(p.group(1))
         arg = args[k - 1] if k <= len(args) else ""
+        if _starts_with_letter(arg) and _ends_with_control_word(_last(pieces), len(_last(pieces))):
+            arg = " " + arg
         size += len(arg)
         if size > room:
             raise _OverBudget
-        return arg
+        pieces.append(arg)
+    if _starts_with_letter(body, pos) and _ends_with_control_word(_last(pieces), len(_last(pieces))):
+        pieces.append(" ")
+    pieces.append(body[pos:])
+    return "".join(pieces)
 
-    return PARAM.sub(param, body)
+
+def _last(pieces: list[str]) -> str:
+    """The last nonempty piece written, or ""."""
+    return next((piece for piece in reversed(pieces) if piece), "")
 
 
 def _expand_once(
@@ -295,6 +326,8 @@ def _expand_once(
             expanded = _substitute(macro.body, args, budget - size)
         except _OverBudget:
             return None
+        if _starts_with_letter(text, end) and _ends_with_control_word(expanded, len(expanded)):
+            expanded += " "  # \\newcommand{\\f}[1]{#1\\alpha}: \\f{x}y is \\alpha then y
         out.append(expanded)
         size += len(expanded)
         pos = end
