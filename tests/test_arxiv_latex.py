@@ -705,3 +705,11 @@ def test_a_macro_argument_next_to_a_control_word_stays_a_separate_token():
                 "\\newcommand{\\g}[1]{#1\\alpha}\\newcommand{\\p}[2]{#1#2}\\newcommand{\\h}[1]{\\\\#1}")
     tex = "$\\abs{x}$ $\\f{\\alpha}$ $\\g{x}y$ $\\p{\\beta}{b}$ $\\h{x}$"
     assert body(tex, preamble) == "$\\lvert x\\rvert$ $\\alpha x$ $x\\alpha y$ $\\beta b$ $\\\\x$"
+
+
+@pytest.mark.parametrize("name", ["onlinecite", "Citep", "citeyearpar", "citenum", "autocite", "footcite",
+                                  "Parencite", "shortcite", "citeN", "citetalias"])
+def test_citation_variants_drop_their_keys(name):
+    """natbib's capitalised forms, revtex's \\onlinecite, biblatex's \\autocite & co. and ACM's
+    \\citeN were not known as citations: their keys came out as text ('A [p. 3]key1,key2 B')."""
+    assert body(f"A \\{name}[p.~3]{{key1,key2}} B (\\{name}{{x}}).") == "A B."

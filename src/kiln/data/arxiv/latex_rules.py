@@ -125,10 +125,17 @@ DROP.update({
                      "subincludefrom"), "*{{"),
 })
 # References and citations: dropped, and the brackets they leave empty with them (`latex_convert`)
-REFERENCES = frozenset(
-    "ref eqref pageref autoref cref Cref vref nameref cite citep citet citealp citealt citeauthor "
-    "citeyear parencite textcite".split()
+# The citation commands of natbib (capitalised too), biblatex, revtex, ACM and apacite: their keys
+# came out as text ("[p. 3]key1,key2") when they were not listed in DROP.
+_CITATION_NAMES = (
+    "cite", "citep", "citet", "citealp", "citealt", "citeauthor", "citeyear", "citeyearpar", "citenum",
+    "onlinecite", "fullcite", "footcite", "footcitetext", "autocite", "parencite", "textcite",
+    "smartcite", "supercite", "shortcite", "citeN", "citeNP", "shortciteN", "citeA", "citeNA",
+    "citepalias", "citetalias",
 )
+CITATIONS = frozenset(name for base in _CITATION_NAMES for name in (base, base[0].upper() + base[1:]))
+DROP.update(dict.fromkeys(CITATIONS - DROP.keys(), "*[[{"))
+REFERENCES = frozenset({"ref", "eqref", "pageref", "autoref", "cref", "Cref", "vref", "nameref"} | CITATIONS)
 TEXT_SYMBOLS = {
     "LaTeX": "LaTeX", "TeX": "TeX", "LaTeXe": "LaTeX2e", "BibTeX": "BibTeX", "par": "\n\n",
     "newline": "\n", "linebreak": "\n", "item": "\n- ", "qquad": " ", "quad": " ",
