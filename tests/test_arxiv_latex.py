@@ -713,3 +713,16 @@ def test_citation_variants_drop_their_keys(name):
     """natbib's capitalised forms, revtex's \\onlinecite, biblatex's \\autocite & co. and ACM's
     \\citeN were not known as citations: their keys came out as text ('A [p. 3]key1,key2 B')."""
     assert body(f"A \\{name}[p.~3]{{key1,key2}} B (\\{name}{{x}}).") == "A B."
+
+
+def test_a_papers_own_environments_read_as_their_definition_says():
+    """\\newenvironment was dropped and its environments read as unknown ones, so their
+    arguments came out as body text ('Knuth Premature...') and one wrapping an equation was
+    prose; now \\begin{x}[..]{..} and \\end{x} expand to the begin and end code."""
+    preamble = ("\\newenvironment{myquote}[2][said]{\\begin{quote}\\emph{#2} #1:}{\\end{quote}}"
+                "\\newenvironment{eq}{\\begin{equation}}{\\end{equation}}"
+                "\\newenvironment{note}{\\par\\noindent\\textbf{Remark.}}{\\par}")
+    tex = ("\\begin{myquote}{Knuth}\nPremature.\\end{myquote} \\begin {myquote}[wrote]{Dijkstra}\n"
+           "Goto.\\end{myquote}\\begin{eq}x=1\\end{eq}\\begin{note}\nCareful.\\end{note}")
+    assert body(tex, preamble) == ("Knuth said: Premature. Dijkstra wrote: Goto. "
+                                   "\\begin{equation}x=1\\end{equation}\n\nRemark. Careful.")

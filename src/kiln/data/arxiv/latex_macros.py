@@ -26,7 +26,8 @@ from kiln.data.arxiv.latex_source import read_bracket, read_group, skip_blanks
 
 DEFINER = re.compile(
     r"\\(?:(re)?newcommand|providecommand|DeclareRobustCommand|([gex]?def)|"
-    r"DeclareMathOperator|newtheorem|let|(?:New|Renew|Provide|Declare)DocumentCommand)(?![a-zA-Z@])(\*?)"
+    r"DeclareMathOperator|newtheorem|newenvironment|let|(?:New|Renew|Provide|Declare)DocumentCommand)"
+    r"(?![a-zA-Z@])(\*?)"
 )
 NAME = re.compile(r"\\([a-zA-Z@]+|.)")
 DEF_PARAMS = re.compile(r"[ ]*(?:#[ ]*[1-9][ ]*)*")  # undelimited \def parameters, spaces allowed
@@ -37,6 +38,7 @@ PROTECTED = frozenset(
     "include def newcommand renewcommand par title author abstract footnote".split()
 )
 MAX_PASSES = 8
+ENV_NAME = re.compile(r"[a-zA-Z@*]+")
 # \let's target after the name: blanks, an optional = and one optional space, then one token
 LET_TARGET = re.compile(r"\s*(?:=[ ]?)?(?:\\([a-zA-Z@]+|[^a-zA-Z@])|([^\\{}%\s]))")
 CONDITIONAL_WORDS = frozenset({"fi", "else", "or", "csname", "endcsname"})
@@ -60,6 +62,43 @@ def _read_name(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | No
         return (m.group(1), group[1]) if m else None
     m = NAME.match(text, pos)
     return (m.group(1), m.end()) if m else None
+
+
+def _parse_environment(text: str, m: re.Match, macros: dict, counts: Counter, spans: LiteralSpans) -> int:
+    """Record \\newenvironment{name}[n][default]{begin code}{end code} as two macros,
+    ``begin{name}`` (taking the arguments) and ``end{name}``, so that a paper's own environment
+    reads as its code says (`\\begin{myquote}{Knuth}` printed 'Knuth' as body text before)."""
+    pos = skip_blanks(text, m.end())
+    name = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
+    if name is None or not ENV_NAME.fullmatch(name[0].strip()):
+        counts["macros_unparsed"] += 1
+        return m.end()
+    n_args, default, pos = 0, None, skip_blanks(text, name[1])
+    if text[pos : pos + 1] == "[":
+        arg = read_bracket(text, pos, spans)
+        if arg is None or not arg[0].strip().isdigit():
+            counts["macros_unparsed"] += 1
+            return m.end()
+        n_args, pos = int(arg[0]), skip_blanks(text, arg[1])
+        if text[pos : pos + 1] == "[":
+            arg = read_bracket(text, pos, spans)
+            if arg is None:
+                return m.end()
+            default, pos = arg[0], skip_blanks(text, arg[1])
+    begin = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
+    pos = skip_blanks(text, begin[1]) if begin else pos
+    end = read_group(text, pos, spans) if begin and text[pos : pos + 1] == "{" else None
+    if begin is None or end is None:
+        counts["macros_unparsed"] += 1
+        return m.end()
+    if UNSAFE_BODY.search(begin[0]) or UNSAFE_BODY.search(end[0]):
+        counts["macros_skipped"] += 1
+    else:
+        env = name[0].strip()
+        macros[f"begin{{{env}}}"] = Macro(n_args, default, begin[0])
+        macros[f"end{{{env}}}"] = Macro(0, None, end[0])
+        counts["macros_defined"] += 1
+    return end[1]
 
 
 def _parse_let(text: str, name: str, pos: int, macros: dict, counts: Counter, known: dict) -> int:
@@ -94,6 +133,8 @@ def _parse_definition(
     Arguments are read around the literal spans `spans` (of `text`); `known`: the macros defined
     before `text` (what a \\let there copies)."""
     source = m.group(0)
+    if source.startswith("\\newenvironment"):
+        return _parse_environment(text, m, macros, counts, spans)
     if source.startswith("\\newtheorem"):
         pos = skip_blanks(text, m.end())
         env = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
@@ -303,7 +344,7 @@ def _expand_once(
             spans = LiteralSpans(text, declared)
         if start in spans:
             continue
-        macro = macros[m.group(1)]
+        macro = macros[_key(m.group(1))]
         args: list[str] = []
         end = m.end()
         if macro.default is not None:
@@ -341,7 +382,21 @@ def _pattern(names: list[str]) -> re.Pattern:
     """`\\name` for one of `names` (group 1), or a `\\\\` pair (no group) so that `\\\\x` reads as
     a line break then x. Longest names first, and no letter after, so `\\ab` is not `\\a`."""
     names = sorted(names, key=len, reverse=True)
-    return re.compile(r"\\(?:\\|(" + "|".join(re.escape(n) for n in names) + r")(?![a-zA-Z@]))")
+    return re.compile(r"\\(?:\\|(" + "|".join(_name_pattern(n) for n in names) + "))")
+
+
+def _name_pattern(name: str) -> str:
+    """A macro name, no letter after; an environment's ``begin{x}`` / ``end{x}`` with the blanks
+    TeX allows before its brace."""
+    if "{" not in name:
+        return re.escape(name) + "(?![a-zA-Z@])"
+    command, env = name.rstrip("}").split("{", 1)
+    return rf"{command}\s*\{{{re.escape(env)}\}}"
+
+
+def _key(used: str) -> str:
+    """The macros' key of a use matched by `_pattern`: `begin {x}` is ``begin{x}``."""
+    return used if "{" not in used else "".join(used.split())
 
 
 def _has_use(text: str, pattern: re.Pattern, declared: Declared) -> bool:
