@@ -635,7 +635,7 @@ def test_includeonly_keeps_the_include_files_it_does_not_list_out():
              "pre.tex": "\\includeonly{ ch/b , x}\n", "ch/a.tex": "Alpha.", "ch/b.tex": "Beta."}
     result = latex_to_text(files)
     assert (result.body, result.counts["includes_excluded"]) == ("Beta.\n\nBeta.", 1)
-    files["pre.tex"] = "\\includeonly{}"
+    files["pre.tex"] = "\\includeonly{}\\include{}"  # an empty name: nothing to read, no crash
     assert latex_to_text(files).body == "Beta."
 
 

@@ -250,9 +250,11 @@ def resolve_includes(
         def replace(m: re.Match, declared: Declared) -> str:
             nonlocal used, only
             if m["kind"] == "includeonly":
-                only = {name.strip() for name in (m["braced"] or m["bare"] or "").split(",") if name.strip()}
+                listed = m["braced"] if m["braced"] is not None else m["bare"]
+                only = {name.strip() for name in listed.split(",") if name.strip()}
                 return m.group(0)  # the converter drops it
-            if m["kind"] == "include" and only is not None and (m["braced"] or m["bare"]).strip() not in only:
+            named = m["braced"] if m["braced"] is not None else m["bare"]
+            if m["kind"] == "include" and only is not None and named.strip() not in only:
                 counts["includes_excluded"] += 1
                 return ""
             found, folder = _include_target(files, base_dir, cur, m)
