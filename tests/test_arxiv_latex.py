@@ -693,8 +693,8 @@ def test_siunitx_numbers_ranges_lists_and_angles_read_as_printed():
     kept their ';' and \\SIlist lost its unit, and \\ang its degree sign."""
     tex = ("\\num[group-separator={,}]{12345}, \\numrange{1}{5}, \\numlist{1;2;3}, "
            "\\SIlist[list-units=repeat]{1;2}{\\metre}, \\ang{30}, \\ang{1;2;3}, "
-           "\\SI[per-mode=symbol]{3}{\\metre\\per\\second}")
-    assert body(tex) == "12345, 1–5, 1, 2 and 3, 1 m and 2 m, 30°, 1°2′3″, 3 m/s"
+           "\\SI[per-mode=symbol]{3}{\\metre\\per\\second}, \\numlist{;}.")
+    assert body(tex) == "12345, 1–5, 1, 2 and 3, 1 m and 2 m, 30°, 1°2′3″, 3 m/s,."
 
 
 def test_a_macro_argument_next_to_a_control_word_stays_a_separate_token():

@@ -54,7 +54,7 @@ def si_items(base: str, source: str, unit: str) -> str | None:
     if base == "ang":
         return "".join(item + mark for item, mark in zip(items, ANGLE_MARKS) if item)
     items = [f"{item} {unit}" if unit else item for item in items if item]
-    return items[0] if len(items) < 2 else ", ".join(items[:-1]) + " and " + items[-1]
+    return "".join(items) if len(items) < 2 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def si_unit(source: str) -> str:
