@@ -637,6 +637,9 @@ def test_includeonly_keeps_the_include_files_it_does_not_list_out():
     assert (result.body, result.counts["includes_excluded"]) == ("Beta.\n\nBeta.", 1)
     files["pre.tex"] = "\\includeonly{}\\include{}"  # an empty name: nothing to read, no crash
     assert latex_to_text(files).body == "Beta."
+    files["pre.tex"] = ""  # one after \begin{document} is no build setting (a manual's example)
+    files["ch/a.tex"] = "Alpha: say \\includeonly{ch/b}."
+    assert latex_to_text(files).body == "Alpha: say.\n\nBeta.\n\nBeta."
 
 
 def test_begin_document_with_a_blank_before_its_brace_is_the_document_start():

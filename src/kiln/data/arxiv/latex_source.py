@@ -223,7 +223,7 @@ def resolve_includes(
 
     An \\input reads its file in line (a mid-sentence `\\input{n}` keeps the sentence whole, its
     last line end a space as in TeX); an \\include starts a new page, so a new paragraph, and
-    after \\includeonly{a,b} reads only the files it lists.
+    after \\includeonly{a,b} in the preamble reads only the files it lists.
     Counts ``includes_resolved``, ``includes_excluded`` (not in \\includeonly),
     ``includes_refused`` (outside the archive), ``includes_missing`` (not in the archive:
     figures' .pstex_t, .bbl...), ``includes_cycle``.
@@ -238,7 +238,8 @@ def resolve_includes(
     texts: dict[tuple[str, Declared], str] = {}
     limit = include_budget(files) if budget is None else budget
     used = 0
-    only: set[str] | None = None  # \includeonly's list, once met
+    only: set[str] | None = None  # \includeonly's list, once met in the preamble
+    body_started = False  # \begin{document} passed: an \includeonly there is an error, or text
 
     def expand(name: str, stack: tuple[str, ...], declared: Declared, cur: str) -> str:
         if (name, declared) not in texts:
@@ -251,7 +252,8 @@ def resolve_includes(
             nonlocal used, only
             if m["kind"] == "includeonly":
                 listed = m["braced"] if m["braced"] is not None else m["bare"]
-                only = {name.strip() for name in listed.split(",") if name.strip()}
+                if not body_started:
+                    only = {name.strip() for name in listed.split(",") if name.strip()}
                 return m.group(0)  # the converter drops it
             named = m["braced"] if m["braced"] is not None else m["bare"]
             if m["kind"] == "include" and only is not None and named.strip() not in only:
@@ -279,8 +281,10 @@ def resolve_includes(
             return body if not body or body.endswith("\n") else body + "\n"
 
         out, pos = [], 0
+        nonlocal body_started
         for m, state in _includes(text, declared):
             out.append(text[pos : m.start()])
+            body_started = body_started or BEGIN_DOC.search(text, pos, m.start()) is not None
             out.append(replace(m, state))
             pos = m.end()
         out.append(text[pos:])
