@@ -708,6 +708,8 @@ def test_a_macro_argument_next_to_a_control_word_stays_a_separate_token():
                 "\\newcommand{\\g}[1]{#1\\alpha}\\newcommand{\\p}[2]{#1#2}\\newcommand{\\h}[1]{\\\\#1}")
     tex = "$\\abs{x}$ $\\f{\\alpha}$ $\\g{x}y$ $\\p{\\beta}{b}$ $\\h{x}$"
     assert body(tex, preamble) == "$\\lvert x\\rvert$ $\\alpha x$ $x\\alpha y$ $\\beta b$ $\\\\x$"
+    # in text the space after a control word goes, as in TeX: \textbackslash then a name
+    assert body("Use \\m{title}.", "\\newcommand{\\m}[1]{\\texttt{\\textbackslash#1}}") == "Use \\title."
 
 
 @pytest.mark.parametrize("name", ["onlinecite", "Citep", "citeyearpar", "citenum", "autocite", "footcite",

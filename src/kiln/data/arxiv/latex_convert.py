@@ -344,8 +344,8 @@ class LatexConverter(LatexTokens):
         symbol = symbol_text(base)
         if symbol is not None:
             out.append(symbol)
-            if len(symbol) == 1 and symbol.isalpha():  # a letter inside a word: \o, \ss, \AA, \L
-                return self._after_control_word(i + 1, out)
+            if len(symbol) == 1 and (symbol.isalpha() or symbol == "\\"):  # a letter inside a word: \o,
+                return self._after_control_word(i + 1, out)  # \ss, \L; \textbackslash names a command
             return i + 1
         # Unknown or formatting macro: drop its optional arguments, keep mandatory groups' text.
         shape = macro_args(base)
