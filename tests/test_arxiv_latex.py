@@ -726,8 +726,10 @@ def test_a_papers_own_environments_read_as_their_definition_says():
     prose; now \\begin{x}[..]{..} and \\end{x} expand to the begin and end code."""
     preamble = ("\\newenvironment{myquote}[2][said]{\\begin{quote}\\emph{#2} #1:}{\\end{quote}}"
                 "\\newenvironment{eq}{\\begin{equation}}{\\end{equation}}"
-                "\\newenvironment{note}{\\par\\noindent\\textbf{Remark.}}{\\par}")
+                "\\newenvironment{note}{\\par\\noindent\\textbf{Remark.}}{\\par}"
+                "\\newenvironment{vquote}{\\verbatimwrite{tmp.tex}}{\\endverbatimwrite}")  # left unknown
     tex = ("\\begin{myquote}{Knuth}\nPremature.\\end{myquote} \\begin {myquote}[wrote]{Dijkstra}\n"
-           "Goto.\\end{myquote}\\begin{eq}x=1\\end{eq}\\begin{note}\nCareful.\\end{note}")
+           "Goto.\\end{myquote}\\begin{eq}x=1\\end{eq}\\begin{note}\nCareful.\\end{note}"
+           "\\begin{vquote}Code\\end{vquote}")
     assert body(tex, preamble) == ("Knuth said: Premature. Dijkstra wrote: Goto. "
-                                   "\\begin{equation}x=1\\end{equation}\n\nRemark. Careful.")
+                                   "\\begin{equation}x=1\\end{equation}\n\nRemark. Careful.\n\nCode")

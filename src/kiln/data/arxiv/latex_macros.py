@@ -39,6 +39,10 @@ PROTECTED = frozenset(
 )
 MAX_PASSES = 8
 ENV_NAME = re.compile(r"[a-zA-Z@*]+")
+# begin code that reads the body as verbatim (moreverb's \verbatimwrite, \comment, listings):
+# expanded, its file name came out as text and the body as LaTeX, so the environment stays unknown
+VERBATIM_CODE = re.compile(r"\\(?:[a-zA-Z]*[vV]erbatim[a-zA-Z]*|comment|lst[a-zA-Z]*|minted)(?![a-zA-Z@])"
+                           r"|\\begin\s*\{(?:[a-zA-Z]*[vV]erbatim|lstlisting|minted|comment)")
 # \let's target after the name: blanks, an optional = and one optional space, then one token
 LET_TARGET = re.compile(r"\s*(?:=[ ]?)?(?:\\([a-zA-Z@]+|[^a-zA-Z@])|([^\\{}%\s]))")
 CONDITIONAL_WORDS = frozenset({"fi", "else", "or", "csname", "endcsname"})
@@ -91,7 +95,7 @@ def _parse_environment(text: str, m: re.Match, macros: dict, counts: Counter, sp
     if begin is None or end is None:
         counts["macros_unparsed"] += 1
         return m.end()
-    if UNSAFE_BODY.search(begin[0]) or UNSAFE_BODY.search(end[0]):
+    if UNSAFE_BODY.search(begin[0]) or UNSAFE_BODY.search(end[0]) or VERBATIM_CODE.search(begin[0]):
         counts["macros_skipped"] += 1
     else:
         env = name[0].strip()
