@@ -733,3 +733,13 @@ def test_a_papers_own_environments_read_as_their_definition_says():
            "\\begin{vquote}Code\\end{vquote}")
     assert body(tex, preamble) == ("Knuth said: Premature. Dijkstra wrote: Goto. "
                                    "\\begin{equation}x=1\\end{equation}\n\nRemark. Careful.\n\nCode")
+
+
+def test_an_input_alone_on_its_line_mid_paragraph_keeps_the_paragraph():
+    """An \\input file's last line end was kept as a line end, so with the includer's own one
+    after `\\input{a}` it made a blank line and split the paragraph; TeX reads both as spaces.
+    A file that ends in a blank line, or a blank line after the \\input, still ends it."""
+    files = {"main.tex": "\\documentclass{article}\\begin{document}\nWe have\n\\input{a}\nand\n\\input b\n"
+                         "more.\n\\input b\n\nNew.\n\\input{c}\nLast.\n\\end{document}",
+             "a.tex": "A\n", "b.tex": "B", "c.tex": "C\n\n"}
+    assert latex_to_text(files).body == "We have A and B more. B\n\nNew. C\n\nLast."

@@ -25,6 +25,10 @@ INCLUDE = re.compile(
 BEGIN_DOC = re.compile(r"\\begin\s*\{document\}")
 END_DOC = re.compile(r"\\end\s*\{document\}")
 BRACKET_STOP = re.compile(r"[\\{\[\]]")  # what `read_bracket` stops at: an escape, a group, a [ or its ]
+# An \input file's last line end is a space, as any line's; only a blank last line ends a paragraph.
+# (Kept as "\n", it made a blank line with the includer's own line end: `\input{x}` alone on a
+# line mid-paragraph split it.)
+FILE_ENDS_PARAGRAPH = re.compile(r"\n[ \t]*\n[ \t]*\Z")
 MAX_INCLUDE_DEPTH = 20
 # Include expansion budget, in characters: INCLUDE_GROWTH x the archive's text, at least
 # MIN_INCLUDE_BUDGET, at most MAX_INCLUDE_BUDGET. A paper includes each file about once (nested
@@ -278,7 +282,7 @@ def resolve_includes(
                 return _subfile_body(body)  # a whole document (standalone, docmute): its body
             if m["kind"] == "include":
                 return f"\n\n{body}\n\n"
-            return body if not body or body.endswith("\n") else body + "\n"
+            return body if not body or FILE_ENDS_PARAGRAPH.search(body) else body.rstrip("\n") + " "
 
         out, pos = [], 0
         nonlocal body_started
