@@ -110,9 +110,10 @@ PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
 # Where a \ref or \cite was dropped: `tidy` removes a run of them with the brackets, tie and list
 # separators around it, which would read "Eq. ()", "(Theorem )" or "[, ]", and then the mark.
 DROPPED_REFERENCE = "\x02"
-_REFERENCE_RUN = "\x02(?:[ \t,;–-]*(?:and|or|to|&)?[ \t,;–-]*\x02)*"
-EMPTY_BRACKETS = re.compile(rf"[ \t]*[(\[][ \t]*{_REFERENCE_RUN}[ \t]*[)\]]")
-REFERENCE_RUN = re.compile(rf"[ \t]*{_REFERENCE_RUN}(?:[ \t]+(?=[)\]]))?")
+# Possessive, and blanks taken from their first only: linear however long a run of blanks is.
+_REFERENCE_RUN = "\x02(?:[ \t,;–-]*+(?:(?:and|or|to|&)[ \t,;–-]*+)?\x02)*+"
+EMPTY_BRACKETS = re.compile(rf"(?<![ \t])[ \t]*+[(\[][ \t]*+{_REFERENCE_RUN}[ \t]*+[)\]]")
+REFERENCE_RUN = re.compile(rf"(?<![ \t])[ \t]*+{_REFERENCE_RUN}(?:[ \t]++(?=[)\]]))?")
 
 
 class LatexConverter(LatexTokens):
