@@ -682,6 +682,7 @@ def test_an_if_declared_in_a_local_package_nests_inside_an_iffalse_block():
         ("prior work (\\citet{a}; \\citet{b}) and [\\cite{c}, \\cite{d}].", "prior work and."),
         ("Sections~\\ref{a}, \\ref{b} and~\\ref{c} give $f(x)$ () [x].", "Sections give $f(x)$ () [x]."),
         ("see \\eqref{e}--\\eqref{f} or \\cite{x}.", "see."),  # one run of references
+        ("\\begin{alltt}see \\ref{x} (\\cite{y}) now\\end{alltt}", "```\nsee now\n```"),  # alltt is LaTeX
     ],
 )
 def test_dropped_references_take_the_brackets_they_leave_empty_with_them(tex, expected):

@@ -424,6 +424,7 @@ class LatexConverter(LatexTokens):
     def _code_block(self, body: str) -> str:
         if "\x00" in body or "\x01" in body:  # converted text (alltt): its math and code restored
             body = PROTECTED.sub(lambda m: self.code[int(m.group(2))], body)
+        body = _without_reference_marks(body)  # converted text (alltt): its dropped \ref's
         self.code.append("```\n" + body.strip("\n") + "\n```")
         return f"\n\n\x00{len(self.code) - 1}\x00\n\n"
 
@@ -481,14 +482,20 @@ class LatexConverter(LatexTokens):
         return tidy("".join(out), self.code)
 
 
+def _without_reference_marks(text: str) -> str:
+    """`text` without the DROPPED_REFERENCE marks and the brackets and separators they leave."""
+    if DROPPED_REFERENCE not in text:
+        return text
+    return REFERENCE_RUN.sub("", EMPTY_BRACKETS.sub("", text))
+
+
 def tidy(text: str, code: list[str]) -> str:
     """Collapse blanks; join lines inside a paragraph, except headings, list items and code.
 
     Math and code sit behind placeholders (\\x01n\\x01, \\x00n\\x00) until the end, so they
     come out byte for byte.
     """
-    if DROPPED_REFERENCE in text:
-        text = REFERENCE_RUN.sub("", EMPTY_BRACKETS.sub("", text))
+    text = _without_reference_marks(text)
     blocks = []
     for block in BLANK_LINES.split(SPACES.sub(" ", text)):
         lines: list[str] = []
