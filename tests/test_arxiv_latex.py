@@ -752,3 +752,15 @@ def test_dropping_references_stays_linear_in_a_run_of_blanks(make):
     """The clean-up of dropped references backtracked over a run of blanks: 20,000 spaces after
     a \\ref took 14 s."""
     assert_linear(lambda tex: LatexConverter(tex).text(), make, 2000)
+
+
+def test_a_newif_switch_never_set_true_hides_its_branch():
+    """\\newif\\ifdraft leaves \\ifdraft false, so a paper that never says \\drafttrue prints
+    none of its draft notes; they were kept as text. A switch set anywhere (here \\notestrue, or
+    in a local package's option) is left alone: its branch may be read."""
+    files = {"main.tex": "\\documentclass{article}\\newif\\ifdraft\\newif\\ifnotes\\notestrue\\newif\\ifsty\n"
+                         "\\begin{document}A \\ifdraft draft\\fi B \\ifnotes note\\fi C \\ifdraft x\\else y\\fi "
+                         "D \\ifsty s\\fi\\end{document}",
+             "p.sty": "\\DeclareOption{s}{\\stytrue}"}
+    result = latex_to_text(files)
+    assert (result.body, result.counts["newif_false_dropped"]) == ("A B note C y D s", 2)

@@ -115,8 +115,9 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
         return ExtractResult(main=None)
     counts: Counter = Counter()
     conditionals = _package_conditionals(files)
+    packages = "\n".join(text for path, text in files.items() if path.endswith((".sty", ".cls")))
     text = resolve_includes(files, main, counts)
-    preamble, body = split_document(drop_false_branches(text, counts, conditionals=conditionals))
+    preamble, body = split_document(drop_false_branches(text, counts, conditionals=conditionals, packages=packages))
     macro_sources = []
     for m in USEPACKAGE.finditer(preamble):
         for package in m.group(1).split(","):
@@ -130,7 +131,7 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
     if declared != NO_DECLARATIONS:  # a local package's verbatim-like environments: % in them is code
         counts = Counter()
         text = resolve_includes(files, main, counts, declared=declared)
-        preamble, body = split_document(drop_false_branches(text, counts, declared, conditionals), declared)
+        preamble, body = split_document(drop_false_branches(text, counts, declared, conditionals, packages), declared)
     macros: dict = {}
     theorems: dict[str, str] = {}
     preamble_spans = LiteralSpans(preamble, declared)  # for its definitions, declarations and title

@@ -26,7 +26,7 @@ from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpan
 CONTROL = re.compile(r"\\(?:([a-zA-Z@]+)|[\s\S]?)")  # a control word (group 1), or `\\`, `\%`...
 CONTROL_OR_BRACE = re.compile(r"\\(?:([a-zA-Z@]+)|[\s\S]?)|([{}])")
 # an \iffalse that is not run but named: \let\ifdraft\iffalse, \let\x=\iffalse, ...\endcsname\iffalse
-NAMED_BEFORE = re.compile(r"(?:\\let\s*\\[a-zA-Z@]+|\\endcsname)\s*=?\s*\Z")
+NAMED_BEFORE = re.compile(r"(?:\\let\s*\\[a-zA-Z@]+|\\endcsname)\s*=?\s*\Z|\\newif\s*\Z")
 NEWIF = re.compile(r"\\newif\s*\\(if[a-zA-Z@]+)")
 _BODY = r"\{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\}"  # an environment's begin code, two levels deep
 # What precedes the { of a definition's body: \def\x#1, \newcommand{\x}[1][d], xparse's
@@ -62,17 +62,39 @@ def _opens_definition(text: str, brace: int) -> bool:
     return False
 
 
+def _never_set(text: str, packages: str) -> set[str]:
+    """The conditionals `text` declares with \\newif and nothing sets (no \\drafttrue, no
+    \\let or \\def of \\ifdraft, in `text` or the local `packages`): false, as \\newif leaves them."""
+    if "\\newif" not in text:
+        return set()
+    unset = set()
+    for name in set(NEWIF.findall(text)):
+        switch = re.escape(name[2:])
+        setter = re.compile(rf"\\{switch}true(?![a-zA-Z@])|{switch}true\s*\\endcsname"
+                            rf"|\\(?:let|[gex]?def)\s*\\if{switch}(?![a-zA-Z@])")
+        if not setter.search(text) and not setter.search(packages):
+            unset.add(name)
+    return unset
+
+
 def drop_false_branches(
-    text: str, counts: Counter, declared: Declared = NO_DECLARATIONS, conditionals: frozenset[str] = frozenset()
+    text: str,
+    counts: Counter,
+    declared: Declared = NO_DECLARATIONS,
+    conditionals: frozenset[str] = frozenset(),
+    packages: str = "",
 ) -> str:
-    """`text` without its ``\\iffalse`` blocks (counted: ``iffalse_dropped``); `declared`: the
-    declarations in force where `text` starts (for its literal spans); `conditionals`: the
-    \\newif names declared outside `text` (by its local packages)."""
-    if "\\iffalse" not in text:
+    """`text` without its ``\\iffalse`` blocks (counted: ``iffalse_dropped``), nor those of the
+    conditionals it declares with \\newif and never sets true (``\\newif\\ifdraft ... \\ifdraft
+    notes\\fi``: ``newif_false_dropped``); `declared`: the declarations in force where `text`
+    starts (for its literal spans); `conditionals`: the \\newif names declared outside `text`
+    (by its local packages), `packages`: their text (where a switch may be set)."""
+    false_ifs = {"iffalse"} | _never_set(text, packages)
+    if "\\iffalse" not in text and len(false_ifs) == 1:
         return text
     ifs = PRIMITIVE_IFS | conditionals | set(NEWIF.findall(text))
     spans: LiteralSpans | None = None
-    out, pos, start, depth = [], 0, -1, 0
+    out, pos, start, depth, dropping = [], 0, -1, 0, ""
     groups: list[int] = []  # open groups outside skipped blocks (where their { stands)
     checked = 0  # groups[:checked] were asked whether they are a definition's body
     definition = -1  # the index in `groups` of the outermost one that is, or -1
@@ -90,7 +112,7 @@ def drop_false_branches(
                         definition = definition if definition < len(groups) else -1
             continue
         if depth == 0:
-            if name == "iffalse" and not NAMED_BEFORE.search(text, max(m.start() - 80, 0), m.start()):
+            if name in false_ifs and not NAMED_BEFORE.search(text, max(m.start() - 80, 0), m.start()):
                 while definition < 0 and checked < len(groups):
                     definition = checked if _opens_definition(text, groups[checked]) else -1
                     checked += 1
@@ -98,7 +120,7 @@ def drop_false_branches(
                     continue
                 spans = spans or LiteralSpans(text, declared)
                 if m.start() not in spans:
-                    start, depth = m.start(), 1
+                    start, depth, dropping = m.start(), 1, name
             continue
         if name in ifs or name.startswith("if@"):
             depth += 1
@@ -107,7 +129,7 @@ def drop_false_branches(
             if depth == 0:
                 out.append(text[pos:start])
                 pos = m.end()
-                counts["iffalse_dropped"] += 1
+                counts["iffalse_dropped" if dropping == "iffalse" else "newif_false_dropped"] += 1
     if depth:
         counts["iffalse_unclosed"] += 1
     out.append(text[pos:])
