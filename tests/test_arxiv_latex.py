@@ -10,6 +10,7 @@ from datatrove.data import Document
 from linear_time import assert_linear
 
 from kiln.data.arxiv import LatexToText, latex_to_text, leaked_markup
+from kiln.data.arxiv.latex_conditionals import drop_false_branches
 from kiln.data.arxiv.latex_convert import LatexConverter
 from kiln.data.arxiv.latex_literal import LiteralSpans
 from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
@@ -22,6 +23,7 @@ from kiln.data.arxiv.latex_source import (
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "latex"
+HEX_LETTERS = str.maketrans("0123456789", "ghijklmnop")  # a number as a control word's letters
 
 
 def body(tex: str, preamble: str = "") -> str:
@@ -764,3 +766,11 @@ def test_a_newif_switch_never_set_true_hides_its_branch():
              "p.sty": "\\DeclareOption{s}{\\stytrue}"}
     result = latex_to_text(files)
     assert (result.body, result.counts["newif_false_dropped"]) == ("A B note C y D s", 2)
+
+
+@pytest.mark.parametrize("make", [lambda k: "\\newif\\ifa " + "a" * k, lambda k: "\\newif\\ifa \\" + "a" * k,
+                                  lambda k: "\\newif\\ifa " + "\\csname " * k,
+                                  lambda k: "".join(f"\\newif\\if{i:x}".translate(HEX_LETTERS) + " y" for i in range(k))])
+def test_finding_the_switches_a_paper_sets_stays_linear(make):
+    """One search per \\newif name over the whole text was quadratic in a text declaring many."""
+    assert_linear(lambda text: drop_false_branches(text, Counter()), make, 2000)

@@ -27,6 +27,10 @@ CONTROL = re.compile(r"\\(?:([a-zA-Z@]+)|[\s\S]?)")  # a control word (group 1),
 CONTROL_OR_BRACE = re.compile(r"\\(?:([a-zA-Z@]+)|[\s\S]?)|([{}])")
 # an \iffalse that is not run but named: \let\ifdraft\iffalse, \let\x=\iffalse, ...\endcsname\iffalse
 NAMED_BEFORE = re.compile(r"(?:\\let\s*\\[a-zA-Z@]+|\\endcsname)\s*=?\s*\Z|\\newif\s*\Z")
+# what sets a \newif switch (\drafttrue, \csname drafttrue\endcsname) or makes it another
+# conditional (\let\ifdraft\iftrue, \def\ifdraft): its name, in group 1, 2 or 3
+SWITCH_SET = re.compile(r"\\([a-zA-Z@]+)true(?![a-zA-Z@])|\\csname\s*([a-zA-Z@]+)true\s*\\endcsname"
+                        r"|\\(?:let|[gex]?def)\s*\\if([a-zA-Z@]+)(?![a-zA-Z@])")
 NEWIF = re.compile(r"\\newif\s*\\(if[a-zA-Z@]+)")
 _BODY = r"\{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\}"  # an environment's begin code, two levels deep
 # What precedes the { of a definition's body: \def\x#1, \newcommand{\x}[1][d], xparse's
@@ -67,14 +71,11 @@ def _never_set(text: str, packages: str) -> set[str]:
     \\let or \\def of \\ifdraft, in `text` or the local `packages`): false, as \\newif leaves them."""
     if "\\newif" not in text:
         return set()
-    unset = set()
-    for name in set(NEWIF.findall(text)):
-        switch = re.escape(name[2:])
-        setter = re.compile(rf"\\{switch}true(?![a-zA-Z@])|{switch}true\s*\\endcsname"
-                            rf"|\\(?:let|[gex]?def)\s*\\if{switch}(?![a-zA-Z@])")
-        if not setter.search(text) and not setter.search(packages):
-            unset.add(name)
-    return unset
+    declared = set(NEWIF.findall(text))
+    for source in (text, packages):
+        for m in SWITCH_SET.finditer(source):
+            declared.discard("if" + (m.group(1) or m.group(2) or m.group(3)))
+    return declared
 
 
 def drop_false_branches(
