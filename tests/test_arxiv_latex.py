@@ -774,3 +774,10 @@ def test_a_newif_switch_never_set_true_hides_its_branch():
 def test_finding_the_switches_a_paper_sets_stays_linear(make):
     """One search per \\newif name over the whole text was quadratic in a text declaring many."""
     assert_linear(lambda text: drop_false_branches(text, Counter()), make, 2000)
+
+
+def test_index_and_nomenclature_entries_are_not_text():
+    """\\index{..}, \\glossary{..} and \\nomenclature[..]{..}{..} print in their lists at the
+    end, not where they stand; their entries came out inside sentences ('Textfoo!bar more')."""
+    tex = "Text\\index{foo!bar} more\\glossary{g} and\\nomenclature[a]{$x$}{the x}. \\printindex"
+    assert body(tex) == "Text more and."

@@ -120,6 +120,8 @@ DROP.update({
     "icmltitle": "{", "icmltitlerunning": "{", "icmlsetsymbol": "{{",
     "icmlauthor": "{{", "icmlaffiliation": "{{", "icmlcorrespondingauthor": "{{",
     "icmlkeywords": "{", "printAffiliationsAndNotice": "{",
+    # index, glossary and nomenclature entries: printed in their lists, not where they stand
+    "index": "{", "glossary": "{", "nomenclature": "[{{", "printindex": "[", "printnomenclature": "[",
     # the import package's includes, when the file is not in the archive (`latex_source`)
     **dict.fromkeys(("import", "subimport", "inputfrom", "subinputfrom", "includefrom",
                      "subincludefrom"), "*{{"),
