@@ -122,6 +122,7 @@ def test_formats_gzip_single_file_plain_and_tar():
     assert read_source_archive(gzip.compress(DOC), "2101.00001.gz").files == {"2101.00001.tex": DOC.decode()}
     assert read_source_archive(DOC, "paper.tex").kind == "plain"
     assert read_source_archive(b"just some notes", "notes").files == {}  # not LaTeX
+    assert read_source_archive(b"\\input{defs}\\begin {document}x", "p.tex").files  # TeX skips the blank
     tar = read_source_archive(make_tar([(member("./src/a.tex"), DOC), (member("fig.png"), b"PNG")], True))
     assert tar.kind == "tar.gz" and list(tar.files) == ["src/a.tex"]
 

@@ -10,6 +10,7 @@ from datatrove.data import Document
 from linear_time import assert_linear
 
 from kiln.data.arxiv import LatexToText, latex_to_text, leaked_markup
+from kiln.data.arxiv.latex_conditionals import drop_false_branches
 from kiln.data.arxiv.latex_convert import LatexConverter
 from kiln.data.arxiv.latex_literal import LiteralSpans
 from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
@@ -22,6 +23,7 @@ from kiln.data.arxiv.latex_source import (
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "latex"
+HEX_LETTERS = str.maketrans("0123456789", "ghijklmnop")  # a number as a control word's letters
 
 
 def body(tex: str, preamble: str = "") -> str:
@@ -38,7 +40,7 @@ def body(tex: str, preamble: str = "") -> str:
         ("a\\begin{figure}\\includegraphics{f}\\caption{C}\\end{figure} b", "a b"),
         ("costs 50\\% less", "costs 50% less"),
         ("a \\\\% c\nb", "a b"),  # \\ then a real comment; paragraphs are reflowed
-        ("see \\ref{s} and \\eqref{e}.\\label{x}", "see and."),
+        ("see \\ref{s} and \\eqref{e}.\\label{x}", "see."),  # a run of references goes whole
         ("\\textbf{bold} \\emph{it {nested}} \\href{http://x}{link}", "bold it nested link"),
         ("\\(x^2\\) and \\[y\\] and $$z$$", "\\(x^2\\) and \\[y\\] and $$z$$"),
         ("Caf\\'e na\\\"ive \\ss{} --- ok", "Café naïve ß — ok"),
@@ -461,7 +463,7 @@ def test_the_import_packages_includes_are_resolved():
         "chap/two.tex": "Two.",
     }
     result = latex_to_text(files)
-    assert result.body == "A Intro. Fig.\n\nB One. Two.\n\nC D"
+    assert result.body == "A Intro. Fig. B One. Two. C D"  # read in line, as \\input
     assert (result.counts["includes_resolved"], result.counts["includes_missing"],
             result.counts["includes_refused"]) == (4, 1, 1)
 
@@ -476,7 +478,7 @@ def test_a_file_is_read_up_to_its_endinput():
         "sec.tex": "Section text.\n\\endinput rest of its line\nOld notes to co-authors.\n",
         "mymacros.sty": "\\newcommand{\\R}{\\mathbb{R}}\n\\endinput\n\\newcommand{\\x}{doc example}\n",
     }
-    assert latex_to_text(files).body == ("Section text. rest of its line\n\nAfter. `\\endinput` "
+    assert latex_to_text(files).body == ("Section text. rest of its line After. `\\endinput` "
                                          "$\\mathbb{R}$")
 
 
@@ -601,3 +603,181 @@ def test_set_up_commands_in_the_body_leave_no_options_behind():
            "\\addbibresource{x.bib} \\newgeometry{margin=1in} \\printbibliography[title=Refs] F "
            "\\algrenewcommand\\algorithmicrequire{\\textbf{In:}} \\SetKwInOut{Input}{In} G")
     assert body(tex) == "A B C D E F G"
+
+
+def test_let_aliases_expand_like_the_macro_they_copy():
+    """\\let\\eps\\varepsilon (and \\let\\foo=\\bar, \\let of a user macro) was dropped, so the
+    alias stayed in the math as an undefined name: '$\\eps>0$'. A \\let copies the meaning at that
+    point (a later \\renewcommand of the original does not change it); an alias of a built-in that
+    the paper redefines later is left alone (text cannot name the built-in meaning)."""
+    preamble = ("\\let\\eps\\varepsilon \\let\\foo=\\bar \\newcommand{\\R}{\\mathbb{R}}\\let\\reals\\R"
+                "\\renewcommand{\\R}{\\mathbf{R}} \\let\\x\\relax \\let\\oldvec\\vec"
+                "\\renewcommand{\\vec}[1]{\\mathbf{#1}}")
+    tex = "Take $\\eps>0$, $\\foo y$, $x\\in\\reals$, $\\vec v$ and $\\oldvec w$. A\\x B."
+    assert body(tex, preamble) == ("Take $\\varepsilon>0$, $\\bar y$, $x\\in\\mathbb{R}$, "
+                                   "$\\mathbf{v}$ and $\\oldvec w$. A B.")
+
+
+def test_an_inline_input_keeps_its_sentence_whole():
+    """Each \\input was wrapped in line breaks, so a file ending in a line end split the
+    sentence around it into two paragraphs ('We use 100' / 'samples here.'); TeX reads the
+    file in line, its last line end a space. An \\include still starts a paragraph (a page)."""
+    files = {"main.tex": "\\documentclass{article}\\begin{document}We use \\input{n} samples, "
+                         "\\input{m}\\input{m} here.\\include{c}\\end{document}",
+             "n.tex": "100\n", "m.tex": "x", "c.tex": "Chapter."}
+    assert latex_to_text(files).body == "We use 100 samples, x x here.\n\nChapter."
+
+
+def test_includeonly_keeps_the_include_files_it_does_not_list_out():
+    """\\includeonly{a} (here from an \\input preamble file) was ignored, so chapters the author
+    left out of the build were in the text; \\input is not affected, and an empty list includes
+    nothing."""
+    files = {"main.tex": "\\documentclass{article}\\input{pre}\\begin{document}\\include{ch/a}"
+                         "\\include{ch/b}\\input{ch/b}\\end{document}",
+             "pre.tex": "\\includeonly{ ch/b , x}\n", "ch/a.tex": "Alpha.", "ch/b.tex": "Beta."}
+    result = latex_to_text(files)
+    assert (result.body, result.counts["includes_excluded"]) == ("Beta.\n\nBeta.", 1)
+    files["pre.tex"] = "\\includeonly{}\\include{}"  # an empty name: nothing to read, no crash
+    assert latex_to_text(files).body == "Beta."
+    files["pre.tex"] = ""  # one after \begin{document} is no build setting (a manual's example)
+    files["ch/a.tex"] = "Alpha: say \\includeonly{ch/b}."
+    assert latex_to_text(files).body == "Alpha: say.\n\nBeta.\n\nBeta."
+
+
+def test_begin_document_with_a_blank_before_its_brace_is_the_document_start():
+    """TeX skips blanks after \\begin, so `\\begin {document}` starts the body; it was not seen:
+    the preamble's local package went unread (its macros stayed raw), the notes after
+    `\\end {document}` were body text, and a two-page reply with a plain \\begin{document} was
+    taken for the main file."""
+    files = {"main.tex": "\\documentclass{article}\\usepackage{my}\n\\begin {document}\n$\\R$ "
+                         "text, more text than the reply has.\n\\end\n{document}\nNotes after the end.",
+             "my.sty": "\\newcommand{\\R}{\\mathbb{R}}",
+             "reply.tex": "\\documentclass{article}\\begin{document}Reply.\\end{document}"}
+    result = latex_to_text(files)
+    assert (result.main, result.body) == ("main.tex", "$\\mathbb{R}$ text, more text than the reply has.")
+
+
+def test_an_iffalse_in_a_plain_group_runs_but_not_one_in_a_definition():
+    """Any \\iffalse inside braces was taken for a definition's body, so `{\\iffalse ...\\fi}`
+    and `\\textbf{.. \\iffalse ..\\fi}` kept their hidden text; a definition's body (\\def,
+    \\newcommand, \\newenvironment's begin and end code) still hides nothing where it stands."""
+    preamble = ("\\def\\a#1{\\iffalse}\\newcommand{\\b}[1][x]{{\\iffalse}}"
+                "\\newenvironment{hide}[1]{\\par{\\iffalse}}{\\fi}")
+    tex = "Keep {\\iffalse old \\fi}this, \\textbf{bold \\iffalse note\\fi text}. \\a{} End \\fi."
+    assert body(tex, preamble) == "Keep this, bold text. End."
+
+
+def test_an_if_declared_in_a_local_package_nests_inside_an_iffalse_block():
+    """A \\newif in a local .sty was not known as a conditional, so an \\ifdraft ... \\fi inside
+    an \\iffalse block closed the block early and the rest of the hidden text was kept."""
+    files = {"main.tex": "\\documentclass{article}\\usepackage{my}\\begin{document}A \\ifdraft x\\fi "
+                         "\\iffalse old \\ifdraft note\\fi hidden \\fi B\\end{document}",
+             "my.sty": "\\newif\\ifdraft\n"}
+    assert latex_to_text(files).body == "A x B"
+
+
+@pytest.mark.parametrize(
+    ("tex", "expected"),
+    [
+        ("By Eq.~(\\ref{e1}), it holds.", "By Eq., it holds."),
+        ("as (Theorem~\\ref{t}) shows", "as (Theorem) shows"),
+        ("prior work (\\citet{a}; \\citet{b}) and [\\cite{c}, \\cite{d}].", "prior work and."),
+        ("Sections~\\ref{a}, \\ref{b} and~\\ref{c} give $f(x)$ () [x].", "Sections give $f(x)$ () [x]."),
+        ("see \\eqref{e}--\\eqref{f} or \\cite{x}.", "see."),  # one run of references
+        ("\\begin{alltt}see \\ref{x} (\\cite{y}) now\\end{alltt}", "```\nsee now\n```"),  # alltt is LaTeX
+    ],
+)
+def test_dropped_references_take_the_brackets_they_leave_empty_with_them(tex, expected):
+    """\\ref and \\cite are dropped (as in the digest), but their brackets, tie and separators
+    stayed: 'By Eq. (), it holds', '(Theorem )', '(; ) and [, ]'."""
+    assert body(tex) == expected
+
+
+def test_siunitx_numbers_ranges_lists_and_angles_read_as_printed():
+    """\\num & co. were unknown macros: \\num's options came out as text
+    ('[group-separator=,]12345'), \\numrange{1}{5} read '15' (another number), a list's items
+    kept their ';' and \\SIlist lost its unit, and \\ang its degree sign."""
+    tex = ("\\num[group-separator={,}]{12345}, \\numrange{1}{5}, \\numlist{1;2;3}, "
+           "\\SIlist[list-units=repeat]{1;2}{\\metre}, \\ang{30}, \\ang{1;2;3}, "
+           "\\SI[per-mode=symbol]{3}{\\metre\\per\\second}, \\numlist{;}.")
+    assert body(tex) == "12345, 1–5, 1, 2 and 3, 1 m and 2 m, 30°, 1°2′3″, 3 m/s,."
+
+
+def test_a_macro_argument_next_to_a_control_word_stays_a_separate_token():
+    """Expansion is textual, so \\providecommand{\\abs}[1]{\\lvert#1\\rvert} made $\\abs{x}$
+    read $\\lvertx\\rvert$ (an undefined \\lvertx); TeX keeps \\lvert and x apart, and so must
+    the text, whichever side the control word is on."""
+    preamble = ("\\providecommand{\\abs}[1]{\\lvert#1\\rvert}\\newcommand{\\f}[1]{#1x}"
+                "\\newcommand{\\g}[1]{#1\\alpha}\\newcommand{\\p}[2]{#1#2}\\newcommand{\\h}[1]{\\\\#1}")
+    tex = "$\\abs{x}$ $\\f{\\alpha}$ $\\g{x}y$ $\\p{\\beta}{b}$ $\\h{x}$"
+    assert body(tex, preamble) == "$\\lvert x\\rvert$ $\\alpha x$ $x\\alpha y$ $\\beta b$ $\\\\x$"
+    # in text the space after a control word goes, as in TeX: \textbackslash then a name
+    assert body("Use \\m{title}.", "\\newcommand{\\m}[1]{\\texttt{\\textbackslash#1}}") == "Use \\title."
+
+
+@pytest.mark.parametrize("name", ["onlinecite", "Citep", "citeyearpar", "citenum", "autocite", "footcite",
+                                  "Parencite", "shortcite", "citeN", "citetalias"])
+def test_citation_variants_drop_their_keys(name):
+    """natbib's capitalised forms, revtex's \\onlinecite, biblatex's \\autocite & co. and ACM's
+    \\citeN were not known as citations: their keys came out as text ('A [p. 3]key1,key2 B')."""
+    assert body(f"A \\{name}[p.~3]{{key1,key2}} B (\\{name}{{x}}).") == "A B."
+
+
+def test_a_papers_own_environments_read_as_their_definition_says():
+    """\\newenvironment was dropped and its environments read as unknown ones, so their
+    arguments came out as body text ('Knuth Premature...') and one wrapping an equation was
+    prose; now \\begin{x}[..]{..} and \\end{x} expand to the begin and end code."""
+    preamble = ("\\newenvironment{myquote}[2][said]{\\begin{quote}\\emph{#2} #1:}{\\end{quote}}"
+                "\\newenvironment{eq}{\\begin{equation}}{\\end{equation}}"
+                "\\newenvironment{note}{\\par\\noindent\\textbf{Remark.}}{\\par}"
+                "\\newenvironment{vquote}{\\verbatimwrite{tmp.tex}}{\\endverbatimwrite}")  # left unknown
+    tex = ("\\begin{myquote}{Knuth}\nPremature.\\end{myquote} \\begin {myquote}[wrote]{Dijkstra}\n"
+           "Goto.\\end{myquote}\\begin{eq}x=1\\end{eq}\\begin{note}\nCareful.\\end{note}"
+           "\\begin{vquote}Code\\end{vquote}")
+    assert body(tex, preamble) == ("Knuth said: Premature. Dijkstra wrote: Goto. "
+                                   "\\begin{equation}x=1\\end{equation}\n\nRemark. Careful.\n\nCode")
+
+
+def test_an_input_alone_on_its_line_mid_paragraph_keeps_the_paragraph():
+    """An \\input file's last line end was kept as a line end, so with the includer's own one
+    after `\\input{a}` it made a blank line and split the paragraph; TeX reads both as spaces.
+    A file that ends in a blank line, or a blank line after the \\input, still ends it."""
+    files = {"main.tex": "\\documentclass{article}\\begin{document}\nWe have\n\\input{a}\nand\n\\input b\n"
+                         "more.\n\\input b\n\nNew.\n\\input{c}\nLast.\n\\end{document}",
+             "a.tex": "A\n", "b.tex": "B", "c.tex": "C\n\n"}
+    assert latex_to_text(files).body == "We have A and B more. B\n\nNew. C\n\nLast."
+
+
+@pytest.mark.parametrize("make", [lambda k: "\\ref{a}" + " " * k + "x", lambda k: "(\\ref{a}" + " ," * k + "x",
+                                  lambda k: " " * k + "(\\ref{a})"])
+def test_dropping_references_stays_linear_in_a_run_of_blanks(make):
+    """The clean-up of dropped references backtracked over a run of blanks: 20,000 spaces after
+    a \\ref took 14 s."""
+    assert_linear(lambda tex: LatexConverter(tex).text(), make, 2000)
+
+
+def test_a_newif_switch_never_set_true_hides_its_branch():
+    """\\newif\\ifdraft leaves \\ifdraft false, so a paper that never says \\drafttrue prints
+    none of its draft notes; they were kept as text. A switch set anywhere (here \\notestrue, or
+    in a local package's option) is left alone: its branch may be read."""
+    files = {"main.tex": "\\documentclass{article}\\newif\\ifdraft\\newif\\ifnotes\\notestrue\\newif\\ifsty\n"
+                         "\\begin{document}A \\ifdraft draft\\fi B \\ifnotes note\\fi C \\ifdraft x\\else y\\fi "
+                         "D \\ifsty s\\fi\\end{document}",
+             "p.sty": "\\DeclareOption{s}{\\stytrue}"}
+    result = latex_to_text(files)
+    assert (result.body, result.counts["newif_false_dropped"]) == ("A B note C y D s", 2)
+
+
+@pytest.mark.parametrize("make", [lambda k: "\\newif\\ifa " + "a" * k, lambda k: "\\newif\\ifa \\" + "a" * k,
+                                  lambda k: "\\newif\\ifa " + "\\csname " * k,
+                                  lambda k: "".join(f"\\newif\\if{i:x}".translate(HEX_LETTERS) + " y" for i in range(k))])
+def test_finding_the_switches_a_paper_sets_stays_linear(make):
+    """One search per \\newif name over the whole text was quadratic in a text declaring many."""
+    assert_linear(lambda text: drop_false_branches(text, Counter()), make, 2000)
+
+
+def test_index_and_nomenclature_entries_are_not_text():
+    """\\index{..}, \\glossary{..} and \\nomenclature[..]{..}{..} print in their lists at the
+    end, not where they stand; their entries came out inside sentences ('Textfoo!bar more')."""
+    tex = "Text\\index{foo!bar} more\\glossary{g} and\\nomenclature[a]{$x$}{the x}. \\printindex"
+    assert body(tex) == "Text more and."

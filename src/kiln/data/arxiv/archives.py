@@ -33,6 +33,7 @@ MACRO_SUFFIXES = (".sty", ".cls", ".def")
 CHUNK = 1 << 16
 ESCAPED_BYTE = re.compile("[\udc80-\udcff]")  # an invalid byte, after "surrogateescape"
 NON_ASCII = re.compile("[^\x00-\x7f]")
+BEGIN_DOC_BYTES = re.compile(rb"\\begin\s*\{document\}")  # TeX allows blanks before the {
 
 
 def _cp1252_table(base: int) -> dict[int, str]:
@@ -224,7 +225,7 @@ def _read_tar(payload: bytes, limits: ArchiveLimits, out: ArchiveContents) -> No
 
 
 def _looks_like_latex(raw: bytes) -> bool:
-    return b"\\documentclass" in raw or b"\\documentstyle" in raw or b"\\begin{document}" in raw
+    return b"\\documentclass" in raw or b"\\documentstyle" in raw or BEGIN_DOC_BYTES.search(raw) is not None
 
 
 def read_source_archive(

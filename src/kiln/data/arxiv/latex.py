@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
-from kiln.data.arxiv.latex_conditionals import drop_false_branches
+from kiln.data.arxiv.latex_conditionals import NEWIF, drop_false_branches
 from kiln.data.arxiv.latex_convert import LatexConverter
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans
 from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
@@ -96,6 +96,15 @@ def _local_package(files: dict[str, str], main: str, package: str) -> str | None
     return None
 
 
+def _package_conditionals(files: dict[str, str]) -> frozenset[str]:
+    """The \\newif conditionals the archive's local packages and classes declare: an
+    \\ifdraft ... \\fi nested in an \\iffalse block must close its own \\fi, not the block's."""
+    return frozenset(
+        name for path, text in files.items()
+        if path.endswith((".sty", ".cls")) and "\\newif" in text for name in NEWIF.findall(text)
+    )
+
+
 def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResult:
     """Extract one paper from its sources (archive path -> text); nothing outside `files` is read.
 
@@ -105,7 +114,10 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
     if main is None or main not in files:
         return ExtractResult(main=None)
     counts: Counter = Counter()
-    preamble, body = split_document(drop_false_branches(resolve_includes(files, main, counts), counts))
+    conditionals = _package_conditionals(files)
+    packages = "\n".join(text for path, text in files.items() if path.endswith((".sty", ".cls")))
+    text = resolve_includes(files, main, counts)
+    preamble, body = split_document(drop_false_branches(text, counts, conditionals=conditionals, packages=packages))
     macro_sources = []
     for m in USEPACKAGE.finditer(preamble):
         for package in m.group(1).split(","):
@@ -119,16 +131,16 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
     if declared != NO_DECLARATIONS:  # a local package's verbatim-like environments: % in them is code
         counts = Counter()
         text = resolve_includes(files, main, counts, declared=declared)
-        preamble, body = split_document(drop_false_branches(text, counts, declared), declared)
+        preamble, body = split_document(drop_false_branches(text, counts, declared, conditionals, packages), declared)
     macros: dict = {}
     theorems: dict[str, str] = {}
     preamble_spans = LiteralSpans(preamble, declared)  # for its definitions, declarations and title
     for spans in (*package_spans, preamble_spans):
-        _, found, named = collect_definitions(spans.text, counts, spans=spans)
+        _, found, named = collect_definitions(spans.text, counts, spans=spans, known=macros)
         macros.update(found)
         theorems.update(named)
     declared = preamble_spans.declared_after
-    body, found, named = collect_definitions(body, counts, declared)
+    body, found, named = collect_definitions(body, counts, declared, known=macros)
     macros.update(found)
     theorems.update(named)
     body = expand_macros(body, macros, counts, declared)

@@ -9,9 +9,11 @@ those the text declares with ``\\newif`` nest: etoolbox's ``\\ifdef{..}{..}{..}`
 ``\\ifthenelse`` and math's ``\\iff`` have no ``\\fi``. An ``\\iffalse`` inside a literal
 span (``\\verb``, a verbatim) is text; within a skipped block every token counts, as TeX reads
 it. An unclosed ``\\iffalse`` (TeX stops with an error) hides nothing (``iffalse_unclosed``).
-Only an ``\\iffalse`` that runs counts: not one in a group (a definition's body,
-``\\newcommand{\\ifnotes}{\\iffalse}``) nor one named by ``\\let\\ifdraft\\iffalse``, which
-hid the text up to the paper's next ``\\fi``.
+Only an ``\\iffalse`` that runs counts: not one in a definition's body
+(``\\newcommand{\\ifnotes}{\\iffalse}``, ``\\newenvironment{hide}{\\iffalse}{\\fi}``) nor one
+named by ``\\let\\ifdraft\\iffalse``, which hid the text up to the paper's next ``\\fi``; one in
+a plain group (``{\\iffalse ...\\fi}``, ``\\textbf{..}``) runs. Conditionals a local package
+declares (its ``\\newif``) nest like those of the text.
 """
 
 from __future__ import annotations
@@ -24,8 +26,26 @@ from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpan
 CONTROL = re.compile(r"\\(?:([a-zA-Z@]+)|[\s\S]?)")  # a control word (group 1), or `\\`, `\%`...
 CONTROL_OR_BRACE = re.compile(r"\\(?:([a-zA-Z@]+)|[\s\S]?)|([{}])")
 # an \iffalse that is not run but named: \let\ifdraft\iffalse, \let\x=\iffalse, ...\endcsname\iffalse
-NAMED_BEFORE = re.compile(r"(?:\\let\s*\\[a-zA-Z@]+|\\endcsname)\s*=?\s*\Z")
+NAMED_BEFORE = re.compile(r"(?:\\let\s*\\[a-zA-Z@]+|\\endcsname)\s*=?\s*\Z|\\newif\s*\Z")
+# what sets a \newif switch (\drafttrue, \csname drafttrue\endcsname) or makes it another
+# conditional (\let\ifdraft\iftrue, \def\ifdraft): its name, in group 1, 2 or 3
+SWITCH_SET = re.compile(r"\\([a-zA-Z@]+)true(?![a-zA-Z@])|\\csname\s*([a-zA-Z@]+)true\s*\\endcsname"
+                        r"|\\(?:let|[gex]?def)\s*\\if([a-zA-Z@]+)(?![a-zA-Z@])")
 NEWIF = re.compile(r"\\newif\s*\\(if[a-zA-Z@]+)")
+_BODY = r"\{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\}"  # an environment's begin code, two levels deep
+# What precedes the { of a definition's body: \def\x#1, \newcommand{\x}[1][d], xparse's
+# {\x}{spec}, \newenvironment{x}[1] (and its {begin code} before the {end code})
+DEFINITION_HEAD = re.compile(
+    r"\\(?:[gex]?def\s*\\(?:[a-zA-Z@]+|[^a-zA-Z@])[^{}]*"
+    r"|(?:(?:re)?newcommand|providecommand|DeclareRobustCommand)\*?\s*"
+    r"(?:\{\s*\\[^{}]*\}|\\(?:[a-zA-Z@]+|[^a-zA-Z@]))\s*(?:\[[^\]]*\]\s*)*"
+    r"|(?:New|Renew|Provide|Declare)DocumentCommand\s*(?:\{[^{}]*\}|\\[a-zA-Z@]+)\s*\{[^{}]*\}\s*"
+    rf"|(?:re)?newenvironment\*?\s*\{{[^{{}}]*\}}\s*(?:\[[^\]]*\]\s*)*(?:{_BODY}\s*)?"
+    rf"|(?:New|Renew|Provide|Declare)DocumentEnvironment\s*\{{[^{{}}]*\}}\s*\{{[^{{}}]*\}}\s*(?:{_BODY}\s*)?"
+    r")\Z"
+)
+DEFINITION_LOOKBACK = 400  # characters, and backslashes, a definition's head may take
+DEFINITION_BACKSLASHES = 16
 PRIMITIVE_IFS = frozenset(
     "if ifcat ifnum ifdim ifodd ifvmode ifhmode ifmmode ifinner ifvoid ifhbox ifvbox ifx ifeof "
     "iftrue iffalse ifcase ifdefined ifcsname iffontchar ifincsname ifpdfprimitive ifpdfabsnum "
@@ -33,28 +53,75 @@ PRIMITIVE_IFS = frozenset(
 )
 
 
-def drop_false_branches(text: str, counts: Counter, declared: Declared = NO_DECLARATIONS) -> str:
-    """`text` without its ``\\iffalse`` blocks (counted: ``iffalse_dropped``); `declared`: the
-    declarations in force where `text` starts (for its literal spans)."""
-    if "\\iffalse" not in text:
+def _opens_definition(text: str, brace: int) -> bool:
+    """Whether the { at `brace` opens a definition's body (its code runs later, not here): the
+    head is tried from each of the last `DEFINITION_BACKSLASHES` backslashes before it."""
+    at, lowest = brace, max(brace - DEFINITION_LOOKBACK, 0)
+    for _ in range(DEFINITION_BACKSLASHES):
+        at = text.rfind("\\", lowest, at)
+        if at < 0:
+            return False
+        if DEFINITION_HEAD.match(text, at, brace):
+            return True
+    return False
+
+
+def _never_set(text: str, packages: str) -> set[str]:
+    """The conditionals `text` declares with \\newif and nothing sets (no \\drafttrue, no
+    \\let or \\def of \\ifdraft, in `text` or the local `packages`): false, as \\newif leaves them."""
+    if "\\newif" not in text:
+        return set()
+    declared = set(NEWIF.findall(text))
+    for source in (text, packages):
+        for m in SWITCH_SET.finditer(source):
+            declared.discard("if" + (m.group(1) or m.group(2) or m.group(3)))
+    return declared
+
+
+def drop_false_branches(
+    text: str,
+    counts: Counter,
+    declared: Declared = NO_DECLARATIONS,
+    conditionals: frozenset[str] = frozenset(),
+    packages: str = "",
+) -> str:
+    """`text` without its ``\\iffalse`` blocks (counted: ``iffalse_dropped``), nor those of the
+    conditionals it declares with \\newif and never sets true (``\\newif\\ifdraft ... \\ifdraft
+    notes\\fi``: ``newif_false_dropped``); `declared`: the declarations in force where `text`
+    starts (for its literal spans); `conditionals`: the \\newif names declared outside `text`
+    (by its local packages), `packages`: their text (where a switch may be set)."""
+    false_ifs = {"iffalse"} | _never_set(text, packages)
+    if "\\iffalse" not in text and len(false_ifs) == 1:
         return text
-    ifs = PRIMITIVE_IFS | set(NEWIF.findall(text))
+    ifs = PRIMITIVE_IFS | conditionals | set(NEWIF.findall(text))
     spans: LiteralSpans | None = None
-    out, pos, start, depth = [], 0, -1, 0
-    braces = 0  # group depth outside skipped blocks: an \iffalse in a group is a definition's
+    out, pos, start, depth, dropping = [], 0, -1, 0, ""
+    groups: list[int] = []  # open groups outside skipped blocks (where their { stands)
+    checked = 0  # groups[:checked] were asked whether they are a definition's body
+    definition = -1  # the index in `groups` of the outermost one that is, or -1
     for m in CONTROL_OR_BRACE.finditer(text):
         name = m.group(1)
         if name is None:
             if depth == 0 and m.group(2):
                 spans = spans or LiteralSpans(text, declared)
                 if m.start() not in spans:
-                    braces = braces + 1 if m.group(2) == "{" else max(braces - 1, 0)
+                    if m.group(2) == "{":
+                        groups.append(m.start())
+                    elif groups:
+                        groups.pop()
+                        checked = min(checked, len(groups))
+                        definition = definition if definition < len(groups) else -1
             continue
         if depth == 0:
-            if name == "iffalse" and not braces and not NAMED_BEFORE.search(text, max(m.start() - 80, 0), m.start()):
+            if name in false_ifs and not NAMED_BEFORE.search(text, max(m.start() - 80, 0), m.start()):
+                while definition < 0 and checked < len(groups):
+                    definition = checked if _opens_definition(text, groups[checked]) else -1
+                    checked += 1
+                if definition >= 0:
+                    continue
                 spans = spans or LiteralSpans(text, declared)
                 if m.start() not in spans:
-                    start, depth = m.start(), 1
+                    start, depth, dropping = m.start(), 1, name
             continue
         if name in ifs or name.startswith("if@"):
             depth += 1
@@ -63,7 +130,7 @@ def drop_false_branches(text: str, counts: Counter, declared: Declared = NO_DECL
             if depth == 0:
                 out.append(text[pos:start])
                 pos = m.end()
-                counts["iffalse_dropped"] += 1
+                counts["iffalse_dropped" if dropping == "iffalse" else "newif_false_dropped"] += 1
     if depth:
         counts["iffalse_unclosed"] += 1
     out.append(text[pos:])

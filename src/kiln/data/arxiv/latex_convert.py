@@ -34,6 +34,7 @@ from kiln.data.arxiv.latex_rules import (
     LITERAL_CODE,
     LITERAL_TEXT,
     MATH_ENVS,
+    REFERENCES,
     RUN_IN_HEADINGS,
     THEOREMS,
     accent_text,
@@ -52,7 +53,7 @@ from kiln.data.arxiv.latex_tokens import (
     WORD,
     LatexTokens,
 )
-from kiln.data.arxiv.latex_units import SI_COMMANDS, si_unit
+from kiln.data.arxiv.latex_units import SI_COMMANDS, SI_LISTS, si_items, si_unit
 
 LABEL = re.compile(r"\\label\s*\{[^{}]*\}")
 BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
@@ -106,6 +107,13 @@ _DIMEN = r"[ \t]*[-+]?[ \t]*(?:\d+(?:\.\d*)?|\.\d+)[ \t]*(?:true)?(?:pt|pc|in|bp
 GLUE = re.compile(rf"\s*(?:{_DIMEN}(?:[ \t]*(?:plus|minus){_DIMEN})*)?")
 PUNCT_SPACE = re.compile(r"[ ]+(?=[.,;:!?])")
 PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
+# Where a \ref or \cite was dropped: `tidy` removes a run of them with the brackets, tie and list
+# separators around it, which would read "Eq. ()", "(Theorem )" or "[, ]", and then the mark.
+DROPPED_REFERENCE = "\x02"
+# Possessive, and blanks taken from their first only: linear however long a run of blanks is.
+_REFERENCE_RUN = "\x02(?:[ \t,;–-]*+(?:(?:and|or|to|&)[ \t,;–-]*+)?\x02)*+"
+EMPTY_BRACKETS = re.compile(rf"(?<![ \t])[ \t]*+[(\[][ \t]*+{_REFERENCE_RUN}[ \t]*+[)\]]")
+REFERENCE_RUN = re.compile(rf"(?<![ \t])[ \t]*+{_REFERENCE_RUN}(?:[ \t]++(?=[)\]]))?")
 
 
 class LatexConverter(LatexTokens):
@@ -120,8 +128,8 @@ class LatexConverter(LatexTokens):
     ):
         """`declared`: the declarations (short verbs, verbatim-like environments) in force where
         `source` starts."""
-        if "\x00" in source or "\x01" in source:  # reserved for placeholders
-            source = source.replace("\x00", "").replace("\x01", "")
+        if "\x00" in source or "\x01" in source or DROPPED_REFERENCE in source:  # reserved for placeholders
+            source = source.replace("\x00", "").replace("\x01", "").replace(DROPPED_REFERENCE, "")
         super().__init__(source, declared)
         self.theorems = {**THEOREMS, **(theorems or {})}
         self.counts = counts if counts is not None else Counter()
@@ -312,6 +320,8 @@ class LatexConverter(LatexTokens):
                     return close + 1
             return i + 1
         if base in DROP:
+            if base in REFERENCES:
+                out.append(DROPPED_REFERENCE)
             return self._skip_args(i + 1, DROP[base])
         if base == "item":
             out.append("\n- ")
@@ -335,32 +345,40 @@ class LatexConverter(LatexTokens):
         symbol = symbol_text(base)
         if symbol is not None:
             out.append(symbol)
-            if len(symbol) == 1 and symbol.isalpha():  # a letter inside a word: \o, \ss, \AA, \L
-                return self._after_control_word(i + 1, out)
+            if len(symbol) == 1 and (symbol.isalpha() or symbol == "\\"):  # a letter inside a word: \o,
+                return self._after_control_word(i + 1, out)  # \ss, \L; \textbackslash names a command
             return i + 1
         # Unknown or formatting macro: drop its optional arguments, keep mandatory groups' text.
         shape = macro_args(base)
         return self._skip_args(i + 1, shape[: len(shape) - len(shape.lstrip("*["))])
 
     def _si(self, base: str, i: int, out: list[str]) -> int:
-        """siunitx's \\SI{3}{\\metre}, \\qty, \\si, \\SIrange... at token i: numbers converted, the
-        unit printed (`si_unit`), [options] dropped; the index after it. With a group missing it
-        is read as an unknown macro (its groups' text kept)."""
+        """siunitx's \\SI{3}{\\metre}, \\qty, \\si, \\num, \\SIrange, \\numlist, \\ang... at token i:
+        numbers converted, the unit printed (`si_unit`), a list's or angle's {a;b} spelled out
+        (`si_items`), [options] dropped; the index after it. With a group missing it is read as
+        an unknown macro (its groups' text kept)."""
+        numbers, has_unit = SI_COMMANDS[base]
         k, groups = i + 1, []
-        while len(groups) <= SI_COMMANDS[base]:
+        while len(groups) < numbers + has_unit:
             g = self._next(self._skip_args(k, "["))
             if g >= self.n or self.kind[g] != BRACE or self.val[g] != "{" or self.match[g] >= self.n:
                 return i + 1
             groups.append(g)
             k = self.match[g] + 1
-        *numbers, unit = groups
-        text = si_unit(self.src[self.end[unit] : self.start[self.match[unit]]])
+        unit = si_unit(self._group_source(groups[-1])) if has_unit else ""
         if not numbers:
-            out.append(text)
-        for n, g in enumerate(numbers):
-            after = ("–" if n < len(numbers) - 1 else f" {text}" if text else "")
+            out.append(unit)
+        elif (base in SI_LISTS or base == "ang") and (items := si_items(base, self._group_source(groups[0]), unit)) is not None:
+            out.append(items)
+            return k
+        for n, g in enumerate(groups[:numbers]):
+            after = ("–" if n < numbers - 1 else f" {unit}" if unit else "")
             self._enter(g + 1, self.match[g], out, lambda after=after: out.append(after))
         return k
+
+    def _group_source(self, g: int) -> str:
+        """The source inside the closed group whose { is token g."""
+        return self.src[self.end[g] : self.start[self.match[g]]]
 
     def _char(self, i: int, out: list[str]) -> int:
         """\\char with its character code (`\\\\, `x, 92, '134, "5C) at token i: the character, an
@@ -406,6 +424,7 @@ class LatexConverter(LatexTokens):
     def _code_block(self, body: str) -> str:
         if "\x00" in body or "\x01" in body:  # converted text (alltt): its math and code restored
             body = PROTECTED.sub(lambda m: self.code[int(m.group(2))], body)
+        body = _without_reference_marks(body)  # converted text (alltt): its dropped \ref's
         self.code.append("```\n" + body.strip("\n") + "\n```")
         return f"\n\n\x00{len(self.code) - 1}\x00\n\n"
 
@@ -463,12 +482,20 @@ class LatexConverter(LatexTokens):
         return tidy("".join(out), self.code)
 
 
+def _without_reference_marks(text: str) -> str:
+    """`text` without the DROPPED_REFERENCE marks and the brackets and separators they leave."""
+    if DROPPED_REFERENCE not in text:
+        return text
+    return REFERENCE_RUN.sub("", EMPTY_BRACKETS.sub("", text))
+
+
 def tidy(text: str, code: list[str]) -> str:
     """Collapse blanks; join lines inside a paragraph, except headings, list items and code.
 
     Math and code sit behind placeholders (\\x01n\\x01, \\x00n\\x00) until the end, so they
     come out byte for byte.
     """
+    text = _without_reference_marks(text)
     blocks = []
     for block in BLANK_LINES.split(SPACES.sub(" ", text)):
         lines: list[str] = []

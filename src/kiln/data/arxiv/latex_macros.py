@@ -1,6 +1,9 @@
 """User macros: collect \\newcommand/\\renewcommand/\\providecommand/\\def/\\DeclareMathOperator
 (and xparse's \\NewDocumentCommand & co. where their argument spec is \\newcommand's: m, O{..})
-and expand them in text and math, with #1..#9 arguments and \\newcommand's optional default.
+and \\let aliases, and expand them in text and math, with #1..#9 arguments and \\newcommand's
+optional default. \\let\\new\\old copies \\old's meaning when it is a user macro defined
+before, else makes \\new write \\old (\\let\\eps\\varepsilon); such an alias is dropped
+once \\old itself is user-defined, as then it meant the built-in \\old, which text cannot say.
 
 Not TeX: expansion is textual, in whole-document passes (a macro used inside another's body is
 expanded by the next pass), at most `MAX_PASSES` passes and a growth budget checked as each pass
@@ -23,7 +26,8 @@ from kiln.data.arxiv.latex_source import read_bracket, read_group, skip_blanks
 
 DEFINER = re.compile(
     r"\\(?:(re)?newcommand|providecommand|DeclareRobustCommand|([gex]?def)|"
-    r"DeclareMathOperator|newtheorem|(?:New|Renew|Provide|Declare)DocumentCommand)(?![a-zA-Z@])(\*?)"
+    r"DeclareMathOperator|newtheorem|newenvironment|let|(?:New|Renew|Provide|Declare)DocumentCommand)"
+    r"(?![a-zA-Z@])(\*?)"
 )
 NAME = re.compile(r"\\([a-zA-Z@]+|.)")
 DEF_PARAMS = re.compile(r"[ ]*(?:#[ ]*[1-9][ ]*)*")  # undelimited \def parameters, spaces allowed
@@ -34,6 +38,14 @@ PROTECTED = frozenset(
     "include def newcommand renewcommand par title author abstract footnote".split()
 )
 MAX_PASSES = 8
+ENV_NAME = re.compile(r"[a-zA-Z@*]+")
+# begin code that reads the body as verbatim (moreverb's \verbatimwrite, \comment, listings):
+# expanded, its file name came out as text and the body as LaTeX, so the environment stays unknown
+VERBATIM_CODE = re.compile(r"\\(?:[a-zA-Z]*[vV]erbatim[a-zA-Z]*|comment|lst[a-zA-Z]*|minted)(?![a-zA-Z@])"
+                           r"|\\begin\s*\{(?:[a-zA-Z]*[vV]erbatim|lstlisting|minted|comment)")
+# \let's target after the name: blanks, an optional = and one optional space, then one token
+LET_TARGET = re.compile(r"\s*(?:=[ ]?)?(?:\\([a-zA-Z@]+|[^a-zA-Z@])|([^\\{}%\s]))")
+CONDITIONAL_WORDS = frozenset({"fi", "else", "or", "csname", "endcsname"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,7 @@ class Macro:
     n_args: int
     default: str | None  # the optional first argument's default (\newcommand{\x}[2][d]{...})
     body: str
+    builtin: str | None = None  # \let\new\old with \old not a user macro then: "old"
 
 
 def _read_name(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | None:
@@ -55,12 +68,77 @@ def _read_name(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | No
     return (m.group(1), m.end()) if m else None
 
 
+def _parse_environment(text: str, m: re.Match, macros: dict, counts: Counter, spans: LiteralSpans) -> int:
+    """Record \\newenvironment{name}[n][default]{begin code}{end code} as two macros,
+    ``begin{name}`` (taking the arguments) and ``end{name}``, so that a paper's own environment
+    reads as its code says (`\\begin{myquote}{Knuth}` printed 'Knuth' as body text before)."""
+    pos = skip_blanks(text, m.end())
+    name = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
+    if name is None or not ENV_NAME.fullmatch(name[0].strip()):
+        counts["macros_unparsed"] += 1
+        return m.end()
+    n_args, default, pos = 0, None, skip_blanks(text, name[1])
+    if text[pos : pos + 1] == "[":
+        arg = read_bracket(text, pos, spans)
+        if arg is None or not arg[0].strip().isdigit():
+            counts["macros_unparsed"] += 1
+            return m.end()
+        n_args, pos = int(arg[0]), skip_blanks(text, arg[1])
+        if text[pos : pos + 1] == "[":
+            arg = read_bracket(text, pos, spans)
+            if arg is None:
+                return m.end()
+            default, pos = arg[0], skip_blanks(text, arg[1])
+    begin = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
+    pos = skip_blanks(text, begin[1]) if begin else pos
+    end = read_group(text, pos, spans) if begin and text[pos : pos + 1] == "{" else None
+    if begin is None or end is None:
+        counts["macros_unparsed"] += 1
+        return m.end()
+    if UNSAFE_BODY.search(begin[0]) or UNSAFE_BODY.search(end[0]) or VERBATIM_CODE.search(begin[0]):
+        counts["macros_skipped"] += 1
+    else:
+        env = name[0].strip()
+        macros[f"begin{{{env}}}"] = Macro(n_args, default, begin[0])
+        macros[f"end{{{env}}}"] = Macro(0, None, end[0])
+        counts["macros_defined"] += 1
+    return end[1]
+
+
+def _parse_let(text: str, name: str, pos: int, macros: dict, counts: Counter, known: dict) -> int:
+    """Record \\let\\name<target> (`pos`: after the name); the index after it, or where the
+    name ended when it does not parse (a brace target, \\let\\csname..., a conditional:
+    \\let\\ifdraft\\iffalse is `latex_conditionals`' business)."""
+    m = LET_TARGET.match(text, pos)
+    if m is None or name in CONDITIONAL_WORDS or name.startswith("if"):
+        counts["macros_skipped"] += 1
+        return pos
+    target = m.group(1)
+    if target is not None and (target in CONDITIONAL_WORDS or target.startswith("if")):
+        counts["macros_skipped"] += 1
+        return pos
+    if name in PROTECTED:
+        counts["macros_skipped"] += 1
+        return m.end()
+    if target is None:
+        macros[name] = Macro(0, None, m.group(2))
+    elif target in macros or target in known:
+        macros[name] = macros.get(target) or known[target]
+    else:
+        macros[name] = Macro(0, None, "\\" + target, builtin=target)
+    counts["macros_defined"] += 1
+    return m.end()
+
+
 def _parse_definition(
-    text: str, m: re.Match, macros: dict, theorems: dict, counts: Counter, spans: LiteralSpans
+    text: str, m: re.Match, macros: dict, theorems: dict, counts: Counter, spans: LiteralSpans, known: dict
 ) -> int:
     """Parse the definition at `m`; record it; return the index after it (m.end() if unparsable).
-    Arguments are read around the literal spans `spans` (of `text`)."""
+    Arguments are read around the literal spans `spans` (of `text`); `known`: the macros defined
+    before `text` (what a \\let there copies)."""
     source = m.group(0)
+    if source.startswith("\\newenvironment"):
+        return _parse_environment(text, m, macros, counts, spans)
     if source.startswith("\\newtheorem"):
         pos = skip_blanks(text, m.end())
         env = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
@@ -82,6 +160,8 @@ def _parse_definition(
         counts["macros_unparsed"] += 1
         return m.end()
     name, pos = named
+    if source == "\\let":
+        return _parse_let(text, name, pos, macros, counts, known)
     n_args, default = 0, None
     if m.group(2):  # \def\name#1#2{body}: parameters must be exactly #1..#n, undelimited
         brace = spans.find("{", pos)  # remembered: a run of \def\x#1 with no { after stays linear
@@ -151,12 +231,17 @@ def _xparse_shape(spec: str) -> tuple[int, str | None] | None:
 
 
 def collect_definitions(
-    text: str, counts: Counter, declared: Declared = NO_DECLARATIONS, spans: LiteralSpans | None = None
+    text: str,
+    counts: Counter,
+    declared: Declared = NO_DECLARATIONS,
+    spans: LiteralSpans | None = None,
+    known: dict[str, Macro] | None = None,
 ) -> tuple[str, dict[str, Macro], dict[str, str]]:
     """(text without definitions, macros by name, theorem environment -> printed title);
     `declared`: the declarations (short verbs, verbatim-like environments) in force where `text`
     starts; `spans`: the literal spans of `text`, when the caller has read them (else they are read
-    here, with `declared`, if a definition is met)."""
+    here, with `declared`, if a definition is met); `known`: the macros defined before `text`
+    (a local package's, for the preamble), which a \\let in it may copy."""
     macros: dict[str, Macro] = {}
     theorems: dict[str, str] = {}
     if "\\" not in text:
@@ -170,7 +255,7 @@ def collect_definitions(
         if m.start() in spans:
             continue
         out.append(text[pos : m.start()])
-        pos = _parse_definition(text, m, macros, theorems, counts, spans)
+        pos = _parse_definition(text, m, macros, theorems, counts, spans, known or {})
         if pos == m.end():
             out.append(m.group(0))
     out.append(text[pos:])
@@ -196,26 +281,57 @@ class _OverBudget(Exception):
     """A pass would write more than its budget; raised from inside a substitution."""
 
 
+def _ends_with_control_word(text: str, end: int) -> bool:
+    """Whether text[:end] ends with a control word (\\alpha, not the line break then a: \\\\a)."""
+    j = end
+    while j > 0 and (text[j - 1].isascii() and text[j - 1].isalpha() or text[j - 1] == "@"):
+        j -= 1
+    if j == end:
+        return False
+    k = j
+    while k > 0 and text[k - 1] == "\\":
+        k -= 1
+    return (j - k) % 2 == 1
+
+
+def _starts_with_letter(text: str, at: int = 0) -> bool:
+    return at < len(text) and (text[at].isascii() and text[at].isalpha() or text[at] == "@")
+
+
 def _substitute(body: str, args: list[str], room: int) -> str:
-    """Replace #1..#9 by the arguments and ## by #; raise `_OverBudget` past `room` characters."""
+    """Replace #1..#9 by the arguments and ## by #; raise `_OverBudget` past `room` characters.
+    TeX read the body and the arguments as tokens: a control word next to a letter across the
+    join (\\lvert#1 with x, #1x with \\alpha) gets a space, else it would read \\lvertx."""
     if "#" not in body:
         if len(body) > room:
             raise _OverBudget
         return body
     size = len(body)
-
-    def param(p: re.Match) -> str:
-        nonlocal size
+    pieces: list[str] = []
+    pos = 0
+    for p in PARAM.finditer(body):
+        pieces.append(body[pos : p.start()])
+        pos = p.end()
         if p.group(1) is None:
-            return "#"
+            pieces.append("#")
+            continue
         k = int(p.group(1))
         arg = args[k - 1] if k <= len(args) else ""
+        if _starts_with_letter(arg) and _ends_with_control_word(_last(pieces), len(_last(pieces))):
+            arg = " " + arg
         size += len(arg)
         if size > room:
             raise _OverBudget
-        return arg
+        pieces.append(arg)
+    if _starts_with_letter(body, pos) and _ends_with_control_word(_last(pieces), len(_last(pieces))):
+        pieces.append(" ")
+    pieces.append(body[pos:])
+    return "".join(pieces)
 
-    return PARAM.sub(param, body)
+
+def _last(pieces: list[str]) -> str:
+    """The last nonempty piece written, or ""."""
+    return next((piece for piece in reversed(pieces) if piece), "")
 
 
 def _expand_once(
@@ -232,7 +348,7 @@ def _expand_once(
             spans = LiteralSpans(text, declared)
         if start in spans:
             continue
-        macro = macros[m.group(1)]
+        macro = macros[_key(m.group(1))]
         args: list[str] = []
         end = m.end()
         if macro.default is not None:
@@ -255,6 +371,8 @@ def _expand_once(
             expanded = _substitute(macro.body, args, budget - size)
         except _OverBudget:
             return None
+        if _starts_with_letter(text, end) and _ends_with_control_word(expanded, len(expanded)):
+            expanded += " "  # \\newcommand{\\f}[1]{#1\\alpha}: \\f{x}y is \\alpha then y
         out.append(expanded)
         size += len(expanded)
         pos = end
@@ -268,7 +386,21 @@ def _pattern(names: list[str]) -> re.Pattern:
     """`\\name` for one of `names` (group 1), or a `\\\\` pair (no group) so that `\\\\x` reads as
     a line break then x. Longest names first, and no letter after, so `\\ab` is not `\\a`."""
     names = sorted(names, key=len, reverse=True)
-    return re.compile(r"\\(?:\\|(" + "|".join(re.escape(n) for n in names) + r")(?![a-zA-Z@]))")
+    return re.compile(r"\\(?:\\|(" + "|".join(_name_pattern(n) for n in names) + "))")
+
+
+def _name_pattern(name: str) -> str:
+    """A macro name, no letter after; an environment's ``begin{x}`` / ``end{x}`` with the blanks
+    TeX allows before its brace."""
+    if "{" not in name:
+        return re.escape(name) + "(?![a-zA-Z@])"
+    command, env = name.rstrip("}").split("{", 1)
+    return rf"{command}\s*\{{{re.escape(env)}\}}"
+
+
+def _key(used: str) -> str:
+    """The macros' key of a use matched by `_pattern`: `begin {x}` is ``begin{x}``."""
+    return used if "{" not in used else "".join(used.split())
 
 
 def _has_use(text: str, pattern: re.Pattern, declared: Declared) -> bool:
@@ -290,6 +422,7 @@ def expand_macros(
     4x + 100 kB (then the last complete pass is returned); `declared`: the declarations (short
     verbs, verbatim-like environments) in force where `text` starts (none is expanded inside a
     literal span)."""
+    macros = {name: macro for name, macro in macros.items() if macro.builtin not in macros}
     if not macros or "\\" not in text:
         return text
     pattern = _pattern(list(macros))

@@ -4,7 +4,8 @@
   LaTeX source, user macros expanded, ``\\label{..}`` removed.
 - Dropped whole: figures, tables and tabulars (cells linearise into noise without their grid),
   bibliography, pictures/TikZ, algorithms, comments; \\cite*, \\ref* (dropped, not replaced by a
-  placeholder, as in the digest), \\label, \\footnote (mostly affiliations/acknowledgements, and
+  placeholder, as in the digest; the brackets and list separators around them go too: "Eq.~(\\ref{e})"
+  gives "Eq.", "(\\citet{a}; \\citet{b})" nothing), \\label, \\footnote (mostly affiliations/acknowledgements, and
   inline insertion breaks sentences), \\url (either form) and \\href's URL, \\includegraphics,
   spacing and layout commands.
 - Kept: text of formatting macros (\\emph, \\textbf, \\href's and \\hyperref's text...), lists
@@ -119,10 +120,24 @@ DROP.update({
     "icmltitle": "{", "icmltitlerunning": "{", "icmlsetsymbol": "{{",
     "icmlauthor": "{{", "icmlaffiliation": "{{", "icmlcorrespondingauthor": "{{",
     "icmlkeywords": "{", "printAffiliationsAndNotice": "{",
+    # index, glossary and nomenclature entries: printed in their lists, not where they stand
+    "index": "{", "glossary": "{", "nomenclature": "[{{", "printindex": "[", "printnomenclature": "[",
     # the import package's includes, when the file is not in the archive (`latex_source`)
     **dict.fromkeys(("import", "subimport", "inputfrom", "subinputfrom", "includefrom",
                      "subincludefrom"), "*{{"),
 })
+# References and citations: dropped, and the brackets they leave empty with them (`latex_convert`)
+# The citation commands of natbib (capitalised too), biblatex, revtex, ACM and apacite: their keys
+# came out as text ("[p. 3]key1,key2") when they were not listed in DROP.
+_CITATION_NAMES = (
+    "cite", "citep", "citet", "citealp", "citealt", "citeauthor", "citeyear", "citeyearpar", "citenum",
+    "onlinecite", "fullcite", "footcite", "footcitetext", "autocite", "parencite", "textcite",
+    "smartcite", "supercite", "shortcite", "citeN", "citeNP", "shortciteN", "citeA", "citeNA",
+    "citepalias", "citetalias",
+)
+CITATIONS = frozenset(name for base in _CITATION_NAMES for name in (base, base[0].upper() + base[1:]))
+DROP.update(dict.fromkeys(CITATIONS - DROP.keys(), "*[[{"))
+REFERENCES = frozenset({"ref", "eqref", "pageref", "autoref", "cref", "Cref", "vref", "nameref"} | CITATIONS)
 TEXT_SYMBOLS = {
     "LaTeX": "LaTeX", "TeX": "TeX", "LaTeXe": "LaTeX2e", "BibTeX": "BibTeX", "par": "\n\n",
     "newline": "\n", "linebreak": "\n", "item": "\n- ", "qquad": " ", "quad": " ",

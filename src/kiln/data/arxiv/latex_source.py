@@ -18,12 +18,17 @@ from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpan
 
 DOCCLASS = re.compile(r"\\document(?:class|style)\s*(?:\[[^\]]*\])?\s*\{\s*([^}]*)\}")
 INCLUDE = re.compile(
-    r"\\(?:(?P<kind>input|include|subfile)(?![a-zA-Z@])\s*(?:\{(?P<braced>[^{}]*)\}|(?P<bare>[^\s{}\\%]+))"
+    r"\\(?:(?P<kind>input|includeonly|include|subfile)(?![a-zA-Z@])\s*(?:\{(?P<braced>[^{}]*)\}|(?P<bare>[^\s{}\\%]+))"
     r"|(?P<sub>sub)?(?:import|inputfrom|includefrom)\*?\s*\{(?P<dir>[^{}]*)\}\s*\{(?P<file>[^{}]*)\})"
 )
-BEGIN_DOC = "\\begin{document}"
-END_DOC = "\\end{document}"
+# TeX skips blanks between \begin and its {argument}: `\begin {document}` is the same marker
+BEGIN_DOC = re.compile(r"\\begin\s*\{document\}")
+END_DOC = re.compile(r"\\end\s*\{document\}")
 BRACKET_STOP = re.compile(r"[\\{\[\]]")  # what `read_bracket` stops at: an escape, a group, a [ or its ]
+# An \input file's last line end is a space, as any line's; only a blank last line ends a paragraph.
+# (Kept as "\n", it made a blank line with the includer's own line end: `\input{x}` alone on a
+# line mid-paragraph split it.)
+FILE_ENDS_PARAGRAPH = re.compile(r"\n[ \t]*\n[ \t]*\Z")
 MAX_INCLUDE_DEPTH = 20
 # Include expansion budget, in characters: INCLUDE_GROWTH x the archive's text, at least
 # MIN_INCLUDE_BUDGET, at most MAX_INCLUDE_BUDGET. A paper includes each file about once (nested
@@ -110,7 +115,7 @@ def find_main_file(files: dict[str, str]) -> str | None:
             continue
         text = text_of(name)
         cls = DOCCLASS.search(text)
-        has_begin = BEGIN_DOC in text
+        has_begin = BEGIN_DOC.search(text) is not None
         if not cls and not has_begin:
             continue
         child = bool(cls) and cls.group(1).strip() in ("subfiles", "standalone")
@@ -146,6 +151,8 @@ def _reachable(files: dict[str, str], main: str, text_of, targets: dict) -> set[
         if (base_dir, name) not in targets:
             found = []
             for m, _ in _includes(text_of(name)):
+                if m["kind"] == "includeonly":
+                    continue
                 if (target := _include_target(files, base_dir, base_dir, m)[0]) is not None:
                     found.append(target)
             targets[base_dir, name] = found
@@ -196,11 +203,11 @@ def _lookup(files: dict[str, str], path: str) -> str | None:
 
 
 def _subfile_body(text: str) -> str:
-    start = text.find(BEGIN_DOC)
-    if start < 0:
+    start = BEGIN_DOC.search(text)
+    if start is None:
         return text
-    end = text.find(END_DOC, start)
-    return text[start + len(BEGIN_DOC) : end if end >= 0 else len(text)]
+    end = END_DOC.search(text, start.end())
+    return text[start.end() : end.start() if end else len(text)]
 
 
 def include_budget(files: dict[str, str]) -> int:
@@ -218,8 +225,12 @@ def resolve_includes(
     the standalone class) gives its body only, as the standalone package reads it: its
     \\end{document} ended the paper there.
 
-    Counts ``includes_resolved``, ``includes_refused`` (outside the archive),
-    ``includes_missing`` (not in the archive: figures' .pstex_t, .bbl...), ``includes_cycle``.
+    An \\input reads its file in line (a mid-sentence `\\input{n}` keeps the sentence whole, its
+    last line end a space as in TeX); an \\include starts a new page, so a new paragraph, and
+    after \\includeonly{a,b} in the preamble reads only the files it lists.
+    Counts ``includes_resolved``, ``includes_excluded`` (not in \\includeonly),
+    ``includes_refused`` (outside the archive), ``includes_missing`` (not in the archive:
+    figures' .pstex_t, .bbl...), ``includes_cycle``.
     Raises `LatexRefused("include_budget")` once the inserted text passes `budget` characters
     (default `include_budget(files)`), before a fan-out of includes can exhaust memory.
     An included file's comments are stripped with the declarations (\\MakeShortVerb,
@@ -231,6 +242,8 @@ def resolve_includes(
     texts: dict[tuple[str, Declared], str] = {}
     limit = include_budget(files) if budget is None else budget
     used = 0
+    only: set[str] | None = None  # \includeonly's list, once met in the preamble
+    body_started = False  # \begin{document} passed: an \includeonly there is an error, or text
 
     def expand(name: str, stack: tuple[str, ...], declared: Declared, cur: str) -> str:
         if (name, declared) not in texts:
@@ -240,7 +253,16 @@ def resolve_includes(
             return text
 
         def replace(m: re.Match, declared: Declared) -> str:
-            nonlocal used
+            nonlocal used, only
+            if m["kind"] == "includeonly":
+                listed = m["braced"] if m["braced"] is not None else m["bare"]
+                if not body_started:
+                    only = {name.strip() for name in listed.split(",") if name.strip()}
+                return m.group(0)  # the converter drops it
+            named = m["braced"] if m["braced"] is not None else m["bare"]
+            if m["kind"] == "include" and only is not None and named.strip() not in only:
+                counts["includes_excluded"] += 1
+                return ""
             found, folder = _include_target(files, base_dir, cur, m)
             if folder is None:
                 counts["includes_refused"] += 1
@@ -258,11 +280,15 @@ def resolve_includes(
                 raise LatexRefused("include_budget", f"includes expand past {limit} characters")
             if m["kind"] == "subfile" or body.lstrip().startswith("\\documentclass"):
                 return _subfile_body(body)  # a whole document (standalone, docmute): its body
-            return f"\n{body}\n"
+            if m["kind"] == "include":
+                return f"\n\n{body}\n\n"
+            return body if not body or FILE_ENDS_PARAGRAPH.search(body) else body.rstrip("\n") + " "
 
         out, pos = [], 0
+        nonlocal body_started
         for m, state in _includes(text, declared):
             out.append(text[pos : m.start()])
+            body_started = body_started or BEGIN_DOC.search(text, pos, m.start()) is not None
             out.append(replace(m, state))
             pos = m.end()
         out.append(text[pos:])
@@ -278,21 +304,20 @@ def split_document(text: str, declared: Declared = NO_DECLARATIONS) -> tuple[str
     recurs, and then once."""
     spans: LiteralSpans | None = None
 
-    def find(needle: str, pos: int) -> int:
+    def find(marker: re.Pattern, pos: int) -> re.Match | None:
         nonlocal spans
-        at = text.find(needle, pos)
-        if at < 0 or text.find(needle, at + 1) < 0:
-            return at
+        m = marker.search(text, pos)
+        if m is None or marker.search(text, m.start() + 1) is None:
+            return m
         if spans is None:
             spans = LiteralSpans(text, declared)
-        m = spans.search(re.compile(re.escape(needle)), at)
-        return m.start() if m else -1
+        return spans.search(marker, m.start())
 
     start = find(BEGIN_DOC, 0)
-    if start < 0:
+    if start is None:
         return "", text
-    end = find(END_DOC, start)
-    return text[:start], text[start + len(BEGIN_DOC) : end if end >= 0 else len(text)]
+    end = find(END_DOC, start.end())
+    return text[: start.start()], text[start.end() : end.start() if end else len(text)]
 
 
 def _next_span(spans: LiteralSpans | None, pos: int) -> tuple[int, int]:

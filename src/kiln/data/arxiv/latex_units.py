@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import re
 
-# siunitx: \SI{3}{\metre\per\second} -> "3 m/s". Command -> its {numbers} before the {unit}
-# (0: the unit alone); ranges join their numbers with "–". Unit macros by name (a prefix joins
-# the unit after it); literal units ({m/s}, {km.h^{-1}}) are kept as written.
-SI_COMMANDS = {"SI": 1, "qty": 1, "si": 0, "unit": 0, "SIrange": 2, "qtyrange": 2}
+# siunitx: \SI{3}{\metre\per\second} -> "3 m/s". Command -> (its {numbers}, whether a {unit}
+# follows them); ranges join their numbers with "–". Options ([per-mode=symbol],
+# [group-separator={,}]) are dropped: the numbers as written and units as symbols (m/s) read
+# right whatever they ask for. Unit macros by name (a prefix joins the unit after it); literal
+# units ({m/s}, {km.h^{-1}}) are kept as written.
+SI_COMMANDS = {"SI": (1, True), "qty": (1, True), "si": (0, True), "unit": (0, True),
+               "SIrange": (2, True), "qtyrange": (2, True), "num": (1, False), "tablenum": (1, False),
+               "numrange": (2, False), "ang": (1, False), "numlist": (1, False), "SIlist": (1, True),
+               "qtylist": (1, True)}
+SI_LISTS = frozenset({"numlist", "SIlist", "qtylist"})  # {1;2;3}: "1, 2 and 3", the unit after each
+ANGLE_MARKS = ("°", "′", "″")  # \ang{degrees;minutes;seconds}
 SI_PREFIXES = {"yocto": "y", "zepto": "z", "atto": "a", "femto": "f", "pico": "p", "nano": "n",
                "micro": "µ", "milli": "m", "centi": "c", "deci": "d", "deca": "da", "deka": "da",
                "hecto": "h", "kilo": "k", "mega": "M", "giga": "G", "tera": "T", "peta": "P",
@@ -36,6 +43,18 @@ SI_UNITS = {"metre": "m", "meter": "m", "second": "s", "gram": "g", "kilogram": 
             "MeV": "MeV", "GeV": "GeV", "TeV": "TeV", "L": "L", "mL": "mL", "mol": "mol"}
 SI_POWERS = {"squared": "²", "cubed": "³", "square": "²", "cubic": "³"}  # after / before a unit
 SI_TOKEN = re.compile(r"\\([a-zA-Z]+)|([^\\]+)")
+
+
+def si_items(base: str, source: str, unit: str) -> str | None:
+    """The text of a list's or angle's plain {a;b;c} argument (\\numlist, \\SIlist, \\ang), or
+    None when it holds macros or groups (then it is converted as an ordinary number)."""
+    if "\\" in source or "{" in source:
+        return None
+    items = [item.strip() for item in source.split(";")]
+    if base == "ang":
+        return "".join(item + mark for item, mark in zip(items, ANGLE_MARKS) if item)
+    items = [f"{item} {unit}" if unit else item for item in items if item]
+    return "".join(items) if len(items) < 2 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def si_unit(source: str) -> str:
