@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln.model.layers import compute_dtype
+from kiln.model.second_derivative import refuse_second_derivative
 
 # fp32 elements of logits per chunk (16 MB: the softmax passes stay in cache-sized pieces)
 CHUNK_ELEMENTS = 1 << 22
@@ -89,6 +90,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
+        refuse_second_derivative("the fused LM head + cross-entropy")
         grad_hidden, grad_weight = ctx.saved_tensors
         if grad_hidden is None:
             raise RuntimeError("linear_cross_entropy was called without gradients enabled")

@@ -12,6 +12,7 @@ from torch import nn
 
 from kiln.model.doc_mask import causal_document_mask
 from kiln.model.matmul_attention import matmul_attention, uses_matmul_path
+from kiln.model.second_derivative import refuse_second_derivative
 
 
 def compute_dtype(t: torch.Tensor) -> torch.dtype:
@@ -39,6 +40,7 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        refuse_second_derivative("RMSNorm")
         normed, weight, rstd = ctx.saved_tensors
         g = grad_out.to(normed.dtype)
         grad_weight = (g * normed).sum(dim=tuple(range(g.dim() - 1)))
@@ -97,6 +99,7 @@ class _Rope(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        refuse_second_derivative("RoPE")
         cos, sin = ctx.saved_tensors
         return _rotate(grad, cos, -sin), None, None  # a rotation's transpose: the angle negated
 

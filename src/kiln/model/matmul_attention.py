@@ -33,6 +33,8 @@ import math
 
 import torch
 
+from kiln.model.second_derivative import refuse_second_derivative
+
 # largest kept probabilities per layer (bytes) for the matmul path. Forward + backward
 # per layer (8 heads / 4 kv, d 64), blocks against SDPA: bf16 4 x 1024 63 vs 129 ms (36 MB
 # kept), 2 x 2048 104 vs 211 ms (69 MB); fp32 16 x 512 164 vs 231 ms (75 MB), 1 x 2048
@@ -109,6 +111,7 @@ class _MatmulAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        refuse_second_derivative("matmul attention (model.attn_kernel)")
         qs, kg, vg, *probs = ctx.saved_tensors
         b, h, t, d = grad_out.shape
         kv = kg.shape[0] // b
