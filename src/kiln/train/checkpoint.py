@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import pickle
 import shutil
@@ -387,8 +388,9 @@ def _read_trainer_state(path: Path) -> dict[str, Any]:
         value = state.get(key)
         if key in state and (not isinstance(value, kind) or isinstance(value, bool)):
             raise unreadable(path, ValueError(f"trainer.pt: {key!r} is a {type(value).__name__}"))
-    if any(isinstance(state.get(k), int) and state[k] < 0 for k in ("step", "tokens_seen")):
-        raise unreadable(path, ValueError("trainer.pt: a negative step or token count"))
+    for key in ("step", "tokens_seen", "elapsed_s"):  # NaN fails `0 <=` too
+        if isinstance(state.get(key), (int, float)) and not 0 <= state[key] < math.inf:
+            raise unreadable(path, ValueError(f"trainer.pt: {key!r} is {state[key]}"))
     return state
 
 
