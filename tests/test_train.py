@@ -1071,7 +1071,7 @@ def test_a_full_disk_in_any_writer_is_one_clear_error(tiny_run, monkeypatch):
 @pytest.mark.parametrize("tamper", ["no rng", "no loader", "short rng", "step as text",
                                     "loader of another shape", "not a dict", "callbacks as a list",
                                     "a callback state of another shape",
-                                    "a callback state of other types"])
+                                    "a callback state of other types", "elapsed time NaN"])
 def test_an_altered_trainer_state_is_refused_naming_the_previous_checkpoint(tiny_run, tamper):
     """A trainer.pt that still unpickles but is not what Kiln wrote fails as unreadable, like
     a truncated one, not as a KeyError or TypeError traceback deep in the resume."""
@@ -1095,6 +1095,8 @@ def test_an_altered_trainer_state_is_refused_naming_the_previous_checkpoint(tiny
     elif tamper == "a callback state of other types":  # failed the first step: a traceback
         state["callbacks"] = {"ProgressLog": {"loss": "x", "steps": 1, "tokens": 0,
                                               "seconds": 0.0}}
+    elif tamper == "elapsed time NaN":  # every later record's elapsed_s and tok/s were NaN
+        state["elapsed_s"] = math.nan
     else:
         state = [state]
     torch.save(state, path)

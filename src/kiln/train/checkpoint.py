@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import pickle
 import shutil
@@ -323,8 +324,13 @@ def load_checkpoint(
             # sent to each rank a tensor at a time, kept as its shard (FSDP2): every rank held
             # it all, the host's memory taken once per rank (each rank's copy was checked)
             ranks = dist.is_initialized()
-            optim_state = torch.load(path / "optimizer.pt", weights_only=True) \
-                if not ranks or dist.get_rank() == 0 else {}
+            reads = not ranks or dist.get_rank() == 0
+            optim_state = torch.load(path / "optimizer.pt", weights_only=True) if reads else {}
+            if reads and not (isinstance(optim_state, dict)
+                              and isinstance(optim_state.get("state"), dict)
+                              and isinstance(optim_state.get("param_groups"), list)):
+                raise TypeError(f"optimizer.pt holds a {type(optim_state).__name__} without the "
+                                "'state' and 'param_groups' of an optimizer's state")
             settings = [{k: v for k, v in g.items() if k != "params"}
                         for g in optimizer.param_groups]
             set_optimizer_state_dict(
@@ -333,7 +339,9 @@ def load_checkpoint(
             for group, built in zip(optimizer.param_groups, settings, strict=True):
                 group.update(built)
                 _place_steps(optimizer, group)
-    except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
+            _refuse_misshapen_moments(optimizer)
+    except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError, TypeError,
+            ValueError, AttributeError) as e:
         if isinstance(e, RuntimeError) and lost_a_rank(e):  # another rank's failure, not the file
             raise
         raise unreadable(path, e) from e
@@ -342,6 +350,18 @@ def load_checkpoint(
     except (RuntimeError, TypeError) as e:  # a state of the wrong size
         raise unreadable(path, e) from e
     return state
+
+
+def _refuse_misshapen_moments(optimizer: torch.optim.Optimizer) -> None:
+    """Each loaded moment (AdamW's averages, Muon's momentum) must have its parameter's shape:
+    torch loads one of another shape without a word, and the first step then fails with an
+    internal assertion, or broadcasts it silently, after the resume was announced."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for key, value in optimizer.state.get(p, {}).items():
+                if torch.is_tensor(value) and value.dim() > 0 and value.shape != p.shape:
+                    raise ValueError(f"optimizer.pt: {key!r} of a parameter of shape "
+                                     f"{tuple(p.shape)} has shape {tuple(value.shape)}")
 
 
 def _place_steps(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> None:
@@ -375,8 +395,9 @@ def _read_trainer_state(path: Path) -> dict[str, Any]:
         value = state.get(key)
         if key in state and (not isinstance(value, kind) or isinstance(value, bool)):
             raise unreadable(path, ValueError(f"trainer.pt: {key!r} is a {type(value).__name__}"))
-    if any(isinstance(state.get(k), int) and state[k] < 0 for k in ("step", "tokens_seen")):
-        raise unreadable(path, ValueError("trainer.pt: a negative step or token count"))
+    for key in ("step", "tokens_seen", "elapsed_s"):  # NaN fails `0 <=` too
+        if isinstance(state.get(key), (int, float)) and not 0 <= state[key] < math.inf:
+            raise unreadable(path, ValueError(f"trainer.pt: {key!r} is {state[key]}"))
     return state
 
 
