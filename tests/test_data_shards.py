@@ -295,6 +295,7 @@ def test_long_documents_are_encoded_a_bounded_number_of_characters_at_a_time(
             return tok.encode_batch(texts, **kwargs)
 
     monkeypatch.setattr(shards, "BATCH_CHARS", 2000, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 1)  # a batch's least documents: one a core
     capped = write_shards(docs, Recording(), tmp_path / "capped", val_fraction=0.2,
                           progress=False)
     assert len(batches) > 5 and sum(map(len, batches)) == len(docs)
@@ -303,6 +304,21 @@ def test_long_documents_are_encoded_a_bounded_number_of_characters_at_a_time(
     for split in ("train", "val"):
         assert (_tokens(tmp_path / "capped", capped, split)
                 == _tokens(tmp_path / "whole", whole, split)).all()
+
+
+def test_a_batch_of_long_documents_still_gives_every_core_one(monkeypatch):
+    """encode_batch encodes each document on one core: stopped at BATCH_CHARS, a batch of
+    cut books' million-character parts held 4, and 12 of 16 cores sat idle while the bound
+    was kept. A batch takes at least a document a core, at most `size`."""
+    from kiln.data.shards import _batches
+
+    part = "x" * 1_000_000
+    docs = [Document(text=part, id=f"book#{k}") for k in range(1, 41)]
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert [len(b) for b in _batches(docs, 256)] == [16, 16, 8]
+    assert [len(b) for b in _batches(docs, 10)] == [10, 10, 10, 10]
+    short = [Document(text="y" * 100, id=f"s{k}") for k in range(40)]
+    assert [len(b) for b in _batches(short, 32)] == [32, 8]
 
 
 def test_injected_replicas_all_go_to_train(tok, tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -32,7 +33,8 @@ TOKEN_BYTES = "token_bytes.npy"  # the UTF-8 bytes each token id stands for (bit
 UNIGRAM_COUNTS = "unigram_counts.npy"  # train count of each token id (the unigram baseline)
 # characters encoded at once: an HF Encoding holds ~225 bytes a token (its token strings,
 # offsets, masks), so a batch of 256 documents of a million characters (the parts of cut
-# books) took ~20 GB; this many take a few hundred MB, still work for every core
+# books) took ~20 GB; this many take a few hundred MB. A batch still holds a document for
+# each core (`_batches`): encode_batch encodes each document on one core
 BATCH_CHARS = 1 << 22
 # the texts whose split is decided at the end (kiln.data.held_text), while tokenizing
 HELD_TRAIN, HELD_VAL = ".held-train.bin", ".held-val.bin"
@@ -103,13 +105,17 @@ class _ShardWriter:
 
 
 def _batches(docs: Iterable[Document], size: int) -> Iterator[list[Document]]:
-    """`size` documents at a time, or fewer holding `BATCH_CHARS` characters in all."""
+    """`size` documents at a time, or fewer holding `BATCH_CHARS` characters in all, but
+    never fewer than one for each core: encode_batch gives each document one core, so 4
+    parts of a million characters kept 12 of 16 cores idle (a core's document is at most
+    the reader's `MAX_DOCUMENT_CHARS`: 16 cores, 16M characters)."""
+    least = min(size, os.cpu_count() or 1)
     batch: list[Document] = []
     chars = 0
     for doc in docs:
         batch.append(doc)
         chars += len(doc.text)
-        if len(batch) >= size or chars >= BATCH_CHARS:
+        if len(batch) >= size or (chars >= BATCH_CHARS and len(batch) >= least):
             yield batch
             batch, chars = [], 0
     if batch:
