@@ -274,6 +274,25 @@ def test_a_corpus_of_one_cut_text_still_gets_both_splits(tok, tmp_path, fraction
     assert (val, train) == ((enc[:1], enc[1:]) if fraction < 0.5 else (enc[:3], enc[3:]))
 
 
+@pytest.mark.parametrize("fraction", [1e-12, 0.999999])
+def test_benchmark_replicas_do_not_make_a_one_text_corpus_two_texts(tok, tmp_path, fraction):
+    """Replicas go to train whatever their hash, but they are no text of the corpus: counted
+    as train's documents, a corpus of one cut text (a contamination study on one dump) went
+    to val whole, leaving train the replicas alone. Its first part goes to val (its last
+    to train), as without replicas."""
+    parts = _cut_text("only", 4)
+    replicas = [Document(text=f"Problem: add {i} and 2\n\nSolution: {i + 2}", id=f"rep-{i}",
+                         metadata={"injected_item": i}) for i in range(2)]
+    docs = replicas[:1] + parts + replicas[1:]
+    index = write_shards(docs, tok, tmp_path, val_fraction=fraction, progress=False)
+    enc = {d.id: (*tok.encode(d.text).ids, 0) for d in docs}
+    val = _split_docs(_tokens(tmp_path, index, "val"), 0)
+    train = _split_docs(_tokens(tmp_path, index, "train"), 0)
+    held_out = parts[:1] if fraction < 0.5 else parts[:3]
+    assert val == [enc[p.id] for p in held_out]
+    assert sorted(train) == sorted(enc[d.id] for d in docs if d not in held_out)
+
+
 def test_long_documents_are_encoded_a_bounded_number_of_characters_at_a_time(
         tok, tmp_path, monkeypatch):
     """An HF Encoding holds ~225 bytes a token: 256 documents of a million characters (cut
@@ -295,6 +314,7 @@ def test_long_documents_are_encoded_a_bounded_number_of_characters_at_a_time(
             return tok.encode_batch(texts, **kwargs)
 
     monkeypatch.setattr(shards, "BATCH_CHARS", 2000, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 1)  # a batch's least documents: one a core
     capped = write_shards(docs, Recording(), tmp_path / "capped", val_fraction=0.2,
                           progress=False)
     assert len(batches) > 5 and sum(map(len, batches)) == len(docs)
@@ -303,6 +323,21 @@ def test_long_documents_are_encoded_a_bounded_number_of_characters_at_a_time(
     for split in ("train", "val"):
         assert (_tokens(tmp_path / "capped", capped, split)
                 == _tokens(tmp_path / "whole", whole, split)).all()
+
+
+def test_a_batch_of_long_documents_still_gives_every_core_one(monkeypatch):
+    """encode_batch encodes each document on one core: stopped at BATCH_CHARS, a batch of
+    cut books' million-character parts held 4, and 12 of 16 cores sat idle while the bound
+    was kept. A batch takes at least a document a core, at most `size`."""
+    from kiln.data.shards import _batches
+
+    part = "x" * 1_000_000
+    docs = [Document(text=part, id=f"book#{k}") for k in range(1, 41)]
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert [len(b) for b in _batches(docs, 256)] == [16, 16, 8]
+    assert [len(b) for b in _batches(docs, 10)] == [10, 10, 10, 10]
+    short = [Document(text="y" * 100, id=f"s{k}") for k in range(40)]
+    assert [len(b) for b in _batches(short, 32)] == [32, 8]
 
 
 def test_injected_replicas_all_go_to_train(tok, tmp_path):

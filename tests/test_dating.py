@@ -109,6 +109,18 @@ def test_a_placeholder_year_is_no_year(placeholder):
     assert PeriodFilter(["1850-1899"]).filter(doc) == (False, "undated")
 
 
+def test_an_author_of_before_the_common_era_keeps_his_life():
+    """Gutendex gives a BCE author's years as negative (Homer -750..-650): read as
+    placeholders, his life was unknown and a translation's modern years dated the epic to
+    the 1890s; they bound the candidates, so none passes and the document stays undated."""
+    md = dated("The wrath of Achilles. This translation was published in 1898.",
+               author_birth_year=-750, author_death_year=-650, open_library_years=[1898])
+    assert "year" not in md
+    assert (md["author_birth_year"], md["author_death_year"]) == (-750, -650)
+    placeholder = dated("x", author_birth_year=0, author_death_year=0, open_library_years=[1898])
+    assert placeholder["year"] == 1898  # 0 is still "unknown": no life to keep the year out
+
+
 GUTENBERG = """The Project Gutenberg EBook of Essays 1848, by Jane Doe
 
 Title: Essays 1848

@@ -507,6 +507,21 @@ def test_a_netrc_entry_is_a_login_and_password(text):
     assert detect_pii("machine learning login screen password protected") == []
 
 
+@pytest.mark.parametrize("text, redacted", [
+    ('machine api.fjord.no login dagny77 password "Fjord Kite 58" account x\n',
+     'machine api.fjord.no login <USERNAME> password "<PASSWORD>" account x\n'),
+    ('machine api.fjord.no login "dagny h" password Fjord-Kite-58\n',
+     'machine api.fjord.no login "dagny h" password <PASSWORD>\n'),
+    ('default login dagny77 password "a login \\"b9"\n',
+     'default login <USERNAME> password "<PASSWORD>"\n'),
+])
+def test_a_netrc_value_may_be_quoted(text, redacted):
+    """.netrc values may be quoted, with spaces and escapes (Python's netrc, curl). Read to the
+    next space, a quoted password kept its words after the first, and a quoted login with a
+    space ended the entry there, so the password after it was kept whole."""
+    assert redact(text)[0] == redacted
+
+
 def test_a_keyed_setting_names_its_value_in_another_attribute():
     """.NET appSettings (`<add key="DbPassword" value="PW" />`): the key names the value in
     another attribute, which no assignment rule read, so the password was kept."""

@@ -21,10 +21,11 @@ CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.n
            'curl -d "username=dagny77&password=Fjord-Kite-58" https://x.no',
            'url = "https://x.no/?token=A1b9XkQ2mZ7pLr4TnW8v&page=2"',
            "machine api.fjord.no login dagny77 password Fjord-Kite-58",
+           'machine api.fjord.no login "dagny h" password "Fjord Kite 58"',
            '<add key="DbPassword" value="Fjord-Kite-58" />', "pw: ${DB_PASSWORD:-Fjord-Kite-58}",
            "mail dagny.holm [at] fjordmail [dot] no today",
            "Example usage:\r\n\r\nauth(user='klem', passwd='geheim$parole')\r\n"]
-PINNED = ("2026-12-07", "872a12764a450623")  # the version and its redactions' digest
+PINNED = ("2026-12-07.2", "e249a0cfcb602d65")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:

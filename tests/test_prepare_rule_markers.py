@@ -98,8 +98,10 @@ def test_an_untrained_run_made_under_an_earlier_rule_is_made_again(tmp_path, cap
     _as_recorded_by_an_earlier_kiln(run, key, "none")
     capsys.readouterr()
     assert main(["prepare", str(run)]) == 0
-    assert "earlier documents (made with other settings or sources) moved to" in (
-        capsys.readouterr().err)
+    err = capsys.readouterr().err
+    # the rule is named: the user changed no setting and no source
+    assert "earlier documents (documents whose " in err and NAMED[key] in err, err
+    assert "this Kiln makes them otherwise) moved to" in err and "settings" not in err, err
     assert key in json.loads((run / "logs" / "prepare" / LAYOUT_FILE).read_text())["signature"]
 
 

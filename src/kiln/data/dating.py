@@ -215,6 +215,14 @@ def _recorded_year(value: object) -> int | None:
     return year if year is not None and 0 < year <= datetime.date.today().year else None
 
 
+def _life_year(value: object) -> int | None:
+    """An author's birth or death year a record states: before the common era it is
+    negative (Gutendex gives Homer -750..-650), a real year that keeps a translation's
+    modern years out of his life; 0 and a year after this one are placeholders."""
+    year = _int_or_none(value)
+    return year if year is not None and year != 0 and year <= datetime.date.today().year else None
+
+
 def vote_candidates(
     text: str, metadata: dict, birth: int | None, death: int | None, header: dict | None = None
 ) -> dict[str, int]:
@@ -259,8 +267,8 @@ def majority_vote(candidates: dict[str, int], order: Sequence[str] = VOTE_SOURCE
 
 
 def _lifetime(metadata: dict, header: dict) -> tuple[int | None, int | None]:
-    birth = _recorded_year(metadata.get("author_birth_year"))
-    death = _recorded_year(metadata.get("author_death_year"))
+    birth = _life_year(metadata.get("author_birth_year"))
+    death = _life_year(metadata.get("author_death_year"))
     if birth is None:
         birth, death = header.get("birth"), header.get("death")
     return birth, death

@@ -66,6 +66,7 @@ from kiln.data.prepare_signature import (  # noqa: F401  (re-exported)
     keep_recorded_paths,
     keep_recorded_times,
     make_signature,
+    rules_made_otherwise,
     same_pipeline,
 )
 from kiln.data.prepare_summary import check_not_empty, no_documents_message, write_summary
@@ -246,7 +247,9 @@ def run_prepare(
         keep_recorded_paths(logging_dir, layout)
     resume = cfg.resume and not redo and same
     if not resume:
-        clear_outputs(run_dir, keep_earlier=not same)
+        rules = [] if same else rules_made_otherwise(cfg, sources, max_bytes, logging_dir,
+                                                     text_field)
+        clear_outputs(run_dir, keep_earlier=not same, earlier_rules=rules)
     elif cfg.executor != "slurm" and all(_finished(logging_dir, p) for p in phases):
         print(f"prepare: kept {run_dir / 'documents'} (every task finished before, with these "
               "settings and sources; prepare.resume = false makes them again)", file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from kiln.atomic import new_archive_folder, recover_killed_swaps
@@ -39,8 +40,9 @@ _ARCHIVED = ("logs/prepare", "rejected", "yield.json", "documents", "prepare.jso
 _ARCHIVE_LABEL = "before-prepare"
 
 
-def clear_outputs(run_dir: Path, keep_earlier: bool) -> None:
-    """Out of the new pipeline's way. With `keep_earlier` (other settings or sources), a
+def clear_outputs(run_dir: Path, keep_earlier: bool, earlier_rules: Sequence[str] = ()) -> None:
+    """Out of the new pipeline's way. With `keep_earlier` (other settings or sources, or
+    `earlier_rules`: RULE_MARKERS' words for the rules of an earlier Kiln that made them), a
     finished earlier prepare's documents move to archive/before-prepare-*/ (a re-make with a
     wrong source or an over-eager filter must not throw hours of work away); a re-make of
     the same (prepare.resume = false) and an unfinished one's partial outputs go."""
@@ -52,8 +54,12 @@ def clear_outputs(run_dir: Path, keep_earlier: bool) -> None:
         for name in _ARCHIVED:
             if (run_dir / name).exists():
                 os.replace(run_dir / name, dest / Path(name).name)
-        print(f"prepare: the earlier documents (made with other settings or sources) moved to "
-              f"{dest}; delete it once the new ones are right", file=sys.stderr)
+        # a rule of this Kiln, not a setting the user never changed, is why (every pii run
+        # once PII_RULES is bumped)
+        why = (f"documents whose {', and whose '.join(earlier_rules)}: this Kiln makes them "
+               "otherwise" if earlier_rules else "made with other settings or sources")
+        print(f"prepare: the earlier documents ({why}) moved to {dest}; delete it once the "
+              "new ones are right", file=sys.stderr)
     for name in ("prepare.json", "yield.json"):
         (run_dir / name).unlink(missing_ok=True)
     for folder in _OUTPUT_FOLDERS:

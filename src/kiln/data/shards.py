@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -32,7 +33,8 @@ TOKEN_BYTES = "token_bytes.npy"  # the UTF-8 bytes each token id stands for (bit
 UNIGRAM_COUNTS = "unigram_counts.npy"  # train count of each token id (the unigram baseline)
 # characters encoded at once: an HF Encoding holds ~225 bytes a token (its token strings,
 # offsets, masks), so a batch of 256 documents of a million characters (the parts of cut
-# books) took ~20 GB; this many take a few hundred MB, still work for every core
+# books) took ~20 GB; this many take a few hundred MB. A batch still holds a document for
+# each core (`_batches`): encode_batch encodes each document on one core
 BATCH_CHARS = 1 << 22
 # the texts whose split is decided at the end (kiln.data.held_text), while tokenizing
 HELD_TRAIN, HELD_VAL = ".held-train.bin", ".held-val.bin"
@@ -103,13 +105,17 @@ class _ShardWriter:
 
 
 def _batches(docs: Iterable[Document], size: int) -> Iterator[list[Document]]:
-    """`size` documents at a time, or fewer holding `BATCH_CHARS` characters in all."""
+    """`size` documents at a time, or fewer holding `BATCH_CHARS` characters in all, but
+    never fewer than one for each core: encode_batch gives each document one core, so 4
+    parts of a million characters kept 12 of 16 cores idle (a core's document is at most
+    the reader's `MAX_DOCUMENT_CHARS`: 16 cores, 16M characters)."""
+    least = min(size, os.cpu_count() or 1)
     batch: list[Document] = []
     chars = 0
     for doc in docs:
         batch.append(doc)
         chars += len(doc.text)
-        if len(batch) >= size or chars >= BATCH_CHARS:
+        if len(batch) >= size or (chars >= BATCH_CHARS and len(batch) >= least):
             yield batch
             batch, chars = [], 0
     if batch:
@@ -153,8 +159,8 @@ def write_shards(
     it is held back for that reason and, if not needed, ends the train stream. If it leaves
     train empty (a large val_fraction, few documents), the last val text goes to train
     instead: each val text is written one text late for that reason. A text moves whole,
-    all the parts of a cut one (`kiln.data.held_text`), but for the corpus's only text:
-    then its first part goes to val, or its last to train.
+    all the parts of a cut one (`kiln.data.held_text`), but for the corpus's only text
+    (replicas are none of its texts): then its first part goes to val, or its last to train.
     The shards are written into a temporary folder that replaces `out_dir` only when all is
     on disk: an interrupted re-tokenize leaves the shards a trained run was made from.
     """
@@ -174,6 +180,7 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
     # text late (see above): in memory, or past `MEMORY_TOKENS` on disk beside the shards
     held: HeldText | None = None
     last_val: HeldText | None = None
+    replicas = 0  # train's benchmark replicas: no text of the corpus, for the rules below
 
     bar = tqdm(desc="tokenize", unit="doc", total=total, disable=not progress)
     for batch in _batches(documents, batch_size):
@@ -191,6 +198,7 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
             h = split_hash(seed, doc.metadata.get(PART_OF) or doc.id)  # a cut text's parts: one side
             if INJECTED_KEY in doc.metadata:  # a benchmark replica: train only (see above)
                 writers["train"].add(ids, n_bytes)
+                replicas += 1
             elif h < val_fraction:
                 if last_val is not None and last_val.hash != h:
                     last_val.write_to(writers["val"])
@@ -209,15 +217,19 @@ def _write_split(documents: Iterable[Document], tokenizer: Tokenizer, out_dir: P
         bar.update(len(batch))
     bar.close()
     train, val = writers["train"], writers["val"]
+    # train's documents of the corpus: replicas alone are no training text, and with them
+    # counted a corpus of one cut text went to val whole, train left with the replicas
+    trained = train.documents - replicas
     if last_val is not None:  # its place in val, unless train would otherwise be empty
         to_train = 0
-        if train.documents == 0 and held is None:  # the corpus's only text: its last part
+        if trained == 0 and held is None:  # the corpus's only text: its last part
             to_train = len(last_val.docs) if val.documents else 1
         last_val.write_to(val, len(last_val.docs) - to_train, train)
+        trained = train.documents - replicas
     if held is not None:  # its place in train, unless val would otherwise be empty
         to_val = 0
         if val_fraction > 0 and val.documents == 0:  # the corpus's only text: its first part
-            to_val = len(held.docs) if train.documents else min(1, len(held.docs) - 1)
+            to_val = len(held.docs) if trained else min(1, len(held.docs) - 1)
         held.write_to(val, to_val, train)
     for w in writers.values():
         w.close()

@@ -79,10 +79,14 @@ USER_ASSIGN = _assignments(USER_KEY)
 XML_VALUE = re.compile(rf"<(?P<tag>{PASSWORD_KEY}|{USER_KEY})>(?P<v>[^<\s]+)</(?P=tag)>",
                        re.IGNORECASE)
 # a .netrc entry (`machine api.x.no login dagny password PW`, on one line or several): a
-# line's first word `machine` or `default`, so prose ("machine learning login ...") is not
+# line's first word `machine` or `default`, so prose ("machine learning login ...") is not.
+# A value may be quoted, with spaces and backslash escapes (Python's netrc, curl): read as
+# `\S+`, `password "Tr0ub 4dor"` kept ` 4dor"`, and a quoted login hid the fields after it
+_NETRC_QUOTED = r'(?:[^"\\\n]|\\.)*'  # between the quotes
 NETRC_ENTRY = re.compile(r"^[ \t]*(?:machine[ \t]+(?P<host>\S+)|default)(?P<body>(?:\s+(?:login|password|account|port)"
-                         r"[ \t]+\S+){1,4})", re.MULTILINE)
-NETRC_FIELD = re.compile(r"(?P<field>login|password)[ \t]+(?P<v>\S+)")
+                         rf'[ \t]+(?:"{_NETRC_QUOTED}"|\S+)){{1,4}})', re.MULTILINE)
+NETRC_FIELD = re.compile(r"\s+(?P<field>login|password|account|port)[ \t]+"
+                         rf'(?:"(?P<qv>{_NETRC_QUOTED})"|(?P<v>\S+))')
 # .NET appSettings and the like: `<add key="DbPassword" value="PW" />` (the key names the
 # value, in another attribute)
 KEYED_SETTING = re.compile(r"<add\s+key\s*=\s*([\"'])(?P<key>[\w.:-]{1,80})\1\s+value\s*=\s*"
@@ -296,8 +300,11 @@ def _netrc_fields(text: str) -> Iterator[tuple[str, str, int]]:
     host has a dot or whose password a digit or symbol: "machine learning login screen
     password protected" is prose."""
     for entry in NETRC_ENTRY.finditer(text):
-        fields = [(m.group("field"), m.group("v"), m.start("v"))
-                  for m in NETRC_FIELD.finditer(text, entry.start("body"), entry.end("body"))]
+        fields = []
+        for m in NETRC_FIELD.finditer(text, entry.start("body"), entry.end("body")):
+            value = "qv" if m.group("qv") is not None else "v"
+            if m.group("field") in ("login", "password"):
+                fields.append((m.group("field"), m.group(value), m.start(value)))
         if "." in (entry.group("host") or "") or any(
                 field == "password" and re.search(r"[\d\W]", value) for field, value, _ in fields):
             yield from fields

@@ -7,4 +7,5 @@ redactions of the labelled corpus to it, so a change that forgets fails there.
 """
 
 PII_RULES_KEY = "pii_rules"  # its key in the prepare signature
-PII_RULES = "2026-12-07"  # JSON lists, CJK edges, `-p PW;`, query fields, Basic auth, .netrc, ${X:-PW}, [at]
+# JSON lists, CJK edges, `-p PW;`, query fields, Basic auth, .netrc (quoted values), ${X:-PW}, [at]
+PII_RULES = "2026-12-07.2"
