@@ -68,10 +68,17 @@ def _where() -> tuple[str, int, int, int]:
         int(os.environ["WORLD_SIZE"])
 
 
+def launch_attempt() -> str:
+    """This launch and attempt, for the keys Kiln leaves in the ranks' store: torchrun's
+    agent keeps its store over its restarts of the workers, so an earlier attempt's keys are
+    there still (its meeting's count, a rank's word that it ran out of memory)."""
+    return (f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/"
+            f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}")
+
+
 def _meeting() -> str:
-    """The keys of this launch's meeting: torchrun's agent keeps its store over restarts."""
-    return (f"kiln/meeting/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/"
-            f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/")
+    """The keys of this launch's meeting."""
+    return f"kiln/meeting/{launch_attempt()}/"
 
 
 def _wait_for_the_host(addr: str, port: int, rank: int, deadline: float) -> None:
