@@ -44,9 +44,14 @@ def meet(timeout: timedelta) -> dist.Store:
     deadline = time.monotonic() + timeout.total_seconds()
     if not hosts:
         _wait_for_the_host(addr, port, rank, deadline)
-    store = dist.TCPStore(addr, port, world_size=world, is_master=hosts, timeout=timeout,
-                          wait_for_workers=False, multi_tenant=not agent,
-                          use_libuv=os.environ.get("USE_LIBUV", "1") == "1")
+    try:
+        store = dist.TCPStore(addr, port, world_size=world, is_master=hosts, timeout=timeout,
+                              wait_for_workers=False, multi_tenant=not agent,
+                              use_libuv=os.environ.get("USE_LIBUV", "1") == "1")
+    except KeyboardInterrupt as e:  # taken as its connect returned, before the wait's words
+        if not hosts:
+            _leave_word_anew(addr, port, rank, world, e)
+        raise
     _met = True
     _all_here(dist.PrefixStore(_meeting(), store), rank, world, deadline, f"{addr}:{port}",
               hosts)
@@ -213,6 +218,20 @@ def _leave_word(store: dist.Store, rank: int, e: KeyboardInterrupt, counted: boo
         if counted:  # no longer one of the ranks that read the word (`_linger`)
             store.add("here", -1)
         store.set("left", json.dumps([rank, True, getattr(e, "exit_code", 130), how]))
+    except RuntimeError:  # the store went with its host: nobody waits on it
+        pass
+
+
+def _leave_word_anew(addr: str, port: int, rank: int, world: int, e: KeyboardInterrupt) -> None:
+    """A rank stopped while its end of the store was made (a signal waits for the connect,
+    slow on a loaded node, and is taken as it returns, the store then dropped): it leaves
+    word on a connection of its own, or the ranks waiting with it waited for it until the
+    meeting's timeout."""
+    try:
+        with _store_may_be_gone():
+            store = dist.TCPStore(addr, port, world_size=world, is_master=False,
+                                  timeout=timedelta(seconds=5), wait_for_workers=False)
+            _leave_word(dist.PrefixStore(_meeting(), store), rank, e, counted=False)
     except RuntimeError:  # the store went with its host: nobody waits on it
         pass
 
