@@ -267,7 +267,7 @@ def tell_the_waiting(e: BaseException) -> None:
     and waits a start-up's time at most for the other ranks to read it (those started with
     it poll its port); another rank leaves its word in rank 0's store, if rank 0 hosts it
     within that time (rank 0 waiting for it there stops with it). A rank that
-    failed too reads the word (or leaves its own) and is counted as told, so ranks that
+    failed too reads the word (or leaves its own) and is counted (as refused), so ranks that
     all failed alike end at once. Under torchrun its agent stops the others."""
     if _met or "RANK" not in os.environ or "TORCHELASTIC_RUN_ID" in os.environ or \
             int(os.environ.get("WORLD_SIZE", "1")) <= 1:
@@ -285,7 +285,8 @@ def tell_the_waiting(e: BaseException) -> None:
             addr, port, world_size=world, is_master=True, timeout=timedelta(seconds=5),
             wait_for_workers=False, multi_tenant=True))
         store.compare_set("left", "", word)
-        while store.add("told", 0) < world - 1 and time.monotonic() < until:
+        while store.add("told", 0) + store.add("refused", 0) < world - 1 and \
+                time.monotonic() < until:
             time.sleep(0.05)
     except (RuntimeError, ValueError, KilnError, KeyboardInterrupt):
         pass  # no store to be had (the port taken, rank 0 gone), or stopped: as before
@@ -307,4 +308,6 @@ def _word_to_rank_zero(addr: str, port: int, world: int, word: str, until: float
             addr, port, world_size=world, is_master=False, timeout=timedelta(seconds=5),
             wait_for_workers=False, multi_tenant=True))
         store.compare_set("left", "", word)
-        store.add("told", 1)
+        # counted apart from the ranks told: a host that stops on it (`_linger`) waits for
+        # those that are here, this rank not among them
+        store.add("refused", 1)
