@@ -544,3 +544,24 @@ def test_a_read_only_filesystem_met_in_a_verb_is_one_line_naming_run_dir(tmp_pat
     assert "Traceback" not in err
     assert f"kiln: prepare: cannot write {run_dir / 'logs'} (Read-only file system) in the run " \
            f"directory (run.dir = {run_dir}): set run.dir to a folder on a writable disk" in err
+
+
+def test_a_rank_refused_before_the_ranks_meet_says_why_before_it_tells_them(
+        tmp_path, monkeypatch, capsys):
+    """A hand launch's rank refused by its settings tells the ranks waiting to meet it, and
+    waits a start-up's time (30 s) for them to hear it; its own line came after that wait,
+    so a rank started first in its terminal sat silent for half a minute, its mistake
+    unsaid."""
+    import kiln.parallel.rank_meeting as rank_meeting
+    from kiln import cli
+
+    said_before: list[str] = []
+    monkeypatch.setattr(rank_meeting, "tell_the_waiting",
+                        lambda e: said_before.append(capsys.readouterr().err))
+    monkeypatch.chdir(tmp_path)
+    for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    assert cli.main(["train", "--set", "train.stepz=3"]) == 2
+    assert len(said_before) == 1 and "kiln: config error: " in said_before[0]
+    assert "train.stepz" in said_before[0]

@@ -395,3 +395,22 @@ def test_samples_that_utf8_cannot_hold_or_of_other_types_still_make_a_report(tmp
     page = build_report(tmp_path).read_text(encoding="utf-8")
     assert "<b>half \\ud83d</b> &lt;b&gt;\\udc80</pre>" in page
     assert "<h3>Sample 2</h3>" in page
+
+
+def test_a_run_on_a_filesystem_without_locks_is_reported(tmp_path: Path, monkeypatch) -> None:
+    """A run dir on a filesystem that takes no flock (NFS without its lock service: ENOLCK)
+    holding a .train.lock: asking whether a trainer holds it failed the whole report with
+    a traceback. No trainer can hold a lock there: the run is not said to be training."""
+    import errno
+    import fcntl
+
+    _write_jsonl(tmp_path / "metrics.jsonl", [_train(s, 5.0 - 0.1 * s) for s in range(1, 76)])
+    _checkpoints(tmp_path, 40, 60, latest=60)
+    (tmp_path / ".train.lock").write_text("pid 1 on elsewhere", encoding="utf-8")
+
+    def no_locks(f, how):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    page = build_report(tmp_path).read_text(encoding="utf-8")
+    assert "training now" not in page and "was killed?" in page

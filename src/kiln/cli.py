@@ -312,12 +312,12 @@ def _main(argv: list[str] | None) -> int:
             record_config(cfg)  # only after success: a failed command leaves the run's as it was
     except ConfigError as e:
         _ending_with_the_others(e)
-        _tell_the_waiting(args.verb, e)
         # a recipe or --set refused (while loading, or checked before any work) is refused
         # alike by every rank of a node: said once per node (a node whose recipe differs
         # still says why it stopped)
         if _said_here(e):
             print(f"kiln: config error: {_advice_for(args.verb, e)}", file=sys.stderr)
+        _tell_the_waiting(args.verb, e)  # after its line: it may wait a start-up's time
         return 2
     except FileNotFoundError as e:  # a missing earlier stage: the message says what to run
         if _said_here(e):
@@ -339,7 +339,7 @@ def _main(argv: list[str] | None) -> int:
         _ending_with_the_others(e)
         if _said_here(e):
             print(f"kiln: {_advice_for(args.verb, e)}", file=sys.stderr)
-        _tell_the_waiting(args.verb, e)
+        _tell_the_waiting(args.verb, e)  # after its line: it may wait a start-up's time
         return 1
     except KeyboardInterrupt as e:
         stop_under_way()  # torchrun's SIGTERM once another rank exits must not cut this short

@@ -54,9 +54,11 @@ def test_fsdp_two_ranks_resume_as_they_ran_straight(tiny_run, tmp_path):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-5)
 
 
-def _resumed_optimizer(rank: int, world_size: int, run_dir) -> tuple[list[str], bool | None]:
-    """A 2-rank FSDP2 resume: the files this rank read with torch.load, and (rank 0) whether
-    the optimizer state the ranks hold, gathered whole, is the checkpoint's, bitwise."""
+def _resumed_optimizer(rank: int, world_size: int, run_dir,
+                       settings: tuple[str, ...]) -> tuple[list[str], bool | None]:
+    """A 2-rank resume (`settings`: its parallel mode and optimizer): the files this rank
+    read with torch.load, and (rank 0) whether the optimizer state the ranks hold, gathered
+    whole, is the checkpoint's, bitwise."""
     import torch
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
@@ -69,7 +71,7 @@ def _resumed_optimizer(rank: int, world_size: int, run_dir) -> tuple[list[str], 
         return loaded(f, *args, **kwargs)
 
     torch.load = load
-    trainer = Trainer(tiny_config(run_dir, "train.parallel=fsdp"))
+    trainer = Trainer(tiny_config(run_dir, *settings))
     torch.load = loaded
     held = get_optimizer_state_dict(trainer.model, trainer.optimizer, options=FULL_ON_CPU)
     if rank != 0:
@@ -88,15 +90,18 @@ def _resumed_optimizer(rank: int, world_size: int, run_dir) -> tuple[list[str], 
     return read, same(saved["state"], held["state"])
 
 
-def test_a_resume_reads_the_optimizer_state_on_rank_zero_alone(tiny_run):
+@pytest.mark.parametrize("settings", [
+    ("train.parallel=fsdp",), ("train.parallel=ddp",),
+    ("train.parallel=fsdp", "optim.name=muon"), ("train.parallel=ddp", "optim.name=muon")],
+    ids=["fsdp", "ddp", "fsdp-muon", "ddp-muon"])
+def test_a_resume_reads_the_optimizer_state_on_rank_zero_alone(tiny_run, settings):
     """Every rank read the whole optimizer.pt (two fp32 moments per weight) before keeping
     its shard: a node's host memory held it once per rank (a 25M-parameter model: +400 MiB
     per rank in the load, +158 MiB on rank 1 now). Rank 0 reads it and sends each rank its
     part; the state the ranks hold is the checkpoint's, bitwise (here one process's
     checkpoint resumed by 2 ranks)."""
-    Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=3",
-                        "train.checkpoint_every=3")).fit()
-    (read0, same), (read1, _) = run_function_on_ranks(_resumed_optimizer, 2, args=(tiny_run,),
-                                                      timeout=300)
+    Trainer(tiny_config(tiny_run, *settings, "train.steps=3", "train.checkpoint_every=3")).fit()
+    (read0, same), (read1, _) = run_function_on_ranks(_resumed_optimizer, 2,
+                                                      args=(tiny_run, settings), timeout=300)
     assert "optimizer.pt" in read0 and same is True
     assert "optimizer.pt" not in read1 and "trainer.pt" in read1

@@ -36,9 +36,15 @@ def rendezvous(backend):
 def store(*args, **kwargs):  # Kiln's own (dist.TCPStore), or torch's rendezvous's
     dist.TCPStore = torch_rendezvous.TCPStore = made  # once: `isinstance` checks use the class
     mark("met")
+    if os.environ["RANK"] in os.environ.get("SLOW_CONNECT", ""):  # a connect on a loaded node
+        import time
+        time.sleep(60)
     return made(*args, **kwargs)
 distributed._rendezvous = rendezvous
 dist.TCPStore = torch_rendezvous.TCPStore = store
+if os.environ["RANK"] == os.environ.get("SLOW_POLL"):  # a rank that reads the store late
+    from kiln.parallel import rank_meeting
+    rank_meeting._POLL_MAX_S = 3.0
 sys.exit(cli.main(["train", sys.argv[2]]))
 """
 
@@ -91,6 +97,66 @@ def test_a_rank_stopped_while_the_ranks_meet_stops_those_waiting_with_it(tiny_ru
     assert (rank0, rank1) == (143, 143), said0[-3000:] + said1[-3000:]
     _one_line(said1, "kiln: train stopped on SIGTERM; ")
     _one_line(said0, "kiln: train stopped: rank 1 stopped on SIGTERM before the ranks met; ")
+
+
+def test_a_rank_stopped_while_its_connect_is_slow_stops_those_waiting_with_it(tiny_run, tmp_path,
+                                                                             monkeypatch):
+    """A SIGTERM to rank 1 while its end of the store is being made (a connect slow on a
+    loaded node: the signal is taken once it returns, before the wait that leaves word):
+    rank 1 stopped, and rank 0 waited for it until the meeting's timeout (half an hour). It
+    leaves its word all the same, and rank 0 stops with it."""
+    monkeypatch.setenv("SLOW_CONNECT", "1")
+    procs, logs = start_python(_script(tmp_path, tiny_run), world_size=3, ranks=[0, 1])
+    try:
+        _when_marked(tmp_path, procs, "met", [0, 1])
+        procs[1].send_signal(signal.SIGTERM)
+    finally:
+        (rank0, said0), (rank1, said1) = _ended(procs, logs)
+    assert (rank0, rank1) == (143, 143), said0[-3000:] + said1[-3000:]
+    _one_line(said1, "kiln: train stopped on SIGTERM; ")
+    _one_line(said0, "kiln: train stopped: rank 1 stopped on SIGTERM before the ranks met; ")
+
+
+def test_a_rank_refused_before_it_met_stops_every_rank_waiting_with_its_reason(
+        tiny_run, tmp_path, monkeypatch):
+    """Ranks 0 and 2 of 3 meet; rank 1 is refused before it joins (no run directory on its
+    node) and leaves word in rank 0's store. Rank 0 reads it first and stops, staying until
+    the ranks here have read it: rank 1 was counted among them, so rank 0 left before rank 2
+    read it, and rank 2 met a store gone, not the reason."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from launch import free_port
+
+    monkeypatch.setenv("SLOW_POLL", "2")
+    args, port, procs, logs = _script(tmp_path, tiny_run), free_port(), {}, {}
+
+    def start(rank: int, run_dir: Path) -> None:
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "3",
+               "OMP_NUM_THREADS": "1"}  # each on a node of its own: each says its line
+        logs[rank] = tempfile.TemporaryFile()
+        procs[rank] = subprocess.Popen([sys.executable, *args[:2], str(run_dir)], env=env,
+                                       stdout=logs[rank], stderr=subprocess.STDOUT)
+
+    start(0, tiny_run)
+    start(2, tiny_run)
+    try:
+        _when_marked(tmp_path, list(procs.values()), "met", [0, 2])
+        time.sleep(2)  # both here, polling
+        start(1, tmp_path / "not-on-this-node")
+    finally:
+        ended = dict(zip(sorted(procs), _ended([procs[r] for r in sorted(procs)],
+                                               [logs[r] for r in sorted(procs)])))
+    (code0, said0), (code1, said1), (code2, said2) = ended[0], ended[1], ended[2]
+    why = f"no recipe or run directory at {tmp_path / 'not-on-this-node'}"
+    assert code1 == 2, said1[-3000:]
+    _one_line(said1, f"kiln: config error: {why}")
+    for code, said in ((code0, said0), (code2, said2)):
+        assert code == 1, said[-3000:]
+        _one_line(said, f"kiln: rank 1 failed before the ranks met: {why}")
 
 
 def test_rank_zero_refused_by_the_training_lock_tells_the_waiting_ranks(tiny_run, tmp_path):

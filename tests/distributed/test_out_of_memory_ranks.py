@@ -46,3 +46,42 @@ def test_an_out_of_memory_is_said_once_naming_the_ranks(tiny_run, tmp_path, ran_
     assert lines[0].startswith(f"kiln: train: {named} ran out of memory (DefaultCPUAllocator: "
                                "can't allocate memory: you tried to allocate 1073741824 bytes): "
                                "lower train.micro_batch"), said[-3000:]
+
+
+RESTARTED = """
+import os
+import torch
+import torch.distributed as dist
+from kiln.parallel import distributed, rank_stops
+agent = dist.HashStore()  # torchrun's agent's store: kept over its restarts of the workers
+distributed._rendezvous = lambda backend: agent
+os.environ.update(TORCHELASTIC_RUN_ID="r", WORLD_SIZE="1", RANK="0", LOCAL_RANK="0")
+rank, world = dist.get_rank, dist.get_world_size
+for attempt in ("0", "1"):
+    os.environ["TORCHELASTIC_RESTART_COUNT"] = attempt
+    env = distributed.init_distributed(torch.device("cpu"))
+    dist.get_world_size = lambda: 2  # rank 1 of 2 in the first attempt, rank 0 in the next
+    dist.get_rank = (lambda: 1) if attempt == "0" else (lambda: 0)
+    if attempt == "0":
+        rank_stops.leave_word(f"{rank_stops.RAN_OUT} (1 GiB)")
+    else:
+        print("read:", rank_stops.stopped_ranks(), rank_stops.ran_out_too(), flush=True)
+    dist.get_rank, dist.get_world_size = rank, world
+    distributed.shutdown(env)
+"""
+
+
+def test_a_restarted_attempt_does_not_read_the_earlier_ones_words(tmp_path):
+    """torchrun --max-restarts keeps its agent's store over its restarts: rank 1's word
+    that it ran out of memory in the first attempt was read by the next, so a rank 1 of the
+    next killed outright (the kernel's OOM killer) was a rank that 'ran out of memory' to
+    rank 0, which then said nothing, leaving it to a rank 1 that was gone."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "restarted.py"
+    script.write_text(RESTARTED)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "read: {} []" in done.stdout, done.stdout + done.stderr[-3000:]

@@ -23,7 +23,7 @@ from torch.distributed.constants import default_pg_nccl_timeout, default_pg_time
 from kiln.config import ConfigError
 from kiln.parallel.connect_log import native_log_held
 from kiln.parallel.group_sockets import Connections, made
-from kiln.parallel.rank_meeting import meet
+from kiln.parallel.rank_meeting import launch_attempt, meet
 from kiln.parallel.rank_stops import keep_store, on_the_way_out
 
 
@@ -108,7 +108,10 @@ def init_distributed(device: torch.device, settings: dict[str, Any] | None = Non
                                     store=dist.PrefixStore("default_pg", store),
                                     rank=rank, world_size=world, **on_gpu)
         joined_here(True)
-        keep_store(dist.PrefixStore("kiln", store), os.getppid() if launched else None)
+        # this attempt's: an earlier one's word (rank 1 ran out of memory) would be read as
+        # this one's, a lost rank then said by nobody
+        keep_store(dist.PrefixStore(f"kiln/words/{launch_attempt()}", store),
+                   os.getppid() if launched else None)
     if launched:
         die_with_launcher()
     env = DistEnv(rank=rank, world_size=world, local_rank=local, launched=launched)

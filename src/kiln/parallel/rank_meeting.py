@@ -44,9 +44,14 @@ def meet(timeout: timedelta) -> dist.Store:
     deadline = time.monotonic() + timeout.total_seconds()
     if not hosts:
         _wait_for_the_host(addr, port, rank, deadline)
-    store = dist.TCPStore(addr, port, world_size=world, is_master=hosts, timeout=timeout,
-                          wait_for_workers=False, multi_tenant=not agent,
-                          use_libuv=os.environ.get("USE_LIBUV", "1") == "1")
+    try:
+        store = dist.TCPStore(addr, port, world_size=world, is_master=hosts, timeout=timeout,
+                              wait_for_workers=False, multi_tenant=not agent,
+                              use_libuv=os.environ.get("USE_LIBUV", "1") == "1")
+    except KeyboardInterrupt as e:  # taken as its connect returned, before the wait's words
+        if not hosts:
+            _leave_word_anew(addr, port, rank, world, e)
+        raise
     _met = True
     _all_here(dist.PrefixStore(_meeting(), store), rank, world, deadline, f"{addr}:{port}",
               hosts)
@@ -68,10 +73,17 @@ def _where() -> tuple[str, int, int, int]:
         int(os.environ["WORLD_SIZE"])
 
 
+def launch_attempt() -> str:
+    """This launch and attempt, for the keys Kiln leaves in the ranks' store: torchrun's
+    agent keeps its store over its restarts of the workers, so an earlier attempt's keys are
+    there still (its meeting's count, a rank's word that it ran out of memory)."""
+    return (f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/"
+            f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}")
+
+
 def _meeting() -> str:
-    """The keys of this launch's meeting: torchrun's agent keeps its store over restarts."""
-    return (f"kiln/meeting/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/"
-            f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/")
+    """The keys of this launch's meeting."""
+    return f"kiln/meeting/{launch_attempt()}/"
 
 
 def _wait_for_the_host(addr: str, port: int, rank: int, deadline: float) -> None:
@@ -210,6 +222,20 @@ def _leave_word(store: dist.Store, rank: int, e: KeyboardInterrupt, counted: boo
         pass
 
 
+def _leave_word_anew(addr: str, port: int, rank: int, world: int, e: KeyboardInterrupt) -> None:
+    """A rank stopped while its end of the store was made (a signal waits for the connect,
+    slow on a loaded node, and is taken as it returns, the store then dropped): it leaves
+    word on a connection of its own, or the ranks waiting with it waited for it until the
+    meeting's timeout."""
+    try:
+        with _store_may_be_gone():
+            store = dist.TCPStore(addr, port, world_size=world, is_master=False,
+                                  timeout=timedelta(seconds=5), wait_for_workers=False)
+            _leave_word(dist.PrefixStore(_meeting(), store), rank, e, counted=False)
+    except RuntimeError:  # the store went with its host: nobody waits on it
+        pass
+
+
 def _store_may_be_gone():
     """Around a waiting rank's call on the store, whose host may have stopped meanwhile:
     the call's failure (said as a lost rank) without its C++ log (~25 lines of frames)."""
@@ -241,7 +267,7 @@ def tell_the_waiting(e: BaseException) -> None:
     and waits a start-up's time at most for the other ranks to read it (those started with
     it poll its port); another rank leaves its word in rank 0's store, if rank 0 hosts it
     within that time (rank 0 waiting for it there stops with it). A rank that
-    failed too reads the word (or leaves its own) and is counted as told, so ranks that
+    failed too reads the word (or leaves its own) and is counted (as refused), so ranks that
     all failed alike end at once. Under torchrun its agent stops the others."""
     if _met or "RANK" not in os.environ or "TORCHELASTIC_RUN_ID" in os.environ or \
             int(os.environ.get("WORLD_SIZE", "1")) <= 1:
@@ -259,7 +285,8 @@ def tell_the_waiting(e: BaseException) -> None:
             addr, port, world_size=world, is_master=True, timeout=timedelta(seconds=5),
             wait_for_workers=False, multi_tenant=True))
         store.compare_set("left", "", word)
-        while store.add("told", 0) < world - 1 and time.monotonic() < until:
+        while store.add("told", 0) + store.add("refused", 0) < world - 1 and \
+                time.monotonic() < until:
             time.sleep(0.05)
     except (RuntimeError, ValueError, KilnError, KeyboardInterrupt):
         pass  # no store to be had (the port taken, rank 0 gone), or stopped: as before
@@ -281,4 +308,6 @@ def _word_to_rank_zero(addr: str, port: int, world: int, word: str, until: float
             addr, port, world_size=world, is_master=False, timeout=timedelta(seconds=5),
             wait_for_workers=False, multi_tenant=True))
         store.compare_set("left", "", word)
-        store.add("told", 1)
+        # counted apart from the ranks told: a host that stops on it (`_linger`) waits for
+        # those that are here, this rank not among them
+        store.add("refused", 1)

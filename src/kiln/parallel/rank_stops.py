@@ -7,7 +7,8 @@ worker crashing". So the stopping rank sets a key in the rendezvous store (held 
 a hand launch, by torchrun's agent under torchrun; `init_distributed` keeps it: torch gives
 the default group's store only by a private function), and a rank that meets a lost one
 reads the keys and names the rank and the signal it stopped on. Both happen in `shutdown`,
-the last moment the store is there (`on_the_way_out`). The store dies with its host
+the last moment the store is there (`on_the_way_out`), under keys of this launch attempt
+(torchrun keeps its store over restarts). The store dies with its host
 (torchrun's agent, or rank 0 of a hand launch), and every call on a store gone prints pages
 of C++ frames before its error: a rank whose launcher was killed (`die_with_launcher`), or
 whose store's port no longer takes a connection, leaves the store alone; a store whose host
