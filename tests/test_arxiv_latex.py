@@ -768,6 +768,19 @@ def test_a_newif_switch_never_set_true_hides_its_branch():
     assert (result.body, result.counts["newif_false_dropped"]) == ("A B note C y D s", 2)
 
 
+@pytest.mark.parametrize("sets", ["\\newcommand\\final{\\drafttrue}\\final",
+                                  "\\expandafter\\let\\csname ifdraft\\endcsname\\iftrue",
+                                  "\\makeatletter\\@nameuse{drafttrue}\\makeatother",
+                                  "\\setboolean{draft}{true}", "\\setbool{draft}{true}"])
+def test_a_newif_switch_set_in_any_spelling_keeps_its_branch(sets):
+    """A switch set by a name TeX builds (\\@nameuse{drafttrue}, \\csname ifdraft\\endcsname,
+    ifthen's \\setboolean) was taken as never set: its branch, the paper's text, vanished."""
+    files = {"main.tex": f"\\documentclass{{article}}\\newif\\ifdraft {sets}\n"
+                         "\\begin{document}A \\ifdraft kept\\fi B\\end{document}"}
+    result = latex_to_text(files)
+    assert (result.body, result.counts["newif_false_dropped"]) == ("A kept B", 0)
+
+
 @pytest.mark.parametrize("make", [lambda k: "\\newif\\ifa " + "a" * k, lambda k: "\\newif\\ifa \\" + "a" * k,
                                   lambda k: "\\newif\\ifa " + "\\csname " * k,
                                   lambda k: "".join(f"\\newif\\if{i:x}".translate(HEX_LETTERS) + " y" for i in range(k))])

@@ -27,10 +27,14 @@ CONTROL = re.compile(r"\\(?:([a-zA-Z@]+)|[\s\S]?)")  # a control word (group 1),
 CONTROL_OR_BRACE = re.compile(r"\\(?:([a-zA-Z@]+)|[\s\S]?)|([{}])")
 # an \iffalse that is not run but named: \let\ifdraft\iffalse, \let\x=\iffalse, ...\endcsname\iffalse
 NAMED_BEFORE = re.compile(r"(?:\\let\s*\\[a-zA-Z@]+|\\endcsname)\s*=?\s*\Z|\\newif\s*\Z")
-# what sets a \newif switch (\drafttrue, \csname drafttrue\endcsname) or makes it another
-# conditional (\let\ifdraft\iftrue, \def\ifdraft): its name, in group 1, 2 or 3
-SWITCH_SET = re.compile(r"\\([a-zA-Z@]+)true(?![a-zA-Z@])|\\csname\s*([a-zA-Z@]+)true\s*\\endcsname"
-                        r"|\\(?:let|[gex]?def)\s*\\if([a-zA-Z@]+)(?![a-zA-Z@])")
+# what may set a \newif switch (\drafttrue, \csname drafttrue\endcsname, \@nameuse{drafttrue},
+# \setboolean{draft}{true}) or make it another conditional (\let\ifdraft\iftrue, \def\ifdraft,
+# \expandafter\let\csname ifdraft\endcsname\iftrue): its name, in one group. Loose on purpose:
+# a switch wrongly kept costs a draft note; one wrongly dropped, the paper's text.
+SWITCH_SET = re.compile(r"(?<![a-zA-Z@])([a-zA-Z@]+)true(?![a-zA-Z@])"
+                        r"|\\(?:let|[gex]?def)\s*\\if([a-zA-Z@]+)(?![a-zA-Z@])"
+                        r"|\\csname\s*if([a-zA-Z@]+)\s*\\endcsname"
+                        r"|\\set(?:boolean|bool)\s*\{\s*([a-zA-Z@]+)\s*\}\s*\{\s*(?i:true)")
 NEWIF = re.compile(r"\\newif\s*\\(if[a-zA-Z@]+)")
 _BODY = r"\{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\}"  # an environment's begin code, two levels deep
 # What precedes the { of a definition's body: \def\x#1, \newcommand{\x}[1][d], xparse's
@@ -74,7 +78,7 @@ def _never_set(text: str, packages: str) -> set[str]:
     declared = set(NEWIF.findall(text))
     for source in (text, packages):
         for m in SWITCH_SET.finditer(source):
-            declared.discard("if" + (m.group(1) or m.group(2) or m.group(3)))
+            declared.discard("if" + next(name for name in m.groups() if name))
     return declared
 
 
