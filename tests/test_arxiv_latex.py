@@ -482,6 +482,14 @@ def test_a_file_is_read_up_to_its_endinput():
                                          "$\\mathbb{R}$")
 
 
+def test_an_endinput_on_its_own_line_ends_no_paragraph():
+    """"one\\n\\endinput\\n" was cut to "one\\n\\n", a blank line: the \\input's sentence
+    was split in two paragraphs, where TeX reads "one" and goes on with the line after."""
+    files = {"main.tex": "\\documentclass{article}\\begin{document}A \\input s B\\end{document}",
+             "s.tex": "one\n\\endinput\nold notes\n"}
+    assert latex_to_text(files).body == "A one B"
+
+
 def test_an_endinput_that_does_not_run_where_it_stands_ends_nothing():
     """An \\endinput in a definition's body, named by \\let or in a load guard's conditional
     is not where TeX stops reading the file: the main file's preamble
@@ -495,7 +503,8 @@ def test_an_endinput_that_does_not_run_where_it_stands_ends_nothing():
         "sec.tex": "\\ifx\\secloaded\\relax\\endinput\\fi\n\\let\\secloaded\\relax\n"
                    "Section text.\n\\endinput\nOld notes.\n",
     }
-    assert latex_to_text(files).body == "First paragraph.\n\nSection text.\n\nLast paragraph."
+    # no blank line after \\input{sec}, nor in sec.tex before its \\endinput: one paragraph, as in TeX
+    assert latex_to_text(files).body == "First paragraph.\n\nSection text. Last paragraph."
 
 
 def test_the_star_of_a_starred_line_break_is_not_text():

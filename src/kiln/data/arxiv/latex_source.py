@@ -89,7 +89,9 @@ def cut_at_endinput(text: str, declared: Declared = NO_DECLARATIONS) -> str:
         elif (name == "endinput" and not braces and not ifs_open
               and not NAMED_BEFORE.search(text, max(m.start() - 80, 0), m.start())):
             eol = text.find("\n", m.end())
-            return text[: m.start()] + text[m.end() : eol + 1 if eol >= 0 else len(text)]
+            rest = text[m.end() : eol + 1 if eol >= 0 else len(text)]
+            # a line holding \endinput alone is no blank line (no paragraph end after it)
+            return text[: m.start()] + (rest if rest.strip() else "")
     return text
 
 
