@@ -790,6 +790,18 @@ def test_a_newif_switch_set_in_any_spelling_keeps_its_branch(sets):
     assert (result.body, result.counts["newif_false_dropped"]) == ("A kept B", 0)
 
 
+@pytest.mark.parametrize("guard", ["\\makeatletter\\@ifundefined{ifanonymous}{\\newif\\ifanonymous}{}\\makeatother",
+                                   "\\ifdefined\\ifanonymous\\else\\newif\\ifanonymous\\fi",
+                                   "\\ifcsname ifanonymous\\endcsname\\else\\newif\\ifanonymous\\fi"])
+def test_a_newif_declared_only_where_the_class_has_none_keeps_its_branch(guard):
+    """A \\newif run only if the switch is not defined yet is there for a class (not in the
+    archive) that declares and sets it, as \\documentclass[anonymous]{..} does: its branch
+    was dropped as never set."""
+    files = {"main.tex": f"\\documentclass[anonymous]{{conf}}{guard}\n"
+                         "\\begin{document}A \\ifanonymous blind\\fi B\\end{document}"}
+    assert latex_to_text(files).body == "A blind B"
+
+
 @pytest.mark.parametrize("make", [lambda k: "\\newif\\ifa " + "a" * k, lambda k: "\\newif\\ifa \\" + "a" * k,
                                   lambda k: "\\newif\\ifa " + "\\csname " * k,
                                   lambda k: "".join(f"\\newif\\if{i:x}".translate(HEX_LETTERS) + " y" for i in range(k))])

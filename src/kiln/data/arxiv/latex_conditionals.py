@@ -34,7 +34,11 @@ NAMED_BEFORE = re.compile(r"(?:\\let\s*\\[a-zA-Z@]+|\\endcsname)\s*=?\s*\Z|\\new
 SWITCH_SET = re.compile(r"(?<![a-zA-Z@])([a-zA-Z@]+)true(?![a-zA-Z@])"
                         r"|\\(?:let|[gex]?def)\s*\\if([a-zA-Z@]+)(?![a-zA-Z@])"
                         r"|\\csname\s*if([a-zA-Z@]+)\s*\\endcsname"
-                        r"|\\set(?:boolean|bool)\s*\{\s*([a-zA-Z@]+)\s*\}\s*\{\s*(?i:true)")
+                        r"|\\set(?:boolean|bool)\s*\{\s*([a-zA-Z@]+)\s*\}\s*\{\s*(?i:true)"
+                        # a \newif under a test that the switch exists (`\@ifundefined{ifdraft}
+                        # {\newif\ifdraft}{}`): a class not in the archive may declare and set it
+                        r"|\\(?:@ifundefined|ifcsname|ifdefined|ifx|ifdef|ifundef|ifcsdef|ifcsundef)"
+                        r"\s*\{?\s*\\?if([a-zA-Z@]+)(?![a-zA-Z@])")
 NEWIF = re.compile(r"\\newif\s*\\(if[a-zA-Z@]+)")
 _BODY = r"\{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\}"  # an environment's begin code, two levels deep
 # What precedes the { of a definition's body: \def\x#1, \newcommand{\x}[1][d], xparse's
