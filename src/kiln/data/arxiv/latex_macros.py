@@ -77,18 +77,11 @@ def _parse_environment(text: str, m: re.Match, macros: dict, counts: Counter, sp
     if name is None or not ENV_NAME.fullmatch(name[0].strip()):
         counts["macros_unparsed"] += 1
         return m.end()
-    n_args, default, pos = 0, None, skip_blanks(text, name[1])
-    if text[pos : pos + 1] == "[":
-        arg = read_bracket(text, pos, spans)
-        if arg is None or not arg[0].strip().isdigit():
-            counts["macros_unparsed"] += 1
-            return m.end()
-        n_args, pos = int(arg[0]), skip_blanks(text, arg[1])
-        if text[pos : pos + 1] == "[":
-            arg = read_bracket(text, pos, spans)
-            if arg is None:
-                return m.end()
-            default, pos = arg[0], skip_blanks(text, arg[1])
+    arguments = _arguments(text, name[1], spans)
+    if arguments is None:
+        counts["macros_unparsed"] += 1
+        return m.end()
+    n_args, default, pos = arguments
     begin = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
     pos = skip_blanks(text, begin[1]) if begin else pos
     end = read_group(text, pos, spans) if begin and text[pos : pos + 1] == "{" else None
@@ -189,18 +182,11 @@ def _parse_definition(
             return group[1] if group else m.end()
         n_args, default = shape
     else:
-        pos = skip_blanks(text, pos)
-        if text[pos : pos + 1] == "[":
-            arg = read_bracket(text, pos, spans)
-            if arg is None or not arg[0].strip().isdigit():
-                counts["macros_unparsed"] += 1
-                return m.end()
-            n_args, pos = int(arg[0]), skip_blanks(text, arg[1])
-            if text[pos : pos + 1] == "[":
-                arg = read_bracket(text, pos, spans)
-                if arg is None:
-                    return m.end()
-                default, pos = arg[0], skip_blanks(text, arg[1])
+        arguments = _arguments(text, pos, spans)
+        if arguments is None:
+            counts["macros_unparsed"] += 1
+            return m.end()
+        n_args, default, pos = arguments
     body = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
     if body is None:
         counts["macros_unparsed"] += 1
@@ -216,6 +202,23 @@ def _parse_definition(
         macros[name] = Macro(n_args, default, value)
         counts["macros_defined"] += 1
     return body[1]
+
+
+def _arguments(text: str, pos: int, spans: LiteralSpans) -> tuple[int, str | None, int] | None:
+    """The `[n][default]` of \\newcommand and \\newenvironment after the name (`pos`), both
+    optional: (n, the first argument's default or None, the index after them), or None where
+    they do not parse (an unclosed bracket, a count that is no number)."""
+    pos = skip_blanks(text, pos)
+    if text[pos : pos + 1] != "[":
+        return 0, None, pos
+    arg = read_bracket(text, pos, spans)
+    if arg is None or not arg[0].strip().isdigit():
+        return None
+    n_args, pos = int(arg[0]), skip_blanks(text, arg[1])
+    if text[pos : pos + 1] != "[":
+        return n_args, None, pos
+    arg = read_bracket(text, pos, spans)
+    return None if arg is None else (n_args, arg[0], skip_blanks(text, arg[1]))
 
 
 XPARSE_SPEC = re.compile(r"\s*(?:O\s*\{([^{}]*)\})?((?:\s*\+?m)*)\s*")
