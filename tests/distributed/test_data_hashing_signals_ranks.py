@@ -6,12 +6,10 @@ their data in a polled wait (`run_on_every_rank`). Rank 1 sat in the gather of
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
-from launch import start_python
 
-from distributed.test_signals_ranks import HANG_S, _ended, _kiln_lines, _when_busy
+from distributed.test_signals_ranks import _kiln_lines, _rank_one_signalled_alone, _signalled
 
 SLOW_HASH = """
 import os, signal, sys, time
@@ -49,19 +47,7 @@ def slow_hash(tiny_run, tmp_path) -> list[str]:
 def test_a_rank_waiting_for_rank_zeros_shard_hashing_stops_on_sigterm(slow_hash, tmp_path):
     """A `kill` of rank 1 alone: it stops after its grace with SIGTERM's status and line,
     while rank 0 hashes on."""
-    procs, logs = start_python(slow_hash, world_size=2)
-    try:
-        _when_busy(tmp_path, procs)
-        procs[1].send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + HANG_S
-        while procs[1].poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        rank0_busy = procs[0].poll() is None
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        (_, said0), (rank1, said1) = _ended(procs, logs)
+    rank0_busy, rank1, said0, said1 = _rank_one_signalled_alone(slow_hash, tmp_path, signal.SIGTERM)
     assert rank1 == 143, said1[-2000:]
     assert rank0_busy, said0[-2000:]
     assert "Traceback" not in said1, said1
@@ -73,13 +59,7 @@ def test_sigterm_to_every_rank_while_rank_zero_hashes_is_one_line(slow_hash, tmp
     """A scheduler's SIGTERM reaches every rank: rank 0 stops in its hashing and tells the
     other, which stops with its status, silent (its node's line is rank 0's); it said a
     lost rank before ("another rank of this launch failed or was killed"), status 1."""
-    procs, logs = start_python(slow_hash, world_size=2)
-    try:
-        _when_busy(tmp_path, procs)
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-    finally:
-        (rank0, said0), (rank1, said1) = _ended(procs, logs)
+    (rank0, said0), (rank1, said1) = _signalled(slow_hash, tmp_path, [0, 1])
     assert (rank0, rank1) == (143, 143), said0[-2000:] + said1[-2000:]
     assert "Traceback" not in said0 + said1, said0[-2000:] + said1[-2000:]
     lines = _kiln_lines(said0)

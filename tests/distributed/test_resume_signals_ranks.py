@@ -6,14 +6,12 @@ collective that held the signal back until rank 0 came."""
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import pytest
 from conftest import tiny_config
-from launch import start_python
 
-from distributed.test_signals_ranks import HANG_S, _ended, _kiln_lines, _when_busy
+from distributed.test_signals_ranks import _kiln_lines, _rank_one_signalled_alone, _signalled
 from kiln.train.trainer import Trainer
 
 SLOW_RANK_ZERO = """
@@ -52,19 +50,7 @@ def slow_resume(tiny_run, tmp_path) -> list[str]:
 def test_a_rank_waiting_for_rank_zeros_resume_stops_on_sigterm(slow_resume, tmp_path):
     """A `kill` of rank 1 alone: it stops after its grace with SIGTERM's status and line,
     while rank 0 reads on."""
-    procs, logs = start_python(slow_resume, world_size=2)
-    try:
-        _when_busy(tmp_path, procs)
-        procs[1].send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + HANG_S
-        while procs[1].poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        rank0_busy = procs[0].poll() is None
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        (_, said0), (rank1, said1) = _ended(procs, logs)
+    rank0_busy, rank1, said0, said1 = _rank_one_signalled_alone(slow_resume, tmp_path, signal.SIGTERM)
     assert rank1 == 143, said1[-2000:]
     assert rank0_busy, said0[-2000:]
     assert "Traceback" not in said1, said1
@@ -75,13 +61,7 @@ def test_a_rank_waiting_for_rank_zeros_resume_stops_on_sigterm(slow_resume, tmp_
 def test_sigterm_to_every_rank_in_a_slow_resume_is_one_line(slow_resume, tmp_path):
     """A scheduler's SIGTERM reaches every rank: rank 0 stops in its reading and tells the
     others, which stop with its status, silent (its node's line is rank 0's)."""
-    procs, logs = start_python(slow_resume, world_size=2)
-    try:
-        _when_busy(tmp_path, procs)
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-    finally:
-        (rank0, said0), (rank1, said1) = _ended(procs, logs)
+    (rank0, said0), (rank1, said1) = _signalled(slow_resume, tmp_path, [0, 1])
     assert (rank0, rank1) == (143, 143), said0[-2000:] + said1[-2000:]
     assert "Traceback" not in said0 + said1, said0[-2000:] + said1[-2000:]
     lines = _kiln_lines(said0)
@@ -123,13 +103,7 @@ def test_ranks_stopped_in_a_slow_resume_end_with_their_status_past_a_late_native
     ending = 'sys.exit(cli.main(["train", sys.argv[2], "--set", "train.parallel=fsdp"]))\n'
     assert ending in body
     late.write_text(body.replace(ending, LATE_NATIVE_THREAD))
-    procs, logs = start_python([str(late), *args], world_size=2)
-    try:
-        _when_busy(tmp_path, procs)
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-    finally:
-        (rank0, said0), (rank1, said1) = _ended(procs, logs)
+    (rank0, said0), (rank1, said1) = _signalled([str(late), *args], tmp_path, [0, 1])
     assert (rank0, rank1) == (143, 143), said0[-2000:] + said1[-2000:]
     assert "terminate called" not in said0 + said1, said0[-2000:] + said1[-2000:]
     lines = _kiln_lines(said0)

@@ -107,19 +107,48 @@ def _kiln_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("kiln:")]
 
 
+def _signalled(script: list[str], tmp_path: Path, ranks: list[int],
+               sig: int = signal.SIGTERM) -> list[tuple[int | None, str]]:
+    """Launch `script` on 2 ranks, send `sig` to `ranks` once both are busy, and return
+    each rank's exit status and output (`_ended`)."""
+    procs, logs = start_python(script, world_size=2)
+    try:
+        _when_busy(tmp_path, procs)
+        for rank in ranks:
+            procs[rank].send_signal(sig)
+    finally:
+        ended = _ended(procs, logs)
+    return ended
+
+
+def _rank_one_signalled_alone(script: list[str], tmp_path: Path,
+                              sig: int) -> tuple[bool, int | None, str, str]:
+    """Launch `script` on 2 ranks and send `sig` to rank 1 alone once both are busy: whether
+    rank 0 was still busy when rank 1 ended (or HANG_S passed), rank 1's status, and both
+    ranks' output (rank 0 killed then)."""
+    procs, logs = start_python(script, world_size=2)
+    try:
+        _when_busy(tmp_path, procs)
+        procs[1].send_signal(sig)
+        deadline = time.monotonic() + HANG_S
+        while procs[1].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        rank0_busy = procs[0].poll() is None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        (_, said0), (rank1, said1) = _ended(procs, logs)
+    return rank0_busy, rank1, said0, said1
+
+
 @pytest.mark.parametrize("signalled", [[0, 1], [0]], ids=["every rank", "rank 0"])
 def test_sigterm_in_the_data_stages_stops_every_rank_with_one_line(tmp_path, signalled):
     """SLURM's SIGTERM reaches every rank; a `kill` may reach rank 0 alone. Rank 0's data
     stages stop as on Ctrl-C and it says so once; the waiting rank learns it from rank 0
     and stops with the same status, silent (its node's line is rank 0's). Both died of the
     signal at once before, without a word."""
-    procs, logs = start_python(_script(tmp_path), world_size=2)
-    try:
-        _when_busy(tmp_path, procs)
-        for rank in signalled:
-            procs[rank].send_signal(signal.SIGTERM)
-    finally:
-        (rank0, said0), (rank1, said1) = _ended(procs, logs)
+    (rank0, said0), (rank1, said1) = _signalled(_script(tmp_path), tmp_path, signalled)
     assert (rank0, rank1) == (143, 143), said0[-2000:] + said1[-2000:]
     assert "Traceback" not in said0 + said1, said0[-2000:] + said1[-2000:]
     lines = _kiln_lines(said0)
@@ -133,19 +162,8 @@ def test_ctrl_c_reaches_a_rank_waiting_for_rank_zero(tmp_path, monkeypatch):
     rank 0 to stop too (it would say how rank 0 ended), then stops as interrupted. It used
     to sit in gloo's broadcast with the signal held back until rank 0's data was made."""
     monkeypatch.setenv("KILN_TEST_GRACE", "2")
-    procs, logs = start_python(_script(tmp_path), world_size=2)
-    try:
-        _when_busy(tmp_path, procs)
-        procs[1].send_signal(signal.SIGINT)
-        deadline = time.monotonic() + HANG_S
-        while procs[1].poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        rank0_busy = procs[0].poll() is None
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        (_, said0), (rank1, said1) = _ended(procs, logs)
+    rank0_busy, rank1, said0, said1 = _rank_one_signalled_alone(
+        _script(tmp_path), tmp_path, signal.SIGINT)
     assert rank1 == 130, said1[-2000:]
     assert rank0_busy, said0[-2000:]  # rank 0's terminal had no Ctrl-C: its work goes on
     assert "Traceback" not in said1, said1
