@@ -84,28 +84,17 @@ def test_a_rank_waiting_for_rank_zero_to_start_stops_on_sigterm(tiny_run, tmp_pa
     _one_line(said1, "kiln: train stopped on SIGTERM; ")
 
 
-def test_a_rank_stopped_while_the_ranks_meet_stops_those_waiting_with_it(tiny_run, tmp_path):
+@pytest.mark.parametrize("slow_connect", [False, True], ids=["met", "slow connect"])
+def test_a_rank_stopped_while_the_ranks_meet_stops_those_waiting_with_it(tiny_run, tmp_path,
+                                                                         monkeypatch, slow_connect):
     """Ranks 0 and 1 of 3 meet, rank 2 never comes; a SIGTERM to rank 1 stops it, and rank 0
     with it (its word left in the store), each with one line and SIGTERM's status. Both sat
-    deaf before: rank 0 in its store's wait for every rank, rank 1 in the group's."""
-    procs, logs = start_python(_script(tmp_path, tiny_run), world_size=3, ranks=[0, 1])
-    try:
-        _when_marked(tmp_path, procs, "met", [0, 1])
-        procs[1].send_signal(signal.SIGTERM)
-    finally:
-        (rank0, said0), (rank1, said1) = _ended(procs, logs)
-    assert (rank0, rank1) == (143, 143), said0[-3000:] + said1[-3000:]
-    _one_line(said1, "kiln: train stopped on SIGTERM; ")
-    _one_line(said0, "kiln: train stopped: rank 1 stopped on SIGTERM before the ranks met; ")
-
-
-def test_a_rank_stopped_while_its_connect_is_slow_stops_those_waiting_with_it(tiny_run, tmp_path,
-                                                                             monkeypatch):
-    """A SIGTERM to rank 1 while its end of the store is being made (a connect slow on a
-    loaded node: the signal is taken once it returns, before the wait that leaves word):
-    rank 1 stopped, and rank 0 waited for it until the meeting's timeout (half an hour). It
-    leaves its word all the same, and rank 0 stops with it."""
-    monkeypatch.setenv("SLOW_CONNECT", "1")
+    deaf before: rank 0 in its store's wait for every rank, rank 1 in the group's. With its
+    end of the store slow to make (a loaded node: the signal is taken once the connect
+    returns, before the wait that leaves word), rank 1 stopped and rank 0 waited for it until
+    the meeting's timeout (half an hour): it leaves its word all the same."""
+    if slow_connect:
+        monkeypatch.setenv("SLOW_CONNECT", "1")
     procs, logs = start_python(_script(tmp_path, tiny_run), world_size=3, ranks=[0, 1])
     try:
         _when_marked(tmp_path, procs, "met", [0, 1])
