@@ -76,11 +76,23 @@ def _script(tmp_path: Path) -> list[str]:
     return [str(script), str(marks), "run", str(REPO / "recipes" / "quickstart.toml"), *sets]
 
 
-def _when_busy(tmp_path: Path, procs: list[subprocess.Popen], ranks: int = 2) -> None:
+def _said(logs: list) -> str:
+    """The tail of each rank's output so far, for a failure's message."""
+    said = []
+    for rank, log in enumerate(logs):
+        log.seek(0)
+        said.append(f"rank {rank}: {log.read().decode(errors='replace')[-2000:]}")
+    return "\n".join(said)
+
+
+def _when_busy(tmp_path: Path, procs: list[subprocess.Popen], logs: list | None = None,
+               ranks: int = 2) -> None:
     """Until rank 0 is in its data stages and the others wait for it."""
     deadline = time.monotonic() + 120
     while len(list((tmp_path / "marks").glob("busy*"))) < ranks:
-        assert all(p.poll() is None for p in procs), "a rank ended before the data stages"
+        assert all(p.poll() is None for p in procs), (
+            f"a rank ended before the data stages (exit {[p.poll() for p in procs]})\n"
+            + _said(logs or []))
         assert time.monotonic() < deadline, "the ranks did not reach the data stages"
         time.sleep(0.1)
     time.sleep(1)  # the waiting rank from its mark into the wait itself
@@ -113,7 +125,7 @@ def _signalled(script: list[str], tmp_path: Path, ranks: list[int],
     each rank's exit status and output (`_ended`)."""
     procs, logs = start_python(script, world_size=2)
     try:
-        _when_busy(tmp_path, procs)
+        _when_busy(tmp_path, procs, logs)
         for rank in ranks:
             procs[rank].send_signal(sig)
     finally:
@@ -128,7 +140,7 @@ def _rank_one_signalled_alone(script: list[str], tmp_path: Path,
     ranks' output (rank 0 killed then)."""
     procs, logs = start_python(script, world_size=2)
     try:
-        _when_busy(tmp_path, procs)
+        _when_busy(tmp_path, procs, logs)
         procs[1].send_signal(sig)
         deadline = time.monotonic() + HANG_S
         while procs[1].poll() is None and time.monotonic() < deadline:
@@ -248,7 +260,7 @@ def test_a_waiting_rank_stopped_alone_is_named_by_rank_zero(tmp_path):
     args[0] = str(tmp_path / "stopped_alone.py")
     procs, logs = start_python(args, world_size=2)
     try:
-        _when_busy(tmp_path, procs)
+        _when_busy(tmp_path, procs, logs)
         procs[1].send_signal(signal.SIGTERM)
     finally:
         (rank0, said0), (rank1, said1) = _ended(procs, logs)
