@@ -331,6 +331,11 @@ def load_checkpoint(
                               and isinstance(optim_state.get("param_groups"), list)):
                 raise TypeError(f"optimizer.pt holds a {type(optim_state).__name__} without the "
                                 "'state' and 'param_groups' of an optimizer's state")
+            if reads and not optim_state["state"] and state.get("step", 0) > 0:
+                # every step updates the dense weights, so a trained optimizer has moments for
+                # them: none at all restarted AdamW's averages and Muon's momentum silently
+                raise ValueError(f"optimizer.pt holds no moments, where the checkpoint is of "
+                                 f"step {state['step']}")
             settings = [{k: v for k, v in g.items() if k != "params"}
                         for g in optimizer.param_groups]
             set_optimizer_state_dict(
