@@ -16,7 +16,7 @@ from kiln.data.path_options import PATH_OPTIONS, anchored, real_paths
 from kiln.data.prepare_config import PrepareConfig, decontaminate_pii_types, unused_option_tables
 from kiln.data.prepare_inputs import input_files
 from kiln.data.record_fields import DEFAULT_TEXT_FIELD
-from kiln.data.stage_rules import STAGE_RULES_KEY, rules_keys, rules_versions, stages_made_otherwise
+from kiln.data.stage_rules import RULES_KEYS, STAGE_RULES_KEY, rules_versions, stages_made_otherwise
 from kiln.data.yield_report import LAYOUT_FILE
 
 
@@ -172,7 +172,7 @@ def same_pipeline(logging_dir: Path, layout: dict) -> bool:
     before["sources"], now["sources"] = (_real(before.get("sources")), _real(now["sources"]))
     if _rules_otherwise(before, now, logging_dir):
         return False
-    for key in (*RULE_MARKERS, *rules_keys()):
+    for key in (*RULE_MARKERS, *RULES_KEYS):
         before.pop(key, None)
         now.pop(key, None)
     return before == now and saved.get("phases") == layout["phases"]
@@ -208,7 +208,7 @@ def rules_made_otherwise(cfg: PrepareConfig, sources: Sequence[str], max_bytes: 
 # signature entries that are no setting a user gives (how a stage works in this Kiln, the
 # inputs' fingerprint), or that change how the documents are made, not what (the number of
 # tasks: where it makes other documents, with data.max_bytes, their fingerprint tells)
-_NOT_SETTINGS = ("input_files", "keep_rejected", "tasks", *RULE_MARKERS, *rules_keys())
+_NOT_SETTINGS = ("input_files", "keep_rejected", "tasks", *RULE_MARKERS, *RULES_KEYS)
 
 
 _DATA_KEYS = {"sources": "data.sources", "max_bytes": "data.max_bytes",

@@ -25,6 +25,7 @@ from kiln.data.prepare_config import STAGES
 STAGE_RULES_KEY = "stage_rules"  # {stage: version} in the prepare signature
 # versions recorded before STAGE_RULES_KEY, each under its own key: read as that stage's
 LEGACY_KEYS = {"pii_rules": "pii"}
+RULES_KEYS = (STAGE_RULES_KEY, *LEGACY_KEYS)  # the signature keys that record versions
 
 
 def rules_version(stage: str) -> str | None:
@@ -73,8 +74,3 @@ def stages_made_otherwise(before: dict, now: dict) -> list[str]:
             out.append(f"{stage} stage ran under earlier rules ({was[stage]}; this Kiln's: "
                        f"{version})")
     return out
-
-
-def rules_keys() -> tuple[str, ...]:
-    """The signature keys that record stage versions (no user setting)."""
-    return (STAGE_RULES_KEY, *LEGACY_KEYS)
