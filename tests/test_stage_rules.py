@@ -8,15 +8,16 @@ of the other stages it ran."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from conftest import tiny_config
 from test_prepare_recipes import text_corpus
 
 from kiln.cli import cmd_prepare, cmd_tokenize, cmd_tokenizer, main
-from kiln.data import dedup, gutenberg
+from kiln.data import dating, dedup, gutenberg
 from kiln.data.pii.rules_version import PII_RULES
-from kiln.data.pipeline import PrepareConfig
+from kiln.data.pipeline import PrepareConfig, run_prepare
 from kiln.data.prepare_config import STAGES
 from kiln.data.prepare_signature import make_signature
 from kiln.data.provenance import documents_fingerprint, tokens_match_documents
@@ -199,3 +200,20 @@ def test_a_record_from_before_stage_versions_keeps_its_fingerprint(tmp_path):
 
 
 PINNED_BEFORE = "db0f40444b92393c"  # the fingerprint the code before stage versions gave
+
+
+def test_an_unfinished_prepare_is_not_resumed_under_another_version(tmp_path, monkeypatch):
+    """Task 1 killed, then the dating rules changed: resuming would keep task 0's documents,
+    dated by the earlier rules, beside task 1's, dated by these. Every task runs again."""
+    run = tmp_path / "run"
+    cfg = PrepareConfig(stages=["read", "dating", "write"], tasks=2)
+    sources = [str(text_corpus(tmp_path))]
+    run_prepare(cfg, run, sources, progress=False)
+    (run / "logs/prepare/completions/00001").unlink()  # killed before it finished
+    (run / "logs/prepare/stats/00001.json").unlink()
+    (run / "prepare.json").unlink()
+    out0 = run / "documents" / "00000.jsonl.gz"
+    os.utime(out0, ns=(out0.stat().st_atime_ns, 10**18))  # a probe of which tasks re-run
+    monkeypatch.setattr(dating, "DATING_RULES_VERSION", "2099-01-01")
+    run_prepare(cfg, run, sources, progress=False)
+    assert out0.stat().st_mtime_ns != 10**18  # task 0 made again, not kept
