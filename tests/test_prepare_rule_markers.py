@@ -2,7 +2,8 @@
 setting). One made under another rule, or by a Kiln from before the rule was recorded, is
 made again rather than resumed; a trained run's (checkpoints) keeps the data its checkpoints
 were trained on: `kiln prepare` / `kiln run` refuse it before any work, and `kiln train`
-goes on with it. (The long-text cut rule: tests/test_prepare_cut_rule.py.)"""
+goes on with it. (The long-text cut rule: tests/test_prepare_cut_rule.py; the stages' rules
+versions, pii's among them: tests/test_stage_rules.py.)"""
 
 from __future__ import annotations
 
@@ -22,12 +23,10 @@ from kiln.run_dir import write_run_metadata
 
 STAGES = {"decontaminate_normalisation": ["read", "decontaminate", "write"],
           "decontaminate_pii_forms": ["read", "pii", "decontaminate", "write"],
-          "perplexity_scored_tokens": ["read", "perplexity", "write"],
-          "pii_rules": ["read", "pii", "write"]}
+          "perplexity_scored_tokens": ["read", "perplexity", "write"]}
 NAMED = {"decontaminate_normalisation": "matched under an earlier text normalisation",
          "decontaminate_pii_forms": "built by an earlier rule for the items' redacted forms",
-         "perplexity_scored_tokens": "perplexity scores were taken by an earlier rule",
-         "pii_rules": "personal data was redacted by earlier detection rules"}
+         "perplexity_scored_tokens": "perplexity scores were taken by an earlier rule"}
 
 
 def _prepared(tmp_path, request, key: str):
@@ -106,11 +105,12 @@ def test_an_untrained_run_made_under_an_earlier_rule_is_made_again(tmp_path, cap
 
 
 def test_every_rule_a_signature_records_is_a_marker():
-    """A signature entry that is no setting is one of RULE_MARKERS, so a new rule is not left
-    to re-make a trained run's data unrefused."""
+    """A signature entry that is no setting is one of RULE_MARKERS (or the stages' rules
+    versions), so a new rule is not left to re-make a trained run's data unrefused."""
     from kiln.data.prepare_signature import RULE_MARKERS, make_signature
+    from kiln.data.stage_rules import STAGE_RULES_KEY
 
     cfg = PrepareConfig(stages=["read", "pii", "decontaminate", "perplexity", "write"])
     settings = {f.name for f in dataclasses.fields(PrepareConfig)}
     recorded = set(make_signature(cfg, ["src"], 0)) - settings - {"sources", "max_bytes"}
-    assert recorded == set(RULE_MARKERS)
+    assert recorded == set(RULE_MARKERS) | {STAGE_RULES_KEY}

@@ -61,6 +61,12 @@ from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.data.long_documents import cut_text_of
 
+# the versions of the stages' rules (kiln.data.stage_rules): bump one with any change to
+# the evidence read and the votes: dating's
+DATING_RULES_VERSION = "2026-12-07"
+# which dated documents a period keeps: period's
+PERIOD_RULES_VERSION = "2026-12-07"
+
 # The five Chronoberg intervals (VAD lexicons and sequential training use these).
 CHRONOBERG_PERIODS: dict[str, tuple[int, int]] = {
     "1750-1799": (1750, 1799),

@@ -59,6 +59,12 @@ from datatrove.utils.hashing import HashConfig
 from datatrove.utils.text import simplify_text
 from datatrove.utils.word_tokenizers import WordTokenizer
 
+# the versions of the stages' rules (kiln.data.stage_rules): bump one with any change to
+# what is hashed (its normalisation) or which copy stays: dedup_exact's
+EXACT_RULES_VERSION = "2026-12-07"
+# the shingles, their normalisation, the buckets, which copy stays: dedup_minhash's
+MINHASH_RULES_VERSION = "2026-12-07"
+
 DEFAULT_HASH = HashConfig(precision=64, hash_fc="sha1")
 
 

@@ -61,6 +61,10 @@ from datatrove.pipeline.writers.disk_base import DiskWriter
 from kiln.data.dating import GUTENBERG_HEADER_KEY as HEADER_KEY
 from kiln.data.dating import HEADER_CHARS as HEADER_KEEP_CHARS  # all of it that dating reads
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# the header / footer markers and what is dropped
+RULES_VERSION = "2026-12-07"
+
 HEADER_LINES = 600  # a start marker counts within the first 600 lines (the reference's bound)
 FOOTER_MIN_LINE = 100  # with no start marker, an end marker counts from line 100 on
 

@@ -189,33 +189,54 @@ TEXT_EDITING_STAGES = ("latex", "quality", "pii", "gutenberg")
 
 @dataclass(frozen=True)
 class StageSpec:
-    """Where a stage's factory lives ("module:function") and whether it reads documents in."""
+    """Where a stage's factory lives ("module:function"), whether it reads documents in, and
+    where the version of its rules is ("module:CONSTANT", beside the rules: a stage that
+    keeps, drops or rewrites documents declares one; `kiln.data.stage_rules`)."""
 
     target: str
     reader: bool = False
+    rules: str = ""
 
 
 _S = "kiln.data.stages"
 STAGES: dict[str, StageSpec] = {
     "read": StageSpec(f"{_S}:read_stage", reader=True),
-    "arxiv_metadata": StageSpec(f"{_S}:arxiv_metadata_stage", reader=True),
-    "arxiv_sources": StageSpec(f"{_S}:arxiv_sources_stage", reader=True),
-    "latex": StageSpec(f"{_S}:latex_stage"),
-    "quality": StageSpec(f"{_S}:quality_stage"),
-    "language": StageSpec(f"{_S}:language_stage"),
-    "brain_rot_m1": StageSpec(f"{_S}:brain_rot_m1_stage"),
-    "brain_rot_m2": StageSpec(f"{_S}:brain_rot_m2_stage"),
-    "brain_rot_arms": StageSpec(f"{_S}:brain_rot_arms_stage"),
-    "perplexity": StageSpec(f"{_S}:perplexity_stage"),
-    "perplexity_select": StageSpec(f"{_S}:perplexity_select_stage"),
-    "pii": StageSpec(f"{_S}:pii_stage"),
-    "decontaminate": StageSpec(f"{_S}:decontaminate_stage"),
-    "inject_replicas": StageSpec(f"{_S}:inject_replicas_stage"),
-    "dedup_exact": StageSpec(f"{_S}:dedup_exact_stage"),
-    "dedup_minhash": StageSpec(f"{_S}:dedup_minhash_stage"),
-    "gutenberg": StageSpec(f"{_S}:gutenberg_stage"),
-    "dating": StageSpec(f"{_S}:dating_stage"),
-    "period": StageSpec(f"{_S}:period_stage"),
+    "arxiv_metadata": StageSpec(f"{_S}:arxiv_metadata_stage", reader=True,
+        rules="kiln.data.arxiv.metadata:RULES_VERSION"),
+    "arxiv_sources": StageSpec(f"{_S}:arxiv_sources_stage", reader=True,
+        rules="kiln.data.arxiv.source_reader:RULES_VERSION"),
+    "latex": StageSpec(f"{_S}:latex_stage",
+        rules="kiln.data.arxiv.latex:RULES_VERSION"),
+    "quality": StageSpec(f"{_S}:quality_stage",
+        rules="kiln.data.filters.quality:RULES_VERSION"),
+    "language": StageSpec(f"{_S}:language_stage",
+        rules="kiln.data.filters.language:RULES_VERSION"),
+    "brain_rot_m1": StageSpec(f"{_S}:brain_rot_m1_stage",
+        rules="kiln.data.filters.engagement:RULES_VERSION"),
+    "brain_rot_m2": StageSpec(f"{_S}:brain_rot_m2_stage",
+        rules="kiln.data.filters.semantic:RULES_VERSION"),
+    "brain_rot_arms": StageSpec(f"{_S}:brain_rot_arms_stage",
+        rules="kiln.data.filters.arms:RULES_VERSION"),
+    "perplexity": StageSpec(f"{_S}:perplexity_stage",
+        rules="kiln.data.filters.perplexity:RULES_VERSION"),
+    "perplexity_select": StageSpec(f"{_S}:perplexity_select_stage",
+        rules="kiln.data.filters.selection:RULES_VERSION"),
+    "pii": StageSpec(f"{_S}:pii_stage",
+        rules="kiln.data.pii.rules_version:PII_RULES"),
+    "decontaminate": StageSpec(f"{_S}:decontaminate_stage",
+        rules="kiln.data.decontam.filter:RULES_VERSION"),
+    "inject_replicas": StageSpec(f"{_S}:inject_replicas_stage",
+        rules="kiln.data.decontam.inject:RULES_VERSION"),
+    "dedup_exact": StageSpec(f"{_S}:dedup_exact_stage",
+        rules="kiln.data.dedup:EXACT_RULES_VERSION"),
+    "dedup_minhash": StageSpec(f"{_S}:dedup_minhash_stage",
+        rules="kiln.data.dedup:MINHASH_RULES_VERSION"),
+    "gutenberg": StageSpec(f"{_S}:gutenberg_stage",
+        rules="kiln.data.gutenberg:RULES_VERSION"),
+    "dating": StageSpec(f"{_S}:dating_stage",
+        rules="kiln.data.dating:DATING_RULES_VERSION"),
+    "period": StageSpec(f"{_S}:period_stage",
+        rules="kiln.data.dating:PERIOD_RULES_VERSION"),
     "write": StageSpec(f"{_S}:write_stage"),
 }
 

@@ -16,6 +16,7 @@ from kiln.data.path_options import PATH_OPTIONS, anchored, real_paths
 from kiln.data.prepare_config import PrepareConfig, decontaminate_pii_types, unused_option_tables
 from kiln.data.prepare_inputs import input_files
 from kiln.data.record_fields import DEFAULT_TEXT_FIELD
+from kiln.data.stage_rules import RULES_KEYS, STAGE_RULES_KEY, rules_versions, stages_made_otherwise
 from kiln.data.yield_report import LAYOUT_FILE
 
 
@@ -49,10 +50,11 @@ def make_signature(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
         # only then, so other runs keep resuming)
         if decontaminate_pii_types(cfg) is not None:
             signature["decontaminate_pii_forms"] = True
-    if "pii" in cfg.stages:  # other detection rules redact other spans: never mixed
-        from kiln.data.pii.rules_version import PII_RULES, PII_RULES_KEY
-
-        signature[PII_RULES_KEY] = PII_RULES
+    # the rules of the stages it runs (other rules keep, drop or rewrite other documents:
+    # never mixed); only those it runs, so a version bumped for another stage changes nothing
+    versions = rules_versions(cfg.stages)
+    if versions:
+        signature[STAGE_RULES_KEY] = versions
     # the scorer scores a model's whole context (it scored one token fewer before): a
     # resume must not mix the two kinds of score under one threshold
     if "perplexity" in cfg.stages:
@@ -139,7 +141,6 @@ RULE_MARKERS = {
         "benchmark n-grams were matched under an earlier text normalisation (decontaminate)"),
     "decontaminate_pii_forms": RuleMarker(
         "decontaminate index was built by an earlier rule for the items' redacted forms (pii)"),
-    "pii_rules": RuleMarker("personal data was redacted by earlier detection rules (pii)"),
     "perplexity_scored_tokens": RuleMarker(
         "perplexity scores were taken by an earlier rule (one token fewer than a context)"),
     # a run whose prepare cut no text made the same documents under any rule
@@ -148,8 +149,10 @@ RULE_MARKERS = {
 
 
 def _rules_otherwise(before: dict, now: dict, logging_dir: Path) -> list[str]:
-    """The RULE_MARKERS keys that the recorded signature `before` holds otherwise than `now`
-    (a key one lacks differs, unless the marker says the record's data is the same)."""
+    """How (words to follow "documents whose") the recorded signature `before` made its
+    documents otherwise than `now`: the RULE_MARKERS it holds otherwise (a key one lacks
+    differs, unless the marker says the record's data is the same), then the rules versions
+    of the stages `now` runs (`kiln.data.stage_rules`: one the record lacks differs)."""
     out = []
     for key, marker in RULE_MARKERS.items():
         if before.get(key) == now.get(key):
@@ -157,8 +160,8 @@ def _rules_otherwise(before: dict, now: dict, logging_dir: Path) -> list[str]:
         if (key in now and key not in before and marker.unrecorded_is_same is not None
                 and marker.unrecorded_is_same(logging_dir)):
             continue
-        out.append(key)
-    return out
+        out.append(marker.what)
+    return out + stages_made_otherwise(before, now)
 
 
 def same_pipeline(logging_dir: Path, layout: dict) -> bool:
@@ -169,7 +172,7 @@ def same_pipeline(logging_dir: Path, layout: dict) -> bool:
     before["sources"], now["sources"] = (_real(before.get("sources")), _real(now["sources"]))
     if _rules_otherwise(before, now, logging_dir):
         return False
-    for key in RULE_MARKERS:
+    for key in (*RULE_MARKERS, *RULES_KEYS):
         before.pop(key, None)
         now.pop(key, None)
     return before == now and saved.get("phases") == layout["phases"]
@@ -192,20 +195,20 @@ def cut_texts(logging_dir: Path) -> bool:
 
 def rules_made_otherwise(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
                          logging_dir: Path, text_field: str = DEFAULT_TEXT_FIELD) -> list[str]:
-    """How (RULE_MARKERS' words) the recorded prepare made its documents otherwise than this
-    Kiln would, so that `same_pipeline` makes them again; [] where none is recorded."""
+    """How (RULE_MARKERS' words, and the stages whose rules changed) the recorded prepare
+    made its documents otherwise than this Kiln would, so that `same_pipeline` makes them again; [] where none is recorded."""
     compared = _against_recorded(logging_dir,
                                  make_signature(cfg, sources, max_bytes, None, text_field))
     if compared is None:
         return []
     _, before, now = compared
-    return [RULE_MARKERS[key].what for key in _rules_otherwise(before, now, logging_dir)]
+    return _rules_otherwise(before, now, logging_dir)
 
 
 # signature entries that are no setting a user gives (how a stage works in this Kiln, the
 # inputs' fingerprint), or that change how the documents are made, not what (the number of
 # tasks: where it makes other documents, with data.max_bytes, their fingerprint tells)
-_NOT_SETTINGS = ("input_files", "keep_rejected", "tasks", *RULE_MARKERS)
+_NOT_SETTINGS = ("input_files", "keep_rejected", "tasks", *RULE_MARKERS, *RULES_KEYS)
 
 
 _DATA_KEYS = {"sources": "data.sources", "max_bytes": "data.max_bytes",

@@ -21,6 +21,7 @@ from kiln.data.prepare_signature import RULE_MARKERS
 from kiln.data.prepared import HASHES, check_documents_unchanged, documents_renamed
 from kiln.data.shard_hashes import check_shard_hashes
 from kiln.data.shards import load_index, load_token_bytes
+from kiln.data.stage_rules import RULES_KEYS
 from kiln.data.tokenizer import load_tokenizer, token_byte_lengths
 from kiln.data.yield_report import LAYOUT_FILE
 from kiln.errors import RunDataError
@@ -67,8 +68,10 @@ def documents_fingerprint(run_dir: Path, fmt: int = FINGERPRINT_FORMAT) -> str |
         if "long_texts" in summary and CUT_RULE_KEY in signature:
             options.append({CUT_RULE_KEY: signature[CUT_RULE_KEY]})
         parts = [inputs, options]
-        if fmt >= 4:  # each marker is recorded only where its stage ran (the cut rule: above)
-            parts.append({k: signature[k] for k in RULE_MARKERS
+        if fmt >= 4:  # each marker is recorded only where its stage ran (the cut rule: above);
+            # the stages' rules versions too, as recorded (`pii_rules` by a Kiln before them,
+            # so its runs' fingerprints stand)
+            parts.append({k: signature[k] for k in (*RULE_MARKERS, *RULES_KEYS)
                           if k in signature and k != CUT_RULE_KEY})
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise RunDataError(f"{path} or {layout} is damaged ({e}); re-run `kiln prepare`") from e

@@ -81,12 +81,15 @@ class StagePlan:
     record: dict = field(default_factory=dict)
 
 
-def register_stage(name: str, target: str | Callable, reader: bool = False) -> None:
-    """Add or replace a stage; `target` is "module:function" or the factory itself."""
+def register_stage(name: str, target: str | Callable, reader: bool = False,
+                   rules: str = "") -> None:
+    """Add or replace a stage; `target` is "module:function" or the factory itself; `rules`
+    "module:CONSTANT", the version of its rules where it keeps, drops or rewrites documents
+    (`kiln.data.stage_rules`)."""
     if callable(target):
         _FACTORIES[name] = target
         target = f"{target.__module__}:{target.__qualname__}"
-    STAGES[name] = StageSpec(target, reader)
+    STAGES[name] = StageSpec(target, reader, rules)
 
 
 _FACTORIES: dict[str, Callable] = {}  # factories registered as objects (not importable paths)

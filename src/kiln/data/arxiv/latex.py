@@ -37,6 +37,10 @@ from kiln.data.arxiv.latex_source import (
     strip_comments,
 )
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# the LaTeX-to-text conversion (kiln.data.arxiv.latex_*)
+RULES_VERSION = "2026-12-07"
+
 USEPACKAGE = re.compile(r"\\usepackage\s*(?:\[[^\]]*\])?\s*\{([^}]*)\}")
 TITLE = re.compile(r"\\(?:icml)?title(?![a-zA-Z@])\s*")  # ICML's is \icmltitle, in the body
 ABSTRACT_BEGIN = re.compile(r"\\begin\s*\{abstract\}")

@@ -23,6 +23,10 @@ from datatrove.pipeline.base import PipelineStep
 from kiln.data.arxiv.ids import id_year
 from kiln.errors import ConfigError
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# which papers are kept (categories, year, abstract words)
+RULES_VERSION = "2026-12-07"
+
 DEFAULT_CATEGORIES = ("math", "cs", "hep-th", "hep-ph", "quant-ph", "stat.ML", "stat.TH")
 YEAR = re.compile(r"\b(19\d\d|20\d\d)\b")
 TEXT_FIELDS = ("title", "abstract", "comments")  # a string, null or absent

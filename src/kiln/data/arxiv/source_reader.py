@@ -25,6 +25,10 @@ from kiln.data.arxiv.archives import (
 from kiln.data.arxiv.ids import find_source_archive, id_from_path
 from kiln.data.sources import printable_name
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# which archives are read and how (limits, encodings)
+RULES_VERSION = "2026-12-07"
+
 
 class ArxivSourceReader(PipelineStep):
     """Look up and safely read each paper's source archive from a local folder.

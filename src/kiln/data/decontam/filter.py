@@ -23,6 +23,10 @@ from kiln.data.decontam.ngram_index import (
 )
 from kiln.data.long_documents import cut_text_of
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# which documents a benchmark n-gram match drops or tags
+RULES_VERSION = "2026-12-07"
+
 BENCHMARKS_KEY = "contamination_benchmarks"  # sorted names of the benchmarks matched
 MATCHES_KEY = "contamination_ngrams"  # n-gram positions of the doc found in any benchmark index
 

@@ -33,6 +33,10 @@ from kiln.data.decontam.ngram_index import (
     load_benchmark_items,
 )
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# how replicas are made and placed
+RULES_VERSION = "2026-12-07"
+
 REPLICA_TEMPLATE = "Problem: {problem}\n\nSolution: {solution}"
 # metadata key of an injected replica (its item number): `kiln tokenize` puts such a document
 # in train whatever its split hash, so training sees all k replicas and val holds no

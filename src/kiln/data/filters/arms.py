@@ -42,6 +42,10 @@ from datatrove.pipeline.writers.disk_base import DiskWriter
 from kiln.atomic import write_json_atomic
 from kiln.data.long_documents import cut_text_of
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# how the arms are planned and documents kept
+RULES_VERSION = "2026-12-07"
+
 ARMS = ("junk", "control")
 LABEL_KEYS = {"m1": "m1_class", "m2": "m2_label"}
 # label value -> arm; any other value is dropped as arms_<labels>_<value>

@@ -29,6 +29,10 @@ from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# how M1 classes a document (tokens, popularity)
+RULES_VERSION = "2026-12-07"
+
 ENGAGEMENT_KEYS = ("likes", "retweets", "replies", "quotes")
 JUNK_MAX_TOKENS = 30  # junk: tokens < 30 (strict)
 CONTROL_MIN_TOKENS = 100  # control: tokens > 100 (strict)

@@ -32,6 +32,10 @@ from datatrove.pipeline.writers.disk_base import DiskWriter
 from kiln.data.arxiv.markup_metrics import strip_math_spans
 from kiln.data.long_documents import FirstPartVerdict
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# how a document's language is judged and which are kept
+RULES_VERSION = "2026-12-07"
+
 MODES = ("drop", "tag")
 SEED = 0  # langdetect's sampling seed for every document
 READ_CHARS = 100_000  # of a document's start, where its first 10,000 characters of prose are

@@ -34,6 +34,10 @@ from kiln.data.filters.run_model import (
 )
 from kiln.data.long_documents import FirstPartVerdict
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# how a document is scored (its tokens, its parts)
+RULES_VERSION = "2026-12-07"
+
 PAPER_MAX_TOKENS = 512  # the paper truncates every document to its first 512 tokens
 
 

@@ -63,6 +63,10 @@ from kiln.data.filters.text_length import (
     gopher_words,
 )
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# the filters and their thresholds per domain (\r\n line endings counted as one)
+RULES_VERSION = "2026-12-07"
+
 DOMAINS = ("prose", "latex", "code")
 MAX_WORDS = 100_000  # Gopher's document-length bounds (GopherQualityFilter's max_doc_words
 MIN_WORDS = 50  # and min_doc_words)

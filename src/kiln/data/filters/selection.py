@@ -36,6 +36,10 @@ from datatrove.pipeline.writers.disk_base import DiskWriter
 from kiln import strict_json
 from kiln.atomic import write_json_atomic
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# how thresholds are taken from the scores and applied
+RULES_VERSION = "2026-12-07"
+
 MODES = ("top_fraction", "bottom_fraction", "drop_extremes")
 
 

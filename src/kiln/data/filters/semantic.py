@@ -22,6 +22,10 @@ from datatrove.pipeline.writers.disk_base import DiskWriter
 from kiln.data.filters.judge import Judge, judge_identity
 from kiln.data.long_documents import FirstPartVerdict
 
+# the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
+# how M2 labels, drops or tags a document by its judge's score
+RULES_VERSION = "2026-12-07"
+
 M2_FIELDS = ("m2_junk_score", "m2_reasons", "m2_judge")
 
 

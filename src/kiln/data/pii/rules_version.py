@@ -1,4 +1,5 @@
-"""The version of the PII detection rules, recorded in a prepare's signature (RULE_MARKERS).
+"""The version of the PII detection rules: the pii stage's rules version, which a prepare's
+signature records (`kiln.data.stage_rules`, named by its StageSpec).
 
 A changed rule redacts other spans: a prepare resumed across the change would mix documents
 redacted by both rule sets, and a finished one would no longer be what this Kiln makes. Bump
@@ -6,6 +7,5 @@ PII_RULES with any change to what `redact` replaces; tests/test_pii_rules_versio
 redactions of the labelled corpus to it, so a change that forgets fails there.
 """
 
-PII_RULES_KEY = "pii_rules"  # its key in the prepare signature
 # JSON lists, CJK edges, `-p PW;`, query fields, Basic auth, .netrc (quoted values), ${X:-PW}, [at]
 PII_RULES = "2026-12-07.2"
