@@ -788,3 +788,27 @@ def test_a_leak_across_the_cut_of_a_long_text_is_caught(tmp_path, bench):
                   Document(text=docs[1].text, id="dump.txt#2")):
         out = run_filter(DecontaminationFilter(tmp_path / "i.npz", mode="tag"), [docs[0], later])
         assert [d.metadata[MATCHES_KEY] for d in out] == [0, 0], later.id
+
+
+def test_a_cjk_benchmark_passage_inside_a_document_is_caught(tmp_path):
+    """Chinese and Japanese have no spaces: split on spaces, a passage was one "word", with no
+    13-gram (the benchmark below was refused as catching nothing) and no token equal to a
+    document's. Each Han / kana character is a token now: the passage quoted inside a
+    sentence is caught, an unrelated text in the same scripts is not, and spaced scripts
+    (Latin, Cyrillic, Hangul) keep their words."""
+    zh = ("小明有十二个苹果他给了小红三个又买了五个请问小明现在一共有多少个苹果", "十四个")
+    ja = ("太郎は毎朝七時に起きて駅まで歩き電車で会社に行きますが今日は雨でした", "バスで行った")
+    path = write_benchmark(tmp_path / "cjk.jsonl", [zh, ja], "question", "answer")
+    NGramIndex.build([path], n=13).save(tmp_path / "i.npz")
+    docs = [
+        Document(text=f"我们昨天在课堂上讨论了{zh[0]}答案是{zh[1]}然后老师就下课了", id="zh_leak"),
+        Document(text=f"ブログ：{ja[0][:20]}ね。", id="ja_leak"),  # 20 characters of the problem
+        Document(text="今天天气很好，我们去公园散步，看到很多人在放风筝，孩子们玩得很开心。", id="zh"),
+        Document(text="私は毎日図書館で本を読みます。静かな場所が好きです。", id="ja"),
+    ]
+    out = run_filter(DecontaminationFilter(tmp_path / "i.npz", mode="tag"), docs)
+    assert {d.id: bool(d.metadata[BENCHMARKS_KEY]) for d in out} == {
+        "zh_leak": True, "ja_leak": True, "zh": False, "ja": False}
+    assert normalize_tokens("今天，天气") == ["今", "天", "天", "气"]
+    assert normalize_tokens("Привет, мир! 한국어 문장입니다 café") == [
+        "привет", "мир", "한국어", "문장입니다", "café"]

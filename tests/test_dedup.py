@@ -93,3 +93,26 @@ def test_minhash_finds_near_duplicates_at_the_rate_its_bands_promise(tmp_path):
         assert all(a in kept or b in kept for a, b, _ in pairs)  # never both copies removed
         p = sum(1 - (1 - j**8) ** 14 for *_, j in pairs) / len(pairs)
         assert abs(found - p) <= 4 * math.sqrt(p * (1 - p) / len(pairs)) + 0.01, (target, found, p)
+
+
+def test_exact_dedup_keeps_the_same_copy_whatever_the_task_count(tmp_path):
+    """datatrove kept the copy first in its own task: with files f0 [a, b, X], f1 [X],
+    f2 [c, X, X] one task kept f0's X, two tasks (f0 and f2 in task 0) f1's. The copy first in
+    read order (file listing, then line) stays now, with the same ids for 1, 2 and 3 tasks."""
+    import json
+
+    from kiln.data.documents import read_documents
+    from kiln.data.pipeline import run_prepare
+
+    src = tmp_path / "src"
+    src.mkdir()
+    files = {"f0": ["a a", "b b", "X X"], "f1": ["X X"], "f2": ["c c", "X X", "X X"]}
+    for name, texts in files.items():
+        (src / f"{name}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    kept = {}
+    for tasks in (1, 2, 3):
+        cfg = PrepareConfig(stages=["read", "dedup_exact", "write"], tasks=tasks)
+        run_prepare(cfg, tmp_path / f"run{tasks}", [str(src)], progress=False)
+        kept[tasks] = sorted(d.id for d in read_documents(tmp_path / f"run{tasks}"))
+    assert kept[1] == ["src/f0.jsonl:1", "src/f0.jsonl:2", "src/f0.jsonl:3", "src/f2.jsonl:1"]
+    assert kept[2] == kept[1] and kept[3] == kept[1]

@@ -456,3 +456,80 @@ def test_a_selection_that_keeps_nothing_stops_after_scoring_naming_the_setting(t
     step = PerplexityThresholds(mode, 0.02, 0.0, 0.5, tmp_path / "t.json")  # one is kept
     list(step.run(iter(docs)))
     assert (tmp_path / "t.json").is_file()
+
+
+def _tricky_texts():
+    import random
+
+    rng = random.Random(0)
+    words = ["the", "cat", "sat", "on", "mat", "park", "dawn", "é", "😀", "今天", "42", "x1",
+             "  ", "\n\n", "\t", "don't", "...", "zq"]
+    yield from DOCS
+    for n in (1, 10, 100, 1000, 20000):
+        yield "".join(rng.choice(words) + rng.choice(["", " ", " ", "\n"]) for _ in range(n))
+    yield "a" * 30000  # one pre-tokenizer piece: no prefix is settled, the whole is encoded
+    yield "word " * 5000 + "z" * 5000
+    yield " " * 3000 + "the cat"  # a whitespace run the lookahead splits
+    yield "今天天气很好" * 2000
+    yield "1234567890" * 3000
+
+
+@pytest.mark.parametrize("limit", [1, 5, 48, 512])
+def test_first_tokens_of_a_prefix_are_the_whole_texts_first_tokens(run_dir, limit):
+    """The scorer encodes a prefix of each text, not the whole (up to 1 MB): the ids are
+    exactly the whole encoding's first `limit`, on texts whose cut is awkward."""
+    from kiln.data.filters.first_tokens import first_token_ids
+
+    _, _, tok = run_dir
+    texts = list(_tricky_texts())
+    want = [e.ids[:limit] for e in tok.encode_batch(texts, add_special_tokens=False)]
+    assert first_token_ids(tok, texts, limit) == want
+
+
+class _SeenTexts:
+    """The run's tokenizer, noting the length of every text it is given."""
+
+    def __init__(self, tok):
+        self.tok, self.lengths = tok, []
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+    def encode_batch(self, texts, **kw):
+        self.lengths += [len(t) for t in texts]
+        return self.tok.encode_batch(texts, **kw)
+
+    def encode(self, text, **kw):
+        self.lengths.append(len(text))
+        return self.tok.encode(text, **kw)
+
+
+def test_a_long_document_is_scored_from_its_start_without_tokenizing_all_of_it(run_dir):
+    """A 1,000,000-character document was tokenized whole to score its first tokens: now a
+    few thousand characters are, and its score is the one of the whole text's first tokens."""
+    run, model, tok = run_dir
+    long = " ".join(DOCS) * 33_000  # ~1 MB
+    docs = [Document(text=long[:1_000_000], id="long"), Document(text=DOCS[0], id="short")]
+    scorer = PerplexityScorer(run, batch_size=2)
+    m, t, eos, limit = scorer._load()
+    seen = _SeenTexts(t)
+    scorer._loaded = (m, seen, eos, limit)
+    list(scorer.run(iter(docs)))
+    for doc in docs:
+        ppl, n = direct_ppl(model, tok, doc.text, limit=48)
+        assert doc.metadata["ppl"] == pytest.approx(ppl, rel=1e-5) and doc.metadata["ppl_tokens"] == n
+    assert max(seen.lengths) <= 8 * 48
+
+
+def test_the_judge_reads_a_long_posts_start_without_tokenizing_all_of_it(run_dir):
+    """The M2 judge cut its prompt to the model's context after tokenizing the whole post."""
+    run, _, tok = run_dir
+    judge = KilnLabelJudge(run, template="post: {text} ->")
+    model, real, *parts = judge._load()
+    seen = _SeenTexts(real)
+    judge._loaded = (model, seen, *parts)
+    post = "word " * 200_000
+    tail = tok.encode(" ->").ids
+    room = 48 - len(tail) - (len(tok.encode(" HIGH-QUALITY").ids) - 1)
+    assert judge.prompt_ids(post) == tok.encode("post: " + post).ids[:room] + tail
+    assert max(seen.lengths) <= 8 * 48

@@ -509,3 +509,32 @@ def test_a_prepare_that_keeps_little_warns_and_one_that_keeps_nothing_is_no_conf
     assert main(["prepare", *sets]) == 1
     err = capsys.readouterr().err
     assert "prepare read no documents" in err and "config error" not in err
+
+
+def test_a_hugging_face_cache_reads_the_snapshots_not_its_bookkeeping(tmp_path):
+    """Given as a source, a hub cache's `refs/main` (a one-line commit hash) was a document,
+    as were a partial download in blobs/ and the cache root's `version.txt`. Only the files of
+    the snapshots are read now; a `refs/` or `blobs/` folder of a user's own is still read."""
+    hub = tmp_path / "hub"
+    repo = hub / "datasets--org--name"
+    for folder in ("blobs", "refs", "snapshots/c0ffee/data", ".no_exist/c0ffee"):
+        (repo / folder).mkdir(parents=True)
+    blob = repo / "blobs" / "9f2c0ab41e"
+    blob.write_text('{"text": "first record"}\n{"text": "second record"}\n')
+    (repo / "snapshots" / "c0ffee" / "data" / "train.jsonl").symlink_to(blob)
+    (repo / "blobs" / "77aa01.incomplete").write_text('{"text": "half a rec')
+    (repo / "blobs" / "9f2c0ab41e.lock").write_text("")
+    (repo / "refs" / "main").write_text("c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00")
+    (repo / ".no_exist" / "c0ffee" / "README.md").write_text("")
+    (hub / "version.txt").write_text("1")
+    for source in (hub, repo):
+        docs, counts = _read([source])
+        assert [d.text for d in docs] == ["first record", "second record"]
+        assert not [k for k in counts if k.startswith("skipped/")]
+    own = tmp_path / "notes"  # not a cache: its refs/ and version.txt are text like any other
+    for folder in ("refs", "blobs", "snapshots"):
+        (own / folder).mkdir(parents=True)
+        (own / folder / "a.txt").write_text(f"{folder} text")
+    (own / "version.txt").write_text("version notes")
+    assert sorted(d.text for d in _read([own])[0]) == [
+        "blobs text", "refs text", "snapshots text", "version notes"]

@@ -29,10 +29,9 @@ splits a few stray symbols such as `‘` and `°` off), in 0.015 s against 4.05 
 Which copy survives. MinHash: one per cluster, the root datatrove's union-find leaves it
 (unions go by cluster size, so it need not be the earliest document: pairs (1, 2) then (0, 2)
 remove 0 and 2 and keep 1). The number of texts kept does not depend on that choice; which
-copy is kept can change with the task count. Exact: datatrove orders a hash's copies by
-(-priority, document index within its task), not by task, so among copies in different
-tasks the one with the lowest index in its own task survives, and which copy that is can change with the task count (the set of texts kept does
-not: one copy of each). The same run settings always keep the same copy.
+copy is kept can change with the task count. Exact: the copy first in read order (the
+source listing, then the order in the file) survives, whatever the task count
+(kiln.data.exact_first; datatrove's own finder keeps the copy first in its own task).
 """
 
 from __future__ import annotations
@@ -47,8 +46,6 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.dedup import (
     ExactDedupConfig,
     ExactDedupFilter,
-    ExactDedupSignature,
-    ExactFindDedups,
     MinhashConfig,
     MinhashDedupBuckets,
     MinhashDedupCluster,
@@ -58,6 +55,8 @@ from datatrove.pipeline.dedup import (
 from datatrove.utils.hashing import HashConfig
 from datatrove.utils.text import simplify_text
 from datatrove.utils.word_tokenizers import WordTokenizer
+
+from kiln.data.exact_first import FirstCopyFindDedups, FirstCopySignature, SourceOrder
 
 # the versions of the stages' rules (kiln.data.stage_rules): bump one with any change to
 # what is hashed (its normalisation) or which copy stays: dedup_exact's
@@ -179,21 +178,22 @@ def exact_dedup_stages(
     tasks: int,
     normalize: bool = False,
     exclusion_writer: PipelineStep | None = None,
+    order: SourceOrder | None = None,
 ) -> list[Stage]:
-    """datatrove's 3 exact-dedup stages over `work_dir/{exact_signatures,exact_dups}`."""
+    """The 3 exact-dedup stages over `work_dir/{exact_first_signatures,exact_first_dups}`:
+    signature and finder keep the copy first in `order` (kiln.data.exact_first; default: the
+    stdlib listing, other documents by source and id), datatrove's filter drops the others."""
     if tasks < 1:
         raise ValueError(f"tasks must be >= 1, got {tasks}")
     getter = normalized_document_text if normalize else document_text
     config = ExactDedupConfig(content_getter=getter, hash_config=DEFAULT_HASH)
     work = Path(work_dir)
-    sigs, dups = str(work / "exact_signatures"), str(work / "exact_dups")
+    sigs, dups = str(work / "exact_first_signatures"), str(work / "exact_first_dups")
+    order = order if order is not None else SourceOrder(())
     return [
-        Stage(
-            "exact_signature",
-            [make_reader(), ExactDedupSignature(sigs, config, finder_workers=1)],
-            tasks,
-        ),
-        Stage("exact_find", [ExactFindDedups(sigs, dups, config)], 1),
+        Stage("exact_first_signature", [make_reader(), FirstCopySignature(sigs, config, order)],
+              tasks),
+        Stage("exact_first_find", [FirstCopyFindDedups(sigs, dups)], 1),
         Stage(
             "exact_filter",
             [

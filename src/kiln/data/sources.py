@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln.data import hf_cache
+
 # Directories the embedded corpus leaves out: third-party code and test suites (odd encodings,
 # deliberately broken syntax, huge generated data) are not the "standard library" we want to learn.
 STDLIB_SKIP_DIRS = frozenset(
@@ -73,16 +75,22 @@ def _walk_unsorted(root: Path, skip_dirs: frozenset[str], suffix: str | None = N
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=unlisted):
         yield from unlisted_dirs
         unlisted_dirs.clear()
+        # a Hugging Face cache's refs/ and blobs/ are not data (kiln.data.hf_cache)
+        cache_dirs = hf_cache.bookkeeping_dirs(os.path.basename(os.path.abspath(dirpath)),
+                                               dirnames)
+        cache_root = hf_cache.is_cache_root(dirpath, dirnames)
         kept = []
         for d in sorted(dirnames):
             real = os.path.realpath(os.path.join(dirpath, d))
-            if d in skip_dirs or d.startswith(".") or real in seen:
+            if d in skip_dirs or d.startswith(".") or d in cache_dirs or real in seen:
                 continue
             seen.add(real)
             kept.append(d)
         dirnames[:] = kept
         for name in filenames:
             if suffix and not name.endswith(suffix):
+                continue
+            if cache_root and name == hf_cache.CACHE_VERSION_FILE:
                 continue
             path = Path(dirpath) / name
             why = "hidden" if name.startswith(".") else _not_regular(path)
@@ -132,7 +140,8 @@ def list_source_files(sources: list[str], exclude: Path | None = None) -> list[S
     links to one file), under a name with a suffix where one of them has it: the reader
     knows a file's format by its suffix, and a Hugging Face cache folder holds each file as
     `blobs/<sha256>` and a link to it, `snapshots/<commit>/train.jsonl` (first in path order,
-    the blob's JSON lines were one text document of JSON). Nothing under `exclude` (the run
+    the blob's JSON lines were one text document of JSON); the cache's `refs/` and `blobs/`
+    are not walked (kiln.data.hf_cache: `refs/main` was a document). Nothing under `exclude` (the run
     directory, when it lies inside a source folder or a link in one points at it: prepare
     must not read its own outputs)."""
     if not sources:

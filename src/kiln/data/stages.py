@@ -208,11 +208,13 @@ def _split_last(name: str, phases: list) -> tuple[list, list[PipelineStep]]:
 
 def dedup_exact_stage(ctx: StageContext) -> StagePlan:
     from kiln.data.dedup import exact_dedup_stages
+    from kiln.data.exact_first import SourceOrder
 
-    def barrier(make_reader, work_dir: Path):
+    def barrier(make_reader, work_dir: Path):  # the copy first in the read stage's listing stays
         phases = exact_dedup_stages(make_reader, _unused_writer, work_dir, ctx.cfg.tasks,
                                     normalize=ctx.cfg.dedup_exact.normalize,
-                                    exclusion_writer=ctx.exclusion_writer())
+                                    exclusion_writer=ctx.exclusion_writer(),
+                                    order=SourceOrder(ctx.sources, ctx.run_dir))
         return _split_last("dedup_exact", phases)
 
     return StagePlan(barrier=barrier)

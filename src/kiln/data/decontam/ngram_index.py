@@ -3,8 +3,15 @@
 Normalisation (shared by the index and the filter, so both see the same tokens):
 NFKC, casefold, invisible format characters (Cf: soft hyphen, zero-width space and joiners,
 word joiner, BOM) removed, so one inside a word cannot hide it, every Unicode punctuation (P*)
-or symbol (S*) character replaced by a space, then split on whitespace.
-"x^2+1=y, isn't it?" -> ["x", "2", "1", "y", "isn", "t", "it"].
+or symbol (S*) character replaced by a space, every Han ideograph and kana character made a
+token of its own, then split on whitespace.
+"x^2+1=y, isn't it?" -> ["x", "2", "1", "y", "isn", "t", "it"]; "今天天气很好" -> six tokens.
+Chinese and Japanese are written without spaces: split on spaces alone, a whole benchmark
+passage was one "word" (no 13-gram in it, and a document quoting it inside a longer sentence
+held no token equal to it), so CJK leaks were almost never caught. One character per token,
+as decontamination commonly does for unspaced scripts (as BERT's tokenizer splits Han), makes
+n = 13 a 13-character window. Hangul is written with spaces and is left as words; text with no
+Han or kana character gives the tokens it gave before.
 Each n-gram is the tokens joined by one space, hashed with blake2b (8-byte digest, little-endian)
 -> a stable 64-bit value: the same on every machine and Python version, no extra dependency.
 
@@ -30,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +52,7 @@ INDEX_FORMAT = "kiln-ngram-index"
 INDEX_VERSION = 1
 HASH_NAME = "blake2b-64"
 # names the normalisation below: an index saved under another one is refused (and rebuilt)
-NORMALISATION = "nfkc-casefold-drop-cf-punct-symbols-to-space-whitespace-split"
+NORMALISATION = "nfkc-casefold-drop-cf-punct-symbols-to-space-han-kana-chars-whitespace-split"
 DEFAULT_PROMPT_FIELDS = ("prompt", "question", "input", "problem")  # problem: MATH
 DEFAULT_ANSWER_FIELDS = ("answer", "answers", "output", "target", "solution")  # answers: SQuAD
 ANSWER_OBJECT_KEYS = ("text", "value", "aliases")  # the texts of an answer given as an object
@@ -56,10 +64,20 @@ MIN_EXACT_TOKENS = 5
 UNCATCHABLE_WARN_SHARE = 0.05
 
 
+# Han ideographs and kana (scripts written without spaces): one token per character
+UNSPACED = re.compile(
+    "[\u3040-\u30ff"  # Hiragana, Katakana (NFKC makes half-width katakana these)
+    "\u31f0-\u31ff"  # Katakana phonetic extensions
+    "\u3400-\u4dbf\u4e00-\u9fff"  # CJK unified ideographs, extension A
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\U00020000-\U000323af]"  # extensions B-H, compatibility supplement
+)
+
+
 def normalize_tokens(text: str) -> list[str]:
     """Case-folded words of `text`, format characters dropped, punctuation and symbols
-    treated as spaces."""
-    text = unicodedata.normalize("NFKC", text).casefold()
+    treated as spaces, each Han or kana character a word of its own."""
+    text = UNSPACED.sub(r" \g<0> ", unicodedata.normalize("NFKC", text).casefold())
     return "".join(map(_normal_char, text)).split()
 
 

@@ -167,7 +167,10 @@ class KilnLabelJudge:
     def prompt_ids(self, text: str) -> list[int]:
         model, tok, head, head_len, tail, labels = self._load()
         room = self._room(model.cfg.max_seq_len, head_len, tail, labels)
-        return tok.encode(head + text, add_special_tokens=False).ids[:room] + tail
+        from kiln.data.filters.first_tokens import first_token_ids
+
+        # the prompt's first `room` tokens from a prefix, not the whole post (up to 1 MB)
+        return first_token_ids(tok, [head + text], room)[0] + tail
 
     def judge(self, text: str) -> Verdict:
         from kiln.data.filters.run_model import continuation_nll

@@ -25,6 +25,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from datatrove.utils.batching import batched
 
+from kiln.data.filters.first_tokens import first_token_ids
 from kiln.data.filters.run_model import (
     check_run_dir,
     checkpoint_identity,
@@ -64,7 +65,8 @@ def _scores(doc: Document) -> dict:
 class PerplexityScorer(PipelineStep):
     """Mean token NLL and perplexity of each document under `run_dir`'s latest checkpoint.
 
-    Documents are tokenized with the run's tokenizer, truncated to `max_tokens_per_doc`
+    Documents are tokenized with the run's tokenizer (a prefix long enough to give the same
+    first tokens: time and memory do not grow with the document), truncated to `max_tokens_per_doc`
     tokens (default: 512 as in the paper, or max_seq_len when the model is shorter),
     preceded by EOS (the separator training puts before every document) and scored in
     batches without gradients. Empty documents get `ppl = None` (counted as `ppl_empty`).
@@ -129,8 +131,9 @@ class PerplexityScorer(PipelineStep):
 
     def _score(self, docs: list[Document]) -> None:
         model, tok, eos, limit = self._load()
-        texts = [d.text for d in docs]  # no post-processor tokens: `kiln tokenize` adds none
-        ids = [enc.ids[:limit] for enc in tok.encode_batch(texts, add_special_tokens=False)]
+        # no post-processor tokens (`kiln tokenize` adds none); a prefix of each text, not the
+        # whole up to 1 MB: the same ids (first_tokens)
+        ids = first_token_ids(tok, [d.text for d in docs], limit)
         results = continuation_nll(model, [[eos]] * len(ids), ids, self.device, eos_id=eos)
         for doc, (nats, count) in zip(docs, results):
             if count == 0:
