@@ -538,3 +538,22 @@ def test_a_hugging_face_cache_reads_the_snapshots_not_its_bookkeeping(tmp_path):
     (own / "version.txt").write_text("version notes")
     assert sorted(d.text for d in _read([own])[0]) == [
         "blobs text", "refs text", "snapshots text", "version notes"]
+
+
+def test_the_hugging_face_home_given_whole_keeps_its_access_tokens_out(tmp_path):
+    """`~/.cache/huggingface` given as a source: its `token` and `stored_tokens` (the user's
+    access tokens) were read into the training data beside the hub's records. A `token`
+    file of a user's own folder (no hub cache beside it) is still read."""
+    home = tmp_path / "huggingface"
+    snapshot = home / "hub" / "datasets--org--name" / "snapshots" / "c0ffee"
+    snapshot.mkdir(parents=True)
+    (snapshot / "train.jsonl").write_text('{"text": "a record"}\n')
+    (home / "token").write_text("hf_" + "Ab3" * 11)
+    (home / "stored_tokens").write_text("[work]\nhf_token = hf_" + "Cd4" * 11 + "\n")
+    docs, counts = _read([home])
+    assert [d.text for d in docs] == ["a record"]
+    assert not [k for k in counts if k.startswith("skipped/")]
+    own = tmp_path / "notes"
+    (own / "hub").mkdir(parents=True)  # a hub/ that is no cache
+    (own / "token").write_text("a word on tokens")
+    assert [d.text for d in _read([own])[0]] == ["a word on tokens"]

@@ -6,7 +6,9 @@ A repository in the cache is `<models|datasets|spaces>--<org>--<name>/` with `sn
 one-line commit hash) and `.no_exist/` (names known to be missing; hidden, so never walked).
 Given as a source, `refs/main` was read as a document (its hash), a partial download as a
 text cut anywhere, and a cache root's `version.txt` (the cache layout's version, `1`) as a
-one-word document. The snapshot links reach every blob of every revision, under the names
+one-word document; and the Hugging Face home above the cache (`~/.cache/huggingface`, given
+whole) holds the user's access tokens (`token`, `stored_tokens`), read as documents into the
+training data. The snapshot links reach every blob of every revision, under the names
 that say their format; a blob no snapshot links is no revision's file. Only inside such a
 folder: a user's own `refs/` or `blobs/` elsewhere is read as any folder is.
 """
@@ -19,6 +21,7 @@ import re
 REPO_FOLDER = re.compile(r"(models|datasets|spaces)--.+")
 BOOKKEEPING_DIRS = frozenset({"refs", "blobs"})  # in a repository folder, beside snapshots/
 CACHE_VERSION_FILE = "version.txt"  # in a cache root, beside repository folders
+TOKEN_FILES = frozenset({"token", "stored_tokens"})  # in the Hugging Face home, beside hub/
 
 
 def is_repo_folder(name: str, subfolders: list[str]) -> bool:
@@ -35,3 +38,22 @@ def is_cache_root(folder: str, subfolders: list[str]) -> bool:
     """A folder holding cache repositories (the hub cache itself)."""
     return any(REPO_FOLDER.fullmatch(d) and os.path.isdir(os.path.join(folder, d, "snapshots"))
                for d in subfolders)
+
+
+def is_hf_home(folder: str, subfolders: list[str]) -> bool:
+    """The Hugging Face home: a `hub/` holding cache repositories."""
+    if "hub" not in subfolders:
+        return False
+    hub = os.path.join(folder, "hub")
+    try:
+        return is_cache_root(hub, os.listdir(hub))
+    except OSError:
+        return False
+
+
+def files_not_data(folder: str, subfolders: list[str]) -> frozenset[str]:
+    """The names of the files in `folder` (holding `subfolders`) that are the cache's or the
+    home's own: the layout's version, the access tokens."""
+    names = CACHE_VERSION_FILE if is_cache_root(folder, subfolders) else None
+    tokens = TOKEN_FILES if is_hf_home(folder, subfolders) else frozenset()
+    return tokens | ({names} if names else set())

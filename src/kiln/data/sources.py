@@ -78,7 +78,7 @@ def _walk_unsorted(root: Path, skip_dirs: frozenset[str], suffix: str | None = N
         # a Hugging Face cache's refs/ and blobs/ are not data (kiln.data.hf_cache)
         cache_dirs = hf_cache.bookkeeping_dirs(os.path.basename(os.path.abspath(dirpath)),
                                                dirnames)
-        cache_root = hf_cache.is_cache_root(dirpath, dirnames)
+        not_data = hf_cache.files_not_data(dirpath, dirnames)
         kept = []
         for d in sorted(dirnames):
             real = os.path.realpath(os.path.join(dirpath, d))
@@ -90,7 +90,7 @@ def _walk_unsorted(root: Path, skip_dirs: frozenset[str], suffix: str | None = N
         for name in filenames:
             if suffix and not name.endswith(suffix):
                 continue
-            if cache_root and name == hf_cache.CACHE_VERSION_FILE:
+            if name in not_data:
                 continue
             path = Path(dirpath) / name
             why = "hidden" if name.startswith(".") else _not_regular(path)
