@@ -116,3 +116,53 @@ def test_exact_dedup_keeps_the_same_copy_whatever_the_task_count(tmp_path):
         kept[tasks] = sorted(d.id for d in read_documents(tmp_path / f"run{tasks}"))
     assert kept[1] == ["src/f0.jsonl:1", "src/f0.jsonl:2", "src/f0.jsonl:3", "src/f2.jsonl:1"]
     assert kept[2] == kept[1] and kept[3] == kept[1]
+
+
+def test_minhash_keeps_the_copy_first_in_read_order_whatever_the_task_count(tmp_path):
+    """datatrove's cluster step keeps the union-find root, found by (task, index) and cluster
+    size, so which near-duplicate survived changed with the task count. The copy first in read
+    order (file listing, then line) stays now: the same ids for 1, 2 and 3 tasks, and it is
+    the one a single task reading the files in order would keep first."""
+    import json
+
+    from kiln.data.documents import read_documents
+    from kiln.data.pipeline import run_prepare
+
+    words = [f"w{chr(97 + i % 26)}{chr(97 + i // 26)}" for i in range(120)]
+    base = " ".join(words)
+
+    def near(k: int) -> str:  # one word changed in the middle: J ~ 0.92
+        return base.replace(words[60], f"changed{k}")
+
+    src = tmp_path / "src"
+    src.mkdir()
+    files = {"f0": ["alpha one two three four five six", "beta seven eight nine ten eleven"],
+             "f1": [near(1)], "f2": ["gamma twelve thirteen fourteen fifteen", near(2)],
+             "f3": [near(3), near(4)], "f4": [base]}
+    for name, texts in files.items():
+        (src / f"{name}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    kept = {}
+    for tasks in (1, 2, 3):
+        cfg = PrepareConfig(stages=["read", "dedup_minhash", "write"], tasks=tasks)
+        run_prepare(cfg, tmp_path / f"run{tasks}", [str(src)], progress=False)
+        kept[tasks] = sorted(d.id for d in read_documents(tmp_path / f"run{tasks}"))
+    assert kept[1] == ["src/f0.jsonl:1", "src/f0.jsonl:2", "src/f1.jsonl:1", "src/f2.jsonl:1"]
+    assert kept[2] == kept[1] and kept[3] == kept[1]
+
+
+def test_minhash_cluster_keeps_its_earliest_member_not_the_union_root(tmp_path):
+    """Pairs (1, 2) then (0, 2) in one task: datatrove's union by size made 1 the root, kept 1
+    and removed 0, the first document. The member of smallest read-order key stays now."""
+    import struct
+
+    from kiln.data.minhash_first import FirstCopyMinhashCluster
+
+    (tmp_path / "buckets").mkdir()
+    (tmp_path / "order").mkdir()
+    (tmp_path / "buckets/00000_00.dups").write_bytes(
+        struct.pack("<4I", 0, 1, 0, 2) + struct.pack("<4I", 0, 0, 0, 2))
+    (tmp_path / "order/00000.order").write_bytes(struct.pack("<4Q", 0, 0, 0, 0))  # one file
+    FirstCopyMinhashCluster(str(tmp_path / "buckets"), str(tmp_path / "order"),
+                            str(tmp_path / "remove"), num_buckets=1).run()
+    removed = (tmp_path / "remove/000000.remove").read_bytes()
+    assert struct.unpack(f"<{len(removed) // 4}I", removed) == (1, 2)

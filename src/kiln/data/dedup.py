@@ -26,12 +26,11 @@ already removed punctuation), not by datatrove's English word tokenizer (spaCy):
 normalised stdlib docstrings and Python docs the two give 148,607 and 148,731 words (spaCy
 splits a few stray symbols such as `‘` and `°` off), in 0.015 s against 4.05 s.
 
-Which copy survives. MinHash: one per cluster, the root datatrove's union-find leaves it
-(unions go by cluster size, so it need not be the earliest document: pairs (1, 2) then (0, 2)
-remove 0 and 2 and keep 1). The number of texts kept does not depend on that choice; which
-copy is kept can change with the task count. Exact: the copy first in read order (the
-source listing, then the order in the file) survives, whatever the task count
-(kiln.data.exact_first; datatrove's own finder keeps the copy first in its own task).
+Which copy survives: the copy first in read order (the source listing, then the order in the
+file), whatever the task count. MinHash: one per cluster, the member first in read order
+(kiln.data.minhash_first; datatrove's cluster step keeps the union-find root, which depends on
+the task ids and the cluster sizes). Exact: kiln.data.exact_first (datatrove's own finder keeps
+the copy first in its own task).
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ from datatrove.pipeline.dedup import (
     ExactDedupFilter,
     MinhashConfig,
     MinhashDedupBuckets,
-    MinhashDedupCluster,
     MinhashDedupFilter,
     MinhashDedupSignature,
 )
@@ -57,6 +55,7 @@ from datatrove.utils.text import simplify_text
 from datatrove.utils.word_tokenizers import WordTokenizer
 
 from kiln.data.exact_first import FirstCopyFindDedups, FirstCopySignature, SourceOrder
+from kiln.data.minhash_first import FirstCopyMinhashCluster, RecordReadOrder
 
 # the versions of the stages' rules (kiln.data.stage_rules): bump one with any change to
 # what is hashed (its normalisation) or which copy stays: dedup_exact's
@@ -127,8 +126,11 @@ def minhash_dedup_stages(
     tasks: int,
     config: MinhashConfig | None = None,
     exclusion_writer: PipelineStep | None = None,
+    order: SourceOrder | None = None,
 ) -> list[Stage]:
-    """The 4 MinHash stages over `work_dir/{signatures,buckets,remove_ids}`.
+    """The 4 MinHash stages over `work_dir/{signatures,read_order,buckets,remove_ids}`: of
+    each cluster the copy first in `order` stays (kiln.data.minhash_first; default: the stdlib
+    listing, other documents by source and id).
 
     make_reader/make_writer return fresh steps (the input is read twice: signature and filter).
     """
@@ -136,12 +138,15 @@ def minhash_dedup_stages(
         raise ValueError(f"tasks must be >= 1, got {tasks}")
     config = config or minhash_config()
     work = Path(work_dir)
-    sigs, buckets, remove = (str(work / d) for d in ("signatures", "buckets", "remove_ids"))
+    sigs, order_dir, buckets, remove = (
+        str(work / d) for d in ("signatures", "read_order", "buckets", "remove_ids"))
     tok = WhitespaceWordTokenizer()
+    order = order if order is not None else SourceOrder(())
     return [
         Stage(
             "minhash_signature",
-            [make_reader(), MinhashSignature(sigs, config, language=tok)],
+            [make_reader(), RecordReadOrder(order_dir, order),
+             MinhashSignature(sigs, config, language=tok)],
             tasks,
         ),
         Stage(
@@ -149,7 +154,8 @@ def minhash_dedup_stages(
             [MinhashDedupBuckets(sigs, buckets, config=config)],
             config.num_buckets,
         ),
-        Stage("minhash_cluster", [MinhashDedupCluster(buckets, remove, config=config)], 1),
+        Stage("minhash_cluster",
+              [FirstCopyMinhashCluster(buckets, order_dir, remove, config.num_buckets)], 1),
         Stage(
             "minhash_filter",
             [

@@ -222,13 +222,15 @@ def dedup_exact_stage(ctx: StageContext) -> StagePlan:
 
 def dedup_minhash_stage(ctx: StageContext) -> StagePlan:
     from kiln.data.dedup import minhash_config, minhash_dedup_stages
+    from kiln.data.exact_first import SourceOrder
 
     m = ctx.cfg.dedup_minhash
     config = minhash_config(m.n_grams, m.num_buckets, m.hashes_per_bucket, m.seed)
 
-    def barrier(make_reader, work_dir: Path):
+    def barrier(make_reader, work_dir: Path):  # of a cluster, the copy first in read order stays
         phases = minhash_dedup_stages(make_reader, _unused_writer, work_dir, ctx.cfg.tasks,
-                                      config, exclusion_writer=ctx.exclusion_writer())
+                                      config, exclusion_writer=ctx.exclusion_writer(),
+                                      order=SourceOrder(ctx.sources, ctx.run_dir))
         return _split_last("dedup_minhash", phases)
 
     return StagePlan(barrier=barrier)
