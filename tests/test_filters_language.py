@@ -192,3 +192,44 @@ def test_two_sources_named_alike_are_two_texts_for_the_first_parts_verdict(tmp_p
     for d in docs:
         m2.filter(d)
     assert m2.stats["m2_judged"].total == 2  # one verdict a text
+
+
+SHORT = ["Hello", "OK", "x = 1", "Table 3: results (n = 12)", "id,value\n1,2\n3,4\n5,6",
+         "def f(x):\n    return x + 1\n", "https://example.com/a/longer/path/to/a/page.html"]
+
+
+def test_too_few_letters_to_judge_is_undetermined_not_a_guess():
+    """On a few words langdetect guessed: "Hello" Finnish, "OK" Portuguese, "x = 1" Somali, a
+    CSV Estonian, a line of code Danish; dropped as `other_language` from an English corpus,
+    tagged with a wrong language. Under MIN_LETTERS letters (URLs, digits, math not counted)
+    a text is `und`, as one with no letters was; normal-length texts are judged as before."""
+    assert [detect_language(t) for t in SHORT] == [("und", 0.0)] * len(SHORT)
+    from kiln.data.filters.language import MIN_LETTERS
+
+    assert all(len(re.findall(r"[^\W\d_]", t)) < MIN_LETTERS for t in SHORT[:-1])
+    assert detect_language("Thank you very much, friend")[0] == "en"  # 22 letters: judged
+    filt = LanguageFilter(["en"])
+    kept = _run(filt, [EN, DE, *SHORT, FR])
+    assert [d.id for d in kept] == ["0"]
+    stats = filt.stats.to_dict()["stats"]
+    assert stats["dropped_undetermined_language"] == len(SHORT)
+    assert stats["dropped_other_language"] == 2 and stats["language/und"] == len(SHORT)
+    tagged = _run(LanguageFilter(["en"], mode="tag"), [EN, DE, FR, *SHORT])
+    assert [d.metadata["language"] for d in tagged] == ["en", "de", "fr"] + ["und"] * len(SHORT)
+
+
+def test_the_prepare_summary_counts_the_undetermined(tmp_path):
+    import json
+
+    from kiln.data.pipeline import run_prepare
+    from kiln.data.prepare_config import PrepareConfig
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n"
+                                            for t in [EN, DE, *SHORT]))
+    run_prepare(PrepareConfig(stages=["read", "language", "write"]), tmp_path / "run", [str(src)],
+                progress=False)
+    rows = {r["stage"]: r for r in json.loads((tmp_path / "run/yield.json").read_text())["stages"]}
+    assert rows["language"]["drop_reasons"] == {"other_language": 1,
+                                                "undetermined_language": len(SHORT)}
