@@ -812,3 +812,30 @@ def test_a_cjk_benchmark_passage_inside_a_document_is_caught(tmp_path):
     assert normalize_tokens("今天，天气") == ["今", "天", "天", "气"]
     assert normalize_tokens("Привет, мир! 한국어 문장입니다 café") == [
         "привет", "мир", "한국어", "문장입니다", "café"]
+
+
+def test_word_count_splits_han_and_kana_as_decontamination_does():
+    """inject_replicas counted words by spaces: a Chinese or Japanese document was one word
+    (or a few), so keep_size weighed a CJK shard at a handful of words against replicas of
+    hundreds and refused it, or dropped a CJK document for one English one. Each Han or kana
+    character is a word now, as the decontamination normaliser splits them; ASCII unchanged."""
+    for text in ["今天天气很好我们去公园散步", "私は東京に住んでいます", "ｶﾀｶﾅ テスト",
+                 "Hello world 你好 世界 abc", "The answer is x plus one"]:
+        assert word_count(text) == len(normalize_tokens(text)), text
+    # punctuation standing alone is a word, as in whitespace splitting ("a , b": 3)
+    assert word_count("今天天气很好，我们去公园散步。") == 15
+    assert word_count("state-of-the-art , done") == 3  # ASCII: whitespace words, as before
+
+
+def test_keep_size_weighs_a_chinese_shard_in_its_characters(tmp_path, bench):
+    path, _ = bench
+    rng = random.Random(4)
+    han = [chr(c) for c in range(0x4E00, 0x4E00 + 500)]
+    shard = [Document(text="".join(rng.choice(han) for _ in range(50)) + "。", id=f"w{i}")
+             for i in range(12)]  # 51 words each (the 。 one); 5 replicas of 52 words
+    step = InjectReplicas(path, k=1, seed=0, manifest_dir=tmp_path / "m", keep_size=True)
+    out = list(step.run(iter(shard)))
+    manifest = json.loads((tmp_path / "m/injection-00000.json").read_text())
+    assert manifest["replicas"] == 5 and manifest["replica_tokens"] == 5 * 52
+    assert manifest["web_docs"] == 6 and manifest["web_tokens"] == 306  # 352 words were free
+    assert len(out) == 11

@@ -9,16 +9,18 @@ distribution of replica placement as shuffling everything, without reordering th
 
 Size is counted in *tokens* in the study (Qwen3's: "tokenize the test set, repeat it R times,
 fill the remaining budget"). Kiln trains its tokenizer after prepare, so by default it counts
-whitespace words; give a tokenizer.json (`prepare.inject_replicas.tokenizer`:
-`TrainingTokens`) to count what `kiln tokenize` will make of each document, its ids plus the
-EOS after it. Words are not a stand-in for tokens here: a LaTeX solution has several times
-more tokens per word than web prose, so a word budget grows the corpus's tokens with k (the
-confound the fixed budget is there to remove).
+whitespace words (each Han or kana character a word, as decontamination splits them); give a
+tokenizer.json (`prepare.inject_replicas.tokenizer`: `TrainingTokens`) to count what
+`kiln tokenize` will make of each document, its ids plus the EOS after it. Words are not a
+stand-in for tokens here: a LaTeX solution has several times more tokens per word than web
+prose, so a word budget grows the corpus's tokens with k (the confound the fixed budget is
+there to remove).
 """
 
 from __future__ import annotations
 
 import random
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from kiln.atomic import write_json_atomic
 from kiln.data.decontam.ngram_index import (
     DEFAULT_ANSWER_FIELDS,
     DEFAULT_PROMPT_FIELDS,
+    UNSPACED,
     BenchmarkItem,
     load_benchmark_items,
 )
@@ -45,7 +48,14 @@ INJECTED_KEY = "injected_item"
 
 
 def word_count(text: str) -> int:
-    return len(text.split())
+    """Whitespace words, each Han or kana character one: the decontamination normaliser's
+    rule (`ngram_index.UNSPACED`, after NFKC), so a Chinese or Japanese paragraph is not one
+    "word" beside an English one's hundred. Punctuation standing alone is a word, as in
+    `str.split` ("a , b": 3); ASCII text counts exactly as `str.split` does."""
+    if text.isascii():
+        return len(text.split())
+    rest, unspaced = UNSPACED.subn(" ", unicodedata.normalize("NFKC", text))
+    return len(rest.split()) + unspaced
 
 
 def size_unit(count_tokens: Callable[[str], int]) -> str:
