@@ -747,6 +747,28 @@ def test_a_papers_own_environments_read_as_their_definition_says():
                                    "\\begin{equation}x=1\\end{equation}\n\nRemark. Careful.\n\nCode")
 
 
+def test_renewed_and_xparse_environments_read_as_their_definition_says():
+    """\\renewenvironment and xparse's \\NewDocumentEnvironment were no definitions (only
+    \\newenvironment was): the environment's arguments came out as text ('Knuth[wrote]...').
+    A spec \\newenvironment could not write (m O{..}, +b) or end code using the arguments is
+    skipped (counted), as is a redefinition of an environment the converter reads itself."""
+    preamble = ("\\newenvironment{aside}{}{}\\renewenvironment{aside}{\\textbf{Aside.}}{\\par}"
+                "\\NewDocumentEnvironment{myq}{O{said} m}{\\emph{#2} #1:}{}"
+                "\\RenewDocumentEnvironment{myq}{O{said} m}{#2 #1:}{}"
+                "\\NewDocumentEnvironment{plain}{}{}{ (end)}"
+                "\\NewDocumentEnvironment{late}{m O{x}}{#1}{}\\NewDocumentEnvironment{tag}{m}{<#1>}{</#1>}"
+                "\\renewenvironment{abstract}{\\section*{Summary}}{}")
+    tex = ("\\begin{aside} Short.\\end{aside} \\begin{myq}{Knuth} Premature.\\end{myq} "
+           "\\begin{myq}[wrote]{Dijkstra} Goto.\\end{myq} \\begin{plain}P\\end{plain}")
+    assert body(tex, preamble) == "Aside. Short.\n\nKnuth said: Premature. Dijkstra wrote: Goto. P (end)"
+    counts: Counter = Counter()
+    collect_definitions(preamble, counts)
+    assert counts == Counter(macros_defined=5, macros_skipped=3)
+    files = {"main.tex": f"\\documentclass{{article}}{preamble}\\begin{{document}}"
+                         "\\begin{abstract}Abstract text.\\end{abstract}Body.\\end{document}"}
+    assert (latex_to_text(files).abstract, latex_to_text(files).body) == ("Abstract text.", "Body.")
+
+
 def test_an_input_alone_on_its_line_mid_paragraph_keeps_the_paragraph():
     """An \\input file's last line end was kept as a line end, so with the includer's own one
     after `\\input{a}` it made a blank line and split the paragraph; TeX reads both as spaces.
