@@ -88,3 +88,10 @@ def test_many_values_on_one_line_stay_linear():
     for key in ("mail", "ip", "password", "command", "redis"):
         assert len(detect_pii(_one_line(50, key))) == 50 * (1 + (key in ("command", "redis"))), key
         assert_linear(detect_pii, lambda size, key=key: _one_line(size, key), 1_000, key)
+
+
+def test_many_ssh_commands_without_a_user_on_one_line_stay_linear():
+    """Each `ssh` looked for its user@ to the line's end: a one-line document of 2000 `ssh host`
+    commands with none took 2.8 s, 16x the time of 500."""
+    assert detect_pii(json.dumps(["ssh -o BatchMode=yes -i ~/.ssh/id -p 2222 dagny77@host"] * 3)) != []
+    assert_linear(detect_pii, lambda size: json.dumps([f"ssh h{i} uptime" for i in range(size)]), 1_000, "ssh")

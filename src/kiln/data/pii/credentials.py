@@ -127,8 +127,10 @@ PORT_VALUE = re.compile(r"[\d:.-]+(?:/(?:tcp|udp|sctp))?")
 URL_CREDENTIALS = re.compile(
     r"[A-Za-z][A-Za-z0-9+.-]{0,31}://(?P<user>[A-Za-z0-9._~%!$&*+-]+)(?::(?P<pw>[^\s@/:]+))?@"
     r"(?=[A-Za-z0-9\[])")
+# the user@ within 256 characters of the command: read to the line's end, each `ssh` with no
+# user scanned the rest of its line, O(len^2) on a one-line document of them
 SSH_TARGET = re.compile(
-    rf"{ASCII_START}(?:ssh|scp|rsync|sftp|mosh)(?![A-Za-z0-9_])[^\n@]*?(?<![\w.-])(?P<user>[a-z_][a-z0-9_.-]{{1,31}})@"
+    rf"{ASCII_START}(?:ssh|scp|rsync|sftp|mosh)(?![A-Za-z0-9_])[^\n@]{{0,256}}?(?<![\w.-])(?P<user>[a-z_][a-z0-9_.-]{{1,31}})@"
     r"(?=[A-Za-z0-9\[])")
 HOME_DIR = re.compile(
     r"(?:(?<![A-Za-z0-9_.])/home/|(?<![A-Za-z0-9_.])/Users/|[A-Za-z]:\\{1,2}Users\\{1,2}|(?<![A-Za-z0-9_.])/u/)"
