@@ -747,6 +747,28 @@ def test_a_papers_own_environments_read_as_their_definition_says():
                                    "\\begin{equation}x=1\\end{equation}\n\nRemark. Careful.\n\nCode")
 
 
+def test_renewed_and_xparse_environments_read_as_their_definition_says():
+    """\\renewenvironment and xparse's \\NewDocumentEnvironment were no definitions (only
+    \\newenvironment was): the environment's arguments came out as text ('Knuth[wrote]...').
+    A spec \\newenvironment could not write (m O{..}, +b) or end code using the arguments is
+    skipped (counted), as is a redefinition of an environment the converter reads itself."""
+    preamble = ("\\newenvironment{aside}{}{}\\renewenvironment{aside}{\\textbf{Aside.}}{\\par}"
+                "\\NewDocumentEnvironment{myq}{O{said} m}{\\emph{#2} #1:}{}"
+                "\\RenewDocumentEnvironment{myq}{O{said} m}{#2 #1:}{}"
+                "\\NewDocumentEnvironment{plain}{}{}{ (end)}"
+                "\\NewDocumentEnvironment{late}{m O{x}}{#1}{}\\NewDocumentEnvironment{tag}{m}{<#1>}{</#1>}"
+                "\\renewenvironment{abstract}{\\section*{Summary}}{}")
+    tex = ("\\begin{aside} Short.\\end{aside} \\begin{myq}{Knuth} Premature.\\end{myq} "
+           "\\begin{myq}[wrote]{Dijkstra} Goto.\\end{myq} \\begin{plain}P\\end{plain}")
+    assert body(tex, preamble) == "Aside. Short.\n\nKnuth said: Premature. Dijkstra wrote: Goto. P (end)"
+    counts: Counter = Counter()
+    collect_definitions(preamble, counts)
+    assert counts == Counter(macros_defined=5, macros_skipped=3)
+    files = {"main.tex": f"\\documentclass{{article}}{preamble}\\begin{{document}}"
+                         "\\begin{abstract}Abstract text.\\end{abstract}Body.\\end{document}"}
+    assert (latex_to_text(files).abstract, latex_to_text(files).body) == ("Abstract text.", "Body.")
+
+
 def test_an_input_alone_on_its_line_mid_paragraph_keeps_the_paragraph():
     """An \\input file's last line end was kept as a line end, so with the includer's own one
     after `\\input{a}` it made a blank line and split the paragraph; TeX reads both as spaces.
@@ -758,11 +780,41 @@ def test_an_input_alone_on_its_line_mid_paragraph_keeps_the_paragraph():
 
 
 @pytest.mark.parametrize("make", [lambda k: "\\ref{a}" + " " * k + "x", lambda k: "(\\ref{a}" + " ," * k + "x",
-                                  lambda k: " " * k + "(\\ref{a})"])
+                                  lambda k: " " * k + "(\\ref{a})", lambda k: "Eq.~\\ref{a}" + " " * k + "x",
+                                  lambda k: "Eq." + " " * k + "(\\ref{a}" + " ," * k + ".",
+                                  lambda k: "a" + " " * k + "\\cite{a}" + " ," * k + "'s"])
 def test_dropping_references_stays_linear_in_a_run_of_blanks(make):
     """The clean-up of dropped references backtracked over a run of blanks: 20,000 spaces after
     a \\ref took 14 s."""
     assert_linear(lambda tex: LatexConverter(tex).text(), make, 2000)
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("See Eq.~\\eqref{e}. Next.", "See Eq. Next."),
+    ("as in Eq.~(\\ref{e}).", "as in Eq."),
+    ("Eqs.~\\eqref{a} and~\\eqref{b}.", "Eqs."),
+    ("and others, e.g.~\\cite{a}.", "and others, e.g."),
+    ("see Ref.~\\cite{a}...", "see Ref...."),  # the abbreviation's period, then the ellipsis
+    ("as in Eq.~\\eqref{e}, which", "as in Eq., which"),
+])
+def test_a_reference_dropped_between_two_periods_leaves_one(tex, expected):
+    """A dropped reference after an abbreviation left its period and the sentence's: "Eq.~\\eqref{e}."
+    read "Eq..". One stays."""
+    assert LatexConverter(tex).text() == expected
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("\\cite{a}'s results hold.", "results hold."),
+    ("The results of \\cite{a}'s group.", "The results of group."),
+    ("As in \\citet{a}\u2019s work.", "As in work."),
+    ("Smith~\\cite{a}'s results.", "Smith's results."),  # the possessive is the name's: kept
+    ("Smith et al.~\\cite{a}'s results.", "Smith et al.'s results."),
+    ("\\cite{a}'so", "'so"),  # no possessive: a word goes on
+])
+def test_a_dropped_citations_possessive_goes_with_it(tex, expected):
+    """A dropped citation's possessive stayed: "\\cite{a}'s results" read "'s results" and "of
+    \\cite{a}'s group" "of's group". Where the citation stood as the noun it now goes with it."""
+    assert LatexConverter(tex).text() == expected
 
 
 def test_a_newif_switch_never_set_true_hides_its_branch():

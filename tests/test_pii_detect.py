@@ -592,3 +592,40 @@ def test_an_unquoted_flag_value_ends_where_the_shell_command_does(text, redacted
     """The shell ends a command at an unquoted `;`: taken into the password, it was redacted
     with it and the script lost its separator."""
     assert redact(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ('sshpass -p"Xk3pq9z" ssh dagny@host', 'sshpass -p"<PASSWORD>" ssh <USERNAME>@host'),
+    ("sshpass -p'Xk3pq9z' ssh host", "sshpass -p'<PASSWORD>' ssh host"),
+    ("sshpass -v -pXk3pq9z ssh host", "sshpass -v -p<PASSWORD> ssh host"),
+    ("redis-cli -a Xk3pq9z ping", "redis-cli -a <PASSWORD> ping"),
+    ('redis-cli -h cache -p 6379 -a "Xk3pq9z" --no-auth-warning', 'redis-cli -h cache -p 6379 -a "<PASSWORD>" --no-auth-warning'),
+    ("SSHPASS=Xk3pq9z sshpass -e ssh host", "SSHPASS=<PASSWORD> sshpass -e ssh host"),
+    ("REDISCLI_AUTH=Xk3pq9z redis-cli ping", "REDISCLI_AUTH=<PASSWORD> redis-cli ping"),
+    # already found before: kept so
+    ("sshpass -p Xk3pq9z ssh host", "sshpass -p <PASSWORD> ssh host"),
+    ("mysql -pXk3pq9z shop", "mysql -p<PASSWORD> shop"),
+    ("mysql --password=Xk3pq9z shop", "mysql --password=<PASSWORD> shop"),
+    ("PGPASSWORD=Xk3pq9z psql -h db", "PGPASSWORD=<PASSWORD> psql -h db"),
+    ("docker compose exec db mysql -u dagny -p Xk3pq9z", "docker compose exec db mysql -u <USERNAME> -p <PASSWORD>"),
+    ("docker login -u dagny -p Xk3pq9z", "docker login -u <USERNAME> -p <PASSWORD>"),
+])
+def test_command_line_passwords_of_sshpass_and_redis_cli_are_found(text, redacted):
+    """sshpass's password written onto its flag (`-p"PW"`, `-pPW`), redis-cli's `-a PW` and the
+    variables the two read it from (SSHPASS, REDISCLI_AUTH) were kept."""
+    assert redact(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "ssh -p 22 host", "ssh -p2222 host", "docker run -p 8080:80 nginx", "docker run -p 8080:80/tcp nginx",
+    "podman run -p 8443:443/udp img", "mkdir -p build/out", "nmap -p 1-1000 host", "pytest -p no:cacheprovider tests",
+    "python -m pytest -q -p no:randomly", "npx -p typescript tsc", "docker compose -f a.yml -p staging up -d",
+    "docker-compose -p myproject up", "sshpass -f pwfile ssh -p2222 host", "ls -a build", "tar -p -a x",
+    "redis-cli -p 6379 ping", "redis-cli -a $REDIS_PASSWORD ping", "the redis-cli -a flag", "sshpass -p $PASS ssh host",
+    "sshpass: a noninteractive ssh password provider",
+])
+def test_flags_that_are_ports_plugins_or_projects_are_no_passwords(text):
+    """A `-p` port with its protocol (`8080:80/tcp`), a port range, pytest's plugin, npx's
+    package and compose's project were taken for passwords; other commands' `-a` and `-p`
+    are not sshpass's or redis-cli's."""
+    assert detect_pii(text) == []

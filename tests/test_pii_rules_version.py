@@ -24,8 +24,10 @@ CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.n
            'machine api.fjord.no login "dagny h" password "Fjord Kite 58"',
            '<add key="DbPassword" value="Fjord-Kite-58" />', "pw: ${DB_PASSWORD:-Fjord-Kite-58}",
            "mail dagny.holm [at] fjordmail [dot] no today",
-           "Example usage:\r\n\r\nauth(user='klem', passwd='geheim$parole')\r\n"]
-PINNED = ("2026-12-07.2", "e249a0cfcb602d65")  # the version and its redactions' digest
+           "Example usage:\r\n\r\nauth(user='klem', passwd='geheim$parole')\r\n",
+           'sshpass -p"Xk3pq9z" ssh host', "redis-cli -a Xk3pq9z ping", "SSHPASS=Xk3pq9z sshpass -e ssh host",
+           "pytest -p no:cacheprovider tests", "docker run -p 8080:80/tcp nginx"]
+PINNED = ("2026-12-07.3", "0f9022b5e695b1eb")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:

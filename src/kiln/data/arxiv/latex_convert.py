@@ -114,6 +114,13 @@ DROPPED_REFERENCE = "\x02"
 _REFERENCE_RUN = "\x02(?:[ \t,;–-]*+(?:(?:and|or|to|&)[ \t,;–-]*+)?\x02)*+"
 EMPTY_BRACKETS = re.compile(rf"(?<![ \t])[ \t]*+[(\[][ \t]*+{_REFERENCE_RUN}[ \t]*+[)\]]")
 REFERENCE_RUN = re.compile(rf"(?<![ \t])[ \t]*+{_REFERENCE_RUN}(?:[ \t]++(?=[)\]]))?")
+# A run between an abbreviation's period and the sentence's ("Eq.~\eqref{e}.", "etc.~\cite{a}."):
+# gone with the second period, else it read "Eq.."; an ellipsis after it stays whole.
+PERIOD_REFERENCE = re.compile(
+    rf"(?<=\.)[ \t]*+(?:[(\[][ \t]*+{_REFERENCE_RUN}[ \t]*+[)\]]|{_REFERENCE_RUN})[ \t]*+\.(?!\.)"
+)
+# A run with a possessive after it ("\cite{a}'s results"): see `_possessive`.
+POSSESSIVE_REFERENCE = re.compile(rf"(?<![ \t])[ \t]*+{_REFERENCE_RUN}(['’]s)(?![^\W\d_])")
 
 
 class LatexConverter(LatexTokens):
@@ -486,7 +493,18 @@ def _without_reference_marks(text: str) -> str:
     """`text` without the DROPPED_REFERENCE marks and the brackets and separators they leave."""
     if DROPPED_REFERENCE not in text:
         return text
+    text = POSSESSIVE_REFERENCE.sub(_possessive, PERIOD_REFERENCE.sub("", text))
     return REFERENCE_RUN.sub("", EMPTY_BRACKETS.sub("", text))
+
+
+def _possessive(m: re.Match) -> str:
+    """The possessive after a dropped reference run: kept on a name before it ("Smith~\\cite{a}'s"
+    reads "Smith's", "et al.'s" too), else dropped with it, since the reference was the noun
+    ("\\cite{a}'s results" read "'s results", "of \\cite{a}'s group" "of's group")."""
+    before = m.string[max(0, m.start() - 40) : m.start()].split()
+    word = before[-1] if before else ""
+    named = word[:1].isupper() and word[-1:].isalpha() or word.endswith("al.")
+    return m.group(1) if named else ""
 
 
 def tidy(text: str, code: list[str]) -> str:

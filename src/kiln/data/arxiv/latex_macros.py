@@ -1,5 +1,6 @@
 """User macros: collect \\newcommand/\\renewcommand/\\providecommand/\\def/\\DeclareMathOperator
-(and xparse's \\NewDocumentCommand & co. where their argument spec is \\newcommand's: m, O{..})
+(and xparse's \\NewDocumentCommand & co. where their argument spec is \\newcommand's: m, O{..}),
+environments (\\newenvironment, \\renewenvironment, xparse's \\NewDocumentEnvironment & co.)
 and \\let aliases, and expand them in text and math, with #1..#9 arguments and \\newcommand's
 optional default. \\let\\new\\old copies \\old's meaning when it is a user macro defined
 before, else makes \\new write \\old (\\let\\eps\\varepsilon); such an alias is dropped
@@ -11,8 +12,10 @@ writes, so a recursive ``\\def\\a{\\a x}`` or a body repeating a long argument s
 Literal spans (\\verb, \\url, \\lstinline..., verbatim environments) are neither scanned for
 definitions nor expanded, nor do their braces count in an argument; `\\\\x` is a line break then
 x, not \\x. Skipped (counted):
-delimited \\def parameters, bodies that define macros or use \\csname/\\expandafter, and
-redefinitions of structural names (\\begin, \\section...).
+delimited \\def parameters, bodies that define macros or use \\csname/\\expandafter,
+redefinitions of structural names (\\begin, \\section...) and of the environments the converter
+reads itself (\\renewenvironment{abstract}, {figure}, {thebibliography}...: expanded, the paper's
+code would hide what it drops or keeps).
 """
 
 from __future__ import annotations
@@ -21,12 +24,24 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from kiln.data.arxiv.latex_declared import LITERAL_ENVS
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans
+from kiln.data.arxiv.latex_rules import (
+    CODE_ENVS,
+    DROP_ENVS,
+    ENV_ARGS,
+    HEADING_ENVS,
+    LINE_ENVS,
+    LIST_ENVS,
+    MATH_ENVS,
+    THEOREMS,
+)
 from kiln.data.arxiv.latex_source import read_bracket, read_group, skip_blanks
 
 DEFINER = re.compile(
     r"\\(?:(re)?newcommand|providecommand|DeclareRobustCommand|([gex]?def)|"
-    r"DeclareMathOperator|newtheorem|newenvironment|let|(?:New|Renew|Provide|Declare)DocumentCommand)"
+    r"DeclareMathOperator|newtheorem|(?:re)?newenvironment|let|(?:New|Renew|Provide|Declare)DocumentCommand|"
+    r"(?:New|Renew|Declare)DocumentEnvironment)"
     r"(?![a-zA-Z@])(\*?)"
 )
 NAME = re.compile(r"\\([a-zA-Z@]+|.)")
@@ -46,6 +61,10 @@ VERBATIM_CODE = re.compile(r"\\(?:[a-zA-Z]*[vV]erbatim[a-zA-Z]*|comment|lst[a-zA
 # \let's target after the name: blanks, an optional = and one optional space, then one token
 LET_TARGET = re.compile(r"\s*(?:=[ ]?)?(?:\\([a-zA-Z@]+|[^a-zA-Z@])|([^\\{}%\s]))")
 CONDITIONAL_WORDS = frozenset({"fi", "else", "or", "csname", "endcsname"})
+# The environments `latex_convert` reads itself (drops, keeps as math or code, titles): a paper's
+# \renewenvironment of one (journal styles redo abstract, thebibliography, figure) is not expanded
+CONVERTER_ENVS = frozenset({"document", *MATH_ENVS, *DROP_ENVS, *LIST_ENVS, *CODE_ENVS, *LINE_ENVS,
+                            *LITERAL_ENVS, *THEOREMS, *HEADING_ENVS, *ENV_ARGS})
 
 
 @dataclass(frozen=True)
@@ -69,15 +88,31 @@ def _read_name(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | No
 
 
 def _parse_environment(text: str, m: re.Match, macros: dict, counts: Counter, spans: LiteralSpans) -> int:
-    """Record \\newenvironment{name}[n][default]{begin code}{end code} as two macros,
+    """Record \\newenvironment{name}[n][default]{begin code}{end code} (\\renewenvironment, and
+    xparse's \\NewDocumentEnvironment{name}{spec}{begin code}{end code} alike) as two macros,
     ``begin{name}`` (taking the arguments) and ``end{name}``, so that a paper's own environment
-    reads as its code says (`\\begin{myquote}{Knuth}` printed 'Knuth' as body text before)."""
+    reads as its code says (`\\begin{myquote}{Knuth}` printed 'Knuth' as body text before).
+    Skipped (counted), the definition still removed: an xparse spec \\newcommand could not write
+    (``m O{x}``, ``+b``), xparse end code using the arguments, and a redefinition of an
+    environment the converter reads itself (`CONVERTER_ENVS`)."""
+    source = m.group(0)
     pos = skip_blanks(text, m.end())
     name = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
     if name is None or not ENV_NAME.fullmatch(name[0].strip()):
         counts["macros_unparsed"] += 1
         return m.end()
-    arguments = _arguments(text, name[1], spans)
+    xparse = source.endswith("DocumentEnvironment")
+    shape: tuple[int, str | None] | None = None
+    if xparse:
+        pos = skip_blanks(text, name[1])
+        spec = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
+        if spec is None:
+            counts["macros_unparsed"] += 1
+            return m.end()
+        shape = _xparse_shape(spec[0])
+        arguments = (*(shape or (0, None)), skip_blanks(text, spec[1]))
+    else:
+        arguments = _arguments(text, name[1], spans)
     if arguments is None:
         counts["macros_unparsed"] += 1
         return m.end()
@@ -88,10 +123,15 @@ def _parse_environment(text: str, m: re.Match, macros: dict, counts: Counter, sp
     if begin is None or end is None:
         counts["macros_unparsed"] += 1
         return m.end()
-    if UNSAFE_BODY.search(begin[0]) or UNSAFE_BODY.search(end[0]) or VERBATIM_CODE.search(begin[0]):
+    env = name[0].strip()
+    redefines = not source.startswith(("\\newenvironment", "\\NewDocumentEnvironment"))
+    if (
+        (xparse and (shape is None or any(p.group(1) for p in PARAM.finditer(end[0]))))
+        or (redefines and env in CONVERTER_ENVS)
+        or UNSAFE_BODY.search(begin[0]) or UNSAFE_BODY.search(end[0]) or VERBATIM_CODE.search(begin[0])
+    ):
         counts["macros_skipped"] += 1
     else:
-        env = name[0].strip()
         macros[f"begin{{{env}}}"] = Macro(n_args, default, begin[0])
         macros[f"end{{{env}}}"] = Macro(0, None, end[0])
         counts["macros_defined"] += 1
@@ -130,7 +170,7 @@ def _parse_definition(
     Arguments are read around the literal spans `spans` (of `text`); `known`: the macros defined
     before `text` (what a \\let there copies)."""
     source = m.group(0)
-    if source.startswith("\\newenvironment"):
+    if "nvironment" in source:  # \newenvironment, \renewenvironment, \NewDocumentEnvironment...
         return _parse_environment(text, m, macros, counts, spans)
     if source.startswith("\\newtheorem"):
         pos = skip_blanks(text, m.end())

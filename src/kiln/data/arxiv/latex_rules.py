@@ -4,8 +4,8 @@
   LaTeX source, user macros expanded, ``\\label{..}`` removed.
 - Dropped whole: figures, tables and tabulars (cells linearise into noise without their grid),
   bibliography, pictures/TikZ, algorithms, comments; \\cite*, \\ref* (dropped, not replaced by a
-  placeholder, as in the digest; the brackets and list separators around them go too: "Eq.~(\\ref{e})"
-  gives "Eq.", "(\\citet{a}; \\citet{b})" nothing), \\label, \\footnote (mostly affiliations/acknowledgements, and
+  placeholder, as in the digest; the brackets and list separators around them go too: "Eq.~(\\ref{e})."
+  gives "Eq.", "(\\citet{a}; \\citet{b})" nothing, "of \\cite{a}'s" "of"), \\label, \\footnote (mostly affiliations/acknowledgements, and
   inline insertion breaks sentences), \\url (either form) and \\href's URL, \\includegraphics,
   spacing and layout commands.
 - Kept: text of formatting macros (\\emph, \\textbf, \\href's and \\hyperref's text...), lists

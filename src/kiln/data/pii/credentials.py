@@ -62,7 +62,9 @@ PLACEHOLDER_USERS = frozenset(
 # inside a long run of letters and `_` (a base64 blob, `a_b_c_...`) scanned the run to its end,
 # O(len^2): 100 KB of such text took minutes. A longer prefix still matches, from a later start.
 MAX_KEY_PREFIX = 64
-PASSWORD_KEY = rf"(?:[A-Za-z_]{{0,{MAX_KEY_PREFIX}}}[_.-])?(?:password|passwd|passphrase|pwd|pass|db_?pass|pgpassword)"
+# `SSHPASS=PW sshpass -e`, `REDISCLI_AUTH=PW redis-cli`: the variables those tools read the password from
+PASSWORD_KEY = (rf"(?:[A-Za-z_]{{0,{MAX_KEY_PREFIX}}}[_.-])?(?:password|passwd|passphrase|pwd|pass|db_?pass|pgpassword|"
+                r"sshpass|rediscli_auth)")
 USER_KEY = (rf"(?:[A-Za-z_]{{0,{MAX_KEY_PREFIX}}}[_.-])?(?:user|username|user_?name|login|userid|user[_ ]?id|"
             r"account_?name|db_?user|pguser|uid)")
 
@@ -110,15 +112,25 @@ PROSE_PASSWORD = re.compile(rf"{ASCII_START}(?i:password|passphrase|passcode)[ \
 CLI_FLAG = re.compile(
     r"(?<=\s)(?P<flag>--?(?:password|passwd|pass|p|user|username|u|login))(?:[ =])"
     r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s\"';]*))")
+_FLAG_VALUE = r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s;]*))"
 # within the one command (up to `;`, `&`, `|`): to the line's end, each `mysql` with no inline
 # `-pPW` scanned the rest of its line, O(len^2) on a one-line script
 MYSQL_INLINE_PASSWORD = re.compile(
-    rf"{ASCII_START}mysql(?:dump|admin)?(?![A-Za-z0-9_])[^\n;&|]*?\s-p(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s;]*))")
+    rf"{ASCII_START}mysql(?:dump|admin)?(?![A-Za-z0-9_])[^\n;&|]*?\s-p{_FLAG_VALUE}")
+# sshpass's `-pPW` / `-p"PW"` (its `-p PW` is CLI_FLAG's), among its own options only: the
+# command it runs has its own `-p` (`sshpass -f pw ssh -p2222 host`: a port)
+SSHPASS_INLINE_PASSWORD = re.compile(rf"{ASCII_START}sshpass(?:[ \t]+-[a-oq-zA-Z]\S*)*[ \t]+-p{_FLAG_VALUE}")
+# redis-cli's `-a PW` (auth); elsewhere `-a` is "all" (`ls -a`) and no password flag
+REDIS_PASSWORD = re.compile(rf"{ASCII_START}redis-cli(?![A-Za-z0-9_-])[^\n;&|]*?\s-a[ \t]+{_FLAG_VALUE}")
+# a `-p` value that is a port, a port range or a published port (`-p 8080:80/tcp`, `nmap -p 1-1000`)
+PORT_VALUE = re.compile(r"[\d:.-]+(?:/(?:tcp|udp|sctp))?")
 URL_CREDENTIALS = re.compile(
     r"[A-Za-z][A-Za-z0-9+.-]{0,31}://(?P<user>[A-Za-z0-9._~%!$&*+-]+)(?::(?P<pw>[^\s@/:]+))?@"
     r"(?=[A-Za-z0-9\[])")
+# the user@ within 256 characters of the command: read to the line's end, each `ssh` with no
+# user scanned the rest of its line, O(len^2) on a one-line document of them
 SSH_TARGET = re.compile(
-    rf"{ASCII_START}(?:ssh|scp|rsync|sftp|mosh)(?![A-Za-z0-9_])[^\n@]*?(?<![\w.-])(?P<user>[a-z_][a-z0-9_.-]{{1,31}})@"
+    rf"{ASCII_START}(?:ssh|scp|rsync|sftp|mosh)(?![A-Za-z0-9_])[^\n@]{{0,256}}?(?<![\w.-])(?P<user>[a-z_][a-z0-9_.-]{{1,31}})@"
     r"(?=[A-Za-z0-9\[])")
 HOME_DIR = re.compile(
     r"(?:(?<![A-Za-z0-9_.])/home/|(?<![A-Za-z0-9_.])/Users/|[A-Za-z]:\\{1,2}Users\\{1,2}|(?<![A-Za-z0-9_.])/u/)"
@@ -251,7 +263,10 @@ def _code_not_literal(m: re.Match[str], text: str, value: str, end: int, quoted:
 # commands whose `-p` / `-u` mean something else (preserve, parents, patch, unique,
 # upstream, unbuffered, UTC); elsewhere they take a password / user (numeric ports are not
 # passwords anyway)
-OTHER_P = re.compile(r"(?:^|[\s;&|(])(?:cp|mkdir|git|install|rsync|scp|tar|mv|ln|read|patch)\s")
+# (also pytest's plugin, npx's package, nmap's ports, and compose's project among its own options:
+# `docker compose exec db mysql -p PW` is mysql's; `docker run -p 8080:80` is a port, `PORT_VALUE`)
+OTHER_P = re.compile(r"(?:^|[\s;&|(])(?:cp|mkdir|git|install|rsync|scp|tar|mv|ln|read|patch|pytest|npx|nmap)\s"
+                     r"|(?:^|[\s;&|(])(?:docker-compose|(?:docker|podman)\s+compose)(?:\s+-\S+(?:\s+[^\s-]\S*)?)*\s+$")
 OTHER_U = re.compile(r"(?:^|[\s;&|(])(?:sort|uniq|git|date|diff|pip\d*|pytest)\s"
                      r"|(?:^|[\s;&|(])python\d*(?:\.\d+)?\s+$")  # `python -u`, not its script's
 
@@ -335,7 +350,7 @@ def find_passwords(text: str) -> Iterator[Span]:
                 continue  # `cp -p`, `git add -p`, `mkdir -p`: not a password flag there
             got = _value(m)
             if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]) \
-                    and len(got[0]) >= 3 and not re.fullmatch(r"[\d:.]+", got[0]) \
+                    and len(got[0]) >= 3 and not PORT_VALUE.fullmatch(got[0]) \
                     and got[0].lower() not in FLAG_PROSE:
                 yield Span("PASSWORD", got[1], got[2], got[0])
     for m in SHELL_DEFAULT.finditer(text):
@@ -352,9 +367,11 @@ def find_passwords(text: str) -> Iterator[Span]:
         if field == "password" and len(value) >= 3 and not _is_reference(value, True) \
                 and not _placeholder_password(value):
             yield Span("PASSWORD", start, start + len(value), value)
-    for m in MYSQL_INLINE_PASSWORD.finditer(text):
+    for m in (*MYSQL_INLINE_PASSWORD.finditer(text), *SSHPASS_INLINE_PASSWORD.finditer(text),
+              *REDIS_PASSWORD.finditer(text)):
         got = _value(m)
-        if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]):
+        if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]) \
+                and got[0].lower() not in FLAG_PROSE:  # "redis-cli's -a flag"
             yield Span("PASSWORD", got[1], got[2], got[0])
     for m in PROSE_PASSWORD.finditer(text):
         pw = m.group("pw")

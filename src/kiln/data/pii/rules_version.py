@@ -8,4 +8,4 @@ redactions of the labelled corpus to it, so a change that forgets fails there.
 """
 
 # JSON lists, CJK edges, `-p PW;`, query fields, Basic auth, .netrc (quoted values), ${X:-PW}, [at]
-PII_RULES = "2026-12-07.2"
+PII_RULES = "2026-12-07.3"
