@@ -237,3 +237,20 @@ def test_tokenizer_benchmark_counts_each_tokenizers_single_tokens(tmp_path):
     math = train_math_tokenizer(texts, 600, tmp_path / "math.json", show_progress=False)
     assert bench.single_tokens(math) == len(MATH_SEED_COMMANDS)
     assert bench.single_tokens(plain) < len(MATH_SEED_COMMANDS)
+
+
+def test_load_memory_alternates_which_way_loads_first(monkeypatch, capsys):
+    """Every round loaded the CPU build first and the meta one second (after it, the
+    checkpoint's pages freshly read): now A B, then B A."""
+    import load_memory
+
+    order: list[str] = []
+
+    def child(way, ckpt, shape):
+        order.append(way)
+        return {"s": 1.0, "load_mb": 1.0, "digest": 0.0}
+
+    monkeypatch.setattr(load_memory, "run_child", child)
+    monkeypatch.setattr(sys, "argv", ["load_memory.py", "--quick", "--rounds", "2"])
+    load_memory.main()
+    assert order == ["cpu", "meta", "meta", "cpu"]
