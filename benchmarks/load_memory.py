@@ -4,10 +4,10 @@ kept here as the peer), against built with its parameters on the meta device and
 loaded tensors in their place (`kiln.train.trained_run.loaded_model`).
 
 A checkpoint's model.safetensors (with its checksums.json, as Kiln writes them) is saved once
-to a temporary folder; each load runs in a fresh process, the two ways alternating. The
-figures are the load's seconds and the process's peak resident memory (VmHWM) less its peak
-just before the load (the imports); medians over the rounds. Both ways are checked to give
-bitwise the same tensors.
+to a temporary folder; each load runs in a fresh process, the two ways alternating (A B,
+then B A). The figures are the load's seconds and the process's peak resident memory
+(VmHWM) less its peak just before the load (the imports); medians over the rounds. Both
+ways are checked to give bitwise the same tensors.
 
     python benchmarks/load_memory.py           # dim 768, 12 layers, 32k vocab: ~490 MB fp32
     python benchmarks/load_memory.py --quick   # a ~40 MB model
@@ -99,8 +99,8 @@ def main() -> None:
         ckpt = Path(tmp) / "step_00000001"
         model_mb = save(ckpt, shape)
         rows: dict[str, list[dict]] = {"cpu": [], "meta": []}
-        for _ in range(args.rounds):
-            for way in rows:
+        for r in range(args.rounds):  # cpu meta, then meta cpu: neither always goes first
+            for way in list(rows) if r % 2 == 0 else list(rows)[::-1]:
                 rows[way].append(run_child(way, ckpt, shape))
     digests = {r["digest"] for way in rows for r in rows[way]}
     if len(digests) != 1:

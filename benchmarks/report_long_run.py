@@ -1,9 +1,11 @@
 """What a days-long run's metrics.jsonl costs the tools that read it: `kiln report` (read,
 summary, plots, page) and the resume's setting aside of the records past its checkpoint,
 each against one plain pass of json.loads over the same file, measured in this process;
-and the memory the report's records take per record.
+and the memory the report's records take per record. An untimed report of a small run
+first (matplotlib's first figure loads its fonts), then `--rounds` rounds of the three,
+their order reversed each round; each figure is the median over the rounds.
 
-    python benchmarks/report_long_run.py [--records 1000000] [--dir /tmp]
+    python benchmarks/report_long_run.py [--records 1000000] [--rounds 3] [--dir /tmp]
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import math
 import random
 import shutil
+import statistics
 import tempfile
 import time
 import tracemalloc
@@ -62,28 +65,51 @@ def seconds(fn) -> float:
     return time.perf_counter() - start
 
 
+def timed_rounds(tmp: Path, run: Path, records: int, rounds: int) -> dict[str, float]:
+    """Median seconds of the plain pass, the report and the resume's set-aside over `rounds`
+    rounds (A B C, then C B A: drift on a shared machine hits all alike), after a warm-up."""
+    warm = tmp / "warm"
+    synthesise(warm, 1000)
+    build_report(warm)  # imports done, fonts loaded: not part of the timed report
+    metrics = run / "metrics.jsonl"
+    resume_run = tmp / "resume"
+    resume_run.mkdir()
+
+    def resume() -> None:
+        set_aside_records_after(resume_run, records - 100)
+
+    calls = {"plain": lambda: plain_pass(metrics), "report": lambda: build_report(run),
+             "resume": resume}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for r in range(rounds):
+        for name in calls if r % 2 == 0 else list(calls)[::-1]:
+            if name == "resume":  # the set-aside moves records out: a fresh copy each time
+                shutil.copy(metrics, resume_run / "metrics.jsonl")
+            times[name].append(seconds(calls[name]))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
+    if args.rounds < 1 or args.records < 1000:
+        parser.error("--rounds must be at least 1 and --records at least 1000")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         run = Path(tmp) / "run"
         synthesise(run, args.records)
         metrics = run / "metrics.jsonl"
         mb = metrics.stat().st_size / 1e6
-        plain_s = seconds(lambda: plain_pass(metrics))
-        report_s = seconds(lambda: build_report(run))
-        resume_run = Path(tmp) / "resume"
-        resume_run.mkdir()
-        shutil.copy(metrics, resume_run / "metrics.jsonl")
-        resume_s = seconds(lambda: set_aside_records_after(resume_run, args.records - 100))
+        t = timed_rounds(Path(tmp), run, args.records, args.rounds)
+        plain_s, report_s, resume_s = t["plain"], t["report"], t["resume"]
         tracemalloc.start()
         records = read_metrics(metrics)
         held, _ = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         per_record = held / len(records)
-    print(f"{args.records} train records, {mb:.0f} MB of metrics.jsonl")
+    print(f"{args.records} train records, {mb:.0f} MB of metrics.jsonl, median of {args.rounds} rounds")
     print(f"plain json pass      {plain_s:8.2f} s")
     print(f"kiln report          {report_s:8.2f} s  ({report_s / plain_s:.2f}x)")
     print(f"resume set-aside     {resume_s:8.2f} s  ({resume_s / plain_s:.2f}x)")

@@ -67,6 +67,8 @@ def test_the_key_check_reads_placeholders():
     ("kv_cache.py", ["--quick", "--rounds", "1"]),
     ("load_memory.py", ["--quick", "--rounds", "1"]),
     ("pii_eval.py", []),
+    ("shard_hashing.py", ["--tokens", "200000"]),
+    ("read_memory.py", ["--mb", "1", "--kinds", "txt,json"]),
 ])
 def test_quick_mode_ends_with_documented_result(script, argv, monkeypatch, capsys):
     module = importlib.import_module(script.removesuffix(".py"))
@@ -201,3 +203,54 @@ def test_gpu_check_checks_its_arguments_first(argv, message, tmp_path, monkeypat
     with pytest.raises(SystemExit):
         gpu_train_check.main([str(run), *argv])
     assert message in capsys.readouterr().err
+
+
+def test_report_long_run_times_rounds_after_a_warm_up(tmp_path, monkeypatch, capsys):
+    """The report was timed once, its first call (matplotlib's fonts loaded in it) against
+    one plain pass: no warm-up, no repetition. Now an untimed report of a small run, then
+    each contender once a round."""
+    import report_long_run
+
+    calls: list[str] = []
+    real = report_long_run.build_report
+    monkeypatch.setattr(report_long_run, "build_report",
+                        lambda run: calls.append(run.name) or real(run))
+    monkeypatch.setattr(sys, "argv", ["report_long_run.py", "--records", "1000", "--rounds", "2",
+                                      "--dir", str(tmp_path)])
+    report_long_run.main()
+    assert calls == ["warm", "run", "run"]
+    out = capsys.readouterr().out
+    assert "median of 2 rounds" in out
+    assert not undocumented(result_keys(out), readme_section("report_long_run.py"))
+
+
+def test_tokenizer_benchmark_counts_each_tokenizers_single_tokens(tmp_path):
+    """The math tokenizer's count of seeded commands kept whole was printed as all of them,
+    never counted; a tokenizer without them counts none."""
+    import tokenizer_bytes_per_token as bench
+
+    from kiln.data.math_tokenizer import MATH_SEED_COMMANDS, train_math_tokenizer
+    from kiln.data.tokenizer import train_tokenizer
+
+    texts = list(bench.read_tex(bench.DEFAULT_DIRS[:1]).values()) * 2
+    plain = train_tokenizer(texts, 600, tmp_path / "bpe.json", show_progress=False)
+    math = train_math_tokenizer(texts, 600, tmp_path / "math.json", show_progress=False)
+    assert bench.single_tokens(math) == len(MATH_SEED_COMMANDS)
+    assert bench.single_tokens(plain) < len(MATH_SEED_COMMANDS)
+
+
+def test_load_memory_alternates_which_way_loads_first(monkeypatch, capsys):
+    """Every round loaded the CPU build first and the meta one second (after it, the
+    checkpoint's pages freshly read): now A B, then B A."""
+    import load_memory
+
+    order: list[str] = []
+
+    def child(way, ckpt, shape):
+        order.append(way)
+        return {"s": 1.0, "load_mb": 1.0, "digest": 0.0}
+
+    monkeypatch.setattr(load_memory, "run_child", child)
+    monkeypatch.setattr(sys, "argv", ["load_memory.py", "--quick", "--rounds", "2"])
+    load_memory.main()
+    assert order == ["cpu", "meta", "meta", "cpu"]
