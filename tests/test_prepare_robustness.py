@@ -557,3 +557,38 @@ def test_the_hugging_face_home_given_whole_keeps_its_access_tokens_out(tmp_path)
     (own / "hub").mkdir(parents=True)  # a hub/ that is no cache
     (own / "token").write_text("a word on tokens")
     assert [d.text for d in _read([own])[0]] == ["a word on tokens"]
+
+
+def test_an_access_token_is_kept_out_where_no_hub_cache_sits_beside_it(tmp_path):
+    """A Hugging Face home with no hub cache yet (a login, the `datasets` library's cache:
+    `~/.cache/huggingface` given whole), or a token file copied into a data folder: its
+    `token` (one `hf_...` line) and `stored_tokens` were read into the training data, as
+    only a `hub/` of cache repositories beside them marked them as the home's."""
+    home = tmp_path / "huggingface"
+    (home / "datasets").mkdir(parents=True)
+    (home / "datasets" / "notes.txt").write_text("a datasets cache note")
+    (home / "token").write_text("hf_" + "Ab3" * 11 + "\n")
+    (home / "stored_tokens").write_text("[work]\nhf_token = hf_" + "Cd4" * 11 + "\n")
+    assert [d.text for d in _read([home])[0]] == ["a datasets cache note"]
+    own = tmp_path / "notes"  # a file named token that holds no access token is text
+    own.mkdir()
+    (own / "token").write_text("a word on tokens: hf_ is their prefix")
+    assert [d.text for d in _read([own])[0]] == ["a word on tokens: hf_ is their prefix"]
+
+
+def test_a_hub_cache_repository_reached_by_a_link_of_another_name_is_read_as_one(tmp_path):
+    """A cache repository given through a link (`ln -s ~/.cache/huggingface/hub/
+    datasets--org--name data`): the walk judged the folder by the link's name, so its
+    `refs/main` (a commit hash) was read as a document."""
+    repo = tmp_path / "hub" / "datasets--org--name"
+    for folder in ("blobs", "refs", "snapshots/c0ffee"):
+        (repo / folder).mkdir(parents=True)
+    blob = repo / "blobs" / "9f2c0ab41e"
+    blob.write_text('{"text": "a record"}\n')
+    (repo / "snapshots" / "c0ffee" / "train.jsonl").symlink_to(blob)
+    (repo / "refs" / "main").write_text("c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00")
+    link = tmp_path / "data"
+    link.symlink_to(repo)
+    docs, counts = _read([link])
+    assert [d.text for d in docs] == ["a record"]
+    assert not [k for k in counts if k.startswith("skipped/")]

@@ -217,3 +217,24 @@ def test_an_unfinished_prepare_is_not_resumed_under_another_version(tmp_path, mo
     monkeypatch.setattr(dating, "DATING_RULES_VERSION", "2099-01-01")
     run_prepare(cfg, run, sources, progress=False)
     assert out0.stat().st_mtime_ns != 10**18  # task 0 made again, not kept
+
+
+@pytest.mark.parametrize("rules", ["2026-12-07", "v2", "mypkg.stages", ":RULES"])
+def test_register_stage_refuses_a_version_given_in_place_of_where_it_is(rules):
+    """`rules` names where the version is ("module:CONSTANT"): a version given there itself
+    ("v2") was taken as a module, and the prepare failed later, at its signature, saying to
+    install what the stage needs."""
+    from kiln.data.stage_registry import register_stage
+
+    saved = dict(STAGES)
+    try:
+        with pytest.raises(ValueError, match=r"'mine'.*module:CONSTANT"):
+            register_stage("mine", "kiln.data.stages:quality_stage", rules=rules)
+        assert "mine" not in STAGES
+        register_stage("mine", "kiln.data.stages:quality_stage",
+                       rules="kiln.data.filters.quality:RULES_VERSION")
+        assert rules_version("mine") == rules_version("quality")
+        register_stage("mine", "kiln.data.stages:quality_stage")  # no version: none recorded
+        assert rules_version("mine") is None
+    finally:
+        STAGES.clear(), STAGES.update(saved)

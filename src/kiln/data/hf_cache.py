@@ -8,7 +8,9 @@ Given as a source, `refs/main` was read as a document (its hash), a partial down
 text cut anywhere, and a cache root's `version.txt` (the cache layout's version, `1`) as a
 one-word document; and the Hugging Face home above the cache (`~/.cache/huggingface`, given
 whole) holds the user's access tokens (`token`, `stored_tokens`), read as documents into the
-training data. The snapshot links reach every blob of every revision, under the names
+training data; so were they where no hub cache sits beside them (a login alone, the
+`datasets` library's cache), or copied into a data folder: a file of those names holding an
+access token (`hf_...`) is left out wherever it is. The snapshot links reach every blob of every revision, under the names
 that say their format; a blob no snapshot links is no revision's file. Only inside such a
 folder: a user's own `refs/` or `blobs/` elsewhere is read as any folder is.
 """
@@ -22,6 +24,10 @@ REPO_FOLDER = re.compile(r"(models|datasets|spaces)--.+")
 BOOKKEEPING_DIRS = frozenset({"refs", "blobs"})  # in a repository folder, beside snapshots/
 CACHE_VERSION_FILE = "version.txt"  # in a cache root, beside repository folders
 TOKEN_FILES = frozenset({"token", "stored_tokens"})  # in the Hugging Face home, beside hub/
+# an access token as huggingface_hub writes it: `token` holds it alone, `stored_tokens` (INI)
+# one `hf_token = hf_...` line per saved token
+ACCESS_TOKEN = re.compile(r"(?:^|\n)(?:hf_token\s*=\s*)?hf_[A-Za-z0-9]{20,}\s*(?:\n|$)")
+TOKEN_FILE_MAX_BYTES = 1 << 16  # a token file is small: a larger one is data
 
 
 def is_repo_folder(name: str, subfolders: list[str]) -> bool:
@@ -57,3 +63,17 @@ def files_not_data(folder: str, subfolders: list[str]) -> frozenset[str]:
     names = CACHE_VERSION_FILE if is_cache_root(folder, subfolders) else None
     tokens = TOKEN_FILES if is_hf_home(folder, subfolders) else frozenset()
     return tokens | ({names} if names else set())
+
+
+def holds_access_token(path: str) -> bool:
+    """Whether file `path`, named as the home's token files are, holds an access token."""
+    if os.path.basename(path) not in TOKEN_FILES:
+        return False
+    try:
+        with open(path, "rb") as f:
+            text = f.read(TOKEN_FILE_MAX_BYTES + 1)
+    except OSError:
+        return False  # the reader counts it as unreadable
+    if len(text) > TOKEN_FILE_MAX_BYTES:
+        return False
+    return ACCESS_TOKEN.search(text.decode("utf-8", "replace")) is not None

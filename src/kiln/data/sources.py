@@ -76,7 +76,8 @@ def _walk_unsorted(root: Path, skip_dirs: frozenset[str], suffix: str | None = N
         yield from unlisted_dirs
         unlisted_dirs.clear()
         # a Hugging Face cache's refs/ and blobs/ are not data (kiln.data.hf_cache)
-        cache_dirs = hf_cache.bookkeeping_dirs(os.path.basename(os.path.abspath(dirpath)),
+        # (by the folder's own name: a source may be a link to it under another)
+        cache_dirs = hf_cache.bookkeeping_dirs(os.path.basename(os.path.realpath(dirpath)),
                                                dirnames)
         not_data = hf_cache.files_not_data(dirpath, dirnames)
         kept = []
@@ -90,9 +91,9 @@ def _walk_unsorted(root: Path, skip_dirs: frozenset[str], suffix: str | None = N
         for name in filenames:
             if suffix and not name.endswith(suffix):
                 continue
-            if name in not_data:
-                continue
             path = Path(dirpath) / name
+            if name in not_data or hf_cache.holds_access_token(str(path)):
+                continue
             why = "hidden" if name.startswith(".") else _not_regular(path)
             if why is None or keep_hidden:
                 yield path, why

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,13 +86,18 @@ def register_stage(name: str, target: str | Callable, reader: bool = False,
                    rules: str = "") -> None:
     """Add or replace a stage; `target` is "module:function" or the factory itself; `rules`
     "module:CONSTANT", the version of its rules where it keeps, drops or rewrites documents
-    (`kiln.data.stage_rules`)."""
+    (`kiln.data.stage_rules`; none: a resumed prepare cannot tell its rules changed)."""
+    if rules and not _WHERE.fullmatch(rules):  # else taken as a module at the prepare's start
+        raise ValueError(
+            f"register_stage('{name}', rules={rules!r}): rules names where the stage's version "
+            f"is, 'module:CONSTANT' (as 'mypkg.stages:RULES_VERSION'), not the version itself")
     if callable(target):
         _FACTORIES[name] = target
         target = f"{target.__module__}:{target.__qualname__}"
     STAGES[name] = StageSpec(target, reader, rules)
 
 
+_WHERE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # module:CONSTANT
 _FACTORIES: dict[str, Callable] = {}  # factories registered as objects (not importable paths)
 
 
