@@ -814,6 +814,22 @@ def test_a_cjk_benchmark_passage_inside_a_document_is_caught(tmp_path):
         "привет", "мир", "한국어", "문장입니다", "café"]
 
 
+def test_a_short_cjk_problem_is_matched_whole_only_when_it_says_five_words(tmp_path):
+    """Each Han / kana character is a token, so a six-character problem ("今天天气很好", a
+    common phrase) passed the exact rule's five-word floor and every document quoting the
+    phrase was contamination. A character counts half a word there now: twelve characters
+    (a real short problem) are still matched whole, six are not."""
+    short = ("今天天气很好", "是")
+    real = ("小明有十二个苹果给了小红", "九个")
+    path = write_benchmark(tmp_path / "zh.jsonl", [short, real], "question", "answer")
+    NGramIndex.build([path], n=13).save(tmp_path / "i.npz")
+    docs = [Document(text="早上起来我说今天天气很好然后出门了", id="phrase"),
+            Document(text="练习题：小明有十二个苹果给了小红，还剩几个？", id="leak")]
+    out = run_filter(DecontaminationFilter(tmp_path / "i.npz", mode="tag"), docs)
+    assert {d.id: bool(d.metadata[BENCHMARKS_KEY]) for d in out} == {"phrase": False,
+                                                                     "leak": True}
+
+
 def test_word_count_splits_han_and_kana_as_decontamination_does():
     """inject_replicas counted words by spaces: a Chinese or Japanese document was one word
     (or a few), so keep_size weighed a CJK shard at a handful of words against replicas of

@@ -169,7 +169,14 @@ def item_ngram_hashes(item: BenchmarkItem, n: int, include_prompt: bool = True) 
 def exact_problem(item: BenchmarkItem, n: int) -> list[str] | None:
     """The words of a problem too short for an n-gram, matched whole instead."""
     tokens = normalize_tokens(item.prompt) if item.prompt else []
-    return tokens if MIN_EXACT_TOKENS <= len(tokens) < n else None
+    return tokens if MIN_EXACT_TOKENS <= _words_worth(tokens) and len(tokens) < n else None
+
+
+def _words_worth(tokens: list[str]) -> float:
+    """How many words `tokens` say, for the exact rule's floor: a Han or kana character is
+    about half a word (Chinese runs ~1.5 characters a word), so five of them ("今天天气好",
+    a common phrase) are no problem specific enough to call its every quotation a leak."""
+    return sum(0.5 if UNSPACED.fullmatch(t) else 1.0 for t in tokens)
 
 
 def benchmark_names(paths: list[Path]) -> dict[str, Path]:
