@@ -565,3 +565,36 @@ def test_a_rank_refused_before_the_ranks_meet_says_why_before_it_tells_them(
     assert cli.main(["train", "--set", "train.stepz=3"]) == 2
     assert len(said_before) == 1 and "kiln: config error: " in said_before[0]
     assert "train.stepz" in said_before[0]
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["plain", "fresh"])
+def test_kiln_run_stopped_says_how_to_go_on_with_this_run_not_the_quickstart(
+        tmp_path, monkeypatch, capsys, fresh):
+    """`kiln run RECIPE` stopped said "`kiln run` again goes on": typed so, it works on
+    runs/quickstart (or the built-in config), not on the run the recipe or --set named; and
+    the same command with --fresh would start over a model trained since. A stop in training
+    names the run (its settings are recorded by then); any other asks for the recipe and
+    --set options again, without --fresh."""
+    from kiln import cli
+    from kiln.errors import TrainingInterrupted
+
+    run = tmp_path / "my run"
+    argv = ["run", *(["--fresh"] if fresh else []), *[a for s in TINY for a in ("--set", s)],
+            "--set", f'run.dir="{run}"']
+
+    def stopped(cfg, fresh=False):
+        raise TrainingInterrupted(3, "SIGINT", str(cfg.run_dir / "checkpoints"))
+
+    monkeypatch.setattr(cli, "cmd_run", stopped)
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert f"`kiln run {shlex.quote(str(run))}` goes on from there" in err, err
+
+    def interrupted(cfg, fresh=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_run", interrupted)
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert "`kiln run` again with the same recipe and --set options" in err, err
+    assert ("without --fresh" in err) == fresh, err
