@@ -585,3 +585,21 @@ def test_a_whole_float_for_an_int_key_says_the_integer(override, hint):
         load_config(None, [override])
     with pytest.raises(ConfigError, match=r"expected int, got float 3\.5$"):
         load_config(None, ["train.steps=3.5"])
+
+
+def test_a_mistake_in_the_recipe_names_the_recipe_and_one_in_set_does_not(tmp_path):
+    """A recipe with a misspelt section or a quoted number was refused with the --set
+    message ("unknown config key 'trian'"), no word of the file: the user looked for it
+    among their options. The recipe's own mistake now names it; an override's does not."""
+    recipe = tmp_path / "mine.toml"
+    recipe.write_text('[trian]\nsteps = 3\n')
+    with pytest.raises(ConfigError, match=r"^.*mine\.toml: unknown config key 'trian'"):
+        load_config(recipe)
+    recipe.write_text('[train]\nsteps = "3"\n')
+    with pytest.raises(ConfigError, match=r"mine\.toml: train\.steps: expected int"):
+        load_config(recipe)
+    load_config(recipe, ["train.steps=3"])  # the override mends it
+    recipe.write_text('[train]\nsteps = 3\n')
+    with pytest.raises(ConfigError) as e:
+        load_config(recipe, ["train.stepz=3"])
+    assert str(e.value).startswith("unknown config key 'train.stepz'"), e.value
