@@ -603,3 +603,21 @@ def test_a_mistake_in_the_recipe_names_the_recipe_and_one_in_set_does_not(tmp_pa
     with pytest.raises(ConfigError) as e:
         load_config(recipe, ["train.stepz=3"])
     assert str(e.value).startswith("unknown config key 'train.stepz'"), e.value
+
+
+@pytest.mark.parametrize("given, items", [("it's here", ["it's here"]), ('"é"', ["é"]),
+                                          ("[a, b]", ["a", "b"])])
+def test_the_suggested_list_override_pastes_into_a_shell_and_loads(given, items):
+    """`--set data.sources=it's here` was answered `--set 'data.sources=["it's here"]'`: the
+    apostrophe ends the shell's quote, so the command pasted failed again; an accented
+    prompt was shown as \\u00e9. The suggestion is quoted as a shell reads it, and loads."""
+    import shlex
+
+    key = "generate.prompts" if items == ["é"] else "data.sources"
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [f"{key}={given}"])
+    suggested = shlex.split(str(e.value).split("(on the command line: ")[1].removesuffix(")"))
+    assert suggested[0] == "--set" and len(suggested) == 2, e.value
+    assert "\\u" not in str(e.value)
+    cfg = load_config(None, [suggested[1]])
+    assert getattr(cfg, key.split(".")[0]).__dict__[key.split(".")[1]] == items
