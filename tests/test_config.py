@@ -621,3 +621,12 @@ def test_the_suggested_list_override_pastes_into_a_shell_and_loads(given, items)
     assert "\\u" not in str(e.value)
     cfg = load_config(None, [suggested[1]])
     assert getattr(cfg, key.split(".")[0]).__dict__[key.split(".")[1]] == items
+
+
+@pytest.mark.parametrize("sources", ['[""]', '["a", " "]'])
+def test_an_empty_source_is_refused_by_name(tmp_path, sources):
+    """`data.sources = [""]` (a template's blank) is Path(""), the current folder: it was
+    read whole, or with the run dir below it refused as overlapping "entry ''". It is now
+    refused as empty, naming the entry."""
+    with pytest.raises(ConfigError, match=r"data\.sources\[\d\] is empty"):
+        load_config(None, [f"data.sources={sources}", f'run.dir="{tmp_path / "run"}"'])
