@@ -598,3 +598,18 @@ def test_kiln_run_stopped_says_how_to_go_on_with_this_run_not_the_quickstart(
     err = capsys.readouterr().err
     assert "`kiln run` again with the same recipe and --set options" in err, err
     assert ("without --fresh" in err) == fresh, err
+
+
+@pytest.mark.parametrize("verb", ["eval", "generate", "export"])
+def test_a_verb_reading_the_run_says_the_data_settings_it_leaves_unused(tiny_run, capsys, verb):
+    """`kiln eval RUN --set data.val_fraction=0.2` measured the split on disk, made with
+    0.05, without a word (the model settings are refused so). The data settings given that
+    differ from the recorded ones are now named, with the verbs that make data."""
+    from kiln import cli
+
+    cli.main([verb, str(tiny_run), "--set", "data.val_fraction=0.2"])
+    err = capsys.readouterr().err
+    assert f"warning: data.val_fraction: 0.05 -> 0.2: `kiln {verb}` reads the data already " \
+        "made" in err, err
+    cli.main([verb, str(tiny_run), "--set", "eval.max_batches=2"])
+    assert "warning: data." not in capsys.readouterr().err

@@ -291,6 +291,11 @@ def _main(argv: list[str] | None) -> int:
             cfg = resolve_config(args.target, args.overrides)
             _refuse_unwritable_run_dir(cfg, args.verb)
         fn = VERBS[args.verb][0]
+        if args.verb in _READING_VERBS and is_main_process():
+            from kiln.inert_settings import data_settings_unread
+
+            for line in data_settings_unread(cfg, args.verb):
+                print(f"warning: {line}", file=sys.stderr)
         if args.verb in _RANK_ZERO_VERBS and launched_ranks() > 1:
             if not is_main_process():  # one rank does the work: N would race on the same files
                 return 0
@@ -478,6 +483,8 @@ def _said_here(e: BaseException) -> bool:
     return not met_alike_on_every_rank(e) or first_on_its_node()
 
 
+# verbs that read a run's data as made, whatever the data settings given now
+_READING_VERBS = ("eval", "generate", "export")
 # verbs whose ranks meet (a process group): the others wait for rank 0 to join
 _MEETING_VERBS = ("train", "eval", "run")
 # verbs with nothing to share between ranks: under torchrun rank 0 runs them alone
