@@ -565,3 +565,51 @@ def test_a_rank_refused_before_the_ranks_meet_says_why_before_it_tells_them(
     assert cli.main(["train", "--set", "train.stepz=3"]) == 2
     assert len(said_before) == 1 and "kiln: config error: " in said_before[0]
     assert "train.stepz" in said_before[0]
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["plain", "fresh"])
+def test_kiln_run_stopped_says_how_to_go_on_with_this_run_not_the_quickstart(
+        tmp_path, monkeypatch, capsys, fresh):
+    """`kiln run RECIPE` stopped said "`kiln run` again goes on": typed so, it works on
+    runs/quickstart (or the built-in config), not on the run the recipe or --set named; and
+    the same command with --fresh would start over a model trained since. A stop in training
+    names the run (its settings are recorded by then); any other asks for the recipe and
+    --set options again, without --fresh."""
+    from kiln import cli
+    from kiln.errors import TrainingInterrupted
+
+    run = tmp_path / "my run"
+    argv = ["run", *(["--fresh"] if fresh else []), *[a for s in TINY for a in ("--set", s)],
+            "--set", f'run.dir="{run}"']
+
+    def stopped(cfg, fresh=False):
+        raise TrainingInterrupted(3, "SIGINT", str(cfg.run_dir / "checkpoints"))
+
+    monkeypatch.setattr(cli, "cmd_run", stopped)
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert f"`kiln run {shlex.quote(str(run))}` goes on from there" in err, err
+
+    def interrupted(cfg, fresh=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_run", interrupted)
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert "`kiln run` again with the same recipe and --set options" in err, err
+    assert ("without --fresh" in err) == fresh, err
+
+
+@pytest.mark.parametrize("verb", ["eval", "generate", "export"])
+def test_a_verb_reading_the_run_says_the_data_settings_it_leaves_unused(tiny_run, capsys, verb):
+    """`kiln eval RUN --set data.val_fraction=0.2` measured the split on disk, made with
+    0.05, without a word (the model settings are refused so). The data settings given that
+    differ from the recorded ones are now named, with the verbs that make data."""
+    from kiln import cli
+
+    cli.main([verb, str(tiny_run), "--set", "data.val_fraction=0.2"])
+    err = capsys.readouterr().err
+    assert f"warning: data.val_fraction: 0.05 -> 0.2: `kiln {verb}` reads the data already " \
+        "made" in err, err
+    cli.main([verb, str(tiny_run), "--set", "eval.max_batches=2"])
+    assert "warning: data." not in capsys.readouterr().err

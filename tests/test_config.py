@@ -585,3 +585,48 @@ def test_a_whole_float_for_an_int_key_says_the_integer(override, hint):
         load_config(None, [override])
     with pytest.raises(ConfigError, match=r"expected int, got float 3\.5$"):
         load_config(None, ["train.steps=3.5"])
+
+
+def test_a_mistake_in_the_recipe_names_the_recipe_and_one_in_set_does_not(tmp_path):
+    """A recipe with a misspelt section or a quoted number was refused with the --set
+    message ("unknown config key 'trian'"), no word of the file: the user looked for it
+    among their options. The recipe's own mistake now names it; an override's does not."""
+    recipe = tmp_path / "mine.toml"
+    recipe.write_text('[trian]\nsteps = 3\n')
+    with pytest.raises(ConfigError, match=r"^.*mine\.toml: unknown config key 'trian'"):
+        load_config(recipe)
+    recipe.write_text('[train]\nsteps = "3"\n')
+    with pytest.raises(ConfigError, match=r"mine\.toml: train\.steps: expected int"):
+        load_config(recipe)
+    load_config(recipe, ["train.steps=3"])  # the override mends it
+    recipe.write_text('[train]\nsteps = 3\n')
+    with pytest.raises(ConfigError) as e:
+        load_config(recipe, ["train.stepz=3"])
+    assert str(e.value).startswith("unknown config key 'train.stepz'"), e.value
+
+
+@pytest.mark.parametrize("given, items", [("it's here", ["it's here"]), ('"é"', ["é"]),
+                                          ("[a, b]", ["a", "b"])])
+def test_the_suggested_list_override_pastes_into_a_shell_and_loads(given, items):
+    """`--set data.sources=it's here` was answered `--set 'data.sources=["it's here"]'`: the
+    apostrophe ends the shell's quote, so the command pasted failed again; an accented
+    prompt was shown as \\u00e9. The suggestion is quoted as a shell reads it, and loads."""
+    import shlex
+
+    key = "generate.prompts" if items == ["é"] else "data.sources"
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [f"{key}={given}"])
+    suggested = shlex.split(str(e.value).split("(on the command line: ")[1].removesuffix(")"))
+    assert suggested[0] == "--set" and len(suggested) == 2, e.value
+    assert "\\u" not in str(e.value)
+    cfg = load_config(None, [suggested[1]])
+    assert getattr(cfg, key.split(".")[0]).__dict__[key.split(".")[1]] == items
+
+
+@pytest.mark.parametrize("sources", ['[""]', '["a", " "]'])
+def test_an_empty_source_is_refused_by_name(tmp_path, sources):
+    """`data.sources = [""]` (a template's blank) is Path(""), the current folder: it was
+    read whole, or with the run dir below it refused as overlapping "entry ''". It is now
+    refused as empty, naming the entry."""
+    with pytest.raises(ConfigError, match=r"data\.sources\[\d\] is empty"):
+        load_config(None, [f"data.sources={sources}", f'run.dir="{tmp_path / "run"}"'])

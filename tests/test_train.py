@@ -606,6 +606,21 @@ def test_resume_refuses_model_and_optimizer_changes_that_keep_the_shapes(tiny_ru
                         "model.z_loss_coef=0.001"))
 
 
+def test_a_resume_refused_for_data_settings_advises_the_start_over_that_remakes_them(tmp_path):
+    """`kiln train RUN --set data.val_fraction=0.1` was told to start over with `kiln train
+    --fresh`, which trains on the shards on disk and refuses them as made with 0.05: the
+    advice led to a second refusal. Data changes now advise `kiln run --fresh`; model ones
+    keep `kiln train --fresh`."""
+    from kiln.train.resume_settings import refuse_changed_model
+
+    old = tiny_config(tmp_path)
+    with pytest.raises(CheckpointError) as e:
+        refuse_changed_model(tmp_path / "step_1", old, tiny_config(tmp_path, "data.val_fraction=0.1"))
+    assert "`kiln run --fresh`" in str(e.value) and "`kiln train --fresh`" not in str(e.value)
+    with pytest.raises(CheckpointError, match="`kiln train --fresh`"):
+        refuse_changed_model(tmp_path / "step_1", old, tiny_config(tmp_path, "model.norm_eps=0.001"))
+
+
 def test_a_data_verb_keeps_a_trained_runs_config(tiny_run, capsys):
     """`kiln run` records the data stages' config before training; with checkpoints there it
     must not, or the resume would compare the new settings with themselves (no note) and a

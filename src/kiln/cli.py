@@ -187,14 +187,20 @@ _AFTER_INTERRUPT = {
     "train": "the checkpoints are written atomically; `kiln train {run}` resumes from the "
              "latest (starts, if none was saved yet)",
     "run": "what it had finished is kept (checkpoints and outputs are written atomically); "
-           "`kiln run` again goes on (prepare skips finished tasks, train resumes from its last "
-           "checkpoint, or starts over with the earlier records archived if it had none)",
+           "`kiln run` again with the same recipe and --set options{fresh} goes on (prepare "
+           "skips finished tasks, train resumes from its last checkpoint, or starts over with "
+           "the earlier records archived if it had none)",
 }
+# a bare `kiln run` works on runs/quickstart, not on the run a recipe or --set named; and
+# `--fresh` again would start over a model trained since
+_NOT_FRESH = " (without --fresh: the earlier outputs are archived already)"
 
 
-def _after_interrupt(verb: str, cfg: Config | None) -> str:
+def _after_interrupt(verb: str, cfg: Config | None, fresh: bool = False) -> str:
     """What is kept after `verb` stopped, and the command that goes on (naming the run)."""
-    return _AFTER_INTERRUPT.get(verb, _KEPT).replace("{run}", "RUN" if cfg is None else run_arg(cfg.run_dir))
+    return _AFTER_INTERRUPT.get(verb, _KEPT).replace(
+        "{run}", "RUN" if cfg is None else run_arg(cfg.run_dir)).replace(
+        "{fresh}", _NOT_FRESH if fresh else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,6 +291,11 @@ def _main(argv: list[str] | None) -> int:
             cfg = resolve_config(args.target, args.overrides)
             _refuse_unwritable_run_dir(cfg, args.verb)
         fn = VERBS[args.verb][0]
+        if args.verb in _READING_VERBS and is_main_process():
+            from kiln.inert_settings import data_settings_unread
+
+            for line in data_settings_unread(cfg, args.verb):
+                print(f"warning: {line}", file=sys.stderr)
         if args.verb in _RANK_ZERO_VERBS and launched_ranks() > 1:
             if not is_main_process():  # one rank does the work: N would race on the same files
                 return 0
@@ -345,17 +356,17 @@ def _main(argv: list[str] | None) -> int:
         stop_under_way()  # torchrun's SIGTERM once another rank exits must not cut this short
         if isinstance(e, TrainingInterrupted):  # stopped at a step boundary and saved it
             if is_main_process():
-                again = "`kiln run` again" if args.verb == "run" else \
-                    f"`kiln train {run_arg(cfg.run_dir)}`"
+                # the data stages recorded the run's settings: its folder names them
+                again = f"`kiln {args.verb} {run_arg(cfg.run_dir)}`"
                 print(f"kiln: {args.verb}: training {e}; {again} goes on from there",
                       file=sys.stderr)
             return e.exit_code
         if isinstance(e, MainRankInterrupted):  # rank 0 stopped in work this rank waited for
             if first_on_its_node():  # rank 0 says it on its own node: one line per machine
                 print(f"kiln: {args.verb} stopped: {e}; "
-                      f"{_after_interrupt(args.verb, cfg)}", file=sys.stderr)
+                      f"{_after_interrupt(args.verb, cfg, fresh)}", file=sys.stderr)
             return e.exit_code
-        print(f"\nkiln: {args.verb} {_stopped_by(e)}; {_after_interrupt(args.verb, cfg)}",
+        print(f"\nkiln: {args.verb} {_stopped_by(e)}; {_after_interrupt(args.verb, cfg, fresh)}",
               file=sys.stderr)
         return getattr(e, "exit_code", 130)
     except RuntimeError as e:
@@ -368,7 +379,7 @@ def _main(argv: list[str] | None) -> int:
             raise
         from kiln.parallel.rank_stops import RAN_OUT, lost_rank_said, stopped_ranks
 
-        after = _after_interrupt(args.verb, cfg)
+        after = _after_interrupt(args.verb, cfg, fresh)
         if (stopped := stopped_ranks()) and \
                 all(how.startswith(RAN_OUT) for how in stopped.values()):
             return 1  # the lowest rank that ran out says it, for every rank
@@ -472,6 +483,8 @@ def _said_here(e: BaseException) -> bool:
     return not met_alike_on_every_rank(e) or first_on_its_node()
 
 
+# verbs that read a run's data as made, whatever the data settings given now
+_READING_VERBS = ("eval", "generate", "export")
 # verbs whose ranks meet (a process group): the others wait for rank 0 to join
 _MEETING_VERBS = ("train", "eval", "run")
 # verbs with nothing to share between ranks: under torchrun rank 0 runs them alone

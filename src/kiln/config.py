@@ -10,6 +10,7 @@ have modules of their own, and their public names are importable from here too.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import tomllib
@@ -268,12 +269,30 @@ def load_config(path: str | Path | None = None, overrides: typing.Iterable[str] 
         except UnicodeDecodeError as e:
             raise ConfigError(f"{path} is not a TOML recipe (not UTF-8 text: {e.reason})") from e
     given = set() if recorded else _given_keys(data)
+    written = copy.deepcopy(data)  # the overrides merge into `data` in place
     data = apply_overrides(data, overrides)
     given |= set(flat_table(apply_overrides({}, overrides)))  # cannot fail where the above did not
-    cfg = validate(_home_expanded(build_config(Config, data)))
+    try:
+        cfg = validate(_home_expanded(build_config(Config, data)))
+    except ConfigError as e:
+        raise _named_file(e, path, written) from e
     for line in inert_settings(cfg, given):
         warnings.warn(line, stacklevel=2)  # the CLI prints `warning: ...` once, on rank 0
     return cfg
+
+
+def _named_file(e: ConfigError, path: Path | None, written: dict[str, Any]) -> ConfigError:
+    """A mistake in the recipe itself (a misspelt section, a quoted number) said as the
+    --set one is said, with no word of where it was: the recipe's is named, so the user
+    opens the file rather than looking for it among their options."""
+    if path is None:
+        return e
+    try:
+        validate(_home_expanded(build_config(Config, written)))
+    except ConfigError as alone:
+        if str(alone) == str(e):
+            return ConfigError(f"{path}: {e}")
+    return e
 
 
 def _given_keys(data: dict[str, Any]) -> set[str]:

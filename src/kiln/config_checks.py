@@ -83,7 +83,11 @@ def _check_run_dir(cfg: Config) -> None:
     if above is not None and not above.is_dir():
         raise ConfigError(f"run.dir: '{cfg.run.dir}' lies under '{above}', which is a file, "
                           "not a folder; set run.dir to a path under a folder")
-    for source in cfg.data.sources:
+    for i, source in enumerate(cfg.data.sources):
+        if not source.strip():  # Path("") is the current folder: read whole, or "overlap"
+            raise ConfigError(f"data.sources[{i}] is empty: name a file or folder ('.' for "
+                              "the current one), or give data.sources = [] for the standard "
+                              "library")
         src = _resolved("data.sources entry", source)
         if src == run or src.is_relative_to(run) or run.is_relative_to(src):
             raise ConfigError(f"run.dir '{cfg.run.dir}' and data.sources entry '{source}' "

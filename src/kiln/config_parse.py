@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import tomllib
 import types
 import typing
@@ -33,9 +34,12 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
             items = _as_list(value) if isinstance(value, str) else []
-            example = f"{key}={json.dumps(items)}" if items else f"{key}=[...]"
+            # quoted as a shell reads it pasted: an item with an apostrophe ended the quote
+            # ('it's'), and an accented one was shown as \u00e9
+            example = shlex.quote(f"{key}={json.dumps(items, ensure_ascii=False)}" if items
+                                  else f"{key}=[...]")
             raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r} "
-                              f"(on the command line: --set '{example}')")
+                              f"(on the command line: --set {example})")
         return [_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin in (typing.Union, types.UnionType):
         for arm in typing.get_args(hint):

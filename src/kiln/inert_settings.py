@@ -88,3 +88,18 @@ def _named(section: str, values: object, keys: list[str]) -> str:
 
 def _them(keys: list[str]) -> str:
     return "it" if len(keys) == 1 else "them"
+
+
+def data_settings_unread(cfg: Config, verb: str) -> list[str]:
+    """`kiln eval RUN --set data.val_fraction=0.2` measured the split on disk, made with the
+    recorded 0.05, without a word: the data settings make data only in the data verbs (and
+    `kiln run`); a verb that reads a trained run's data says which of them it leaves unused."""
+    from kiln.config import data_changes, recorded_config
+
+    old = recorded_config(cfg.run_dir)
+    changed = [] if old is None else data_changes(old, cfg)
+    if not changed:
+        return []
+    return [f"{', '.join(changed)}: `kiln {verb}` reads the data already made in "
+            f"{cfg.run_dir} (with the recorded settings); these settings make data only in "
+            "`kiln prepare`, `kiln tokenizer`, `kiln tokenize` and `kiln run`"]

@@ -165,7 +165,7 @@ def test_sigterm_in_the_data_stages_stops_every_rank_with_one_line(tmp_path, sig
     assert "Traceback" not in said0 + said1, said0[-2000:] + said1[-2000:]
     lines = _kiln_lines(said0)
     assert len(lines) == 1 and lines[0].startswith("kiln: run stopped on SIGTERM; "), said0
-    assert "`kiln run` again goes on" in lines[0]
+    assert "`kiln run` again with the same recipe and --set options goes on" in lines[0]
     assert _kiln_lines(said1) == [], said1
 
 

@@ -81,10 +81,14 @@ def refuse_changed_model(ckpt: Path, old: Config | None, cfg: Config) -> None:
     # train.seq_len cuts the shards into other windows: the loader's position means other
     # data (named here, and by `kiln run` before its data stages, not by the loader after)
     changed += config_changes(old, cfg, ("optim.name", "train.seq_len"))
-    changed += data_changes(old, cfg)
+    data = data_changes(old, cfg)
+    changed += data
+    # `kiln train --fresh` trains on the data on disk, and refuses it as made otherwise
+    again = ("`kiln run --fresh` with the recipe and these --set options (it makes the data "
+             "again; the old outputs move to archive/)" if data else
+             "`kiln train --fresh` (the old outputs move to archive/)")
     if changed:
         raise CheckpointError(
             f"cannot resume from {ckpt}: it was trained with other settings "
-            f"({'; '.join(changed)}); use the run's config, start over with `kiln train "
-            "--fresh` (the old outputs move to archive/), or train the new settings in another "
-            "run.dir")
+            f"({'; '.join(changed)}); use the run's config, start over with {again}, or "
+            "train the new settings in another run.dir")
