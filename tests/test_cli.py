@@ -613,3 +613,16 @@ def test_a_verb_reading_the_run_says_the_data_settings_it_leaves_unused(tiny_run
         "made" in err, err
     cli.main([verb, str(tiny_run), "--set", "eval.max_batches=2"])
     assert "warning: data." not in capsys.readouterr().err
+
+
+def test_a_verb_on_a_run_with_no_checkpoint_names_the_run_to_train(tiny_run, tmp_path, capsys):
+    """eval, generate and export on a run not trained yet said "run `kiln train` first": typed
+    bare, that trains runs/quickstart, not this run. The run is named, quoted for the shell."""
+    from kiln import cli
+
+    run = tmp_path / "my run"
+    tiny_run.rename(run)
+    for verb in ("eval", "generate", "export"):
+        assert cli.main([verb, str(run)]) == 1
+        said = capsys.readouterr().err
+        assert f"run `kiln train {shlex.quote(str(run))}` first" in said, said

@@ -15,6 +15,7 @@ from kiln.model import Transformer
 from kiln.out_of_memory import out_of_memory, refused_allocation
 from kiln.parallel.distributed import is_main_process
 from kiln.parallel.meta_init import build_on_meta
+from kiln.run_dir import run_arg
 from kiln.train.checkpoint import load_weights, trained_shards
 from kiln.train.checkpoint_dirs import latest_checkpoint, pointed_name
 from kiln.train.resume_settings import changed_model_settings
@@ -53,7 +54,8 @@ def load_trained_model(cfg: Config, ckpt: Path | None = None):
 
 
 def no_checkpoint(run_dir: Path) -> FileNotFoundError:
-    return FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'}: run `kiln train` first")
+    return FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'}: run "
+                             f"`kiln train {run_arg(run_dir)}` first")
 
 
 def note_an_older_checkpoint(ckpt: Path) -> None:

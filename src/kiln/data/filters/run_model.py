@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # imported lazily at run time: only a scorer that runs needs 
 
 def check_run_dir(run_dir: str | Path) -> Path:
     """Fail early (before an executor starts) when the run cannot provide a scorer."""
+    from kiln.run_dir import run_arg
     from kiln.train.checkpoint_dirs import latest_checkpoint
 
     run_dir = Path(run_dir)
@@ -31,7 +32,8 @@ def check_run_dir(run_dir: str | Path) -> Path:
     if missing:
         raise FileNotFoundError(f"{run_dir} is not a trained Kiln run: missing {', '.join(missing)}")
     if latest_checkpoint(run_dir / "checkpoints") is None:
-        raise FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'}: run `kiln train` first")
+        raise FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'}: run "
+                                f"`kiln train {run_arg(run_dir)}` first")
     return run_dir
 
 
