@@ -867,3 +867,16 @@ def test_index_and_nomenclature_entries_are_not_text():
     end, not where they stand; their entries came out inside sentences ('Textfoo!bar more')."""
     tex = "Text\\index{foo!bar} more\\glossary{g} and\\nomenclature[a]{$x$}{the x}. \\printindex"
     assert body(tex) == "Text more and."
+
+
+def test_a_long_run_of_dropped_citations_stays_linear():
+    """The possessive rule required the `'s` after a run of dropped references: on a run
+    without one it tried again from each reference to the run's end, O(n^2) (4,000 citations
+    in a row: 0.7 s against 0.03 s before the rule). Runs are matched whole now."""
+    from kiln.data.arxiv.latex_convert import DROPPED_REFERENCE as R
+    from kiln.data.arxiv.latex_convert import _without_reference_marks
+
+    assert _without_reference_marks(f"Smith {R}, {R}'s method and {R}'s results.") == "Smith's method and results."
+    for sep in (" ", "", ", ", " and "):
+        assert_linear(_without_reference_marks, lambda k, sep=sep: "as in " + sep.join([R] * k) + " end.",
+                      2_000, repr(sep))

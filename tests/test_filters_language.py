@@ -233,3 +233,17 @@ def test_the_prepare_summary_counts_the_undetermined(tmp_path):
     rows = {r["stage"]: r for r in json.loads((tmp_path / "run/yield.json").read_text())["stages"]}
     assert rows["language"]["drop_reasons"] == {"other_language": 1,
                                                 "undetermined_language": len(SHORT)}
+
+
+def test_a_short_cjk_sentence_is_judged_not_undetermined():
+    """MIN_LETTERS was measured on English's alphabet; counted one a letter, a Japanese,
+    Korean or Chinese sentence of 10-16 characters (which langdetect reads right) was 'und'
+    and dropped from a corpus wanting that language. A Han, kana or Hangul character weighs
+    DENSE_LETTERS now; a word or two of them is still too little."""
+    assert detect_language("今日はとても良い天気ですね。")[0] == "ja"
+    assert detect_language("오늘 날씨가 정말 좋네요")[0] == "ko"
+    assert detect_language("今天天气很好，我们去公园散步吧。")[0] == "zh-cn"
+    assert detect_language("你好") == ("und", 0.0)
+    assert detect_language("表2 结果") == ("und", 0.0)  # 'ko' by a guess before the rule
+    kept = _run(LanguageFilter(["ja"]), ["今日はとても良い天気ですね。", "Hello"])
+    assert [d.metadata["language"] for d in kept] == ["ja"]

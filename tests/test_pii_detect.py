@@ -629,3 +629,23 @@ def test_flags_that_are_ports_plugins_or_projects_are_no_passwords(text):
     package and compose's project were taken for passwords; other commands' `-a` and `-p`
     are not sshpass's or redis-cli's."""
     assert detect_pii(text) == []
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ('["mysql -u dagny -pXk3pq9z"]', '["mysql -u <USERNAME> -p<PASSWORD>"]'),
+    ('{"cmd": "redis-cli -a Xk3pq9z"}', '{"cmd": "redis-cli -a <PASSWORD>"}'),
+    ('["sshpass -pXk3pq9z"]', '["sshpass -p<PASSWORD>"]'),
+    ('["redis-cli ping", "ls -a build"]', '["redis-cli ping", "ls -a build"]'),
+    ("Start redis-cli, then run docker ps -a containers", "Start redis-cli, then run docker ps -a containers"),
+    ("redis-cli -h cache ping  # ls -a backups", "redis-cli -h cache ping  # ls -a backups"),
+    ("redis-cli -h cache -p 6379 -n 2 --no-auth-warning -a Xk3pq9z", "redis-cli -h cache -p 6379 -n 2 --no-auth-warning -a <PASSWORD>"),
+    ("sshpass -P assword: -pXk3pq9z ssh host", "sshpass -P assword: -p<PASSWORD> ssh host"),
+    ("sshpass -d 3 -pXk3pq9z ssh host", "sshpass -d 3 -p<PASSWORD> ssh host"),
+])
+def test_an_inline_flag_password_stays_within_its_command_and_string(text, redacted):
+    """An unquoted inline password ran to the next space: in a JSON string the closing `"]`
+    went with it (the document's JSON broken). redis-cli's `-a` was looked for to the line's
+    end, so another command's (`ls -a build` in the next string, after a comma, in a comment)
+    was taken for its password. sshpass's `-P prompt` / `-d fd` took their word for the
+    command it runs, so a `-pPW` after them was missed."""
+    assert redact(text)[0] == redacted

@@ -26,8 +26,10 @@ CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.n
            "mail dagny.holm [at] fjordmail [dot] no today",
            "Example usage:\r\n\r\nauth(user='klem', passwd='geheim$parole')\r\n",
            'sshpass -p"Xk3pq9z" ssh host', "redis-cli -a Xk3pq9z ping", "SSHPASS=Xk3pq9z sshpass -e ssh host",
-           "pytest -p no:cacheprovider tests", "docker run -p 8080:80/tcp nginx"]
-PINNED = ("2026-12-07.3", "0f9022b5e695b1eb")  # the version and its redactions' digest
+           "pytest -p no:cacheprovider tests", "docker run -p 8080:80/tcp nginx",
+           '["mysql -u dagny -pXk3pq9z"]', '["redis-cli ping", "ls -a build"]',
+           "sshpass -P assword: -pXk3pq9z ssh host"]
+PINNED = ("2026-12-07.4", "70c2180310d61fcd")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:

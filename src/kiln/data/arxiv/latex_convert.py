@@ -119,8 +119,10 @@ REFERENCE_RUN = re.compile(rf"(?<![ \t])[ \t]*+{_REFERENCE_RUN}(?:[ \t]++(?=[)\]
 PERIOD_REFERENCE = re.compile(
     rf"(?<=\.)[ \t]*+(?:[(\[][ \t]*+{_REFERENCE_RUN}[ \t]*+[)\]]|{_REFERENCE_RUN})[ \t]*+\.(?!\.)"
 )
-# A run with a possessive after it ("\cite{a}'s results"): see `_possessive`.
-POSSESSIVE_REFERENCE = re.compile(rf"(?<![ \t])[ \t]*+{_REFERENCE_RUN}(['’]s)(?![^\W\d_])")
+# A run with a possessive after it ("\cite{a}'s results"): see `_possessive`. Every run is
+# matched whole, the possessive optional: required, a run without one was tried again from each
+# of its references to its end (4,000 citations in a row: 0.7 s against 0.03 s, O(n^2)).
+POSSESSIVE_REFERENCE = re.compile(rf"(?<![ \t])[ \t]*+{_REFERENCE_RUN}(?:(['’]s)(?![^\W\d_]))?")
 
 
 class LatexConverter(LatexTokens):
@@ -501,6 +503,8 @@ def _possessive(m: re.Match) -> str:
     """The possessive after a dropped reference run: kept on a name before it ("Smith~\\cite{a}'s"
     reads "Smith's", "et al.'s" too), else dropped with it, since the reference was the noun
     ("\\cite{a}'s results" read "'s results", "of \\cite{a}'s group" "of's group")."""
+    if m.group(1) is None:
+        return m.group(0)  # no possessive: the run stays for REFERENCE_RUN
     before = m.string[max(0, m.start() - 40) : m.start()].split()
     word = before[-1] if before else ""
     named = word[:1].isupper() and word[-1:].isalpha() or word.endswith("al.")

@@ -21,6 +21,10 @@ gone (numbers, punctuation and markup are no evidence of a language) is undeterm
 text with no letter was already: `und`, dropped as `undetermined_language` in drop mode (the
 prepare summary's drop reasons count it), tagged `und` in tag mode. It is not known to be in
 a wanted language; the alternative, keeping it, would keep a short text in any language.
+A Han, kana or Hangul character counts as DENSE_LETTERS letters: English's 20 were measured
+on a 26-letter alphabet, and a character of these scripts says more (on the stdlib's CJK test
+texts langdetect is right for 85 % of 7-character Chinese snippets, 95 % of Japanese, 100 %
+of Korean; counted one a letter, a 19-character Japanese sentence was 'und').
 
 The parts of a text the reader cut (over 1,000,000 characters: metadata `part_of`) are one
 document: each takes the language of the first of them that reaches this filter. Judged
@@ -51,7 +55,10 @@ SEED = 0  # langdetect's sampling seed for every document
 READ_CHARS = 100_000  # of a document's start, where its first 10,000 characters of prose are
 UNDETERMINED = "und"  # ISO 639-2's code for "undetermined": too few letters left to judge
 MIN_LETTERS = 20  # fewer letters than this in what langdetect reads: undetermined
+DENSE_LETTERS = 3  # a Han, kana or Hangul character's weight: 7 of them reach MIN_LETTERS
 _LETTER = re.compile(r"[^\W\d_]")
+_DENSE = re.compile("[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+                    "\uf900-\ufaff\U00020000-\U000323af]")  # kana, Han, Hangul syllables
 _COMMAND = re.compile(r"\\[A-Za-z@]+\*?|\\.")  # \frac, \section*, \\ ...
 _BRACES = re.compile(r"[{}]")
 
@@ -91,13 +98,24 @@ def detect_language(text: str, strip_math: bool = True) -> tuple[str, float]:
     detector = _factory().create()
     text = text[:READ_CHARS]
     detector.append(prose(text) if strip_math else text)
-    if sum(1 for _ in itertools.islice(_LETTER.finditer(detector.text), MIN_LETTERS)) < MIN_LETTERS:
+    if _letters(detector.text) < MIN_LETTERS:
         return UNDETERMINED, 0.0
     try:
         best = detector.get_probabilities()[0]
     except LangDetectException:
         return UNDETERMINED, 0.0
     return best.lang, float(best.prob)
+
+
+def _letters(text: str) -> int:
+    """Letters in `text` (a Han, kana or Hangul character DENSE_LETTERS), counted up to
+    MIN_LETTERS."""
+    n = 0
+    for m in itertools.islice(_LETTER.finditer(text), MIN_LETTERS):
+        n += DENSE_LETTERS if _DENSE.match(m.group()) else 1
+        if n >= MIN_LETTERS:
+            break
+    return n
 
 
 class LanguageFilter(BaseFilter):

@@ -112,16 +112,26 @@ PROSE_PASSWORD = re.compile(rf"{ASCII_START}(?i:password|passphrase|passcode)[ \
 CLI_FLAG = re.compile(
     r"(?<=\s)(?P<flag>--?(?:password|passwd|pass|p|user|username|u|login))(?:[ =])"
     r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s\"';]*))")
-_FLAG_VALUE = r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s;]*))"
-# within the one command (up to `;`, `&`, `|`): to the line's end, each `mysql` with no inline
-# `-pPW` scanned the rest of its line, O(len^2) on a one-line script
+# an unquoted value ends at a quote too: in a JSON string (`["mysql -pPW"]`) the `"]` after
+# it was taken into the password and redacted with it
+_FLAG_VALUE = r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s\"';]*))"
+# how far a command's options reach from its name: read to the line's end, each command with
+# no password flag scanned the rest of its line, O(len^2) on a one-line document of them
+MAX_COMMAND = 256
+# within the one command (up to `;`, `&`, `|`)
 MYSQL_INLINE_PASSWORD = re.compile(
-    rf"{ASCII_START}mysql(?:dump|admin)?(?![A-Za-z0-9_])[^\n;&|]*?\s-p{_FLAG_VALUE}")
+    rf"{ASCII_START}mysql(?:dump|admin)?(?![A-Za-z0-9_])[^\n;&|]{{0,{MAX_COMMAND}}}?\s-p{_FLAG_VALUE}")
 # sshpass's `-pPW` / `-p"PW"` (its `-p PW` is CLI_FLAG's), among its own options only: the
 # command it runs has its own `-p` (`sshpass -f pw ssh -p2222 host`: a port)
-SSHPASS_INLINE_PASSWORD = re.compile(rf"{ASCII_START}sshpass(?:[ \t]+-[a-oq-zA-Z]\S*)*[ \t]+-p{_FLAG_VALUE}")
+# (`-P prompt`, `-d fd`, `-f file` take a word: `sshpass -P assword: -pPW` was missed)
+SSHPASS_INLINE_PASSWORD = re.compile(
+    rf"{ASCII_START}sshpass(?:[ \t]+-(?:[Pdf](?:[ \t]+[^\s-]\S*)?|[a-oq-zA-Z])\S*)*[ \t]+-p{_FLAG_VALUE}")
 # redis-cli's `-a PW` (auth); elsewhere `-a` is "all" (`ls -a`) and no password flag
-REDIS_PASSWORD = re.compile(rf"{ASCII_START}redis-cli(?![A-Za-z0-9_-])[^\n;&|]*?\s-a[ \t]+{_FLAG_VALUE}")
+# among its own arguments: words after it, a few, none ending the command or a string
+# (`["redis-cli ping", "ls -a build"]`, "start redis-cli, then ps -a x", `# ls -a x`: not its)
+_REDIS_ARG = r"(?:[^\s\"'`,;&|#]+|\"[^\"\s]*\"|'[^'\s]*')"
+REDIS_PASSWORD = re.compile(
+    rf"{ASCII_START}redis-cli(?![A-Za-z0-9_-])(?:[ \t]+{_REDIS_ARG}){{0,16}}?[ \t]+-a[ \t]+{_FLAG_VALUE}")
 # a `-p` value that is a port, a port range or a published port (`-p 8080:80/tcp`, `nmap -p 1-1000`)
 PORT_VALUE = re.compile(r"[\d:.-]+(?:/(?:tcp|udp|sctp))?")
 URL_CREDENTIALS = re.compile(
@@ -275,10 +285,11 @@ def _command_line(text: str, flag_at: int) -> str:
     """The command the flag belongs to, up to the flag: its line and the lines it continues
     (a shell command split with `\\`), from the last `;`, `&`, `|` or `(` on them. The
     whole line made `mkdir -p /srv && mysql -u dagny -p PW` one `mkdir` command, so the
-    password was taken for mkdir's `-p` and kept."""
-    start = text.rfind("\n", 0, flag_at) + 1
-    while start > 1 and _ends_with_backslash(text, start - 1):
-        start = text.rfind("\n", 0, start - 1) + 1
+    password was taken for mkdir's `-p` and kept. At most MAX_COMMAND characters back."""
+    lo = max(0, flag_at - MAX_COMMAND)  # read to the line's start: O(len) a flag, O(len^2) a line
+    start = max(lo, text.rfind("\n", lo, flag_at) + 1)
+    while start > lo + 1 and _ends_with_backslash(text, start - 1):
+        start = max(lo, text.rfind("\n", lo, start - 1) + 1)
     seps = _separators(text)
     last = bisect.bisect_left(seps, flag_at) - 1  # the last one before the flag
     return text[max(start, seps[last] + 1 if last >= 0 else 0):flag_at]

@@ -7,5 +7,5 @@ PII_RULES with any change to what `redact` replaces; tests/test_pii_rules_versio
 redactions of the labelled corpus to it, so a change that forgets fails there.
 """
 
-# JSON lists, CJK edges, `-p PW;`, query fields, Basic auth, .netrc (quoted values), ${X:-PW}, [at]
-PII_RULES = "2026-12-07.3"
+# JSON lists, CJK edges, `-p PW;`, query fields, Basic auth, .netrc (quoted values), ${X:-PW}, [at], inline -pPW ends at a quote
+PII_RULES = "2026-12-07.4"
