@@ -76,3 +76,37 @@ def test_a_killed_prepare_leaves_no_manager_fork_server_or_worker(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+LAUNCHER = """
+import ctypes, os, subprocess, sys, threading
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE)
+print(child.stdout.readline().decode(), end="", flush=True)  # its first look, while it runs
+threading.Thread(target=lambda: (print(child.stdout.read().decode(), end="", flush=True),
+                                 os._exit(child.wait()))).start()  # its other thread
+ctypes.CDLL(None).pthread_exit(None)  # its main thread ends first, as when killed
+"""
+
+RANK = """
+import os, time
+from kiln.parallel import rank_stops
+rank_stops._launcher = os.getppid()
+print(rank_stops._launcher_gone(), flush=True)
+def state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+deadline = time.monotonic() + 60
+while state(rank_stops._launcher) != "Z" and time.monotonic() < deadline:
+    time.sleep(0.01)  # its main thread ended, its other threads not
+print(os.getppid() == rank_stops._launcher, rank_stops._launcher_gone(), flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl: Linux")
+def test_a_rank_sees_its_launcher_gone_while_the_launchers_threads_still_end():
+    """A SIGKILLed torchrun's main thread ends before its other threads: the kernel hands
+    its ranks to one of those (sending the death signal), so getppid() still names torchrun,
+    whose store no longer answers. A rank on its way out asked it, and printed C++ frames."""
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, RANK], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.split() == ["False", "True", "True"], done.stdout + done.stderr

@@ -267,3 +267,20 @@ def test_a_waiting_rank_stopped_by_sigterm_is_not_told_to_press_ctrl_c_again(mon
     err = capsys.readouterr().err
     assert "SIGTERM: waiting" in err and "Ctrl-C again" not in err
     assert "a second SIGTERM is the same stop; Ctrl-C or SIGINT stops at once" in err
+
+
+def test_a_sigterm_after_trainings_stop_gave_its_handlers_back_is_the_same_stop():
+    """A killed torchrun's kernel SIGTERMs its ranks once per thread of torchrun's that ends
+    holding them: on a loaded machine a later one came as the rank left its process group,
+    after training's handlers were given back, and raised there, a stop of its own ("train
+    stopped on SIGTERM", each rank) in place of the step saved and said by rank 0. Training's
+    stop (asked here, or agreed with another rank) is the stop under way."""
+    from kiln.interrupts import signals_stop_at_once
+
+    with signals_stop_at_once():
+        stops = StopRequests().install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stops.signal == signal.SIGTERM
+        stops.restore()  # training stopped: `kiln`'s handlers again, the group still to leave
+        os.kill(os.getpid(), signal.SIGTERM)  # raised nothing: the same stop
+        time.sleep(0.05)

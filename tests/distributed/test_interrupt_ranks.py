@@ -140,7 +140,10 @@ def test_rank_zero_is_not_left_waiting_for_a_rank_that_died_before_its_first_che
         tiny_run):
     """Rank 1 fails as the first checkpoint begins; rank 0 writes it, then learns that rank
     1 is gone, where it would wait a week for it to join the checkpoint's group."""
+    # each result is waited for `timeout` after the one before: rank 1's first, counted from
+    # the spawn (two start-ups, importing torch, and six steps: 58 s under a CPU hog), then
+    # rank 0's, counted from rank 1's end: the wait for a rank gone that this test is about
     said = run_function_on_ranks(_train_with_rank_one_failing_at_the_first_checkpoint, 2,
-                                 args=(tiny_run,), timeout=60)
+                                 args=(tiny_run,), timeout=120)
     assert said[1] == ("MemoryError", False)
     assert said[0][1], said[0]  # rank 0: a lost rank, said in one line by `kiln`

@@ -65,6 +65,18 @@ def _when_marked(tmp_path: Path, procs: list, mark: str, ranks: list[int]) -> No
     time.sleep(1)  # from the mark into the wait itself
 
 
+def _started(tmp_path: Path, procs: list, ranks: list[int]) -> None:
+    """Until each of `procs` (of RANK `ranks`) has started: marked "busy" as it goes to meet
+    the others, or ended (refused before). `_ended` gives the ranks HANG_S from there, to
+    meet and stop: counted from their launch, it held a start-up (importing torch), which
+    on a loaded machine took most of it."""
+    deadline = time.monotonic() + 120
+    while not all(p.poll() is not None or (tmp_path / "marks" / f"busy{r}").exists()
+                  for p, r in zip(procs, ranks)):
+        assert time.monotonic() < deadline, "the ranks did not start"
+        time.sleep(0.1)
+
+
 def _one_line(said: str, start: str) -> None:
     assert "Traceback" not in said and "frame #" not in said, said[-3000:]
     lines = _kiln_lines(said)
@@ -136,6 +148,7 @@ def test_a_rank_refused_before_it_met_stops_every_rank_waiting_with_its_reason(
         _when_marked(tmp_path, list(procs.values()), "met", [0, 2])
         time.sleep(2)  # both here, polling
         start(1, tmp_path / "not-on-this-node")
+        _started(tmp_path, [procs[1]], [1])
     finally:
         ended = dict(zip(sorted(procs), _ended([procs[r] for r in sorted(procs)],
                                                [logs[r] for r in sorted(procs)])))
@@ -156,7 +169,10 @@ def test_rank_zero_refused_by_the_training_lock_tells_the_waiting_ranks(tiny_run
         held.write("pid 1 on elsewhere")
         held.flush()
         procs, logs = start_python(_script(tmp_path, tiny_run), world_size=2)
-        (rank0, said0), (rank1, said1) = _ended(procs, logs)
+        try:
+            _started(tmp_path, procs, [0, 1])
+        finally:
+            (rank0, said0), (rank1, said1) = _ended(procs, logs)
     assert (rank0, rank1) == (1, 1), said0[-3000:] + said1[-3000:]
     _one_line(said0, f"kiln: {tiny_run} is being trained by pid 1 on elsewhere")
     _one_line(said1, f"kiln: rank 0 failed before the ranks met: {tiny_run} is being trained "
@@ -192,9 +208,16 @@ def _hand_launch(tmp_path: Path, run_dir: Path, ranks: list[tuple[int, int]]):
                "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                "OMP_NUM_THREADS": "1"}
         logs.append(tempfile.TemporaryFile())
+        (tmp_path / "marks" / f"busy{rank}").unlink(missing_ok=True)  # a RANK given twice
         procs.append(subprocess.Popen([sys.executable, *args], env=env, stdout=logs[-1],
                                       stderr=subprocess.STDOUT))
-        time.sleep(1)  # in this order (rank 0, the host, reaches the meeting first)
+        # each started before the next: a rank given twice is the second to meet (which
+        # rank sets the launch's WORLD_SIZE, rank 0's, no longer depends on the order)
+        try:
+            _started(tmp_path, procs[-1:], [rank])
+        except AssertionError:
+            _ended(procs, logs)  # not left running
+            raise
     return procs, logs
 
 

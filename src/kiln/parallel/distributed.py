@@ -169,7 +169,10 @@ def die_with_launcher() -> None:
     """torchrun starts its workers in sessions of their own: a torchrun killed outright
     (SIGKILL, the OOM killer) would leave them training on as orphans that write checkpoints
     nobody waits for, then fail in a collective whose store died with it, in pages of C++
-    frames. On Linux the kernel ends them with it instead (SIGTERM; checkpoints are atomic).
+    frames. On Linux the kernel ends them with it instead (SIGTERM; checkpoints are atomic),
+    once for each of torchrun's threads that ends holding them (each hands them to the next):
+    the later ones are the same stop (`stop_signals`), and the store is gone from the first
+    (`rank_stops._launcher_gone`).
     Only under torchrun: a hand launch's shell may leave its ranks running on purpose."""
     if not sys.platform.startswith("linux"):
         return

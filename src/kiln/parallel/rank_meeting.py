@@ -39,7 +39,7 @@ def meet(timeout: timedelta) -> dist.Store:
     every rank has reached it: `init_process_group` on it then finds them all at once."""
     global _met
     addr, port, rank, world = _where()
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun's: every rank a client
+    agent = _agent_store()
     hosts = rank == 0 and not agent
     deadline = time.monotonic() + timeout.total_seconds()
     if not hosts:
@@ -56,6 +56,11 @@ def meet(timeout: timedelta) -> dist.Store:
     _all_here(dist.PrefixStore(_meeting(), store), rank, world, deadline, f"{addr}:{port}",
               hosts)
     return store
+
+
+def _agent_store() -> bool:
+    """torchrun's agent hosts the store: every rank is its client."""
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
 
 
 def _where() -> tuple[str, int, int, int]:
@@ -156,7 +161,7 @@ def _wait_for_all(store: dist.Store, rank: int, world: int, deadline: float, whe
     held = nullcontext if hosts else _store_may_be_gone
     try:
         with held():
-            _refuse_another_launch(store, rank, world)
+            _refuse_another_launch(store, rank, world, hosts, deadline)
             store.set(f"here/{rank}", "1")
             here, counted = store.add("here", 1), True
         while here < world:
@@ -182,13 +187,21 @@ def _wait_for_all(store: dist.Store, rank: int, world: int, deadline: float, whe
         raise
 
 
-def _refuse_another_launch(store: dist.Store, rank: int, world: int) -> None:
+def _refuse_another_launch(store: dist.Store, rank: int, world: int, hosts: bool,
+                           deadline: float) -> None:
     """A rank whose WORLD_SIZE or RANK does not fit the others' (a hand launch's typo) was
     counted as here: the count reached, the ranks went on into the group's C++ connect, each
     waiting there for a rank that never came, deaf to SIGTERM, for the group's half hour.
-    The first rank's WORLD_SIZE is the meeting's; a rank that does not fit leaves word
-    (which stops the ranks waiting) and fails with the reason."""
-    first = store.compare_set("world", "", str(world)).decode()
+    The meeting's WORLD_SIZE is its host's (rank 0 of a hand launch, whose MASTER_ADDR the
+    others were given), or under torchrun's agent the first rank's (torchrun gives each the
+    same); a rank that does not fit leaves word (which stops the ranks waiting) and fails
+    with the reason. Not the first rank's in a hand launch: which rank that was depended on
+    their start-ups (a rank polling rank 0's port may reach the store just made before rank
+    0 itself, on a loaded node), and so did which rank was refused."""
+    if hosts or _agent_store():
+        first = store.compare_set("world", "", str(world)).decode()
+    else:
+        first = _hosts_world(store, rank, deadline)
     why = None
     if first != str(world):
         why = f"was started with WORLD_SIZE={world}, another rank of this launch with {first}"
@@ -204,6 +217,20 @@ def _refuse_another_launch(store: dist.Store, rank: int, world: int) -> None:
         pass
     raise ConfigError(f"rank {rank} {why}: start every rank with the same WORLD_SIZE and "
                       "MASTER_ADDR / MASTER_PORT, or start the ranks with torchrun")
+
+
+def _hosts_world(store: dist.Store, rank: int, deadline: float) -> str:
+    """The WORLD_SIZE rank 0 of a hand launch gave its store, set as it made it: waited for
+    in short polls (a signal's handler runs), a word left meanwhile (rank 0 stopped) obeyed."""
+    wait = _Wait(deadline)
+    while not store.check(["world"]):
+        if store.check(["left"]):
+            _stop_as_told(store)
+        if wait.over():
+            raise KilnError(f"rank {rank} waited {wait.seconds():.0f} s for rank 0 to start "
+                            f"the meeting in its store and gave up: {_LIKELY}")
+        wait.pause()
+    return store.get("world").decode()
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -87,10 +87,27 @@ def _store() -> dist.Store | None:
 
 
 def _launcher_gone() -> bool:
-    """This rank's torchrun was killed: the kernel gave it another parent before the
-    SIGTERM that stops it (`die_with_launcher`), so the store is known gone without a call
-    on it (a store's failed call logs a C++ stack, each rank its own, before its error)."""
-    return _launcher is not None and os.getppid() != _launcher
+    """This rank's torchrun was killed, so the store is known gone without a call on it (a
+    store's failed call logs a C++ stack, each rank its own, before its error): the kernel
+    gave this rank another parent, or is ending torchrun's threads. The kernel's SIGTERM
+    (`die_with_launcher`) comes as torchrun's main thread ends, which hands its children to
+    another of its threads, not yet ended: getppid() names torchrun until its last thread has
+    gone (on a loaded machine, long after), while its store no longer answers, then resets
+    its connections."""
+    if _launcher is None:
+        return False
+    return os.getppid() != _launcher or _ending(_launcher)
+
+
+def _ending(pid: int) -> bool:
+    """Whether process `pid` is on its way out: its main thread has exited (a zombie while
+    its other threads end). Where /proc cannot say (not Linux), False."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("Z", "X", "x")
 
 
 def _answers(store: dist.Store) -> bool:

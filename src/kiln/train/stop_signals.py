@@ -13,6 +13,12 @@ torchrun), so a second SIGINT within `REPEAT_WINDOW_S` of the first counts as th
 press; a repeated SIGTERM or SIGHUP (torchrun passes on what it gets, then SIGTERMs the
 ranks) is the same stop.
 
+From the first of these signals (on any rank: the ranks agree on the stop), the process is
+stopping (`kiln.interrupts.stop_under_way`): a SIGTERM or SIGHUP that comes after training's
+handlers are given back, as the rank leaves its process group, is the same stop, not a new
+one raised in the middle of it (a killed torchrun's kernel SIGTERMs its ranks once per thread
+of torchrun's that ends, on a loaded machine long after the first).
+
 Ranks may see the signal at different steps (or only one rank may get it): `agreed` sums
 the flags across ranks every step, so all of them stop after the same step and the
 checkpoint's collectives line up.
@@ -30,7 +36,7 @@ from typing import Any
 
 import torch
 
-from kiln.interrupts import REPEAT_WINDOW_S, what_stops_at_once
+from kiln.interrupts import REPEAT_WINDOW_S, stop_under_way, what_stops_at_once
 from kiln.interrupts import STOP_SIGNALS as _STOP_SIGNALS
 from kiln.parallel.distributed import DistEnv, all_reduce_sum, is_main_process
 
@@ -64,6 +70,7 @@ class StopRequests:
         now = self._clock()
         if self.signal is None:
             self.signal, self._first_at = signum, now
+            stop_under_way()
             _say(f"\n{signal.Signals(signum).name}: training stops after this step and saves a "
                  f"checkpoint ({what_stops_at_once(signum)})\n")
         elif signum == signal.SIGINT and now - self._first_at > REPEAT_WINDOW_S:
@@ -81,6 +88,7 @@ class StopRequests:
         asked, terminate, hangup = all_reduce_sum(self._flags(device), env).tolist()
         if not asked:
             return None
+        stop_under_way()  # another rank's signal: this rank stops on it too
         return "SIGTERM" if terminate else "SIGHUP" if hangup else "SIGINT"
 
     def _flags(self, device: torch.device) -> torch.Tensor:
