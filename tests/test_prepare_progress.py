@@ -28,4 +28,6 @@ def test_progress_on_still_shows_the_bars(tmp_path, capfd):
     cfg = PrepareConfig(stages=["read", "dedup_exact", "write"])
     run_prepare(cfg, tmp_path / "run", [str(_source(tmp_path))], progress=True)
     err = capfd.readouterr().err
-    assert "read rank 0" in err and "Initializing pq" in err
+    # Kiln's reader's bar, and datatrove's own (exact dedup keeps the first copy overall with
+    # a merge of its own, not datatrove's "Initializing pq" finder: its other steps' bars)
+    assert "read rank 0" in err and "it/s" in err.replace("file/s", ""), err
