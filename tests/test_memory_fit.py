@@ -166,3 +166,7 @@ def test_the_trainer_counts_its_micro_batchs_tokens(tiny_run, monkeypatch):
     micro = min(cfg.train.micro_batch, cfg.train.global_batch)
     assert seen[0]["tokens"] == micro * cfg.train.seq_len
     assert seen[0]["precision"] in ("fp32", "bf16")
+    # compiled, the partitioner may recompute what eager keeps: the state alone is counted
+    with pytest.raises(ConfigError, match="checked"):
+        trainer.Trainer(load(tiny_run / "config.toml", ["train.compile=true"]))
+    assert seen[1]["tokens"] == 0
