@@ -125,3 +125,48 @@ def test_the_trainer_refuses_with_the_tokenizers_vocabulary(tiny_run, monkeypatc
     with pytest.raises(ConfigError, match="more than this machine's free memory"):
         Trainer(cfg)
     assert built == []
+
+
+def test_a_micro_batchs_activations_count_beside_the_state(monkeypatch):
+    """dim 256, 4 layers at 8 x 512 tokens counted 64 MB of state and peaked 866 MB above
+    it on CPU: the activations every layer keeps now count, computed here by hand."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    m = _model()  # dim 256, 4 layers, 8 heads of 32, SwiGLU 704 wide
+    assert (m.dim, m.n_layers, m.n_heads, m.n_experts) == (256, 4, 8, 0)
+    params, tokens = count_model_params(m), 8 * 512
+    per_token = {"fp32": 4 * (2 * 256 * 2 + 256 + 2 * 704),
+                 "bf16": 4 * 2 * 256 + 2 * (2 * 256 + 256 + 2 * 704)}
+    for precision, layer_bytes in per_token.items():
+        acts = 4 * tokens * layer_bytes
+        assert acts > 4 * params  # more than the gradients, which backward makes as it frees them
+        need = params * 16 - 4 * params + acts
+        check_training_fits(m, "adamw", CPU, available=need, tokens=tokens, precision=precision)
+        with pytest.raises(ConfigError, match=r"and a micro-batch's activations .* "
+                                              r"train.micro_batch / train.seq_len"):
+            check_training_fits(m, "adamw", CPU, available=need - 1, tokens=tokens,
+                                precision=precision)
+    # a short micro-batch: the gradients outweigh its activations, the state alone decides
+    check_training_fits(m, "adamw", CPU, available=params * 16, tokens=128)
+
+
+def test_the_trainer_counts_its_micro_batchs_tokens(tiny_run, monkeypatch):
+    from kiln.config import load_config as load
+    from kiln.train import trainer
+
+    seen = []
+
+    def stop(*args, **kwargs):
+        seen.append(kwargs)
+        raise ConfigError("checked")
+
+    monkeypatch.setattr(trainer, "check_training_fits", stop)
+    cfg = load(tiny_run / "config.toml", [])
+    with pytest.raises(ConfigError, match="checked"):
+        trainer.Trainer(cfg)
+    micro = min(cfg.train.micro_batch, cfg.train.global_batch)
+    assert seen[0]["tokens"] == micro * cfg.train.seq_len
+    assert seen[0]["precision"] in ("fp32", "bf16")
+    # compiled, the partitioner may recompute what eager keeps: the state alone is counted
+    with pytest.raises(ConfigError, match="checked"):
+        trainer.Trainer(load(tiny_run / "config.toml", ["train.compile=true"]))
+    assert seen[1]["tokens"] == 0

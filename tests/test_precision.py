@@ -119,3 +119,57 @@ def test_explicit_bf16_on_a_gpu_without_bf16_tensor_cores_is_kept_with_a_warning
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert precision.resolve_precision("bf16", torch.device("cuda")) == "bf16"
+
+
+class _CpuInfo:
+    """/proc/cpuinfo as `text`, or unreadable (None)."""
+
+    def __init__(self, text: str | None):
+        self.text = text
+
+    def __call__(self, path):
+        assert str(path) == "/proc/cpuinfo"
+        return self
+
+    def read_text(self) -> str:
+        if self.text is None:
+            raise PermissionError("/proc/cpuinfo")
+        return self.text
+
+
+ARM_CPUINFO = "processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd bf16 i8mm sve\n"
+
+
+@pytest.mark.parametrize("cpuinfo", [None, ARM_CPUINFO])
+@pytest.mark.parametrize(("cpuid", "expected"), [(True, "bf16"), (False, "fp32")])
+def test_unknown_flags_ask_the_cpuid_probe(monkeypatch, cpuinfo, cpuid, expected):
+    """An unreadable /proc/cpuinfo (a sandbox) or one without x86 flags: the choice was
+    fp32 whatever the CPU; torch's CPUID probe now decides (False off x86), silently."""
+    monkeypatch.setattr(precision, "Path", _CpuInfo(cpuinfo))
+    monkeypatch.setattr(precision, "_WARNED", [])
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: cpuid)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert precision.cpu_flags() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert precision.resolve_precision("auto", CPU) == expected
+    assert precision.has_fast_bf16(CPU) is cpuid
+    with warnings.catch_warnings(record=True) as said:  # 'emulated' where CPUID says so
+        warnings.simplefilter("always")
+        assert precision.resolve_precision("bf16", CPU) == "bf16"
+    assert ["emulated" in str(w.message) for w in said] == ([] if cpuid else [True])
+
+
+def test_unknown_flags_without_a_probe_choose_fp32_and_say_so(monkeypatch):
+    monkeypatch.setattr(precision, "Path", _CpuInfo(None))
+    monkeypatch.setattr(precision, "_WARNED", [])
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported", raising=False)
+    with pytest.warns(UserWarning, match=r"'auto' chose fp32: this CPU's features could not"):
+        assert precision.resolve_precision("auto", CPU) == "fp32"
+    with warnings.catch_warnings():  # once a process
+        warnings.simplefilter("error")
+        assert precision.resolve_precision("auto", CPU) == "fp32"
+        # the kernel's flags, where it gives them, decide without a word
+        monkeypatch.setattr(precision, "Path", _CpuInfo("flags\t: fpu avx2 avx512f\n"))
+        monkeypatch.setattr(precision, "_WARNED", [])
+        assert precision.resolve_precision("auto", CPU) == "fp32"

@@ -1303,3 +1303,40 @@ def test_logged_steps_do_not_redraw_the_bar_in_a_log_file(monkeypatch):
     draws = [d for d in log.getvalue().split("\r") if d.strip()]
     assert len(draws) <= 3, draws
     assert "60/60" in draws[-1] and "loss=1.000" in draws[-1]
+
+
+def test_the_eta_counts_validation_and_checkpoint_time(monkeypatch):
+    """The bar's ETA is the wall time per step so far (steps, validation, checkpoints) times
+    the steps left. tqdm's default, an average weighted to the last redraws, forgot a
+    validation a few redraws after it: on a terminal the ETA was that of the steps alone.
+    Fake clocks: 1 s steps, a 10 s validation after every 5th, so 10 steps take 30 s."""
+    import io
+    from types import SimpleNamespace
+
+    import tqdm.std
+
+    from kiln.train import callbacks
+
+    clock = [0.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: clock[0])
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(callbacks.sys, "stderr", io.StringIO())
+    trainer = SimpleNamespace(
+        cfg=SimpleNamespace(train=SimpleNamespace(steps=20, log_every=1)), step=0,
+        tokens_seen=0, env=SimpleNamespace(is_main=True), log=lambda record: None,
+        elapsed=lambda: 0)
+    progress = callbacks.ProgressLog()
+    progress.on_train_start(trainer)
+    progress.bar.mininterval = 0.5  # a terminal's redraws
+    for _ in range(10):
+        progress.on_step_start(trainer)
+        clock[0] += 1.0
+        trainer.step += 1
+        progress.on_step_end(trainer, {"loss": 1.0, "lr": 0.1, "grad_norm": 1.0,
+                                       "step_tokens": 100})
+        if trainer.step % 5 == 0:
+            clock[0] += 10.0
+    figures = progress.bar.format_dict
+    rate = figures["rate"] or (figures["n"] - figures["initial"]) / figures["elapsed"]
+    assert (figures["total"] - figures["n"]) / rate == pytest.approx(30.0)
+    progress.on_train_end(trainer)

@@ -139,6 +139,9 @@ class ProgressLog(Callback):
             total=trainer.cfg.train.steps, initial=trainer.step, desc="train", unit="step",
             disable=not trainer.env.is_main, file=sys.stderr, dynamic_ncols=True,
             mininterval=progress_interval(0.0, sys.stderr.isatty()),
+            # ETA from the mean wall time per step so far, validation and checkpoints in it:
+            # tqdm's default (weighted to the last redraws) forgot them a few redraws later
+            smoothing=0,
         )
         self.on_terminal, self.started = sys.stderr.isatty(), time.perf_counter()
         self.window_tokens, self.window_seconds, self.step_start = 0, 0.0, time.perf_counter()

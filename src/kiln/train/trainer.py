@@ -122,7 +122,9 @@ class Trainer(Resuming, RunRecords):
         # every rank says why, not only the short one (the others met a lost rank at the
         # model's first collective)
         run_on_every_rank(self.env, lambda: check_training_fits(
-            self.model_cfg, cfg.optim.name, self.device, t.parallel, self.env.world_size),
+            self.model_cfg, cfg.optim.name, self.device, t.parallel, self.env.world_size,
+            # eager activations only: torch.compile's partitioner may recompute what eager saves
+            tokens=0 if t.compile else self.micro_batch * t.seq_len, precision=self.precision),
             _not_fitted, ConfigError)
         # weights on the meta device: `parallelize` makes them where they train (a device,
         # FSDP2 shards), drawn as a CPU build draws them, one parameter at a time
