@@ -64,14 +64,15 @@ MIN_EXACT_TOKENS = 5
 UNCATCHABLE_WARN_SHARE = 0.05
 
 
-# Han ideographs and kana (scripts written without spaces): one token per character
-UNSPACED = re.compile(
-    "[\u3040-\u30ff"  # Hiragana, Katakana (NFKC makes half-width katakana these)
+# Han ideographs and kana (scripts written without spaces), as a character class's ranges
+HAN_KANA = (
+    "\u3040-\u30ff"  # Hiragana, Katakana (NFKC makes half-width katakana these)
     "\u31f0-\u31ff"  # Katakana phonetic extensions
     "\u3400-\u4dbf\u4e00-\u9fff"  # CJK unified ideographs, extension A
     "\uf900-\ufaff"  # CJK compatibility ideographs
-    "\U00020000-\U000323af]"  # extensions B-H, compatibility supplement
+    "\U00020000-\U000323af"  # extensions B-H, compatibility supplement
 )
+UNSPACED = re.compile(f"[{HAN_KANA}]")  # one token per character
 
 
 def normalize_tokens(text: str) -> list[str]:

@@ -44,6 +44,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from kiln.data.arxiv.markup_metrics import strip_math_spans
+from kiln.data.decontam.ngram_index import HAN_KANA
 from kiln.data.long_documents import FirstPartVerdict
 
 # the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
@@ -57,8 +58,7 @@ UNDETERMINED = "und"  # ISO 639-2's code for "undetermined": too few letters lef
 MIN_LETTERS = 20  # fewer letters than this in what langdetect reads: undetermined
 DENSE_LETTERS = 3  # a Han, kana or Hangul character's weight: 7 of them reach MIN_LETTERS
 _LETTER = re.compile(r"[^\W\d_]")
-_DENSE = re.compile("[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
-                    "\uf900-\ufaff\U00020000-\U000323af]")  # kana, Han, Hangul syllables
+_DENSE = re.compile(f"[{HAN_KANA}\uac00-\ud7af]")  # kana, Han, Hangul syllables
 _COMMAND = re.compile(r"\\[A-Za-z@]+\*?|\\.")  # \frac, \section*, \\ ...
 _BRACES = re.compile(r"[{}]")
 
