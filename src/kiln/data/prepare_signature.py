@@ -196,7 +196,8 @@ def cut_texts(logging_dir: Path) -> bool:
 def rules_made_otherwise(cfg: PrepareConfig, sources: Sequence[str], max_bytes: int,
                          logging_dir: Path, text_field: str = DEFAULT_TEXT_FIELD) -> list[str]:
     """How (RULE_MARKERS' words, and the stages whose rules changed) the recorded prepare
-    made its documents otherwise than this Kiln would, so that `same_pipeline` makes them again; [] where none is recorded."""
+    made its documents otherwise than this Kiln would, so that `same_pipeline` makes them
+    again; [] where none is recorded."""
     compared = _against_recorded(logging_dir,
                                  make_signature(cfg, sources, max_bytes, None, text_field))
     if compared is None:
