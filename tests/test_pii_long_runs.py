@@ -106,3 +106,15 @@ def test_many_commands_on_one_line_without_a_separator_stay_linear():
     for what, command in (("redis", "redis-cli -h h ping"), ("mysql", "mysql -h db"),
                           ("-p", "psql -h h -p 5432")):
         assert_linear(detect_pii, lambda size, c=command: json.dumps([c] * size), 500, what)
+
+
+def test_many_tool_commands_on_one_line_stay_linear():
+    """zip's `-P`, 7z's `-p`, openssl's `-k`, curl's `-u` and redis-cli's `-a` are looked for
+    among a bounded number of their command's arguments, a quoted one (spaces inside) bounded
+    too: unbounded, each command name with no such flag scanned the rest of its line."""
+    commands = {"zip": "zip -r out.zip 'my dir'", "7z": "7z a -p out.7z 'my dir'",
+                "openssl": "openssl enc -in 'a b' -out c", "curl": "curl -s -u dagny 'https://x.no/a b'",
+                "redis": "redis-cli -h 'my host' ping", "quote": "redis-cli 'my host"}
+    assert detect_pii("zip -P Xk3pq9z a.zip f; curl -u dagny77:Xk3pq9z https://x.no") != []
+    for what, command in commands.items():
+        assert_linear(detect_pii, lambda size, c=command: " ".join([c] * size), 500, what)

@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from kiln.data.pii.network import CJK_LETTERS
 from kiln.data.pii.spans import Span
+from kiln.data.pii.tool_flags import ASCII_START, FLAG_VALUE, TOOL_PASSWORDS, curl_users, tool_flag
 
 NON_VALUES = frozenset(
     "none null nil true false undefined string str int bool number any object optional text "
@@ -29,7 +30,7 @@ PLACEHOLDER_PASSWORDS = frozenset(
     "password password1 password123 passw0rd p@ssw0rd p@ssword changeme changeit secret "
     "123456 12345678 123456789 1234 qwerty letmein test test123 testing example dummy foo bar "
     "foobar hunter2 admin admin123 root toor mypassword yourpassword pass123 xxx xxxx xxxxxx "
-    "xxxxxxxx pass abc123 s3cret".split())
+    "xxxxxxxx pass abc123 s3cret foobared".split())  # foobared: redis.conf's stock requirepass
 SERVICE_ACCOUNTS = frozenset(
     "root admin administrator user username users guest test tester demo anonymous nobody daemon "
     "postgres postgresql mysql redis mongo mongodb git hg svn ubuntu debian centos ec2-user "
@@ -39,7 +40,8 @@ SERVICE_ACCOUNTS = frozenset(
     "yarn node npm pi home current ${user} $user".split())
 # Words that follow "user" in prose but are not usernames ("the user name is", "User model").
 _VALUE_CHARS = r"[^\s\"'`,;<>(){}\[\]]"
-_REF = re.compile(r"^(?:\$\{|\$\(|\$[A-Z_][A-Z0-9_]*$|%\(|%[sd]$|\?$|\{|<|\[|:[a-z_]+$|@[a-z_]+$|"
+# (`$1`: a script's argument, `redis-cli -a "$1"`)
+_REF = re.compile(r"^(?:\$\{|\$\(|\$[A-Z_][A-Z0-9_]*$|\$\d$|%\(|%[sd]$|\?$|\{|<|\[|:[a-z_]+$|@[a-z_]+$|"
                   r"os\.|env\b|process\.|getenv|settings\.|config\.|self\.|this\.|args\.|opts\.|"
                   r"options\.)")
 # `request.user`, `cfg.db.password`: a dotted unquoted value starting with one of these is code.
@@ -99,9 +101,6 @@ USER_NAME_END = re.compile(r"(?:user|username|userid|user_?id|login)$", re.IGNOR
 # assignment rules take `${` for a reference and read no further)
 SHELL_DEFAULT = re.compile(r"\$\{(?P<key>[A-Za-z_][A-Za-z0-9_]{0,80}):?[-=](?P<v>[^}\s\"'$]+)\}")
 SSH_CONFIG_USER = re.compile(r"^[ \t]*User[ \t]+(?P<user>\S+)[ \t]*$", re.MULTILINE)
-# A keyword's start: not after an ASCII letter, digit or `_`. Not `\b`: CJK text runs into
-# the word ("运行mysql -pPW", "主页/home/dagny"), and its letters are `\w`, so `\b` found no edge
-ASCII_START = r"(?<![A-Za-z0-9_])"
 # Prose: "your login is dagny.holm", "the temporary password is Fjord-Kite-58".
 PROSE_USER = re.compile(rf"{ASCII_START}(?i:login|username|user name|user id)[ \t]+is[ \t]+"
                         r"(?P<user>[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])")
@@ -112,26 +111,20 @@ PROSE_PASSWORD = re.compile(rf"{ASCII_START}(?i:password|passphrase|passcode)[ \
 CLI_FLAG = re.compile(
     r"(?<=\s)(?P<flag>--?(?:password|passwd|pass|p|user|username|u|login))(?:[ =])"
     r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s\"';]*))")
-# an unquoted value ends at a quote too: in a JSON string (`["mysql -pPW"]`) the `"]` after
-# it was taken into the password and redacted with it
-_FLAG_VALUE = r"(?:(?P<q>[\"'])(?P<qv>[^\"'\n]+)(?P=q)|(?P<v>[^\s\"';-][^\s\"';]*))"
 # how far a command's options reach from its name: read to the line's end, each command with
 # no password flag scanned the rest of its line, O(len^2) on a one-line document of them
 MAX_COMMAND = 256
 # within the one command (up to `;`, `&`, `|`)
 MYSQL_INLINE_PASSWORD = re.compile(
-    rf"{ASCII_START}mysql(?:dump|admin)?(?![A-Za-z0-9_])[^\n;&|]{{0,{MAX_COMMAND}}}?\s-p{_FLAG_VALUE}")
+    rf"{ASCII_START}mysql(?:dump|admin)?(?![A-Za-z0-9_])[^\n;&|]{{0,{MAX_COMMAND}}}?\s-p{FLAG_VALUE}")
 # sshpass's `-pPW` / `-p"PW"` (its `-p PW` is CLI_FLAG's), among its own options only: the
 # command it runs has its own `-p` (`sshpass -f pw ssh -p2222 host`: a port)
 # (`-P prompt`, `-d fd`, `-f file` take a word: `sshpass -P assword: -pPW` was missed)
 SSHPASS_INLINE_PASSWORD = re.compile(
-    rf"{ASCII_START}sshpass(?:[ \t]+-(?:[Pdf](?:[ \t]+[^\s-]\S*)?|[a-oq-zA-Z])\S*)*[ \t]+-p{_FLAG_VALUE}")
+    rf"{ASCII_START}sshpass(?:[ \t]+-(?:[Pdf](?:[ \t]+[^\s-]\S*)?|[a-oq-zA-Z])\S*)*[ \t]+-p{FLAG_VALUE}")
 # redis-cli's `-a PW` (auth); elsewhere `-a` is "all" (`ls -a`) and no password flag
-# among its own arguments: words after it, a few, none ending the command or a string
-# (`["redis-cli ping", "ls -a build"]`, "start redis-cli, then ps -a x", `# ls -a x`: not its)
-_REDIS_ARG = r"(?:[^\s\"'`,;&|#]+|\"[^\"\s]*\"|'[^'\s]*')"
-REDIS_PASSWORD = re.compile(
-    rf"{ASCII_START}redis-cli(?![A-Za-z0-9_-])(?:[ \t]+{_REDIS_ARG}){{0,16}}?[ \t]+-a[ \t]+{_FLAG_VALUE}")
+# among its own arguments (`COMMAND_ARG`: "start redis-cli, then ps -a x", `# ls -a x`: not its)
+REDIS_PASSWORD = tool_flag("redis-cli", rf"-a[ \t]+{FLAG_VALUE}")
 # a `-p` value that is a port, a port range or a published port (`-p 8080:80/tcp`, `nmap -p 1-1000`)
 PORT_VALUE = re.compile(r"[\d:.-]+(?:/(?:tcp|udp|sctp))?")
 URL_CREDENTIALS = re.compile(
@@ -378,12 +371,12 @@ def find_passwords(text: str) -> Iterator[Span]:
         if field == "password" and len(value) >= 3 and not _is_reference(value, True) \
                 and not _placeholder_password(value):
             yield Span("PASSWORD", start, start + len(value), value)
-    for m in (*MYSQL_INLINE_PASSWORD.finditer(text), *SSHPASS_INLINE_PASSWORD.finditer(text),
-              *REDIS_PASSWORD.finditer(text)):
-        got = _value(m)
-        if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]) \
-                and got[0].lower() not in FLAG_PROSE:  # "redis-cli's -a flag"
-            yield Span("PASSWORD", got[1], got[2], got[0])
+    for pattern in (MYSQL_INLINE_PASSWORD, SSHPASS_INLINE_PASSWORD, REDIS_PASSWORD, *TOOL_PASSWORDS):
+        for m in pattern.finditer(text):
+            got = _value(m)
+            if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]) \
+                    and got[0].lower() not in FLAG_PROSE:  # "redis-cli's -a flag"
+                yield Span("PASSWORD", got[1], got[2], got[0])
     for m in PROSE_PASSWORD.finditer(text):
         pw = m.group("pw")
         if re.search(r"[\d\W]", pw) and not _is_reference(pw, True) and not _placeholder_password(pw):
@@ -444,6 +437,9 @@ def find_usernames(text: str) -> Iterator[Span]:
             got = _value(m)
             if got and _username_ok(got[0]) and not _is_reference(got[0], True):
                 yield Span("USERNAME", got[1], got[2], got[0])
+    for user, start in curl_users(text):  # `curl -u user:PW`
+        if _username_ok(user) and not _is_reference(user, True):
+            yield Span("USERNAME", start, start + len(user), user)
     for m in SHELL_DEFAULT.finditer(text):
         if re.fullmatch(USER_KEY, m.group("key"), re.IGNORECASE) and _username_ok(m.group("v")):
             yield Span("USERNAME", m.start("v"), m.end("v"), m.group("v"))

@@ -1,0 +1,80 @@
+"""Passwords given to a tool on its own flag or config line (redis-server, zip, 7z, openssl,
+curl), and quoted arguments with spaces inside a redis-cli command."""
+
+from __future__ import annotations
+
+import pytest
+
+from kiln.data.pii import redact
+from kiln.data.pii.detect import detect_pii
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ("redis-server --requirepass Xk3pq9z", "redis-server --requirepass <PASSWORD>"),
+    ("redis-server --port 6380 --requirepass 'Xk3 pq9z' --appendonly yes",
+     "redis-server --port 6380 --requirepass '<PASSWORD>' --appendonly yes"),
+    ('command: ["redis-server", "--requirepass", "Xk3pq9z"]',
+     'command: ["redis-server", "--requirepass", "<PASSWORD>"]'),
+    ("bind 127.0.0.1\nrequirepass Xk3pq9z\nport 6379", "bind 127.0.0.1\nrequirepass <PASSWORD>\nport 6379"),
+    ("masterauth Fjord-Kite-58", "masterauth <PASSWORD>"),
+    ("# requirepass Xk3pq9z", "# requirepass <PASSWORD>"),  # commented out, still written down
+    ("redis-cli CONFIG SET requirepass Xk3pq9z", "redis-cli CONFIG SET requirepass <PASSWORD>"),
+    ("zip -P Xk3pq9z secret.zip notes.txt", "zip -P <PASSWORD> secret.zip notes.txt"),
+    ("zip -r -P Fjord-Kite-58 out.zip dir/", "zip -r -P <PASSWORD> out.zip dir/"),
+    ("zip -rP Xk3pq9z out.zip dir", "zip -rP <PASSWORD> out.zip dir"),
+    ("unzip -P Xk3pq9z secret.zip", "unzip -P <PASSWORD> secret.zip"),
+    ("7z a -pXk3pq9z -mhe=on out.7z dir", "7z a -p<PASSWORD> -mhe=on out.7z dir"),
+    ("7z x -pXk3pq9z out.7z", "7z x -p<PASSWORD> out.7z"),
+    ('7z -p"Xk3 pq9z" x out.7z', '7z -p"<PASSWORD>" x out.7z'),
+    ("7za a -pFjord-Kite-58 b.7z f", "7za a -p<PASSWORD> b.7z f"),
+    ("openssl enc -aes-256-cbc -in a -out b -pass pass:Xk3pq9z",
+     "openssl enc -aes-256-cbc -in a -out b -pass pass:<PASSWORD>"),
+    ("openssl rsa -in k.pem -passin pass:Xk3pq9z -passout 'pass:Fjord Kite 58'",
+     "openssl rsa -in k.pem -passin pass:<PASSWORD> -passout 'pass:<PASSWORD>'"),
+    ("openssl pkcs12 -export -in c.pem -out c.p12 -password pass:Xk3pq9z",
+     "openssl pkcs12 -export -in c.pem -out c.p12 -password pass:<PASSWORD>"),
+    ("openssl enc -aes-256-cbc -salt -in a.txt -out a.enc -k Xk3pq9z",
+     "openssl enc -aes-256-cbc -salt -in a.txt -out a.enc -k <PASSWORD>"),
+    ("curl -u dagny77:Xk3pq9z https://api.fjord.no", "curl -u <USERNAME>:<PASSWORD> https://api.fjord.no"),
+    ("curl --user dagny77:Fjord-Kite-58 https://x.no", "curl --user <USERNAME>:<PASSWORD> https://x.no"),
+    ("curl -s -X POST -u 'dagny77:Xk3 pq9z' https://x.no", "curl -s -X POST -u '<USERNAME>:<PASSWORD>' https://x.no"),
+    ("curl -udagny77:Xk3pq9z https://x.no", "curl -u<USERNAME>:<PASSWORD> https://x.no"),
+    ("curl -u admin:Xk3pq9z https://x.no", "curl -u admin:<PASSWORD> https://x.no"),  # a service account
+    ('["curl -u dagny77:Xk3pq9z https://x.no"]', '["curl -u <USERNAME>:<PASSWORD> https://x.no"]'),
+])
+def test_passwords_on_a_tools_own_flag_are_found(text, redacted):
+    """redis-server's `--requirepass` (and redis.conf's line), zip's `-P`, 7z's `-pPW`,
+    openssl's `-pass pass:PW` / `-k PW` and curl's `-u user:PW` were all kept."""
+    assert redact(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "Use zip -P to set a password on the archive", "the zip -P option is insecure", "zip -e out.zip f",
+    "gzip -P x", "7z -p", "use 7z with -p to encrypt", "7z a -p -mhe=on out.7z dir",
+    "openssl enc -aes-256-cbc -pass env:ARCHIVE_PASS -in a", "openssl rsa -passin file:/run/keypass -in k",
+    "openssl rsa -passin fd:3 -in k", "openssl rsa -passin stdin -in k", "openssl enc -kfile pw.txt -in a",
+    "openssl enc -pass pass:$PASS -in a", "curl -k https://x.no", "curl -u dagny77 https://x.no -k x",
+    "curl -u : --negotiate https://x.no", "curl -u \"$USER:$PASS\" https://x.no", "curl -u user:pass https://x.no",
+    "docker run -u 1000:1000 img", "docker exec --user root:root c sh",
+    "requirepass foobared", "# requirepass foobared", "# masterauth <master-password>",
+    "set requirepass in redis.conf", "requirepass is deprecated since Redis 6",
+    "redis-server --requirepass $REDIS_PASSWORD", "ssh -k host", "grep -k x", "zip -P $1 a.zip",
+    "redis-cli -a $1 ping",  # a script's argument (was taken for a password)
+])
+def test_near_misses_of_tool_passwords_are_none(text):
+    """Prose about a flag, a flag that prompts (`zip -e`, `7z -p` alone, `curl -u user`), an
+    openssl password source that is no password (`env:`, `file:`, `fd:`, `stdin`), other
+    commands' `-k` / `-u user:group`, references and redis.conf's stock `foobared`."""
+    assert [s for s in detect_pii(text) if s.type == "PASSWORD"] == [], text
+    if not text.startswith("curl -u dagny77 "):  # `-u user` alone: a user, asked for a password
+        assert detect_pii(text) == [], text
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ('redis-cli -h "my host" -a Xk3pq9z ping', 'redis-cli -h "my host" -a <PASSWORD> ping'),
+    ("redis-cli -h 'cache one' -p 6379 -a Xk3pq9z", "redis-cli -h 'cache one' -p 6379 -a <PASSWORD>"),
+])
+def test_a_quoted_argument_with_a_space_does_not_end_a_redis_cli_command(text, redacted):
+    """A quoted argument was read only without spaces inside, so `"my host"` ended the scan
+    for `-a` and the password after it was kept."""
+    assert redact(text)[0] == redacted
