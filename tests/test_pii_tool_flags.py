@@ -1,5 +1,6 @@
 """Passwords given to a tool on its own flag or config line (redis-server, zip, 7z, openssl,
-curl), and quoted arguments with spaces inside a redis-cli command."""
+curl), quoted arguments with spaces inside a redis-cli command, and mysql's `-p` before a
+database name (it prompts: the word after it is no password)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_passwords_on_a_tools_own_flag_are_found(text, redacted):
 
 @pytest.mark.parametrize("text", [
     "Use zip -P to set a password on the archive", "the zip -P option is insecure", "zip -e out.zip f",
-    "gzip -P x", "7z -p", "use 7z with -p to encrypt", "7z a -p -mhe=on out.7z dir",
+    "gzip -P x", "7z a -p out.7z dir", "7z -p", "use 7z with -p to encrypt", "7z a -p -mhe=on out.7z dir",
     "openssl enc -aes-256-cbc -pass env:ARCHIVE_PASS -in a", "openssl rsa -passin file:/run/keypass -in k",
     "openssl rsa -passin fd:3 -in k", "openssl rsa -passin stdin -in k", "openssl enc -kfile pw.txt -in a",
     "openssl enc -pass pass:$PASS -in a", "curl -k https://x.no", "curl -u dagny77 https://x.no -k x",
@@ -60,11 +61,14 @@ def test_passwords_on_a_tools_own_flag_are_found(text, redacted):
     "set requirepass in redis.conf", "requirepass is deprecated since Redis 6",
     "redis-server --requirepass $REDIS_PASSWORD", "ssh -k host", "grep -k x", "zip -P $1 a.zip",
     "redis-cli -a $1 ping",  # a script's argument (was taken for a password)
+    # `-p` of these takes no password: unzip's pipes, curl's tunnels (they were taken for one)
+    "unzip -p backup2024.zip notes.txt", "curl -p https://x.no",
 ])
 def test_near_misses_of_tool_passwords_are_none(text):
     """Prose about a flag, a flag that prompts (`zip -e`, `7z -p` alone, `curl -u user`), an
     openssl password source that is no password (`env:`, `file:`, `fd:`, `stdin`), other
-    commands' `-k` / `-u user:group`, references and redis.conf's stock `foobared`."""
+    commands' `-k` / `-u user:group`, references and redis.conf's stock `foobared`. `7z a -p
+    out.7z`, `unzip -p a.zip` and `curl -p URL` had the word after `-p` taken for a password."""
     assert [s for s in detect_pii(text) if s.type == "PASSWORD"] == [], text
     if not text.startswith("curl -u dagny77 "):  # `-u user` alone: a user, asked for a password
         assert detect_pii(text) == [], text
@@ -77,4 +81,22 @@ def test_near_misses_of_tool_passwords_are_none(text):
 def test_a_quoted_argument_with_a_space_does_not_end_a_redis_cli_command(text, redacted):
     """A quoted argument was read only without spaces inside, so `"my host"` ended the scan
     for `-a` and the password after it was kept."""
+    assert redact(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ("mysql -u dagny -p mydb", "mysql -u <USERNAME> -p mydb"),
+    ("mysql -u dagny -p shop_prod < dump.sql", "mysql -u <USERNAME> -p shop_prod < dump.sql"),
+    ("mysqldump -u dagny -p wordpress > wp.sql", "mysqldump -u <USERNAME> -p wordpress > wp.sql"),
+    ("mysql -h db -u dagny -p AdventureWorks", "mysql -h db -u <USERNAME> -p AdventureWorks"),
+    ("mysqladmin -u dagny -p status", "mysqladmin -u <USERNAME> -p status"),
+    # a word no database is named like: the password, written where mysql reads none
+    ("mysql -u dagny -p Xk3pq9z mydb", "mysql -u <USERNAME> -p <PASSWORD> mydb"),
+    ("mysql -u dagny -p Fjord-Kite-58", "mysql -u <USERNAME> -p <PASSWORD>"),
+    ("mysql -u dagny -pmydb", "mysql -u <USERNAME> -p<PASSWORD>"),  # attached: mysql's password
+    ("sshpass -p mydbpw77 ssh host", "sshpass -p <PASSWORD> ssh host"),  # not mysql's `-p`
+])
+def test_mysqls_spaced_p_prompts_and_the_next_word_is_its_database(text, redacted):
+    """With a space after `-p`, mysql prompts for the password and reads the next word as the
+    database: `mysql -u x -p mydb` had `mydb` redacted as a password."""
     assert redact(text)[0] == redacted

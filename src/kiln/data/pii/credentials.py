@@ -268,7 +268,8 @@ def _code_not_literal(m: re.Match[str], text: str, value: str, end: int, quoted:
 # passwords anyway)
 # (also pytest's plugin, npx's package, nmap's ports, and compose's project among its own options:
 # `docker compose exec db mysql -p PW` is mysql's; `docker run -p 8080:80` is a port, `PORT_VALUE`)
-OTHER_P = re.compile(r"(?:^|[\s;&|(])(?:cp|mkdir|git|install|rsync|scp|tar|mv|ln|read|patch|pytest|npx|nmap)\s"
+# (7z's password is written onto its `-p`, a spaced one prompts; unzip's `-p` pipes, curl's tunnels)
+OTHER_P = re.compile(r"(?:^|[\s;&|(])(?:cp|mkdir|git|install|rsync|scp|tar|mv|ln|read|patch|pytest|npx|nmap|7z[ar]?|unzip|curl)\s"
                      r"|(?:^|[\s;&|(])(?:docker-compose|(?:docker|podman)\s+compose)(?:\s+-\S+(?:\s+[^\s-]\S*)?)*\s+$")
 OTHER_U = re.compile(r"(?:^|[\s;&|(])(?:sort|uniq|git|date|diff|pip\d*|pytest)\s"
                      r"|(?:^|[\s;&|(])python\d*(?:\.\d+)?\s+$")  # `python -u`, not its script's
@@ -303,9 +304,22 @@ def _ends_with_backslash(text: str, end: int) -> bool:
     return end > 0 and text[end - 1] == "\\"
 
 
-def _other_meaning(text: str, flag_at: int, flag: str) -> bool:
+# mysql's `-p` with a space after it prompts, and the word after it is the database; a word
+# no database is named like (mixed case with digits, symbols: `Xk3pq9z`, `Fjord-Kite-58`) is
+# still the password its writer meant, and leaks as one
+MYSQL_COMMAND = re.compile(rf"{ASCII_START}mysql(?:dump|admin)?(?![A-Za-z0-9_-])")
+DATABASE_NAME = re.compile(r"[a-z_$][a-z0-9_$-]*|[A-Z_$][A-Z0-9_$-]*|(?:[A-Z][a-z]+)+")
+
+
+def _other_meaning(text: str, flag_at: int, flag: str, value: str = "") -> bool:
+    """The flag means something other than a password / user in its command: `cp -p`,
+    `sort -u`, and mysql's spaced `-p` before a database name."""
     pattern = {"-p": OTHER_P, "-u": OTHER_U}.get(flag)
-    return pattern is not None and pattern.search(_command_line(text, flag_at)) is not None
+    if pattern is None:
+        return False
+    command = _command_line(text, flag_at)
+    return pattern.search(command) is not None or (
+        flag == "-p" and DATABASE_NAME.fullmatch(value) is not None and MYSQL_COMMAND.search(command) is not None)
 
 
 def _in_shell_default(text: str, m: re.Match[str]) -> bool:
@@ -350,9 +364,9 @@ def find_passwords(text: str) -> Iterator[Span]:
             yield Span("PASSWORD", s, e, value)
     for m in CLI_FLAG.finditer(text):
         if m.group("flag").lstrip("-") in {"password", "passwd", "pass", "p"}:
-            if _other_meaning(text, m.start(), m.group("flag")):
-                continue  # `cp -p`, `git add -p`, `mkdir -p`: not a password flag there
             got = _value(m)
+            if _other_meaning(text, m.start(), m.group("flag"), got[0] if got else ""):
+                continue  # `cp -p`, `git add -p`, `mkdir -p`, `mysql -p mydb`: no password there
             if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]) \
                     and len(got[0]) >= 3 and not PORT_VALUE.fullmatch(got[0]) \
                     and got[0].lower() not in FLAG_PROSE:
