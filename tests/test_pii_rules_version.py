@@ -28,8 +28,12 @@ CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.n
            'sshpass -p"Xk3pq9z" ssh host', "redis-cli -a Xk3pq9z ping", "SSHPASS=Xk3pq9z sshpass -e ssh host",
            "pytest -p no:cacheprovider tests", "docker run -p 8080:80/tcp nginx",
            '["mysql -u dagny -pXk3pq9z"]', '["redis-cli ping", "ls -a build"]',
-           "sshpass -P assword: -pXk3pq9z ssh host"]
-PINNED = ("2026-12-07.4", "70c2180310d61fcd")  # the version and its redactions' digest
+           "sshpass -P assword: -pXk3pq9z ssh host",
+           "redis-server --requirepass Xk3pq9z", "requirepass Xk3pq9z", "zip -P Xk3pq9z a.zip f",
+           "7z a -pXk3pq9z a.7z f", "openssl rsa -passin pass:Xk3pq9z -in k", "openssl enc -k Xk3pq9z -in a",
+           "curl -u dagny77:Xk3pq9z https://x.no", 'redis-cli -h "my host" -a Xk3pq9z ping',
+           "mysql -u dagny -p mydb", "7z a -p a.7z f", "unzip -p a.zip f", "redis-cli -a $1 ping"]
+PINNED = ("2026-12-08.1", "3ee2ade242ee267b")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:
