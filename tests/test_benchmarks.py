@@ -69,6 +69,7 @@ def test_the_key_check_reads_placeholders():
     ("pii_eval.py", []),
     ("shard_hashing.py", ["--tokens", "200000"]),
     ("read_memory.py", ["--mb", "1", "--kinds", "txt,json"]),
+    ("minhash_cluster.py", ["--dups", "3000", "--rounds", "1"]),
 ])
 def test_quick_mode_ends_with_documented_result(script, argv, monkeypatch, capsys):
     module = importlib.import_module(script.removesuffix(".py"))

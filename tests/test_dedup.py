@@ -3,6 +3,7 @@ end to end (1 vs 2 tasks, settings reaching the stages) in tests/test_prepare_re
 
 import dataclasses
 
+import pytest
 from datatrove.data import Document
 from datatrove.pipeline.dedup import MinhashConfig
 
@@ -166,3 +167,99 @@ def test_minhash_cluster_keeps_its_earliest_member_not_the_union_root(tmp_path):
                             str(tmp_path / "remove"), num_buckets=1).run()
     removed = (tmp_path / "remove/000000.remove").read_bytes()
     assert struct.unpack(f"<{len(removed) // 4}I", removed) == (1, 2)
+
+
+def _first_copies_by_hand(pairs, keys):
+    """The nodes a cluster step must remove: of each connected component of `pairs` all but
+    the member of smallest (key, index, task); components found by a plain graph search."""
+    graph: dict = {}
+    for a, b in pairs:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set()).add(a)
+    removed, seen = set(), set()
+    for start in graph:
+        if start in seen:
+            continue
+        component, todo = [], [start]
+        seen.add(start)
+        while todo:
+            node = todo.pop()
+            component.append(node)
+            for other in graph[node] - seen:
+                seen.add(other)
+                todo.append(other)
+        best = min(component, key=lambda n: (keys[n[0]][n[1]], n[1], n[0]))
+        removed.update(n for n in component if n != best)
+    return removed
+
+
+@pytest.mark.parametrize("blocks", [None, (3, 5)])
+def test_minhash_cluster_removes_all_but_each_clusters_first_copy(tmp_path, monkeypatch, blocks):
+    """Many clusters over 4 tasks (chains, stars, pairs repeated across buckets; keys that tie,
+    so index then task decide): the step removes exactly what a plain graph search over the
+    pairs says, read in small blocks (pairs and keys across block edges) or the default ones."""
+    import random
+    import struct
+
+    from kiln.data.minhash_first import FirstCopyMinhashCluster
+
+    if blocks:
+        monkeypatch.setattr(FirstCopyMinhashCluster, "PAIR_BLOCK", blocks[0])
+        monkeypatch.setattr(FirstCopyMinhashCluster, "KEY_BLOCK", blocks[1])
+    rng = random.Random(7)
+    docs = [200, 150, 1, 260]  # documents in each task
+    keys = [[rng.randrange(40) for _ in range(n)] for n in docs]
+    nodes = [(t, i) for t, n in enumerate(docs) for i in range(n)]
+    rng.shuffle(nodes)
+    pairs, at = [], 0
+    while at < 480:
+        members = nodes[at:at + rng.choice([2, 2, 3, 5, 9])]
+        at += len(members)
+        for bucket in range(3):  # each bucket: a chain over a random subset, first one all
+            chain = sorted(m for m in members if bucket == 0 or rng.random() < 0.6)
+            pairs += [(bucket, a, b) for a, b in zip(chain, chain[1:])]
+    rng.shuffle(pairs)
+    (tmp_path / "buckets").mkdir()
+    (tmp_path / "order").mkdir()
+    for bucket in range(3):
+        (tmp_path / f"buckets/{bucket:05d}_00.dups").write_bytes(b"".join(
+            struct.pack("<4I", *a, *b) for k, a, b in pairs if k == bucket))
+    for t, task_keys in enumerate(keys):
+        (tmp_path / f"order/{t:05d}.order").write_bytes(struct.pack(f"<{len(task_keys)}Q",
+                                                                    *task_keys))
+    FirstCopyMinhashCluster(str(tmp_path / "buckets"), str(tmp_path / "order"),
+                            str(tmp_path / "remove"), num_buckets=3).run()
+    removed = set()
+    for f in (tmp_path / "remove").iterdir():
+        data = f.read_bytes()
+        ids = struct.unpack(f"<{len(data) // 4}I", data)
+        assert list(ids) == sorted(set(ids)), f.name  # as datatrove's filter reads them
+        removed.update((int(f.stem), i) for i in ids)
+    expected = _first_copies_by_hand([(a, b) for _, a, b in pairs], keys)
+    assert len(expected) > 250 and len({t for t, _ in expected}) >= 3
+    assert removed == expected
+
+
+def test_minhash_cluster_refuses_an_order_file_without_the_documents_key(tmp_path):
+    import struct
+
+    from kiln.data.minhash_first import FirstCopyMinhashCluster
+
+    (tmp_path / "buckets").mkdir()
+    (tmp_path / "order").mkdir()
+    (tmp_path / "buckets/00000_00.dups").write_bytes(struct.pack("<4I", 0, 1, 0, 5))
+    (tmp_path / "order/00000.order").write_bytes(struct.pack("<4Q", 0, 0, 0, 0))
+    with pytest.raises(ValueError, match="no key for document 5"):
+        FirstCopyMinhashCluster(str(tmp_path / "buckets"), str(tmp_path / "order"),
+                                str(tmp_path / "remove"), num_buckets=1).run()
+
+
+def test_minhash_cluster_without_pairs_removes_nothing(tmp_path):
+    from kiln.data.minhash_first import FirstCopyMinhashCluster
+
+    for d in ("buckets", "order", "remove"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "buckets/00000_00.dups").write_bytes(b"")
+    FirstCopyMinhashCluster(str(tmp_path / "buckets"), str(tmp_path / "order"),
+                            str(tmp_path / "remove"), num_buckets=1).run()
+    assert not list((tmp_path / "remove").iterdir())

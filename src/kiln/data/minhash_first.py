@@ -8,9 +8,10 @@ with the index in its task it orders documents as one task reads them) to
 `order/NNNNN.order`, 8 bytes a document; the cluster step builds datatrove's clusters, then
 keeps each cluster's member of smallest (file key, index) and removes the others.
 
-Memory stays as datatrove's: the cluster step holds its union-find over the documents that
-have a near-duplicate, plus one best member per cluster; keys are read by seeking in the
-order files, never loaded whole. Its output is datatrove's (`MinhashDedupFilter` reads it).
+Memory stays within datatrove's: the cluster step holds its union-find over the documents
+that have a near-duplicate (one int a node, not a tuple), then a few 8-byte arrays over those
+nodes; keys are read in blocks from the order files, never loaded whole. Its output is
+datatrove's (`MinhashDedupFilter` reads it).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
+import numpy as np
 from datatrove.data import DocumentsPipeline
 from datatrove.io import DataFolderLike, get_datafolder
 from datatrove.pipeline.base import PipelineStep
-from datatrove.utils.binaryio import read_tuples_from_file
 
 from kiln.data.exact_first import SourceOrder
 
@@ -51,10 +52,19 @@ class RecordReadOrder(PipelineStep):
 
 class FirstCopyMinhashCluster(PipelineStep):
     """Stage 3 (one task): datatrove's clusters from the bucket pairs (`*.dups`); each keeps
-    its member of smallest (file key, index, task) and the others go to `NNNNNN.remove`."""
+    its member of smallest (file key, index, task) and the others go to `NNNNNN.remove`.
+
+    A node is one int, task << 32 | index (hashed and sorted faster than datatrove's tuples,
+    and smaller); pairs are read in blocks with numpy. After the unions, the nodes, their
+    roots and their keys are arrays: keys are read from the order files in sorted blocks
+    (one read a block of `KEY_BLOCK` keys holding a duplicate, not one seek a duplicate), the
+    best member of each cluster found by one sort, and each task's removals written at once."""
 
     type = "🫂 - DEDUP"
     name = "🎯 MinHash cluster (read order)"
+
+    PAIR_BLOCK = 1 << 16  # pairs read at a time (1 MiB)
+    KEY_BLOCK = 1 << 16  # keys read at a time (512 KiB)
 
     def __init__(self, input_folder: DataFolderLike, order_folder: DataFolderLike,
                  output_folder: DataFolderLike, num_buckets: int):
@@ -64,63 +74,99 @@ class FirstCopyMinhashCluster(PipelineStep):
         self.output_folder = get_datafolder(output_folder)
         self.num_buckets = num_buckets
 
-    def _pairs(self) -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
+    def _pairs(self) -> Iterator[tuple[list[int], list[int]]]:
+        """The bucket pairs, a block at a time: (first nodes, second nodes)."""
         files = self.input_folder.list_files(glob_pattern="*.dups")
         if len(files) % self.num_buckets:
             raise ValueError(f"{len(files)} .dups files for {self.num_buckets} buckets")
         for name in files:
             with self.input_folder.open(name, "rb") as f:
-                for f1, d1, f2, d2 in read_tuples_from_file(f, "4I", lines_to_buffer=1024):
-                    yield (f1, d1), (f2, d2)
+                while chunk := f.read(self.PAIR_BLOCK * 16):
+                    if len(chunk) % 16:
+                        raise ValueError(f"{name}: {len(chunk) % 16} bytes past its last pair")
+                    rows = np.frombuffer(chunk, "<u4").reshape(-1, 4).astype(np.uint64)
+                    yield ((rows[:, 0] << 32 | rows[:, 1]).tolist(),
+                           (rows[:, 2] << 32 | rows[:, 3]).tolist())
 
-    def _keys(self, nodes: list[tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
-        """(file key, index, task) of each node, nodes sorted by (task, index)."""
-        task, f = None, None
-        try:
-            for t, doc in nodes:
-                if t != task:
-                    if f is not None:
-                        f.close()
-                    task, f = t, self.order_folder.open(f"{t:05d}{ORDER_EXT}", "rb")
-                f.seek(doc * _KEY.size)
-                yield _KEY.unpack(f.read(_KEY.size))[0], doc, t
-        finally:
-            if f is not None:
-                f.close()
+    def _keys(self, task: int, docs: np.ndarray) -> np.ndarray:
+        """The read-order keys of task `task`'s documents `docs` (sorted)."""
+        keys = np.empty(len(docs), np.uint64)
+        block = docs // self.KEY_BLOCK
+        starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])
+        name = f"{task:05d}{ORDER_EXT}"
+        with self.order_folder.open(name, "rb") as f:
+            for s, e in zip(starts.tolist(), [*starts[1:].tolist(), len(docs)]):
+                first = int(block[s]) * self.KEY_BLOCK
+                f.seek(first * _KEY.size)
+                have = np.frombuffer(f.read(self.KEY_BLOCK * _KEY.size), "<u8")
+                at = docs[s:e] - first
+                if int(at[-1]) >= len(have):
+                    raise ValueError(f"{name} has no key for document {int(docs[e - 1])}")
+                keys[s:e] = have[at]
+        return keys
+
+    def _remove_later_copies(self, parent: dict[int, int]) -> None:
+        """Writes `NNNNNN.remove`: each node of `parent` (node -> its root; emptied here) but
+        its cluster's member of smallest (key, index, task)."""
+        node = np.fromiter(parent.keys(), np.uint64, len(parent))
+        roots = np.fromiter(parent.values(), np.uint64, len(parent))
+        parent.clear()
+        by = np.argsort(node)
+        node, roots = node[by], roots[by]
+        del by
+        task = (node >> np.uint64(32)).astype(np.int64)
+        doc = (node & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        del node
+        keys = np.empty(len(doc), np.uint64)
+        tasks, starts = np.unique(task, return_index=True)
+        ends = [*starts[1:].tolist(), len(doc)]
+        for t, s, e in zip(tasks.tolist(), starts.tolist(), ends):
+            keys[s:e] = self._keys(t, doc[s:e])
+        # of each cluster (same root) the member of smallest (key, index, task) stays
+        best = np.lexsort((task, doc, keys, roots))
+        first = best[np.r_[True, roots[best[1:]] != roots[best[:-1]]]]
+        gone = np.ones(len(doc), bool)
+        gone[first] = False
+        del best, first, keys, roots
+        self.stat_update("duplicates", value=len(doc))
+        if gone.any():
+            self.stat_update("to_remove", value=int(gone.sum()))
+        for t, s, e in zip(tasks.tolist(), starts.tolist(), ends):
+            out = doc[s:e][gone[s:e]]
+            if len(out):
+                with self.output_folder.open(f"{t:06d}.remove", "wb") as f:
+                    f.write(out.astype("<u4").tobytes())
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
         if world_size != 1:
             raise ValueError(f"{self.name} runs as one task, not {world_size}")
-        parent: dict[tuple[int, int], tuple[int, int]] = {}
-        size: dict[tuple[int, int], int] = {}
+        parent: dict[int, int] = {}
+        size: dict[int, int] = {}
 
-        def root(x: tuple[int, int]) -> tuple[int, int]:
-            path = []
-            while parent.setdefault(x, x) != x:
-                path.append(x)
-                x = parent[x]
+        def root(x: int) -> int:
+            p = parent.setdefault(x, x)
+            if p == x:
+                return x
+            path = [x]
+            while (q := parent[p]) != p:
+                path.append(p)
+                p = q
             for y in path:  # path compression, iteratively (long chains would recurse deeply)
-                parent[y] = x
-            return x
+                parent[y] = p
+            return p
 
         with self.track_time():
-            for a, b in self._pairs():
-                ra, rb = root(a), root(b)
-                if ra != rb:
-                    if size.get(ra, 1) < size.get(rb, 1):
-                        ra, rb = rb, ra
-                    parent[rb] = ra
-                    size[ra] = size.get(ra, 1) + size.pop(rb, 1)
-            nodes = sorted(parent)
-            best: dict[tuple[int, int], tuple[int, int, int]] = {}
-            for node, key in zip(nodes, self._keys(nodes)):
-                r = root(node)
-                if r not in best or key < best[r]:
-                    best[r] = key
-            with self.output_folder.get_output_file_manager(mode="wb") as out:
-                for node in nodes:
-                    self.stat_update("duplicates")
-                    _, doc, task = best[root(node)]
-                    if node != (task, doc):
-                        out.write(f"{node[0]:06d}.remove", struct.pack("<I", node[1]))
-                        self.stat_update("to_remove")
+            for firsts, seconds in self._pairs():
+                for a, b in zip(firsts, seconds):
+                    ra, rb = root(a), root(b)
+                    if ra != rb:
+                        if size.get(ra, 1) < size.get(rb, 1):
+                            ra, rb = rb, ra
+                        parent[rb] = ra
+                        size[ra] = size.get(ra, 1) + size.pop(rb, 1)
+            size.clear()
+            if not parent:
+                return
+            for x in parent:  # every node's parent its root (no node is added)
+                root(x)
+            self._remove_later_copies(parent)
