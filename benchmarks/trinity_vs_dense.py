@@ -2,6 +2,7 @@
 
     python benchmarks/trinity_vs_dense.py               # the recipes' 200 steps each
     python benchmarks/trinity_vs_dense.py --steps 100   # shorter
+    python benchmarks/trinity_vs_dense.py --quick      # smoke test (~1 minute; see QUICK)
 
 Runs `kiln run recipes/trinity-tiny.toml` and `kiln run recipes/dense-tiny.toml` (prepare,
 tokenizer, tokenize, train, eval, generate, export, report) one after the other in
@@ -33,6 +34,16 @@ from kiln.report.summary import summarize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ("trinity-tiny", "dense-tiny")
+# --quick: the same two models on ~0.5 MB of the corpus read and written as it is (no
+# quality, PII or dedup stages), a 1,024-token vocabulary, 12 steps of 4 x 128 tokens logged
+# every 2 (the ratio needs records in the second half), validation, eval and generation cut
+# to a few batches and tokens. A smoke test of the whole chain and of the RESULT line: its
+# figures are not the full run's (a quarter of the batch, the models barely trained).
+QUICK = ("data.max_bytes=250000", 'prepare.stages=["read", "write"]',
+         "tokenizer.vocab_size=1024", "train.steps=12", "train.global_batch=4",
+         "train.micro_batch=4", "train.log_every=2", "train.eval_every=0",
+         "train.eval_batches=2", "train.checkpoint_every=12", "eval.max_batches=2",
+         "eval.next_token_positions=0", 'generate.prompts=["def "]', "generate.max_new_tokens=4")
 
 
 def kiln(*args: str) -> None:
@@ -57,7 +68,10 @@ def figures(run_dir: Path) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=0, help="train steps (0: the recipes')")
+    parser.add_argument("--steps", type=int, default=0, help="train steps (0: the recipes', "
+                        "or --quick's 12)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: little data, tiny batches, 12 steps (see QUICK)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "bench-trinity-vs-dense",
                         help="where the runs go: its trinity-tiny/ and dense-tiny/ are replaced "
                         "(default: a folder of its own, not the recipes' runs/trinity-tiny)")
@@ -66,7 +80,7 @@ def main() -> None:
     for name in RECIPES:
         run_dir = (args.runs / name).resolve()
         shutil.rmtree(run_dir, ignore_errors=True)
-        overrides = [run_dir_override(run_dir)]
+        overrides = [run_dir_override(run_dir), *(QUICK if args.quick else ())]
         if args.steps:
             overrides.append(f"train.steps={args.steps}")
         start = time.perf_counter()
