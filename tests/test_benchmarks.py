@@ -269,3 +269,20 @@ def test_trinity_vs_dense_quick_settings_load_for_both_recipes():
         t = cfg.train
         assert t.steps <= 20 and t.global_batch <= 4 and cfg.data.max_bytes > 0
         assert t.steps // t.log_every >= 4  # two records or more past the middle
+
+
+def test_trinity_vs_dense_gives_its_runs_the_threads_asked_for(monkeypatch):
+    """--threads reaches each `kiln` subprocess as OMP_NUM_THREADS; without it the
+    environment is left as it is."""
+    import trinity_vs_dense
+
+    seen = []
+
+    def fake_run(cmd, **kw):
+        seen.append(kw.get("env"))
+        return subprocess.CompletedProcess(cmd, 0, stdout="")
+
+    monkeypatch.setattr(trinity_vs_dense.subprocess, "run", fake_run)
+    trinity_vs_dense.kiln("report", "x", threads=1)
+    trinity_vs_dense.kiln("report", "x")
+    assert seen[0]["OMP_NUM_THREADS"] == "1" and seen[1] is None
