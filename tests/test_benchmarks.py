@@ -255,3 +255,35 @@ def test_load_memory_alternates_which_way_loads_first(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["load_memory.py", "--quick", "--rounds", "2"])
     load_memory.main()
     assert order == ["cpu", "meta", "meta", "cpu"]
+
+
+def test_trinity_vs_dense_quick_settings_load_for_both_recipes():
+    """--quick's overrides are valid settings of both recipes (a typo would fail only after
+    the first run's prepare), and leave log records in the second half of the steps, which
+    the tokens/s ratio is read from."""
+    import trinity_vs_dense
+
+    from kiln.config import load_config
+
+    for name in trinity_vs_dense.RECIPES:
+        cfg = load_config(ROOT / "recipes" / f"{name}.toml", trinity_vs_dense.QUICK)
+        t = cfg.train
+        assert t.steps <= 20 and t.global_batch <= 4 and cfg.data.max_bytes > 0
+        assert t.steps // t.log_every >= 4  # two records or more past the middle
+
+
+def test_trinity_vs_dense_gives_its_runs_the_threads_asked_for(monkeypatch):
+    """--threads reaches each `kiln` subprocess as OMP_NUM_THREADS; without it the
+    environment is left as it is."""
+    import trinity_vs_dense
+
+    seen = []
+
+    def fake_run(cmd, **kw):
+        seen.append(kw.get("env"))
+        return subprocess.CompletedProcess(cmd, 0, stdout="")
+
+    monkeypatch.setattr(trinity_vs_dense.subprocess, "run", fake_run)
+    trinity_vs_dense.kiln("report", "x", threads=1)
+    trinity_vs_dense.kiln("report", "x")
+    assert seen[0]["OMP_NUM_THREADS"] == "1" and seen[1] is None

@@ -116,6 +116,21 @@ def test_forward_and_backward_match_reference_loop(backend, skewed):
         assert moe.last_counts[:2].tolist() == [33, 33] and int(moe.last_counts.sum()) == 66
 
 
+
+@pytest.mark.parametrize("n_experts,top_k", [(1, 1), (4, 4)], ids=["one-expert", "top-k=all"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_expert_chosen_matches_the_reference(backend, n_experts, top_k):
+    """The edges of routing: one expert (its gate always route_scale) and top_k = n_experts
+    (every token through every expert, each gate its score over the sum of all)."""
+    moe = make_moe(backend=backend, n_experts=n_experts, top_k=top_k)
+    x = torch.randn(2, 9, 16)
+    y = moe(x)
+    torch.testing.assert_close(y, reference_moe(moe, x), rtol=0, atol=1e-5)
+    assert moe.last_counts.tolist() == [18] * n_experts
+    y.sum().backward()
+    if top_k > 1:  # gates that differ between experts: the router learns through them
+        assert moe.router.weight.grad.abs().sum() > 0
+
 def test_shared_expert_is_always_applied():
     moe = make_moe()
     with torch.no_grad():
