@@ -84,7 +84,7 @@ DROP = {name: "*[{" for name in (
     "titlerunning", "authorrunning", "subjclass", "received", "accepted", "vspace", "hspace",
     "vskip", "hskip", "input", "include", "includeonly", "hypersetup", "graphicspath",
     "linespread", "setstretch", "fontsize", "color", "pagecolor", "newtheorem", "theoremstyle",
-    "newenvironment", "renewenvironment", "newcounter", "numberwithin", "captionsetup",
+    "newenvironment", "renewenvironment", "provideenvironment", "newcounter", "numberwithin", "captionsetup",
     "setlist", "geometry", "crefname", "Crefname", "newlength", "urlstyle", "begingroup",
     "tableofcontents", "listoffigures", "listoftables", "caption", "footnotetext", "footnotemark",
     "IEEEoverridecommandlockouts", "IEEEpeerreviewmaketitle", "markboth", "runningtitle",
@@ -158,6 +158,16 @@ def macro_args(name: str) -> str:
     """Argument shape of a macro we have no rule for, from pylatexenc (empty if unknown)."""
     spec = _WALKER_DB.get_macro_spec(name)
     return getattr(getattr(spec, "args_parser", None), "argspec", "") if spec else ""
+
+
+def known_macro(name: str) -> bool:
+    """Whether pylatexenc's database knows the macro `name` (LaTeX's or a common package's)."""
+    return _WALKER_DB.get_macro_spec(name) is not None
+
+
+def known_env(name: str) -> bool:
+    """Whether pylatexenc's database knows the environment `name`."""
+    return _WALKER_DB.get_environment_spec(name) is not None
 
 
 @lru_cache(maxsize=4096)
