@@ -4,8 +4,10 @@
   LaTeX source, user macros expanded, ``\\label{..}`` removed.
 - Dropped whole: figures, tables and tabulars (cells linearise into noise without their grid),
   bibliography, pictures/TikZ, algorithms, comments; \\cite*, \\ref* (dropped, not replaced by a
-  placeholder, as in the digest; the brackets and list separators around them go too: "Eq.~(\\ref{e})."
-  gives "Eq.", "(\\citet{a}; \\citet{b})" nothing, "of \\cite{a}'s" "of"), \\label, \\footnote (mostly affiliations/acknowledgements, and
+  number, as in the digest; the brackets and list separators around them go too: "(\\citet{a};
+  \\citet{b})" and "(see, e.g., \\cite{a})" give nothing, "of \\cite{a}'s" "of"; a reference noun
+  before them reads as a noun, "in Eq.~(\\ref{e})," "in the equation,", as does a \\cref whose label
+  names its kind, `latex_references`), \\label, \\footnote (mostly affiliations/acknowledgements, and
   inline insertion breaks sentences), \\url (either form) and \\href's URL, \\includegraphics,
   spacing and layout commands.
 - Kept: text of formatting macros (\\emph, \\textbf, \\href's and \\hyperref's text...), lists

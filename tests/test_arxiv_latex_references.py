@@ -1,0 +1,70 @@
+"""Cross-references and citations in converted LaTeX: what a dropped \\ref leaves reads as prose."""
+
+from __future__ import annotations
+
+import pytest
+from linear_time import assert_linear
+
+from kiln.data.arxiv.latex_convert import LatexConverter
+
+
+def text(tex: str) -> str:
+    return LatexConverter(tex).text()
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("As shown in Eq.~\\eqref{e}, the loss falls.", "As shown in the equation, the loss falls."),
+    ("As shown in Eq.~\\eqref{e}; the loss falls.", "As shown in the equation; the loss falls."),
+    ("(see Eq.~\\eqref{e}) and (see Fig.~\\ref{f}).", "(see the equation) and (see the figure)."),
+    ("See Fig.~\\ref{f}.", "See the figure."),
+    ("See Figs.~\\ref{a} and~\\ref{b}, which show it.", "See the figures, which show it."),
+    ("Section~\\ref{s} shows it. Table \\ref{t} too.", "The section shows it. The table too."),
+    ("in Section~\\ref{s}, we show", "in the section, we show"),
+    ("see Eqs.~(\\ref{a})--(\\ref{b}), which", "see the equations, which"),
+    ("Theorem~\\ref{t} holds by Lemmas~\\ref{a}, \\ref{b} and~\\ref{c}.",
+     "The theorem holds by the lemmas."),
+    ("by equation (\\ref{e}) and Appendix~\\ref{a}: done", "by the equation and the appendix: done"),
+    ("the proof of our Theorem~\\ref{t} and the main Lemma~\\ref{l}.",
+     "the proof of our theorem and the main lemma."),
+    ("In Fig.~\\ref{f}a the curve", "In the figure the curve"),
+    ("as in Ref.~\\cite{a}, and Refs.~\\cite{a,b}.", "as in the reference, and the references."),
+    ("Eq.~\\eqref{e}: it holds.", "The equation: it holds."),
+])
+def test_a_reference_after_its_noun_reads_as_the_noun(tex, expected):
+    """A dropped \\ref left the noun that announced it dangling: 'As shown in Eq., the loss
+    falls.', 'See Figs., which', 'Section shows it.', 'see Eqs.–, which'. The noun and its
+    reference now read as the noun with an article ('the equation', 'the figures'), which is
+    what the sentence says without the number; after a determiner ('our Theorem~\\ref{t}') the
+    article is not doubled."""
+    assert text(tex) == expected
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("by \\cref{thm:a}, we get", "by the theorem, we get"),
+    ("\\Cref{fig:x,fig:y} show it.", "The figures show it."),
+    ("in \\autoref{sec:intro}.", "in the section."),
+    ("by \\cref{main}, we get", "by, we get"),  # no kind in the label: dropped as before
+])
+def test_a_cleveref_reference_reads_as_its_kind(tex, expected):
+    """\\cref and \\autoref print the kind with the number ('Theorem 3'): dropped, they left a hole
+    ('by, we get'). The label's prefix (thm:, fig:, sec:...) names the kind."""
+    assert text(tex) == expected
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("it holds (see \\cite{a}) and (see, e.g., \\cite{a,b}) and (cf.~\\cite{x}).", "it holds and and."),
+    ("as known [see also \\cite{a} and references therein].", "as known."),
+])
+def test_a_bracket_of_only_a_citation_lead_in_goes_with_it(tex, expected):
+    """A bracket that held only 'see' or 'cf.' and citations read '(see)', '(see, e.g.,)', '(cf.)'."""
+    assert text(tex) == expected
+
+
+@pytest.mark.parametrize("make", [
+    lambda k: "Eq." + " " * k + "\\ref{a} x",
+    lambda k: "Eqs.~\\ref{a}" + " and~\\ref{b}" * k + ".",
+    lambda k: "(see" + " " * k + "\\cite{a}" + " ," * k + ")",
+    lambda k: "\\cref{thm:a}" * k + ".",
+])
+def test_reading_references_as_nouns_stays_linear(make):
+    assert_linear(text, make, 2000)
