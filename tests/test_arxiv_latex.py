@@ -727,6 +727,14 @@ def test_a_macro_argument_next_to_a_control_word_stays_a_separate_token():
     assert body("Use \\m{title}.", "\\newcommand{\\m}[1]{\\texttt{\\textbackslash#1}}") == "Use \\title."
 
 
+def test_a_macro_expanded_after_a_control_word_stays_apart_from_it():
+    """A macro whose text starts with a letter, used right after a control word, was glued to it:
+    `\\noindent\\name` read `\\noindentJohn`, an unknown command the converter dropped with the
+    name; TeX reads \\noindent, then John. So after an expansion ending in a control word."""
+    preamble = "\\newcommand{\\name}{John}\\newcommand{\\cmd}{\\bf}\\newcommand{\\x}{x}"
+    assert body("\\noindent\\name{} wrote. \\cmd\\name{} too. $\\alpha\\x$", preamble) == "John wrote. John too. $\\alpha x$"
+
+
 @pytest.mark.parametrize("name", ["onlinecite", "Citep", "citeyearpar", "citenum", "autocite", "footcite",
                                   "Parencite", "shortcite", "citeN", "citetalias"])
 def test_citation_variants_drop_their_keys(name):

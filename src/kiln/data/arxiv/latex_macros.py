@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kiln.data.arxiv.latex_declared import LITERAL_ENVS
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans
@@ -58,6 +59,7 @@ PROTECTED = frozenset(
     "include def newcommand renewcommand par title author abstract footnote".split()
 )
 MAX_PASSES = 8
+GLOBAL_BEFORE = re.compile(r"\\global\s*\Z")  # \\global\\def: the prefix that makes a definition global
 ENV_NAME = re.compile(r"[a-zA-Z@*]+")
 # begin code that reads the body as verbatim (moreverb's \verbatimwrite, \comment, listings):
 # expanded, its file name came out as text and the body as LaTeX, so the environment stays unknown
@@ -94,6 +96,29 @@ class Macro:
     default: str | None  # the optional first argument's default (\newcommand{\x}[2][d]{...})
     body: str
     builtin: str | None = None  # \let\new\old with \old not a user macro then: "old"
+
+
+class Definition(NamedTuple):
+    """A definition `collect_definitions` met: where it stood in the text it returns, the macro's
+    key, its meaning, and whether it is global (\\gdef, \\xdef, \\global\\def...): what
+    `latex_scopes` needs to say where it holds."""
+
+    pos: int
+    name: str
+    macro: Macro
+    is_global: bool
+
+
+class _Recording(dict):
+    """A macro table that lists the names assigned in it, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.assigned: list[str] = []
+
+    def __setitem__(self, name: str, macro: Macro) -> None:
+        super().__setitem__(name, macro)
+        self.assigned.append(name)
 
 
 def _read_name(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | None:
@@ -308,13 +333,16 @@ def collect_definitions(
     declared: Declared = NO_DECLARATIONS,
     spans: LiteralSpans | None = None,
     known: dict[str, Macro] | None = None,
+    definitions: list[Definition] | None = None,
 ) -> tuple[str, dict[str, Macro], dict[str, str]]:
     """(text without definitions, macros by name, theorem environment -> printed title);
     `declared`: the declarations (short verbs, verbatim-like environments) in force where `text`
     starts; `spans`: the literal spans of `text`, when the caller has read them (else they are read
     here, with `declared`, if a definition is met); `known`: the macros defined before `text`
-    (a local package's, for the preamble), which a \\let in it may copy."""
-    macros: dict[str, Macro] = {}
+    (a local package's, for the preamble), which a \\let in it may copy; `definitions`, when
+    given, gets each definition recorded, in order, with where it stood (`latex_scopes`)."""
+    macros: dict[str, Macro] = _Recording() if definitions is not None else {}
+    written = 0  # characters in `out`
     theorems: dict[str, str] = {}
     if "\\" not in text:
         return text, macros, theorems
@@ -327,11 +355,18 @@ def collect_definitions(
         if m.start() in spans:
             continue
         out.append(text[pos : m.start()])
+        written += m.start() - pos
+        start = pos
         pos = _parse_definition(text, m, macros, theorems, counts, spans, known or {})
         if pos == m.end():
             out.append(m.group(0))
+            written += len(m.group(0))
+        if definitions is not None and macros.assigned:
+            is_global = m.group(2) in ("gdef", "xdef") or GLOBAL_BEFORE.search(text, max(start, m.start() - 24), m.start())
+            definitions.extend(Definition(written, name, macros[name], bool(is_global)) for name in macros.assigned)
+            macros.assigned.clear()
     out.append(text[pos:])
-    return "".join(out), macros, theorems
+    return "".join(out), dict(macros), theorems
 
 
 def _read_arg(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | None:
@@ -445,6 +480,8 @@ def _expand_once(
             return None
         if _starts_with_letter(text, end) and _ends_with_control_word(expanded, len(expanded)):
             expanded += " "  # \\newcommand{\\f}[1]{#1\\alpha}: \\f{x}y is \\alpha then y
+        if _starts_with_letter(expanded) and _ends_with_control_word(last := _last(out), len(last)):
+            expanded = " " + expanded  # \\noindent\\name is \\noindent then the name, not \\noindentJohn
         out.append(expanded)
         size += len(expanded)
         pos = end
