@@ -361,6 +361,9 @@ def collect_definitions(
         if pos == m.end():
             out.append(m.group(0))
             written += len(m.group(0))
+        elif _starts_with_letter(text, pos) and _ends_with_control_word(text, m.start()):
+            out.append(" ")  # \\noindent\\def\\x{y}Hello: \\noindent then Hello, not \\noindentHello
+            written += 1
         if definitions is not None and macros.assigned:
             is_global = m.group(2) in ("gdef", "xdef") or GLOBAL_BEFORE.search(text, max(start, m.start() - 24), m.start())
             definitions.extend(Definition(written, name, macros[name], bool(is_global)) for name in macros.assigned)
