@@ -67,7 +67,7 @@ _MARK = f"(?:{HINT}[a-z]+\\+?{HINT})?{DROPPED_REFERENCE}"
 _ITEM = rf"(?:\([ \t]*+{_MARK}[ \t]*+\)|{_MARK})"
 # a run of references, the brackets, tie and separators between them, and a subfigure letter
 # stuck to its end ("Fig.~\ref{f}a"); all possessive, so a failed run costs what it read
-REFERENCE_RUN = re.compile(rf"{_ITEM}(?:[ \t,;–-]*+(?:(?:and|or|to|&)[ \t,;–-]*+)?{_ITEM})*+(?:[a-z](?!\w))?")
+REFERENCE_RUN = re.compile(rf"(?=[(\x02\x03]){_ITEM}(?:[ \t,;–-]*+(?:(?:and|or|to|&)[ \t,;–-]*+)?{_ITEM})*+(?:[a-z](?!\w))?")
 _NOUN = "|".join(re.escape(form) for form in sorted(_FORMS, key=len, reverse=True))
 NOUN_BEFORE = re.compile(rf"(?<![\w.])({_NOUN})[ \t]*+\Z")  # read on the few characters before a run
 HINTED = re.compile(f"{HINT}([a-z]+)(\\+?){HINT}")

@@ -30,19 +30,28 @@ from kiln.data.arxiv.latex_macros import (
 )
 
 MAX_STRETCHES = 64
-# a group's opener or closer (an environment's \\begin{x} and \\end{x} whole), or an escape
+# a group's opener or closer (an environment's \\begin{x} and \\end{x} whole), or an escaped
+# brace or backslash (\\{ opens nothing; \\\\{ is a line break, then a group)
 GROUPING = re.compile(r"(\\(?:begingroup|bgroup)(?![a-zA-Z@])|\\begin\s*\{[^{}\\]*\}|\{)"
-                      r"|(\\(?:endgroup|egroup)(?![a-zA-Z@])|\\end\s*\{[^{}\\]*\}|\})|\\[\s\S]?")
+                      r"|(\\(?:endgroup|egroup)(?![a-zA-Z@])|\\end\s*\{[^{}\\]*\}|\})|\\[{}\\]")
 _MISSING = None  # a name undefined before a local definition: restored by removing it
 
 
 def _group_changes(text: str, spans: LiteralSpans) -> list[tuple[int, int]]:
-    """(position, +1 or -1) of each group's start and end in `text`, outside literal spans; an end
-    at the character after its closer, where the meaning before the group is back."""
+    """(position, +1 or -1) of each group's start and end in `text`, outside literal spans (walked
+    beside the matches, both in order); an end at the character after its closer, where the
+    meaning before the group is back."""
     changes = []
+    k, starts, ends = 0, spans.starts, spans.ends
     for m in GROUPING.finditer(text):
-        if (m.group(1) or m.group(2)) and m.start() not in spans:
-            changes.append((m.start(), 1) if m.group(1) else (m.end(), -1))
+        if not (m.group(1) or m.group(2)):
+            continue
+        at = m.start()
+        while k < len(starts) and ends[k] <= at:
+            k += 1
+        if k < len(starts) and starts[k] <= at:
+            continue  # inside a literal span
+        changes.append((at, 1) if m.group(1) else (m.end(), -1))
     return changes
 
 
