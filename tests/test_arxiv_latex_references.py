@@ -68,3 +68,31 @@ def test_a_bracket_of_only_a_citation_lead_in_goes_with_it(tex, expected):
 ])
 def test_reading_references_as_nouns_stays_linear(make):
     assert_linear(text, make, 2000)
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("dans la section~\\ref{s} et", "dans la section et"),  # another language: as written
+    ("Veja a \\autoref{sec:a}, que", "Veja a, que"),
+    ("Combining Theorem~\\ref{t} with", "Combining the theorem with"),
+    ("we invoke Theorem~\\ref{t} again", "we invoke Theorem again"),  # a verb it does not know
+    ("input for\nEq.~(\\ref{e}) and\nSection~\\ref{s}", "input for the equation and the section"),
+    ("Intro.\n\nSection~\\ref{s} ends.", "Intro.\n\nThe section ends."),
+])
+def test_the_article_goes_only_where_the_word_before_is_english_it_knows(tex, expected):
+    """'the' went before any reference noun: 'dans la the section', 'Veja a section'; and a line end
+    in the source read as a sentence's start ('input for The equation'). A paragraph's start
+    still gives 'The'."""
+    assert text(tex) == expected
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("see \\crefrange{eq:a}{eq:b}.", "see the equations."),
+    ("in \\namecref{sec:a}, and", "in the section, and"),
+    ("by \\labelcref{a}, \\cpageref{b}, \\Vref{c}, \\vpageref[x]{d}, we", "by, we"),
+    ("as in Fig.~\\subref{a} and \\subref*{b}.", "as in the figures."),
+])
+def test_other_reference_commands_drop_their_labels(tex, expected):
+    """cleveref's \\crefrange, \\labelcref, \\namecref, \\cpageref, varioref's \\Vref and
+    \\vpageref, subfig's \\subref were unknown macros: their label keys came out as text ('see
+    eq:aeq:b', 'Fig. a')."""
+    assert text(tex) == expected

@@ -66,7 +66,11 @@ BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
 SPACES = re.compile(r"[ \t\r\f\v]+")
 SPACING_SYMBOLS = {" ": " ", ",": " ", ";": " ", ":": " ", "\n": " ", "\t": " "}
 SILENT_SYMBOLS = frozenset("!-/@<>|")
-CLEVER_REFERENCES = frozenset({"cref", "Cref", "autoref", "Autoref", "vref", "Vref"})
+# the references that print their kind ("Theorem 3"), and those of them that name a range or only
+# the kind: read as it by `latex_references`
+CLEVER_REFERENCES = frozenset({"cref", "Cref", "autoref", "Autoref", "vref", "Vref", "zcref", "crefrange", "Crefrange",
+                               "vrefrange", "namecref", "nameCref", "lcnamecref", "namecrefs", "nameCrefs", "lcnamecrefs"})
+PLURAL_REFERENCES = frozenset({"crefrange", "Crefrange", "vrefrange", "namecrefs", "nameCrefs", "lcnamecrefs"})
 # A heading's title, a label or an alltt body is converted apart, then joined into the text around
 # it: one nested in MAX_CAPTURES others is read in line instead, so that no text is joined more
 # than that many times (nested without bound, the joins are quadratic).
@@ -343,7 +347,7 @@ class LatexConverter(LatexTokens):
             if base in REFERENCES:
                 if base in CLEVER_REFERENCES and (g := self._next(self._skip_args(i + 1, "*["))) < self.n \
                         and self.val[g] == "{" and self.kind[g] == BRACE and self.match[g] < self.n:
-                    out.append(reference_hint(self._group_source(g)))  # it prints the kind: "Theorem 3"
+                    out.append(reference_hint(self._group_source(g), base in PLURAL_REFERENCES))  # "Theorem 3"
                 out.append(DROPPED_REFERENCE)
             return self._skip_args(i + 1, DROP[base])
         if base == "item":

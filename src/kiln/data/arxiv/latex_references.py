@@ -5,7 +5,8 @@ word that announced one dangling: "As shown in Eq., the loss falls", "See Figs.,
 "Section shows it". A reference noun followed by its references (`Eq.~\\eqref{e}`,
 `Figs.~\\ref{a} and~\\ref{b}`, `Ref.~\\cite{a}`) reads as the noun with an article: "the
 equation", "the figures" (no article after a determiner: "our theorem"; "The" at a sentence's
-start). cleveref's \\cref and \\autoref print the kind themselves ("Theorem 3"): the converter
+start), where the word before is an English one it knows (`ARTICLE_AFTER`); elsewhere the noun
+stays as written. cleveref's \\cref and \\autoref print the kind themselves ("Theorem 3"): the converter
 marks one with the kind its label's prefix names (`thm:` theorem, `fig:` figure...), read the
 same way; with no known prefix it is dropped as any reference.
 
@@ -72,33 +73,50 @@ _NOUN = "|".join(re.escape(form) for form in sorted(_FORMS, key=len, reverse=Tru
 NOUN_BEFORE = re.compile(rf"(?<![\w.])({_NOUN})[ \t]*+\Z")  # read on the few characters before a run
 HINTED = re.compile(f"{HINT}([a-z]+)(\\+?){HINT}")
 LOOKBACK = 40
-DETERMINERS = frozenset("the this that these those our its their his her each every a an any which same".split())
+DETERMINERS = frozenset("the this that these those our its their his her each every which same any".split())
 # a word between a determiner and the noun that is no adjective: "the proof of Theorem" is not "the theorem"
 LINKS = frozenset("of in on at by to for from with and or as than via see under into over is are was were".split())
+# English words after which a noun phrase reads "the <noun>": anywhere else (another language's
+# "dans la section~\\ref{s}", an unlisted verb) the noun stays as written, and a cleveref
+# reference is dropped, as before
+ARTICLE_AFTER = LINKS | frozenset(
+    "see cf. also both between after before like using use following per then shows show shown given "
+    "described summarized summarised presented listed defined proved proven stated discussed displayed "
+    "illustrated depicted reported derived explained introduced compare combining applying apply recall "
+    "note whereas while where but yields gives implies follows".split()
+)
 ABBREVIATIONS = frozenset(("e.g.", "i.e.", "cf.", "vs.", "resp.", "etc.", "al."))
+SENTENCE_START = re.compile(r"(?:\A|\n[ \t]*\n|\n[ \t]*-)[ \t]*\Z")  # a paragraph's or list item's start
+LEADING_PUNCTUATION = "([\"'“‘"
 
 
-def reference_hint(label: str) -> str:
+def reference_hint(label: str, plural: bool = False) -> str:
     """The mark of the kind a cleveref reference to `label` prints, from its prefix ("" when it
-    names none); a list of labels `a,b` is read by its first, the kind made plural."""
+    names none); a list of labels `a,b` is read by its first, the kind made plural (`plural`: a
+    range's)."""
     first = label.split(",", 1)[0].strip()
     parts = re.split(r"[:\-_.]", first, maxsplit=1)
     kind = LABEL_KINDS.get(parts[0].lower(), "") if len(parts) == 2 else ""
-    return f"{HINT}{kind}{'+' if ',' in label else ''}{HINT}" if kind else ""
+    return f"{HINT}{kind}{'+' if plural or ',' in label else ''}{HINT}" if kind else ""
 
 
-def _phrase(text: str, at: int, kind: str, plural: bool) -> str:
-    """'the <kind>' for a noun phrase starting at `at` in `text`: no article after a determiner
-    (one word back, or two over an adjective), 'The' at a sentence's start."""
-    words = text[max(0, at - LOOKBACK) : at].split()
+def _phrase(text: str, at: int, kind: str, plural: bool) -> str | None:
+    """'the <kind>' for a noun phrase starting at `at` in `text`, 'The' at a sentence's start, no
+    article after a determiner (one word back, or two over an adjective); None where the word
+    before is none `ARTICLE_AFTER` knows."""
+    before = text[max(0, at - LOOKBACK) : at]
+    words = before.split()
     noun = PLURALS[kind] if plural else kind
-    back = [w.lower() for w in words[-2:]]
+    back = [w.lower().lstrip(LEADING_PUNCTUATION) for w in words[-2:]]
     if back and (back[-1] in DETERMINERS or back[-1].endswith(("'s", "’s"))
                  or (len(back) == 2 and back[0] in DETERMINERS and back[1] not in LINKS and back[1].isalpha())):
         return noun
-    start = (not words or (words[-1][-1:] in ".!?" and words[-1].lower() not in ABBREVIATIONS)
-             or "\n" in text[max(0, at - 2) : at] or words[-1] == "-")
-    return ("The " if start else "the ") + noun
+    if SENTENCE_START.search(before) or (
+        words and words[-1][-1:] in ".!?" and back[-1] not in ABBREVIATIONS and not words[-1].startswith(LEADING_PUNCTUATION)
+    ):
+        return "The " + noun
+    known = back and back[-1] in ARTICLE_AFTER or before.endswith(("(", "["))  # "(Theorem~\\ref{t})"
+    return "the " + noun if known else None
 
 
 def read_reference_nouns(text: str) -> str:
@@ -118,11 +136,12 @@ def read_reference_nouns(text: str) -> str:
             kind, many = _FORMS[noun.group(1)]
             at = m.start() - len(before) + noun.start()
             out.append(text[pos:at])
-            out.append(_phrase(text, at, kind, many or run.count(DROPPED_REFERENCE) > 1))
+            phrase = _phrase(text, at, kind, many or run.count(DROPPED_REFERENCE) > 1)
+            out.append(noun.group(1) if phrase is None else phrase)
         elif hint is not None:
             out.append(text[pos : m.start()])
             plural = bool(hint.group(2)) or run.count(DROPPED_REFERENCE) > 1
-            out.append(_phrase(text, m.start(), hint.group(1), plural))
+            out.append(_phrase(text, m.start(), hint.group(1), plural) or "")
         else:
             out.append(text[pos : m.start()])
             out.append(HINTED.sub("", run) if HINT in run else run)

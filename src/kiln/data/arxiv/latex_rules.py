@@ -139,7 +139,17 @@ _CITATION_NAMES = (
 )
 CITATIONS = frozenset(name for base in _CITATION_NAMES for name in (base, base[0].upper() + base[1:]))
 DROP.update(dict.fromkeys(CITATIONS - DROP.keys(), "*[[{"))
-REFERENCES = frozenset({"ref", "eqref", "pageref", "autoref", "cref", "Cref", "vref", "nameref"} | CITATIONS)
+# cleveref's, varioref's, subfig's, zref-clever's and hyperref's other references: their label keys
+# came out as text ("see eq:aeq:b" for \crefrange{eq:a}{eq:b}, "Tables a and b" for \subref)
+OTHER_REFERENCES = {
+    **dict.fromkeys(("crefrange", "Crefrange", "cpagerefrange", "Cpagerefrange"), "*{{"), "vrefrange": "*[{{",
+    **dict.fromkeys(("labelcref", "labelcpageref", "namecref", "nameCref", "lcnamecref", "namecrefs", "nameCrefs",
+                     "lcnamecrefs", "cpageref", "Cpageref", "subref", "Autoref", "fullref"), "*{"),
+    **dict.fromkeys(("Vref", "zcref", "zcpageref"), "*[{"), "vpageref": "*[[{", "Vpageref": "*[[{",
+}
+DROP.update(OTHER_REFERENCES)
+REFERENCES = frozenset({"ref", "eqref", "pageref", "autoref", "cref", "Cref", "vref", "nameref", *OTHER_REFERENCES}
+                       | CITATIONS)
 TEXT_SYMBOLS = {
     "LaTeX": "LaTeX", "TeX": "TeX", "LaTeXe": "LaTeX2e", "BibTeX": "BibTeX", "par": "\n\n",
     "newline": "\n", "linebreak": "\n", "item": "\n- ", "qquad": " ", "quad": " ",
