@@ -96,3 +96,9 @@ def test_other_reference_commands_drop_their_labels(tex, expected):
     \\vpageref, subfig's \\subref were unknown macros: their label keys came out as text ('see
     eq:aeq:b', 'Fig. a')."""
     assert text(tex) == expected
+
+
+def test_that_before_a_reference_noun_is_a_conjunction():
+    """'note that Theorem~\\ref{t} yields' read 'note that theorem yields', 'that' taken for a
+    determiner (aomart's sample paper)."""
+    assert text("We note that Theorem~\\ref{t} yields it.") == "We note that the theorem yields it."

@@ -73,7 +73,8 @@ _NOUN = "|".join(re.escape(form) for form in sorted(_FORMS, key=len, reverse=Tru
 NOUN_BEFORE = re.compile(rf"(?<![\w.])({_NOUN})[ \t]*+\Z")  # read on the few characters before a run
 HINTED = re.compile(f"{HINT}([a-z]+)(\\+?){HINT}")
 LOOKBACK = 40
-DETERMINERS = frozenset("the this that these those our its their his her each every which same any".split())
+# ("that" and "which" are more often a conjunction or pronoun: "note that Theorem~\\ref{t} yields")
+DETERMINERS = frozenset("the this these those our its their his her each every same any".split())
 # a word between a determiner and the noun that is no adjective: "the proof of Theorem" is not "the theorem"
 LINKS = frozenset("of in on at by to for from with and or as than via see under into over is are was were".split())
 # English words after which a noun phrase reads "the <noun>": anywhere else (another language's
@@ -83,7 +84,7 @@ ARTICLE_AFTER = LINKS | frozenset(
     "see cf. also both between after before like using use following per then shows show shown given "
     "described summarized summarised presented listed defined proved proven stated discussed displayed "
     "illustrated depicted reported derived explained introduced compare combining applying apply recall "
-    "note whereas while where but yields gives implies follows".split()
+    "note whereas while where but yields gives implies follows that which".split()
 )
 ABBREVIATIONS = frozenset(("e.g.", "i.e.", "cf.", "vs.", "resp.", "etc.", "al."))
 SENTENCE_START = re.compile(r"(?:\A|\n[ \t]*\n|\n[ \t]*-)[ \t]*\Z")  # a paragraph's or list item's start

@@ -144,7 +144,7 @@ DROP.update(dict.fromkeys(CITATIONS - DROP.keys(), "*[[{"))
 OTHER_REFERENCES = {
     **dict.fromkeys(("crefrange", "Crefrange", "cpagerefrange", "Cpagerefrange"), "*{{"), "vrefrange": "*[{{",
     **dict.fromkeys(("labelcref", "labelcpageref", "namecref", "nameCref", "lcnamecref", "namecrefs", "nameCrefs",
-                     "lcnamecrefs", "cpageref", "Cpageref", "subref", "Autoref", "fullref"), "*{"),
+                     "lcnamecrefs", "cpageref", "Cpageref", "subref", "Autoref"), "*{"),
     **dict.fromkeys(("Vref", "zcref", "zcpageref"), "*[{"), "vpageref": "*[[{", "Vpageref": "*[[{",
 }
 DROP.update(OTHER_REFERENCES)
