@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans
 from kiln.data.arxiv.latex_macros import (
@@ -37,22 +38,22 @@ GROUPING = re.compile(r"(\\(?:begingroup|bgroup)(?![a-zA-Z@])|\\begin\s*\{[^{}\\
 _MISSING = None  # a name undefined before a local definition: restored by removing it
 
 
-def _group_changes(text: str, spans: LiteralSpans) -> list[tuple[int, int]]:
+def _group_changes(text: str, spans: LiteralSpans) -> Iterator[tuple[int, int]]:
     """(position, +1 or -1) of each group's start and end in `text`, outside literal spans (walked
-    beside the matches, both in order); an end at the character after its closer, where the
-    meaning before the group is back."""
-    changes = []
+    beside the matches, both in order), lazily; an end at the character after its closer, where
+    the meaning before the group is back."""
     k, starts, ends = 0, spans.starts, spans.ends
+    n = len(starts)
     for m in GROUPING.finditer(text):
-        if not (m.group(1) or m.group(2)):
+        kind = m.lastindex  # 1 an opener, 2 a closer, None an escape
+        if kind is None:
             continue
         at = m.start()
-        while k < len(starts) and ends[k] <= at:
+        while k < n and ends[k] <= at:
             k += 1
-        if k < len(starts) and starts[k] <= at:
+        if k < n and starts[k] <= at:
             continue  # inside a literal span
-        changes.append((at, 1) if m.group(1) else (m.end(), -1))
-    return changes
+        yield (at, 1) if kind == 1 else (m.end(), -1)
 
 
 def expand_scoped(
@@ -60,7 +61,9 @@ def expand_scoped(
     declared: Declared = NO_DECLARATIONS,
 ) -> str:
     """`text` (the body without its definitions) with its macros expanded: `before`, the
-    preamble's (and local packages'), and over them each of `definitions` where TeX says it holds."""
+    preamble's (and local packages'), and over them each of `definitions` where TeX says it holds.
+    The groups are read up to the last definition, then only until the last meaning it made in a
+    group is restored."""
     defined = Counter(d.name for d in definitions)
     current = dict(before)
     walked = []  # the definitions that change a meaning: the rest hold all through
@@ -74,8 +77,8 @@ def expand_scoped(
     spans = LiteralSpans(text, declared)
     groups = _group_changes(text, spans)
     stretches: list[tuple[int, int, dict[str, Macro]]] = []
-    start = 0
-    saves: list[dict[str, Macro | None]] = [{}]  # per open group: the meanings to restore at its end
+    start = depth = 0
+    saves: list[tuple[int, dict[str, Macro | None]]] = []  # (depth, the meanings to restore at its end)
 
     def change(pos: int, name: str, macro: Macro | None) -> None:
         nonlocal start
@@ -89,25 +92,29 @@ def expand_scoped(
         else:
             current[name] = macro
 
-    g = 0
+    group = next(groups, None)
     for d in [*walked, None]:
         until = len(text) + 1 if d is None else d.pos
         # a group opened where a definition stood opens after it; one closed there, before it
-        while g < len(groups) and (groups[g][0] < until or (groups[g][0] == until and groups[g][1] < 0)):
-            pos, step = groups[g]
-            g += 1
+        while group is not None and (group[0] < until or (group[0] == until and group[1] < 0)):
+            pos, step = group
             if step > 0:
-                saves.append({})
-            elif len(saves) > 1:  # a stray closer closes nothing
-                for name, old in reversed(saves.pop().items()):
-                    change(pos, name, old)
+                depth += 1
+            elif depth:  # a stray closer closes nothing
+                if saves and saves[-1][0] == depth:
+                    for name, old in reversed(saves.pop()[1].items()):
+                        change(pos, name, old)
+                depth -= 1
+            group = None if d is None and not saves else next(groups, None)
         if len(stretches) >= MAX_STRETCHES:
             counts["macros_scopes_over_budget"] += 1
             return expand_macros(text, {**before, **{x.name: x.macro for x in definitions}}, counts, declared)
         if d is None:
             break
-        if not d.is_global and len(saves) > 1 and d.name not in saves[-1]:
-            saves[-1][d.name] = current.get(d.name, _MISSING)
+        if not d.is_global and depth:
+            if not saves or saves[-1][0] != depth:
+                saves.append((depth, {}))
+            saves[-1][1].setdefault(d.name, current.get(d.name, _MISSING))
         change(d.pos, d.name, d.macro)
     stretches.append((start, len(text), current))
     out: list[str] = []
