@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from linear_time import assert_linear
 
+from kiln.data.arxiv import latex_to_text
 from kiln.data.arxiv.latex_convert import LatexConverter
 
 
@@ -102,3 +103,20 @@ def test_that_before_a_reference_noun_is_a_conjunction():
     """'note that Theorem~\\ref{t} yields' read 'note that theorem yields', 'that' taken for a
     determiner (aomart's sample paper)."""
     assert text("We note that Theorem~\\ref{t} yields it.") == "We note that the theorem yields it."
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("by \\cref{thm:a} and \\cref{lem:b}, we", "by the theorem and the lemma, we"),
+    ("by \\cref{thm:a,thm:b} and \\cref{lem:c}, we", "by the theorems and the lemma, we"),
+    ("by \\cref{thm:a} and \\cref{thm:b}, we", "by the theorems, we"),
+])
+def test_a_run_of_cleveref_references_reads_each_kind(tex, expected):
+    """'\\cref{thm:a} and \\cref{lem:b}' read 'the theorems', one kind for the run."""
+    assert text(tex) == expected
+
+
+def test_a_reference_noun_at_the_bodys_start_reads_as_one():
+    """The body starts after \\begin{document}'s line end, which the sentence-start rule did not
+    take for a start: 'Eq.~\\eqref{a}--\\eqref{b} hold.' read 'Eq. hold.'"""
+    files = {"main.tex": "\\documentclass{article}\n\\begin{document}\nEq.~\\eqref{a}--\\eqref{b} hold.\n\\end{document}"}
+    assert latex_to_text(files).body == "The equations hold."

@@ -87,7 +87,7 @@ ARTICLE_AFTER = LINKS | frozenset(
     "note whereas while where but yields gives implies follows that which".split()
 )
 ABBREVIATIONS = frozenset(("e.g.", "i.e.", "cf.", "vs.", "resp.", "etc.", "al."))
-SENTENCE_START = re.compile(r"(?:\A|\n[ \t]*\n|\n[ \t]*-)[ \t]*\Z")  # a paragraph's or list item's start
+SENTENCE_START = re.compile(r"(?:\A\s*|\n[ \t]*\n|\n[ \t]*-)[ \t]*\Z")  # a paragraph's or list item's start
 LEADING_PUNCTUATION = "([\"'“‘"
 
 
@@ -120,6 +120,22 @@ def _phrase(text: str, at: int, kind: str, plural: bool) -> str | None:
     return "the " + noun if known else None
 
 
+def _hinted_phrase(text: str, at: int, run: str) -> str:
+    """A run of cleveref references read as their kinds, in order, each once ("\\cref{thm:a} and
+    \\cref{lem:b}": "the theorem and the lemma"; two theorems: "the theorems"); "" where the word
+    before is none `_phrase` knows."""
+    kinds: dict[str, bool] = {}
+    for m in HINTED.finditer(run):
+        kinds[m.group(1)] = m.group(1) in kinds or bool(m.group(2))
+    if len(kinds) == 1:  # one kind: plural for any two references, hinted or not
+        kinds = {kind: many or run.count(DROPPED_REFERENCE) > 1 for kind, many in kinds.items()}
+    (first, many), *rest = kinds.items()
+    phrase = _phrase(text, at, first, many)
+    if phrase is None:
+        return ""
+    return " and ".join((phrase, *(f"the {PLURALS[k] if p else k}" for k, p in rest)))
+
+
 def read_reference_nouns(text: str) -> str:
     """`text` with each reference noun and its dropped references read as a noun phrase, and each
     hinted (cleveref) run with no noun before it as its kind's; other runs are left, without their
@@ -141,8 +157,7 @@ def read_reference_nouns(text: str) -> str:
             out.append(noun.group(1) if phrase is None else phrase)
         elif hint is not None:
             out.append(text[pos : m.start()])
-            plural = bool(hint.group(2)) or run.count(DROPPED_REFERENCE) > 1
-            out.append(_phrase(text, m.start(), hint.group(1), plural) or "")
+            out.append(_hinted_phrase(text, m.start(), run))
         else:
             out.append(text[pos : m.start()])
             out.append(HINTED.sub("", run) if HINT in run else run)
