@@ -120,3 +120,12 @@ def test_a_reference_noun_at_the_bodys_start_reads_as_one():
     take for a start: 'Eq.~\\eqref{a}--\\eqref{b} hold.' read 'Eq. hold.'"""
     files = {"main.tex": "\\documentclass{article}\n\\begin{document}\nEq.~\\eqref{a}--\\eqref{b} hold.\n\\end{document}"}
     assert latex_to_text(files).body == "The equations hold."
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("As shown in Figure~\\ref{fig:a}(b), x", "As shown in the figure, x"),
+    ("see Figures~\\ref{a}(a) and~\\ref{a}(b), and Lemma~\\ref{l}(ii).", "see the figures, and the lemma."),
+])
+def test_a_sub_label_stuck_to_a_reference_goes_with_it(tex, expected):
+    """A sub-label after the reference stayed stuck to the noun: 'the figure(b)', 'the lemma(ii)'."""
+    assert text(tex) == expected

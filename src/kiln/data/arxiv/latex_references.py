@@ -65,10 +65,11 @@ for _kind, (_singular, _plural) in _NOUNS.items():
         for _form in _forms.split():
             _FORMS[_form] = _FORMS[_form[0].lower() + _form[1:]] = (_kind, _many)
 _MARK = f"(?:{HINT}[a-z]+\\+?{HINT})?{DROPPED_REFERENCE}"
-_ITEM = rf"(?:\([ \t]*+{_MARK}[ \t]*+\)|{_MARK})"
-# a run of references, the brackets, tie and separators between them, and a subfigure letter
-# stuck to its end ("Fig.~\ref{f}a"); all possessive, so a failed run costs what it read
-REFERENCE_RUN = re.compile(rf"(?=[(\x02\x03]){_ITEM}(?:[ \t,;–-]*+(?:(?:and|or|to|&)[ \t,;–-]*+)?{_ITEM})*+(?:[a-z](?!\w))?")
+# a reference, bracketed or not, with a sub-label stuck to it ("Fig.~\\ref{f}a", "\\ref{f}(b)")
+_ITEM = rf"(?:\([ \t]*+{_MARK}[ \t]*+\)|{_MARK})(?:\([a-z]{{1,5}}\)|[a-z](?!\w))?+"
+# a run of references and the brackets, tie and separators between them; all possessive, so a
+# failed run costs what it read
+REFERENCE_RUN = re.compile(rf"(?=[(\x02\x03]){_ITEM}(?:[ \t,;–-]*+(?:(?:and|or|to|&)[ \t,;–-]*+)?{_ITEM})*+")
 _NOUN = "|".join(re.escape(form) for form in sorted(_FORMS, key=len, reverse=True))
 NOUN_BEFORE = re.compile(rf"(?<![\w.])({_NOUN})[ \t]*+\Z")  # read on the few characters before a run
 HINTED = re.compile(f"{HINT}([a-z]+)(\\+?){HINT}")
