@@ -129,3 +129,13 @@ def test_a_reference_noun_at_the_bodys_start_reads_as_one():
 def test_a_sub_label_stuck_to_a_reference_goes_with_it(tex, expected):
     """A sub-label after the reference stayed stuck to the noun: 'the figure(b)', 'the lemma(ii)'."""
     assert text(tex) == expected
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("It ends. (Table~\\ref{t} shows it.)", "It ends. (The table shows it.)"),
+    ("\\subsection{Equation on the Page}Equation~\\ref{e} is one.", "### Equation on the Page\n\nThe equation is one."),
+])
+def test_a_sentence_start_after_a_bracket_or_heading_reads_the(tex, expected):
+    """A parenthesised sentence read '(the table shows', and after a heading ending in 'the Page'
+    the heading's words were taken for a determiner and adjective: 'equation is one'."""
+    assert text(tex) == expected

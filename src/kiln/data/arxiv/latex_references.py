@@ -107,18 +107,21 @@ def _phrase(text: str, at: int, kind: str, plural: bool) -> str | None:
     article after a determiner (one word back, or two over an adjective); None where the word
     before is none `ARTICLE_AFTER` knows."""
     before = text[max(0, at - LOOKBACK) : at]
+    before = before[before.rfind("\n\n") + 1 :]  # this paragraph's words only (a heading's are not)
     words = before.split()
     noun = PLURALS[kind] if plural else kind
     back = [w.lower().lstrip(LEADING_PUNCTUATION) for w in words[-2:]]
+    opened = before.rstrip(" \t").endswith(("(", "["))  # "(Theorem~\\ref{t})"
+    ended = [w for w in words if w not in "(["][-1:]  # the word before, past an opening bracket
+    if SENTENCE_START.search(before) or (
+        ended and ended[0][-1:] in ".!?" and ended[0].lower() not in ABBREVIATIONS
+        and (opened or not ended[0].startswith(LEADING_PUNCTUATION))
+    ):
+        return "The " + noun
     if back and (back[-1] in DETERMINERS or back[-1].endswith(("'s", "’s"))
                  or (len(back) == 2 and back[0] in DETERMINERS and back[1] not in LINKS and back[1].isalpha())):
         return noun
-    if SENTENCE_START.search(before) or (
-        words and words[-1][-1:] in ".!?" and back[-1] not in ABBREVIATIONS and not words[-1].startswith(LEADING_PUNCTUATION)
-    ):
-        return "The " + noun
-    known = back and back[-1] in ARTICLE_AFTER or before.endswith(("(", "["))  # "(Theorem~\\ref{t})"
-    return "the " + noun if known else None
+    return "the " + noun if back and back[-1] in ARTICLE_AFTER or opened else None
 
 
 def _hinted_phrase(text: str, at: int, run: str) -> str:
