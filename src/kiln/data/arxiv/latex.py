@@ -4,8 +4,7 @@ Order: choose the main file, resolve \\input/\\include/\\subfile inside the arch
 stripped per file), drop \\iffalse blocks (`latex_conditionals`), split preamble/body, collect
 macro definitions (local .sty files named by \\usepackage, next to the main file or else at the
 root; then preamble, later wins; then the body's, each where TeX scopes it: `latex_scopes`) and
-remove them, expand macros, pull title and
-abstract, convert the body (`latex_convert`).
+remove them, expand macros, pull title and abstract, convert the body (`latex_convert`).
 Declarations in local .sty files and the preamble (\\MakeShortVerb{\\|}, \\lstnewenvironment,
 \\excludecomment...) hold in the body. A \\title or abstract inside a literal span (shown in a
 verbatim) is not the paper's. Title/abstract from arXiv metadata win over the source's.

@@ -3,8 +3,10 @@
 environments (\\newenvironment, \\renewenvironment, \\provideenvironment, xparse's
 \\NewDocumentEnvironment & co.) and \\let aliases, and expand them in text and math, with #1..#9
 arguments and \\newcommand's optional default; \\provide* defines only a name not defined yet
-(`builtin_command`). \\let\\new\\old copies \\old's meaning when it is a user macro defined before, else makes \\new write \\old (\\let\\eps\\varepsilon); such an alias is dropped
-once \\old itself is user-defined, as then it meant the built-in \\old, which text cannot say.
+(`builtin_command`). \\let\\new\\old copies \\old's meaning when it is a user macro defined
+before, else makes \\new write \\old (\\let\\eps\\varepsilon); such an alias is dropped once
+\\old itself is user-defined, as then it meant the built-in \\old, which text cannot say. Where
+each of the body's definitions holds is `latex_scopes`' business.
 
 Not TeX: expansion is textual, in whole-document passes (a macro used inside another's body is
 expanded by the next pass), at most `MAX_PASSES` passes and a growth budget checked as each pass
