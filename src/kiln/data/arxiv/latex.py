@@ -3,8 +3,8 @@
 Order: choose the main file, resolve \\input/\\include/\\subfile inside the archive (comments
 stripped per file), drop \\iffalse blocks (`latex_conditionals`), split preamble/body, collect
 macro definitions (local .sty files named by \\usepackage, next to the main file or else at the
-root; then preamble, then body; later wins) and remove them, expand macros, pull title and
-abstract, convert the body (`latex_convert`).
+root; then preamble, later wins; then the body's, each where TeX scopes it: `latex_scopes`) and
+remove them, expand macros, pull title and abstract, convert the body (`latex_convert`).
 Declarations in local .sty files and the preamble (\\MakeShortVerb{\\|}, \\lstnewenvironment,
 \\excludecomment...) hold in the body. A \\title or abstract inside a literal span (shown in a
 verbatim) is not the paper's. Title/abstract from arXiv metadata win over the source's.
@@ -24,6 +24,7 @@ from kiln.data.arxiv.latex_conditionals import NEWIF, drop_false_branches
 from kiln.data.arxiv.latex_convert import LatexConverter
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans
 from kiln.data.arxiv.latex_macros import collect_definitions, expand_macros
+from kiln.data.arxiv.latex_scopes import expand_scoped
 from kiln.data.arxiv.latex_source import (
     LatexRefused,
     cut_at_endinput,
@@ -39,7 +40,7 @@ from kiln.data.arxiv.latex_source import (
 
 # the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
 # the LaTeX-to-text conversion (kiln.data.arxiv.latex_*)
-RULES_VERSION = "2026-12-07"
+RULES_VERSION = "2026-12-08"
 
 USEPACKAGE = re.compile(r"\\usepackage\s*(?:\[[^\]]*\])?\s*\{([^}]*)\}")
 TITLE = re.compile(r"\\(?:icml)?title(?![a-zA-Z@])\s*")  # ICML's is \icmltitle, in the body
@@ -144,10 +145,11 @@ def latex_to_text(files: dict[str, str], main: str | None = None) -> ExtractResu
         macros.update(found)
         theorems.update(named)
     declared = preamble_spans.declared_after
-    body, found, named = collect_definitions(body, counts, declared, known=macros)
+    before, definitions = dict(macros), []
+    body, found, named = collect_definitions(body, counts, declared, known=macros, definitions=definitions)
     macros.update(found)
     theorems.update(named)
-    body = expand_macros(body, macros, counts, declared)
+    body = expand_scoped(body, before, definitions, counts, declared)  # each where TeX says it holds
     result = ExtractResult(main=main, counts=counts)
     converter = LatexConverter(body, theorems, counts, declared)  # its literal spans serve twice
     title = _title_source(converter.spans)

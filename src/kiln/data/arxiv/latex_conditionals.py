@@ -48,7 +48,7 @@ DEFINITION_HEAD = re.compile(
     r"|(?:(?:re)?newcommand|providecommand|DeclareRobustCommand)\*?\s*"
     r"(?:\{\s*\\[^{}]*\}|\\(?:[a-zA-Z@]+|[^a-zA-Z@]))\s*(?:\[[^\]]*\]\s*)*"
     r"|(?:New|Renew|Provide|Declare)DocumentCommand\s*(?:\{[^{}]*\}|\\[a-zA-Z@]+)\s*\{[^{}]*\}\s*"
-    rf"|(?:re)?newenvironment\*?\s*\{{[^{{}}]*\}}\s*(?:\[[^\]]*\]\s*)*(?:{_BODY}\s*)?"
+    rf"|(?:(?:re)?newenvironment|provideenvironment)\*?\s*\{{[^{{}}]*\}}\s*(?:\[[^\]]*\]\s*)*(?:{_BODY}\s*)?"
     rf"|(?:New|Renew|Provide|Declare)DocumentEnvironment\s*\{{[^{{}}]*\}}\s*\{{[^{{}}]*\}}\s*(?:{_BODY}\s*)?"
     r")\Z"
 )

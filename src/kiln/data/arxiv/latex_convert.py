@@ -20,6 +20,12 @@ from collections.abc import Callable
 
 from kiln.data.arxiv.latex_declared import DECLARATION_TAILS, ROLE_CODE, ROLE_DROP, ROLE_LATEX
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared
+from kiln.data.arxiv.latex_references import (
+    DROPPED_REFERENCE,
+    HINT,
+    read_reference_nouns,
+    reference_hint,
+)
 from kiln.data.arxiv.latex_rules import (
     ACCENT_WORDS,
     ACCENTS,
@@ -60,6 +66,11 @@ BLANK_LINES = re.compile(r"\n[ \t]*\n\s*")
 SPACES = re.compile(r"[ \t\r\f\v]+")
 SPACING_SYMBOLS = {" ": " ", ",": " ", ";": " ", ":": " ", "\n": " ", "\t": " "}
 SILENT_SYMBOLS = frozenset("!-/@<>|")
+# the references that print their kind ("Theorem 3"), and those of them that name a range or only
+# the kind: read as it by `latex_references`
+CLEVER_REFERENCES = frozenset({"cref", "Cref", "autoref", "Autoref", "vref", "Vref", "zcref", "crefrange", "Crefrange",
+                               "vrefrange", "namecref", "nameCref", "lcnamecref", "namecrefs", "nameCrefs", "lcnamecrefs"})
+PLURAL_REFERENCES = frozenset({"crefrange", "Crefrange", "vrefrange", "namecrefs", "nameCrefs", "lcnamecrefs"})
 # A heading's title, a label or an alltt body is converted apart, then joined into the text around
 # it: one nested in MAX_CAPTURES others is read in line instead, so that no text is joined more
 # than that many times (nested without bound, the joins are quadratic).
@@ -107,12 +118,15 @@ _DIMEN = r"[ \t]*[-+]?[ \t]*(?:\d+(?:\.\d*)?|\.\d+)[ \t]*(?:true)?(?:pt|pc|in|bp
 GLUE = re.compile(rf"\s*(?:{_DIMEN}(?:[ \t]*(?:plus|minus){_DIMEN})*)?")
 PUNCT_SPACE = re.compile(r"[ ]+(?=[.,;:!?])")
 PROTECTED = re.compile("([\x00\x01])(\\d+)[\x00\x01]")
-# Where a \ref or \cite was dropped: `tidy` removes a run of them with the brackets, tie and list
+# Where a \ref or \cite was dropped (DROPPED_REFERENCE): a reference noun before it is read as a
+# noun (`latex_references`), then `tidy` removes a run of them with the brackets, tie and list
 # separators around it, which would read "Eq. ()", "(Theorem )" or "[, ]", and then the mark.
-DROPPED_REFERENCE = "\x02"
 # Possessive, and blanks taken from their first only: linear however long a run of blanks is.
 _REFERENCE_RUN = "\x02(?:[ \t,;–-]*+(?:(?:and|or|to|&)[ \t,;–-]*+)?\x02)*+"
-EMPTY_BRACKETS = re.compile(rf"(?<![ \t])[ \t]*+[(\[][ \t]*+{_REFERENCE_RUN}[ \t]*+[)\]]")
+# what may stand in a bracket with its citations alone: "(see, e.g., \cite{a})", "[cf. \cite{b}]"
+_LEAD_IN = r"(?:(?i:see(?: also)?|cf\.|e\.g\.|i\.e\.|for (?:example|instance))[ \t,;:]*+)*+"
+_LEAD_OUT = r"(?:[ \t,;]*+(?:and )?references therein)?"
+EMPTY_BRACKETS = re.compile(rf"(?<![ \t])[ \t]*+[(\[][ \t]*+{_LEAD_IN}{_REFERENCE_RUN}{_LEAD_OUT}[ \t]*+[)\]]")
 REFERENCE_RUN = re.compile(rf"(?<![ \t])[ \t]*+{_REFERENCE_RUN}(?:[ \t]++(?=[)\]]))?")
 # A run between an abbreviation's period and the sentence's ("Eq.~\eqref{e}.", "etc.~\cite{a}."):
 # gone with the second period, else it read "Eq.."; an ellipsis after it stays whole.
@@ -137,8 +151,9 @@ class LatexConverter(LatexTokens):
     ):
         """`declared`: the declarations (short verbs, verbatim-like environments) in force where
         `source` starts."""
-        if "\x00" in source or "\x01" in source or DROPPED_REFERENCE in source:  # reserved for placeholders
-            source = source.replace("\x00", "").replace("\x01", "").replace(DROPPED_REFERENCE, "")
+        if any(c in source for c in ("\x00", "\x01", DROPPED_REFERENCE, HINT)):  # reserved for placeholders
+            for c in ("\x00", "\x01", DROPPED_REFERENCE, HINT):
+                source = source.replace(c, "")
         super().__init__(source, declared)
         self.theorems = {**THEOREMS, **(theorems or {})}
         self.counts = counts if counts is not None else Counter()
@@ -330,6 +345,9 @@ class LatexConverter(LatexTokens):
             return i + 1
         if base in DROP:
             if base in REFERENCES:
+                if base in CLEVER_REFERENCES and (g := self._next(self._skip_args(i + 1, "*["))) < self.n \
+                        and self.val[g] == "{" and self.kind[g] == BRACE and self.match[g] < self.n:
+                    out.append(reference_hint(self._group_source(g), base in PLURAL_REFERENCES))  # "Theorem 3"
                 out.append(DROPPED_REFERENCE)
             return self._skip_args(i + 1, DROP[base])
         if base == "item":
@@ -495,6 +513,7 @@ def _without_reference_marks(text: str) -> str:
     """`text` without the DROPPED_REFERENCE marks and the brackets and separators they leave."""
     if DROPPED_REFERENCE not in text:
         return text
+    text = read_reference_nouns(text)
     text = POSSESSIVE_REFERENCE.sub(_possessive, PERIOD_REFERENCE.sub("", text))
     return REFERENCE_RUN.sub("", EMPTY_BRACKETS.sub("", text))
 

@@ -1,10 +1,12 @@
 """User macros: collect \\newcommand/\\renewcommand/\\providecommand/\\def/\\DeclareMathOperator
 (and xparse's \\NewDocumentCommand & co. where their argument spec is \\newcommand's: m, O{..}),
-environments (\\newenvironment, \\renewenvironment, xparse's \\NewDocumentEnvironment & co.)
-and \\let aliases, and expand them in text and math, with #1..#9 arguments and \\newcommand's
-optional default. \\let\\new\\old copies \\old's meaning when it is a user macro defined
-before, else makes \\new write \\old (\\let\\eps\\varepsilon); such an alias is dropped
-once \\old itself is user-defined, as then it meant the built-in \\old, which text cannot say.
+environments (\\newenvironment, \\renewenvironment, \\provideenvironment, xparse's
+\\NewDocumentEnvironment & co.) and \\let aliases, and expand them in text and math, with #1..#9
+arguments and \\newcommand's optional default; \\provide* defines only a name not defined yet
+(`builtin_command`). \\let\\new\\old copies \\old's meaning when it is a user macro defined
+before, else makes \\new write \\old (\\let\\eps\\varepsilon); such an alias is dropped once
+\\old itself is user-defined, as then it meant the built-in \\old, which text cannot say. Where
+each of the body's definitions holds is `latex_scopes`' business.
 
 Not TeX: expansion is textual, in whole-document passes (a macro used inside another's body is
 expanded by the next pass), at most `MAX_PASSES` passes and a growth budget checked as each pass
@@ -23,25 +25,31 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kiln.data.arxiv.latex_declared import LITERAL_ENVS
 from kiln.data.arxiv.latex_literal import NO_DECLARATIONS, Declared, LiteralSpans
 from kiln.data.arxiv.latex_rules import (
     CODE_ENVS,
+    DROP,
     DROP_ENVS,
     ENV_ARGS,
     HEADING_ENVS,
+    HEADINGS,
     LINE_ENVS,
     LIST_ENVS,
     MATH_ENVS,
+    TEXT_SYMBOLS,
     THEOREMS,
+    known_env,
+    known_macro,
 )
 from kiln.data.arxiv.latex_source import read_bracket, read_group, skip_blanks
 
 DEFINER = re.compile(
     r"\\(?:(re)?newcommand|providecommand|DeclareRobustCommand|([gex]?def)|"
-    r"DeclareMathOperator|newtheorem|(?:re)?newenvironment|let|(?:New|Renew|Provide|Declare)DocumentCommand|"
-    r"(?:New|Renew|Declare)DocumentEnvironment)"
+    r"DeclareMathOperator|newtheorem|(?:re)?newenvironment|provideenvironment|let|"
+    r"(?:New|Renew|Provide|Declare)Document(?:Command|Environment))"
     r"(?![a-zA-Z@])(\*?)"
 )
 NAME = re.compile(r"\\([a-zA-Z@]+|.)")
@@ -53,6 +61,7 @@ PROTECTED = frozenset(
     "include def newcommand renewcommand par title author abstract footnote".split()
 )
 MAX_PASSES = 8
+GLOBAL_BEFORE = re.compile(r"\\global\s*\Z")  # \\global\\def: the prefix that makes a definition global
 ENV_NAME = re.compile(r"[a-zA-Z@*]+")
 # begin code that reads the body as verbatim (moreverb's \verbatimwrite, \comment, listings):
 # expanded, its file name came out as text and the body as LaTeX, so the environment stays unknown
@@ -65,6 +74,22 @@ CONDITIONAL_WORDS = frozenset({"fi", "else", "or", "csname", "endcsname"})
 # \renewenvironment of one (journal styles redo abstract, thebibliography, figure) is not expanded
 CONVERTER_ENVS = frozenset({"document", *MATH_ENVS, *DROP_ENVS, *LIST_ENVS, *CODE_ENVS, *LINE_ENVS,
                             *LITERAL_ENVS, *THEOREMS, *HEADING_ENVS, *ENV_ARGS})
+# LaTeX's own environments that no list above names: \provideenvironment leaves them as they are
+LATEX_ENVS = frozenset({"quote", "quotation", "verse", "center", "flushleft", "flushright", "minipage",
+                        "tabbing", "trivlist", "titlepage", "proof"})
+
+
+def builtin_command(name: str) -> bool:
+    """Whether LaTeX or a common package defines `name` as far as the converter knows (its own
+    rules, pylatexenc's macro database): \\providecommand then leaves it as it is."""
+    return (name in PROTECTED or name in DROP or name in HEADINGS or name in TEXT_SYMBOLS
+            or known_macro(name))
+
+
+def builtin_env(name: str) -> bool:
+    """Whether the environment `name` is defined before any paper's code, as far as the converter
+    knows: \\provideenvironment then leaves it as it is."""
+    return name in CONVERTER_ENVS or name in LATEX_ENVS or known_env(name)
 
 
 @dataclass(frozen=True)
@@ -73,6 +98,29 @@ class Macro:
     default: str | None  # the optional first argument's default (\newcommand{\x}[2][d]{...})
     body: str
     builtin: str | None = None  # \let\new\old with \old not a user macro then: "old"
+
+
+class Definition(NamedTuple):
+    """A definition `collect_definitions` met: where it stood in the text it returns, the macro's
+    key, its meaning, and whether it is global (\\gdef, \\xdef, \\global\\def...): what
+    `latex_scopes` needs to say where it holds."""
+
+    pos: int
+    name: str
+    macro: Macro
+    is_global: bool
+
+
+class _Recording(dict):
+    """A macro table that lists the names assigned in it, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.assigned: list[str] = []
+
+    def __setitem__(self, name: str, macro: Macro) -> None:
+        super().__setitem__(name, macro)
+        self.assigned.append(name)
 
 
 def _read_name(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | None:
@@ -87,14 +135,16 @@ def _read_name(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | No
     return (m.group(1), m.end()) if m else None
 
 
-def _parse_environment(text: str, m: re.Match, macros: dict, counts: Counter, spans: LiteralSpans) -> int:
+def _parse_environment(text: str, m: re.Match, macros: dict, counts: Counter, spans: LiteralSpans, known: dict) -> int:
     """Record \\newenvironment{name}[n][default]{begin code}{end code} (\\renewenvironment, and
     xparse's \\NewDocumentEnvironment{name}{spec}{begin code}{end code} alike) as two macros,
     ``begin{name}`` (taking the arguments) and ``end{name}``, so that a paper's own environment
     reads as its code says (`\\begin{myquote}{Knuth}` printed 'Knuth' as body text before).
     Skipped (counted), the definition still removed: an xparse spec \\newcommand could not write
     (``m O{x}``, ``+b``), xparse end code using the arguments, and a redefinition of an
-    environment the converter reads itself (`CONVERTER_ENVS`)."""
+    environment the converter reads itself (`CONVERTER_ENVS`). \\provideenvironment (xparse's
+    \\ProvideDocumentEnvironment) defines only an environment not defined yet: not one of the
+    paper's before it, nor one LaTeX or the converter knows (`builtin_env`)."""
     source = m.group(0)
     pos = skip_blanks(text, m.end())
     name = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
@@ -125,7 +175,11 @@ def _parse_environment(text: str, m: re.Match, macros: dict, counts: Counter, sp
         return m.end()
     env = name[0].strip()
     redefines = not source.startswith(("\\newenvironment", "\\NewDocumentEnvironment"))
-    if (
+    if source.startswith(("\\provideenvironment", "\\ProvideDocumentEnvironment")) and (
+        f"begin{{{env}}}" in macros or f"begin{{{env}}}" in known or builtin_env(env)
+    ):
+        pass
+    elif (
         (xparse and (shape is None or any(p.group(1) for p in PARAM.finditer(end[0]))))
         or (redefines and env in CONVERTER_ENVS)
         or UNSAFE_BODY.search(begin[0]) or UNSAFE_BODY.search(end[0]) or VERBATIM_CODE.search(begin[0])
@@ -171,7 +225,7 @@ def _parse_definition(
     before `text` (what a \\let there copies)."""
     source = m.group(0)
     if "nvironment" in source:  # \newenvironment, \renewenvironment, \NewDocumentEnvironment...
-        return _parse_environment(text, m, macros, counts, spans)
+        return _parse_environment(text, m, macros, counts, spans, known)
     if source.startswith("\\newtheorem"):
         pos = skip_blanks(text, m.end())
         env = read_group(text, pos, spans) if text[pos : pos + 1] == "{" else None
@@ -236,8 +290,10 @@ def _parse_definition(
         value = f"\\operatorname{m.group(3)}{{{value}}}"
     if name in PROTECTED or UNSAFE_BODY.search(value):
         counts["macros_skipped"] += 1
-    elif source.startswith(("\\providecommand", "\\ProvideDocumentCommand")) and name in macros:
-        pass
+    elif source.startswith(("\\providecommand", "\\ProvideDocumentCommand")) and (
+        name in macros or name in known or builtin_command(name)
+    ):
+        pass  # \\provide* defines only a name not defined yet
     else:
         macros[name] = Macro(n_args, default, value)
         counts["macros_defined"] += 1
@@ -279,13 +335,16 @@ def collect_definitions(
     declared: Declared = NO_DECLARATIONS,
     spans: LiteralSpans | None = None,
     known: dict[str, Macro] | None = None,
+    definitions: list[Definition] | None = None,
 ) -> tuple[str, dict[str, Macro], dict[str, str]]:
     """(text without definitions, macros by name, theorem environment -> printed title);
     `declared`: the declarations (short verbs, verbatim-like environments) in force where `text`
     starts; `spans`: the literal spans of `text`, when the caller has read them (else they are read
     here, with `declared`, if a definition is met); `known`: the macros defined before `text`
-    (a local package's, for the preamble), which a \\let in it may copy."""
-    macros: dict[str, Macro] = {}
+    (a local package's, for the preamble), which a \\let in it may copy; `definitions`, when
+    given, gets each definition recorded, in order, with where it stood (`latex_scopes`)."""
+    macros: dict[str, Macro] = _Recording() if definitions is not None else {}
+    written = 0  # characters in `out`
     theorems: dict[str, str] = {}
     if "\\" not in text:
         return text, macros, theorems
@@ -298,11 +357,21 @@ def collect_definitions(
         if m.start() in spans:
             continue
         out.append(text[pos : m.start()])
+        written += m.start() - pos
+        start = pos
         pos = _parse_definition(text, m, macros, theorems, counts, spans, known or {})
         if pos == m.end():
             out.append(m.group(0))
+            written += len(m.group(0))
+        elif _starts_with_letter(text, pos) and _ends_with_control_word(text, m.start()):
+            out.append(" ")  # \\noindent\\def\\x{y}Hello: \\noindent then Hello, not \\noindentHello
+            written += 1
+        if definitions is not None and macros.assigned:
+            is_global = m.group(2) in ("gdef", "xdef") or GLOBAL_BEFORE.search(text, max(start, m.start() - 24), m.start())
+            definitions.extend(Definition(written, name, macros[name], bool(is_global)) for name in macros.assigned)
+            macros.assigned.clear()
     out.append(text[pos:])
-    return "".join(out), macros, theorems
+    return "".join(out), dict(macros), theorems
 
 
 def _read_arg(text: str, pos: int, spans: LiteralSpans) -> tuple[str, int] | None:
@@ -416,6 +485,8 @@ def _expand_once(
             return None
         if _starts_with_letter(text, end) and _ends_with_control_word(expanded, len(expanded)):
             expanded += " "  # \\newcommand{\\f}[1]{#1\\alpha}: \\f{x}y is \\alpha then y
+        if _starts_with_letter(expanded) and _ends_with_control_word(last := _last(out), len(last)):
+            expanded = " " + expanded  # \\noindent\\name is \\noindent then the name, not \\noindentJohn
         out.append(expanded)
         size += len(expanded)
         pos = end

@@ -4,8 +4,10 @@
   LaTeX source, user macros expanded, ``\\label{..}`` removed.
 - Dropped whole: figures, tables and tabulars (cells linearise into noise without their grid),
   bibliography, pictures/TikZ, algorithms, comments; \\cite*, \\ref* (dropped, not replaced by a
-  placeholder, as in the digest; the brackets and list separators around them go too: "Eq.~(\\ref{e})."
-  gives "Eq.", "(\\citet{a}; \\citet{b})" nothing, "of \\cite{a}'s" "of"), \\label, \\footnote (mostly affiliations/acknowledgements, and
+  number, as in the digest; the brackets and list separators around them go too: "(\\citet{a};
+  \\citet{b})" and "(see, e.g., \\cite{a})" give nothing, "of \\cite{a}'s" "of"; a reference noun
+  before them reads as a noun, "in Eq.~(\\ref{e})," "in the equation,", as does a \\cref whose label
+  names its kind, `latex_references`), \\label, \\footnote (mostly affiliations/acknowledgements, and
   inline insertion breaks sentences), \\url (either form) and \\href's URL, \\includegraphics,
   spacing and layout commands.
 - Kept: text of formatting macros (\\emph, \\textbf, \\href's and \\hyperref's text...), lists
@@ -84,7 +86,7 @@ DROP = {name: "*[{" for name in (
     "titlerunning", "authorrunning", "subjclass", "received", "accepted", "vspace", "hspace",
     "vskip", "hskip", "input", "include", "includeonly", "hypersetup", "graphicspath",
     "linespread", "setstretch", "fontsize", "color", "pagecolor", "newtheorem", "theoremstyle",
-    "newenvironment", "renewenvironment", "newcounter", "numberwithin", "captionsetup",
+    "newenvironment", "renewenvironment", "provideenvironment", "newcounter", "numberwithin", "captionsetup",
     "setlist", "geometry", "crefname", "Crefname", "newlength", "urlstyle", "begingroup",
     "tableofcontents", "listoffigures", "listoftables", "caption", "footnotetext", "footnotemark",
     "IEEEoverridecommandlockouts", "IEEEpeerreviewmaketitle", "markboth", "runningtitle",
@@ -137,7 +139,17 @@ _CITATION_NAMES = (
 )
 CITATIONS = frozenset(name for base in _CITATION_NAMES for name in (base, base[0].upper() + base[1:]))
 DROP.update(dict.fromkeys(CITATIONS - DROP.keys(), "*[[{"))
-REFERENCES = frozenset({"ref", "eqref", "pageref", "autoref", "cref", "Cref", "vref", "nameref"} | CITATIONS)
+# cleveref's, varioref's, subfig's, zref-clever's and hyperref's other references: their label keys
+# came out as text ("see eq:aeq:b" for \crefrange{eq:a}{eq:b}, "Tables a and b" for \subref)
+OTHER_REFERENCES = {
+    **dict.fromkeys(("crefrange", "Crefrange", "cpagerefrange", "Cpagerefrange"), "*{{"), "vrefrange": "*[{{",
+    **dict.fromkeys(("labelcref", "labelcpageref", "namecref", "nameCref", "lcnamecref", "namecrefs", "nameCrefs",
+                     "lcnamecrefs", "cpageref", "Cpageref", "subref", "Autoref"), "*{"),
+    **dict.fromkeys(("Vref", "zcref", "zcpageref"), "*[{"), "vpageref": "*[[{", "Vpageref": "*[[{",
+}
+DROP.update(OTHER_REFERENCES)
+REFERENCES = frozenset({"ref", "eqref", "pageref", "autoref", "cref", "Cref", "vref", "nameref", *OTHER_REFERENCES}
+                       | CITATIONS)
 TEXT_SYMBOLS = {
     "LaTeX": "LaTeX", "TeX": "TeX", "LaTeXe": "LaTeX2e", "BibTeX": "BibTeX", "par": "\n\n",
     "newline": "\n", "linebreak": "\n", "item": "\n- ", "qquad": " ", "quad": " ",
@@ -158,6 +170,16 @@ def macro_args(name: str) -> str:
     """Argument shape of a macro we have no rule for, from pylatexenc (empty if unknown)."""
     spec = _WALKER_DB.get_macro_spec(name)
     return getattr(getattr(spec, "args_parser", None), "argspec", "") if spec else ""
+
+
+def known_macro(name: str) -> bool:
+    """Whether pylatexenc's database knows the macro `name` (LaTeX's or a common package's)."""
+    return _WALKER_DB.get_macro_spec(name) is not None
+
+
+def known_env(name: str) -> bool:
+    """Whether pylatexenc's database knows the environment `name`."""
+    return _WALKER_DB.get_environment_spec(name) is not None
 
 
 @lru_cache(maxsize=4096)
