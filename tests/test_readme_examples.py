@@ -89,3 +89,14 @@ def test_quoted_config_errors_are_what_kiln_prints(command: str, said: str, tmp_
     monkeypatch.chdir(tmp_path)  # no runs/quickstart here: the built-in config
     assert main(shlex.split(command)[1:]) == 2
     assert capsys.readouterr().err.strip() == said
+
+
+def test_set_help_says_where_every_key_is_listed() -> None:
+    """`--set`'s help gave one example key and no word of where the others are: a user
+    with `kiln --help` alone had no list of the settings to override."""
+    from kiln.cli import VERBS, build_parser
+
+    verbs = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name in VERBS:
+        text = " ".join(verbs[name].format_help().split())
+        assert "every key and its default" in text and "config.toml" in text, name
