@@ -48,7 +48,7 @@ def test_settings_list_loads_as_a_recipe(tmp_path: Path) -> None:
         assert load_config(recipe) == load_config(None)
 
 
-@pytest.mark.parametrize("block", _blocks("toml"))
+@pytest.mark.parametrize("block", _blocks("toml"), ids=lambda b: b.splitlines()[0])
 def test_toml_examples_load(block: str, tmp_path: Path) -> None:
     recipe = tmp_path / "example.toml"
     recipe.write_text(block, encoding="utf-8")
@@ -56,14 +56,16 @@ def test_toml_examples_load(block: str, tmp_path: Path) -> None:
 
 
 def _set_examples() -> list[str]:
-    """The `--set` values of the README's shell examples, a loop's `$r` as its first value."""
+    """The `--set` values of the README's shell examples (a loop's `$r` as one of its values)
+    and of its prose."""
     found = []
     for block in _blocks("bash") + _blocks("sh"):
         text = block.replace("\\\n", " ").replace("$r", "0.2")
         for line in text.splitlines():
             words = shlex.split(line.split(" #", 1)[0]) if "--set" in line else []
             found += [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--set"]
-    return found
+    spans = re.findall(r"`[^`\n]*?--set ('[^']*'|[^`\s]+)", README)  # in the prose
+    return found + [shlex.split(s)[0] for s in spans if s != "section.key=value"]
 
 
 def test_there_are_set_examples() -> None:
