@@ -157,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("target", nargs="?", help="recipe TOML or run directory (default: the run in run.dir, "
                        "runs/quickstart, else the built-in config)")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config value, e.g. --set train.steps=100 (repeatable)")
+                       help="override a config value, e.g. --set train.steps=100 (repeatable; "
+                       "every key and its default: README.md's Configuration, or any run's "
+                       "config.toml)")
         if name == "train":
             p.add_argument("--fresh", action="store_true",
                            help="start again from step 0: the earlier checkpoints, metrics and "
