@@ -168,7 +168,12 @@ def _point_to(ckpt: Path) -> None:
 def _save_hashed(obj: object, path: Path) -> str:
     """`torch.save` to `path`; returns the file's sha256, taken as it was written."""
     with HashingWriter(path) as f:
-        torch.save(obj, f)
+        try:
+            torch.save(obj, f)
+        except RuntimeError:  # "[enforce fail at inline_container.cc] unexpected pos"
+            if f.failure is None:
+                raise
+            raise f.failure from None  # the disk's error (No space left on device)
         return f.hexdigest()
 
 
