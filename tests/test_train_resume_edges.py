@@ -94,3 +94,26 @@ def test_a_full_disk_for_the_latest_pointer_resumes_from_the_checkpoint_just_wri
                                  trainer.state_dict(), trainer.env)
     monkeypatch.undo()
     assert Trainer(tiny_config(tiny_run, "train.steps=12")).step == 9
+
+
+@pytest.mark.parametrize("edit", ["trainer.pt removed", "moved aside"])
+def test_a_latest_checkpoint_not_resumable_is_named_when_an_older_one_stands_in(tiny_run, capsys,
+                                                                               edit):
+    """`latest` names step 12, but a file of it was removed by hand (trainer.pt: it no longer
+    counts as complete) or it was moved aside (the way on the unreadable-checkpoint error
+    gives): the run resumes from step 6, and says which checkpoint it passed over and why,
+    where it said only "resumed from step_00000006" and six trained steps went unmentioned."""
+    Trainer(tiny_config(tiny_run, "train.steps=12")).fit()  # checkpoints at 6 and 12
+    newest = tiny_run / "checkpoints" / "step_00000012"
+    if edit == "trainer.pt removed":
+        (newest / "trainer.pt").unlink()
+        why = "incomplete (it has no trainer.pt)"
+    else:
+        newest.rename(newest.with_name("step_00000012.bad"))
+        why = "gone"
+    capsys.readouterr()
+    trainer = Trainer(tiny_config(tiny_run, "train.steps=12"))
+    assert trainer.step == 6
+    err = capsys.readouterr().err
+    assert f"checkpoints/latest names step_00000012, which is {why}; resumed from the newest " \
+           "complete checkpoint, step_00000006" in err

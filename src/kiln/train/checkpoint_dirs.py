@@ -3,6 +3,7 @@ the report reads them too)."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -44,3 +45,22 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
             return candidate
     done = complete_checkpoints(ckpt_root)
     return done[-1] if done else None
+
+
+def passed_over(ckpt_root: Path, used: Path) -> str:
+    """What `latest` names where checkpoint `used` was taken in its place, and why (gone:
+    moved aside by hand; incomplete: a file of it removed); "" where it names `used`, or
+    there is no pointer. A resume says so: it trains those steps again."""
+    pointer = Path(ckpt_root) / "latest"
+    if not os.path.lexists(pointer):
+        return ""
+    name = pointed_name(pointer)
+    if name == used.name:
+        return ""
+    if not name:
+        return f"{pointer} is damaged"
+    named = Path(ckpt_root) / name
+    why = ("gone" if not named.exists() else
+           "not a checkpoint's name" if checkpoint_step(named) is None else
+           "incomplete (it has no trainer.pt)")
+    return f"{pointer} names {name}, which is {why}"
