@@ -107,7 +107,7 @@ def test_a_latest_checkpoint_not_resumable_is_named_when_an_older_one_stands_in(
     newest = tiny_run / "checkpoints" / "step_00000012"
     if edit == "trainer.pt removed":
         (newest / "trainer.pt").unlink()
-        why = "incomplete (it has no trainer.pt)"
+        why = "not a complete checkpoint (no trainer.pt)"
     else:
         newest.rename(newest.with_name("step_00000012.bad"))
         why = "gone"
@@ -115,5 +115,5 @@ def test_a_latest_checkpoint_not_resumable_is_named_when_an_older_one_stands_in(
     trainer = Trainer(tiny_config(tiny_run, "train.steps=12"))
     assert trainer.step == 6
     err = capsys.readouterr().err
-    assert f"checkpoints/latest names step_00000012, which is {why}; resumed from the newest " \
-           "complete checkpoint, step_00000006" in err
+    assert f"note: checkpoints/latest names step_00000012, which is {why}: resumed from " \
+           "step_00000006, the newest complete one" in err

@@ -49,8 +49,9 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
 
 def passed_over(ckpt_root: Path, used: Path) -> str:
     """What `latest` names where checkpoint `used` was taken in its place, and why (gone:
-    moved aside by hand; incomplete: a file of it removed); "" where it names `used`, or
-    there is no pointer. A resume says so: it trains those steps again."""
+    moved aside by hand; no trainer.pt: a file of it removed, as a write never leaves one);
+    "" where it names `used`, or there is no pointer. Said by a resume (it trains those
+    steps again) and by eval, generate and export (they read an older model)."""
     pointer = Path(ckpt_root) / "latest"
     if not os.path.lexists(pointer):
         return ""
@@ -58,9 +59,9 @@ def passed_over(ckpt_root: Path, used: Path) -> str:
     if name == used.name:
         return ""
     if not name:
-        return f"{pointer} is damaged"
+        return "checkpoints/latest is damaged"
     named = Path(ckpt_root) / name
     why = ("gone" if not named.exists() else
            "not a checkpoint's name" if checkpoint_step(named) is None else
-           "incomplete (it has no trainer.pt)")
-    return f"{pointer} names {name}, which is {why}"
+           "not a complete checkpoint (no trainer.pt)")
+    return f"checkpoints/latest names {name}, which is {why}"

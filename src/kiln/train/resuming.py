@@ -85,8 +85,8 @@ class Resuming:
             print(f"resumed from {ckpt} at step {self.step}", file=sys.stderr)
             skipped = passed_over(ckpt.parent, ckpt)
             if skipped:  # the steps after this checkpoint are trained again
-                print(f"note: {skipped}; resumed from the newest complete checkpoint, "
-                      f"{ckpt.name}", file=sys.stderr)
+                print(f"note: {skipped}: resumed from {ckpt.name}, the newest complete one",
+                      file=sys.stderr)
             if self.loader.resumed_on_counts:
                 print(f"note: {ckpt} was saved on token shards whose contents were not hashed "
                       "(an older Kiln or index.json): these match it by their counts; their "
