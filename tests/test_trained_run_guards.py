@@ -137,6 +137,11 @@ def test_an_older_checkpoint_read_in_place_of_one_moved_aside_is_said(tmp_path, 
     note_an_older_checkpoint(ckpts / "step_00000003")
     assert capsys.readouterr().err == ("note: checkpoints/latest names step_00000006, which is "
                                        "gone: reading step_00000003, the newest complete one\n")
+    # complete by now (a trainer of the run saved it after step 3 was picked): nothing passed over
+    (ckpts / "step_00000006").mkdir()
+    (ckpts / "step_00000006" / "trainer.pt").write_bytes(b"")
+    note_an_older_checkpoint(ckpts / "step_00000003")
+    assert capsys.readouterr().err == ""
 
 
 def test_weights_that_do_not_fit_are_not_blamed_on_a_batch_setting(trained, monkeypatch, capsys):

@@ -61,6 +61,8 @@ def passed_over(ckpt_root: Path, used: Path) -> str:
     if not name:
         return "checkpoints/latest is damaged"
     named = Path(ckpt_root) / name
+    if checkpoint_step(named) is not None and (named / "trainer.pt").exists():
+        return ""  # complete: `used` was chosen (a trainer pointed `latest` on since)
     why = ("gone" if not named.exists() else
            "not a checkpoint's name" if checkpoint_step(named) is None else
            "not a complete checkpoint (no trainer.pt)")
