@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import re
 import shutil
 from pathlib import Path
 
@@ -186,3 +187,23 @@ def test_a_disk_filling_during_a_torch_file_says_so_and_keeps_the_last_checkpoin
     ckpts = tiny_run / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_00000006"]
     assert Trainer(tiny_config(tiny_run, "train.steps=6")).step == 6
+
+
+def test_a_disk_without_room_for_the_next_checkpoint_is_said_before_that_save(tiny_run,
+                                                                             monkeypatch, capsys):
+    """Each save writes a whole checkpoint before the oldest is pruned: a disk with less free
+    than one checkpoint fails the next save, checkpoint_every steps on, and those steps are
+    lost. Said once, after the save that leaves the disk so, and by a resume onto such a disk
+    before it trains, with what to do."""
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=1000))
+    train_losses(tiny_run, "train.steps=6", "train.checkpoint_every=3")
+    err = capsys.readouterr().err
+    said = re.findall(r"note: (\S+) has 1\.0 kB free, less than one checkpoint \(([\d.]+ [kM]B), "
+                      r"as (step_\d+)\): the next save will fail; free space", err)
+    assert [(Path(root), ckpt) for root, _, ckpt in said] == [
+        (tiny_run / "checkpoints", "step_00000003")]
+    Trainer(tiny_config(tiny_run, "train.steps=9", "train.checkpoint_every=3")).fit()
+    err = capsys.readouterr().err
+    assert len(re.findall("less than one checkpoint", err)) == 2  # at the start, and once after
+    assert err.index("less than one checkpoint") < err.index("step 9: val loss")
