@@ -94,3 +94,68 @@ def test_a_full_disk_for_the_latest_pointer_resumes_from_the_checkpoint_just_wri
                                  trainer.state_dict(), trainer.env)
     monkeypatch.undo()
     assert Trainer(tiny_config(tiny_run, "train.steps=12")).step == 9
+
+
+@pytest.mark.parametrize("edit", ["trainer.pt removed", "moved aside"])
+def test_a_latest_checkpoint_not_resumable_is_named_when_an_older_one_stands_in(tiny_run, capsys,
+                                                                               edit):
+    """`latest` names step 12, but a file of it was removed by hand (trainer.pt: it no longer
+    counts as complete) or it was moved aside (the way on the unreadable-checkpoint error
+    gives): the run resumes from step 6, and says which checkpoint it passed over and why,
+    where it said only "resumed from step_00000006" and six trained steps went unmentioned."""
+    Trainer(tiny_config(tiny_run, "train.steps=12")).fit()  # checkpoints at 6 and 12
+    newest = tiny_run / "checkpoints" / "step_00000012"
+    if edit == "trainer.pt removed":
+        (newest / "trainer.pt").unlink()
+        why = "not a complete checkpoint (no trainer.pt)"
+    else:
+        newest.rename(newest.with_name("step_00000012.bad"))
+        why = "gone"
+    capsys.readouterr()
+    trainer = Trainer(tiny_config(tiny_run, "train.steps=12"))
+    assert trainer.step == 6
+    err = capsys.readouterr().err
+    assert f"note: checkpoints/latest names step_00000012, which is {why}: resumed from " \
+           "step_00000006, the newest complete one" in err
+
+
+def test_a_damaged_checkpoint_file_is_named_in_the_refusal(tiny_run):
+    """A file damaged where its sum cannot tell (a checkpoint from before checksums.json),
+    or checksums.json itself damaged: the refusal names the file, where it gave torch's or
+    safetensors' text alone ("PytorchStreamReader failed reading zip archive", "invalid
+    header length", "KeyError: 'optimizer.pt'"), none of which says which file it was."""
+    import json
+    import re
+    import shutil
+
+    from kiln.train.checkpoint import CHECKSUMS
+
+    Trainer(tiny_config(tiny_run, "train.steps=6", "train.checkpoint_every=3")).fit()
+    ckpt = tiny_run / "checkpoints" / "step_00000006"
+    kept = tiny_run.parent / "kept"
+    shutil.copytree(ckpt, kept)
+
+    def sums_without_optimizer() -> None:
+        sums = json.loads((ckpt / CHECKSUMS).read_text())
+        del sums["optimizer.pt"]
+        (ckpt / CHECKSUMS).write_text(json.dumps(sums))
+
+    damages = {
+        "model.safetensors": lambda: (ckpt / "model.safetensors").write_bytes(b"\x00" * 9),
+        "optimizer.pt": lambda: (ckpt / "optimizer.pt").write_bytes(b"PK\x03\x04"),
+        "trainer.pt": lambda: (ckpt / "trainer.pt").write_bytes(b"PK\x03\x04"),
+    }
+    for name, damage in [*((n, d) for n, d in damages.items()),
+                         (CHECKSUMS, lambda: (ckpt / CHECKSUMS).write_text('{"model.s')),
+                         (CHECKSUMS, sums_without_optimizer),
+                         (CHECKSUMS, lambda: (ckpt / CHECKSUMS).write_text("[1, 2]"))]:
+        if name != CHECKSUMS:  # from before checksums: nothing else names the file
+            (ckpt / CHECKSUMS).unlink()
+        damage()
+        with pytest.raises(CheckpointError) as e:
+            Trainer(tiny_config(tiny_run, "train.steps=9", "train.checkpoint_every=3"))
+        assert re.search(rf"step_00000006 is unreadable \(\w+: {re.escape(name)}[: ]",
+                         str(e.value)), (name, str(e.value))
+        assert "previous one, step_00000003" in str(e.value)
+        shutil.rmtree(ckpt)
+        shutil.copytree(kept, ckpt)

@@ -126,6 +126,24 @@ def test_the_older_checkpoint_note_is_said_by_rank_0_alone(tmp_path, monkeypatch
     assert capsys.readouterr().err.startswith("note: checkpoints/latest names step_00000006")
 
 
+def test_an_older_checkpoint_read_in_place_of_one_moved_aside_is_said(tmp_path, capsys):
+    """`latest` names step 6, moved aside by hand (the way on a damaged checkpoint's error
+    gives): eval, generate and export read step 3 and say so, as for an incomplete one."""
+    from kiln.train.trained_run import note_an_older_checkpoint
+
+    ckpts = tmp_path / "checkpoints"
+    (ckpts / "step_00000006.bad").mkdir(parents=True)
+    (ckpts / "latest").write_text("step_00000006\n")
+    note_an_older_checkpoint(ckpts / "step_00000003")
+    assert capsys.readouterr().err == ("note: checkpoints/latest names step_00000006, which is "
+                                       "gone: reading step_00000003, the newest complete one\n")
+    # complete by now (a trainer of the run saved it after step 3 was picked): nothing passed over
+    (ckpts / "step_00000006").mkdir()
+    (ckpts / "step_00000006" / "trainer.pt").write_bytes(b"")
+    note_an_older_checkpoint(ckpts / "step_00000003")
+    assert capsys.readouterr().err == ""
+
+
 def test_weights_that_do_not_fit_are_not_blamed_on_a_batch_setting(trained, monkeypatch, capsys):
     """A model trained on a larger machine, evaluated where its weights alone do not fit:
     the allocator's refusal while loading was told as 'lower eval.batch_size' (generate:

@@ -29,9 +29,18 @@ class HashingWriter:
         self.name = str(path)  # as a file object's
         self._sha = hashlib.sha256()
         self._pool: ThreadPoolExecutor | None = None
+        # the file's own error (a full disk): torch.save's zip writer drops it and fails
+        # later on its own check, so its caller reads it here
+        self.failure: OSError | None = None
 
     def write(self, data: bytes | memoryview) -> int:
-        view = memoryview(data)
+        try:
+            return self._write(memoryview(data))
+        except OSError as e:
+            self.failure = e
+            raise
+
+    def _write(self, view: memoryview) -> int:
         if view.nbytes < _OVERLAP_BYTES:
             self._sha.update(view)
             return self._file.write(view)

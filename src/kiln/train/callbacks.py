@@ -14,6 +14,7 @@ from kiln.data.shards import load_unigram_bits
 from kiln.errors import RunDataError, TrainingInterrupted
 from kiln.eval.perplexity import evaluate
 from kiln.train.checkpoint import save_checkpoint
+from kiln.train.checkpoint_room import no_room_note
 from kiln.train.checkpoint_weights import weights_are_finite
 from kiln.train.stop_signals import StopRequests
 
@@ -91,6 +92,7 @@ class Checkpointing(Callback):
 
     def on_train_start(self, trainer: Trainer) -> None:
         self.stops = StopRequests().install()
+        self.told_no_room = False  # said once a run: the disk cannot take the next save
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         every = trainer.cfg.train.checkpoint_every
@@ -100,10 +102,14 @@ class Checkpointing(Callback):
             if not weights_are_finite(trainer.model, trainer.env):
                 raise trainer.diverged("the weights became non-finite (NaN or inf) in its "
                                        "update")
-            save_checkpoint(
+            saved = save_checkpoint(
                 trainer.run_dir / "checkpoints", trainer.step, trainer.model, trainer.optimizer,
                 trainer.state_dict(), trainer.env, keep=trainer.cfg.train.keep_checkpoints,
             )
+            note = no_room_note(saved) if trainer.env.is_main and not self.told_no_room else ""
+            if note:
+                tqdm.write(note, file=sys.stderr)
+                self.told_no_room = True
             # a signal during the write (a large model's takes minutes): the message said
             # training stops after this step, and this step is saved
             stop = stop or self.stops.agreed(trainer.env, trainer.device)

@@ -69,10 +69,15 @@ def verified(path: Path, name: str) -> Path:
     if not sums.is_file():
         return path / name
     try:
-        want = json.loads(sums.read_text(encoding="utf-8"))[name]
-        got = file_sha256(path / name)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise unreadable(path, e) from e
+        want = json.loads(sums.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise unreadable(path, e, CHECKSUMS) from e
+    if not isinstance(want, dict) or not isinstance(want.get(name), str):
+        raise unreadable(path, ValueError(f"{CHECKSUMS} records no sha256 for {name}"))
+    try:
+        want, got = want[name], file_sha256(path / name)
+    except OSError as e:
+        raise unreadable(path, e, name) from e
     if got != want:
         raise unreadable(path, ValueError(f"{name} is not what was written: its sha256 differs "
                                           f"from the one recorded in {CHECKSUMS}"))
@@ -84,18 +89,22 @@ def _read_weights(path: Path, checked: bool = False) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(file))
     except Exception as e:  # safetensors raises its own error type for a damaged file
-        raise unreadable(path, e) from e
+        raise unreadable(path, e, "model.safetensors") from e
 
 
-def unreadable(path: Path, e: Exception) -> CheckpointError:
-    """The error for checkpoint `path` that cannot be loaded, naming the one before it."""
+def unreadable(path: Path, e: Exception, name: str = "") -> CheckpointError:
+    """The error for checkpoint `path` that cannot be loaded, naming the one before it, and
+    its file `name` where `e` does not (torch's and safetensors' own texts name none)."""
     step = checkpoint_step(path)  # by number: step_100000000 sorts before step_99999000 as text
     older = [p.name for p in complete_checkpoints(path.parent)
              if (checkpoint_step(p) < step if step is not None else p.name < path.name)]
     hint = (f"move it aside to resume from the previous one, {older[-1]}" if older
             else "no earlier checkpoint is left; --fresh starts over")
     # torch's own text for a damaged pickle advises weights_only=False: never do that here
-    why = "damaged pickle data" if isinstance(e, pickle.UnpicklingError) else f"{type(e).__name__}: {e}"
+    if isinstance(e, pickle.UnpicklingError):
+        why = f"damaged pickle data in {name}" if name else "damaged pickle data"
+    else:
+        why = f"{type(e).__name__}: {'' if name in str(e) else f'{name}: '}{e}"
     return CheckpointError(f"checkpoint {path} is unreadable ({why}); {hint}")
 
 
@@ -168,7 +177,12 @@ def _point_to(ckpt: Path) -> None:
 def _save_hashed(obj: object, path: Path) -> str:
     """`torch.save` to `path`; returns the file's sha256, taken as it was written."""
     with HashingWriter(path) as f:
-        torch.save(obj, f)
+        try:
+            torch.save(obj, f)
+        except RuntimeError:  # "[enforce fail at inline_container.cc] unexpected pos"
+            if f.failure is None:
+                raise
+            raise f.failure from None  # the disk's error (No space left on device)
         return f.hexdigest()
 
 
@@ -349,7 +363,7 @@ def load_checkpoint(
             ValueError, AttributeError) as e:
         if isinstance(e, RuntimeError) and lost_a_rank(e):  # another rank's failure, not the file
             raise
-        raise unreadable(path, e) from e
+        raise unreadable(path, e, "optimizer.pt") from e
     try:
         torch.set_rng_state(state.pop("rng"))
     except (RuntimeError, TypeError) as e:  # a state of the wrong size
@@ -393,7 +407,7 @@ def _read_trainer_state(path: Path) -> dict[str, Any]:
     try:
         state = torch.load(file, weights_only=True)
     except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
-        raise unreadable(path, e) from e
+        raise unreadable(path, e, "trainer.pt") from e
     if not isinstance(state, dict):
         raise unreadable(path, TypeError(f"trainer.pt holds a {type(state).__name__}, not a dict"))
     for key, kind in TRAINER_STATE.items():

@@ -3,6 +3,7 @@ the report reads them too)."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -44,3 +45,25 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
             return candidate
     done = complete_checkpoints(ckpt_root)
     return done[-1] if done else None
+
+
+def passed_over(ckpt_root: Path, used: Path) -> str:
+    """What `latest` names where checkpoint `used` was taken in its place, and why (gone:
+    moved aside by hand; no trainer.pt: a file of it removed, as a write never leaves one);
+    "" where it names `used`, or there is no pointer. Said by a resume (it trains those
+    steps again) and by eval, generate and export (they read an older model)."""
+    pointer = Path(ckpt_root) / "latest"
+    if not os.path.lexists(pointer):
+        return ""
+    name = pointed_name(pointer)
+    if name == used.name:
+        return ""
+    if not name:
+        return "checkpoints/latest is damaged"
+    named = Path(ckpt_root) / name
+    if checkpoint_step(named) is not None and (named / "trainer.pt").exists():
+        return ""  # complete: `used` was chosen (a trainer pointed `latest` on since)
+    why = ("gone" if not named.exists() else
+           "not a checkpoint's name" if checkpoint_step(named) is None else
+           "not a complete checkpoint (no trainer.pt)")
+    return f"checkpoints/latest names {name}, which is {why}"

@@ -30,7 +30,12 @@ from kiln.train.checkpoint import (
     missing_state,
     unreadable,
 )
-from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint, pointed_name
+from kiln.train.checkpoint_dirs import (
+    checkpoint_step,
+    latest_checkpoint,
+    passed_over,
+    pointed_name,
+)
 from kiln.train.earlier_outputs import unfinished_archive, unfinished_reason
 from kiln.train.resume_settings import changed_since_recorded, refuse_changed_model
 
@@ -78,6 +83,10 @@ class Resuming:
         self._resumed_from = ckpt
         if self.env.is_main:
             print(f"resumed from {ckpt} at step {self.step}", file=sys.stderr)
+            skipped = passed_over(ckpt.parent, ckpt)
+            if skipped:  # the steps after this checkpoint are trained again
+                print(f"note: {skipped}: resumed from {ckpt.name}, the newest complete one",
+                      file=sys.stderr)
             if self.loader.resumed_on_counts:
                 print(f"note: {ckpt} was saved on token shards whose contents were not hashed "
                       "(an older Kiln or index.json): these match it by their counts; their "

@@ -17,7 +17,7 @@ from kiln.parallel.distributed import is_main_process
 from kiln.parallel.meta_init import build_on_meta
 from kiln.run_dir import run_arg
 from kiln.train.checkpoint import load_weights, trained_shards
-from kiln.train.checkpoint_dirs import latest_checkpoint, pointed_name
+from kiln.train.checkpoint_dirs import latest_checkpoint, passed_over
 from kiln.train.resume_settings import changed_model_settings
 from kiln.train.train_setup import model_config_for_run
 
@@ -59,15 +59,14 @@ def no_checkpoint(run_dir: Path) -> FileNotFoundError:
 
 
 def note_an_older_checkpoint(ckpt: Path) -> None:
-    """Say so when `latest` names a folder that is there but is no complete checkpoint (its
-    trainer.pt gone: a write never leaves one, so a hand did): the newest complete one,
-    `ckpt`, stands in for it, and eval, generate and export read that older model without a
-    word where a resume at least says the step it resumed from. Said by rank 0 alone (a
-    `kiln eval` under torchrun read the same checkpoint on every rank)."""
-    name = pointed_name(ckpt.parent / "latest")
-    if name and is_main_process() and name != ckpt.name and (ckpt.parent / name).is_dir():
-        print(f"note: checkpoints/latest names {name}, which is not a complete checkpoint (no "
-              f"trainer.pt): reading {ckpt.name}, the newest complete one", file=sys.stderr)
+    """Say so when `latest` names a checkpoint that is not complete (its trainer.pt gone: a
+    write never leaves one, so a hand did) or is gone (`passed_over`): the newest complete
+    one, `ckpt`, stands in for it, and eval, generate and export read that older model
+    without a word where a resume at least says the step it resumed from. Said by rank 0
+    alone (a `kiln eval` under torchrun read the same checkpoint on every rank)."""
+    skipped = passed_over(ckpt.parent, ckpt)
+    if skipped and is_main_process():
+        print(f"note: {skipped}: reading {ckpt.name}, the newest complete one", file=sys.stderr)
 
 
 def loaded_model(model_cfg: ModelConfig, ckpt: Path) -> Transformer:

@@ -49,6 +49,7 @@ from kiln.train.checkpoint import (
     unreadable,
 )
 from kiln.train.checkpoint_dirs import complete_checkpoints
+from kiln.train.checkpoint_room import no_room_note
 from kiln.train.divergence_advice import divergence_advice
 from kiln.train.host_memory import keep_freed_memory
 from kiln.train.memory_fit import check_training_fits
@@ -289,6 +290,9 @@ class Trainer(Resuming, RunRecords):
         # the resumed checkpoint is loaded: the kept set made what the settings say
         clear_killed_writes(self.run_dir / "checkpoints")
         prune_checkpoints(self.run_dir / "checkpoints", self.cfg.train.keep_checkpoints)
+        note = no_room_note(self._resumed_from) if self._resumed_from is not None else ""
+        if note:  # before training: the first save would fail
+            print(note, file=sys.stderr)
 
     def _record_the_start(self) -> None:
         self._set_aside_later_records()
