@@ -17,7 +17,7 @@ import torch
 
 from kiln.config import recorded_config
 from kiln.data.shards import INDEX
-from kiln.errors import CheckpointError, KilnError, RunDataError, alike_on_every_rank
+from kiln.errors import CheckpointError, RunDataError, alike_on_every_rank
 from kiln.export_recovery import stranded_exports
 from kiln.hashing import file_sha256
 from kiln.parallel.distributed import all_reduce_max
@@ -28,21 +28,12 @@ from kiln.train.checkpoint import (
     check_checkpoint,
     load_checkpoint,
     missing_state,
+    resume_told,
     unreadable,
 )
 from kiln.train.checkpoint_dirs import checkpoint_step, latest_checkpoint, pointed_name
 from kiln.train.earlier_outputs import unfinished_archive, unfinished_reason
 from kiln.train.resume_settings import changed_since_recorded, refuse_changed_model
-
-
-def _resume_told(e: BaseException, ckpt: Path) -> str:
-    """How a rank's failure to read checkpoint `ckpt` is told, after "rank R"."""
-    if isinstance(e, KeyboardInterrupt):
-        return (f"was interrupted while it read checkpoint {ckpt} "
-                f"({type(e).__name__}{f': {e}' if str(e) else ''})")
-    if isinstance(e, KilnError):
-        return f"could not resume: {e}"
-    return f"could not read checkpoint {ckpt} ({type(e).__name__}: {e})"
 
 
 class Resuming:
@@ -68,10 +59,11 @@ class Resuming:
         # what may fail on some ranks alone (a node's own copy of the files, its token shards),
         # agreed before the collectives of loading, which the others would wait in
         state, copy = run_on_every_rank(self.env, lambda: self._read_resume_state(ckpt),
-                                        lambda e: _resume_told(e, ckpt), CheckpointError)
+                                        lambda e: resume_told(e, ckpt), CheckpointError)
         self._refuse_other_copies(ckpt, copy)
-        with alike_on_every_rank():  # the same checked bytes on every rank
-            state = load_checkpoint(ckpt, self.model, self.optimizer, state)
+        with alike_on_every_rank():  # the same checked bytes on every rank (rank 0's reading
+            # of optimizer.pt, its alone, agreed with the others: `load_checkpoint`)
+            state = load_checkpoint(ckpt, self.model, self.optimizer, state, self.env)
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
         self._elapsed_before = state["elapsed_s"]
         self._callback_states = state.get("callbacks", {})  # none in older checkpoints
