@@ -194,3 +194,19 @@ def test_an_optimizer_state_refused_on_rank_zero_is_said_for_every_rank(
                                    [str(tiny_run), f"train.parallel={parallel}"])
     assert line.startswith(f"kiln: rank 0 could not resume: checkpoint {ckpt} is unreadable ("), line
     assert "optimizer.pt" in line and "previous one, step_00000003" in line, line
+
+
+def test_a_callbacks_state_refused_on_resume_is_said_once(tiny_run, tmp_path):
+    """A callback's saved state (trainer.pt's, which every rank reads) refused as the run
+    starts: every rank raised it on its own, and said it (the same line once per rank)."""
+    Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=6",
+                        "train.checkpoint_every=3")).fit()
+    ckpt = tiny_run / "checkpoints" / "step_00000006"
+    state = torch.load(ckpt / "trainer.pt", weights_only=True)
+    state["callbacks"]["ProgressLog"]["loss"] = "x"
+    torch.save(state, ckpt / "trainer.pt")
+    as_written(ckpt)
+    line = _said_once_by_rank_zero(tmp_path / "shared.py", SHARED,
+                                   [str(tiny_run), "train.parallel=fsdp"])
+    assert line.startswith(f"kiln: rank 0 could not resume: checkpoint {ckpt} is unreadable "
+                           "(ValueError: trainer.pt: the ProgressLog window's 'loss' is 'x')"), line
