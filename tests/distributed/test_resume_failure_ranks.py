@@ -210,3 +210,20 @@ def test_a_callbacks_state_refused_on_resume_is_said_once(tiny_run, tmp_path):
                                    [str(tiny_run), "train.parallel=fsdp"])
     assert line.startswith(f"kiln: rank 0 could not resume: checkpoint {ckpt} is unreadable "
                            "(ValueError: trainer.pt: the ProgressLog window's 'loss' is 'x')"), line
+
+
+@pytest.mark.parametrize("left", ["a latest pointer", "a trained model's outputs"])
+def test_no_checkpoint_to_go_on_from_is_said_once(tiny_run, tmp_path, left):
+    """A run whose checkpoints are gone, with a `latest` pointer still naming one, or with
+    its trained model's outputs: refused by every rank, each saying the same line."""
+    Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=6",
+                        "train.checkpoint_every=3")).fit()
+    for ckpt in (tiny_run / "checkpoints").glob("step_*"):
+        shutil.rmtree(ckpt)
+    if left == "a trained model's outputs":
+        (tiny_run / "checkpoints" / "latest").unlink()
+        (tiny_run / "eval.json").write_text("{}")
+    line = _said_once_by_rank_zero(tmp_path / "shared.py", SHARED,
+                                   [str(tiny_run), "train.parallel=fsdp"])
+    assert line.startswith("kiln: rank 0 could not resume: "), line
+    assert "no complete checkpoint is left" in line or "but no checkpoint to resume from" in line

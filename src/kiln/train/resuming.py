@@ -17,7 +17,7 @@ import torch
 
 from kiln.config import recorded_config
 from kiln.data.shards import INDEX
-from kiln.errors import CheckpointError, RunDataError, alike_on_every_rank
+from kiln.errors import CheckpointError, KilnError, RunDataError, alike_on_every_rank
 from kiln.export_recovery import stranded_exports
 from kiln.hashing import file_sha256
 from kiln.parallel.distributed import all_reduce_max
@@ -50,8 +50,9 @@ class Resuming:
             return
         ckpt = latest_checkpoint(self.run_dir / "checkpoints")
         self._check_ranks_agree(ckpt)
-        if ckpt is None:
-            self._refuse_mixing_with_earlier_outputs()
+        if ckpt is None:  # each rank looks at its own copy of the run: agreed, said once
+            run_on_every_rank(self.env, self._refuse_mixing_with_earlier_outputs,
+                              self._no_checkpoint_told, CheckpointError)
             return
         recorded = recorded_config(self.run_dir)
         with alike_on_every_rank():  # the settings and the checkpoint every rank agreed on
@@ -178,6 +179,14 @@ class Resuming:
             print(f"note: {metrics} holds an earlier run's records but there is no checkpoint "
                   "to resume from: training starts at step 0, and the earlier outputs move to "
                   "archive/", file=sys.stderr)
+
+    def _no_checkpoint_told(self, e: BaseException) -> str:
+        """How a rank's failure in `_refuse_mixing_with_earlier_outputs` is told, after "rank R"."""
+        if isinstance(e, KilnError):
+            return f"could not resume: {e}"
+        how = "was interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        return (f"{how} as it looked at the earlier outputs in {self.run_dir} "
+                f"({type(e).__name__}{f': {e}' if str(e) else ''})")
 
     def _check_ranks_agree(self, ckpt: Path | None) -> None:
         """Every rank must resume from the same checkpoint (on several nodes, the run
