@@ -448,8 +448,9 @@ def _ending_with_the_others(e: BaseException) -> None:
 
 def _out_of_memory_said(verb: str, e: BaseException) -> str | None:
     """The out-of-memory line, said once for the ranks of a launch that ran out (each left
-    word of it: `rank_stops`), naming them: by the lowest of them; None on the others. (Every
-    rank said the same line; the ranks that met one of them gone said it was lost.)"""
+    word of it: `rank_stops`), naming them: by the lowest of them, or by the first to say it
+    where one ran out after the others' line was said; None on the others. (Every rank said
+    the same line; the ranks that met one of them gone said it was lost.)"""
     from kiln.parallel.distributed import launched_ranks
 
     line = out_of_memory_line(verb, e)
@@ -457,11 +458,11 @@ def _out_of_memory_said(verb: str, e: BaseException) -> str | None:
         return line
     import os
 
-    from kiln.parallel.rank_stops import ran_out_too
+    from kiln.parallel.rank_stops import ran_out_too, said_by_another
 
     rank = int(os.environ.get("RANK", "0"))
     ranks = sorted([rank, *ran_out_too()])
-    if ranks[0] != rank:
+    if ranks[0] != rank or said_by_another():
         return None
     named = f"rank {rank}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
     return line.replace(": out of memory (", f": {named} ran out of memory (", 1)

@@ -48,6 +48,57 @@ def test_an_out_of_memory_is_said_once_naming_the_ranks(tiny_run, tmp_path, ran_
                                "lower train.micro_batch"), said[-3000:]
 
 
+RUNS_OUT_LATER = """
+import os, sys, time
+from pathlib import Path
+from kiln import cli
+from kiln.train.trainer import Trainer
+said = Path(sys.argv[1])  # rank 1 has said its line
+if os.environ["RANK"] == "1":
+    says = cli._out_of_memory_said
+    def out_of_memory_said(*args):
+        line = says(*args)
+        said.write_text(str(line))
+        return line
+    cli._out_of_memory_said = out_of_memory_said
+stepped = Trainer.train_step
+def train_step(self):  # rank 1 runs out; rank 0 later, once rank 1 has said so and gone
+    if self.step == 2:
+        if os.environ["RANK"] == "0":
+            for _ in range(2400):
+                if said.exists():
+                    break
+                time.sleep(0.1)
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: "
+                           "can't allocate memory: you tried to allocate 1073741824 bytes. "
+                           "Error code 12 (Cannot allocate memory)")
+    return stepped(self)
+Trainer.train_step = train_step
+sys.exit(cli.main(["train", sys.argv[2], "--set", "train.parallel=ddp"]))
+"""
+
+
+def test_a_rank_that_runs_out_after_the_line_was_said_does_not_say_it_again(tiny_run, tmp_path):
+    """Rank 1 ran out, and said so for the ranks a second later (none other had); rank 0
+    ran out later (a longer step's work before its next collective): it said the line
+    again, naming rank 1 with itself ("ranks 0, 1 ran out of memory"), two lines for one
+    problem. The first to say it says it; a rank that runs out after that says nothing."""
+    script = tmp_path / "runs_out_later.py"
+    script.write_text(RUNS_OUT_LATER)
+    said = tmp_path / "said"
+    procs, logs = start_python([str(script), str(said), str(tiny_run)], world_size=2)
+    deadline = time.monotonic() + 300
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ended = _ended(procs, logs)
+    output = "\n".join(out for _, out in ended)
+    assert said.read_text().startswith("kiln: train: rank 1 ran out of memory ("), output[-3000:]
+    assert [code for code, _ in ended] == [1, 1], output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    lines = _kiln_lines(output)
+    assert len(lines) == 1 and lines[0].startswith(said.read_text()), output[-3000:]
+
+
 RESTARTED = """
 import os
 import torch

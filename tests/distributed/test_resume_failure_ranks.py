@@ -150,3 +150,80 @@ def test_ranks_holding_different_copies_of_a_step_are_refused(tiny_run, tmp_path
                            "step_00000006 (their checksums.json differ: rank 0 holds one, "
                            "rank 1 another; rank 0's is "), line
     assert not (copies[0] / "checkpoints" / "step_00000012").exists()
+
+
+SHARED = """
+import sys
+from kiln.cli import main
+sys.exit(main(["train", sys.argv[1], "--set", sys.argv[2], "--set", "train.steps=9"]))
+"""
+
+
+def _tamper_optimizer_state(ckpt: Path, how: str) -> None:
+    """An optimizer.pt that unpickles, its sums recorded (`as_written`): refused by the
+    checks of its contents, which rank 0 alone reads."""
+    path = ckpt / "optimizer.pt"
+    state = torch.load(path, weights_only=True)
+    if how == "no moments":
+        state["state"] = {}
+    elif how == "a list":
+        state = [state]
+    elif how == "a moment missing":  # torch's own refusal, midway through the sending
+        del state["state"][next(iter(state["state"]))]
+    else:
+        moments = next(iter(state["state"].values()))
+        moments["exp_avg"] = torch.zeros(3)
+    torch.save(state, path)
+    as_written(ckpt)
+
+
+@pytest.mark.parametrize("parallel, how", [
+    ("fsdp", "no moments"), ("fsdp", "a list"), ("ddp", "no moments"),
+    ("fsdp", "a moment of another shape"), ("ddp", "a moment missing")])
+def test_an_optimizer_state_refused_on_rank_zero_is_said_for_every_rank(
+        tiny_run, tmp_path, parallel, how):
+    """Rank 0 alone reads optimizer.pt (it sends each rank its part): its refusal of the
+    file's contents stopped rank 0 alone, and rank 1, waiting for its part, met a lost rank
+    ("another rank of this launch failed or was killed") in place of the reason. Now every
+    rank stops with the status of the refusal, said once by rank 0."""
+    Trainer(tiny_config(tiny_run, f"train.parallel={parallel}", "train.steps=6",
+                        "train.checkpoint_every=3")).fit()
+    ckpt = tiny_run / "checkpoints" / "step_00000006"
+    _tamper_optimizer_state(ckpt, how)
+    line = _said_once_by_rank_zero(tmp_path / "shared.py", SHARED,
+                                   [str(tiny_run), f"train.parallel={parallel}"])
+    assert line.startswith(f"kiln: rank 0 could not resume: checkpoint {ckpt} is unreadable ("), line
+    assert "optimizer.pt" in line and "previous one, step_00000003" in line, line
+
+
+def test_a_callbacks_state_refused_on_resume_is_said_once(tiny_run, tmp_path):
+    """A callback's saved state (trainer.pt's, which every rank reads) refused as the run
+    starts: every rank raised it on its own, and said it (the same line once per rank)."""
+    Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=6",
+                        "train.checkpoint_every=3")).fit()
+    ckpt = tiny_run / "checkpoints" / "step_00000006"
+    state = torch.load(ckpt / "trainer.pt", weights_only=True)
+    state["callbacks"]["ProgressLog"]["loss"] = "x"
+    torch.save(state, ckpt / "trainer.pt")
+    as_written(ckpt)
+    line = _said_once_by_rank_zero(tmp_path / "shared.py", SHARED,
+                                   [str(tiny_run), "train.parallel=fsdp"])
+    assert line.startswith(f"kiln: rank 0 could not resume: checkpoint {ckpt} is unreadable "
+                           "(ValueError: trainer.pt: the ProgressLog window's 'loss' is 'x')"), line
+
+
+@pytest.mark.parametrize("left", ["a latest pointer", "a trained model's outputs"])
+def test_no_checkpoint_to_go_on_from_is_said_once(tiny_run, tmp_path, left):
+    """A run whose checkpoints are gone, with a `latest` pointer still naming one, or with
+    its trained model's outputs: refused by every rank, each saying the same line."""
+    Trainer(tiny_config(tiny_run, "train.parallel=fsdp", "train.steps=6",
+                        "train.checkpoint_every=3")).fit()
+    for ckpt in (tiny_run / "checkpoints").glob("step_*"):
+        shutil.rmtree(ckpt)
+    if left == "a trained model's outputs":
+        (tiny_run / "checkpoints" / "latest").unlink()
+        (tiny_run / "eval.json").write_text("{}")
+    line = _said_once_by_rank_zero(tmp_path / "shared.py", SHARED,
+                                   [str(tiny_run), "train.parallel=fsdp"])
+    assert line.startswith("kiln: rank 0 could not resume: "), line
+    assert "no complete checkpoint is left" in line or "but no checkpoint to resume from" in line

@@ -64,15 +64,42 @@ def on_the_way_out(e: BaseException) -> None:
         leave_word(f"stopped on {e.signal_name}" if isinstance(e, Terminated)
                    else "was interrupted (Ctrl-C or SIGINT)")
         return
-    if out_of_memory(e):  # said once for the ranks that ran out (`out_of_memory_said_here`)
+    if out_of_memory(e):  # said once for the ranks that ran out (`kiln.cli`)
         leave_word(f"{RAN_OUT} ({refused_allocation(e)})")
         time.sleep(_RAN_OUT_TOGETHER_S)
     _read = stopped_ranks()
+    if out_of_memory(e):
+        _decide_who_says_it()
 
 
 RAN_OUT = "ran out of memory"
 # ranks of one launch run out at about the same step: a moment for each to leave its word
 _RAN_OUT_TOGETHER_S = 1.0
+_SAID = "ran_out/said"  # counted up by each rank that would say it: the first one does
+_said_before = False  # another rank had said it, for the ranks, as this one left
+
+
+def _decide_who_says_it() -> None:
+    """This rank ran out, and no lower rank that ran out had left word as it read the
+    others' words: it says so for the ranks, unless another did first. A rank that runs out
+    after the others' line was said (a longer step's work before its next collective)
+    would find itself the lowest then, and say it again, naming itself with them."""
+    global _said_before
+    me = dist.get_rank()
+    store = _store()
+    if store is None or any(r < me and how.startswith(RAN_OUT) for r, how in _read.items()):
+        return
+    try:
+        with _store_may_be_gone():
+            _said_before = store.add(_SAID, 1) > 1
+    except RuntimeError:  # the store went with its host: this rank says it
+        pass
+
+
+def said_by_another() -> bool:
+    """Whether another rank had said for the ranks that they ran out of memory as this one,
+    which ran out too, left (it then says nothing)."""
+    return _said_before
 
 
 def ran_out_too() -> list[int]:

@@ -38,12 +38,13 @@ from kiln.atomic import (
     write_text_atomic,
     writer_killed,
 )
-from kiln.errors import CheckpointError
+from kiln.errors import CheckpointError, KilnError
 from kiln.eval import EVAL_FILES
 from kiln.export_recovery import recover_export
 from kiln.hashing import HashingWriter, file_sha256
 from kiln.parallel.distributed import DistEnv, lost_a_rank
-from kiln.parallel.rank_waits import run_on_main
+from kiln.parallel.model_wrapping import unwrap
+from kiln.parallel.rank_waits import run_on_every_rank, run_on_main
 from kiln.tensor_files import save_tensors
 from kiln.train import earlier_outputs
 from kiln.train.checkpoint_dirs import (
@@ -320,10 +321,12 @@ def check_checkpoint(path: Path, optimizer: bool = True) -> dict[str, Any]:
 
 def load_checkpoint(
     path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
-    state: dict[str, Any] | None = None,
+    state: dict[str, Any] | None = None, env: DistEnv | None = None,
 ) -> dict[str, Any]:
     """Restore weights (and optimizer, RNG) in place; returns the trainer state. `state`:
-    what `check_checkpoint` returned (its files are not checked again).
+    what `check_checkpoint` returned (its files are not checked again). `env`: the ranks
+    that load it together, which agree on rank 0's read of the optimizer's state
+    (`_optimizer_state`).
 
     The optimizer's state (moments, momentum, step counts) comes from the checkpoint; its
     settings (weight decay, betas, Muon's lr ratio...) stay as `optimizer` was built from
@@ -332,43 +335,101 @@ def load_checkpoint(
         state = check_checkpoint(path, optimizer is not None)
     state = dict(state)
     load_weights(path, model, checked=True)
-    try:
-        if optimizer is not None:
-            # the whole state (2 fp32 moments per weight for AdamW) is read by rank 0 alone and
-            # sent to each rank a tensor at a time, kept as its shard (FSDP2): every rank held
-            # it all, the host's memory taken once per rank (each rank's copy was checked)
-            ranks = dist.is_initialized()
-            reads = not ranks or dist.get_rank() == 0
-            optim_state = torch.load(path / "optimizer.pt", weights_only=True) if reads else {}
-            if reads and not (isinstance(optim_state, dict)
-                              and isinstance(optim_state.get("state"), dict)
-                              and isinstance(optim_state.get("param_groups"), list)):
-                raise TypeError(f"optimizer.pt holds a {type(optim_state).__name__} without the "
-                                "'state' and 'param_groups' of an optimizer's state")
-            if reads and not optim_state["state"] and state.get("step", 0) > 0:
-                # every step updates the dense weights, so a trained optimizer has moments for
-                # them: none at all restarted AdamW's averages and Muon's momentum silently
-                raise ValueError(f"optimizer.pt holds no moments, where the checkpoint is of "
-                                 f"step {state['step']}")
+    if optimizer is not None:
+        optim_state = _optimizer_state(path, model, optimizer, state.get("step", 0), env)
+        try:
             settings = [{k: v for k, v in g.items() if k != "params"}
                         for g in optimizer.param_groups]
             set_optimizer_state_dict(
                 model, optimizer, optim_state,
-                options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=ranks))
+                options=StateDictOptions(full_state_dict=True,
+                                         broadcast_from_rank0=dist.is_initialized()))
             for group, built in zip(optimizer.param_groups, settings, strict=True):
                 group.update(built)
                 _place_steps(optimizer, group)
             _refuse_misshapen_moments(optimizer)
-    except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError, TypeError,
-            ValueError, AttributeError) as e:
-        if isinstance(e, RuntimeError) and lost_a_rank(e):  # another rank's failure, not the file
-            raise
-        raise unreadable(path, e, "optimizer.pt") from e
+        except _UNREADABLE as e:
+            if isinstance(e, RuntimeError) and lost_a_rank(e):  # another rank's failure
+                raise
+            raise unreadable(path, e, "optimizer.pt") from e
     try:
         torch.set_rng_state(state.pop("rng"))
     except (RuntimeError, TypeError) as e:  # a state of the wrong size
         raise unreadable(path, e) from e
     return state
+
+
+# what reading or loading an altered or damaged optimizer.pt raises
+_UNREADABLE = (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError, TypeError,
+               ValueError, AttributeError)
+
+
+def resume_told(e: BaseException, ckpt: Path) -> str:
+    """How a rank's failure to read checkpoint `ckpt` is told, after "rank R"."""
+    if isinstance(e, KeyboardInterrupt):
+        return (f"was interrupted while it read checkpoint {ckpt} "
+                f"({type(e).__name__}{f': {e}' if str(e) else ''})")
+    if isinstance(e, KilnError):
+        return f"could not resume: {e}"
+    return f"could not read checkpoint {ckpt} ({type(e).__name__}: {e})"
+
+
+def _optimizer_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                     step: int, env: DistEnv | None) -> Any:
+    """optimizer.pt, read and checked by rank 0 alone ({} on the others): the whole state
+    (2 fp32 moments per weight for AdamW) is sent to each rank a tensor at a time, kept as
+    its shard (FSDP2), where every rank held it all, the host's memory taken once per rank
+    (each rank's copy was checked). Its refusal is agreed with the other ranks before the
+    sending (`run_on_every_rank`): they would wait there for a rank gone, and say only that
+    "another rank failed or was killed"."""
+    def read() -> Any:
+        if dist.is_initialized() and dist.get_rank() != 0:
+            return {}
+        try:
+            optim_state = torch.load(path / "optimizer.pt", weights_only=True)
+            _refuse_other_state(optim_state, model, optimizer, step)
+        except _UNREADABLE as e:
+            raise unreadable(path, e, "optimizer.pt") from e
+        return optim_state
+
+    if env is None or not env.distributed:
+        return read()
+    return run_on_every_rank(env, read, lambda e: resume_told(e, path), CheckpointError)
+
+
+def _refuse_other_state(optim_state: Any, model: nn.Module, optimizer: torch.optim.Optimizer,
+                        step: int) -> None:
+    """What rank 0 alone can find wrong in optimizer.pt's contents, found before any of it is
+    sent (torch's own refusals of a moment missing or of another shape come midway through
+    the sending, on rank 0 alone; the other ranks copy a moment of another shape silently)."""
+    if not (isinstance(optim_state, dict) and isinstance(optim_state.get("state"), dict)
+            and isinstance(optim_state.get("param_groups"), list)):
+        raise TypeError(f"optimizer.pt holds a {type(optim_state).__name__} without the "
+                        "'state' and 'param_groups' of an optimizer's state")
+    if not all(isinstance(g, dict) and isinstance(g.get("params"), list)
+               for g in optim_state["param_groups"]):
+        raise TypeError("optimizer.pt: a param group without its list of 'params'")
+    moments = optim_state["state"]
+    if not moments and step > 0:
+        # every step updates the dense weights, so a trained optimizer has moments for
+        # them: none at all restarted AdamW's averages and Muon's momentum silently
+        raise ValueError(f"optimizer.pt holds no moments, where the checkpoint is of step {step}")
+    if not moments or all(isinstance(k, int) for k in moments):  # torch's own: taken as is
+        return
+    names: dict[int, list[str]] = {}  # a parameter's names (a tied head has two)
+    for name, p in unwrap(model).named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            held = [moments[n] for n in names.get(id(p), []) if n in moments]
+            if not held and p.requires_grad and id(p) in names:
+                raise ValueError(f"optimizer.pt holds no moments for {names[id(p)][0]}")
+            for kept in held:
+                if not isinstance(kept, dict):
+                    raise TypeError(f"optimizer.pt: the state of {names[id(p)][0]} is a "
+                                    f"{type(kept).__name__}")
+                for key, value in kept.items():
+                    _refuse_misshapen(key, value, p)
 
 
 def _refuse_misshapen_moments(optimizer: torch.optim.Optimizer) -> None:
@@ -378,9 +439,14 @@ def _refuse_misshapen_moments(optimizer: torch.optim.Optimizer) -> None:
     for group in optimizer.param_groups:
         for p in group["params"]:
             for key, value in optimizer.state.get(p, {}).items():
-                if torch.is_tensor(value) and value.dim() > 0 and value.shape != p.shape:
-                    raise ValueError(f"optimizer.pt: {key!r} of a parameter of shape "
-                                     f"{tuple(p.shape)} has shape {tuple(value.shape)}")
+                _refuse_misshapen(key, value, p)
+
+
+def _refuse_misshapen(key: str, value: Any, p: torch.Tensor) -> None:
+    """A moment `key` of parameter `p` (its whole shape, sharded or not) of another shape."""
+    if torch.is_tensor(value) and value.dim() > 0 and value.shape != p.shape:
+        raise ValueError(f"optimizer.pt: {key!r} of a parameter of shape "
+                         f"{tuple(p.shape)} has shape {tuple(value.shape)}")
 
 
 def _place_steps(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from kiln.train.checkpoint import (
     check_checkpoint,
     load_checkpoint,
     missing_state,
+    resume_told,
     unreadable,
 )
 from kiln.train.checkpoint_dirs import (
@@ -38,16 +39,6 @@ from kiln.train.checkpoint_dirs import (
 )
 from kiln.train.earlier_outputs import unfinished_archive, unfinished_reason
 from kiln.train.resume_settings import changed_since_recorded, refuse_changed_model
-
-
-def _resume_told(e: BaseException, ckpt: Path) -> str:
-    """How a rank's failure to read checkpoint `ckpt` is told, after "rank R"."""
-    if isinstance(e, KeyboardInterrupt):
-        return (f"was interrupted while it read checkpoint {ckpt} "
-                f"({type(e).__name__}{f': {e}' if str(e) else ''})")
-    if isinstance(e, KilnError):
-        return f"could not resume: {e}"
-    return f"could not read checkpoint {ckpt} ({type(e).__name__}: {e})"
 
 
 class Resuming:
@@ -64,8 +55,9 @@ class Resuming:
             return
         ckpt = latest_checkpoint(self.run_dir / "checkpoints")
         self._check_ranks_agree(ckpt)
-        if ckpt is None:
-            self._refuse_mixing_with_earlier_outputs()
+        if ckpt is None:  # each rank looks at its own copy of the run: agreed, said once
+            run_on_every_rank(self.env, self._refuse_mixing_with_earlier_outputs,
+                              self._no_checkpoint_told, CheckpointError)
             return
         recorded = recorded_config(self.run_dir)
         with alike_on_every_rank():  # the settings and the checkpoint every rank agreed on
@@ -73,10 +65,11 @@ class Resuming:
         # what may fail on some ranks alone (a node's own copy of the files, its token shards),
         # agreed before the collectives of loading, which the others would wait in
         state, copy = run_on_every_rank(self.env, lambda: self._read_resume_state(ckpt),
-                                        lambda e: _resume_told(e, ckpt), CheckpointError)
+                                        lambda e: resume_told(e, ckpt), CheckpointError)
         self._refuse_other_copies(ckpt, copy)
-        with alike_on_every_rank():  # the same checked bytes on every rank
-            state = load_checkpoint(ckpt, self.model, self.optimizer, state)
+        with alike_on_every_rank():  # the same checked bytes on every rank (rank 0's reading
+            # of optimizer.pt, its alone, agreed with the others: `load_checkpoint`)
+            state = load_checkpoint(ckpt, self.model, self.optimizer, state, self.env)
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
         self._elapsed_before = state["elapsed_s"]
         self._callback_states = state.get("callbacks", {})  # none in older checkpoints
@@ -195,6 +188,14 @@ class Resuming:
             print(f"note: {metrics} holds an earlier run's records but there is no checkpoint "
                   "to resume from: training starts at step 0, and the earlier outputs move to "
                   "archive/", file=sys.stderr)
+
+    def _no_checkpoint_told(self, e: BaseException) -> str:
+        """How a rank's failure in `_refuse_mixing_with_earlier_outputs` is told, after "rank R"."""
+        if isinstance(e, KilnError):
+            return f"could not resume: {e}"
+        how = "was interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        return (f"{how} as it looked at the earlier outputs in {self.run_dir} "
+                f"({type(e).__name__}{f': {e}' if str(e) else ''})")
 
     def _check_ranks_agree(self, ckpt: Path | None) -> None:
         """Every rank must resume from the same checkpoint (on several nodes, the run

@@ -46,6 +46,7 @@ from kiln.train.checkpoint import (
     check_writable,
     clear_killed_writes,
     prune_checkpoints,
+    resume_told,
     unreadable,
 )
 from kiln.train.checkpoint_dirs import complete_checkpoints
@@ -310,12 +311,9 @@ class Trainer(Resuming, RunRecords):
             for cb in self.callbacks:
                 cb.on_train_start(self)
                 started.append(cb)
-                saved = self._callback_states.get(type(cb).__name__)
-                if saved:
-                    try:
-                        cb.load_state_dict(saved)
-                    except (KeyError, TypeError, ValueError, AttributeError) as e:  # altered
-                        raise unreadable(self._resumed_from, e) from e
+            if self._callback_states:  # trainer.pt's, read alike: agreed, so said once
+                run_on_every_rank(self.env, self._load_callback_states,
+                                  lambda e: resume_told(e, self._resumed_from), CheckpointError)
             # once the checkpoint has loaded whole: a refused one changes nothing
             self._on_main(self._record_the_start)
             while self.step < self.cfg.train.steps:
@@ -331,6 +329,16 @@ class Trainer(Resuming, RunRecords):
             raise
         self._end_callbacks()
         return losses
+
+    def _load_callback_states(self) -> None:
+        """Each callback's state as the resumed checkpoint saved it, after its on_train_start."""
+        for cb in self.callbacks:
+            saved = self._callback_states.get(type(cb).__name__)
+            if saved:
+                try:
+                    cb.load_state_dict(saved)
+                except (KeyError, TypeError, ValueError, AttributeError) as e:  # altered
+                    raise unreadable(self._resumed_from, e) from e
 
     def _call_each(self, hook: str, *args: Any, done: list[Callback] | None = None) -> None:
         """Callback method `hook` on every callback in order (appending each to `done`). A
