@@ -40,6 +40,9 @@ from kiln.data.pii.detect import detect_pii
     ("curl --user dagny77:Fjord-Kite-58 https://x.no", "curl --user <USERNAME>:<PASSWORD> https://x.no"),
     ("curl -s -X POST -u 'dagny77:Xk3 pq9z' https://x.no", "curl -s -X POST -u '<USERNAME>:<PASSWORD>' https://x.no"),
     ("curl -udagny77:Xk3pq9z https://x.no", "curl -u<USERNAME>:<PASSWORD> https://x.no"),
+    # the first `u` of a group takes the rest (the last one did: `-ubruno77` kept `bru`)
+    ("curl -ubruno77:Xk3pq9z https://x.no", "curl -u<USERNAME>:<PASSWORD> https://x.no"),
+    ("curl -sSfuruth.dunn:Xk3pq9z https://x.no", "curl -sSfu<USERNAME>:<PASSWORD> https://x.no"),
     ("curl -u admin:Xk3pq9z https://x.no", "curl -u admin:<PASSWORD> https://x.no"),  # a service account
     ('["curl -u dagny77:Xk3pq9z https://x.no"]', '["curl -u <USERNAME>:<PASSWORD> https://x.no"]'),
 ])

@@ -51,8 +51,10 @@ OPENSSL_PASS = re.compile(r"(?<![\w-])-pass(?:in|out|word)?[ \t]+"
 # `openssl enc -k PW` (elsewhere `-k` is curl's "insecure", ssh's no-delegation ...)
 OPENSSL_K = tool_flag("openssl", rf"-k[ \t]+{FLAG_VALUE}")
 # curl's `-u user:PW` / `--user user:PW` (`-U` / `--proxy-user` the proxy's); curl splits at
-# the first `:`, and without one it prompts for the password
-CURL_USER = tool_flag("curl", r"(?:-[A-Za-z]*[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
+# the first `:`, and without one it prompts for the password. In a group (`-su user:PW`) the
+# first `u`/`U` takes the rest: letters before it any letters, each `u` of `curl -uuu...` was
+# tried as the flag and the rest read to its end each time, O(len^2)
+CURL_USER = tool_flag("curl", r"(?:-[A-TV-Za-tv-z]*[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
                           r"(?:(?P<q>[\"'])(?P<qu>[^\"'\n:]*):(?P<qv>[^\"'\n]+)(?P=q)"
                           r"|(?P<u>[^\s\"';:-][^\s\"';:]*)?:(?P<v>[^\s\"';]+))")
 TOOL_PASSWORDS = (REDIS_AUTH, ZIP_PASSWORD, SEVEN_ZIP_PASSWORD, OPENSSL_PASS, OPENSSL_K, CURL_USER)
