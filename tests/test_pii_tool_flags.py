@@ -103,3 +103,20 @@ def test_mysqls_spaced_p_prompts_and_the_next_word_is_its_database(text, redacte
     """With a space after `-p`, mysql prompts for the password and reads the next word as the
     database: `mysql -u x -p mydb` had `mydb` redacted as a password."""
     assert redact(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ("mysql -u dagny -p s3cr3t99 shop < dump.sql", "mysql -u <USERNAME> -p <PASSWORD> shop < dump.sql"),
+    ("mysql -u dagny -p fjordkite shop", "mysql -u <USERNAME> -p <PASSWORD> shop"),
+    ("mysql -u dagny -p fjordkite shop -e 'select 1'", "mysql -u <USERNAME> -p <PASSWORD> shop -e 'select 1'"),
+    # one word after `-p`, or a database then redirections or more prose: the database
+    ("mysql -u dagny -p shop 2>&1", "mysql -u <USERNAME> -p shop 2>&1"),
+    ("run mysql -u dagny -p shop and enter the password", "run mysql -u <USERNAME> -p shop and enter the password"),
+    ("mysqldump -u dagny -p shop orders > o.sql", "mysqldump -u <USERNAME> -p shop orders > o.sql"),
+    ("mysqladmin -u dagny -p create shop", "mysqladmin -u <USERNAME> -p create shop"),
+])
+def test_a_database_name_like_word_before_mysqls_database_is_its_password(text, redacted):
+    """mysql reads one database: in `mysql -p WORD db` the writer meant WORD for the password,
+    and a lowercase one (`s3cr3t99`) was kept for looking like a database name. mysqldump's
+    tables and mysqladmin's commands follow their `-p` word, and a sentence goes on past it."""
+    assert redact(text)[0] == redacted
