@@ -18,6 +18,8 @@ from kiln.data.pii.detect import detect_pii
      'command: ["redis-server", "--requirepass", "<PASSWORD>"]'),
     ("bind 127.0.0.1\nrequirepass Xk3pq9z\nport 6379", "bind 127.0.0.1\nrequirepass <PASSWORD>\nport 6379"),
     ("masterauth Fjord-Kite-58", "masterauth <PASSWORD>"),
+    ("masterauth Fjord-Kite-58  \r\nport 6379", "masterauth <PASSWORD>  \r\nport 6379"),
+    ('requirepass "Fjord Kite 58"', 'requirepass "<PASSWORD>"'),
     ("# requirepass Xk3pq9z", "# requirepass <PASSWORD>"),  # commented out, still written down
     ("redis-cli CONFIG SET requirepass Xk3pq9z", "redis-cli CONFIG SET requirepass <PASSWORD>"),
     ("zip -P Xk3pq9z secret.zip notes.txt", "zip -P <PASSWORD> secret.zip notes.txt"),
@@ -62,6 +64,9 @@ def test_passwords_on_a_tools_own_flag_are_found(text, redacted):
     "docker run -u 1000:1000 img", "docker exec --user root:root c sh",
     "requirepass foobared", "# requirepass foobared", "# masterauth <master-password>",
     "set requirepass in redis.conf", "requirepass is deprecated since Redis 6",
+    # a comment's sentence that starts with the directive (its word after it was the password)
+    "requirepass must be set when protected mode is off", "# masterauth should match the master's password",
+    "# requirepass enables AUTH for every client\r\n",
     "redis-server --requirepass $REDIS_PASSWORD", "ssh -k host", "grep -k x", "zip -P $1 a.zip",
     "redis-cli -a $1 ping",  # a script's argument (was taken for a password)
     # `-p` of these takes no password: unzip's pipes, curl's tunnels (they were taken for one)
@@ -70,7 +75,8 @@ def test_passwords_on_a_tools_own_flag_are_found(text, redacted):
 def test_near_misses_of_tool_passwords_are_none(text):
     """Prose about a flag, a flag that prompts (`zip -e`, `7z -p` alone, `curl -u user`), an
     openssl password source that is no password (`env:`, `file:`, `fd:`, `stdin`), other
-    commands' `-k` / `-u user:group`, references and redis.conf's stock `foobared`. `7z a -p
+    commands' `-k` / `-u user:group`, references, redis.conf's stock `foobared`, and a comment's
+    sentence starting with the directive (a config line ends after its value). `7z a -p
     out.7z`, `unzip -p a.zip` and `curl -p URL` had the word after `-p` taken for a password."""
     assert [s for s in detect_pii(text) if s.type == "PASSWORD"] == [], text
     if not text.startswith("curl -u dagny77 "):  # `-u user` alone: a user, asked for a password
