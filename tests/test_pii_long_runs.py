@@ -118,3 +118,12 @@ def test_many_tool_commands_on_one_line_stay_linear():
     assert detect_pii("zip -P Xk3pq9z a.zip f; curl -u dagny77:Xk3pq9z https://x.no") != []
     for what, command in commands.items():
         assert_linear(detect_pii, lambda size, c=command: " ".join([c] * size), 500, what)
+
+
+def test_a_long_curl_option_group_stays_linear():
+    """curl's `-u` may end a group of short options (`-su user:PW`); with the letters before it
+    read as any letters, each `u` of a long group was tried as the flag, and the rest of the
+    group read to its end each time: `curl -uuu...` took O(len^2)."""
+    for letters in ("u", "Uu", "su"):
+        assert_linear(detect_pii, lambda size, c=letters: "curl -" + c * (size // len(c)), 2_000, letters)
+    assert [s.type for s in detect_pii("curl -su dagny77:Xk3pq9z https://x.no")] == ["USERNAME", "PASSWORD"]

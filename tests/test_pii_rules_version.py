@@ -32,8 +32,10 @@ CHANGED = ['{"sample":1,"users":["dagny.holm@fjordmail.no","ola.nord@fjordmail.n
            "redis-server --requirepass Xk3pq9z", "requirepass Xk3pq9z", "zip -P Xk3pq9z a.zip f",
            "7z a -pXk3pq9z a.7z f", "openssl rsa -passin pass:Xk3pq9z -in k", "openssl enc -k Xk3pq9z -in a",
            "curl -u dagny77:Xk3pq9z https://x.no", 'redis-cli -h "my host" -a Xk3pq9z ping',
-           "mysql -u dagny -p mydb", "7z a -p a.7z f", "unzip -p a.zip f", "redis-cli -a $1 ping"]
-PINNED = ("2026-12-08.1", "3ee2ade242ee267b")  # the version and its redactions' digest
+           "mysql -u dagny -p mydb", "7z a -p a.7z f", "unzip -p a.zip f", "redis-cli -a $1 ping",
+           "curl -ubruno77:Xk3pq9z https://x.no", "mysql -u dagny -p s3cr3t99 shop < dump.sql",
+           "# masterauth should match the master's password"]
+PINNED = ("2026-12-08.4", "54ad5f2596222298")  # the version and its redactions' digest
 
 
 def _redactions_digest() -> str:

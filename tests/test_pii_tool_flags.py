@@ -18,6 +18,8 @@ from kiln.data.pii.detect import detect_pii
      'command: ["redis-server", "--requirepass", "<PASSWORD>"]'),
     ("bind 127.0.0.1\nrequirepass Xk3pq9z\nport 6379", "bind 127.0.0.1\nrequirepass <PASSWORD>\nport 6379"),
     ("masterauth Fjord-Kite-58", "masterauth <PASSWORD>"),
+    ("masterauth Fjord-Kite-58  \r\nport 6379", "masterauth <PASSWORD>  \r\nport 6379"),
+    ('requirepass "Fjord Kite 58"', 'requirepass "<PASSWORD>"'),
     ("# requirepass Xk3pq9z", "# requirepass <PASSWORD>"),  # commented out, still written down
     ("redis-cli CONFIG SET requirepass Xk3pq9z", "redis-cli CONFIG SET requirepass <PASSWORD>"),
     ("zip -P Xk3pq9z secret.zip notes.txt", "zip -P <PASSWORD> secret.zip notes.txt"),
@@ -40,6 +42,9 @@ from kiln.data.pii.detect import detect_pii
     ("curl --user dagny77:Fjord-Kite-58 https://x.no", "curl --user <USERNAME>:<PASSWORD> https://x.no"),
     ("curl -s -X POST -u 'dagny77:Xk3 pq9z' https://x.no", "curl -s -X POST -u '<USERNAME>:<PASSWORD>' https://x.no"),
     ("curl -udagny77:Xk3pq9z https://x.no", "curl -u<USERNAME>:<PASSWORD> https://x.no"),
+    # the first `u` of a group takes the rest (the last one did: `-ubruno77` kept `bru`)
+    ("curl -ubruno77:Xk3pq9z https://x.no", "curl -u<USERNAME>:<PASSWORD> https://x.no"),
+    ("curl -sSfuruth.dunn:Xk3pq9z https://x.no", "curl -sSfu<USERNAME>:<PASSWORD> https://x.no"),
     ("curl -u admin:Xk3pq9z https://x.no", "curl -u admin:<PASSWORD> https://x.no"),  # a service account
     ('["curl -u dagny77:Xk3pq9z https://x.no"]', '["curl -u <USERNAME>:<PASSWORD> https://x.no"]'),
 ])
@@ -59,6 +64,9 @@ def test_passwords_on_a_tools_own_flag_are_found(text, redacted):
     "docker run -u 1000:1000 img", "docker exec --user root:root c sh",
     "requirepass foobared", "# requirepass foobared", "# masterauth <master-password>",
     "set requirepass in redis.conf", "requirepass is deprecated since Redis 6",
+    # a comment's sentence that starts with the directive (its word after it was the password)
+    "requirepass must be set when protected mode is off", "# masterauth should match the master's password",
+    "# requirepass enables AUTH for every client\r\n",
     "redis-server --requirepass $REDIS_PASSWORD", "ssh -k host", "grep -k x", "zip -P $1 a.zip",
     "redis-cli -a $1 ping",  # a script's argument (was taken for a password)
     # `-p` of these takes no password: unzip's pipes, curl's tunnels (they were taken for one)
@@ -67,7 +75,8 @@ def test_passwords_on_a_tools_own_flag_are_found(text, redacted):
 def test_near_misses_of_tool_passwords_are_none(text):
     """Prose about a flag, a flag that prompts (`zip -e`, `7z -p` alone, `curl -u user`), an
     openssl password source that is no password (`env:`, `file:`, `fd:`, `stdin`), other
-    commands' `-k` / `-u user:group`, references and redis.conf's stock `foobared`. `7z a -p
+    commands' `-k` / `-u user:group`, references, redis.conf's stock `foobared`, and a comment's
+    sentence starting with the directive (a config line ends after its value). `7z a -p
     out.7z`, `unzip -p a.zip` and `curl -p URL` had the word after `-p` taken for a password."""
     assert [s for s in detect_pii(text) if s.type == "PASSWORD"] == [], text
     if not text.startswith("curl -u dagny77 "):  # `-u user` alone: a user, asked for a password
@@ -99,4 +108,21 @@ def test_a_quoted_argument_with_a_space_does_not_end_a_redis_cli_command(text, r
 def test_mysqls_spaced_p_prompts_and_the_next_word_is_its_database(text, redacted):
     """With a space after `-p`, mysql prompts for the password and reads the next word as the
     database: `mysql -u x -p mydb` had `mydb` redacted as a password."""
+    assert redact(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ("mysql -u dagny -p s3cr3t99 shop < dump.sql", "mysql -u <USERNAME> -p <PASSWORD> shop < dump.sql"),
+    ("mysql -u dagny -p fjordkite shop", "mysql -u <USERNAME> -p <PASSWORD> shop"),
+    ("mysql -u dagny -p fjordkite shop -e 'select 1'", "mysql -u <USERNAME> -p <PASSWORD> shop -e 'select 1'"),
+    # one word after `-p`, or a database then redirections or more prose: the database
+    ("mysql -u dagny -p shop 2>&1", "mysql -u <USERNAME> -p shop 2>&1"),
+    ("run mysql -u dagny -p shop and enter the password", "run mysql -u <USERNAME> -p shop and enter the password"),
+    ("mysqldump -u dagny -p shop orders > o.sql", "mysqldump -u <USERNAME> -p shop orders > o.sql"),
+    ("mysqladmin -u dagny -p create shop", "mysqladmin -u <USERNAME> -p create shop"),
+])
+def test_a_database_name_like_word_before_mysqls_database_is_its_password(text, redacted):
+    """mysql reads one database: in `mysql -p WORD db` the writer meant WORD for the password,
+    and a lowercase one (`s3cr3t99`) was kept for looking like a database name. mysqldump's
+    tables and mysqladmin's commands follow their `-p` word, and a sentence goes on past it."""
     assert redact(text)[0] == redacted

@@ -309,17 +309,28 @@ def _ends_with_backslash(text: str, end: int) -> bool:
 # still the password its writer meant, and leaks as one
 MYSQL_COMMAND = re.compile(rf"{ASCII_START}mysql(?:dump|admin)?(?![A-Za-z0-9_-])")
 DATABASE_NAME = re.compile(r"[a-z_$][a-z0-9_$-]*|[A-Z_$][A-Z0-9_$-]*|(?:[A-Z][a-z]+)+")
+# mysql reads one database, so `mysql -p WORD db` (db then the command's end or an option)
+# had WORD written as the password; mysqldump's tables and mysqladmin's commands follow
+# theirs, a sentence goes on past it, and `2>&1` is no database
+MYSQL_CLIENT = re.compile(rf"{ASCII_START}mysql(?![A-Za-z0-9_-])")
+DATABASE_AFTER = re.compile(r"[ \t]+(?!\d*[<>])[A-Za-z0-9_$][\w$-]*[ \t]*(?:$|[<>;|&`\"')]|-)", re.MULTILINE)
 
 
-def _other_meaning(text: str, flag_at: int, flag: str, value: str = "") -> bool:
+def _is_database(text: str, command: str, value: str, value_end: int) -> bool:
+    """The word after mysql's spaced `-p` is its database, not a password."""
+    if DATABASE_NAME.fullmatch(value) is None or MYSQL_COMMAND.search(command) is None:
+        return False
+    return not (MYSQL_CLIENT.search(command) and DATABASE_AFTER.match(text, value_end))
+
+
+def _other_meaning(text: str, flag_at: int, flag: str, value: str = "", value_end: int = 0) -> bool:
     """The flag means something other than a password / user in its command: `cp -p`,
     `sort -u`, and mysql's spaced `-p` before a database name."""
     pattern = {"-p": OTHER_P, "-u": OTHER_U}.get(flag)
     if pattern is None:
         return False
     command = _command_line(text, flag_at)
-    return pattern.search(command) is not None or (
-        flag == "-p" and DATABASE_NAME.fullmatch(value) is not None and MYSQL_COMMAND.search(command) is not None)
+    return pattern.search(command) is not None or (flag == "-p" and _is_database(text, command, value, value_end))
 
 
 def _in_shell_default(text: str, m: re.Match[str]) -> bool:
@@ -365,7 +376,7 @@ def find_passwords(text: str) -> Iterator[Span]:
     for m in CLI_FLAG.finditer(text):
         if m.group("flag").lstrip("-") in {"password", "passwd", "pass", "p"}:
             got = _value(m)
-            if _other_meaning(text, m.start(), m.group("flag"), got[0] if got else ""):
+            if _other_meaning(text, m.start(), m.group("flag"), *(got[::2] if got else ("", 0))):
                 continue  # `cp -p`, `git add -p`, `mkdir -p`, `mysql -p mydb`: no password there
             if got and not _is_reference(got[0], True) and not _placeholder_password(got[0]) \
                     and len(got[0]) >= 3 and not PORT_VALUE.fullmatch(got[0]) \

@@ -35,12 +35,15 @@ def tool_flag(names: str, flag: str) -> re.Pattern[str]:
                       rf"[ \t]+{flag}")
 
 
-# `--requirepass PW` (`"--requirepass", "PW"` in a compose or manifest list), a redis.conf
-# line (commented out too: the stock file's `# requirepass foobared` is a placeholder) and
+# `--requirepass PW` (`"--requirepass", "PW"` in a compose or manifest list) and
 # `CONFIG SET requirepass PW`; masterauth is the password a replica gives its master
 REDIS_AUTH = re.compile(
-    rf"(?:^[ \t]*(?:#[ \t]*)?|{ASCII_START}(?i:config)[ \t]+(?i:set)[ \t]+|(?<![\w-])--)"
-    rf"(?:requirepass|masterauth)(?:[ \t]+|=|[\"'][ \t]*,[ \t]*){FLAG_VALUE}", re.MULTILINE)
+    rf"(?:{ASCII_START}(?i:config)[ \t]+(?i:set)[ \t]+|(?<![\w-])--)"
+    rf"(?:requirepass|masterauth)(?:[ \t]+|=|[\"'][ \t]*,[ \t]*){FLAG_VALUE}")
+# a redis.conf line (commented out too: the stock file's `# requirepass foobared` is a
+# placeholder); the value ends the line (redis.conf has no trailing comments): a comment's
+# sentence "# masterauth should match ..." had its second word taken for the password
+REDIS_CONF = re.compile(rf"^[ \t]*(?:#[ \t]*)?(?:requirepass|masterauth)[ \t]+{FLAG_VALUE}[ \t\r]*$", re.MULTILINE)
 # zip's and unzip's `-P PW` (alone or last of a group: `-rP PW`); `-e` prompts
 ZIP_PASSWORD = tool_flag("zip|unzip", rf"-[A-Za-z]*P[ \t]+{FLAG_VALUE}")
 # 7z's password is written onto its `-p`; `-p` alone prompts
@@ -51,11 +54,13 @@ OPENSSL_PASS = re.compile(r"(?<![\w-])-pass(?:in|out|word)?[ \t]+"
 # `openssl enc -k PW` (elsewhere `-k` is curl's "insecure", ssh's no-delegation ...)
 OPENSSL_K = tool_flag("openssl", rf"-k[ \t]+{FLAG_VALUE}")
 # curl's `-u user:PW` / `--user user:PW` (`-U` / `--proxy-user` the proxy's); curl splits at
-# the first `:`, and without one it prompts for the password
-CURL_USER = tool_flag("curl", r"(?:-[A-Za-z]*[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
+# the first `:`, and without one it prompts for the password. In a group (`-su user:PW`) the
+# first `u`/`U` takes the rest: letters before it any letters, each `u` of `curl -uuu...` was
+# tried as the flag and the rest read to its end each time, O(len^2)
+CURL_USER = tool_flag("curl", r"(?:-[A-TV-Za-tv-z]*[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
                           r"(?:(?P<q>[\"'])(?P<qu>[^\"'\n:]*):(?P<qv>[^\"'\n]+)(?P=q)"
                           r"|(?P<u>[^\s\"';:-][^\s\"';:]*)?:(?P<v>[^\s\"';]+))")
-TOOL_PASSWORDS = (REDIS_AUTH, ZIP_PASSWORD, SEVEN_ZIP_PASSWORD, OPENSSL_PASS, OPENSSL_K, CURL_USER)
+TOOL_PASSWORDS = (REDIS_AUTH, REDIS_CONF, ZIP_PASSWORD, SEVEN_ZIP_PASSWORD, OPENSSL_PASS, OPENSSL_K, CURL_USER)
 
 
 def curl_users(text: str) -> Iterator[tuple[str, int]]:
