@@ -139,3 +139,28 @@ def test_a_sentence_start_after_a_bracket_or_heading_reads_the(tex, expected):
     """A parenthesised sentence read '(the table shows', and after a heading ending in 'the Page'
     the heading's words were taken for a determiner and adjective: 'equation is one'."""
     assert text(tex) == expected
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("the arguments, Sec.~\\ref{s}.", "the arguments, Sec."),
+    ("des entrées, Eq.~\\eqref{e}.", "des entrées, Eq."),
+    ("Dans (illustré \\vref{fig-a}), les", "Dans (illustré), les"),
+    ("la convention précisée \\cref{sec:a}).", "la convention précisée)."),
+])
+def test_a_noun_left_as_written_keeps_the_clean_up_of_its_reference(tex, expected):
+    """Where the word before is none the rule knows, the noun stays as written: it was written out
+    with its reference consumed, so the clean-up no longer saw the period or blank around it
+    ('Sec.~\\ref{s}.' read 'Sec..', a French '(illustré \\vref{f})' '(illustré )', both on the
+    TeX Live corpus). The run stays for the clean-up, as before the nouns were read."""
+    assert text(tex) == expected
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("locales (cf.~\\cref{sec:a}).", "locales (cf. the section)."),
+    ("shown (cf.~Section~\\ref{s}).", "shown (cf. the section)."),
+    ("shown [cf.~Fig.~\\ref{f}].", "shown [cf. the figure]."),
+])
+def test_an_abbreviation_after_a_bracket_starts_no_sentence(tex, expected):
+    """'(cf.~Section~\\ref{s})' read '(cf. The section)': the abbreviation was looked up with its
+    bracket ('(cf.'), missed, and its period taken for a sentence's end."""
+    assert text(tex) == expected

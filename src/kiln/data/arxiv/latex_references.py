@@ -114,7 +114,7 @@ def _phrase(text: str, at: int, kind: str, plural: bool) -> str | None:
     opened = before.rstrip(" \t").endswith(("(", "["))  # "(Theorem~\\ref{t})"
     ended = [w for w in words if w not in "(["][-1:]  # the word before, past an opening bracket
     if SENTENCE_START.search(before) or (
-        ended and ended[0][-1:] in ".!?" and ended[0].lower() not in ABBREVIATIONS
+        ended and ended[0][-1:] in ".!?" and ended[0].lower().lstrip(LEADING_PUNCTUATION) not in ABBREVIATIONS
         and (opened or not ended[0].startswith(LEADING_PUNCTUATION))
     ):
         return "The " + noun
@@ -124,10 +124,10 @@ def _phrase(text: str, at: int, kind: str, plural: bool) -> str | None:
     return "the " + noun if back and back[-1] in ARTICLE_AFTER or opened else None
 
 
-def _hinted_phrase(text: str, at: int, run: str) -> str:
+def _hinted_phrase(text: str, at: int, run: str) -> str | None:
     """A run of cleveref references read as their kinds, in order, each once ("\\cref{thm:a} and
-    \\cref{lem:b}": "the theorem and the lemma"; two theorems: "the theorems"); "" where the word
-    before is none `_phrase` knows."""
+    \\cref{lem:b}": "the theorem and the lemma"; two theorems: "the theorems"); None where the
+    word before is none `_phrase` knows."""
     kinds: dict[str, bool] = {}
     for m in HINTED.finditer(run):
         kinds[m.group(1)] = m.group(1) in kinds or bool(m.group(2))
@@ -136,7 +136,7 @@ def _hinted_phrase(text: str, at: int, run: str) -> str:
     (first, many), *rest = kinds.items()
     phrase = _phrase(text, at, first, many)
     if phrase is None:
-        return ""
+        return None
     return " and ".join((phrase, *(f"the {PLURALS[k] if p else k}" for k, p in rest)))
 
 
@@ -153,18 +153,19 @@ def read_reference_nouns(text: str) -> str:
         before = text[max(pos, m.start() - LOOKBACK) : m.start()]
         noun = NOUN_BEFORE.search(before)
         hint = HINTED.match(run.lstrip("( \t"))
+        phrase, at = None, m.start()
         if noun is not None:
             kind, many = _FORMS[noun.group(1)]
             at = m.start() - len(before) + noun.start()
-            out.append(text[pos:at])
             phrase = _phrase(text, at, kind, many or run.count(DROPPED_REFERENCE) > 1)
-            out.append(noun.group(1) if phrase is None else phrase)
         elif hint is not None:
-            out.append(text[pos : m.start()])
-            out.append(_hinted_phrase(text, m.start(), run))
-        else:
+            phrase = _hinted_phrase(text, at, run)
+        if phrase is None:  # the run stays, for the clean-up of the blank and period around it
             out.append(text[pos : m.start()])
             out.append(HINTED.sub("", run) if HINT in run else run)
+        else:
+            out.append(text[pos:at])
+            out.append(phrase)
         pos = m.end()
     out.append(text[pos:])
     return "".join(out)
