@@ -191,3 +191,13 @@ def test_a_run_of_bracketed_references_left_goes_whole(tex, expected):
     """A run of bracketed references with no phrase read for it went to the clean-up, which takes
     a bracket of one run only: 'Eqs.,, and.' (revtex's aapm sample). It goes as one mark."""
     assert text(tex) == expected
+
+
+@pytest.mark.parametrize(("tex", "expected"), [
+    ("Thm.~\\ref{t}, Lem.~\\ref{l}, and Cor.~\\ref{c} show it.", "The theorem, the lemma, and the corollary show it."),
+    ("By Lemmas~\\ref{a} and~\\ref{b}, Theorem~\\ref{t} holds.", "By the lemmas, the theorem holds."),
+])
+def test_a_list_of_reference_nouns_reads_each(tex, expected):
+    """A noun after another's reference and a comma kept its abbreviation, the word before being
+    the reference: 'The theorem, Lem., and the corollary show it.'"""
+    assert text(tex) == expected

@@ -114,7 +114,7 @@ def reference_hint(label: str, plural: bool = False) -> str:
 def _phrase(text: str, at: int, kind: str, plural: bool) -> str | None:
     """'the <kind>' for a noun phrase starting at `at` in `text`, 'The' at a sentence's start, no
     article after a determiner (one word back, or two over an adjective); None where the word
-    before is none `ARTICLE_AFTER` knows."""
+    before is none `ARTICLE_AFTER` knows nor ends a reference (a list of nouns)."""
     before = text[max(0, at - LOOKBACK) : at]
     before = before[before.rfind("\n\n") + 1 :]  # this paragraph's words only (a heading's are not)
     words = before.split()
@@ -130,7 +130,8 @@ def _phrase(text: str, at: int, kind: str, plural: bool) -> str | None:
     if back and (back[-1] in DETERMINERS or back[-1].endswith(("'s", "’s"))
                  or (len(back) == 2 and back[0] in DETERMINERS and back[1] not in LINKS and back[1].isalpha())):
         return noun
-    return "the " + noun if back and back[-1] in ARTICLE_AFTER or opened else None
+    listed = back and DROPPED_REFERENCE in back[-1]  # a list's next noun: "Thm.~\\ref{t}, Lem.~\\ref{l}"
+    return "the " + noun if back and back[-1] in ARTICLE_AFTER or listed or opened else None
 
 
 def _hinted_phrase(text: str, at: int, run: str) -> str | None:
