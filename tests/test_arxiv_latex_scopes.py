@@ -42,6 +42,7 @@ def test_provide_defines_only_what_is_undefined(preamble, tex, expected):
     ("{{\\renewcommand{\\x}{B}{\\renewcommand{\\x}{C}\\x.}\\x.}\\x.}\\x.", "C.B.A.A."),
     ("{\\gdef\\x{G}\\x.} \\x.", "G. G."),  # global: holds after its group
     ("{\\global\\def\\x{G}\\x.} \\x.", "G. G."),
+    ("{\\global\\long\\def\\x{G}\\x.} \\x.", "G. G."),  # LyX's: \\long between read as local
     ("\\verb|{| {\\renewcommand{\\x}{B}\\x.} \\x.", "`{` B. A."),  # a literal brace opens no group
     ("\\x. \\renewcommand{\\x}{B}\\x.", "A. B."),  # from where it stands
     ("{\\newcommand{\\z}{Z}\\z.} \\x.", "Z. A."),

@@ -40,7 +40,7 @@ from kiln.data.arxiv.latex_source import (
 
 # the version of this stage's rules (kiln.data.stage_rules): bump it with any change to
 # the LaTeX-to-text conversion (kiln.data.arxiv.latex_*)
-RULES_VERSION = "2026-12-08"
+RULES_VERSION = "2026-12-08.2"
 
 USEPACKAGE = re.compile(r"\\usepackage\s*(?:\[[^\]]*\])?\s*\{([^}]*)\}")
 TITLE = re.compile(r"\\(?:icml)?title(?![a-zA-Z@])\s*")  # ICML's is \icmltitle, in the body

@@ -61,7 +61,8 @@ PROTECTED = frozenset(
     "include def newcommand renewcommand par title author abstract footnote".split()
 )
 MAX_PASSES = 8
-GLOBAL_BEFORE = re.compile(r"\\global\s*\Z")  # \\global\\def: the prefix that makes a definition global
+# the prefix that makes a definition global, other prefixes between (LyX writes \\global\\long\\def)
+GLOBAL_BEFORE = re.compile(r"\\global\s*(?:\\(?:long|protected|outer)(?![a-zA-Z@])\s*)*\Z")
 ENV_NAME = re.compile(r"[a-zA-Z@*]+")
 # begin code that reads the body as verbatim (moreverb's \verbatimwrite, \comment, listings):
 # expanded, its file name came out as text and the body as LaTeX, so the environment stays unknown

@@ -5,10 +5,11 @@ word that announced one dangling: "As shown in Eq., the loss falls", "See Figs.,
 "Section shows it". A reference noun followed by its references (`Eq.~\\eqref{e}`,
 `Figs.~\\ref{a} and~\\ref{b}`, `Ref.~\\cite{a}`) reads as the noun with an article: "the
 equation", "the figures" (no article after a determiner: "our theorem"; "The" at a sentence's
-start), where the word before is an English one it knows (`ARTICLE_AFTER`); elsewhere the noun
-stays as written. cleveref's \\cref and \\autoref print the kind themselves ("Theorem 3"): the converter
-marks one with the kind its label's prefix names (`thm:` theorem, `fig:` figure...), read the
-same way; with no known prefix it is dropped as any reference.
+start), where the word before is an English one it knows (`ARTICLE_AFTER`) and the text reads
+as English (`OTHER_WORDS`); elsewhere the noun stays as written. cleveref's \\cref and
+\\autoref print the kind themselves ("Theorem 3"): the converter marks one with the kind its
+label's prefix names (`thm:` theorem, `fig:` figure...), read the same way; with no known prefix
+it is dropped as any reference.
 
 The converter writes a reference as `DROPPED_REFERENCE`, a cleveref one with its kind before
 it between two `HINT` marks; `read_reference_nouns` runs before the marks are cleaned up.
@@ -87,6 +88,14 @@ ARTICLE_AFTER = LINKS | frozenset(
     "illustrated depicted reported derived explained introduced compare combining applying apply recall "
     "note whereas while where but yields gives implies follows that which".split()
 )
+# the commonest function words of English and of the other languages arXiv papers are written
+# in (German, French, Spanish, Portuguese, Italian): a text with fewer English ones than others is
+# no English, and its nouns stay as written ("Wie in Definition~\\ref{d} gezeigt", "(Tab.~\\ref{t})")
+ENGLISH_WORDS = re.compile(r"\b(?:the|of|and|to|is|are|we|this|that|with|for|in)\b", re.IGNORECASE)
+OTHER_WORDS = re.compile(
+    r"\b(?:der|die|und|ist|nicht|mit|von|zu|das|den|le|la|les|des|est|une|dans|pour|du|et|en|el|los|"
+    r"las|del|que|por|una|para|em|os|il|di|che|della|per|gli)\b", re.IGNORECASE
+)
 ABBREVIATIONS = frozenset(("e.g.", "i.e.", "cf.", "vs.", "resp.", "etc.", "al."))
 SENTENCE_START = re.compile(r"(?:\A\s*|\n[ \t]*\n|\n[ \t]*-)[ \t]*\Z")  # a paragraph's or list item's start
 LEADING_PUNCTUATION = "([\"'“‘"
@@ -105,7 +114,7 @@ def reference_hint(label: str, plural: bool = False) -> str:
 def _phrase(text: str, at: int, kind: str, plural: bool) -> str | None:
     """'the <kind>' for a noun phrase starting at `at` in `text`, 'The' at a sentence's start, no
     article after a determiner (one word back, or two over an adjective); None where the word
-    before is none `ARTICLE_AFTER` knows."""
+    before is none `ARTICLE_AFTER` knows nor ends a reference (a list of nouns)."""
     before = text[max(0, at - LOOKBACK) : at]
     before = before[before.rfind("\n\n") + 1 :]  # this paragraph's words only (a heading's are not)
     words = before.split()
@@ -114,20 +123,21 @@ def _phrase(text: str, at: int, kind: str, plural: bool) -> str | None:
     opened = before.rstrip(" \t").endswith(("(", "["))  # "(Theorem~\\ref{t})"
     ended = [w for w in words if w not in "(["][-1:]  # the word before, past an opening bracket
     if SENTENCE_START.search(before) or (
-        ended and ended[0][-1:] in ".!?" and ended[0].lower() not in ABBREVIATIONS
+        ended and ended[0][-1:] in ".!?" and ended[0].lower().lstrip(LEADING_PUNCTUATION) not in ABBREVIATIONS
         and (opened or not ended[0].startswith(LEADING_PUNCTUATION))
     ):
         return "The " + noun
     if back and (back[-1] in DETERMINERS or back[-1].endswith(("'s", "’s"))
                  or (len(back) == 2 and back[0] in DETERMINERS and back[1] not in LINKS and back[1].isalpha())):
         return noun
-    return "the " + noun if back and back[-1] in ARTICLE_AFTER or opened else None
+    listed = back and DROPPED_REFERENCE in back[-1]  # a list's next noun: "Thm.~\\ref{t}, Lem.~\\ref{l}"
+    return "the " + noun if back and back[-1] in ARTICLE_AFTER or listed or opened else None
 
 
-def _hinted_phrase(text: str, at: int, run: str) -> str:
+def _hinted_phrase(text: str, at: int, run: str) -> str | None:
     """A run of cleveref references read as their kinds, in order, each once ("\\cref{thm:a} and
-    \\cref{lem:b}": "the theorem and the lemma"; two theorems: "the theorems"); "" where the word
-    before is none `_phrase` knows."""
+    \\cref{lem:b}": "the theorem and the lemma"; two theorems: "the theorems"); None where the
+    word before is none `_phrase` knows."""
     kinds: dict[str, bool] = {}
     for m in HINTED.finditer(run):
         kinds[m.group(1)] = m.group(1) in kinds or bool(m.group(2))
@@ -136,35 +146,43 @@ def _hinted_phrase(text: str, at: int, run: str) -> str:
     (first, many), *rest = kinds.items()
     phrase = _phrase(text, at, first, many)
     if phrase is None:
-        return ""
+        return None
     return " and ".join((phrase, *(f"the {PLURALS[k] if p else k}" for k, p in rest)))
+
+
+def _count(words: re.Pattern, text: str) -> int:
+    return sum(1 for _ in words.finditer(text))
 
 
 def read_reference_nouns(text: str) -> str:
     """`text` with each reference noun and its dropped references read as a noun phrase, and each
-    hinted (cleveref) run with no noun before it as its kind's; other runs are left, without their
-    hints, for the clean-up of dropped references. One pass over the runs, a bounded look back
-    from each."""
+    hinted (cleveref) run with no noun before it as its kind's; other runs are left as one
+    mark, for the clean-up of dropped references; in a text that reads as another language
+    (`OTHER_WORDS`), every run is. One pass over the runs, a bounded look back from each."""
     if DROPPED_REFERENCE not in text:
         return text
+    english = _count(ENGLISH_WORDS, text) >= _count(OTHER_WORDS, text)
     out, pos = [], 0
     for m in REFERENCE_RUN.finditer(text):
         run = m.group(0)
         before = text[max(pos, m.start() - LOOKBACK) : m.start()]
         noun = NOUN_BEFORE.search(before)
         hint = HINTED.match(run.lstrip("( \t"))
-        if noun is not None:
+        phrase, at = None, m.start()
+        if not english:
+            pass
+        elif noun is not None:
             kind, many = _FORMS[noun.group(1)]
             at = m.start() - len(before) + noun.start()
-            out.append(text[pos:at])
             phrase = _phrase(text, at, kind, many or run.count(DROPPED_REFERENCE) > 1)
-            out.append(noun.group(1) if phrase is None else phrase)
         elif hint is not None:
+            phrase = _hinted_phrase(text, at, run)
+        if phrase is None:  # one mark stays, for the clean-up of the blank and period around it
             out.append(text[pos : m.start()])
-            out.append(_hinted_phrase(text, m.start(), run))
+            out.append(DROPPED_REFERENCE)
         else:
-            out.append(text[pos : m.start()])
-            out.append(HINTED.sub("", run) if HINT in run else run)
+            out.append(text[pos:at])
+            out.append(phrase)
         pos = m.end()
     out.append(text[pos:])
     return "".join(out)

@@ -6,8 +6,9 @@ inside a group ({...}, \\begingroup...\\endgroup, an environment) the text after
 TeX's definitions are local to their group (bar \\gdef, \\xdef and \\global) and hold from where
 they stand. Here the body is cut where a meaning changes (a redefinition, a group-local
 definition, its group's end restoring the meaning before) and each stretch is expanded with the
-table in force there. A name defined once, at top level, and unknown before is in force all
-through, as before (a use before it would be an error in TeX): most papers cut nothing.
+table in force there. A name defined once and unknown before is in force all through, as
+before, wherever it stands (a use before it, or after the group it was made in, would be an
+error in TeX or a package's meaning the converter does not know): most papers cut nothing.
 
 One scan of the body's groups, outside literal spans. Past `MAX_STRETCHES` stretches the body is
 expanded with one table as before (counted: ``macros_scopes_over_budget``), so a paper
