@@ -645,6 +645,13 @@ def test_an_empty_source_is_refused_by_name(tmp_path, sources):
     (f"prepare.dedup_minhash.seed={2**32}", r"^prepare\.dedup_minhash\.seed must be in \[0, 2"),
     ("prepare.tasks=999999", r"^prepare\.tasks must be from 1 to 100,000 .*, got 999,999$"),
     ("prepare.workers=999999", r"^prepare\.workers must be from 1 to 100,000 .*, got 999,999$"),
+    # token and popularity counts are >= 0: M1 labelled no document junk, or none control
+    ("prepare.brain_rot_m1.junk_max_tokens=0",
+     r"^prepare\.brain_rot_m1\.junk_max_tokens = 0 must be >= 1 \(.*\)$"),
+    ("prepare.brain_rot_m1.popularity_threshold=-1",
+     r"^prepare\.brain_rot_m1\.popularity_threshold = -1 must be >= 0 \(.*\)$"),
+    ("prepare.brain_rot_m1.control_min_tokens=-1",
+     r"^prepare\.brain_rot_m1\.control_min_tokens = -1 must be >= 0 \(.*\)$"),
 ])
 def test_numbers_no_run_can_use_are_refused_naming_the_key_and_range(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -654,7 +661,10 @@ def test_numbers_no_run_can_use_are_refused_naming_the_key_and_range(override, m
 def test_the_largest_numbers_each_range_allows_load():
     load_config(None, [f"train.steps={2**63 - 1}", f"eval.max_batches={2**63 - 1}",
                        f"prepare.dedup_minhash.seed={2**32 - 1}", "prepare.dedup_minhash.seed=0",
-                       "prepare.tasks=100000", "prepare.workers=100000"])
+                       "prepare.tasks=100000", "prepare.workers=100000",
+                       "prepare.brain_rot_m1.junk_max_tokens=1",
+                       "prepare.brain_rot_m1.popularity_threshold=0",
+                       "prepare.brain_rot_m1.control_min_tokens=0"])
 
 
 def test_a_float_for_an_integer_past_64_bits_suggests_no_integer_refused_next():

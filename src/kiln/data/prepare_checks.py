@@ -148,6 +148,13 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
                      "token lengths (the paper counts Llama-3 tokens)")
     if not b1.popularity_keys:
         raise ConfigError("prepare.brain_rot_m1.popularity_keys must name at least one field")
+    for key, value, low, why in (  # counts are >= 0: junk is `tokens < junk_max_tokens`
+            ("junk_max_tokens", b1.junk_max_tokens, 1, "at 0 no document is junk"),
+            ("control_min_tokens", b1.control_min_tokens, 0, "a document's token count"),
+            ("popularity_threshold", b1.popularity_threshold, 0,
+             "popularity counts are >= 0: below 0 no document is control")):
+        if value < low:
+            raise ConfigError(f"prepare.brain_rot_m1.{key} = {value} must be >= {low} ({why})")
     twice = sorted({k for k in b1.popularity_keys if b1.popularity_keys.count(k) > 1})
     if twice:  # the sum would count that field twice: a tweet with 300 likes at 600
         raise ConfigError(f"prepare.brain_rot_m1.popularity_keys names {twice} more than once")
