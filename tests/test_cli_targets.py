@@ -68,3 +68,12 @@ def test_a_file_that_is_no_recipe_is_refused_naming_what_was_expected(tmp_path, 
     assert not (tmp_path / "runs").exists()  # nothing made, nothing run
     (tmp_path / "recipe.TOML").write_text("[train]\nsteps = 5\n")
     assert resolve_config("recipe.TOML", []).train.steps == 5  # a recipe, however cased
+
+
+def test_an_empty_target_is_named_as_given(tmp_path, monkeypatch):
+    """`kiln eval ""` (an unset shell variable, quoted) was told '. is not a run directory':
+    Path("") is the current folder, which the user never named."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^the target is empty \(''\): give a recipe \(a file "
+                       r"ending in .toml\) or a run directory$"):
+        resolve_config("", [])

@@ -72,6 +72,9 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
         if (where.run_dir / "config.toml").exists():
             return resolve_config(str(where.run_dir), overrides)
         return load_config(None, overrides)
+    if not target.strip():  # an unset shell variable, quoted: Path("") is the current folder
+        raise ConfigError(f"the target is empty ({target!r}): give a recipe (a file ending in "
+                          ".toml) or a run directory")
     path = Path(target)
     run = _enclosing_run(path)
     if path.name == "config.toml" and run == path.parent.absolute() and path.is_file() \
