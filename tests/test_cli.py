@@ -59,11 +59,11 @@ def test_quickstart_smoke_run(tmp_path):
     # a command that fails, or only reads the run, leaves the run's recorded config alone
     recorded = (run_dir / "config.toml").read_text()
     failed = kiln("train", str(run_dir), "--set", "model.dim=128", cwd=tmp_path)
-    assert failed.returncode == 1 and "other settings (model.dim: 64 -> 128)" in failed.stderr
+    assert failed.returncode == 2 and "other settings (model.dim: 64 -> 128)" in failed.stderr
     assert "Traceback" not in failed.stderr
     report_made = (run_dir / "report.html").stat().st_mtime_ns
     rerun = kiln("run", str(run_dir), "--set", "model.dim=128", cwd=tmp_path)  # before prepare
-    assert rerun.returncode == 1 and "other settings (model.dim: 64 -> 128)" in rerun.stderr
+    assert rerun.returncode == 2 and "other settings (model.dim: 64 -> 128)" in rerun.stderr
     assert "prepare:" not in rerun.stdout + rerun.stderr
     assert (run_dir / "report.html").stat().st_mtime_ns == report_made
     assert (run_dir / "config.toml").read_text() == recorded
@@ -626,3 +626,20 @@ def test_a_verb_on_a_run_with_no_checkpoint_names_the_run_to_train(tiny_run, tmp
         assert cli.main([verb, str(run)]) == 1
         said = capsys.readouterr().err
         assert f"run `kiln train {shlex.quote(str(run))}` first" in said, said
+
+
+def test_a_resume_refused_for_other_settings_exits_2_as_other_refused_settings_do(tiny_run,
+                                                                                  capsys):
+    """`kiln train RUN --set model.dim=...` on a trained run exited 1, where `kiln eval`
+    with the same override, and `kiln tokenize` with other data settings, exit 2: each is
+    the user's settings refused (a config error), nothing of the run damaged."""
+    from kiln.cli import main
+
+    assert main(["train", str(tiny_run), "--set", "train.steps=4"]) == 0
+    capsys.readouterr()
+    for verb, change in (("train", "model.dim=128"), ("run", "model.dim=128"),
+                         ("train", "optim.name=muon"), ("train", "data.val_fraction=0.1"),
+                         ("eval", "model.dim=128"), ("tokenize", "data.val_fraction=0.1")):
+        assert main([verb, str(tiny_run), "--set", change]) == 2, (verb, change)
+        err = capsys.readouterr().err
+        assert err.startswith("kiln: config error: ") and change.split("=")[0] in err, err

@@ -48,3 +48,32 @@ def test_a_runs_own_config_toml_names_that_run_from_any_folder(tmp_path, monkeyp
     own = tmp_path / "r" / "config.toml"
     assert resolve_config(str(own), []).run_dir.resolve() == (tmp_path / "r").resolve()
     assert resolve_config(str(own), ['run.dir="new"']).run_dir == Path("new")  # a recipe
+
+
+def test_a_file_that_is_no_recipe_is_refused_naming_what_was_expected(tmp_path, monkeypatch,
+                                                                     capsys):
+    """`kiln run notes.txt` (or an empty file, or /dev/null) was read as TOML: an empty
+    recipe, so the defaults, and the quickstart trained in runs/quickstart."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").touch()
+    (tmp_path / "notes.txt").write_text("# my notes\n")
+    (tmp_path / "recipe").write_text("[train]\nsteps = 5\n")  # TOML, but not named so
+    for target in ("empty", "notes.txt", "recipe", "/dev/null"):
+        with pytest.raises(ConfigError, match=f"^{target} is not a TOML recipe or a run "
+                           r"directory: give a recipe \(a file ending in .toml\) or a run "
+                           r"directory \(a folder holding config.toml\)$"):
+            resolve_config(target, [])
+    assert main(["run", "empty"]) == 2
+    assert "empty is not a TOML recipe" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # nothing made, nothing run
+    (tmp_path / "recipe.TOML").write_text("[train]\nsteps = 5\n")
+    assert resolve_config("recipe.TOML", []).train.steps == 5  # a recipe, however cased
+
+
+def test_an_empty_target_is_named_as_given(tmp_path, monkeypatch):
+    """`kiln eval ""` (an unset shell variable, quoted) was told '. is not a run directory':
+    Path("") is the current folder, which the user never named."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^the target is empty \(''\): give a recipe \(a file "
+                       r"ending in .toml\) or a run directory$"):
+        resolve_config("", [])

@@ -630,3 +630,46 @@ def test_an_empty_source_is_refused_by_name(tmp_path, sources):
     refused as empty, naming the entry."""
     with pytest.raises(ConfigError, match=r"data\.sources\[\d\] is empty"):
         load_config(None, [f"data.sources={sources}", f'run.dir="{tmp_path / "run"}"'])
+
+
+@pytest.mark.parametrize("override, message", [
+    # TOML's integers are 64-bit: tomllib reads larger ones, which trained "forever"
+    ("train.steps=10000000000000000000000", r"^train\.steps = 10,000,000,000,000,000,000,000 "
+     r"is past the 64-bit integers TOML holds: from -2\*\*63 to 2\*\*63 - 1$"),
+    (f"model.dim={2**63}", r"^model\.dim = 9,223,372,036,854,775,808 is past"),
+    (f"model.top_k={-2**63 - 1}", r"^model\.top_k = -9,223,372,036,854,775,809 is past"),
+    (f"prepare.arxiv.limit={2**70}", r"^prepare\.arxiv\.limit = .* is past"),
+    # numpy's RandomState, which datatrove's MinHash seeds with, takes [0, 2**32)
+    ("prepare.dedup_minhash.seed=-1",
+     r"^prepare\.dedup_minhash\.seed must be in \[0, 2\*\*32\) .*, got -1$"),
+    (f"prepare.dedup_minhash.seed={2**32}", r"^prepare\.dedup_minhash\.seed must be in \[0, 2"),
+    ("prepare.tasks=999999", r"^prepare\.tasks must be from 1 to 100,000 .*, got 999,999$"),
+    ("prepare.workers=999999", r"^prepare\.workers must be from 1 to 100,000 .*, got 999,999$"),
+    # token and popularity counts are >= 0: M1 labelled no document junk, or none control
+    ("prepare.brain_rot_m1.junk_max_tokens=0",
+     r"^prepare\.brain_rot_m1\.junk_max_tokens = 0 must be >= 1 \(.*\)$"),
+    ("prepare.brain_rot_m1.popularity_threshold=-1",
+     r"^prepare\.brain_rot_m1\.popularity_threshold = -1 must be >= 0 \(.*\)$"),
+    ("prepare.brain_rot_m1.control_min_tokens=-1",
+     r"^prepare\.brain_rot_m1\.control_min_tokens = -1 must be >= 0 \(.*\)$"),
+])
+def test_numbers_no_run_can_use_are_refused_naming_the_key_and_range(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_the_largest_numbers_each_range_allows_load():
+    load_config(None, [f"train.steps={2**63 - 1}", f"eval.max_batches={2**63 - 1}",
+                       f"prepare.dedup_minhash.seed={2**32 - 1}", "prepare.dedup_minhash.seed=0",
+                       "prepare.tasks=100000", "prepare.workers=100000",
+                       "prepare.brain_rot_m1.junk_max_tokens=1",
+                       "prepare.brain_rot_m1.popularity_threshold=0",
+                       "prepare.brain_rot_m1.control_min_tokens=0"])
+
+
+def test_a_float_for_an_integer_past_64_bits_suggests_no_integer_refused_next():
+    """`train.steps=1e22` was told to write train.steps=10000000000000000000000 instead."""
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["train.steps=1e22"])
+    assert str(e.value) == ("train.steps: expected int, got float 1e+22 (an integer in TOML "
+                            "has no point or exponent, and is at most 2**63 - 1)")

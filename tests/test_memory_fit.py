@@ -145,6 +145,9 @@ def test_a_micro_batchs_activations_count_beside_the_state(monkeypatch):
                                               r"train.micro_batch / train.seq_len"):
             check_training_fits(m, "adamw", CPU, available=need - 1, tokens=tokens,
                                 precision=precision)
+    # a small model refused for a huge micro-batch says its size, not "0.00B parameters"
+    with pytest.raises(ConfigError, match=f"^the model has {params / 1e6:.2f}M parameters: "):
+        check_training_fits(m, "adamw", CPU, available=1, tokens=10**6)
     # a short micro-batch: the gradients outweigh its activations, the state alone decides
     check_training_fits(m, "adamw", CPU, available=params * 16, tokens=128)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kiln.cli import main
-from kiln.config import Config, config_to_toml
+from kiln.config import Config, ConfigError, config_to_toml
 from kiln.report import build_report
 from kiln.report.plots import max_vio_series
 
@@ -88,7 +88,7 @@ def test_max_vio_series_per_layer():
 def test_missing_compare_run_fails_before_writing(runs, tmp_path):
     trinity, _ = runs
     before = build_report(trinity).read_text()
-    with pytest.raises(FileNotFoundError, match="no_such_run"):
+    with pytest.raises(ConfigError, match="no_such_run"):  # a typo: exit status 2, as a target's
         build_report(trinity, compare=[tmp_path / "no_such_run"])
     assert (trinity / "report.html").read_text() == before
 
@@ -97,8 +97,8 @@ def test_cli_report_compare(runs, tmp_path, capsys):
     trinity, dense = runs
     assert main(["report", str(trinity), "--compare", str(dense)]) == 0
     assert "Comparison" in (trinity / "report.html").read_text()
-    assert main(["report", str(trinity), "--compare", str(tmp_path / "missing")]) == 1
-    assert "cannot compare" in capsys.readouterr().err
+    assert main(["report", str(trinity), "--compare", str(tmp_path / "missing")]) == 2
+    assert "--compare" in capsys.readouterr().err
     (trinity / "report.html").unlink()
     assert main(["report", "--compare", str(dense), str(trinity)]) == 0  # RUN after the flag
     assert "Comparison" in (trinity / "report.html").read_text()
@@ -114,8 +114,10 @@ def test_comparing_with_a_run_not_trained_yet_says_so(runs, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"cannot compare with {prepared}: metrics.jsonl missing (a run not trained yet: " \
         "`kiln train` it first)" in err
-    assert main(["report", str(trinity), "--compare", str(tmp_path / "other")]) == 1
-    assert "(expected a Kiln run directory)" in capsys.readouterr().err
+    (tmp_path / "other").mkdir()  # no run at all: the user's argument to fix
+    assert main(["report", str(trinity), "--compare", str(tmp_path / "other")]) == 2
+    assert "is not a Kiln run directory (no config.toml or metrics.jsonl)" in \
+        capsys.readouterr().err
 
 
 def test_a_run_compared_with_itself_is_refused(runs, capsys):
@@ -124,6 +126,23 @@ def test_a_run_compared_with_itself_is_refused(runs, capsys):
         args = [x for c in compare for x in ("--compare", c)]
         assert main(["report", str(trinity), *args]) == 2
         assert "again: each run once" in capsys.readouterr().err
+
+
+def test_a_compare_path_that_does_not_exist_is_refused_as_a_missing_target_is(runs, tmp_path,
+                                                                           capsys):
+    """`kiln report RUN --compare typo` said 'metrics.jsonl missing (expected a Kiln run
+    directory)' and exited 1, where `kiln report typo` says there is nothing there and exits
+    2: a path given on the command line that names nothing is the user's to fix."""
+    trinity, _ = runs
+    missing = tmp_path / "typo"
+    assert main(["report", str(trinity), "--compare", str(missing)]) == 2
+    assert capsys.readouterr().err == (f"kiln: config error: --compare {missing}: nothing is "
+                                       "there; give a Kiln run directory\n")
+    assert not (trinity / "report.html").exists()  # refused before any work
+    assert main(["report", str(missing)]) == 2
+    missing.mkdir()  # a folder, but no run
+    assert main(["report", str(trinity), "--compare", str(missing)]) == 2
+    assert f"--compare {missing} is not a Kiln run directory" in capsys.readouterr().err
 
 
 def test_same_named_runs_get_distinct_labels(tmp_path):

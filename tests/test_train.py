@@ -111,6 +111,46 @@ def test_micro_batch_fits_each_ranks_share(global_batch, micro, world, expected)
     assert fit_micro_batch(global_batch, micro, world) == expected
 
 
+class _CountedInt(int):
+    """A batch size whose every `%` is counted (its `//` stays one): the divisor search's
+    work, which a wall clock would measure only loosely."""
+
+    mods = 0
+
+    def __floordiv__(self, other):
+        return _CountedInt(int(self) // other)
+
+    def __mod__(self, other):
+        type(self).mods += 1
+        if type(self).mods > 3_000_000:
+            raise AssertionError("the micro-batch search tried over 3,000,000 divisors")
+        return int(self) % other
+
+
+@pytest.mark.parametrize(("global_batch", "micro", "expected"), [
+    (10**12, 10**12 - 1, 5 * 10**11), (2 * 999_983**2, 10**12, 999_983**2),
+    (2 * 999_983**2, 999_983 * 3, 999_983 * 2), (2 * 999_983**2, 999_982, 2),
+    (10**12, 10**12, 10**12)])
+def test_a_huge_micro_batch_is_fitted_without_trying_every_size_below_it(global_batch, micro,
+                                                                         expected):
+    """`--set train.global_batch=1000000000 --set train.micro_batch=1000000000` tried every
+    size from 1 up before anything was said: minutes of silence, where the memory check
+    (or the allocation) refuses it at once. The search takes at most about the square root."""
+    from kiln.train.train_setup import fit_micro_batch
+
+    _CountedInt.mods = 0
+    assert fit_micro_batch(_CountedInt(global_batch), micro, 1) == expected
+
+
+def test_the_fitted_micro_batch_is_the_largest_share_divisor_up_to_micro_batch():
+    from kiln.train.train_setup import fit_micro_batch
+
+    for share in range(1, 150):
+        for micro in range(1, 160):
+            best = max(m for m in range(1, min(micro, share) + 1) if share % m == 0)
+            assert fit_micro_batch(share * 2, micro, 2) == best, (share, micro)
+
+
 def test_global_batch_that_ranks_cannot_share_is_refused():
     from kiln.config import ConfigError
     from kiln.train.train_setup import fit_micro_batch

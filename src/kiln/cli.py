@@ -72,6 +72,9 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
         if (where.run_dir / "config.toml").exists():
             return resolve_config(str(where.run_dir), overrides)
         return load_config(None, overrides)
+    if not target.strip():  # an unset shell variable, quoted: Path("") is the current folder
+        raise ConfigError(f"the target is empty ({target!r}): give a recipe (a file ending in "
+                          ".toml) or a run directory")
     path = Path(target)
     run = _enclosing_run(path)
     if path.name == "config.toml" and run == path.parent.absolute() and path.is_file() \
@@ -88,6 +91,12 @@ def resolve_config(target: str | None, overrides: list[str]) -> Config:
         what = "folder" if path.is_dir() else "file"
         raise ConfigError(f"{path} is a {what} inside the run directory {run}, not a recipe or "
                           "a run directory: give that run directory instead")
+    if path.exists() and not path.is_dir() and path.suffix.lower() != ".toml":
+        # read as TOML, an empty file (or /dev/null) was a recipe of the defaults: `kiln run
+        # notes.txt` trained the quickstart in runs/quickstart
+        raise ConfigError(f"{path} is not a TOML recipe or a run directory: give a recipe "
+                          "(a file ending in .toml) or a run directory (a folder holding "
+                          "config.toml)")
     if path.is_dir():
         if not (path / "config.toml").exists():
             raise ConfigError(f"{path} is not a run directory (no config.toml)")

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 MAX_SEQ_LEN = 1 << 20  # positions; far beyond what one device trains on
 MIN_VOCAB = 257  # 256 byte symbols + end-of-text
 MAX_VOCAB = 1 << 22  # over ten times any vocabulary in use; the BPE trainer allocates for it
+INT64 = 1 << 63  # TOML's integers are 64-bit (tomllib reads larger ones), as torch's and numpy's
 
 
 _CHOICES = {
@@ -238,4 +239,9 @@ def validate(cfg: Config) -> Config:
         if not ok:
             raise ConfigError(f"generate.{key} = {value} must be {rule}")
     validate_prepare(cfg.prepare)
+    for key, value in flat_settings(cfg).items():  # after the checks that name a key's own range
+        if isinstance(value, int) and not isinstance(value, bool) and \
+                not -INT64 <= value < INT64:  # 1e22 steps trained "forever"
+            raise ConfigError(f"{key} = {value:,} is past the 64-bit integers TOML holds: "
+                              "from -2**63 to 2**63 - 1")
     return cfg

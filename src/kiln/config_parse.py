@@ -76,6 +76,8 @@ def _toml_hint(value: Any, hint: type, key: str) -> str:
         return (f' (text is quoted in TOML: {key}="{spelled}"; on the command line, where the '
                 f"shell eats bare quotes: --set '{key}=\"{spelled}\"')")
     if hint is int and isinstance(value, float) and value.is_integer():  # 1e3, 3.0
+        if abs(value) >= 2**63:  # 1e22: the integer named would be refused next
+            return " (an integer in TOML has no point or exponent, and is at most 2**63 - 1)"
         return f" (an integer in TOML has no point or exponent: {key}={int(value)})"
     if hint is bool and not isinstance(value, bool):  # yes / 1 / on: the boolean meant
         meant = _BOOLEAN_WORDS.get(str(value).strip().lower())

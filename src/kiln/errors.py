@@ -22,6 +22,12 @@ class CheckpointError(KilnError, RuntimeError):
     """A checkpoint that cannot be used: unreadable, or made for another model or data."""
 
 
+class ResumeRefused(ConfigError, CheckpointError):
+    """Settings a trained run's checkpoint cannot go on with (another model, optimizer or
+    data): the user's settings refused, so a config error (exit status 2, as `kiln eval`
+    and the data verbs refuse such settings), and a CheckpointError still, as before."""
+
+
 class RunDataError(KilnError, ValueError):
     """A file an earlier stage wrote (tokenizer, shard index) that is damaged: re-run that stage."""
 

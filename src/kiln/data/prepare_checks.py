@@ -39,6 +39,9 @@ from kiln.data.prepare_config import (
 )
 from kiln.errors import ConfigError
 
+# prepare.tasks and .workers: datatrove's 5-digit task names; 1,000,000 tasks of a local run
+# made some 4M log and stats files (2,000 tasks over 3 files: 8,000 files, 2 minutes)
+MAX_TASKS = 100_000
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:  # by letters whatever their case: 'emails' means 'EMAIL'
@@ -134,6 +137,9 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
     for key in ("n_grams", "num_buckets", "hashes_per_bucket"):
         if getattr(m, key) < 1:
             raise ConfigError(f"prepare.dedup_minhash.{key} must be >= 1, got {getattr(m, key)}")
+    if not 0 <= m.seed < 2**32:  # else a traceback from numpy, after the stages before it ran
+        raise ConfigError(f"prepare.dedup_minhash.seed must be in [0, 2**32) (datatrove seeds "
+                          f"numpy's RandomState with it), got {m.seed}")
     _check_perplexity(cfg, on)
     b1, b2 = cfg.brain_rot_m1, cfg.brain_rot_m2
     _choice("brain_rot_m1.mode", b1.mode, ("drop", "tag"))
@@ -142,6 +148,13 @@ def _check_stage_options(cfg: PrepareConfig) -> None:
                      "token lengths (the paper counts Llama-3 tokens)")
     if not b1.popularity_keys:
         raise ConfigError("prepare.brain_rot_m1.popularity_keys must name at least one field")
+    for key, value, low, why in (  # counts are >= 0: junk is `tokens < junk_max_tokens`
+            ("junk_max_tokens", b1.junk_max_tokens, 1, "at 0 no document is junk"),
+            ("control_min_tokens", b1.control_min_tokens, 0, "a document's token count"),
+            ("popularity_threshold", b1.popularity_threshold, 0,
+             "popularity counts are >= 0: below 0 no document is control")):
+        if value < low:
+            raise ConfigError(f"prepare.brain_rot_m1.{key} = {value} must be >= {low} ({why})")
     twice = sorted({k for k in b1.popularity_keys if b1.popularity_keys.count(k) > 1})
     if twice:  # the sum would count that field twice: a tweet with 300 likes at 600
         raise ConfigError(f"prepare.brain_rot_m1.popularity_keys names {twice} more than once")
@@ -366,6 +379,12 @@ def validate_prepare(cfg: PrepareConfig, making_data: bool = False) -> PrepareCo
     for key in ("tasks", "workers", "cpus_per_task", "mem_per_cpu_gb"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"prepare.{key} must be >= 1, got {getattr(cfg, key)}")
+    for key in ("tasks", "workers"):
+        if getattr(cfg, key) > MAX_TASKS:
+            raise ConfigError(f"prepare.{key} must be from 1 to {MAX_TASKS:,} (datatrove names a "
+                              "task's files with 5 digits, and every task leaves its log, stats "
+                              "and completion files, even one that reads nothing), got "
+                              f"{getattr(cfg, key):,}")
     if cfg.executor == "slurm" and not cfg.slurm_partition:
         raise ConfigError("prepare.executor = 'slurm' needs prepare.slurm_partition")
     return cfg

@@ -137,6 +137,12 @@ def load_comparison(run_dir: Path, others: list[Path],
     report read it), then every --compare run."""
     paths = [Path(run_dir), *map(Path, others)]
     seen: dict[str, Path] = {}
+    for path in paths[1:]:  # a typo, refused as a target that is no run is (exit status 2)
+        if not os.path.lexists(path):
+            raise ConfigError(f"--compare {path}: nothing is there; give a Kiln run directory")
+        if not (path / "config.toml").is_file() and not (path / "metrics.jsonl").exists():
+            raise ConfigError(f"--compare {path} is not a Kiln run directory (no config.toml "
+                              "or metrics.jsonl); give one")
     for path in paths:
         real = str(path.resolve())
         if real in seen:

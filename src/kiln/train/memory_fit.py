@@ -91,11 +91,11 @@ def check_training_fits(model_cfg, optim_name: str, device: torch.device, parall
     sharing = f" ({ranks_here} ranks on this host)" if ranks_here > 1 else ""
     if planned_vocab:
         planned = count_model_params(dataclasses.replace(model_cfg, vocab_size=planned_vocab))
-        size = (f"{planned / 1e9:.2f}B parameters with the planned {planned_vocab:,}-token "
-                f"vocabulary ({params / 1e9:.2f}B with the smallest a tokenizer can have)")
+        size = (f"{_count(planned)} parameters with the planned {planned_vocab:,}-token "
+                f"vocabulary ({_count(params)} with the smallest a tokenizer can have)")
         shrink = "[model] dim, n_layers, ffn_hidden, n_experts"  # the vocabulary is not it
     else:
-        size = f"{params / 1e9:.2f}B parameters"
+        size = f"{_count(params)} parameters"
         shrink = "[model] dim, n_layers, ffn_hidden, n_experts, vocab_size"
     raise ConfigError(
         f"the model has {size}: training it needs at least "
@@ -106,3 +106,11 @@ def check_training_fits(model_cfg, optim_name: str, device: torch.device, parall
         + (", or train.micro_batch / train.seq_len" if acts > grads else "") + "), "
         + ("shard it over more GPUs (train.parallel = 'fsdp'), " if device.type == "cuda" else "")
         + "or use a larger machine")
+
+
+def _count(params: int) -> str:
+    """A parameter count as read: 25.72B, 4.03M; a tiny model refused for its micro-batch's
+    activations had "0.00B parameters"."""
+    if params >= 10**8:
+        return f"{params / 1e9:.2f}B"
+    return f"{params / 1e6:.2f}M" if params >= 10**4 else f"{params:,}"

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from kiln.config import Config, config_changes, data_changes
-from kiln.errors import CheckpointError
+from kiln.errors import ResumeRefused
 from kiln.train.schedule import lr_multiplier
 
 # model settings a resume may change: the kernel that computes the same attention, the
@@ -88,7 +88,7 @@ def refuse_changed_model(ckpt: Path, old: Config | None, cfg: Config) -> None:
              "again; the old outputs move to archive/)" if data else
              "`kiln train --fresh` (the old outputs move to archive/)")
     if changed:
-        raise CheckpointError(
+        raise ResumeRefused(
             f"cannot resume from {ckpt}: it was trained with other settings "
             f"({'; '.join(changed)}); use the run's config, start over with {again}, or "
             "train the new settings in another run.dir")

@@ -10,6 +10,7 @@ are built in, and `kiln run` asks the same questions before its data stages.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from pathlib import Path
@@ -52,7 +53,20 @@ def fit_micro_batch(global_batch: int, micro_batch: int, world_size: int) -> int
         raise ConfigError(f"train.global_batch ({global_batch}) must be divisible by the number "
                           f"of ranks ({world_size})")
     per_rank = global_batch // world_size
-    return max(m for m in range(1, min(micro_batch, per_rank) + 1) if per_rank % m == 0)
+    if micro_batch >= per_rank:
+        return per_rank
+    # at most ~sqrt(per_rank) tries: trying every size up to a micro_batch of 1e9 took minutes
+    # of silence before the memory check could refuse it
+    root = math.isqrt(per_rank)
+    if micro_batch <= root:
+        return next(m for m in range(micro_batch, 0, -1) if per_rank % m == 0)
+    largest_small = 1
+    for d in range(1, root + 1):  # per_rank // d, the divisors above the root, descending
+        if per_rank % d == 0:
+            if per_rank // d <= micro_batch:
+                return per_rank // d
+            largest_small = d
+    return largest_small
 
 
 def check_splits(token_dir: Path, seq_len: int) -> None:
