@@ -340,7 +340,7 @@ class Trainer(Resuming, RunRecords):
                 try:
                     cb.load_state_dict(saved)
                 except (KeyError, TypeError, ValueError, AttributeError) as e:  # altered
-                    raise unreadable(self._resumed_from, e) from e
+                    raise unreadable(self._resumed_from, e, "trainer.pt") from e
 
     def _call_each(self, hook: str, *args: Any, done: list[Callback] | None = None) -> None:
         """Callback method `hook` on every callback in order (appending each to `done`). A
