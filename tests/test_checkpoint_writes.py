@@ -205,5 +205,18 @@ def test_a_disk_without_room_for_the_next_checkpoint_is_said_before_that_save(ti
         (tiny_run / "checkpoints", "step_00000003")]
     Trainer(tiny_config(tiny_run, "train.steps=9", "train.checkpoint_every=3")).fit()
     err = capsys.readouterr().err
-    assert len(re.findall("less than one checkpoint", err)) == 2  # at the start, and once after
+    # at the start, before step 7; not again after step 9's save, the run's last
+    assert len(re.findall("less than one checkpoint", err)) == 1
     assert err.index("less than one checkpoint") < err.index("step 9: val loss")
+
+
+def test_the_disk_room_note_is_not_said_after_the_last_save_of_a_run(tiny_run, monkeypatch,
+                                                                     capsys):
+    """After the run's last save there is no next save for the note to warn of (a resume
+    with more steps says it before it trains): it said "the next save will fail" as the run
+    ended, and again after a resume's last save where the resume had said it already."""
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=1000))
+    train_losses(tiny_run, "train.steps=3", "train.checkpoint_every=3")
+    assert (tiny_run / "checkpoints" / "step_00000003" / "trainer.pt").is_file()
+    assert "less than one checkpoint" not in capsys.readouterr().err

@@ -159,3 +159,28 @@ def test_a_damaged_checkpoint_file_is_named_in_the_refusal(tiny_run):
         assert "previous one, step_00000003" in str(e.value)
         shutil.rmtree(ckpt)
         shutil.copytree(kept, ckpt)
+
+
+@pytest.mark.parametrize("part", ["rng", "loader", "callbacks"])
+def test_an_altered_part_of_trainer_pt_is_named_in_the_refusal(tiny_run, part):
+    """trainer.pt's RNG state, loader position and callbacks' states are refused, as its
+    other parts are, naming trainer.pt: their errors were torch's or Python's own
+    ('KeyError: 'loss'', 'RuntimeError: Invalid mt19937 state'), which name no file."""
+    import torch
+    from conftest import as_written
+
+    Trainer(tiny_config(tiny_run, "train.steps=6", "train.checkpoint_every=3")).fit()
+    path = tiny_run / "checkpoints" / "step_00000006" / "trainer.pt"
+    state = torch.load(path, weights_only=True)
+    if part == "rng":
+        state["rng"] = torch.zeros(3, dtype=torch.uint8)
+    elif part == "loader":
+        state["loader"] = {"bogus": 1}
+    else:
+        assert state["callbacks"]
+        state["callbacks"] = {name: {"bogus": 1} for name in state["callbacks"]}
+    torch.save(state, path)
+    as_written(path.parent)
+    with pytest.raises(CheckpointError, match=r"step_00000006 is unreadable \(\w+: "
+                       r"trainer\.pt: .*previous one, step_00000003"):
+        Trainer(tiny_config(tiny_run, "train.steps=9")).fit()

@@ -92,7 +92,8 @@ class Checkpointing(Callback):
 
     def on_train_start(self, trainer: Trainer) -> None:
         self.stops = StopRequests().install()
-        self.told_no_room = False  # said once a run: the disk cannot take the next save
+        # said once a run (the resume may have said it): the disk cannot take the next save
+        self.told_no_room = trainer.told_no_room
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         every = trainer.cfg.train.checkpoint_every
@@ -106,7 +107,10 @@ class Checkpointing(Callback):
                 trainer.run_dir / "checkpoints", trainer.step, trainer.model, trainer.optimizer,
                 trainer.state_dict(), trainer.env, keep=trainer.cfg.train.keep_checkpoints,
             )
-            note = no_room_note(saved) if trainer.env.is_main and not self.told_no_room else ""
+            # none after the run's last save: no next save to fail (a resume says it first)
+            last = stop or trainer.step >= trainer.cfg.train.steps
+            note = no_room_note(saved) if trainer.env.is_main and not (
+                self.told_no_room or last) else ""
             if note:
                 tqdm.write(note, file=sys.stderr)
                 self.told_no_room = True

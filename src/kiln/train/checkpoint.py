@@ -355,7 +355,7 @@ def load_checkpoint(
     try:
         torch.set_rng_state(state.pop("rng"))
     except (RuntimeError, TypeError) as e:  # a state of the wrong size
-        raise unreadable(path, e) from e
+        raise unreadable(path, e, "trainer.pt") from e
     return state
 
 

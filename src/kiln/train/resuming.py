@@ -119,7 +119,7 @@ class Resuming:
         try:
             self.loader.load_state_dict(state["loader"])
         except (KeyError, TypeError, AttributeError) as e:  # not a loader's state: altered
-            raise unreadable(ckpt, e) from e
+            raise unreadable(ckpt, e, "trainer.pt") from e
         except ValueError as e:
             raise CheckpointError(f"cannot resume from {ckpt}: {e}; the token shards, "
                                   "train.seq_len or run.seed changed since it was saved; use "
@@ -128,7 +128,7 @@ class Resuming:
         try:
             return state, file_sha256(sums) if sums.is_file() else None
         except OSError as e:
-            raise unreadable(ckpt, e) from e
+            raise unreadable(ckpt, e, CHECKSUMS) from e
 
     def _refuse_other_copies(self, ckpt: Path, copy: str | None) -> None:
         """Ranks reading their own copies of the run (a node's own disk) may hold different

@@ -148,6 +148,7 @@ class Trainer(Resuming, RunRecords):
         self.step, self.tokens_seen, self._elapsed_before = 0, 0, 0.0
         self._callback_states: dict[str, dict[str, Any]] = {}
         self._resumed_from: Path | None = None
+        self.told_no_room = False  # said at the resume: the disk cannot take the next save
         self._start = time.perf_counter()
         # outputs of an earlier run with no checkpoint to continue from: --fresh, or a run
         # stopped before its first checkpoint (or whose checkpoints were moved away)
@@ -294,6 +295,7 @@ class Trainer(Resuming, RunRecords):
         note = no_room_note(self._resumed_from) if self._resumed_from is not None else ""
         if note:  # before training: the first save would fail
             print(note, file=sys.stderr)
+            self.told_no_room = True
 
     def _record_the_start(self) -> None:
         self._set_aside_later_records()
@@ -338,7 +340,7 @@ class Trainer(Resuming, RunRecords):
                 try:
                     cb.load_state_dict(saved)
                 except (KeyError, TypeError, ValueError, AttributeError) as e:  # altered
-                    raise unreadable(self._resumed_from, e) from e
+                    raise unreadable(self._resumed_from, e, "trainer.pt") from e
 
     def _call_each(self, hook: str, *args: Any, done: list[Callback] | None = None) -> None:
         """Callback method `hook` on every callback in order (appending each to `done`). A
