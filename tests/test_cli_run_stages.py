@@ -82,7 +82,7 @@ def test_kiln_run_fresh_archives_the_trained_model_and_remakes_the_data(tiny_run
     assert main(["run", str(tiny_run), "--set", "tokenizer.vocab_size=400"]) == 2
     err = capsys.readouterr().err
     assert "start the model over with `kiln run --fresh`" in err
-    assert main(["run", str(tiny_run), "--set", "model.dim=32"]) == 1
+    assert main(["run", str(tiny_run), "--set", "model.dim=32"]) == 2
     err = capsys.readouterr().err
     assert "`kiln run --fresh` with the same recipe and --set options" in err
     assert "`kiln train --fresh`" not in err

@@ -228,7 +228,7 @@ def test_a_source_spelled_another_way_resumes_and_another_folder_is_refused(made
         assert main(["train", str(run), "--set", setting, "--set", "train.steps=3"]) == 0
     capsys.readouterr()
     shutil.copytree(src, tmp_path / "copy")
-    assert main(["train", str(run), "--set", 'data.sources=["copy"]', "--set", "train.steps=4"]) == 1
+    assert main(["train", str(run), "--set", 'data.sources=["copy"]', "--set", "train.steps=4"]) == 2
     assert "data.sources: [" in capsys.readouterr().err
 
 
