@@ -390,7 +390,14 @@ def test_resume_with_more_steps_states_the_lr_jump(tiny_run, tmp_path, capsys):
     before = 0.003 * lr_multiplier(6, 6, t.cfg.schedule)
     now = 0.003 * lr_multiplier(6, 12, t.cfg.schedule)
     assert now > 2 * before
-    assert f"the lr at step 6 is {now:.3g} where the recorded settings had {before:.3g}" in err
+    # the lr of the first step trained after the resume, logged as step 7 (the note said
+    # "step 6", the checkpoint's, which was trained at the recorded lr)
+    assert (f"the lr at step 7, the first trained, is {now:.3g} where the recorded settings "
+            f"had {before:.3g}") in err
+    t.fit()
+    logged = {r["step"]: r["lr"] for r in read_metrics(tiny_run / "metrics.jsonl")
+              if r["kind"] == "train"}
+    assert logged[7] == pytest.approx(now)
 
     import shutil
 
