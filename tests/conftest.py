@@ -38,6 +38,19 @@ def as_written(ckpt: Path) -> None:
     (ckpt / CHECKSUMS).write_text(json.dumps({name: file_sha256(ckpt / name) for name in sums}))
 
 
+def as_before_checksums(ckpt: Path) -> None:
+    """Make checkpoint `ckpt` as a Kiln from before checksums wrote it: no checksums.json,
+    and no "format" in its trainer.pt (a checkpoint marked so that lacks the file is refused)."""
+    import torch
+
+    from kiln.train.checkpoint import CHECKSUMS
+
+    (ckpt / CHECKSUMS).unlink()
+    state = torch.load(ckpt / "trainer.pt", weights_only=True)
+    state.pop("format")
+    torch.save(state, ckpt / "trainer.pt")
+
+
 def tiny_config(run_dir: Path, *extra: str) -> Config:
     return load_config(None, [*TINY, f'run.dir="{run_dir}"', *extra])
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import torch
-from conftest import as_written
+from conftest import as_before_checksums, as_written
 from safetensors.torch import load_file, save_file
 
 import kiln.train.checkpoint as ckpt_mod
@@ -59,6 +59,32 @@ def test_a_checkpoint_written_the_older_way_still_loads(tmp_path):
     fresh, fresh_opt = _trained(seed=1)
     ckpt_mod.load_checkpoint(ckpt, fresh, fresh_opt)
     assert torch.equal(fresh.embed.weight, model.embed.weight)
+
+
+def test_a_checkpoint_whose_checksums_were_removed_is_refused(tmp_path):
+    """checksums.json deleted by hand from a checkpoint written with it: read unchecked, as
+    one from before checksums. Refused now, naming the file and the checkpoint before it;
+    one truly from before (no format in its trainer.pt) still loads."""
+    import pytest
+
+    from kiln.errors import CheckpointError
+
+    model, opt = _trained()
+    ckpt_mod.save_checkpoint(tmp_path, 1, model, opt, {"step": 1}, DistEnv())
+    ckpt = ckpt_mod.save_checkpoint(tmp_path, 2, model, opt, {"step": 2}, DistEnv())
+    kept = json.loads((ckpt / ckpt_mod.CHECKSUMS).read_text())
+    (ckpt / ckpt_mod.CHECKSUMS).unlink()
+    fresh, fresh_opt = _trained(seed=1)
+    with pytest.raises(CheckpointError) as e:
+        ckpt_mod.load_checkpoint(ckpt, fresh, fresh_opt)
+    said = str(e.value)
+    assert "step_00000002 is unreadable (FileNotFoundError: " in said, said
+    assert str(ckpt / ckpt_mod.CHECKSUMS) in said and "previous one, step_00000001" in said, said
+    with pytest.raises(CheckpointError, match="checksums.json"):
+        ckpt_mod.load_weights(ckpt, fresh)  # eval, generate, export
+    (ckpt / ckpt_mod.CHECKSUMS).write_text(json.dumps(kept))
+    as_before_checksums(ckpt)
+    assert ckpt_mod.load_checkpoint(ckpt, fresh, fresh_opt)["step"] == 2
 
 
 def test_large_writes_hashed_on_another_thread_give_the_files_sum(tmp_path):

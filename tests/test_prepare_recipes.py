@@ -639,3 +639,15 @@ def test_dating_and_period_stages_select_years(tmp_path):
     run_prepare(cfg, tmp_path / "run", [str(src)], progress=False)
     years = sorted(d.metadata["year"] for d in read_documents(tmp_path / "run"))
     assert years == [1810, 1820]
+
+
+def test_a_setting_no_stage_reads_is_refused_before_the_plan_line(tmp_path, capsys):
+    """`kiln prepare` said its plan ("read -> ... in 1 task(s)", its logs' folder) and then
+    refused the setting: the refusal comes alone, before any plan."""
+    src = text_corpus(tmp_path)
+    args = ["prepare", "--set", f'run.dir="{tmp_path / "run"}"',
+            "--set", f'data.sources=["{src}"]', "--set", "prepare.brain_rot_m2.threshold=0.3"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "'brain_rot_m2' is not in prepare.stages" in err, err
+    assert "task(s)" not in err, err

@@ -76,5 +76,6 @@ def test_a_resume_with_another_schedule_names_the_lr_it_changes(old, new, step, 
         assert lr_lines == []
     else:
         before, now = jump
-        assert lr_lines == [f"so the lr at step {step} is {now:.3g} where the recorded "
-                            f"settings had {before:.3g}"]
+        # `step`: the checkpoint's; the lr said is the next step's, the first trained
+        assert lr_lines == [f"so the lr at step {step + 1}, the first trained, is {now:.3g} "
+                            f"where the recorded settings had {before:.3g}"]

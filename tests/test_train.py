@@ -14,7 +14,7 @@ import time
 
 import pytest
 import torch
-from conftest import as_written, tiny_config
+from conftest import as_before_checksums, as_written, tiny_config
 
 from kiln.errors import CheckpointError, ConfigError, TrainingDiverged
 from kiln.report import read_metrics
@@ -353,14 +353,12 @@ def test_checkpoint_for_another_model_is_refused_by_name(tiny_run):
 @pytest.mark.parametrize("checksums", [True, False])
 def test_damaged_checkpoint_names_the_previous_one(tiny_run, checksums):
     """Cut short: the checksum refuses it, and without one (an older checkpoint) safetensors."""
-    from kiln.train.checkpoint import CHECKSUMS
-
     train_losses(tiny_run, "train.steps=12")  # checkpoints at 6 and 12
     latest = latest_checkpoint(tiny_run / "checkpoints")
     with open(latest / "model.safetensors", "r+b") as f:
         f.truncate(100)
     if not checksums:
-        (latest / CHECKSUMS).unlink()
+        as_before_checksums(latest)
     with pytest.raises(CheckpointError, match="unreadable.*previous one, step_00000006"):
         Trainer(tiny_config(tiny_run))
 
@@ -432,7 +430,14 @@ def test_resume_with_more_steps_states_the_lr_jump(tiny_run, tmp_path, capsys):
     before = 0.003 * lr_multiplier(6, 6, t.cfg.schedule)
     now = 0.003 * lr_multiplier(6, 12, t.cfg.schedule)
     assert now > 2 * before
-    assert f"the lr at step 6 is {now:.3g} where the recorded settings had {before:.3g}" in err
+    # the lr of the first step trained after the resume, logged as step 7 (the note said
+    # "step 6", the checkpoint's, which was trained at the recorded lr)
+    assert (f"the lr at step 7, the first trained, is {now:.3g} where the recorded settings "
+            f"had {before:.3g}") in err
+    t.fit()
+    logged = {r["step"]: r["lr"] for r in read_metrics(tiny_run / "metrics.jsonl")
+              if r["kind"] == "train"}
+    assert logged[7] == pytest.approx(now)
 
     import shutil
 
@@ -1255,15 +1260,13 @@ def test_a_checkpoint_without_checksums_still_resumes(tiny_run, tmp_path):
     exact, to the bit, as from a checkpoint with them."""
     import shutil
 
-    from kiln.train.checkpoint import CHECKSUMS
-
     other = tmp_path / "other"
     shutil.copytree(tiny_run, other)
     every = ("train.steps=8", "train.checkpoint_every=3")
     _, straight = train_losses(other, *every)
     with pytest.raises(KeyboardInterrupt):
         train_losses(tiny_run, *every, callbacks=stopped_after(6))
-    (tiny_run / "checkpoints" / "step_00000006" / CHECKSUMS).unlink()
+    as_before_checksums(tiny_run / "checkpoints" / "step_00000006")
     _, more = train_losses(tiny_run, *every)
     assert len(straight) == 8 and more == straight[6:]  # bitwise: same floats
 

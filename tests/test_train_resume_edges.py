@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_config
+from conftest import as_before_checksums, tiny_config
 
 from kiln.errors import CheckpointError
 from kiln.train.trainer import Trainer
@@ -150,7 +150,7 @@ def test_a_damaged_checkpoint_file_is_named_in_the_refusal(tiny_run):
                          (CHECKSUMS, sums_without_optimizer),
                          (CHECKSUMS, lambda: (ckpt / CHECKSUMS).write_text("[1, 2]"))]:
         if name != CHECKSUMS:  # from before checksums: nothing else names the file
-            (ckpt / CHECKSUMS).unlink()
+            as_before_checksums(ckpt)
         damage()
         with pytest.raises(CheckpointError) as e:
             Trainer(tiny_config(tiny_run, "train.steps=9", "train.checkpoint_every=3"))

@@ -138,3 +138,18 @@ def test_a_damaged_shard_on_one_ranks_copy_is_said_by_every_rank(tiny_run, tmp_p
     for msg in said:
         assert msg.startswith("RunDataError: rank 1 could not evaluate: "), said
         assert f"{shard} is not the shard `kiln tokenize` wrote" in msg, said
+
+
+def test_eval_json_not_written_on_rank_zero_fails_every_rank(tiny_run, tmp_path):
+    """Rank 0 alone writes eval.json, after the others had exited 0: its failure to write
+    it (here eval.json is a folder) exited rank 0 with 1 and the others with 0. Every rank
+    now exits alike, the failure said once."""
+    from launch import run_python
+
+    Trainer(tiny_config(tiny_run, "train.steps=3", "train.checkpoint_every=3")).fit()
+    (tiny_run / "eval.json").mkdir()
+    with pytest.raises(RuntimeError) as failed:
+        run_python(["-m", "kiln", "eval", str(tiny_run)], world_size=2, timeout=120)
+    said = str(failed.value)
+    assert "rank 0 exited 1:" in said and "rank 1 exited 1:" in said, said
+    assert said.count("eval.json") >= 1 and said.count("kiln: ") == 1, said

@@ -14,10 +14,14 @@ from kiln.config import Config
 def cmd_prepare(cfg: Config) -> None:
     from kiln.data.edit_warnings import edit_warnings
     from kiln.data.pipeline import run_prepare
+    from kiln.data.prepare_checks import validate_prepare
     from kiln.data.prepared import HASHES
     from kiln.data.sources import check_sources
 
     check_sources(cfg.data.sources)  # before anything is cleared
+    # the checks of making data (`build_pipeline` runs them again): a refusal said alone,
+    # not after the plan line below as if the prepare had started
+    validate_prepare(cfg.prepare, making_data=True)
     p = cfg.prepare
     if p.executor == "local" and not p.console_logs:
         print(f"prepare: {' -> '.join(p.stages)} in {p.tasks} task(s); datatrove's task logs "

@@ -74,6 +74,15 @@ def _load_told(e: BaseException) -> str:
     return f"could not read the checkpoint ({type(e).__name__}: {e})"
 
 
+def _record_told(e: BaseException) -> str:
+    """How rank 0's failure to write eval.json is told on the other ranks."""
+    if isinstance(e, KeyboardInterrupt):
+        return "rank 0 was interrupted while it wrote the evaluation"
+    if isinstance(e, KilnError):
+        return str(e)
+    return f"rank 0 could not write the evaluation ({type(e).__name__}: {e})"
+
+
 def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     """`distributed`: under torchrun, the ranks share the windows and rank 0 reports (`kiln
     run` evaluates on rank 0 alone, after training has closed the process group)."""
@@ -87,7 +96,7 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
     from kiln.eval.perplexity import evaluate
     from kiln.eval.window_losses import split_sha256, write_window_losses
     from kiln.parallel.distributed import DistEnv, init_distributed, local_device, shutdown
-    from kiln.parallel.rank_waits import run_on_every_rank
+    from kiln.parallel.rank_waits import run_on_every_rank, run_on_main
     from kiln.train.precision import resolve_device, resolve_precision
     from kiln.train.trained_run import load_trained_model
 
@@ -118,21 +127,27 @@ def cmd_eval(cfg: Config, distributed: bool = False) -> None:
                               e.batch_size, e.max_batches, device, precision, env,
                               doc_mask=cfg.model.doc_mask, details=True,
                               next_token_positions=e.next_token_positions)
+        name = eval_file(e.split)
+
+        def record() -> None:  # rank 0's alone
+            index = load_index(cfg.run_dir / "tokens")
+            result["unigram_bpb"] = index["unigram_bpb"]
+            result["split_sha256"] = split_sha256(index, e.split)  # which tokens the windows hold
+            if "window_losses" in result:  # written first: eval.json records the file's hash
+                result["window_losses"] = write_window_losses(cfg.run_dir, e.split,
+                                                              result.pop("window_losses"))
+            result["checkpoint"], result["ranks"] = ckpt.name, env.world_size
+            result["batch_size"], result["max_batches"] = e.batch_size, e.max_batches
+            result["seq_len"], result["precision"] = cfg.train.seq_len, precision
+            write_json_atomic(cfg.run_dir / name, result)
+
+        # before the group closes: the other ranks wait for it, and fail with rank 0 where
+        # they had exited 0 while rank 0 exited 1
+        run_on_main(env, record, _record_told, KilnError)
     finally:
         shutdown(env)
     if not env.is_main:
         return
-    index = load_index(cfg.run_dir / "tokens")
-    result["unigram_bpb"] = index["unigram_bpb"]
-    result["split_sha256"] = split_sha256(index, e.split)  # which tokens the windows hold
-    if "window_losses" in result:  # written first: eval.json records the file's hash
-        result["window_losses"] = write_window_losses(cfg.run_dir, e.split,
-                                                      result.pop("window_losses"))
-    result["checkpoint"], result["ranks"] = ckpt.name, env.world_size
-    result["batch_size"], result["max_batches"] = e.batch_size, e.max_batches
-    result["seq_len"], result["precision"] = cfg.train.seq_len, precision
-    name = eval_file(e.split)
-    write_json_atomic(cfg.run_dir / name, result)
     trained = recorded_config(cfg.run_dir)
     if trained is not None and trained.train.seq_len != cfg.train.seq_len:
         print(f"note: scored with {cfg.train.seq_len}-token windows; the model trained on "

@@ -11,6 +11,7 @@ would otherwise load as other weights, or other moments, without a word.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -61,13 +62,20 @@ from kiln.train.checkpoint_weights import (
 )
 
 CHECKSUMS = "checksums.json"  # file name -> sha256, written with the checkpoint
+# trainer.pt's "format": 2 since checkpoints record CHECKSUMS (none: written before); without
+# it, a checkpoint whose CHECKSUMS was removed read as one from before, unchecked
+FORMAT = 2
 
 
 def verified(path: Path, name: str) -> Path:
     """`path / name`, refused as unreadable when its bytes are not those the checkpoint was
-    written with (checkpoints from before Kiln recorded checksums are read unchecked)."""
+    written with (checkpoints from before Kiln recorded checksums are read unchecked), or
+    when its CHECKSUMS is missing from a checkpoint written with one."""
     sums = path / CHECKSUMS
     if not sums.is_file():
+        if _written_with_checksums(path):
+            raise unreadable(path, FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT),
+                                                     str(sums)), CHECKSUMS)
         return path / name
     try:
         want = json.loads(sums.read_text(encoding="utf-8"))
@@ -83,6 +91,16 @@ def verified(path: Path, name: str) -> Path:
         raise unreadable(path, ValueError(f"{name} is not what was written: its sha256 differs "
                                           f"from the one recorded in {CHECKSUMS}"))
     return path / name
+
+
+def _written_with_checksums(path: Path) -> bool:
+    """Whether checkpoint `path`'s trainer.pt says it was written with CHECKSUMS (its own
+    damage, if any, is refused where it is read)."""
+    try:
+        state = torch.load(path / "trainer.pt", weights_only=True)
+    except Exception:  # refused, naming the file, where trainer.pt is read
+        return False
+    return isinstance(state, dict) and state.get("format") == FORMAT
 
 
 def _read_weights(path: Path, checked: bool = False) -> dict[str, torch.Tensor]:
@@ -150,8 +168,8 @@ def _write(ckpt_root: Path, final: Path, weights: dict[str, torch.Tensor], optim
             save_tensors(weights, tmp / "model.safetensors")
             sums = {"model.safetensors": file_sha256(tmp / "model.safetensors"),
                     "optimizer.pt": _save_hashed(optim_state, tmp / "optimizer.pt"),
-                    "trainer.pt": _save_hashed({**trainer_state, "rng": torch.get_rng_state()},
-                                               tmp / "trainer.pt")}
+                    "trainer.pt": _save_hashed({**trainer_state, "rng": torch.get_rng_state(),
+                                                "format": FORMAT}, tmp / "trainer.pt")}
             (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
     except (OSError, RuntimeError, SafetensorError) as e:  # a full disk: any of the three
         raise cannot_write(ckpt_root, f"checkpoint {final}", e) from e
@@ -463,7 +481,7 @@ def _place_steps(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> Non
 
 # what the trainer's trainer.pt holds (callbacks: optional), and the types they must have
 TRAINER_STATE = {"step": int, "tokens_seen": int, "elapsed_s": (int, float), "loader": dict,
-                 "rng": torch.Tensor, "callbacks": dict}
+                 "rng": torch.Tensor, "callbacks": dict, "format": int}
 
 
 def _read_trainer_state(path: Path) -> dict[str, Any]:

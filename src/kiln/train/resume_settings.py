@@ -64,8 +64,9 @@ def changed_since_recorded(old: Config | None, cfg: Config, step: int) -> list[s
     lr_before = old.optim.lr * lr_multiplier(step, old.train.steps, old.schedule)
     lr_now = cfg.optim.lr * lr_multiplier(step, cfg.train.steps, cfg.schedule)
     if changed and step < cfg.train.steps and not math.isclose(lr_before, lr_now, rel_tol=1e-3):
-        changed.append(f"so the lr at step {step} is {lr_now:.3g} where the recorded "
-                       f"settings had {lr_before:.3g}")
+        # `step` is the checkpoint's (steps done); the lr is the next one's, logged as step + 1
+        changed.append(f"so the lr at step {step + 1}, the first trained, is {lr_now:.3g} "
+                       f"where the recorded settings had {lr_before:.3g}")
     return changed
 
 
