@@ -43,6 +43,7 @@ from kiln.errors import ConfigError
 # made some 4M log and stats files (2,000 tasks over 3 files: 8,000 files, 2 minutes)
 MAX_TASKS = 100_000
 
+
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:  # by letters whatever their case: 'emails' means 'EMAIL'
         lower = {c.lower(): c for c in choices}

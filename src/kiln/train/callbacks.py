@@ -92,8 +92,6 @@ class Checkpointing(Callback):
 
     def on_train_start(self, trainer: Trainer) -> None:
         self.stops = StopRequests().install()
-        # said once a run (the resume may have said it): the disk cannot take the next save
-        self.told_no_room = trainer.told_no_room
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         every = trainer.cfg.train.checkpoint_every
@@ -107,13 +105,14 @@ class Checkpointing(Callback):
                 trainer.run_dir / "checkpoints", trainer.step, trainer.model, trainer.optimizer,
                 trainer.state_dict(), trainer.env, keep=trainer.cfg.train.keep_checkpoints,
             )
-            # none after the run's last save: no next save to fail (a resume says it first)
+            # said once a run (the resume may have said it), and not after the run's last
+            # save: there is no next save to fail
             last = stop or trainer.step >= trainer.cfg.train.steps
             note = no_room_note(saved) if trainer.env.is_main and not (
-                self.told_no_room or last) else ""
+                trainer.told_no_room or last) else ""
             if note:
                 tqdm.write(note, file=sys.stderr)
-                self.told_no_room = True
+                trainer.told_no_room = True
             # a signal during the write (a large model's takes minutes): the message said
             # training stops after this step, and this step is saved
             stop = stop or self.stops.agreed(trainer.env, trainer.device)

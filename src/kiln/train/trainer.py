@@ -148,7 +148,7 @@ class Trainer(Resuming, RunRecords):
         self.step, self.tokens_seen, self._elapsed_before = 0, 0, 0.0
         self._callback_states: dict[str, dict[str, Any]] = {}
         self._resumed_from: Path | None = None
-        self.told_no_room = False  # said at the resume: the disk cannot take the next save
+        self.told_no_room = False  # said (at the resume or a save): the disk cannot take the next save
         self._start = time.perf_counter()
         # outputs of an earlier run with no checkpoint to continue from: --fresh, or a run
         # stopped before its first checkpoint (or whose checkpoints were moved away)
